@@ -1,0 +1,47 @@
+# mroce build and test entry points. `make test` is what CI runs.
+GO      ?= go
+PKGS    := ./...
+FUZZTIME ?= 10s
+
+.PHONY: all build test unit large lint vet fuzz bench golden clean
+
+all: build
+
+build:
+	$(GO) build -o bin/mroce ./cmd/mroce
+
+# vet and gofmt, unit tests with the race detector (-short skips the large
+# scenarios), then the large scenarios without the race detector.
+test: lint vet unit large
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+unit:
+	$(GO) test -race -short -count=1 $(PKGS)
+
+large:
+	$(GO) test -count=1 -run 'Large' $(PKGS)
+
+# Every fuzz target for FUZZTIME each (make fuzz FUZZTIME=60s for a longer run).
+fuzz:
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# Rebuild testdata/golden.pcap from the hand-written hex packets.
+golden:
+	$(GO) run ./cmd/mroce golden-pcap testdata/golden testdata/golden.pcap
+
+clean:
+	rm -rf bin

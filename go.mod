@@ -1,0 +1,3 @@
+module github.com/mroce/mroce
+
+go 1.26

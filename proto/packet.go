@@ -1,0 +1,215 @@
+package proto
+
+import "hash/crc32"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns the CRC32C (Castagnoli) of b, as the trailer carries it.
+func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Packet is a view of one packet: every field aliases the buffer it was decoded
+// from or built in, so a Packet is valid only as long as that buffer is.
+// The zero Packet is empty; fill one with Decode or Build.
+type Packet struct {
+	// Common is the common header; Type() says which extension accessors apply.
+	Common CommonHeader
+	// Payload is the bytes between the header and the trailer.
+	Payload []byte
+
+	raw []byte // the whole packet, trailer included
+	ext []byte // the header after the common header
+}
+
+// Type returns the packet's type.
+func (p *Packet) Type() Type { return p.Common.Type() }
+
+// Bytes returns the whole packet, trailer included.
+func (p *Packet) Bytes() []byte { return p.raw }
+
+// Ext returns the header bytes after the common header (every extension of the type).
+func (p *Packet) Ext() []byte { return p.ext }
+
+// Trailer returns the CRC trailer.
+func (p *Packet) Trailer() Trailer { return Trailer(p.raw[len(p.raw)-TrailerLen:]) }
+
+// The extension accessors below return the view of the packet's type. Calling
+// one that does not belong to the type returns a view of the wrong bytes, or
+// panics when the packet is too short: switch on Type first.
+
+// Write returns the WRITE / WRITE_IMM extension.
+func (p *Packet) Write() WriteHeader { return WriteHeader(p.ext[:32]) }
+
+// Imm returns the immediate extension of a WRITE_IMM.
+func (p *Packet) Imm() ImmHeader { return ImmHeader(p.ext[32:40]) }
+
+// Send returns the SEND extension.
+func (p *Packet) Send() SendHeader { return SendHeader(p.ext[:20]) }
+
+// ReadReq returns the READ_REQ extension.
+func (p *Packet) ReadReq() ReadReqHeader { return ReadReqHeader(p.ext[:32]) }
+
+// ReadResp returns the READ_RESP extension.
+func (p *Packet) ReadResp() ReadRespHeader { return ReadRespHeader(p.ext[:12]) }
+
+// Ack returns the fixed part of an ACK.
+func (p *Packet) Ack() AckHeader { return AckHeader(p.ext[:AckHeaderLen]) }
+
+// AckRecord returns record i of an ACK, 0 <= i < RecordCount.
+func (p *Packet) AckRecord(i int) AckRecord {
+	off := AckHeaderLen + i*AckRecordLen
+	return AckRecord(p.ext[off : off+AckRecordLen])
+}
+
+// Nack returns the NACK extension.
+func (p *Packet) Nack() NackHeader { return NackHeader(p.ext[:20]) }
+
+// Handshake returns the CONNECT / ACCEPT extension.
+func (p *Packet) Handshake() HandshakeHeader { return HandshakeHeader(p.ext[:44]) }
+
+// Close returns the CLOSE extension.
+func (p *Packet) Close() CloseHeader { return CloseHeader(p.ext[:8]) }
+
+// Probe returns the PROBE extension.
+func (p *Packet) Probe() ProbeHeader { return ProbeHeader(p.ext[:4]) }
+
+// ProbeReply returns the PROBE_REPLY extension.
+func (p *Packet) ProbeReply() ProbeReplyHeader { return ProbeReplyHeader(p.ext[:12]) }
+
+// MsgBounds returns the MsgOffset and MsgLen of a packet that carries message
+// data (WRITE, WRITE_IMM, SEND, READ_RESP); ok is false for other types.
+func (p *Packet) MsgBounds() (offset, length uint32, ok bool) {
+	switch p.Type() {
+	case TypeWrite, TypeWriteImm:
+		w := p.Write()
+		return w.MsgOffset(), w.MsgLen(), true
+	case TypeSend:
+		s := p.Send()
+		return s.MsgOffset(), s.MsgLen(), true
+	case TypeReadResp:
+		r := p.ReadResp()
+		return r.MsgOffset(), r.MsgLen(), true
+	}
+	return 0, 0, false
+}
+
+// Decode checks b as a receiver must before trusting any field (spec section 9,
+// steps 1-6) and, if it passes, makes p a view of it. It allocates nothing and
+// copies nothing. On error p is left unchanged.
+func (p *Packet) Decode(b []byte) error {
+	if len(b) < MinPacketLen {
+		return ErrTruncated
+	}
+	n := len(b) - TrailerLen
+	if Checksum(b[:n]) != be.Uint32(b[n:]) {
+		return ErrBadCRC
+	}
+	return p.decodeChecked(b)
+}
+
+// DecodeNoCRC is Decode without the CRC check (step 2), for packets whose
+// integrity was checked elsewhere (a NIC that verified the CRC, a test that
+// crafts packets field by field). Every other check still runs.
+func (p *Packet) DecodeNoCRC(b []byte) error {
+	if len(b) < MinPacketLen {
+		return ErrTruncated
+	}
+	return p.decodeChecked(b)
+}
+
+// decodeChecked runs steps 3-6 on b, known to be at least MinPacketLen long.
+func (p *Packet) decodeChecked(b []byte) error {
+	c := CommonHeader(b)
+	if c.Version() != Version {
+		return ErrVersion
+	}
+	t := c.Type()
+	if !t.Known() {
+		return ErrUnknownType
+	}
+	records := 0
+	if t == TypeAck {
+		if len(b) < ackRecordsStart+TrailerLen {
+			return ErrTruncated
+		}
+		records = int(AckHeader(b[CommonHeaderLen:]).RecordCount())
+		if records > MaxAckRecords {
+			return ErrRecordCount
+		}
+	}
+	hlen, _ := HeaderLen(t, records)
+	if int(c.HdrLen())*4 != hlen {
+		return ErrHeaderLength
+	}
+	if len(b) < hlen+TrailerLen {
+		return ErrTruncated
+	}
+	q := Packet{
+		Common:  c[:CommonHeaderLen:CommonHeaderLen],
+		Payload: b[hlen : len(b)-TrailerLen],
+		raw:     b,
+		ext:     b[CommonHeaderLen:hlen],
+	}
+	if err := q.checkPayload(); err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}
+
+// checkPayload is step 6: payload only where the type allows it, and message
+// data within its message.
+func (p *Packet) checkPayload() error {
+	if !typeTable[p.Type()].hasPayload {
+		if len(p.Payload) != 0 {
+			return ErrPayload
+		}
+		return nil
+	}
+	off, length, isMsg := p.MsgBounds()
+	if isMsg && uint64(off)+uint64(len(p.Payload)) > uint64(length) {
+		return ErrPayload
+	}
+	return nil
+}
+
+// Build lays out a packet of type t in buf: a zeroed header with Version,
+// Type and HdrLen set (and RecordCount for an ACK), room for payloadLen bytes
+// of payload and the trailer. The caller sets the other fields through p's
+// views, fills p.Payload, then calls Seal. buf must hold the whole packet.
+func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
+	hlen, err := HeaderLen(t, ackRecords)
+	if err != nil {
+		return err
+	}
+	if payloadLen < 0 || (payloadLen > 0 && !typeTable[t].hasPayload) {
+		return ErrPayload
+	}
+	total := hlen + payloadLen + TrailerLen
+	if total > len(buf) || total > MaxPacketLen {
+		return ErrBufferSize
+	}
+	b := buf[:total]
+	clear(b[:hlen])
+	c := CommonHeader(b[:CommonHeaderLen:CommonHeaderLen])
+	c.SetVersion(Version)
+	c.SetType(t)
+	c.SetHdrLen(uint8(hlen / 4))
+	*p = Packet{
+		Common:  c,
+		Payload: b[hlen : total-TrailerLen],
+		raw:     b,
+		ext:     b[CommonHeaderLen:hlen],
+	}
+	if t == TypeAck {
+		p.Ack().SetRecordCount(uint8(ackRecords))
+	}
+	return nil
+}
+
+// Seal writes the CRC32C trailer over everything before it and returns the
+// finished packet. Call it after the last field and payload byte are set.
+func (p *Packet) Seal() []byte {
+	n := len(p.raw) - TrailerLen
+	be.PutUint32(p.raw[n:], Checksum(p.raw[:n]))
+	return p.raw
+}

@@ -1,0 +1,260 @@
+package proto
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Version is the wire format version this package speaks.
+const Version = 0
+
+// DefaultPort is the default UDP destination port (spec section 11).
+const DefaultPort = 4797
+
+// Sizes fixed by the spec.
+const (
+	CommonHeaderLen    = 28
+	TrailerLen         = 4
+	MinPacketLen       = CommonHeaderLen + TrailerLen // a CNP
+	MaxPacketLen       = 65507                        // the largest UDP payload over IPv4
+	MinMTU             = 256
+	AckHeaderLen       = 16
+	AckRecordLen       = 52
+	MaxAckRecords      = 18
+	BitvectorBits      = 256
+	BacklogUnit        = 64 // bytes per unit of the Backlog field
+	MaxPaths           = 256
+	MaxStreams         = 65535
+	MaxDSNWindow       = 1 << 30
+	ackRecordsStart    = CommonHeaderLen + AckHeaderLen
+	maxHeaderLenInWord = 255
+)
+
+// Rate hint values with a special meaning (spec section 5.5), in bytes per second.
+const (
+	RateStop    uint64 = 0
+	RateNoLimit uint64 = ^uint64(0)
+)
+
+// CapacityUnknown is the InboundCapacity of a side that does not know its own.
+const CapacityUnknown uint64 = ^uint64(0)
+
+// Type is a packet type (spec section 3).
+type Type uint8
+
+const (
+	TypeWrite      Type = 0x01
+	TypeWriteImm   Type = 0x02
+	TypeSend       Type = 0x03
+	TypeReadReq    Type = 0x05
+	TypeReadResp   Type = 0x06
+	TypeAck        Type = 0x10
+	TypeNack       Type = 0x11
+	TypeCNP        Type = 0x12
+	TypeConnect    Type = 0x20
+	TypeAccept     Type = 0x21
+	TypeClose      Type = 0x22
+	TypeProbe      Type = 0x23
+	TypeProbeReply Type = 0x24
+)
+
+// typeInfo is what the spec's section 3 table says of each type.
+type typeInfo struct {
+	name       string
+	headerLen  int  // bytes; for ACK, without records
+	hasPayload bool // data payload bounded by MsgOffset/MsgLen, or PROBE padding
+}
+
+var typeTable = [256]typeInfo{
+	TypeWrite:      {"WRITE", CommonHeaderLen + 32, true},
+	TypeWriteImm:   {"WRITE_IMM", CommonHeaderLen + 32 + 8, true},
+	TypeSend:       {"SEND", CommonHeaderLen + 20, true},
+	TypeReadReq:    {"READ_REQ", CommonHeaderLen + 32, false},
+	TypeReadResp:   {"READ_RESP", CommonHeaderLen + 12, true},
+	TypeAck:        {"ACK", CommonHeaderLen + AckHeaderLen, false},
+	TypeNack:       {"NACK", CommonHeaderLen + 20, false},
+	TypeCNP:        {"CNP", CommonHeaderLen, false},
+	TypeConnect:    {"CONNECT", CommonHeaderLen + 44, false},
+	TypeAccept:     {"ACCEPT", CommonHeaderLen + 44, false},
+	TypeClose:      {"CLOSE", CommonHeaderLen + 8, false},
+	TypeProbe:      {"PROBE", CommonHeaderLen + 4, true},
+	TypeProbeReply: {"PROBE_REPLY", CommonHeaderLen + 12, false},
+}
+
+// Types lists every type version 0 defines, in code order.
+var Types = []Type{TypeWrite, TypeWriteImm, TypeSend, TypeReadReq, TypeReadResp,
+	TypeAck, TypeNack, TypeCNP, TypeConnect, TypeAccept, TypeClose, TypeProbe, TypeProbeReply}
+
+// Known reports whether version 0 defines t.
+func (t Type) Known() bool { return typeTable[t].headerLen != 0 }
+
+// IsData reports whether t is a data type: sequenced, acknowledged, retransmitted.
+func (t Type) IsData() bool { return t.Known() && t < 0x10 }
+
+// HeaderLen returns the header length in bytes of a packet of type t with the
+// given number of ACK records (ignored for other types).
+func HeaderLen(t Type, ackRecords int) (int, error) {
+	if !t.Known() {
+		return 0, ErrUnknownType
+	}
+	n := typeTable[t].headerLen
+	if t == TypeAck {
+		if ackRecords < 0 || ackRecords > MaxAckRecords {
+			return 0, ErrRecordCount
+		}
+		n += ackRecords * AckRecordLen
+	}
+	return n, nil
+}
+
+func (t Type) String() string {
+	if t.Known() {
+		return typeTable[t].name
+	}
+	return fmt.Sprintf("UNKNOWN(0x%02x)", uint8(t))
+}
+
+// Flags is the 16-bit flag field (spec section 4.1).
+type Flags uint16
+
+const (
+	FlagAckRequest Flags = 0x8000 // AR: acknowledge at once
+	FlagRetransmit Flags = 0x4000 // RT: this content was sent before
+	FlagSolicited  Flags = 0x2000 // SE: solicited completion event
+	FlagsReserved  Flags = 0x1FFF // sent as 0, ignored
+)
+
+func (f Flags) String() string {
+	var names []string
+	for _, n := range []struct {
+		bit  Flags
+		name string
+	}{{FlagAckRequest, "AR"}, {FlagRetransmit, "RT"}, {FlagSolicited, "SE"}} {
+		if f&n.bit != 0 {
+			names = append(names, n.name)
+		}
+	}
+	if r := f & FlagsReserved; r != 0 {
+		names = append(names, fmt.Sprintf("reserved(0x%04x)", uint16(r)))
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, "|")
+}
+
+// NackCode says why a receiver refused a data packet (spec section 7).
+type NackCode uint8
+
+const (
+	NackBadKey      NackCode = 0x01
+	NackAccess      NackCode = 0x02
+	NackBounds      NackCode = 0x03
+	NackRNR         NackCode = 0x04
+	NackBadStream   NackCode = 0x05
+	NackReadLimit   NackCode = 0x06
+	NackBadTag      NackCode = 0x07
+	NackUnsupported NackCode = 0x08
+	NackSeqErr      NackCode = 0x09
+	NackResource    NackCode = 0x0A
+)
+
+var nackNames = map[NackCode]string{
+	NackBadKey: "BAD_KEY", NackAccess: "ACCESS", NackBounds: "BOUNDS", NackRNR: "RNR",
+	NackBadStream: "BAD_STREAM", NackReadLimit: "READ_LIMIT", NackBadTag: "BAD_TAG",
+	NackUnsupported: "UNSUPPORTED", NackSeqErr: "SEQ_ERR", NackResource: "RESOURCE",
+}
+
+// Fatal reports whether the code ends the connection. Unknown codes are fatal.
+func (c NackCode) Fatal() bool {
+	return c != NackRNR && c != NackSeqErr && c != NackResource
+}
+
+func (c NackCode) String() string {
+	if n, ok := nackNames[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("UNKNOWN(0x%02x)", uint8(c))
+}
+
+// CloseReason says why a connection ended (spec section 8.4).
+type CloseReason uint16
+
+const (
+	CloseNormal   CloseReason = 0
+	CloseRefused  CloseReason = 1
+	CloseVersion  CloseReason = 2
+	CloseParams   CloseReason = 3
+	CloseFatal    CloseReason = 4
+	CloseTimeout  CloseReason = 5
+	CloseResource CloseReason = 6
+)
+
+var closeNames = []string{"NORMAL", "REFUSED", "VERSION", "PARAMS", "FATAL", "TIMEOUT", "RESOURCE"}
+
+func (r CloseReason) String() string {
+	if int(r) < len(closeNames) {
+		return closeNames[r]
+	}
+	return fmt.Sprintf("UNKNOWN(%d)", uint16(r))
+}
+
+// Mode is the transport mode a connection runs (HandshakeHeader.Mode).
+type Mode uint8
+
+const (
+	ModeMultipath Mode = 0 // this spec's transport
+	ModeBaseline  Mode = 1 // RoCEv2-like: one path, in order, go-back-N, DCQCN
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeMultipath:
+		return "multipath"
+	case ModeBaseline:
+		return "baseline"
+	}
+	return fmt.Sprintf("UNKNOWN(%d)", uint8(m))
+}
+
+// Capabilities are the handshake's capability bits (spec section 8.3).
+type Capabilities uint32
+
+const (
+	CapAtomics Capabilities = 1 << 0
+	CapAuth    Capabilities = 1 << 1 // not defined in version 0; never set
+)
+
+func (c Capabilities) String() string {
+	var names []string
+	if c&CapAtomics != 0 {
+		names = append(names, "ATOMICS")
+	}
+	if c&CapAuth != 0 {
+		names = append(names, "AUTH")
+	}
+	if r := c &^ (CapAtomics | CapAuth); r != 0 {
+		names = append(names, fmt.Sprintf("reserved(0x%08x)", uint32(r)))
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, "|")
+}
+
+// EncodeBacklog converts a byte count to the Backlog field: units of 64
+// bytes, rounded up, saturating at the field's maximum.
+func EncodeBacklog(bytes uint64) uint32 {
+	units := bytes / BacklogUnit
+	if bytes%BacklogUnit != 0 {
+		units++
+	}
+	if units > 0xFFFFFFFF {
+		return 0xFFFFFFFF
+	}
+	return uint32(units)
+}
+
+// DecodeBacklog converts the Backlog field to bytes (an upper bound of the
+// sender's backlog, or at least 256 GiB when saturated).
+func DecodeBacklog(field uint32) uint64 { return uint64(field) * BacklogUnit }
