@@ -1,0 +1,259 @@
+package proto
+
+import (
+	"errors"
+	"testing"
+)
+
+// reseal rewrites the CRC of a mutated packet so a test reaches the check after it.
+func reseal(b []byte) []byte {
+	if len(b) >= TrailerLen {
+		n := len(b) - TrailerLen
+		be.PutUint32(b[n:], Checksum(b[:n]))
+	}
+	return b
+}
+
+func golden(t testing.TB, name string) []byte {
+	for _, g := range loadGolden(t) {
+		if g.name == name {
+			return append([]byte(nil), g.wire...)
+		}
+	}
+	t.Fatalf("no golden packet %s", name)
+	return nil
+}
+
+func TestDecodeRejectsMalformed(t *testing.T) {
+	write := golden(t, "01-write.hex")
+	ack := golden(t, "06-ack.hex")
+	cases := []struct {
+		name string
+		pkt  func() []byte
+		want Error
+	}{
+		{"empty", func() []byte { return nil }, ErrTruncated},
+		{"31 bytes", func() []byte { return write[:31] }, ErrTruncated},
+		{"cut inside header", func() []byte { return reseal(append([]byte(nil), write[:40]...)) }, ErrTruncated},
+		{"bad CRC", func() []byte { b := append([]byte(nil), write...); b[len(b)-1] ^= 1; return b }, ErrBadCRC},
+		{"payload bit flip", func() []byte { b := append([]byte(nil), write...); b[62] ^= 0x10; return b }, ErrBadCRC},
+		{"version 1", func() []byte { b := append([]byte(nil), write...); b[0] = 0x10; return reseal(b) }, ErrVersion},
+		{"version 15", func() []byte { b := append([]byte(nil), write...); b[0] = 0xF0; return reseal(b) }, ErrVersion},
+		{"type 0", func() []byte { b := append([]byte(nil), write...); b[1] = 0; return reseal(b) }, ErrUnknownType},
+		{"reserved type 0x04", func() []byte { b := append([]byte(nil), write...); b[1] = 0x04; return reseal(b) }, ErrUnknownType},
+		{"atomic type 0x30", func() []byte { b := append([]byte(nil), write...); b[1] = 0x30; return reseal(b) }, ErrUnknownType},
+		{"HdrLen short", func() []byte { b := append([]byte(nil), write...); b[4] = 7; return reseal(b) }, ErrHeaderLength},
+		{"HdrLen long", func() []byte { b := append([]byte(nil), write...); b[4] = 16; return reseal(b) }, ErrHeaderLength},
+		{"HdrLen 255", func() []byte { b := append([]byte(nil), write...); b[4] = 255; return reseal(b) }, ErrHeaderLength},
+		{"type changed, HdrLen kept", func() []byte { b := append([]byte(nil), write...); b[1] = byte(TypeSend); return reseal(b) }, ErrHeaderLength},
+		{"ACK 19 records", func() []byte { b := append([]byte(nil), ack...); b[32] = 19; return reseal(b) }, ErrRecordCount},
+		{"ACK count lies high", func() []byte { b := append([]byte(nil), ack...); b[32] = 3; return reseal(b) }, ErrHeaderLength},
+		{"ACK count lies low", func() []byte { b := append([]byte(nil), ack...); b[32] = 1; return reseal(b) }, ErrHeaderLength},
+		{"ACK record cut off", func() []byte { return reseal(append([]byte(nil), ack[:100]...)) }, ErrTruncated},
+		{"ACK header cut off", func() []byte { return reseal(append([]byte(nil), ack[:40]...)) }, ErrTruncated},
+		{"payload past MsgLen", func() []byte { b := append([]byte(nil), write...); b[28+19] = 23; return reseal(b) }, ErrPayload},
+		{"MsgOffset overflow", func() []byte {
+			b := append([]byte(nil), write...)
+			copy(b[28+20:], []byte{0xFF, 0xFF, 0xFF, 0xFC})
+			return reseal(b)
+		}, ErrPayload},
+		{"payload on READ_REQ", func() []byte { return reseal(append(golden(t, "04-read-req.hex"), 0, 0, 0, 0)) }, ErrPayload},
+		{"payload on ACK", func() []byte {
+			b := golden(t, "06-ack.hex")
+			return reseal(append(b[:len(b)-4:len(b)-4], 1, 2, 3, 4, 0, 0, 0, 0))
+		}, ErrPayload},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var p Packet
+			err := p.Decode(c.pkt())
+			if !errors.Is(err, c.want) {
+				t.Fatalf("Decode = %v, want %v", err, c.want)
+			}
+			if p.Bytes() != nil {
+				t.Errorf("a failed Decode changed the packet view")
+			}
+		})
+	}
+}
+
+func TestDecodeNoCRCSkipsOnlyTheCRC(t *testing.T) {
+	b := golden(t, "01-write.hex")
+	b[len(b)-1] ^= 0xFF
+	var p Packet
+	if err := p.Decode(b); err != ErrBadCRC {
+		t.Fatalf("Decode = %v, want bad CRC", err)
+	}
+	if err := p.DecodeNoCRC(b); err != nil {
+		t.Fatalf("DecodeNoCRC = %v", err)
+	}
+	b[0] = 0x10
+	if err := p.DecodeNoCRC(b); err != ErrVersion {
+		t.Fatalf("DecodeNoCRC of version 1 = %v", err)
+	}
+}
+
+func TestBuildChecksArguments(t *testing.T) {
+	var p Packet
+	buf := make([]byte, 100)
+	for _, c := range []struct {
+		name             string
+		buf              []byte
+		ty               Type
+		records, payload int
+		want             Error
+	}{
+		{"unknown type", buf, 0x04, 0, 0, ErrUnknownType},
+		{"too many records", make([]byte, 4096), TypeAck, 19, 0, ErrRecordCount},
+		{"negative records", buf, TypeAck, -1, 0, ErrRecordCount},
+		{"payload on ACK", buf, TypeAck, 0, 1, ErrPayload},
+		{"negative payload", buf, TypeWrite, 0, -1, ErrPayload},
+		{"buffer too small", buf, TypeWrite, 0, 37, ErrBufferSize},
+		{"over the UDP maximum", make([]byte, 70000), TypeWrite, 0, MaxPacketLen, ErrBufferSize},
+	} {
+		if err := Build(&p, c.buf, c.ty, c.records, c.payload); err != c.want {
+			t.Errorf("%s: Build = %v, want %v", c.name, err, c.want)
+		}
+	}
+	if err := Build(&p, buf, TypeWrite, 0, 36); err != nil || len(p.Seal()) != 100 {
+		t.Errorf("a packet that exactly fills the buffer: %v", err)
+	}
+}
+
+// Build clears a reused buffer's header, so stale bytes never leak into
+// reserved fields.
+func TestBuildClearsHeader(t *testing.T) {
+	buf := make([]byte, 256)
+	for i := range buf {
+		buf[i] = 0xFF
+	}
+	var p Packet
+	if err := Build(&p, buf, TypeSend, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	wire := p.Seal()
+	var q Packet
+	if err := q.Decode(wire); err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range wire[:48] {
+		want := byte(0)
+		switch i {
+		case 1:
+			want = byte(TypeSend)
+		case 4:
+			want = 12
+		}
+		if b != want {
+			t.Errorf("byte %d = %#x, want %#x", i, b, want)
+		}
+	}
+}
+
+func TestErrorsAreDistinctAndNamed(t *testing.T) {
+	seen := map[string]bool{}
+	for e := Error(1); int(e) < NumErrors; e++ {
+		s := e.Error()
+		if seen[s] || s == Error(0).Error() {
+			t.Errorf("error %d text %q is not distinct", e, s)
+		}
+		seen[s] = true
+	}
+}
+
+func TestChecksumCheckValue(t *testing.T) {
+	if got := Checksum([]byte("123456789")); got != 0xE3069283 {
+		t.Fatalf("CRC32C check value = %#x, want 0xe3069283", got)
+	}
+}
+
+// buildWrite makes a 4 KiB-payload WRITE as the engine will: Build, set the
+// fields, copy the payload from the source region, Seal.
+func buildWrite(p *Packet, buf, region []byte, psn uint32) []byte {
+	if err := Build(p, buf, TypeWrite, 0, len(region)); err != nil {
+		panic(err)
+	}
+	c := p.Common
+	c.SetPathID(3)
+	c.SetDstConnID(0xA1B2C3D4)
+	c.SetPSN(psn)
+	c.SetDSN(psn + 100)
+	c.SetTimestamp(psn * 7)
+	c.SetBacklog(EncodeBacklog(1 << 20))
+	w := p.Write()
+	w.SetRKey(0x0123456789ABCDEF)
+	w.SetRemoteOffset(1 << 20)
+	w.SetMsgLen(1 << 20)
+	w.SetMsgOffset(8192)
+	w.SetStream(1)
+	w.SetMSN(9)
+	copy(p.Payload, region)
+	return p.Seal()
+}
+
+func TestDataPathAllocatesNothing(t *testing.T) {
+	buf := make([]byte, 4200)
+	region := make([]byte, 4096)
+	var p, q Packet
+	wire := buildWrite(&p, buf, region, 1)
+	if n := testing.AllocsPerRun(1000, func() { buildWrite(&p, buf, region, 2) }); n != 0 {
+		t.Errorf("encoding a WRITE allocates %.1f times", n)
+	}
+	wire = buildWrite(&p, buf, region, 3)
+	if n := testing.AllocsPerRun(1000, func() {
+		if err := q.Decode(wire); err != nil {
+			panic(err)
+		}
+		_ = q.Write().RKey() + uint64(q.Common.PSN())
+	}); n != 0 {
+		t.Errorf("decoding a WRITE allocates %.1f times", n)
+	}
+	bad := append([]byte(nil), wire...)
+	bad[100] ^= 1
+	if n := testing.AllocsPerRun(1000, func() { _ = q.Decode(bad) }); n != 0 {
+		t.Errorf("refusing a bad packet allocates %.1f times", n)
+	}
+}
+
+func BenchmarkEncodeWrite4K(b *testing.B) {
+	buf := make([]byte, 4200)
+	region := make([]byte, 4096)
+	var p Packet
+	b.SetBytes(4096)
+	for i := 0; b.Loop(); i++ {
+		buildWrite(&p, buf, region, uint32(i))
+	}
+}
+
+func BenchmarkDecodeWrite4K(b *testing.B) {
+	buf := make([]byte, 4200)
+	var p, q Packet
+	wire := buildWrite(&p, buf, make([]byte, 4096), 1)
+	b.SetBytes(int64(len(wire)))
+	for b.Loop() {
+		if err := q.Decode(wire); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeNoCRCWrite4K is Decode without the CRC: what the header
+// checks cost on their own.
+func BenchmarkDecodeNoCRCWrite4K(b *testing.B) {
+	buf := make([]byte, 4200)
+	var p, q Packet
+	wire := buildWrite(&p, buf, make([]byte, 4096), 1)
+	for b.Loop() {
+		if err := q.DecodeNoCRC(wire); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCRC32C4K(b *testing.B) {
+	data := make([]byte, 4096+60)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		Checksum(data)
+	}
+}
