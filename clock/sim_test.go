@@ -1,0 +1,169 @@
+package clock
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+type recorder struct {
+	log *[]string
+	tag string
+	sim *Sim
+}
+
+func (r recorder) Fire() { *r.log = append(*r.log, r.tag+"@"+r.sim.Now().String()) }
+
+func TestSimFiresInTimeThenScheduleOrder(t *testing.T) {
+	s := NewSim()
+	var log []string
+	s.At(20, recorder{&log, "b", s})
+	s.At(10, recorder{&log, "a", s})
+	s.At(20, recorder{&log, "c", s}) // same time as b, scheduled later: after b
+	tm := s.NewTimer(func() { log = append(log, "timer@"+s.Now().String()) })
+	tm.Reset(20) // same time, scheduled after c
+	s.At(5, recorder{&log, "early", s})
+	s.RunUntil(100)
+	want := []string{"early@5ns", "a@10ns", "b@20ns", "c@20ns", "timer@20ns"}
+	if !slices.Equal(log, want) {
+		t.Fatalf("order %v, want %v", log, want)
+	}
+	if s.Now() != 100 {
+		t.Fatalf("RunUntil(100) left the clock at %v", s.Now())
+	}
+}
+
+func TestSimTimerResetAndStop(t *testing.T) {
+	s := NewSim()
+	fired := 0
+	tm := s.NewTimer(func() { fired++ })
+	if tm.Stop() || tm.Deadline() != Never {
+		t.Fatal("a new timer is armed")
+	}
+	tm.Reset(50)
+	tm.Reset(30) // earlier
+	if tm.Deadline() != 30 {
+		t.Fatalf("deadline %v after Reset(30)", tm.Deadline())
+	}
+	s.RunUntil(29)
+	if fired != 0 {
+		t.Fatal("fired early")
+	}
+	tm.Reset(40) // later again
+	s.RunUntil(39)
+	if fired != 0 {
+		t.Fatal("fired at the replaced deadline")
+	}
+	s.RunUntil(40)
+	if fired != 1 || tm.Deadline() != Never {
+		t.Fatalf("fired %d, deadline %v", fired, tm.Deadline())
+	}
+	tm.Reset(60)
+	if !tm.Stop() {
+		t.Fatal("Stop of an armed timer reported false")
+	}
+	s.RunUntil(100)
+	if fired != 1 {
+		t.Fatal("a stopped timer fired")
+	}
+	tm.Reset(10) // in the past: fires at the next step, at now
+	s.Step()
+	if fired != 2 || s.Now() != 100 {
+		t.Fatalf("past deadline: fired %d at %v", fired, s.Now())
+	}
+}
+
+// Random schedules, resets and stops, checked against a plain sorted list.
+func TestSimMatchesReferenceModel(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		s := NewSim()
+		type ref struct {
+			at  Time
+			seq int
+			id  int
+		}
+		var model []ref
+		var got []int
+		seq := 0
+		timers := make([]Timer, 30)
+		for i := range timers {
+			id := 1000 + i
+			timers[i] = s.NewTimer(func() { got = append(got, id) })
+		}
+		for op := 0; op < 400; op++ {
+			seq++
+			switch rng.IntN(3) {
+			case 0:
+				at := s.Now() + Time(rng.IntN(50))
+				id := op
+				s.At(at, fireFunc(func() { got = append(got, id) }))
+				model = append(model, ref{at, seq, id})
+			case 1:
+				i := rng.IntN(len(timers))
+				at := s.Now() + Time(rng.IntN(50))
+				timers[i].Reset(at)
+				model = slices.DeleteFunc(model, func(r ref) bool { return r.id == 1000+i })
+				model = append(model, ref{at, seq, 1000 + i})
+			case 2:
+				i := rng.IntN(len(timers))
+				timers[i].Stop()
+				model = slices.DeleteFunc(model, func(r ref) bool { return r.id == 1000+i })
+			}
+			if rng.IntN(4) == 0 {
+				end := s.Now() + Time(rng.IntN(20))
+				slices.SortFunc(model, func(a, b ref) int {
+					if a.at != b.at {
+						return int(a.at - b.at)
+					}
+					return a.seq - b.seq
+				})
+				var want []int
+				for len(model) > 0 && model[0].at <= end {
+					want = append(want, model[0].id)
+					model = model[1:]
+				}
+				got = got[:0]
+				s.RunUntil(end)
+				if !slices.Equal(got, want) {
+					t.Fatalf("seed %d op %d: fired %v, want %v", seed, op, got, want)
+				}
+			}
+		}
+	}
+}
+
+type fireFunc func()
+
+func (f fireFunc) Fire() { f() }
+
+func TestSimSchedulingAllocatesNothing(t *testing.T) {
+	s := NewSim()
+	ev := fireFunc(func() {})
+	tm := s.NewTimer(func() {})
+	for i := 0; i < 100; i++ { // grow the heaps first
+		s.At(Time(i), ev)
+	}
+	s.RunUntil(1000)
+	if n := testing.AllocsPerRun(1000, func() {
+		s.After(time.Microsecond, ev)
+		tm.Reset(s.Now() + 500)
+		s.Step()
+		s.Step()
+	}); n != 0 {
+		t.Fatalf("schedule and fire: %.1f allocations", n)
+	}
+}
+
+func BenchmarkSimEventChurn(b *testing.B) {
+	s := NewSim()
+	ev := fireFunc(func() {})
+	for i := 0; i < 1024; i++ {
+		s.At(Time(i), ev)
+	}
+	for b.Loop() {
+		s.After(1024, ev)
+		s.Step()
+	}
+}
