@@ -44,6 +44,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		from, to := p.Sections(), r.Sections()
 		for i, s := range from {
+			if s.Layout.Name == "Trailer" {
+				continue // the CRC differs wherever a reserved bit was set
+			}
 			for _, f := range s.Layout.Fields {
 				if f.Reserved() || f.Width > 64 {
 					continue
