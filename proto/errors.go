@@ -21,20 +21,28 @@ const (
 // NumErrors bounds the Error values, for arrays of drop counters indexed by Error.
 const NumErrors = int(numErrors)
 
-var errorText = [numErrors]string{
-	ErrTruncated:    "truncated",
-	ErrBadCRC:       "bad CRC",
-	ErrVersion:      "unsupported version",
-	ErrUnknownType:  "unknown type",
-	ErrRecordCount:  "bad ACK record count",
-	ErrHeaderLength: "header length does not match type",
-	ErrPayload:      "payload not allowed",
-	ErrBufferSize:   "buffer size",
+var errorNames = [numErrors][2]string{
+	ErrTruncated:    {"truncated", "packet truncated"},
+	ErrBadCRC:       {"bad-crc", "CRC32C trailer does not match"},
+	ErrVersion:      {"bad-version", "unsupported wire format version"},
+	ErrUnknownType:  {"unknown-type", "unknown packet type"},
+	ErrRecordCount:  {"bad-record-count", "ACK record count above 18"},
+	ErrHeaderLength: {"bad-header-length", "header length does not match the type"},
+	ErrPayload:      {"bad-payload", "payload not allowed for the type, or beyond its message"},
+	ErrBufferSize:   {"buffer-size", "buffer too small for the packet, or packet too large"},
+}
+
+// Name is the drop cause as docs/spec.md section 9 names it, for counters.
+func (e Error) Name() string {
+	if e > 0 && e < numErrors {
+		return errorNames[e][0]
+	}
+	return "unknown"
 }
 
 func (e Error) Error() string {
 	if e > 0 && e < numErrors {
-		return "mroce: " + errorText[e]
+		return "mroce: " + errorNames[e][1]
 	}
 	return "mroce: unknown decode error"
 }

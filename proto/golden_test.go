@@ -179,9 +179,9 @@ func TestGoldenValues(t *testing.T) {
 	check("07", "Epoch", n.Nack().Epoch(), uint8(3))
 
 	c := byName["09-connect.hex"]
-	check("09", "MTU", c.Handshake().MTU(), uint16(9000))
+	check("09", "MaxPacket", c.Handshake().MaxPacket(), uint16(8972))
 	check("09", "InboundCapacity", c.Handshake().InboundCapacity(), uint64(400e9/8))
-	check("09", "Capabilities", c.Handshake().Capabilities(), CapAtomics)
+	check("09", "Capabilities", c.Handshake().Capabilities(), Capabilities(0))
 	check("11", "Reason", byName["11-close.hex"].Close().Reason(), CloseFatal)
 	check("13", "EchoTimestamp", byName["13-probe-reply.hex"].ProbeReply().EchoTimestamp(), uint32(0x0A0B0C0D))
 }

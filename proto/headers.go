@@ -170,8 +170,8 @@ func (h HandshakeHeader) InitialDSN() uint32             { return be.Uint32(h[8:
 func (h HandshakeHeader) SetInitialDSN(v uint32)         { be.PutUint32(h[8:], v) }
 func (h HandshakeHeader) DSNWindow() uint32              { return be.Uint32(h[12:]) }
 func (h HandshakeHeader) SetDSNWindow(v uint32)          { be.PutUint32(h[12:], v) }
-func (h HandshakeHeader) MTU() uint16                    { return be.Uint16(h[16:]) }
-func (h HandshakeHeader) SetMTU(v uint16)                { be.PutUint16(h[16:], v) }
+func (h HandshakeHeader) MaxPacket() uint16              { return be.Uint16(h[16:]) }
+func (h HandshakeHeader) SetMaxPacket(v uint16)          { be.PutUint16(h[16:], v) }
 func (h HandshakeHeader) Paths() uint16                  { return be.Uint16(h[18:]) }
 func (h HandshakeHeader) SetPaths(v uint16)              { be.PutUint16(h[18:], v) }
 func (h HandshakeHeader) Streams() uint16                { return be.Uint16(h[20:]) }

@@ -74,7 +74,7 @@ var Layouts = []PartLayout{
 	}},
 	{"HandshakeHeader", 44, []FieldLayout{
 		{"SrcConnID", 0, 0, 32}, {"InitialPSN", 4, 0, 32}, {"InitialDSN", 8, 0, 32},
-		{"DSNWindow", 12, 0, 32}, {"MTU", 16, 0, 16}, {"Paths", 18, 0, 16}, {"Streams", 20, 0, 16},
+		{"DSNWindow", 12, 0, 32}, {"MaxPacket", 16, 0, 16}, {"Paths", 18, 0, 16}, {"Streams", 20, 0, 16},
 		{"ReplyPort", 22, 0, 16}, {"MaxReadsOut", 24, 0, 16}, {"MaxReadsIn", 26, 0, 16},
 		{"Capabilities", 28, 0, 32}, {"InboundCapacity", 32, 0, 64}, {"Mode", 40, 0, 8},
 		{"reserved", 41, 0, 8}, {"reserved", 42, 0, 16},

@@ -246,3 +246,135 @@ func TestSpecTypeTable(t *testing.T) {
 		t.Errorf("spec lists %d types, proto.Types %d", len(seen), len(Types))
 	}
 }
+
+// specTable returns the rows of the table that follows the marker
+// <!-- name --> in docs/spec.md, each split into trimmed cells.
+func specTable(t *testing.T, name string) [][]string {
+	t.Helper()
+	spec, err := os.ReadFile("../docs/spec.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := "<!-- " + name + " -->"
+	i := strings.Index(string(spec), marker)
+	if i < 0 {
+		t.Fatalf("docs/spec.md has no %s", marker)
+	}
+	var rows [][]string
+	for _, line := range strings.Split(string(spec[i+len(marker):]), "\n")[1:] {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			if len(rows) > 0 {
+				break
+			}
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for j := range cells {
+			cells[j] = strings.Trim(strings.TrimSpace(cells[j]), "`")
+		}
+		if cells[0] == "Mask" || cells[0] == "Code" || strings.HasPrefix(cells[0], "---") {
+			continue
+		}
+		rows = append(rows, cells)
+	}
+	return rows
+}
+
+func parseNum(t *testing.T, s string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		t.Fatalf("bad number %q in a spec table", s)
+	}
+	return v
+}
+
+func TestSpecFlagsTable(t *testing.T) {
+	names := map[string]Flags{"AR": FlagAckRequest, "RT": FlagRetransmit, "SE": FlagSolicited, "reserved": FlagsReserved}
+	var all Flags
+	for _, row := range specTable(t, "flags") {
+		mask := Flags(parseNum(t, row[0]))
+		if names[row[1]] != mask {
+			t.Errorf("flag %s: spec mask %#x, proto %#x", row[1], uint16(mask), uint16(names[row[1]]))
+		}
+		if all&mask != 0 {
+			t.Errorf("flag %s overlaps another", row[1])
+		}
+		all |= mask
+	}
+	if all != 0xFFFF {
+		t.Errorf("flag masks cover %#x, not every bit", uint16(all))
+	}
+}
+
+func TestSpecCapabilitiesTable(t *testing.T) {
+	var all uint64
+	for _, row := range specTable(t, "capabilities") {
+		mask := parseNum(t, row[0])
+		if row[1] != "reserved" && Capabilities(mask).String() != row[1] {
+			t.Errorf("capability %#x: spec %s, proto %s", mask, row[1], Capabilities(mask))
+		}
+		all |= mask
+	}
+	if all != 0xFFFFFFFF {
+		t.Errorf("capability masks cover %#x", all)
+	}
+}
+
+func TestSpecNackCodes(t *testing.T) {
+	rows := specTable(t, "nack-codes")
+	seen := map[NackCode]bool{}
+	for _, row := range rows {
+		code := NackCode(parseNum(t, row[0]))
+		seen[code] = true
+		if code.String() != row[1] {
+			t.Errorf("NACK %#x: spec %s, proto %s", code, row[1], code)
+		}
+		if fatal := row[2] == "yes"; fatal != code.Fatal() {
+			t.Errorf("NACK %s: spec fatal %q, proto Fatal() = %v", row[1], row[2], code.Fatal())
+		}
+	}
+	for c := 0; c < 256; c++ {
+		if strings.HasPrefix(NackCode(c).String(), "UNKNOWN") == seen[NackCode(c)] {
+			t.Errorf("NACK %#x: named in proto %v, in spec %v", c, NackCode(c), seen[NackCode(c)])
+		}
+	}
+}
+
+func TestSpecCloseReasons(t *testing.T) {
+	n := 0
+	for _, row := range specTable(t, "close-reasons") {
+		r := CloseReason(parseNum(t, row[0]))
+		if r.String() != row[1] {
+			t.Errorf("CLOSE reason %d: spec %s, proto %s", r, row[1], r)
+		}
+		n++
+	}
+	if got := CloseReason(n).String(); !strings.HasPrefix(got, "UNKNOWN") {
+		t.Errorf("proto names CLOSE reason %d (%s) that the spec does not", n, got)
+	}
+}
+
+// Every decode error Decode can return is named, as a drop cause, in the
+// spec's validation order.
+func TestSpecDecodeErrorNames(t *testing.T) {
+	spec, err := os.ReadFile("../docs/spec.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(spec), "<!-- decode-errors -->")
+	j := strings.Index(string(spec), "Steps 7 onward")
+	if i < 0 || j < i {
+		t.Fatal("spec section 9 markers missing")
+	}
+	steps := string(spec[i:j])
+	for e := Error(1); int(e) < NumErrors; e++ {
+		if e == ErrBufferSize {
+			continue // Build's error, not a receiver's
+		}
+		if !strings.Contains(steps, "`"+e.Name()+"`") {
+			t.Errorf("decode error %s is not named in spec section 9", e.Name())
+		}
+	}
+}

@@ -188,9 +188,10 @@ const (
 	CloseFatal    CloseReason = 4
 	CloseTimeout  CloseReason = 5
 	CloseResource CloseReason = 6
+	CloseClosed   CloseReason = 7 // acknowledges a CLOSE; never answered
 )
 
-var closeNames = []string{"NORMAL", "REFUSED", "VERSION", "PARAMS", "FATAL", "TIMEOUT", "RESOURCE"}
+var closeNames = []string{"NORMAL", "REFUSED", "VERSION", "PARAMS", "FATAL", "TIMEOUT", "RESOURCE", "CLOSED"}
 
 func (r CloseReason) String() string {
 	if int(r) < len(closeNames) {
@@ -255,6 +256,6 @@ func EncodeBacklog(bytes uint64) uint32 {
 	return uint32(units)
 }
 
-// DecodeBacklog converts the Backlog field to bytes (an upper bound of the
-// sender's backlog, or at least 256 GiB when saturated).
+// DecodeBacklog converts the Backlog field to bytes: the sender's backlog
+// rounded up to 64 bytes, or a lower bound of it when the field is saturated.
 func DecodeBacklog(field uint32) uint64 { return uint64(field) * BacklogUnit }
