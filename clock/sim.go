@@ -125,36 +125,47 @@ func (a eventEntry) less(b eventEntry) bool {
 	return a.at < b.at || a.at == b.at && a.seq < b.seq
 }
 
+// The event heap is 4-ary: half the depth of a binary heap, and the four
+// children of a node share a cache line or two, which is what an emulator
+// moving millions of datagrams a second spends its time on.
+
 func (s *Sim) eventUp(i int) {
 	h := s.events
+	e := h[i]
 	for i > 0 {
-		p := (i - 1) / 2
-		if !h[i].less(h[p]) {
+		p := (i - 1) / 4
+		if !e.less(h[p]) {
 			break
 		}
-		h[i], h[p] = h[p], h[i]
+		h[i] = h[p]
 		i = p
 	}
+	h[i] = e
 }
 
 func (s *Sim) eventDown(i int) {
 	h := s.events
 	n := len(h)
+	e := h[i]
 	for {
-		l := 2*i + 1
-		if l >= n {
-			return
+		c := 4*i + 1
+		if c >= n {
+			break
 		}
-		m := l
-		if r := l + 1; r < n && h[r].less(h[l]) {
-			m = r
+		m := c
+		end := min(c+4, n)
+		for j := c + 1; j < end; j++ {
+			if h[j].less(h[m]) {
+				m = j
+			}
 		}
-		if !h[m].less(h[i]) {
-			return
+		if !h[m].less(e) {
+			break
 		}
-		h[i], h[m] = h[m], h[i]
+		h[i] = h[m]
 		i = m
 	}
+	h[i] = e
 }
 
 // SimTimer is a Timer on a Sim.

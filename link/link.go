@@ -1,0 +1,67 @@
+// Package link is the seam between protocol engines and whatever carries
+// their packets: the emulator (netem), UDP sockets, one day a NIC. An engine
+// sends batches of datagrams through a Port and has datagrams pushed to its
+// Receiver; it never blocks on a read, so the same engine runs in virtual time
+// and on real sockets.
+//
+// Buffer ownership is explicit. A buffer comes from Port.Buffer and belongs
+// to the caller until it hands it to Port.Send; from then on it belongs to the
+// port (the emulator or driver), which recycles it after the datagram is
+// delivered or dropped. A buffer passed to Receiver.Receive is valid only
+// during that call.
+package link
+
+import (
+	"net/netip"
+
+	"github.com/mroce/mroce/clock"
+)
+
+// ECN is the two-bit ECN field of the IP header (RFC 3168).
+type ECN uint8
+
+const (
+	NotECT ECN = 0b00
+	ECT1   ECN = 0b01
+	ECT0   ECN = 0b10
+	CE     ECN = 0b11
+)
+
+func (e ECN) String() string {
+	return [...]string{"Not-ECT", "ECT(1)", "ECT(0)", "CE"}[e&3]
+}
+
+// Datagram is one UDP datagram and the IP header fields the transport uses.
+// The plane a datagram travels is the one its source address belongs to; its
+// UDP source port is the path's ECMP entropy.
+type Datagram struct {
+	Src, Dst netip.AddrPort
+	ECN      ECN
+	DSCP     uint8 // 0..63
+	Data     []byte
+}
+
+// Port sends datagrams on behalf of one host.
+type Port interface {
+	// Buffer returns an empty buffer (length 0) with capacity for the
+	// largest datagram the port carries. It belongs to the caller until it is
+	// passed to Send.
+	Buffer() []byte
+	// Send takes a batch of datagrams whose Data came from Buffer. The port
+	// owns every buffer from then on; the slice itself may be reused by the
+	// caller as soon as Send returns.
+	Send(batch []Datagram)
+}
+
+// Receiver is where a port pushes the datagrams that arrive for a host, one
+// call each, with the arrival time on the port's clock. d and d.Data are
+// valid only during the call.
+type Receiver interface {
+	Receive(d *Datagram, at clock.Time)
+}
+
+// ReceiverFunc adapts a function to a Receiver.
+type ReceiverFunc func(d *Datagram, at clock.Time)
+
+// Receive calls f.
+func (f ReceiverFunc) Receive(d *Datagram, at clock.Time) { f(d, at) }

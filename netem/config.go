@@ -1,0 +1,304 @@
+package netem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config describes a fabric: hosts, planes, the topology of each plane, the
+// links of each kind, and the faults to play. Every plane has the same
+// topology. Rates are bits per second; sizes are bytes; times are durations
+// of virtual (or, in real-time mode, wall-clock) time.
+type Config struct {
+	// Seed fixes every random choice: ECMP hash keys and each link's random
+	// stream. The same Config and Seed give the same run.
+	Seed uint64
+	// Hosts is the number of hosts, 1 .. 65,536.
+	Hosts int
+	// Planes is the number of planes, 1 .. 8: every host has one NIC port on
+	// each plane, with its own address (see Fabric.Addr).
+	Planes int
+	// HostsPerLeaf, when > 0, makes each plane a two-tier leaf-spine: hosts
+	// h with the same h/HostsPerLeaf share a leaf, and every leaf connects to
+	// every one of Spines spines. When 0, each plane is a single switch.
+	HostsPerLeaf int
+	Spines       int
+	// Link settings by kind. Uplinks go from a host to its leaf (or switch),
+	// Downlinks from the leaf to the host; FabricUp from leaf to spine,
+	// FabricDown from spine to leaf.
+	Uplink, Downlink, FabricUp, FabricDown LinkConfig
+	// MaxDatagram is the largest datagram (UDP payload) the fabric carries,
+	// and the capacity of the buffers Port.Buffer hands out. Default 9,000.
+	MaxDatagram int
+	// Faults are played at their times.
+	Faults []Fault
+	// Trace, when set, hashes every link event (time, link, packet,
+	// verdict) into Fabric.TraceHash, to prove two runs identical.
+	Trace bool
+}
+
+// LinkConfig is one direction of a link: its rate, delay, queue and
+// impairments.
+type LinkConfig struct {
+	// Rate in bits per second; required (> 0).
+	Rate int64
+	// Delay is the propagation delay.
+	Delay time.Duration
+	// Overhead is added to each datagram's size for serialization: the IP,
+	// UDP and Ethernet headers, FCS, preamble and inter-frame gap. Default
+	// 66 bytes (20 + 8 + 14 + 4 + 8 + 12) when 0; set < 0 for none.
+	Overhead int
+	Queue    QueueConfig
+	Impair   Impairments
+}
+
+// QueueConfig is a link's output queue.
+type QueueConfig struct {
+	// Limit is the queue's capacity in bytes (datagram sizes, without
+	// overhead): a datagram that does not fit is tail-dropped. 0 = unlimited.
+	Limit int
+	// ECNThreshold, when > 0, is DCTCP-style step marking: an ECN-capable
+	// datagram that arrives to a queue holding more than ECNThreshold bytes
+	// is marked CE. A Not-ECT one is queued unmarked.
+	ECNThreshold int
+	// RED, when set, is Random Early Detection on the average queue.
+	RED *RED
+	// PFC, when set, makes the link lossless: the node it feeds pauses it.
+	PFC *PFC
+}
+
+// RED is Random Early Detection (Floyd and Jacobson) over an exponentially
+// weighted average of the queue in bytes: below MinThreshold nothing
+// happens, between MinThreshold and MaxThreshold the probability rises
+// linearly to MaxProb, above MaxThreshold every datagram is hit. A hit marks
+// CE if ECN is set and the datagram is ECN-capable, and drops it otherwise.
+type RED struct {
+	MinThreshold, MaxThreshold int
+	MaxProb                    float64
+	// Weight of the newest sample in the average, (0, 1]; default 0.002.
+	Weight float64
+	ECN    bool
+}
+
+// PFC is priority flow control on a link, as one lossless class: the node
+// the link feeds counts the bytes that came in on it and still sit in its
+// output queues; above XOff it pauses the link, at or below XOn it resumes
+// it. A pause or resume takes effect one link delay after it is decided. A
+// paused link finishes the datagram on the wire and sends nothing more; its
+// own queue grows and, in turn, pauses the links that feed it.
+type PFC struct{ XOff, XOn int }
+
+// Impairments of one link direction, after Linux netem.
+type Impairments struct {
+	// Loss, when set, decides which datagrams the link loses on arrival.
+	Loss LossModel
+	// Jitter is added to Delay: a random amount from Distribution, with
+	// Jitter as its scale. Datagrams keep their order unless Reorder is set.
+	Jitter       time.Duration
+	Distribution Distribution
+	// Reorder is the probability that a datagram is held back by ReorderGap
+	// beyond its delay, so later datagrams overtake it. Off by default.
+	Reorder    float64
+	ReorderGap time.Duration
+	// Duplicate is the probability that a datagram is sent twice.
+	Duplicate float64
+	// Corrupt is the probability that one random bit of a datagram is flipped.
+	Corrupt float64
+}
+
+// Distribution is the shape of the delay jitter.
+type Distribution uint8
+
+const (
+	// Uniform jitter in [-Jitter, +Jitter].
+	Uniform Distribution = iota
+	// Normal jitter, standard deviation Jitter.
+	Normal
+	// Pareto jitter: Jitter x (Pareto(shape 3, scale 2/3) - 1), mean 0,
+	// heavy tail to the late side.
+	Pareto
+)
+
+// FaultKind is what a Fault does.
+type FaultKind uint8
+
+const (
+	// PlaneDown takes every link of a plane down: they drop everything and
+	// the hosts see the plane down (Fabric.PlaneUp).
+	PlaneDown FaultKind = iota + 1
+	// PlaneBlackhole makes every link of a plane drop everything silently:
+	// the plane still looks up.
+	PlaneBlackhole
+	// LinkSlowdown multiplies the rate of the matching links by Factor.
+	LinkSlowdown
+	// Repair undoes every fault on the plane (or on the matching links).
+	Repair
+)
+
+// Fault is a change to the fabric at a time.
+type Fault struct {
+	At    time.Duration
+	Kind  FaultKind
+	Plane int
+	// Link, for LinkSlowdown and Repair, selects links of the plane; nil
+	// means every link of the plane.
+	Link *LinkMatch
+	// Factor for LinkSlowdown, in (0, 1].
+	Factor float64
+}
+
+// LinkMatch selects links of a plane by kind and endpoint; -1 matches any.
+type LinkMatch struct {
+	Kind  LinkKind
+	Host  int // for Uplink and Downlink
+	Leaf  int // for FabricUp and FabricDown
+	Spine int
+}
+
+// LinkKind is the role of a link in a plane.
+type LinkKind uint8
+
+const (
+	Uplink LinkKind = iota
+	Downlink
+	FabricUp
+	FabricDown
+	AnyKind LinkKind = 255
+)
+
+func (k LinkKind) String() string {
+	switch k {
+	case Uplink:
+		return "up"
+	case Downlink:
+		return "down"
+	case FabricUp:
+		return "leaf-spine"
+	case FabricDown:
+		return "spine-leaf"
+	}
+	return "any"
+}
+
+const (
+	defaultMaxDatagram = 9000
+	defaultOverhead    = 66
+	defaultREDWeight   = 0.002
+	maxHosts           = 1 << 16
+	maxPlanes          = 8
+)
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Hosts < 1 || c.Hosts > maxHosts {
+		errs = append(errs, fmt.Errorf("hosts = %d: want 1 .. %d", c.Hosts, maxHosts))
+	}
+	if c.Planes < 1 || c.Planes > maxPlanes {
+		errs = append(errs, fmt.Errorf("planes = %d: want 1 .. %d", c.Planes, maxPlanes))
+	}
+	if c.HostsPerLeaf < 0 {
+		errs = append(errs, fmt.Errorf("hosts per leaf = %d: want >= 0", c.HostsPerLeaf))
+	}
+	if c.HostsPerLeaf > 0 && (c.Spines < 1 || c.Spines > 1024) {
+		errs = append(errs, fmt.Errorf("spines = %d: a leaf-spine plane needs 1 .. 1024", c.Spines))
+	}
+	if c.MaxDatagram < 0 || c.MaxDatagram > 65535 {
+		errs = append(errs, fmt.Errorf("max datagram = %d: want 0 (default) .. 65535", c.MaxDatagram))
+	}
+	kinds := []struct {
+		name string
+		lc   *LinkConfig
+		used bool
+	}{{"uplink", &c.Uplink, true}, {"downlink", &c.Downlink, true},
+		{"fabric up", &c.FabricUp, c.HostsPerLeaf > 0}, {"fabric down", &c.FabricDown, c.HostsPerLeaf > 0}}
+	for _, k := range kinds {
+		if k.used {
+			if err := k.lc.validate(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", k.name, err))
+			}
+		}
+	}
+	for i, f := range c.Faults {
+		if err := f.validate(c); err != nil {
+			errs = append(errs, fmt.Errorf("fault %d: %w", i, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("netem: bad configuration: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (l *LinkConfig) validate() error {
+	var errs []error
+	if l.Rate <= 0 {
+		errs = append(errs, fmt.Errorf("rate = %d b/s: want > 0", l.Rate))
+	}
+	if l.Delay < 0 {
+		errs = append(errs, fmt.Errorf("delay = %v: want >= 0", l.Delay))
+	}
+	q := l.Queue
+	if q.Limit < 0 || q.ECNThreshold < 0 {
+		errs = append(errs, fmt.Errorf("queue limit %d, ECN threshold %d: want >= 0", q.Limit, q.ECNThreshold))
+	}
+	if r := q.RED; r != nil {
+		if r.MinThreshold < 0 || r.MaxThreshold <= r.MinThreshold {
+			errs = append(errs, fmt.Errorf("RED thresholds %d, %d: want 0 <= min < max", r.MinThreshold, r.MaxThreshold))
+		}
+		if err := checkProb("RED max probability", r.MaxProb); err != nil {
+			errs = append(errs, err)
+		}
+		if r.Weight < 0 || r.Weight > 1 {
+			errs = append(errs, fmt.Errorf("RED weight %v: want (0, 1], or 0 for the default", r.Weight))
+		}
+	}
+	if p := q.PFC; p != nil && (p.XOn < 0 || p.XOff <= p.XOn) {
+		errs = append(errs, fmt.Errorf("PFC XOff %d, XOn %d: want 0 <= XOn < XOff", p.XOff, p.XOn))
+	}
+	im := l.Impair
+	if im.Loss != nil {
+		if err := im.Loss.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"reorder", im.Reorder}, {"duplicate", im.Duplicate}, {"corrupt", im.Corrupt}} {
+		if err := checkProb(p.name, p.v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if im.Jitter < 0 || im.ReorderGap < 0 {
+		errs = append(errs, fmt.Errorf("jitter %v, reorder gap %v: want >= 0", im.Jitter, im.ReorderGap))
+	}
+	if im.Distribution > Pareto {
+		errs = append(errs, fmt.Errorf("unknown jitter distribution %d", im.Distribution))
+	}
+	return errors.Join(errs...)
+}
+
+func (f *Fault) validate(c *Config) error {
+	if f.At < 0 {
+		return fmt.Errorf("time %v: want >= 0", f.At)
+	}
+	if f.Plane < 0 || f.Plane >= c.Planes {
+		return fmt.Errorf("plane %d: the fabric has planes 0 .. %d", f.Plane, c.Planes-1)
+	}
+	switch f.Kind {
+	case PlaneDown, PlaneBlackhole, Repair:
+	case LinkSlowdown:
+		if !(f.Factor > 0 && f.Factor <= 1) {
+			return fmt.Errorf("slowdown factor %v: want (0, 1]", f.Factor)
+		}
+	default:
+		return fmt.Errorf("unknown fault kind %d", f.Kind)
+	}
+	if m := f.Link; m != nil {
+		if m.Host >= c.Hosts || m.Host < -1 {
+			return fmt.Errorf("link match host %d: the fabric has hosts 0 .. %d", m.Host, c.Hosts-1)
+		}
+	}
+	return nil
+}

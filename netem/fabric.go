@@ -1,0 +1,432 @@
+package netem
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+)
+
+// Scheduler is the event loop a Fabric runs on: clock.Sim in virtual time.
+type Scheduler interface {
+	Now() clock.Time
+	At(t clock.Time, ev clock.Event)
+}
+
+// Fabric is an emulated network: hosts with one NIC port per plane, and per
+// plane a switch or a leaf-spine. Datagrams enter through a Host (a
+// link.Port), cross their plane's links, and are pushed to the destination
+// host's Receiver. A Fabric is driven by one goroutine: the one running its
+// Scheduler.
+type Fabric struct {
+	cfg    Config
+	sched  Scheduler
+	hosts  []*Host
+	links  []*Link
+	planes []plane
+
+	freeBufs    [][]byte
+	freePackets []*packet
+	freePFC     []*pfcEvent
+	nextPacket  uint64
+	trace       uint64
+	noRoute     uint64
+	delivered   uint64
+}
+
+// plane is one plane's links and state.
+type plane struct {
+	index     int
+	uplinks   []*Link   // [host]
+	downlinks []*Link   // [host]
+	leafUp    [][]*Link // [leaf][spine], leaf-spine only
+	spineDown [][]*Link // [spine][leaf]
+	ecmpKey   uint64
+	down      bool
+}
+
+// New builds a fabric on sched. Every datagram's random choices come from
+// cfg.Seed.
+func New(cfg Config, sched Scheduler) (*Fabric, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxDatagram == 0 {
+		cfg.MaxDatagram = defaultMaxDatagram
+	}
+	f := &Fabric{cfg: cfg, sched: sched, trace: fnvOffset}
+	for h := 0; h < cfg.Hosts; h++ {
+		f.hosts = append(f.hosts, &Host{fab: f, id: h})
+	}
+	seeds := rand.New(rand.NewPCG(cfg.Seed, 0x6d726f6365)) // "mroce"
+	for p := 0; p < cfg.Planes; p++ {
+		pl := plane{index: p, ecmpKey: seeds.Uint64()}
+		for h := 0; h < cfg.Hosts; h++ {
+			leaf := f.leafOf(h)
+			pl.uplinks = append(pl.uplinks, f.newLink(cfg.Uplink, Uplink, p, h, leaf))
+			pl.downlinks = append(pl.downlinks, f.newLink(cfg.Downlink, Downlink, p, leaf, h))
+		}
+		if cfg.HostsPerLeaf > 0 {
+			leaves := (cfg.Hosts + cfg.HostsPerLeaf - 1) / cfg.HostsPerLeaf
+			pl.leafUp = make([][]*Link, leaves)
+			pl.spineDown = make([][]*Link, cfg.Spines)
+			for l := 0; l < leaves; l++ {
+				for s := 0; s < cfg.Spines; s++ {
+					pl.leafUp[l] = append(pl.leafUp[l], f.newLink(cfg.FabricUp, FabricUp, p, l, s))
+				}
+			}
+			for s := 0; s < cfg.Spines; s++ {
+				for l := 0; l < leaves; l++ {
+					pl.spineDown[s] = append(pl.spineDown[s], f.newLink(cfg.FabricDown, FabricDown, p, s, l))
+				}
+			}
+		}
+		f.planes = append(f.planes, pl)
+	}
+	for i := range cfg.Faults {
+		fault := cfg.Faults[i]
+		sched.At(clock.Time(fault.At), &faultEvent{f, fault})
+	}
+	return f, nil
+}
+
+func (f *Fabric) leafOf(host int) int {
+	if f.cfg.HostsPerLeaf == 0 {
+		return 0
+	}
+	return host / f.cfg.HostsPerLeaf
+}
+
+func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
+	l := &Link{
+		fab: f, id: len(f.links), kind: kind, plane: p, from: from, to: to,
+		cfg: lc, rate: lc.Rate, factor: 1,
+		rng: rand.New(rand.NewPCG(f.cfg.Seed, uint64(len(f.links))+1)),
+	}
+	switch {
+	case lc.Overhead == 0:
+		l.overhead = defaultOverhead
+	case lc.Overhead > 0:
+		l.overhead = lc.Overhead
+	}
+	if lc.Impair.Loss != nil {
+		l.loss = lc.Impair.Loss.clone()
+	}
+	if r := lc.Queue.RED; r != nil {
+		l.redWeight = r.Weight
+		if l.redWeight == 0 {
+			l.redWeight = defaultREDWeight
+		}
+	}
+	f.links = append(f.links, l)
+	return l
+}
+
+// Config returns the fabric's configuration, defaults filled in.
+func (f *Fabric) Config() Config { return f.cfg }
+
+// Host returns host i, which is the link.Port of that host.
+func (f *Fabric) Host(i int) *Host { return f.hosts[i] }
+
+// Hosts is the number of hosts.
+func (f *Fabric) Hosts() int { return len(f.hosts) }
+
+// Links returns every link, indexed by Link.ID.
+func (f *Fabric) Links() []*Link { return f.links }
+
+// Uplink and Downlink return host h's links on plane p.
+func (f *Fabric) Uplink(p, h int) *Link   { return f.planes[p].uplinks[h] }
+func (f *Fabric) Downlink(p, h int) *Link { return f.planes[p].downlinks[h] }
+
+// FabricLink returns the leaf-to-spine (up) or spine-to-leaf link of plane p.
+func (f *Fabric) FabricLink(p, leaf, spine int, up bool) *Link {
+	if up {
+		return f.planes[p].leafUp[leaf][spine]
+	}
+	return f.planes[p].spineDown[spine][leaf]
+}
+
+// PlaneUp reports whether plane p is up, as a host's NIC sees its port
+// state: a PlaneDown fault takes it down, a blackhole does not.
+func (f *Fabric) PlaneUp(p int) bool { return !f.planes[p].down }
+
+// Addr is host h's address on plane p: 10.p.(h/256).(h%256).
+func Addr(plane, host int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(plane), byte(host >> 8), byte(host)})
+}
+
+// locate maps an address to (plane, host) on this fabric.
+func (f *Fabric) locate(a netip.Addr) (plane, host int, ok bool) {
+	if !a.Is4() {
+		return 0, 0, false
+	}
+	b := a.As4()
+	plane, host = int(b[1]), int(b[2])<<8|int(b[3])
+	return plane, host, b[0] == 10 && plane < len(f.planes) && host < len(f.hosts)
+}
+
+// Spine returns the spine that ECMP picks on plane p for a datagram from
+// src to dst (both on plane p, on different leaves), or -1.
+func (f *Fabric) Spine(src, dst netip.AddrPort) int {
+	p, sh, ok1 := f.locate(src.Addr())
+	q, dh, ok2 := f.locate(dst.Addr())
+	if !ok1 || !ok2 || p != q || f.cfg.HostsPerLeaf == 0 || f.leafOf(sh) == f.leafOf(dh) {
+		return -1
+	}
+	return f.ecmp(&f.planes[p], f.leafOf(sh), src, dst)
+}
+
+// ecmp hashes the 5-tuple (protocol UDP) with the plane's key and the leaf's
+// index, as a switch with a per-switch hash seed would.
+func (f *Fabric) ecmp(pl *plane, leaf int, src, dst netip.AddrPort) int {
+	s, d := src.Addr().As4(), dst.Addr().As4()
+	x := uint64(s[0])<<24 | uint64(s[1])<<16 | uint64(s[2])<<8 | uint64(s[3])
+	y := uint64(d[0])<<24 | uint64(d[1])<<16 | uint64(d[2])<<8 | uint64(d[3])
+	h := mix64(pl.ecmpKey ^ uint64(leaf))
+	h = mix64(h ^ x<<32 ^ y)
+	h = mix64(h ^ uint64(src.Port())<<32 ^ uint64(dst.Port())<<16 ^ 17)
+	return int((h >> 32) * uint64(f.cfg.Spines) >> 32)
+}
+
+// mix64 is a 64-bit finalizer (the one of SplitMix64): every input bit
+// affects every output bit.
+func mix64(z uint64) uint64 {
+	z ^= z >> 30
+	z *= 0xbf58476d1ce4e5b9
+	z ^= z >> 27
+	z *= 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// route fills pkt.route for a datagram from host sh to host dh on plane p.
+func (f *Fabric) route(pkt *packet, p, sh, dh int) {
+	pl := &f.planes[p]
+	pkt.route[0] = pl.uplinks[sh]
+	sl, dl := f.leafOf(sh), f.leafOf(dh)
+	if f.cfg.HostsPerLeaf == 0 || sl == dl {
+		pkt.route[1] = pl.downlinks[dh]
+		pkt.hops = 2
+		return
+	}
+	s := f.ecmp(pl, sl, pkt.d.Src, pkt.d.Dst)
+	pkt.route[1] = pl.leafUp[sl][s]
+	pkt.route[2] = pl.spineDown[s][dl]
+	pkt.route[3] = pl.downlinks[dh]
+	pkt.hops = 4
+}
+
+// NoRoute counts datagrams dropped at a host because their addresses name no
+// host, or hosts on different planes.
+func (f *Fabric) NoRoute() uint64 { return f.noRoute }
+
+// Delivered counts datagrams pushed to receivers.
+func (f *Fabric) Delivered() uint64 { return f.delivered }
+
+// InFlight counts datagrams inside the fabric (queued, on the wire).
+func (f *Fabric) InFlight() uint64 { return f.nextPacket - f.delivered - f.dropped() }
+
+func (f *Fabric) dropped() uint64 {
+	n := f.noRoute
+	for _, l := range f.links {
+		n += l.stats.dropsTotal()
+	}
+	return n
+}
+
+// TraceHash is the FNV-1a hash of every link event so far (time, link,
+// packet, verdict), when Config.Trace is set: equal for two runs of one
+// configuration and seed.
+func (f *Fabric) TraceHash() uint64 { return f.trace }
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func (f *Fabric) traceEvent(l *Link, pkt *packet, verdict verdict) {
+	if !f.cfg.Trace {
+		return
+	}
+	h := f.trace
+	for _, v := range [4]uint64{uint64(f.sched.Now()), uint64(l.id), pkt.id, uint64(verdict)} {
+		for i := 0; i < 8; i++ {
+			h ^= v & 0xFF
+			h *= fnvPrime
+			v >>= 8
+		}
+	}
+	f.trace = h
+}
+
+// Host is one host's NIC ports: the link.Port through which it sends, and
+// the place its Receiver is attached.
+type Host struct {
+	fab  *Fabric
+	id   int
+	recv link.Receiver
+}
+
+// ID is the host's index.
+func (h *Host) ID() int { return h.id }
+
+// Addr is the host's address on plane p.
+func (h *Host) Addr(p int) netip.Addr { return Addr(p, h.id) }
+
+// Attach sets the receiver datagrams for this host are pushed to. Without
+// one, they are delivered and discarded.
+func (h *Host) Attach(r link.Receiver) { h.recv = r }
+
+// Buffer returns an empty buffer with capacity Config.MaxDatagram.
+func (h *Host) Buffer() []byte { return h.fab.buffer() }
+
+// Send injects datagrams from this host. Each Src must be one of this host's
+// addresses; it picks the plane. Send takes ownership of every Data buffer.
+// Datagrams larger than MaxDatagram, or with a source that is not this
+// host's or a destination on another plane, are dropped and counted in
+// NoRoute.
+func (h *Host) Send(batch []link.Datagram) {
+	f := h.fab
+	for i := range batch {
+		d := &batch[i]
+		p, sh, ok1 := f.locate(d.Src.Addr())
+		q, dh, ok2 := f.locate(d.Dst.Addr())
+		if !ok1 || !ok2 || sh != h.id || p != q || len(d.Data) > f.cfg.MaxDatagram {
+			f.nextPacket++
+			f.noRoute++
+			f.recycle(d.Data)
+			continue
+		}
+		pkt := f.newPacket()
+		pkt.d = *d
+		f.route(pkt, p, sh, dh)
+		pkt.route[0].enqueue(pkt)
+	}
+}
+
+func (f *Fabric) buffer() []byte {
+	if n := len(f.freeBufs); n > 0 {
+		b := f.freeBufs[n-1]
+		f.freeBufs = f.freeBufs[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, f.cfg.MaxDatagram)
+}
+
+func (f *Fabric) recycle(b []byte) {
+	if cap(b) >= f.cfg.MaxDatagram {
+		f.freeBufs = append(f.freeBufs, b[:0])
+	}
+}
+
+// packet is a datagram inside the fabric. It is its own arrival event.
+type packet struct {
+	fab     *Fabric
+	id      uint64
+	d       link.Datagram
+	route   [4]*Link
+	hops    int
+	hop     int   // index in route of the link it is on, or arriving from
+	ingress *Link // the link it arrived on at its current node, for PFC
+}
+
+func (f *Fabric) newPacket() *packet {
+	var pkt *packet
+	if n := len(f.freePackets); n > 0 {
+		pkt = f.freePackets[n-1]
+		f.freePackets = f.freePackets[:n-1]
+	} else {
+		pkt = &packet{fab: f}
+	}
+	f.nextPacket++
+	pkt.id = f.nextPacket
+	pkt.hop = 0
+	pkt.ingress = nil
+	return pkt
+}
+
+func (f *Fabric) freePacket(pkt *packet) {
+	f.recycle(pkt.d.Data)
+	pkt.d = link.Datagram{}
+	pkt.route = [4]*Link{}
+	f.freePackets = append(f.freePackets, pkt)
+}
+
+// clone copies a packet for duplication: its own buffer, its own id.
+func (f *Fabric) clone(pkt *packet) *packet {
+	c := f.newPacket()
+	id := c.id
+	*c = *pkt
+	c.id = id
+	c.d.Data = append(f.buffer(), pkt.d.Data...)
+	return c
+}
+
+// Fire is the packet's arrival at the far end of route[hop].
+func (pkt *packet) Fire() {
+	f := pkt.fab
+	from := pkt.route[pkt.hop]
+	pkt.hop++
+	if pkt.hop == pkt.hops {
+		f.traceEvent(from, pkt, verdictDelivered)
+		f.delivered++
+		h := f.hosts[from.to]
+		if h.recv != nil {
+			h.recv.Receive(&pkt.d, f.sched.Now())
+		}
+		f.freePacket(pkt)
+		return
+	}
+	pkt.ingress = from
+	pkt.route[pkt.hop].enqueue(pkt)
+}
+
+// faultEvent plays one scheduled fault.
+type faultEvent struct {
+	fab   *Fabric
+	fault Fault
+}
+
+func (e *faultEvent) Fire() { e.fab.apply(e.fault) }
+
+// apply changes link and plane state for a fault.
+func (f *Fabric) apply(ft Fault) {
+	pl := &f.planes[ft.Plane]
+	switch ft.Kind {
+	case PlaneDown:
+		pl.down = true
+	case Repair:
+		if ft.Link == nil {
+			pl.down = false
+		}
+	}
+	for _, l := range f.links {
+		if l.plane != ft.Plane || !l.matches(ft.Link) {
+			continue
+		}
+		switch ft.Kind {
+		case PlaneDown:
+			l.setState(linkDown)
+		case PlaneBlackhole:
+			l.setState(linkBlackhole)
+		case LinkSlowdown:
+			l.factor = ft.Factor
+			l.rate = max(1, int64(float64(l.cfg.Rate)*ft.Factor))
+		case Repair:
+			l.setState(linkUp)
+			l.factor = 1
+			l.rate = l.cfg.Rate
+		}
+	}
+}
+
+// ScheduleFault adds a fault at time at (now if in the past).
+func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
+	if err := ft.validate(&f.cfg); err != nil {
+		return fmt.Errorf("netem: %w", err)
+	}
+	f.sched.At(clock.Time(at), &faultEvent{f, ft})
+	return nil
+}

@@ -1,0 +1,393 @@
+package netem
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+)
+
+// DropCause says why a link dropped a datagram.
+type DropCause uint8
+
+const (
+	DropLoss      DropCause = iota // the loss model
+	DropQueueFull                  // tail drop: the queue limit
+	DropRED                        // RED without ECN, or a Not-ECT datagram
+	DropDown                       // the plane is down
+	DropBlackhole                  // the plane is blackholed
+	numDropCauses
+)
+
+var dropNames = [numDropCauses]string{"loss", "queue-full", "red", "down", "blackhole"}
+
+func (c DropCause) String() string { return dropNames[c] }
+
+// DropCauses lists every cause, for reports.
+var DropCauses = []DropCause{DropLoss, DropQueueFull, DropRED, DropDown, DropBlackhole}
+
+// LinkStats are a link's counters.
+type LinkStats struct {
+	Enqueued   uint64 // datagrams accepted into the queue
+	Packets    uint64 // datagrams that finished transmission
+	Bytes      uint64 // their bytes (datagram sizes, without overhead)
+	Drops      [numDropCauses]uint64
+	CEMarks    uint64
+	Duplicated uint64
+	Corrupted  uint64
+	// PauseTime is how long PFC held the link paused.
+	PauseTime time.Duration
+	// QueueHighWater is the most bytes the queue held.
+	QueueHighWater int
+}
+
+func (s *LinkStats) dropsTotal() uint64 {
+	var n uint64
+	for _, d := range s.Drops {
+		n += d
+	}
+	return n
+}
+
+type linkState uint8
+
+const (
+	linkUp linkState = iota
+	linkDown
+	linkBlackhole
+)
+
+type verdict uint8
+
+const (
+	verdictQueued verdict = iota + 1
+	verdictMarked
+	verdictSent
+	verdictDelivered
+	verdictDropped // + DropCause
+)
+
+// Link is one direction of a link: an output queue, a serializer at the
+// link's rate, and the propagation delay to the far node.
+type Link struct {
+	fab               *Fabric
+	id                int
+	kind              LinkKind
+	plane, from, to   int // from, to: host, leaf or spine index, by kind
+	cfg               LinkConfig
+	rate              int64 // bits/s now (a slowdown lowers it)
+	factor            float64
+	overhead          int
+	rng               *rand.Rand
+	loss              LossModel
+	state             linkState
+	queue             ring
+	queueBytes        int
+	tx                *packet // being serialized
+	txRemainder       int64   // bit-nanoseconds carried between datagrams, so rates do not drift
+	lastArrival       clock.Time
+	redAvg, redWeight float64
+	paused            bool // PFC: the far node paused this link
+	pauseStart        clock.Time
+	ingressBytes      int  // PFC: bytes that came in on this link and wait at the far node
+	pauseAsked        bool // PFC: the far node has sent (or is sending) a pause
+	stats             LinkStats
+}
+
+// ID is the link's index in Fabric.Links.
+func (l *Link) ID() int { return l.id }
+
+// Kind, Plane, From and To say where the link is: From and To are host,
+// leaf or spine indexes according to Kind.
+func (l *Link) Kind() LinkKind { return l.kind }
+func (l *Link) Plane() int     { return l.plane }
+func (l *Link) From() int      { return l.from }
+func (l *Link) To() int        { return l.to }
+
+// Stats returns the link's counters; PauseTime includes a pause in progress.
+func (l *Link) Stats() LinkStats {
+	s := l.stats
+	if l.paused {
+		s.PauseTime += l.fab.sched.Now().Sub(l.pauseStart)
+	}
+	return s
+}
+
+// QueueBytes is what the queue holds now.
+func (l *Link) QueueBytes() int { return l.queueBytes }
+
+// Rate is the link's current rate in bits per second.
+func (l *Link) Rate() int64 { return l.rate }
+
+func (l *Link) matches(m *LinkMatch) bool {
+	if m == nil {
+		return true
+	}
+	if m.Kind != AnyKind && m.Kind != l.kind {
+		return false
+	}
+	switch l.kind {
+	case Uplink:
+		return m.Host < 0 || m.Host == l.from
+	case Downlink:
+		return m.Host < 0 || m.Host == l.to
+	case FabricUp:
+		return (m.Leaf < 0 || m.Leaf == l.from) && (m.Spine < 0 || m.Spine == l.to)
+	default:
+		return (m.Spine < 0 || m.Spine == l.from) && (m.Leaf < 0 || m.Leaf == l.to)
+	}
+}
+
+func (l *Link) setState(s linkState) {
+	l.state = s
+	if s == linkUp {
+		return
+	}
+	// A failed link loses what it holds.
+	cause := DropDown
+	if s == linkBlackhole {
+		cause = DropBlackhole
+	}
+	for l.queue.len() > 0 {
+		pkt := l.queue.pop()
+		l.queueBytes -= len(pkt.d.Data)
+		l.leaveNode(pkt)
+		l.drop(pkt, cause)
+	}
+}
+
+func (l *Link) drop(pkt *packet, cause DropCause) {
+	l.stats.Drops[cause]++
+	l.fab.traceEvent(l, pkt, verdictDropped+verdict(cause))
+	l.fab.freePacket(pkt)
+}
+
+// enqueue is a datagram arriving at the link's input: impairments, then the
+// queue discipline, then the serializer if it is idle.
+func (l *Link) enqueue(pkt *packet) {
+	switch l.state {
+	case linkDown:
+		l.drop(pkt, DropDown)
+		return
+	case linkBlackhole:
+		l.drop(pkt, DropBlackhole)
+		return
+	}
+	im := &l.cfg.Impair
+	if l.loss != nil && l.loss.Lose(l.rng) {
+		l.drop(pkt, DropLoss)
+		return
+	}
+	if im.Corrupt > 0 && len(pkt.d.Data) > 0 && l.rng.Float64() < im.Corrupt {
+		bit := l.rng.IntN(len(pkt.d.Data) * 8)
+		pkt.d.Data[bit/8] ^= 0x80 >> (bit % 8)
+		l.stats.Corrupted++
+	}
+	if im.Duplicate > 0 && l.rng.Float64() < im.Duplicate {
+		l.stats.Duplicated++
+		l.admit(l.fab.clone(pkt))
+	}
+	l.admit(pkt)
+}
+
+// admit applies the queue discipline and queues the datagram.
+func (l *Link) admit(pkt *packet) {
+	q := &l.cfg.Queue
+	size := len(pkt.d.Data)
+	if q.Limit > 0 && l.queueBytes+size > q.Limit {
+		l.drop(pkt, DropQueueFull)
+		return
+	}
+	ect := pkt.d.ECN != link.NotECT
+	v := verdictQueued
+	if q.ECNThreshold > 0 && l.queueBytes > q.ECNThreshold && ect {
+		pkt.d.ECN = link.CE
+		v = verdictMarked
+	}
+	if r := q.RED; r != nil {
+		l.redAvg += l.redWeight * (float64(l.queueBytes) - l.redAvg)
+		if l.redHit(r) {
+			if !r.ECN || !ect {
+				l.drop(pkt, DropRED)
+				return
+			}
+			pkt.d.ECN = link.CE
+			v = verdictMarked
+		}
+	}
+	if v == verdictMarked {
+		l.stats.CEMarks++
+	}
+	l.stats.Enqueued++
+	l.fab.traceEvent(l, pkt, v)
+	l.queue.push(pkt)
+	l.queueBytes += size
+	l.stats.QueueHighWater = max(l.stats.QueueHighWater, l.queueBytes)
+	if in := pkt.ingress; in != nil {
+		in.ingressBytes += size
+		if p := in.cfg.Queue.PFC; p != nil && !in.pauseAsked && in.ingressBytes > p.XOff {
+			in.pauseAsked = true
+			l.fab.schedulePFC(in, true)
+		}
+	}
+	if l.tx == nil && !l.paused {
+		l.startTx()
+	}
+}
+
+func (l *Link) redHit(r *RED) bool {
+	switch {
+	case l.redAvg < float64(r.MinThreshold):
+		return false
+	case l.redAvg >= float64(r.MaxThreshold):
+		return true
+	}
+	p := r.MaxProb * (l.redAvg - float64(r.MinThreshold)) / float64(r.MaxThreshold-r.MinThreshold)
+	return l.rng.Float64() < p
+}
+
+// serialization returns how long size bytes take on the wire, carrying the
+// sub-nanosecond remainder to the next datagram.
+func (l *Link) serialization(size int) time.Duration {
+	bits := int64(size+l.overhead) * 8
+	total := bits*1e9 + l.txRemainder
+	l.txRemainder = total % l.rate
+	return time.Duration(total / l.rate)
+}
+
+func (l *Link) startTx() {
+	pkt := l.queue.pop()
+	l.queueBytes -= len(pkt.d.Data)
+	l.tx = pkt
+	l.fab.sched.At(l.fab.sched.Now().Add(l.serialization(len(pkt.d.Data))), l)
+}
+
+// leaveNode is the PFC bookkeeping of a datagram leaving the far node of
+// the link it came in on.
+func (l *Link) leaveNode(pkt *packet) {
+	in := pkt.ingress
+	if in == nil {
+		return
+	}
+	in.ingressBytes -= len(pkt.d.Data)
+	if p := in.cfg.Queue.PFC; p != nil && in.pauseAsked && in.ingressBytes <= p.XOn {
+		in.pauseAsked = false
+		l.fab.schedulePFC(in, false)
+	}
+}
+
+// Fire ends the transmission of l.tx: it propagates to the far node.
+func (l *Link) Fire() {
+	pkt := l.tx
+	l.tx = nil
+	l.leaveNode(pkt)
+	now := l.fab.sched.Now()
+	switch l.state {
+	case linkDown:
+		l.drop(pkt, DropDown)
+	case linkBlackhole:
+		l.drop(pkt, DropBlackhole)
+	default:
+		l.stats.Packets++
+		l.stats.Bytes += uint64(len(pkt.d.Data))
+		l.fab.traceEvent(l, pkt, verdictSent)
+		l.fab.sched.At(l.arrival(now), pkt)
+	}
+	if l.queue.len() > 0 && !l.paused {
+		l.startTx()
+	}
+}
+
+// arrival is when a datagram that left now reaches the far node: delay,
+// jitter (which never reorders), and the explicit reordering impairment.
+func (l *Link) arrival(now clock.Time) clock.Time {
+	im := &l.cfg.Impair
+	at := now.Add(l.cfg.Delay)
+	if im.Jitter > 0 {
+		j := float64(im.Jitter)
+		var x float64
+		switch im.Distribution {
+		case Normal:
+			x = l.rng.NormFloat64() * j
+		case Pareto:
+			// Pareto(shape 3, scale 2/3) has mean 1.
+			x = j * ((2.0/3.0)/math.Cbrt(1-l.rng.Float64()) - 1)
+		default:
+			x = (2*l.rng.Float64() - 1) * j
+		}
+		at = max(now, at+clock.Time(x))
+	}
+	if im.Reorder > 0 && l.rng.Float64() < im.Reorder {
+		return at.Add(im.ReorderGap) // overtaken by what follows; not the FIFO mark
+	}
+	at = max(at, l.lastArrival)
+	l.lastArrival = at
+	return at
+}
+
+// pfcEvent is a pause or resume reaching the link it controls.
+type pfcEvent struct {
+	link  *Link
+	pause bool
+}
+
+func (f *Fabric) schedulePFC(l *Link, pause bool) {
+	var e *pfcEvent
+	if n := len(f.freePFC); n > 0 {
+		e = f.freePFC[n-1]
+		f.freePFC = f.freePFC[:n-1]
+	} else {
+		e = &pfcEvent{}
+	}
+	e.link, e.pause = l, pause
+	f.sched.At(f.sched.Now().Add(l.cfg.Delay), e)
+}
+
+func (e *pfcEvent) Fire() {
+	l, pause := e.link, e.pause
+	f := l.fab
+	f.freePFC = append(f.freePFC, e)
+	now := f.sched.Now()
+	switch {
+	case pause && !l.paused:
+		l.paused = true
+		l.pauseStart = now
+	case !pause && l.paused:
+		l.paused = false
+		l.stats.PauseTime += now.Sub(l.pauseStart)
+		if l.tx == nil && l.queue.len() > 0 {
+			l.startTx()
+		}
+	}
+}
+
+// ring is a FIFO of packets that grows as needed and never shrinks.
+type ring struct {
+	buf        []*packet
+	head, size int
+}
+
+func (r *ring) len() int { return r.size }
+
+func (r *ring) push(p *packet) {
+	if r.size == len(r.buf) {
+		n := max(16, 2*len(r.buf))
+		buf := make([]*packet, n)
+		for i := 0; i < r.size; i++ {
+			buf[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = buf, 0
+	}
+	r.buf[(r.head+r.size)%len(r.buf)] = p
+	r.size++
+}
+
+func (r *ring) pop() *packet {
+	p := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
+	return p
+}

@@ -1,0 +1,171 @@
+package netem
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// LossModel decides, packet by packet, whether a link loses it. Models keep
+// state (burst models do); each link has its own copy and its own random
+// stream.
+type LossModel interface {
+	// Lose reports whether the next packet is lost.
+	Lose(rng *rand.Rand) bool
+	// Rate is the long-run fraction of packets lost.
+	Rate() float64
+	validate() error
+	clone() LossModel
+}
+
+// RandomLoss loses each packet independently with probability P (Bernoulli).
+type RandomLoss struct{ P float64 }
+
+func (m *RandomLoss) Lose(rng *rand.Rand) bool { return m.P > 0 && rng.Float64() < m.P }
+func (m *RandomLoss) Rate() float64            { return m.P }
+func (m *RandomLoss) clone() LossModel         { c := *m; return &c }
+func (m *RandomLoss) validate() error          { return checkProb("random loss P", m.P) }
+
+// GilbertElliott is the two-state burst loss model: a Good and a Bad state,
+// Good->Bad with probability P and Bad->Good with probability R per packet;
+// a packet is lost with probability LossGood in Good and LossBad in Bad (Linux
+// netem's "gemodel p r 1-h 1-k" has LossBad = 1-h, LossGood = 1-k). With
+// LossBad = 1 and LossGood = 0 (the simple Gilbert model) the mean burst of
+// consecutive losses is 1/R packets and the loss rate P/(P+R).
+type GilbertElliott struct {
+	P, R, LossGood, LossBad float64
+	bad                     bool
+}
+
+func (m *GilbertElliott) Lose(rng *rand.Rand) bool {
+	// The state moves first, then the packet meets the new state.
+	if m.bad {
+		if rng.Float64() < m.R {
+			m.bad = false
+		}
+	} else if rng.Float64() < m.P {
+		m.bad = true
+	}
+	if m.bad {
+		return rng.Float64() < m.LossBad
+	}
+	return m.LossGood > 0 && rng.Float64() < m.LossGood
+}
+
+func (m *GilbertElliott) Rate() float64 {
+	if m.P+m.R == 0 {
+		return m.LossGood
+	}
+	pBad := m.P / (m.P + m.R)
+	return pBad*m.LossBad + (1-pBad)*m.LossGood
+}
+
+func (m *GilbertElliott) clone() LossModel { c := *m; c.bad = false; return &c }
+
+func (m *GilbertElliott) validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"P", m.P}, {"R", m.R}, {"LossGood", m.LossGood}, {"LossBad", m.LossBad}} {
+		if err := checkProb("Gilbert-Elliott "+f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FourState is the 4-state Markov loss model of Linux netem ("loss state p13
+// p31 p32 p23 p14"): state 1 delivers (gap period), 2 delivers inside a burst
+// period, 3 loses inside a burst period, 4 is an isolated loss. From 1: to 4
+// with P14 (lost), to 3 with P13 (lost), else stay. From 2: to 3 with P23
+// (lost), else stay. From 3: to 2 with P32 (delivered), to 1 with P31
+// (delivered), else stay (lost). From 4: back to 1 (delivered).
+type FourState struct {
+	P13, P31, P32, P23, P14 float64
+	state                   uint8
+}
+
+func (m *FourState) Lose(rng *rand.Rand) bool {
+	if m.state == 0 {
+		m.state = 1
+	}
+	u := rng.Float64()
+	switch m.state {
+	case 1:
+		switch {
+		case u < m.P14:
+			m.state = 4
+			return true
+		case u < m.P14+m.P13:
+			m.state = 3
+			return true
+		}
+		return false
+	case 2:
+		if u < m.P23 {
+			m.state = 3
+			return true
+		}
+		return false
+	case 3:
+		switch {
+		case u < m.P32:
+			m.state = 2
+			return false
+		case u < m.P32+m.P31:
+			m.state = 1
+			return false
+		}
+		return true
+	default: // 4
+		m.state = 1
+		return false
+	}
+}
+
+// Rate is the stationary loss probability of the chain (states 3 and 4).
+func (m *FourState) Rate() float64 {
+	// Stationary equations with pi1 = 1 (unnormalized):
+	//   pi4 = P14 pi1
+	//   pi3 (P31+P32) = P13 pi1 + P23 pi2,  pi2 P23 = P32 pi3
+	// so pi3 P31 = P13 pi1, pi3 = P13/P31, pi2 = P32 pi3 / P23.
+	if m.P13 == 0 {
+		return m.P14 / (1 + m.P14)
+	}
+	if m.P31 == 0 {
+		return 1 // state 3 is absorbing once reached
+	}
+	pi1, pi4 := 1.0, m.P14
+	pi3 := m.P13 / m.P31
+	pi2 := 0.0
+	if m.P32 > 0 {
+		if m.P23 == 0 {
+			return 0 // state 2 absorbs and never loses
+		}
+		pi2 = m.P32 * pi3 / m.P23
+	}
+	return (pi3 + pi4) / (pi1 + pi2 + pi3 + pi4)
+}
+
+func (m *FourState) clone() LossModel { c := *m; c.state = 1; return &c }
+
+func (m *FourState) validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"P13", m.P13}, {"P31", m.P31}, {"P32", m.P32}, {"P23", m.P23}, {"P14", m.P14}} {
+		if err := checkProb("4-state "+f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if m.P13+m.P14 > 1 || m.P31+m.P32 > 1 {
+		return fmt.Errorf("netem: 4-state loss: P13+P14 and P31+P32 must each be at most 1")
+	}
+	return nil
+}
+
+func checkProb(name string, p float64) error {
+	if !(p >= 0 && p <= 1) { // also catches NaN
+		return fmt.Errorf("netem: %s = %v: a probability is in [0, 1]", name, p)
+	}
+	return nil
+}
