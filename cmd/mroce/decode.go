@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/mroce/mroce/internal/hexfmt"
+	"github.com/mroce/mroce/internal/pcapio"
+	"github.com/mroce/mroce/proto"
+)
+
+func decodeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "decode",
+		Usage:     "decode packets given as hex or found in a capture, and print every field",
+		ArgsUsage: "[HEX...]",
+		Description: "Each HEX argument is one packet. Without arguments, packets are read as hex\n" +
+			"from standard input, one per block of lines; blank lines separate blocks. Hex\n" +
+			"text may have # comments to the end of a line, whitespace, 0x prefixes and :\n" +
+			"separators (the format of testdata/golden/*.hex). With --pcap, the packets are\n" +
+			"the UDP payloads to or from --port in a pcap or pcapng capture.\n\n" +
+			"Every packet is checked as a receiver checks it (docs/spec.md section 9, steps\n" +
+			"1-6). A malformed packet is reported on standard error with the check it failed,\n" +
+			"and decoding goes on with the next; the exit status is then 1.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "pcap", Usage: "read the packets from the pcap or pcapng `FILE`", TakesFile: true},
+			&cli.UintFlag{Name: "port", Value: proto.DefaultPort, Usage: "with --pcap, the UDP `PORT` (source or destination) of mroce packets"},
+			&cli.BoolFlag{Name: "no-crc", Usage: "do not check the CRC32C trailer (for hand-crafted packets)"},
+		},
+		Action: runDecode,
+	}
+}
+
+// decoder prints packets and counts the malformed ones.
+type decoder struct {
+	out       *bufio.Writer
+	errOut    io.Writer
+	noCRC     bool
+	packets   int
+	malformed int
+	printed   bool // whether a packet was printed yet
+}
+
+func runDecode(c *cli.Context) error {
+	pcapFile := c.String("pcap")
+	if pcapFile != "" && c.Args().Present() {
+		return usagef(c, "give packets as hex arguments or with --pcap, not both")
+	}
+	if c.IsSet("port") && pcapFile == "" {
+		return usagef(c, "--port applies only with --pcap")
+	}
+	port := c.Uint("port")
+	if port == 0 || port > 65535 {
+		return usagef(c, "--port %d is not a UDP port (1-65535)", port)
+	}
+	d := &decoder{out: bufio.NewWriter(c.App.Writer), errOut: c.App.ErrWriter, noCRC: c.Bool("no-crc")}
+	defer d.out.Flush()
+
+	switch {
+	case pcapFile != "":
+		f, err := os.Open(pcapFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			return usagef(c, "%v", err)
+		} else if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := d.decodePcap(f, uint16(port)); err != nil {
+			return fmt.Errorf("%s: %w", pcapFile, err)
+		}
+	case c.Args().Present():
+		for i, arg := range c.Args().Slice() {
+			d.decodeArg(i+1, arg)
+		}
+	default:
+		if err := d.decodeStdin(c.App.Reader); err != nil {
+			return err
+		}
+		if d.packets == 0 {
+			return usagef(c, "no packets: give hex arguments, --pcap FILE, or hex on standard input")
+		}
+	}
+	if d.malformed > 0 {
+		return fmt.Errorf("%d of %d packets malformed", d.malformed, d.packets)
+	}
+	return nil
+}
+
+// decodeStdin decodes the blank-line-separated hex blocks of r.
+func (d *decoder) decodeStdin(r io.Reader) error {
+	if f, ok := r.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintln(d.errOut, "Reading hex packets from the terminal; end with Ctrl-D.")
+		}
+	}
+	text, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("standard input: %w", err)
+	}
+	for _, b := range hexfmt.Blocks(string(text)) {
+		label := fmt.Sprintf("packet %d", d.packets+1)
+		where := fmt.Sprintf("standard input, line %d", b.Line)
+		if b.Err != nil {
+			d.packets++
+			d.fail(label+" ("+where+")", b.Err.Error())
+			continue
+		}
+		d.decodePacket(label, where, b.Data, nil)
+	}
+	return nil
+}
+
+// decodeArg decodes argument i, one packet written as hex.
+func (d *decoder) decodeArg(i int, text string) {
+	label := fmt.Sprintf("packet %d", i)
+	b, err := hexfmt.Parse(text)
+	if err != nil {
+		d.packets++
+		d.fail(fmt.Sprintf("%s (argument %d)", label, i), err.Error())
+		return
+	}
+	if len(b) == 0 {
+		d.packets++
+		d.fail(fmt.Sprintf("%s (argument %d)", label, i), "no hex bytes")
+		return
+	}
+	d.decodePacket(label, "", b, nil)
+}
+
+// decodePcap decodes the mroce packets of a capture and prints a summary.
+func (d *decoder) decodePcap(r io.Reader, port uint16) error {
+	pr, err := pcapio.NewReader(r, port)
+	if err != nil {
+		return err
+	}
+	for {
+		dg, err := pr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			d.summary(pr.Stats(), port)
+			return err
+		}
+		label := fmt.Sprintf("frame %d", dg.Frame)
+		if dg.Truncated() {
+			d.packets++
+			d.fail(fmt.Sprintf("%s (%s)", label, addrs(&dg)), fmt.Sprintf(
+				"the capture holds %d of the datagram's %d bytes (snap length): cannot check or decode it",
+				len(dg.Payload), dg.Length))
+			continue
+		}
+		d.decodePacket(label, "", dg.Payload, &dg)
+	}
+	d.summary(pr.Stats(), port)
+	return nil
+}
+
+func (d *decoder) summary(s pcapio.Stats, port uint16) {
+	fmt.Fprintf(d.out, "%d frames: %d UDP datagrams to or from port %d, %d other frames skipped\n",
+		s.Frames, s.Datagrams, port, s.Skipped)
+}
+
+func addrs(dg *pcapio.Datagram) string {
+	return fmt.Sprintf("%v -> %v", netip.AddrPortFrom(dg.Src, dg.SrcPort), netip.AddrPortFrom(dg.Dst, dg.DstPort))
+}
+
+// decodePacket checks one packet, then prints it or reports why it is
+// malformed. where says where it came from (a line of the input), dg the
+// capture it was found in; either may be empty.
+func (d *decoder) decodePacket(label, where string, b []byte, dg *pcapio.Datagram) {
+	d.packets++
+	var p proto.Packet
+	var err error
+	if d.noCRC {
+		err = p.DecodeNoCRC(b)
+	} else {
+		err = p.Decode(b)
+	}
+	if err != nil {
+		ctx := label
+		if where != "" {
+			ctx += " (" + where + ")"
+		} else if dg != nil {
+			ctx += " (" + addrs(dg) + ")"
+		}
+		d.fail(ctx, explainDecodeError(b, err))
+		return
+	}
+	if d.noCRC && !d.printed {
+		fmt.Fprintf(d.out, "CRC32C trailers are not checked (--no-crc).\n\n")
+	}
+	d.printed = true
+	fmt.Fprintf(d.out, "%s: %s\n", label, packetSummary(&p))
+	if where != "" {
+		fmt.Fprintf(d.out, "  Input: %s\n", where)
+	}
+	if dg != nil {
+		dscp := fmt.Sprint(dg.DSCP)
+		if name := pcapio.DSCPName(dg.DSCP); name != "" {
+			dscp += " (" + name + ")"
+		}
+		fmt.Fprintf(d.out, "  Capture: %s, %s, DSCP %s, ECN %v\n",
+			dg.Time.UTC().Format("2006-01-02T15:04:05.000000000Z"), addrs(dg), dscp, dg.ECN)
+	}
+	printFields(d.out, &p, !d.noCRC)
+	fmt.Fprintln(d.out)
+}
+
+// fail reports a malformed packet on standard error, after what was printed
+// before it.
+func (d *decoder) fail(label, msg string) {
+	d.malformed++
+	d.out.Flush()
+	fmt.Fprintf(d.errOut, "%s: %s: %s\n", progName, label, msg)
+}

@@ -1,0 +1,95 @@
+// Command mroce is the command-line tool of the mroce transport: it decodes
+// packets from hex or from captures and prints every field.
+//
+// Exit status: 0 on success, 1 for malformed packets and runtime errors, 2 for
+// bad usage (unknown commands or flags, wrong arguments, missing files).
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+const progName = "mroce"
+
+func main() {
+	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run runs the tool with args (program name first) and returns its exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := newApp(stdin, stdout, stderr).Run(args)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", progName, err)
+	var usage *usageError
+	var exit cli.ExitCoder
+	switch {
+	case errors.As(err, &usage):
+		if usage.command != "" {
+			fmt.Fprintf(stderr, "Run '%s %s --help' for usage.\n", progName, usage.command)
+		} else {
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", progName)
+		}
+		return 2
+	case errors.As(err, &exit) && exit.ExitCode() == 3: // cli's "No help topic"
+		return 2
+	}
+	return 1
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:      progName,
+		Usage:     "tools for the mroce transport, an RDMA-style transport over UDP",
+		UsageText: progName + " COMMAND [options] [arguments...]",
+		Description: "mroce decodes packets of the mroce wire format (docs/spec.md), given as hex or\n" +
+			"found in pcap and pcapng captures, and prints every field.",
+		HideVersion:    true,
+		Reader:         stdin,
+		Writer:         stdout,
+		ErrWriter:      stderr,
+		ExitErrHandler: func(*cli.Context, error) {}, // run maps errors to exit codes
+		OnUsageError:   onUsageError,
+		Commands:       []*cli.Command{decodeCommand(), versionCommand(), goldenPcapCommand()},
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return &usageError{msg: fmt.Sprintf("unknown command %q", c.Args().First())}
+			}
+			return cli.ShowAppHelp(c)
+		},
+	}
+	for _, cmd := range app.Commands {
+		cmd.OnUsageError = onUsageError
+	}
+	return app
+}
+
+// usageError is a command line the tool cannot run: exit status 2.
+type usageError struct {
+	msg     string
+	command string // the command whose --help to point at, or ""
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+// usagef returns a usageError for the command of c.
+func usagef(c *cli.Context, format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...), command: commandName(c)}
+}
+
+func onUsageError(c *cli.Context, err error, _ bool) error {
+	return &usageError{msg: err.Error(), command: commandName(c)}
+}
+
+func commandName(c *cli.Context) string {
+	if c.Command == nil || c.Command.Name == progName {
+		return ""
+	}
+	return c.Command.Name
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/mroce/mroce/internal/hexfmt"
+	"github.com/mroce/mroce/proto"
+)
+
+// The tests run the tool in-process through run, which builds the cli App,
+// with stdin, stdout and stderr captured.
+
+// goldenDir holds the hand-written golden packets, one per file.
+const goldenDir = "../../testdata/golden"
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func runCLI(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(append([]string{"mroce"}, args...), strings.NewReader(stdin), &out, &errOut)
+	return result{out.String(), errOut.String(), code}
+}
+
+// goldenPacket is one golden file, read and decoded.
+type goldenPacket struct {
+	name  string // file name
+	text  string // the hex text
+	bytes []byte
+}
+
+// goldenPackets reads every testdata/golden/*.hex, in name order. There must
+// be some: the tests below are about them.
+func goldenPackets(t *testing.T) []goldenPacket {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(goldenDir, "*.hex"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no golden packets in %s", goldenDir)
+	}
+	var gs []goldenPacket
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := hexfmt.Parse(string(text))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		gs = append(gs, goldenPacket{filepath.Base(f), string(text), b})
+	}
+	return gs
+}
+
+// build lays out a packet of type typ, lets set fill in its fields and
+// payload, and returns it sealed.
+func build(t *testing.T, typ proto.Type, records, payloadLen int, set func(p *proto.Packet)) []byte {
+	t.Helper()
+	var p proto.Packet
+	buf := make([]byte, proto.MaxPacketLen)
+	if err := proto.Build(&p, buf, typ, records, payloadLen); err != nil {
+		t.Fatalf("Build %v: %v", typ, err)
+	}
+	if set != nil {
+		set(&p)
+	}
+	return bytes.Clone(p.Seal())
+}
+
+// reseal rewrites the CRC trailer of b after a test changed its bytes.
+func reseal(b []byte) []byte {
+	b = bytes.Clone(b)
+	n := len(b) - proto.TrailerLen
+	c := proto.Checksum(b[:n])
+	b[n], b[n+1], b[n+2], b[n+3] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
+	return b
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {}, {"help"}} {
+		r := runCLI(t, "", args...)
+		if r.code != 0 {
+			t.Fatalf("mroce %v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+		for _, want := range []string{"decode", "version", "USAGE"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("mroce %v: help does not mention %q:\n%s", args, want, r.stdout)
+			}
+		}
+		for _, hidden := range []string{"golden-pcap", "demo"} {
+			if strings.Contains(r.stdout, hidden) {
+				t.Errorf("mroce %v: help lists %q:\n%s", args, hidden, r.stdout)
+			}
+		}
+	}
+	r := runCLI(t, "", "decode", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "--pcap") || !strings.Contains(r.stdout, "--no-crc") ||
+		!strings.Contains(r.stdout, "(default: 4797)") {
+		t.Errorf("decode --help: exit %d\n%s", r.code, r.stdout)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	r := runCLI(t, "", "version")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, want := range []string{"mroce ", runtime.Version(), "wire format version: 0", "module: "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("version output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"--bogus"}, "flag provided but not defined"},
+		{[]string{"help", "frobnicate"}, "No help topic"},
+		{[]string{"decode", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"decode", "--port", "x", "--pcap", "f"}, "invalid value"},
+		{[]string{"decode", "--pcap", filepath.Join(dir, "missing.pcap")}, "no such file"},
+		{[]string{"decode", "--pcap", "f.pcap", "00"}, "not both"},
+		{[]string{"decode", "--port", "5", "00"}, "--port applies only with --pcap"},
+		{[]string{"decode", "--port", "0", "--pcap", "f.pcap"}, "not a UDP port"},
+		{[]string{"decode", "--port", "65536", "--pcap", "f.pcap"}, "not a UDP port"},
+		{[]string{"version", "extra"}, "no arguments"},
+		{[]string{"golden-pcap", dir}, "needs two arguments"},
+		{[]string{"golden-pcap", filepath.Join(dir, "nodir"), filepath.Join(dir, "out.pcap")}, "no such file"},
+	}
+	for _, tt := range tests {
+		r := runCLI(t, "", tt.args...)
+		if r.code != 2 {
+			t.Errorf("mroce %v: exit %d, want 2 (stderr %q)", tt.args, r.code, r.stderr)
+		}
+		if !strings.HasPrefix(r.stderr, "mroce: ") || !strings.Contains(r.stderr, tt.want) {
+			t.Errorf("mroce %v: stderr %q, want %q after the program name", tt.args, r.stderr, tt.want)
+		}
+	}
+	// Empty standard input: nothing to decode.
+	r := runCLI(t, "# only a comment\n\n", "decode")
+	if r.code != 2 || !strings.Contains(r.stderr, "no packets") {
+		t.Errorf("decode of empty input: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
