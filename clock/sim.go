@@ -17,8 +17,8 @@ type Event interface {
 type Sim struct {
 	now    Time
 	seq    uint64
-	events []eventEntry // one-shot events: a min-heap by (at, seq)
-	timers []*SimTimer  // armed timers: a min-heap by (at, seq), indexed for Reset/Stop
+	events calendar    // one-shot events, by (at, seq)
+	timers []*SimTimer // armed timers: a min-heap by (at, seq), indexed for Reset/Stop
 	fired  uint64
 }
 
@@ -38,7 +38,7 @@ func (s *Sim) Now() Time { return s.now }
 func (s *Sim) Fired() uint64 { return s.fired }
 
 // Pending counts scheduled events and armed timers.
-func (s *Sim) Pending() int { return len(s.events) + len(s.timers) }
+func (s *Sim) Pending() int { return s.events.len() + len(s.timers) }
 
 // At schedules ev to fire at time at (now, if at is in the past).
 func (s *Sim) At(at Time, ev Event) {
@@ -46,8 +46,7 @@ func (s *Sim) At(at Time, ev Event) {
 		at = s.now
 	}
 	s.seq++
-	s.events = append(s.events, eventEntry{at, s.seq, ev})
-	s.eventUp(len(s.events) - 1)
+	s.events.push(eventEntry{at, s.seq, ev}, s.now)
 }
 
 // After schedules ev to fire d from now.
@@ -56,8 +55,8 @@ func (s *Sim) After(d time.Duration, ev Event) { s.At(s.now.Add(d), ev) }
 // Next returns the time of the next event or timer, or Never.
 func (s *Sim) Next() Time {
 	next := Never
-	if len(s.events) > 0 {
-		next = s.events[0].at
+	if e, ok := s.events.peek(s.now); ok {
+		next = e.at
 	}
 	if len(s.timers) > 0 && s.timers[0].at < next {
 		next = s.timers[0].at
@@ -68,8 +67,8 @@ func (s *Sim) Next() Time {
 // Step fires the next event or timer, advancing the clock to its time. It
 // reports false when nothing is scheduled.
 func (s *Sim) Step() bool {
-	useTimer := len(s.timers) > 0 &&
-		(len(s.events) == 0 || s.timers[0].before(s.events[0].at, s.events[0].seq))
+	next, haveEvent := s.events.peek(s.now)
+	useTimer := len(s.timers) > 0 && (!haveEvent || s.timers[0].before(next.at, next.seq))
 	switch {
 	case useTimer:
 		t := s.timers[0]
@@ -77,15 +76,8 @@ func (s *Sim) Step() bool {
 		s.now = t.at
 		s.fired++
 		t.fire()
-	case len(s.events) > 0:
-		e := s.events[0]
-		last := len(s.events) - 1
-		s.events[0] = s.events[last]
-		s.events[last] = eventEntry{}
-		s.events = s.events[:last]
-		if last > 0 {
-			s.eventDown(0)
-		}
+	case haveEvent:
+		e := s.events.pop(s.now)
 		s.now = e.at
 		s.fired++
 		e.ev.Fire()
@@ -123,49 +115,6 @@ func (s *Sim) RunWhile(cond func() bool) bool {
 
 func (a eventEntry) less(b eventEntry) bool {
 	return a.at < b.at || a.at == b.at && a.seq < b.seq
-}
-
-// The event heap is 4-ary: half the depth of a binary heap, and the four
-// children of a node share a cache line or two, which is what an emulator
-// moving millions of datagrams a second spends its time on.
-
-func (s *Sim) eventUp(i int) {
-	h := s.events
-	e := h[i]
-	for i > 0 {
-		p := (i - 1) / 4
-		if !e.less(h[p]) {
-			break
-		}
-		h[i] = h[p]
-		i = p
-	}
-	h[i] = e
-}
-
-func (s *Sim) eventDown(i int) {
-	h := s.events
-	n := len(h)
-	e := h[i]
-	for {
-		c := 4*i + 1
-		if c >= n {
-			break
-		}
-		m := c
-		end := min(c+4, n)
-		for j := c + 1; j < end; j++ {
-			if h[j].less(h[m]) {
-				m = j
-			}
-		}
-		if !h[m].less(e) {
-			break
-		}
-		h[i] = h[m]
-		i = m
-	}
-	h[i] = e
 }
 
 // SimTimer is a Timer on a Sim.

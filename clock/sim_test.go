@@ -74,8 +74,17 @@ func TestSimTimerResetAndStop(t *testing.T) {
 	}
 }
 
-// Random schedules, resets and stops, checked against a plain sorted list.
+// Random schedules, resets and stops, checked against a plain sorted list:
+// near events (inside one calendar bucket or a few), and, with a wide
+// spread, events beyond the calendar's window and across several laps of
+// its ring.
 func TestSimMatchesReferenceModel(t *testing.T) {
+	for _, spread := range []int{50, 3 * calendarSpan} {
+		testSimAgainstModel(t, spread)
+	}
+}
+
+func testSimAgainstModel(t *testing.T, spread int) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0))
 		s := NewSim()
@@ -96,13 +105,13 @@ func TestSimMatchesReferenceModel(t *testing.T) {
 			seq++
 			switch rng.IntN(3) {
 			case 0:
-				at := s.Now() + Time(rng.IntN(50))
+				at := s.Now() + Time(rng.IntN(spread))
 				id := op
 				s.At(at, fireFunc(func() { got = append(got, id) }))
 				model = append(model, ref{at, seq, id})
 			case 1:
 				i := rng.IntN(len(timers))
-				at := s.Now() + Time(rng.IntN(50))
+				at := s.Now() + Time(rng.IntN(spread))
 				timers[i].Reset(at)
 				model = slices.DeleteFunc(model, func(r ref) bool { return r.id == 1000+i })
 				model = append(model, ref{at, seq, 1000 + i})
@@ -112,7 +121,7 @@ func TestSimMatchesReferenceModel(t *testing.T) {
 				model = slices.DeleteFunc(model, func(r ref) bool { return r.id == 1000+i })
 			}
 			if rng.IntN(4) == 0 {
-				end := s.Now() + Time(rng.IntN(20))
+				end := s.Now() + Time(rng.IntN(spread/2))
 				slices.SortFunc(model, func(a, b ref) int {
 					if a.at != b.at {
 						return int(a.at - b.at)
@@ -127,7 +136,7 @@ func TestSimMatchesReferenceModel(t *testing.T) {
 				got = got[:0]
 				s.RunUntil(end)
 				if !slices.Equal(got, want) {
-					t.Fatalf("seed %d op %d: fired %v, want %v", seed, op, got, want)
+					t.Fatalf("spread %d seed %d op %d: fired %v, want %v", spread, seed, op, got, want)
 				}
 			}
 		}
@@ -165,5 +174,28 @@ func BenchmarkSimEventChurn(b *testing.B) {
 	for b.Loop() {
 		s.After(1024, ev)
 		s.Step()
+	}
+}
+
+// Events at the edge of the calendar's window, and beyond it by whole laps
+// of the ring, fire in time order with near ones.
+func TestSimCalendarWindowEdges(t *testing.T) {
+	s := NewSim()
+	s.RunUntil(12345) // not bucket aligned
+	var got []Time
+	rec := fireFunc(func() { got = append(got, s.Now()) })
+	base := s.Now()
+	offsets := []Time{calendarSpan + 1, calendarSpan, calendarSpan - 1, 3, 2 * calendarSpan, calendarSpan - 2, 1, 2*calendarSpan + 2}
+	for _, o := range offsets {
+		s.At(base+o, rec)
+	}
+	s.RunUntil(base + 3*calendarSpan)
+	want := slices.Clone(offsets)
+	slices.Sort(want)
+	for i := range want {
+		want[i] += base
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fired at %v, want %v", got, want)
 	}
 }

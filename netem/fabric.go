@@ -115,6 +115,7 @@ func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	if lc.Impair.Loss != nil {
 		l.loss = lc.Impair.Loss.clone()
 	}
+	l.pfc = lc.Queue.PFC != nil
 	if r := lc.Queue.RED; r != nil {
 		l.redWeight = r.Weight
 		if l.redWeight == 0 {
@@ -368,6 +369,14 @@ func (f *Fabric) clone(pkt *packet) *packet {
 func (pkt *packet) Fire() {
 	f := pkt.fab
 	from := pkt.route[pkt.hop]
+	switch from.state { // the link failed while the datagram was on its wire
+	case linkDown:
+		from.drop(pkt, DropDown)
+		return
+	case linkBlackhole:
+		from.drop(pkt, DropBlackhole)
+		return
+	}
 	pkt.hop++
 	if pkt.hop == pkt.hops {
 		f.traceEvent(from, pkt, verdictDelivered)

@@ -85,8 +85,11 @@ type Link struct {
 	state             linkState
 	queue             ring
 	queueBytes        int
-	tx                *packet // being serialized
-	txRemainder       int64   // bit-nanoseconds carried between datagrams, so rates do not drift
+	tx                *packet    // being serialized, with its completion event pending
+	wireFree          clock.Time // when the datagram on the wire finishes serialization
+	eventPending      bool       // the link's completion event is scheduled
+	pfc               bool       // the node this link feeds may pause it
+	txRemainder       int64      // bit-nanoseconds carried between datagrams, so rates do not drift
 	lastArrival       clock.Time
 	redAvg, redWeight float64
 	paused            bool // PFC: the far node paused this link
@@ -225,16 +228,30 @@ func (l *Link) admit(pkt *packet) {
 	l.queue.push(pkt)
 	l.queueBytes += size
 	l.stats.QueueHighWater = max(l.stats.QueueHighWater, l.queueBytes)
-	if in := pkt.ingress; in != nil {
+	if in := pkt.ingress; in != nil && in.pfc {
 		in.ingressBytes += size
-		if p := in.cfg.Queue.PFC; p != nil && !in.pauseAsked && in.ingressBytes > p.XOff {
+		if !in.pauseAsked && in.ingressBytes > in.cfg.Queue.PFC.XOff {
 			in.pauseAsked = true
 			l.fab.schedulePFC(in, true)
 		}
 	}
-	if l.tx == nil && !l.paused {
-		l.startTx()
+	l.kick()
+}
+
+// kick starts the next transmission if there is one and the link may send:
+// at once if the wire is free, else by scheduling the link's event for when
+// it is.
+func (l *Link) kick() {
+	if l.paused || l.eventPending || l.queue.len() == 0 {
+		return
 	}
+	now := l.fab.sched.Now()
+	if now < l.wireFree {
+		l.eventPending = true
+		l.fab.sched.At(l.wireFree, l)
+		return
+	}
+	l.startTx(now)
 }
 
 func (l *Link) redHit(r *RED) bool {
@@ -257,47 +274,58 @@ func (l *Link) serialization(size int) time.Duration {
 	return time.Duration(total / l.rate)
 }
 
-func (l *Link) startTx() {
+// startTx puts the head of the queue on the wire. Its completion needs an
+// event only if something waits for it: the next datagram in the queue, or
+// the PFC accounting of the link it came in on. Otherwise it departs at once,
+// scheduled to arrive when its serialization and delay are over; that saves
+// an event per datagram on a link that is not backlogged.
+func (l *Link) startTx(now clock.Time) {
 	pkt := l.queue.pop()
 	l.queueBytes -= len(pkt.d.Data)
-	l.tx = pkt
-	l.fab.sched.At(l.fab.sched.Now().Add(l.serialization(len(pkt.d.Data))), l)
+	end := now.Add(l.serialization(len(pkt.d.Data)))
+	l.wireFree = end
+	if l.queue.len() > 0 || pkt.ingress != nil && pkt.ingress.pfc {
+		l.tx = pkt
+		l.eventPending = true
+		l.fab.sched.At(end, l)
+		return
+	}
+	l.depart(pkt, end)
+}
+
+// depart counts a datagram that finishes serialization at end and schedules
+// its arrival at the far node.
+func (l *Link) depart(pkt *packet, end clock.Time) {
+	l.stats.Packets++
+	l.stats.Bytes += uint64(len(pkt.d.Data))
+	l.fab.traceEvent(l, pkt, verdictSent)
+	l.fab.sched.At(l.arrival(end), pkt)
 }
 
 // leaveNode is the PFC bookkeeping of a datagram leaving the far node of
 // the link it came in on.
 func (l *Link) leaveNode(pkt *packet) {
 	in := pkt.ingress
-	if in == nil {
+	if in == nil || !in.pfc {
 		return
 	}
 	in.ingressBytes -= len(pkt.d.Data)
-	if p := in.cfg.Queue.PFC; p != nil && in.pauseAsked && in.ingressBytes <= p.XOn {
+	if in.pauseAsked && in.ingressBytes <= in.cfg.Queue.PFC.XOn {
 		in.pauseAsked = false
 		l.fab.schedulePFC(in, false)
 	}
 }
 
-// Fire ends the transmission of l.tx: it propagates to the far node.
+// Fire is the link's event: the datagram on the wire finished (if one
+// waited for it) and the wire is free.
 func (l *Link) Fire() {
-	pkt := l.tx
-	l.tx = nil
-	l.leaveNode(pkt)
-	now := l.fab.sched.Now()
-	switch l.state {
-	case linkDown:
-		l.drop(pkt, DropDown)
-	case linkBlackhole:
-		l.drop(pkt, DropBlackhole)
-	default:
-		l.stats.Packets++
-		l.stats.Bytes += uint64(len(pkt.d.Data))
-		l.fab.traceEvent(l, pkt, verdictSent)
-		l.fab.sched.At(l.arrival(now), pkt)
+	l.eventPending = false
+	if pkt := l.tx; pkt != nil {
+		l.tx = nil
+		l.leaveNode(pkt)
+		l.depart(pkt, l.fab.sched.Now())
 	}
-	if l.queue.len() > 0 && !l.paused {
-		l.startTx()
-	}
+	l.kick()
 }
 
 // arrival is when a datagram that left now reaches the far node: delay,
@@ -357,9 +385,7 @@ func (e *pfcEvent) Fire() {
 	case !pause && l.paused:
 		l.paused = false
 		l.stats.PauseTime += now.Sub(l.pauseStart)
-		if l.tx == nil && l.queue.len() > 0 {
-			l.startTx()
-		}
+		l.kick()
 	}
 }
 
