@@ -42,7 +42,7 @@ func (e Error) Name() string {
 
 func (e Error) Error() string {
 	if e > 0 && e < numErrors {
-		return "mroce: " + errorNames[e][1]
+		return "proto: " + errorNames[e][1]
 	}
-	return "mroce: unknown decode error"
+	return "proto: unknown decode error"
 }

@@ -77,3 +77,20 @@ func TestNackFatality(t *testing.T) {
 		}
 	}
 }
+
+func TestSetAsideAndDSCP(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		ty := Type(c)
+		if SetAside(ty) != "" && ty.Known() {
+			t.Errorf("%v is defined and set aside", ty)
+		}
+	}
+	if SetAside(0x04) == "" || SetAside(0x08) == "" || SetAside(0x0A) != "" {
+		t.Error("set-aside codes differ from spec section 3")
+	}
+	for ty, want := range map[Type]uint8{TypeWrite: 26, TypeReadResp: 26, TypeAck: 26, TypeNack: 26, TypeCNP: 48, TypeConnect: 0, TypeProbe: 0} {
+		if got := DefaultDSCP(ty); got != want {
+			t.Errorf("DefaultDSCP(%v) = %d, want %d", ty, got, want)
+		}
+	}
+}

@@ -91,6 +91,35 @@ func (t Type) Known() bool { return typeTable[t].headerLen != 0 }
 // IsData reports whether t is a data type: sequenced, acknowledged, retransmitted.
 func (t Type) IsData() bool { return t.Known() && t < 0x10 }
 
+// HasPayload reports whether packets of type t may carry a payload: message
+// data (WRITE, WRITE_IMM, SEND, READ_RESP) or padding (PROBE).
+func (t Type) HasPayload() bool { return typeTable[t].hasPayload }
+
+// SetAside says what a reserved type code is kept for (spec section 3), or ""
+// for a code with no planned use. Version 0 treats them all as unknown.
+func SetAside(t Type) string {
+	switch {
+	case t == 0x04:
+		return "SEND with immediate data"
+	case t >= 0x07 && t <= 0x09:
+		return "atomic operations (ATOMICS capability)"
+	}
+	return ""
+}
+
+// DefaultDSCP is the DSCP a packet of type t carries unless configured
+// otherwise (spec section 11): 26 for data, ACK and NACK, 48 for CNP, 0 for
+// the rest.
+func DefaultDSCP(t Type) uint8 {
+	switch {
+	case t.IsData(), t == TypeAck, t == TypeNack:
+		return 26
+	case t == TypeCNP:
+		return 48
+	}
+	return 0
+}
+
 // HeaderLen returns the header length in bytes of a packet of type t with the
 // given number of ACK records (ignored for other types).
 func HeaderLen(t Type, ackRecords int) (int, error) {

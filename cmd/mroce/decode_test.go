@@ -413,7 +413,7 @@ func TestDecodePcap(t *testing.T) {
 		"frame 1: WRITE (data), 80 bytes = header 60 + payload 16 + trailer 4\n",
 		"  Capture: 2026-01-01T00:00:00.000000000Z, 192.0.2.1:49152 -> 192.0.2.2:4797, DSCP 26 (AF31), ECN ECT(0)\n",
 		"frame 3: CNP (control), 32 bytes",
-		"  Capture: 2026-01-01T00:00:00.002000000Z, 192.0.2.1:49154 -> 192.0.2.2:4797, DSCP 26 (AF31), ECN Not-ECT\n",
+		"  Capture: 2026-01-01T00:00:00.002000000Z, 192.0.2.1:49154 -> 192.0.2.2:4797, DSCP 48 (CS6), ECN Not-ECT\n",
 		"3 frames: 3 UDP datagrams to or from port 4797, 0 other frames skipped\n",
 	} {
 		if !strings.Contains(r.stdout, want) {

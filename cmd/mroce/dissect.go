@@ -388,6 +388,9 @@ func explainDecodeError(b []byte, err error) string {
 	case proto.ErrVersion:
 		return fmt.Sprintf("unsupported version %d (this tool decodes version %d)", byteAt(0)>>4, proto.Version)
 	case proto.ErrUnknownType:
+		if use := proto.SetAside(typ); use != "" {
+			return fmt.Sprintf("unknown type 0x%02x (reserved for %s, not defined in version %d)", uint8(typ), use, proto.Version)
+		}
 		return fmt.Sprintf("unknown type 0x%02x (not defined in version %d)", uint8(typ), proto.Version)
 	case proto.ErrRecordCount:
 		return fmt.Sprintf("bad ACK record count: RecordCount %d, at most %d",
@@ -407,7 +410,7 @@ func explainDecodeError(b []byte, err error) string {
 	case proto.ErrPayload:
 		return payloadError(b, typ)
 	}
-	return strings.TrimPrefix(err.Error(), "mroce: ")
+	return strings.TrimPrefix(err.Error(), "proto: ")
 }
 
 // payloadError explains ErrPayload: payload on a type that has none, or

@@ -109,7 +109,7 @@ func TestWritePacketsLayout(t *testing.T) {
 	if len(recs) != len(payloads) {
 		t.Fatalf("%d records, want %d", len(recs), len(payloads))
 	}
-	wantTOS := []byte{0x6a, 0x68, 0x6a, 0x68, 0x68}
+	wantTOS := []byte{0x6a, 0xc0, 0x6a, 0x68, 0x00} // DSCP 26 + ECT(0), 48, 26 + ECT(0), 26, 0
 	be := binary.BigEndian
 	for i, r := range recs {
 		payload := payloads[i]
@@ -273,12 +273,15 @@ func TestRoundTrip(t *testing.T) {
 		if d.SrcPort != uint16(49152+i) || d.DstPort != proto.DefaultPort {
 			t.Errorf("datagram %d: ports %d -> %d", i, d.SrcPort, d.DstPort)
 		}
-		wantECN := NotECT
-		if len(want) > 1 && proto.Type(want[1]).IsData() {
-			wantECN = ECT0
+		wantECN, wantDSCP := NotECT, uint8(0)
+		if len(want) > 1 {
+			wantDSCP = proto.DefaultDSCP(proto.Type(want[1]))
+			if proto.Type(want[1]).IsData() {
+				wantECN = ECT0
+			}
 		}
-		if d.DSCP != 26 || d.ECN != wantECN {
-			t.Errorf("datagram %d: DSCP %d ECN %v, want 26 %v", i, d.DSCP, d.ECN, wantECN)
+		if d.DSCP != wantDSCP || d.ECN != wantECN {
+			t.Errorf("datagram %d: DSCP %d ECN %v, want %d %v", i, d.DSCP, d.ECN, wantDSCP, wantECN)
 		}
 		if !bytes.Equal(d.Payload, want) || d.Length != len(want) || d.Truncated() {
 			t.Errorf("datagram %d: payload %d bytes (length %d), want %d", i, len(d.Payload), d.Length, len(want))

@@ -8,8 +8,9 @@
 //
 //	Ethernet  02:00:00:00:00:01 -> 02:00:00:00:00:02, EtherType IPv4
 //	IPv4      192.0.2.1 -> 192.0.2.2 (TEST-NET-1), TTL 64, Identification 0,
-//	          Don't Fragment set, TOS 0x6a (DSCP 26, ECT(0)) for data packets
-//	          and 0x68 (DSCP 26, Not-ECT) for everything else, header checksum
+//	          Don't Fragment set, DSCP as docs/spec.md section 11 defaults it
+//	          (26 for data, ACK and NACK, 48 for CNP, 0 otherwise) and ECN
+//	          ECT(0) for data packets, Not-ECT for the rest, header checksum
 //	UDP       source port 49152+i (packet i, from 0, modulo 16384),
 //	          destination port proto.DefaultPort (4797), checksum
 //	time      2026-01-01T00:00:00Z plus i milliseconds
@@ -49,8 +50,6 @@ const (
 	firstSrcPort = 49152 // the first port of the dynamic range
 	srcPortCount = 65536 - firstSrcPort
 	ttl          = 64
-	tosData      = 26<<2 | uint8(ECT0) // 0x6a
-	tosControl   = 26<<2 | uint8(NotECT)
 	// snaplen is large enough for the largest UDP datagram with its headers.
 	snaplen = 262144
 	// maxPayload is the largest UDP payload an IPv4 packet can hold.
@@ -92,9 +91,13 @@ func encodeFrame(buf gopacket.SerializeBuffer, i int, payload []byte) ([]byte, e
 	if len(payload) > maxPayload {
 		return nil, fmt.Errorf("%d bytes is more than a UDP datagram over IPv4 holds (%d)", len(payload), maxPayload)
 	}
-	tos := uint8(tosControl)
-	if len(payload) >= 2 && proto.Type(payload[1]).IsData() {
-		tos = tosData
+	var tos uint8 // DSCP and ECN as docs/spec.md section 11 defaults them
+	if len(payload) >= 2 {
+		t := proto.Type(payload[1])
+		tos = proto.DefaultDSCP(t) << 2
+		if t.IsData() {
+			tos |= uint8(ECT0)
+		}
 	}
 	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{
