@@ -24,6 +24,11 @@ type Config struct {
 	// every one of Spines spines. When 0, each plane is a single switch.
 	HostsPerLeaf int
 	Spines       int
+	// SinglePort gives every host one NIC port (its plane-0 address) instead
+	// of one per plane; its leaf connects to the spines of every plane, and
+	// the leaf's ECMP hash of the 5-tuple picks the plane along with the
+	// spine. Needs a leaf-spine. Plane faults then hit only spine links.
+	SinglePort bool
 	// Link settings by kind. Uplinks go from a host to its leaf (or switch),
 	// Downlinks from the leaf to the host; FabricUp from leaf to spine,
 	// FabricDown from spine to leaf.
@@ -199,6 +204,9 @@ func (c *Config) validate() error {
 	}
 	if c.HostsPerLeaf < 0 {
 		errs = append(errs, fmt.Errorf("hosts per leaf = %d: want >= 0", c.HostsPerLeaf))
+	}
+	if c.SinglePort && c.HostsPerLeaf == 0 {
+		errs = append(errs, errors.New("single-port hosts need a leaf-spine (hosts per leaf > 0)"))
 	}
 	if c.HostsPerLeaf > 0 && (c.Spines < 1 || c.Spines > 1024) {
 		errs = append(errs, fmt.Errorf("spines = %d: a leaf-spine plane needs 1 .. 1024", c.Spines))

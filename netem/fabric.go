@@ -33,6 +33,9 @@ type Fabric struct {
 	freePFC     []*pfcEvent
 	nextPacket  uint64
 	trace       uint64
+	taps        []func(*TapEvent)
+	singleUp    []*Link // [host], single-port hosts only
+	singleDown  []*Link
 	noRoute     uint64
 	delivered   uint64
 }
@@ -62,9 +65,16 @@ func New(cfg Config, sched Scheduler) (*Fabric, error) {
 		f.hosts = append(f.hosts, &Host{fab: f, id: h})
 	}
 	seeds := rand.New(rand.NewPCG(cfg.Seed, 0x6d726f6365)) // "mroce"
+	if cfg.SinglePort {
+		// One NIC port per host, in no plane: plane faults never touch it.
+		for h := 0; h < cfg.Hosts; h++ {
+			f.singleUp = append(f.singleUp, f.newLink(cfg.Uplink, Uplink, -1, h, f.leafOf(h)))
+			f.singleDown = append(f.singleDown, f.newLink(cfg.Downlink, Downlink, -1, f.leafOf(h), h))
+		}
+	}
 	for p := 0; p < cfg.Planes; p++ {
 		pl := plane{index: p, ecmpKey: seeds.Uint64()}
-		for h := 0; h < cfg.Hosts; h++ {
+		for h := 0; h < cfg.Hosts && !cfg.SinglePort; h++ {
 			leaf := f.leafOf(h)
 			pl.uplinks = append(pl.uplinks, f.newLink(cfg.Uplink, Uplink, p, h, leaf))
 			pl.downlinks = append(pl.downlinks, f.newLink(cfg.Downlink, Downlink, p, leaf, h))
@@ -138,9 +148,21 @@ func (f *Fabric) Hosts() int { return len(f.hosts) }
 // Links returns every link, indexed by Link.ID.
 func (f *Fabric) Links() []*Link { return f.links }
 
-// Uplink and Downlink return host h's links on plane p.
-func (f *Fabric) Uplink(p, h int) *Link   { return f.planes[p].uplinks[h] }
-func (f *Fabric) Downlink(p, h int) *Link { return f.planes[p].downlinks[h] }
+// Uplink and Downlink return host h's links on plane p (with single-port
+// hosts, its only links, whatever p).
+func (f *Fabric) Uplink(p, h int) *Link {
+	if f.cfg.SinglePort {
+		return f.singleUp[h]
+	}
+	return f.planes[p].uplinks[h]
+}
+
+func (f *Fabric) Downlink(p, h int) *Link {
+	if f.cfg.SinglePort {
+		return f.singleDown[h]
+	}
+	return f.planes[p].downlinks[h]
+}
 
 // FabricLink returns the leaf-to-spine (up) or spine-to-leaf link of plane p.
 func (f *Fabric) FabricLink(p, leaf, spine int, up bool) *Link {
@@ -159,37 +181,61 @@ func Addr(plane, host int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, byte(plane), byte(host >> 8), byte(host)})
 }
 
-// locate maps an address to (plane, host) on this fabric.
+// locate maps an address to (plane, host) on this fabric. Single-port hosts
+// have only their plane-0 address.
 func (f *Fabric) locate(a netip.Addr) (plane, host int, ok bool) {
 	if !a.Is4() {
 		return 0, 0, false
 	}
 	b := a.As4()
 	plane, host = int(b[1]), int(b[2])<<8|int(b[3])
-	return plane, host, b[0] == 10 && plane < len(f.planes) && host < len(f.hosts)
+	ok = b[0] == 10 && plane < len(f.planes) && host < len(f.hosts) && (plane == 0 || !f.cfg.SinglePort)
+	return plane, host, ok
 }
 
-// Spine returns the spine that ECMP picks on plane p for a datagram from
-// src to dst (both on plane p, on different leaves), or -1.
+// Spine returns the spine that ECMP picks for a datagram from src to dst, or
+// -1 when it turns at its leaf (or the addresses do not route).
 func (f *Fabric) Spine(src, dst netip.AddrPort) int {
+	_, s := f.Path(src, dst)
+	return s
+}
+
+// Path returns the plane and spine a datagram from src to dst takes; spine
+// is -1 when it turns at its leaf, and both are -1 when the addresses do not
+// route. The plane is the source address's, or, with single-port hosts, the
+// one the source leaf's hash picks.
+func (f *Fabric) Path(src, dst netip.AddrPort) (plane, spine int) {
 	p, sh, ok1 := f.locate(src.Addr())
 	q, dh, ok2 := f.locate(dst.Addr())
-	if !ok1 || !ok2 || p != q || f.cfg.HostsPerLeaf == 0 || f.leafOf(sh) == f.leafOf(dh) {
-		return -1
+	if !ok1 || !ok2 || p != q {
+		return -1, -1
 	}
-	return f.ecmp(&f.planes[p], f.leafOf(sh), src, dst)
+	if f.cfg.HostsPerLeaf == 0 || f.leafOf(sh) == f.leafOf(dh) {
+		return p, -1
+	}
+	return f.ecmp(p, f.leafOf(sh), src, dst)
 }
 
-// ecmp hashes the 5-tuple (protocol UDP) with the plane's key and the leaf's
-// index, as a switch with a per-switch hash seed would.
-func (f *Fabric) ecmp(pl *plane, leaf int, src, dst netip.AddrPort) int {
+// ecmp picks the plane and spine of a datagram leaving leaf: a hash of the
+// 5-tuple (protocol UDP) keyed by the plane's key and the leaf's index, as a
+// switch with a per-switch hash seed would. With single-port hosts the leaf
+// hashes over the spines of every plane, so the hash picks the plane too.
+func (f *Fabric) ecmp(p, leaf int, src, dst netip.AddrPort) (plane, spine int) {
 	s, d := src.Addr().As4(), dst.Addr().As4()
 	x := uint64(s[0])<<24 | uint64(s[1])<<16 | uint64(s[2])<<8 | uint64(s[3])
 	y := uint64(d[0])<<24 | uint64(d[1])<<16 | uint64(d[2])<<8 | uint64(d[3])
-	h := mix64(pl.ecmpKey ^ uint64(leaf))
+	h := mix64(f.planes[p].ecmpKey ^ uint64(leaf))
 	h = mix64(h ^ x<<32 ^ y)
 	h = mix64(h ^ uint64(src.Port())<<32 ^ uint64(dst.Port())<<16 ^ 17)
-	return int((h >> 32) * uint64(f.cfg.Spines) >> 32)
+	choices := uint64(f.cfg.Spines)
+	if f.cfg.SinglePort {
+		choices *= uint64(len(f.planes))
+	}
+	i := int((h >> 32) * choices >> 32)
+	if f.cfg.SinglePort {
+		return i / f.cfg.Spines, i % f.cfg.Spines
+	}
+	return p, i
 }
 
 // mix64 is a 64-bit finalizer (the one of SplitMix64): every input bit
@@ -204,18 +250,18 @@ func mix64(z uint64) uint64 {
 
 // route fills pkt.route for a datagram from host sh to host dh on plane p.
 func (f *Fabric) route(pkt *packet, p, sh, dh int) {
-	pl := &f.planes[p]
-	pkt.route[0] = pl.uplinks[sh]
+	pkt.route[0] = f.Uplink(p, sh)
 	sl, dl := f.leafOf(sh), f.leafOf(dh)
 	if f.cfg.HostsPerLeaf == 0 || sl == dl {
-		pkt.route[1] = pl.downlinks[dh]
+		pkt.route[1] = f.Downlink(p, dh)
 		pkt.hops = 2
 		return
 	}
-	s := f.ecmp(pl, sl, pkt.d.Src, pkt.d.Dst)
+	p, s := f.ecmp(p, sl, pkt.d.Src, pkt.d.Dst)
+	pl := &f.planes[p]
 	pkt.route[1] = pl.leafUp[sl][s]
 	pkt.route[2] = pl.spineDown[s][dl]
-	pkt.route[3] = pl.downlinks[dh]
+	pkt.route[3] = f.Downlink(p, dh)
 	pkt.hops = 4
 }
 
@@ -247,12 +293,20 @@ const (
 	fnvPrime  = 1099511628211
 )
 
-func (f *Fabric) traceEvent(l *Link, pkt *packet, verdict verdict) {
+// record is every link event: it feeds the trace hash and the taps.
+func (f *Fabric) record(l *Link, pkt *packet, v Verdict, cause DropCause, at clock.Time) {
+	if len(f.taps) > 0 {
+		e := TapEvent{At: at, Link: l, ID: pkt.id, Datagram: &pkt.d, Verdict: v, Cause: cause}
+		for _, tap := range f.taps {
+			tap(&e)
+		}
+	}
 	if !f.cfg.Trace {
 		return
 	}
 	h := f.trace
-	for _, v := range [4]uint64{uint64(f.sched.Now()), uint64(l.id), pkt.id, uint64(verdict)} {
+	code := uint64(v) + uint64(cause) // a drop's code says its cause
+	for _, v := range [4]uint64{uint64(at), uint64(l.id), pkt.id, code} {
 		for i := 0; i < 8; i++ {
 			h ^= v & 0xFF
 			h *= fnvPrime
@@ -379,7 +433,7 @@ func (pkt *packet) Fire() {
 	}
 	pkt.hop++
 	if pkt.hop == pkt.hops {
-		f.traceEvent(from, pkt, verdictDelivered)
+		f.record(from, pkt, Delivered, 0, f.sched.Now())
 		f.delivered++
 		h := f.hosts[from.to]
 		if h.recv != nil {

@@ -59,16 +59,6 @@ const (
 	linkBlackhole
 )
 
-type verdict uint8
-
-const (
-	verdictQueued verdict = iota + 1
-	verdictMarked
-	verdictSent
-	verdictDelivered
-	verdictDropped // + DropCause
-)
-
 // Link is one direction of a link: an output queue, a serializer at the
 // link's rate, and the propagation delay to the far node.
 type Link struct {
@@ -163,7 +153,7 @@ func (l *Link) setState(s linkState) {
 
 func (l *Link) drop(pkt *packet, cause DropCause) {
 	l.stats.Drops[cause]++
-	l.fab.traceEvent(l, pkt, verdictDropped+verdict(cause))
+	l.fab.record(l, pkt, Dropped, cause, l.fab.sched.Now())
 	l.fab.freePacket(pkt)
 }
 
@@ -204,10 +194,10 @@ func (l *Link) admit(pkt *packet) {
 		return
 	}
 	ect := pkt.d.ECN != link.NotECT
-	v := verdictQueued
+	v := Queued
 	if q.ECNThreshold > 0 && l.queueBytes > q.ECNThreshold && ect {
 		pkt.d.ECN = link.CE
-		v = verdictMarked
+		v = Marked
 	}
 	if r := q.RED; r != nil {
 		l.redAvg += l.redWeight * (float64(l.queueBytes) - l.redAvg)
@@ -217,14 +207,14 @@ func (l *Link) admit(pkt *packet) {
 				return
 			}
 			pkt.d.ECN = link.CE
-			v = verdictMarked
+			v = Marked
 		}
 	}
-	if v == verdictMarked {
+	if v == Marked {
 		l.stats.CEMarks++
 	}
 	l.stats.Enqueued++
-	l.fab.traceEvent(l, pkt, v)
+	l.fab.record(l, pkt, v, 0, l.fab.sched.Now())
 	l.queue.push(pkt)
 	l.queueBytes += size
 	l.stats.QueueHighWater = max(l.stats.QueueHighWater, l.queueBytes)
@@ -298,7 +288,7 @@ func (l *Link) startTx(now clock.Time) {
 func (l *Link) depart(pkt *packet, end clock.Time) {
 	l.stats.Packets++
 	l.stats.Bytes += uint64(len(pkt.d.Data))
-	l.fab.traceEvent(l, pkt, verdictSent)
+	l.fab.record(l, pkt, Sent, 0, end)
 	l.fab.sched.At(l.arrival(end), pkt)
 }
 

@@ -354,7 +354,7 @@ func traceRun(t testing.TB, seed uint64) uint64 {
 // The golden trace hash pins the emulator's behaviour: any change to event
 // order, routing, randomness or impairments changes it. When a change is
 // intended, update the constant and say why in the commit.
-const goldenTraceHash = 0x57464c64a763011b
+const goldenTraceHash = 0x2cb4df2a5583539c
 
 func TestDeterministicTrace(t *testing.T) {
 	a, b := traceRun(t, 7), traceRun(t, 7)
@@ -559,5 +559,56 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, send); n != 0 {
 		t.Fatalf("%.2f allocations per datagram", n)
+	}
+}
+
+// With single-port hosts the source leaf's hash picks the plane as well as
+// the spine: 256 source ports spread over 4 planes x 2 spines, each
+// datagram crosses the plane Path names, and a plane that fails takes only
+// the flows hashed onto it.
+func TestSinglePortHostsHashOverPlanes(t *testing.T) {
+	cfg := leafSpine(4, 16, 4, 8, 2)
+	cfg.SinglePort = true
+	cfg.Faults = []Fault{{At: time.Millisecond, Kind: PlaneDown, Plane: 1}}
+	f, sim := newTestFabric(t, cfg)
+	s := attachSink(f, 12)
+	counts := map[[2]int]int{}
+	onPlane1 := 0
+	for port := 0; port < 256; port++ {
+		d := datagram(f, 3, 12, 0, uint16(49152+port), 100, uint32(port), link.ECT0)
+		p, sp := f.Path(d.Src, d.Dst)
+		counts[[2]int{p, sp}]++
+		if p == 1 {
+			onPlane1++
+		}
+		before := f.FabricLink(p, 0, sp, true).Stats().Packets
+		f.Host(3).Send([]link.Datagram{d})
+		sim.RunUntil(sim.Now() + clock.Time(3*time.Microsecond))
+		if f.FabricLink(p, 0, sp, true).Stats().Packets != before+1 {
+			t.Fatalf("port %d: not carried by plane %d spine %d", port, p, sp)
+		}
+	}
+	for k, c := range counts {
+		if c < 16 || c > 48 { // Binomial(256, 1/8): 32 +- 3 sigma
+			t.Errorf("plane %d spine %d got %d of 256 ports", k[0], k[1], c)
+		}
+	}
+	if len(counts) != 8 {
+		t.Errorf("ports used %d plane-spine pairs, want 8", len(counts))
+	}
+	sim.RunUntil(clock.Time(2 * time.Millisecond)) // plane 1 is down now
+	got := len(s.got)
+	for port := 0; port < 256; port++ {
+		f.Host(3).Send([]link.Datagram{datagram(f, 3, 12, 0, uint16(49152+port), 100, uint32(port), link.ECT0)})
+	}
+	sim.RunUntil(sim.Now() + clock.Time(time.Millisecond))
+	if lost := 256 - (len(s.got) - got); lost != onPlane1 {
+		t.Errorf("plane 1 down lost %d datagrams; %d ports hash onto it", lost, onPlane1)
+	}
+	if f.Uplink(1, 3).Stats().Drops[DropDown] != 0 {
+		t.Error("a plane fault touched a host's own link")
+	}
+	if _, err := New(Config{Hosts: 2, Planes: 2, SinglePort: true, Uplink: simpleLink(gbps, 0), Downlink: simpleLink(gbps, 0)}, clock.NewSim()); err == nil {
+		t.Error("single-port hosts without a leaf-spine accepted")
 	}
 }

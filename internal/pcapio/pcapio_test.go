@@ -619,3 +619,47 @@ func TestDSCPName(t *testing.T) {
 		}
 	}
 }
+
+// Writer carries each datagram's own addresses, ports, DSCP and ECN, over
+// IPv4 and IPv6, and the reader gets them back.
+func TestWriterDatagrams(t *testing.T) {
+	var out bytes.Buffer
+	w, err := NewWriter(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type dg struct {
+		src, dst string
+		dscp     uint8
+		ecn      ECN
+	}
+	in := []dg{
+		{"10.1.0.5:50001", "10.1.0.9:4797", 26, CE},
+		{"[fd00::1]:49999", "[fd00::2]:4797", 48, NotECT},
+	}
+	ts := time.Date(2026, 3, 1, 0, 0, 0, 5000, time.UTC)
+	for i, d := range in {
+		if err := w.WriteDatagram(ts.Add(time.Duration(i)*time.Microsecond), netip.MustParseAddrPort(d.src),
+			netip.MustParseAddrPort(d.dst), d.dscp, d.ecn, []byte{byte(i), 1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteDatagram(ts, netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("[fd00::2]:2"), 0, 0, nil); err == nil {
+		t.Error("mixed IPv4/IPv6 addresses accepted")
+	}
+	r, err := NewReader(&out, proto.DefaultPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range in {
+		got, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, dst := netip.MustParseAddrPort(d.src), netip.MustParseAddrPort(d.dst)
+		if got.Src != src.Addr() || got.Dst != dst.Addr() || got.SrcPort != src.Port() || got.DstPort != dst.Port() ||
+			got.DSCP != d.dscp || got.ECN != d.ecn || got.Payload[0] != byte(i) || !got.Time.Equal(ts.Add(time.Duration(i)*time.Microsecond)) {
+			t.Errorf("datagram %d read back as %+v", i, got)
+		}
+	}
+}

@@ -12,29 +12,19 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+
+	"github.com/mroce/mroce/link"
 )
 
-// ECN is the 2-bit ECN field of an IP header (RFC 3168).
-type ECN uint8
+// ECN is the 2-bit ECN field of an IP header (RFC 3168), as link defines it.
+type ECN = link.ECN
 
 const (
-	NotECT ECN = 0 // not ECN-capable
-	ECT1   ECN = 1 // ECN-capable, ECT(1)
-	ECT0   ECN = 2 // ECN-capable, ECT(0): what mroce sends data packets with
-	CE     ECN = 3 // congestion experienced
+	NotECT = link.NotECT // not ECN-capable
+	ECT1   = link.ECT1   // ECN-capable, ECT(1)
+	ECT0   = link.ECT0   // ECN-capable, ECT(0): what mroce sends data packets with
+	CE     = link.CE     // congestion experienced
 )
-
-func (e ECN) String() string {
-	switch e & 3 {
-	case NotECT:
-		return "Not-ECT"
-	case ECT1:
-		return "ECT(1)"
-	case ECT0:
-		return "ECT(0)"
-	}
-	return "CE"
-}
 
 // DSCPName returns the conventional name of a DSCP value (CS0-CS7, AF11-AF43,
 // EF, VOICE-ADMIT), or "" when it has none.

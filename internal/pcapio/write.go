@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/google/gopacket"
@@ -63,67 +64,100 @@ const (
 // payload, in order, as the package comment describes. The same payloads
 // always give the same bytes.
 func WritePackets(w io.Writer, payloads [][]byte) error {
-	pw := pcapgo.NewWriter(w)
-	if err := pw.WriteFileHeader(snaplen, layers.LinkTypeEthernet); err != nil {
-		return fmt.Errorf("pcap header: %w", err)
+	pw, err := NewWriter(w)
+	if err != nil {
+		return err
 	}
-	buf := gopacket.NewSerializeBuffer()
+	src, dst := netip.AddrFrom4([4]byte(srcIP)), netip.AddrFrom4([4]byte(dstIP))
 	for i, payload := range payloads {
-		frame, err := encodeFrame(buf, i, payload)
+		var tos uint8 // DSCP and ECN as docs/spec.md section 11 defaults them
+		ecn := NotECT
+		if len(payload) >= 2 {
+			t := proto.Type(payload[1])
+			tos = proto.DefaultDSCP(t)
+			if t.IsData() {
+				ecn = ECT0
+			}
+		}
+		err := pw.WriteDatagram(baseTime.Add(time.Duration(i)*time.Millisecond),
+			netip.AddrPortFrom(src, uint16(firstSrcPort+i%srcPortCount)), netip.AddrPortFrom(dst, proto.DefaultPort),
+			tos, ecn, payload)
 		if err != nil {
-			return fmt.Errorf("packet %d: %w", i, err)
-		}
-		ci := gopacket.CaptureInfo{
-			Timestamp:     baseTime.Add(time.Duration(i) * time.Millisecond),
-			CaptureLength: len(frame),
-			Length:        len(frame),
-		}
-		if err := pw.WritePacket(ci, frame); err != nil {
 			return fmt.Errorf("packet %d: %w", i, err)
 		}
 	}
 	return nil
 }
 
-// encodeFrame lays out frame i around payload in buf and returns its bytes,
-// valid until buf is used again.
-func encodeFrame(buf gopacket.SerializeBuffer, i int, payload []byte) ([]byte, error) {
+// Writer writes UDP datagrams into a classic pcap file (link type Ethernet,
+// microsecond timestamps), each in an Ethernet/IPv4 or Ethernet/IPv6 frame
+// with its own addresses, ports, DSCP and ECN: what a capture of one link of
+// the emulator needs.
+type Writer struct {
+	pw  *pcapgo.Writer
+	buf gopacket.SerializeBuffer
+}
+
+// NewWriter writes the pcap file header to w.
+func NewWriter(w io.Writer) (*Writer, error) {
+	pw := pcapgo.NewWriter(w)
+	if err := pw.WriteFileHeader(snaplen, layers.LinkTypeEthernet); err != nil {
+		return nil, fmt.Errorf("pcap header: %w", err)
+	}
+	return &Writer{pw: pw, buf: gopacket.NewSerializeBuffer()}, nil
+}
+
+// WriteDatagram writes one datagram. src and dst must both be IPv4 or both IPv6.
+func (w *Writer) WriteDatagram(ts time.Time, src, dst netip.AddrPort, dscp uint8, ecn ECN, payload []byte) error {
+	frame, err := encodeFrame(w.buf, src, dst, dscp<<2|uint8(ecn)&3, payload)
+	if err != nil {
+		return err
+	}
+	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(frame), Length: len(frame)}
+	return w.pw.WritePacket(ci, frame)
+}
+
+// encodeFrame lays out an Ethernet/IP/UDP frame around payload in buf and
+// returns its bytes, valid until buf is used again.
+func encodeFrame(buf gopacket.SerializeBuffer, src, dst netip.AddrPort, tos uint8, payload []byte) ([]byte, error) {
 	if len(payload) > maxPayload {
 		return nil, fmt.Errorf("%d bytes is more than a UDP datagram over IPv4 holds (%d)", len(payload), maxPayload)
 	}
-	var tos uint8 // DSCP and ECN as docs/spec.md section 11 defaults them
-	if len(payload) >= 2 {
-		t := proto.Type(payload[1])
-		tos = proto.DefaultDSCP(t) << 2
-		if t.IsData() {
-			tos |= uint8(ECT0)
+	udp := &layers.UDP{SrcPort: layers.UDPPort(src.Port()), DstPort: layers.UDPPort(dst.Port())}
+	var network gopacket.SerializableLayer
+	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC}
+	checksumAt := udpChecksumOffset
+	switch {
+	case src.Addr().Is4() && dst.Addr().Is4():
+		eth.EthernetType = layers.EthernetTypeIPv4
+		s, d := src.Addr().As4(), dst.Addr().As4()
+		ip := &layers.IPv4{Version: 4, TOS: tos, Flags: layers.IPv4DontFragment, TTL: ttl,
+			Protocol: layers.IPProtocolUDP, SrcIP: net.IP(s[:]), DstIP: net.IP(d[:])}
+		if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+			return nil, err
 		}
-	}
-	eth := &layers.Ethernet{SrcMAC: srcMAC, DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{
-		Version:  4,
-		TOS:      tos,
-		Flags:    layers.IPv4DontFragment,
-		TTL:      ttl,
-		Protocol: layers.IPProtocolUDP,
-		SrcIP:    srcIP,
-		DstIP:    dstIP,
-	}
-	udp := &layers.UDP{
-		SrcPort: layers.UDPPort(firstSrcPort + i%srcPortCount),
-		DstPort: layers.UDPPort(proto.DefaultPort),
-	}
-	if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
-		return nil, err
+		network = ip
+	case src.Addr().Is6() && dst.Addr().Is6():
+		eth.EthernetType = layers.EthernetTypeIPv6
+		s, d := src.Addr().As16(), dst.Addr().As16()
+		ip := &layers.IPv6{Version: 6, TrafficClass: tos, HopLimit: ttl, NextHeader: layers.IPProtocolUDP,
+			SrcIP: net.IP(s[:]), DstIP: net.IP(d[:])}
+		if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+			return nil, err
+		}
+		network = ip
+		checksumAt = 14 + 40 + 6
+	default:
+		return nil, fmt.Errorf("addresses %v and %v are not of one IP version", src.Addr(), dst.Addr())
 	}
 	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
-	if err := gopacket.SerializeLayers(buf, opts, eth, ip, udp, gopacket.Payload(payload)); err != nil {
+	if err := gopacket.SerializeLayers(buf, opts, eth, network, udp, gopacket.Payload(payload)); err != nil {
 		return nil, err
 	}
 	frame := buf.Bytes()
-	// A UDP checksum that computes to 0 is sent as 0xffff: over IPv4, 0 means
-	// "no checksum" (RFC 768). gopacket leaves it 0.
-	if sum := frame[udpChecksumOffset:]; sum[0] == 0 && sum[1] == 0 {
+	// A UDP checksum that computes to 0 is sent as 0xffff: 0 means "no
+	// checksum" (RFC 768). gopacket leaves it 0.
+	if sum := frame[checksumAt:]; sum[0] == 0 && sum[1] == 0 {
 		sum[0], sum[1] = 0xff, 0xff
 	}
 	return frame, nil
