@@ -1,0 +1,238 @@
+// Package memreg is registered memory: protection domains, memory regions
+// over caller-provided []byte with access rights, and the 64-bit random keys
+// (rkeys) by which a peer names a region. It is where every placement of
+// remote data is checked: a packet can write only inside a region that
+// grants remote write, in the connection's protection domain, through a key
+// that is still registered.
+//
+// Keys are looked up without locks (the key table is copy-on-write), so
+// placements on many connections never contend. Deregistration revokes the
+// key at once (no lookup finds it afterwards, so no packet already in flight
+// can use it) and then waits for placements that had already looked it up.
+package memreg
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+)
+
+// Access is what a region allows.
+type Access uint8
+
+const (
+	LocalWrite   Access = 1 << iota // the local side may write it (receive buffers, READ targets)
+	RemoteWrite                     // peers may WRITE into it
+	RemoteRead                      // peers may READ from it
+	RemoteAtomic                    // peers may run atomics on it
+)
+
+func (a Access) String() string {
+	s := ""
+	for _, n := range []struct {
+		bit  Access
+		name string
+	}{{LocalWrite, "local-write"}, {RemoteWrite, "remote-write"}, {RemoteRead, "remote-read"}, {RemoteAtomic, "remote-atomic"}} {
+		if a&n.bit != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n.name
+		}
+	}
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// Errors of registration and of access checks. The engine maps the access
+// errors to NACK codes.
+var (
+	ErrBadKey      = errors.New("memreg: unknown or revoked key")
+	ErrWrongDomain = errors.New("memreg: key belongs to another protection domain")
+	ErrAccess      = errors.New("memreg: access not granted by the region")
+	ErrBounds      = errors.New("memreg: outside the region")
+	ErrRegistered  = errors.New("memreg: region already deregistered")
+	ErrEmpty       = errors.New("memreg: cannot register an empty buffer")
+	ErrNeedsLocal  = errors.New("memreg: remote write or atomic access needs local write too")
+)
+
+// Registry is one device's key space: every region of every protection
+// domain of the device.
+type Registry struct {
+	mu      sync.Mutex // serializes writers of keys
+	keys    atomic.Pointer[map[uint64]*Region]
+	random  io.Reader
+	domains atomic.Uint32
+}
+
+// NewRegistry returns an empty registry drawing keys from random
+// (crypto/rand.Reader when nil). Simulations pass a seeded source so runs
+// repeat; anything facing a real network keeps the default.
+func NewRegistry(random io.Reader) *Registry {
+	if random == nil {
+		random = rand.Reader
+	}
+	r := &Registry{random: random}
+	empty := map[uint64]*Region{}
+	r.keys.Store(&empty)
+	return r
+}
+
+// Domain is a protection domain: connections and regions of one domain can
+// reach only each other.
+type Domain struct {
+	reg *Registry
+	id  uint32
+}
+
+// NewDomain returns a new protection domain.
+func (r *Registry) NewDomain() *Domain {
+	return &Domain{reg: r, id: r.domains.Add(1)}
+}
+
+// ID numbers the domain within its registry.
+func (d *Domain) ID() uint32 { return d.id }
+
+// Region is a registered buffer. Its memory belongs to the caller, who must
+// not use it for anything else while remote access is possible.
+type Region struct {
+	buf     []byte
+	key     uint64
+	domain  *Domain
+	access  Access
+	revoked atomic.Bool
+	active  atomic.Int64 // placements in progress
+}
+
+// Register registers buf with the given access and returns the region with
+// a fresh random key.
+func (d *Domain) Register(buf []byte, access Access) (*Region, error) {
+	if len(buf) == 0 {
+		return nil, ErrEmpty
+	}
+	if access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
+		return nil, ErrNeedsLocal // as in verbs: remote write implies local write
+	}
+	r := d.reg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.keys.Load()
+	var key uint64
+	for {
+		var b [8]byte
+		if _, err := io.ReadFull(r.random, b[:]); err != nil {
+			return nil, fmt.Errorf("memreg: drawing a key: %w", err)
+		}
+		key = binary.LittleEndian.Uint64(b[:])
+		if _, taken := old[key]; key != 0 && !taken {
+			break
+		}
+	}
+	reg := &Region{buf: buf, key: key, domain: d, access: access}
+	next := make(map[uint64]*Region, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[key] = reg
+	r.keys.Store(&next)
+	return reg, nil
+}
+
+// Deregister revokes the region's key at once, then waits until placements
+// that had already found the region have finished. Afterwards no packet can
+// reach the memory, and the key is never valid again.
+func (g *Region) Deregister() error {
+	if g.revoked.Swap(true) {
+		return ErrRegistered
+	}
+	r := g.domain.reg
+	r.mu.Lock()
+	old := *r.keys.Load()
+	next := make(map[uint64]*Region, len(old))
+	for k, v := range old {
+		if k != g.key {
+			next[k] = v
+		}
+	}
+	r.keys.Store(&next)
+	r.mu.Unlock()
+	for g.active.Load() != 0 {
+		// A placement is a bounded memory copy: spin politely until it ends.
+		yield()
+	}
+	return nil
+}
+
+// Key is the region's remote key.
+func (g *Region) Key() uint64 { return g.key }
+
+// Len is the region's length in bytes.
+func (g *Region) Len() int { return len(g.buf) }
+
+// Access is what the region allows.
+func (g *Region) Access() Access { return g.access }
+
+// Domain is the region's protection domain.
+func (g *Region) Domain() *Domain { return g.domain }
+
+// Bytes is the registered memory, for the local side's own use.
+func (g *Region) Bytes() []byte { return g.buf }
+
+// Lookup finds the region for a key presented by a peer of domain d and
+// checks that it grants want. On success the caller holds a placement
+// reference: it must call Release when its access ends (Deregister waits for
+// it).
+func (d *Domain) Lookup(key uint64, want Access) (*Region, error) {
+	g, ok := (*d.reg.keys.Load())[key]
+	if !ok {
+		return nil, ErrBadKey
+	}
+	if g.domain != d {
+		return nil, ErrWrongDomain
+	}
+	if g.access&want != want {
+		return nil, ErrAccess
+	}
+	g.active.Add(1)
+	if g.revoked.Load() { // deregistered between the lookup and now
+		g.active.Add(-1)
+		return nil, ErrBadKey
+	}
+	return g, nil
+}
+
+// Release ends an access begun by Lookup.
+func (g *Region) Release() { g.active.Add(-1) }
+
+// CheckRange reports whether [off, off+n) lies inside the region, without
+// overflow.
+func (g *Region) CheckRange(off, n uint64) error {
+	if off > uint64(len(g.buf)) || n > uint64(len(g.buf))-off {
+		return ErrBounds
+	}
+	return nil
+}
+
+// Place copies data into the region at off, after checking the bounds.
+func (g *Region) Place(off uint64, data []byte) error {
+	if err := g.CheckRange(off, uint64(len(data))); err != nil {
+		return err
+	}
+	copy(g.buf[off:], data)
+	return nil
+}
+
+// Slice returns the region's bytes [off, off+n), after checking the bounds:
+// the source of a READ response or of a packet being (re)sent.
+func (g *Region) Slice(off, n uint64) ([]byte, error) {
+	if err := g.CheckRange(off, n); err != nil {
+		return nil, err
+	}
+	return g.buf[off : off+n], nil
+}

@@ -1,0 +1,5 @@
+package memreg
+
+import "runtime"
+
+func yield() { runtime.Gosched() }
