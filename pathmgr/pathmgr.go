@@ -1,0 +1,103 @@
+// Package pathmgr is what an endpoint knows about each path of a
+// connection: its round-trip time, its state (GOOD, SKIP, ASSUMED_BAD,
+// DOWN, as docs/spec.md section 6.4 names them) and its counters, and the
+// read-only telemetry snapshot the CLI and metrics show. The engine owns one
+// Path per path and updates it; nothing here does I/O or reads a clock.
+package pathmgr
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is a path's state.
+type State uint8
+
+const (
+	Good       State = iota // carries new data
+	Skip                    // saw a CE mark: new data prefers other paths for a while
+	AssumedBad              // timed out: no new data; probed until it answers
+	Down                    // its plane is down
+)
+
+func (s State) String() string {
+	switch s {
+	case Good:
+		return "GOOD"
+	case Skip:
+		return "SKIP"
+	case AssumedBad:
+		return "ASSUMED_BAD"
+	case Down:
+		return "DOWN"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// RTT estimates a path's round-trip time from samples, as TCP does (RFC
+// 6298): smoothed RTT with gain 1/8, mean deviation with gain 1/4, and the
+// minimum ever seen.
+type RTT struct {
+	SRTT, RTTVar, Min time.Duration
+	Samples           uint64
+}
+
+// Update adds one sample.
+func (r *RTT) Update(sample time.Duration) {
+	if sample <= 0 {
+		sample = 1
+	}
+	if r.Samples == 0 {
+		r.SRTT, r.RTTVar, r.Min = sample, sample/2, sample
+	} else {
+		d := r.SRTT - sample
+		if d < 0 {
+			d = -d
+		}
+		r.RTTVar += (d - r.RTTVar) / 4
+		r.SRTT += (sample - r.SRTT) / 8
+		r.Min = min(r.Min, sample)
+	}
+	r.Samples++
+}
+
+// RTO is the retransmission timeout: SRTT + 4 RTTVar, clamped to [floor,
+// ceiling]; initial before the first sample.
+func (r *RTT) RTO(initial, floor, ceiling time.Duration) time.Duration {
+	if r.Samples == 0 {
+		return initial
+	}
+	return min(max(r.SRTT+4*r.RTTVar, floor), ceiling)
+}
+
+// Counters are a path's lifetime counts on the sending side.
+type Counters struct {
+	PacketsSent, BytesSent uint64 // every transmission, retransmissions included
+	Retransmits            uint64 // transmissions of content sent before
+	Lost                   uint64 // transmissions declared lost (gap or timeout)
+	Timeouts               uint64 // retransmission timeouts
+	CEMarks                uint64 // CE marks the peer reported for this path
+	Acked                  uint64 // transmissions reported received
+	Repaths                uint64
+}
+
+// Telemetry is a read-only snapshot of one path.
+type Telemetry struct {
+	Path     int
+	Plane    int
+	SrcPort  uint16
+	Epoch    uint8
+	State    State
+	RTT      RTT
+	InFlight int
+	Window   int
+	Counters
+}
+
+// ECNFraction is the share of acknowledged transmissions that were CE-marked.
+func (t Telemetry) ECNFraction() float64 {
+	if t.Acked == 0 {
+		return 0
+	}
+	return float64(t.CEMarks) / float64(t.Acked)
+}
