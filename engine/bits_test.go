@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mroce/mroce/proto"
+)
+
+// The receiver's bitvector, written into an ACK record, reads back through
+// proto's accessor as "PSN highest-1-k received", against a plain set.
+func TestBitvectorMatchesModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 200; trial++ {
+		highest := rng.Uint32()
+		received := map[uint32]bool{highest: true}
+		var v bitvec256
+		for step := 0; step < 50; step++ {
+			if rng.IntN(3) == 0 {
+				d := uint32(1 + rng.IntN(300))
+				v.advance(d)
+				highest += d
+				received[highest] = true
+			} else {
+				k := rng.IntN(256)
+				v.set(k)
+				received[highest-1-uint32(k)] = true
+			}
+		}
+		rec := make(proto.AckRecord, proto.AckRecordLen)
+		v.write(rec)
+		for k := 0; k < 256; k++ {
+			if got, want := rec.Received(k), received[highest-1-uint32(k)]; got != want {
+				t.Fatalf("trial %d: bit %d (PSN %d) = %v, want %v", trial, k, highest-1-uint32(k), got, want)
+			}
+		}
+	}
+}
+
+func TestDSNWindow(t *testing.T) {
+	w := newDSNWindow(0xFFFFFFF0, 64)
+	if w.check(0xFFFFFFEF) != dsnDuplicate || w.check(0xFFFFFFF0) != dsnNew || w.check(0x30) != dsnOutOfWindow {
+		t.Fatal("window edges")
+	}
+	// Receive everything but 0xFFFFFFF2, across the wrap.
+	for d := uint32(0xFFFFFFF0); d != 0x20; d++ {
+		if d != 0xFFFFFFF2 {
+			if w.check(d) != dsnNew {
+				t.Fatalf("DSN %#x not new", d)
+			}
+			w.mark(d)
+		}
+	}
+	if w.cum != 0xFFFFFFF2 || w.check(0xFFFFFFF3) != dsnDuplicate || w.check(0xFFFFFFF2) != dsnNew {
+		t.Fatalf("cum %#x with a hole at 0xfffffff2", w.cum)
+	}
+	w.mark(0xFFFFFFF2)
+	if w.cum != 0x20 {
+		t.Fatalf("cum %#x after the hole filled, want 0x20", w.cum)
+	}
+}

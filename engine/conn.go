@@ -1,0 +1,361 @@
+package engine
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/proto"
+)
+
+var errNoRemote = errors.New("engine: no remote address")
+
+// Conn is one connection: its handshake, its send side (sender) and its
+// receive side (receiver).
+type Conn struct {
+	ep        *Endpoint
+	pd        *memreg.Domain
+	events    Events
+	initiator bool
+	state     ConnState
+	err       error
+
+	localID, peerID uint32
+	remote          []netip.Addr // the peer's address per plane; invalid until known
+	peerPort        uint16
+	acceptKey       acceptKey
+
+	// Negotiated at the handshake.
+	paths, streams int
+	maxPacket      int
+	peerWindow     int    // DSNs the peer accepts beyond its cumulative DSN
+	isn, idsn      uint32 // this side's initial PSN and DSN
+	peerISN        uint32
+	peerIDSN       uint32
+
+	hsTimer    clock.Timer
+	hsInterval time.Duration
+	hsDeadline clock.Time
+
+	progress clock.Timer // fires after Config.NoProgress without progress while work is outstanding
+	ackTimer clock.Timer
+
+	snd sender
+	rcv receiver
+}
+
+// ID is the connection's local id (the DstConnID its peer sends to).
+func (c *Conn) ID() uint32 { return c.localID }
+
+// PeerID is the peer's id for this connection.
+func (c *Conn) PeerID() uint32 { return c.peerID }
+
+// State is the connection's state.
+func (c *Conn) State() ConnState { return c.state }
+
+// Err is why the connection closed, or nil.
+func (c *Conn) Err() error { return c.err }
+
+// Paths and Streams are the negotiated counts.
+func (c *Conn) Paths() int   { return c.paths }
+func (c *Conn) Streams() int { return c.streams }
+
+// MaxPacket is the negotiated largest packet.
+func (c *Conn) MaxPacket() int { return c.maxPacket }
+
+// Domain is the connection's protection domain.
+func (c *Conn) Domain() *memreg.Domain { return c.pd }
+
+// negotiate fixes the connection's parameters from the peer's handshake
+// header and the path and stream counts chosen.
+func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
+	c.paths, c.streams = paths, streams
+	c.maxPacket = min(c.ep.cfg.MaxPacket, int(h.MaxPacket()))
+	c.peerWindow = int(h.DSNWindow())
+	c.peerISN, c.peerIDSN = h.InitialPSN(), h.InitialDSN()
+	c.snd.init(c)
+	c.rcv.init(c)
+}
+
+func (c *Conn) startHandshake() {
+	c.state = Connecting
+	c.hsDeadline = c.ep.clock.Now().Add(c.ep.cfg.ConnectTimeout)
+	c.sendHandshake()
+	c.armHandshakeTimer(handshakeRetry)
+}
+
+func (c *Conn) armHandshakeTimer(d time.Duration) {
+	c.hsInterval = d
+	at := c.ep.clock.Now().Add(d)
+	if at > c.hsDeadline {
+		at = c.hsDeadline
+	}
+	c.hsTimer.Reset(at)
+}
+
+func (c *Conn) onHandshakeTimer() {
+	if c.state != Connecting && c.state != Accepting {
+		return
+	}
+	if c.ep.clock.Now() >= c.hsDeadline {
+		c.fail(ErrConnectFailed, StatusFlushed, false)
+		c.ep.flush()
+		return
+	}
+	c.sendHandshake()
+	c.armHandshakeTimer(2 * c.hsInterval)
+	c.ep.flush()
+}
+
+// sendHandshake sends this side's CONNECT or ACCEPT.
+func (c *Conn) sendHandshake() {
+	cfg := &c.ep.cfg
+	t, dst := proto.TypeConnect, uint32(0)
+	paths, streams := cfg.Paths, cfg.Streams
+	if !c.initiator {
+		t, dst = proto.TypeAccept, c.peerID
+		paths, streams = c.paths, c.streams
+	}
+	var pkt proto.Packet
+	c.build(&pkt, t, 0, 0)
+	pkt.Common.SetDstConnID(dst)
+	h := pkt.Handshake()
+	h.SetSrcConnID(c.localID)
+	h.SetInitialPSN(c.isn)
+	h.SetInitialDSN(c.idsn)
+	h.SetDSNWindow(uint32(cfg.DSNWindow))
+	h.SetMaxPacket(uint16(cfg.MaxPacket))
+	h.SetPaths(uint16(paths))
+	h.SetStreams(uint16(streams))
+	h.SetReplyPort(cfg.Port)
+	h.SetInboundCapacity(proto.CapacityUnknown)
+	h.SetMode(proto.ModeMultipath)
+	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])
+}
+
+// firstPlane is the lowest plane whose peer address is known.
+func (c *Conn) firstPlane() int {
+	for i, a := range c.remote {
+		if a.IsValid() {
+			return i
+		}
+	}
+	return 0
+}
+
+// build lays out a packet of type t in a fresh buffer from the port.
+func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
+	buf := c.ep.port.Buffer()
+	if err := proto.Build(pkt, buf[:cap(buf)], t, records, payload); err != nil {
+		panic("engine: building a packet: " + err.Error()) // sizes are ours: a bug
+	}
+	pkt.Common.SetTimestamp(uint32(c.ep.clock.Now()))
+}
+
+// emit seals a packet and queues it on plane from source port srcPort.
+func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
+	t := pkt.Type()
+	ecn := link.NotECT
+	if t.IsData() {
+		ecn = link.ECT0
+	}
+	c.ep.send(link.Datagram{
+		Src:  netip.AddrPortFrom(c.ep.cfg.Planes[plane], srcPort),
+		Dst:  netip.AddrPortFrom(c.remote[plane], c.peerPort),
+		ECN:  ecn,
+		DSCP: proto.DefaultDSCP(t),
+		Data: pkt.Seal(),
+	})
+}
+
+// receive handles a decoded packet for this connection (spec section 9 from
+// step 7 on).
+func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
+	if c.state == Closed {
+		return
+	}
+	if !c.remote[plane].IsValid() {
+		c.remote[plane] = d.Src.Addr() // learn the peer's address on this plane
+	}
+	switch t := pkt.Type(); {
+	case t == proto.TypeAccept:
+		c.onAccept(pkt)
+		return
+	case t == proto.TypeClose:
+		c.onClose(pkt, plane)
+		return
+	case c.state == Connecting:
+		return // nothing else is valid before the ACCEPT
+	case c.state == Accepting:
+		c.establish()
+	}
+	switch t := pkt.Type(); {
+	case t.IsData():
+		c.rcv.onData(pkt, d, plane, at)
+	case t == proto.TypeAck:
+		c.snd.onAck(pkt, at)
+	case t == proto.TypeNack:
+		c.snd.onNack(pkt)
+	case t == proto.TypeProbe:
+		c.rcv.onProbe(pkt, d, plane, at)
+	case t == proto.TypeProbeReply:
+		c.snd.onProbeReply(pkt, at)
+	default:
+		c.ep.stats.Malformed++
+	}
+}
+
+// onAccept completes the initiator's handshake.
+func (c *Conn) onAccept(pkt *proto.Packet) {
+	if !c.initiator {
+		c.ep.stats.Malformed++
+		return
+	}
+	h := pkt.Handshake()
+	if c.state == Connecting {
+		if _, ok := checkHandshake(h); !ok || int(h.Paths()) > c.ep.cfg.Paths ||
+			int(h.Streams()) > c.ep.cfg.Streams || h.Mode() != proto.ModeMultipath {
+			c.peerID = h.SrcConnID()
+			c.ep.sendClose(c.firstPlane(), netip.AddrPortFrom(c.remote[c.firstPlane()], c.peerPort), h.SrcConnID(), proto.CloseParams, 0)
+			c.fail(&RemoteError{Reason: proto.CloseParams}, StatusFlushed, false)
+			return
+		}
+		c.peerID = h.SrcConnID()
+		c.negotiate(h, int(h.Paths()), int(h.Streams()))
+		c.establish()
+	}
+	// The third message, on every plane (and again for a resent ACCEPT).
+	for p := range c.remote {
+		if c.remote[p].IsValid() {
+			c.rcv.sendAck(p, false)
+		}
+	}
+}
+
+func (c *Conn) establish() {
+	c.state = Established
+	c.hsTimer.Stop()
+	if c.events != nil {
+		c.events.State(c, Established, nil)
+	}
+	c.snd.pump()
+}
+
+// onClose handles the peer's CLOSE.
+func (c *Conn) onClose(pkt *proto.Packet, plane int) {
+	cl := pkt.Close()
+	if cl.Reason() == proto.CloseClosed {
+		if c.state != Closed {
+			c.fail(ErrClosed, StatusFlushed, false)
+		}
+		return
+	}
+	c.ep.sendClose(plane, netip.AddrPortFrom(c.remote[plane], c.peerPort), c.peerID, proto.CloseClosed, 0)
+	var err error = &RemoteError{Reason: cl.Reason(), Detail: cl.Detail()}
+	switch cl.Reason() {
+	case proto.CloseNormal:
+		err = ErrClosed
+	case proto.CloseRefused:
+		err = ErrRefused
+	}
+	c.fail(err, StatusFlushed, false)
+}
+
+// Close ends the connection: CLOSE to the peer, outstanding work flushed.
+func (c *Conn) Close() {
+	if c.state == Closed {
+		return
+	}
+	c.fail(ErrClosed, StatusFlushed, true)
+	c.ep.flush()
+}
+
+// fail ends the connection with err: every outstanding request completes
+// with status st, and the peer is told when tell is set.
+func (c *Conn) fail(err error, st Status, tell bool) {
+	if c.state == Closed {
+		return
+	}
+	if tell && c.peerID != 0 {
+		reason := proto.CloseNormal
+		var detail uint32
+		var re *RemoteError
+		switch {
+		case errors.Is(err, ErrTimeout):
+			reason = proto.CloseTimeout
+		case errors.As(err, &re) && re.Nack != 0:
+			reason, detail = proto.CloseFatal, uint32(re.Nack)
+		}
+		p := c.firstPlane()
+		c.ep.sendClose(p, netip.AddrPortFrom(c.remote[p], c.peerPort), c.peerID, reason, detail)
+	}
+	c.state = Closed
+	c.err = err
+	c.hsTimer.Stop()
+	c.progress.Stop()
+	c.ackTimer.Stop()
+	c.snd.flush(st, err)
+	c.rcv.flush(err)
+	c.ep.forget(c)
+	if c.events != nil {
+		c.events.State(c, Closed, err)
+	}
+}
+
+// madeProgress restarts the no-progress clock; it runs only while work is
+// outstanding.
+func (c *Conn) madeProgress() {
+	if c.snd.busy() {
+		c.progress.Reset(c.ep.clock.Now().Add(c.ep.cfg.NoProgress))
+	} else {
+		c.progress.Stop()
+	}
+}
+
+func (c *Conn) onNoProgress() {
+	if c.state == Closed || !c.snd.busy() {
+		return
+	}
+	c.fail(ErrTimeout, StatusTimeout, true)
+	c.ep.flush()
+}
+
+func (c *Conn) onAckTimer() {
+	if c.state != Established {
+		return
+	}
+	c.rcv.ackNow()
+	c.ep.flush()
+}
+
+// Post queues a WRITE, WRITE_IMM or SEND.
+func (c *Conn) Post(wr SendWR) error {
+	if c.state != Established {
+		if c.state == Closed {
+			return ErrClosed
+		}
+		return ErrNotReady
+	}
+	if err := c.snd.post(wr); err != nil {
+		return err
+	}
+	c.snd.pump()
+	c.madeProgress()
+	c.ep.flush()
+	return nil
+}
+
+// PostRecv posts a receive buffer on a stream. An accepted connection may
+// post receives from its accept callback on, before it is established.
+func (c *Conn) PostRecv(wr RecvWR) error {
+	switch c.state {
+	case Closed:
+		return ErrClosed
+	case Connecting:
+		return ErrNotReady
+	}
+	return c.rcv.postRecv(wr)
+}

@@ -1,0 +1,269 @@
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/proto"
+)
+
+// Endpoint is one host's transport: its connections, the port their
+// packets go through, and the clock their timers run on. It is the
+// link.Receiver of its port.
+type Endpoint struct {
+	cfg      Config
+	clock    clock.Clock
+	port     link.Port
+	random   io.Reader
+	conns    map[uint32]*Conn          // by local connection id
+	accepted map[acceptKey]*Conn       // CONNECTs answered, by (source, initiator's id)
+	listener func(*Conn) (Events, bool) // nil: not listening
+	listenPD *memreg.Domain
+	batch    []link.Datagram
+	flushing bool
+	stats    EndpointStats
+}
+
+type acceptKey struct {
+	src netip.Addr
+	id  uint32
+}
+
+// EndpointStats counts what the endpoint dropped before any connection saw it.
+type EndpointStats struct {
+	Decode      [proto.NumErrors]uint64 // by proto.Error: steps 1-6 of spec section 9
+	UnknownConn uint64
+	Malformed   uint64 // handshake packets out of range, unexpected types
+}
+
+// NewEndpoint makes an endpoint sending through port on clk. Attach it to
+// the port as its receiver.
+func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	r := cfg.Random
+	if r == nil {
+		r = rand.Reader
+	}
+	return &Endpoint{
+		cfg: cfg, clock: clk, port: port, random: r,
+		conns: map[uint32]*Conn{}, accepted: map[acceptKey]*Conn{},
+	}, nil
+}
+
+// Config returns the endpoint's configuration with defaults filled in.
+func (e *Endpoint) Config() Config { return e.cfg }
+
+// Stats returns the endpoint's drop counters.
+func (e *Endpoint) Stats() EndpointStats { return e.stats }
+
+// Listen accepts connections: for each CONNECT, accept decides whether to
+// take it and returns the Events of the new connection. Connections use pd.
+func (e *Endpoint) Listen(pd *memreg.Domain, accept func(*Conn) (Events, bool)) {
+	e.listener, e.listenPD = accept, pd
+}
+
+func (e *Endpoint) random32() uint32 {
+	var b [4]byte
+	if _, err := io.ReadFull(e.random, b[:]); err != nil {
+		panic("engine: random source failed: " + err.Error())
+	}
+	return binary.LittleEndian.Uint32(b[:])
+}
+
+// newConnID draws a connection id that is not 0 and not in use.
+func (e *Endpoint) newConnID() uint32 {
+	for {
+		id := e.random32()
+		if _, used := e.conns[id]; id != 0 && !used {
+			return id
+		}
+	}
+}
+
+// planeOf returns the index of a local address among the planes, or -1.
+func (e *Endpoint) planeOf(a netip.Addr) int {
+	for i, p := range e.cfg.Planes {
+		if p == a {
+			return i
+		}
+	}
+	return -1
+}
+
+// Receive is the entry of every datagram for this endpoint.
+func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
+	var pkt proto.Packet
+	if err := pkt.Decode(d.Data); err != nil {
+		e.stats.Decode[err.(proto.Error)]++
+		return
+	}
+	plane := e.planeOf(d.Dst.Addr())
+	if plane < 0 {
+		plane = 0
+	}
+	if pkt.Type() == proto.TypeConnect {
+		e.onConnect(&pkt, d, plane)
+		e.flush()
+		return
+	}
+	c := e.conns[pkt.Common.DstConnID()]
+	if c == nil {
+		e.stats.UnknownConn++
+		return
+	}
+	c.receive(&pkt, d, plane, at)
+	e.flush()
+}
+
+// send queues one datagram; flush hands the queue to the port. Everything a
+// call into the engine sends goes out as one batch.
+func (e *Endpoint) send(d link.Datagram) {
+	e.batch = append(e.batch, d)
+	if len(e.batch) >= 64 {
+		e.flush()
+	}
+}
+
+func (e *Endpoint) flush() {
+	if len(e.batch) == 0 {
+		return
+	}
+	e.port.Send(e.batch)
+	clear(e.batch)
+	e.batch = e.batch[:0]
+}
+
+// Connect starts a connection to the peer whose plane addresses are remote
+// (one per plane, in plane order) and which listens on port. The handshake
+// runs in the background; ev.State reports Established or the failure.
+func (e *Endpoint) Connect(remote []netip.Addr, port uint16, pd *memreg.Domain, ev Events) (*Conn, error) {
+	if len(remote) == 0 {
+		return nil, errNoRemote
+	}
+	c := e.newConn(pd, ev, true)
+	for i := 0; i < len(e.cfg.Planes) && i < len(remote); i++ {
+		c.remote[i] = remote[i]
+	}
+	c.peerPort = port
+	c.startHandshake()
+	e.flush()
+	return c, nil
+}
+
+func (e *Endpoint) newConn(pd *memreg.Domain, ev Events, initiator bool) *Conn {
+	c := &Conn{
+		ep: e, pd: pd, events: ev, initiator: initiator,
+		localID: e.newConnID(),
+		remote:  make([]netip.Addr, len(e.cfg.Planes)),
+		isn:     e.random32(), idsn: e.random32(),
+	}
+	e.conns[c.localID] = c
+	c.progress = e.clock.NewTimer(c.onNoProgress)
+	c.ackTimer = e.clock.NewTimer(c.onAckTimer)
+	c.hsTimer = e.clock.NewTimer(c.onHandshakeTimer)
+	return c
+}
+
+// onConnect answers a CONNECT (spec section 8.1).
+func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
+	h := pkt.Handshake()
+	key := acceptKey{d.Src.Addr(), h.SrcConnID()}
+	if c := e.accepted[key]; c != nil {
+		c.sendHandshake() // a resent CONNECT: the same ACCEPT
+		return
+	}
+	reply := func(reason proto.CloseReason, detail uint32) {
+		e.sendClose(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), reason, detail)
+	}
+	if off, ok := checkHandshake(h); !ok {
+		e.stats.Malformed++
+		reply(proto.CloseParams, uint32(off))
+		return
+	}
+	if h.Mode() != proto.ModeMultipath {
+		reply(proto.CloseParams, 40) // baseline mode: not built yet
+		return
+	}
+	if e.listener == nil {
+		reply(proto.CloseRefused, 0)
+		return
+	}
+	c := e.newConn(e.listenPD, nil, false)
+	c.remote[plane] = d.Src.Addr()
+	c.peerPort = h.ReplyPort()
+	c.peerID = h.SrcConnID()
+	c.acceptKey = key
+	c.negotiate(h, min(int(h.Paths()), e.cfg.Paths), min(int(h.Streams()), e.cfg.Streams))
+	ev, ok := e.listener(c)
+	if !ok {
+		delete(e.conns, c.localID)
+		reply(proto.CloseRefused, 0)
+		return
+	}
+	c.events = ev
+	e.accepted[key] = c
+	c.state = Accepting
+	c.hsDeadline = e.clock.Now().Add(e.cfg.ConnectTimeout)
+	c.sendHandshake()
+	c.armHandshakeTimer(handshakeRetry)
+}
+
+// handshakeRetry is the first resend interval of CONNECT and ACCEPT; it
+// doubles with each resend (spec section 8.1).
+const handshakeRetry = 100 * time.Millisecond
+
+// checkHandshake checks the ranges of spec section 5.8; it returns the byte
+// offset of the first bad field.
+func checkHandshake(h proto.HandshakeHeader) (int, bool) {
+	switch {
+	case h.SrcConnID() == 0:
+		return 0, false
+	case h.DSNWindow() < 1 || h.DSNWindow() > proto.MaxDSNWindow:
+		return 12, false
+	case h.MaxPacket() < proto.MinMTU || int(h.MaxPacket()) > proto.MaxPacketLen:
+		return 16, false
+	case h.Paths() < 1 || h.Paths() > proto.MaxPaths:
+		return 18, false
+	case h.Streams() < 1:
+		return 20, false
+	case h.ReplyPort() == 0:
+		return 22, false
+	case h.InboundCapacity() == 0:
+		return 32, false
+	}
+	return 0, true
+}
+
+// sendClose sends a CLOSE to dst.
+func (e *Endpoint) sendClose(plane int, dst netip.AddrPort, peerID uint32, reason proto.CloseReason, detail uint32) {
+	buf := e.port.Buffer()
+	var pkt proto.Packet
+	if err := proto.Build(&pkt, buf[:cap(buf)], proto.TypeClose, 0, 0); err != nil {
+		panic(err)
+	}
+	pkt.Common.SetDstConnID(peerID)
+	pkt.Common.SetTimestamp(uint32(e.clock.Now()))
+	pkt.Close().SetReason(reason)
+	pkt.Close().SetDetail(detail)
+	e.send(link.Datagram{
+		Src:  netip.AddrPortFrom(e.cfg.Planes[plane], e.cfg.SourcePorts[0]),
+		Dst:  dst,
+		DSCP: proto.DefaultDSCP(proto.TypeClose),
+		Data: pkt.Seal(),
+	})
+}
+
+func (e *Endpoint) forget(c *Conn) {
+	delete(e.conns, c.localID)
+	if !c.initiator {
+		delete(e.accepted, c.acceptKey)
+	}
+}

@@ -1,0 +1,430 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/proto"
+)
+
+// recvPath is the receiver's state of one of the peer's paths (spec
+// section 6.3): what the ACK record for it says.
+type recvPath struct {
+	has     bool // a data packet was recorded
+	epoch   uint8
+	highest uint32
+	bits    bitvec256
+	ce      uint32     // CE-marked data packets, all epochs
+	lastTS  uint32     // Timestamp of the latest arrival
+	lastAt  clock.Time // its arrival
+	dirty   bool       // recorded something since the last ACK
+}
+
+// record notes PSN psn of epoch e; it reports whether the arrival calls for
+// an immediate ACK (it is not the PSN after the highest).
+func (p *recvPath) record(e uint8, psn uint32) bool {
+	switch {
+	case !p.has:
+		p.has, p.epoch, p.highest, p.bits = true, e, psn, bitvec256{}
+		return false
+	case e == p.epoch:
+		if proto.SeqLess(p.highest, psn) {
+			d := psn - p.highest
+			p.bits.advance(d)
+			p.highest = psn
+			return d != 1
+		}
+		if k := p.highest - 1 - psn; psn != p.highest && k < 256 {
+			p.bits.set(int(k))
+		}
+		return true
+	case proto.SeqLess(p.highest, psn): // the sender repathed
+		p.epoch, p.highest, p.bits = e, psn, bitvec256{}
+		return false
+	}
+	return false // a late packet of an earlier route: not recorded
+}
+
+// rxMessage is a message being received: the fields of its first accepted
+// packet, which every later packet must match, and the bytes placed.
+type rxMessage struct {
+	typ       proto.Type
+	msgLen    uint32
+	rkey      uint64
+	roff      uint64
+	rsn, imm  uint32
+	placed    uint32
+	solicited bool
+}
+
+// recvStream is one stream's receive side.
+type recvStream struct {
+	next  uint32 // the next MSN to complete
+	msgs  map[uint32]*rxMessage
+	recvs []RecvWR // posted receives, from head: RSN base, base+1, ...
+	head  int
+	base  uint32
+}
+
+// ReceiverStats counts a connection's receiving.
+type ReceiverStats struct {
+	Packets      uint64 // data packets placed
+	Bytes        uint64
+	Duplicates   uint64
+	OutOfWindow  uint64
+	Inconsistent uint64 // disagreed with their message's first packet
+	BadPath      uint64 // path id beyond the negotiated count, or too long
+	Nacks        [16]uint64
+	CE           uint64
+	AcksSent     uint64
+}
+
+type receiver struct {
+	c        *Conn
+	ready    bool
+	dsn      dsnWindow
+	paths    []recvPath
+	streams  []recvStream
+	dirty    []uint8
+	pending  int // data packets since the last ACK
+	ackPlane int
+	ackPort  int
+	free     []*rxMessage
+	stats    ReceiverStats
+}
+
+func (r *receiver) init(c *Conn) {
+	r.c = c
+	r.dsn = newDSNWindow(c.peerIDSN, c.ep.cfg.DSNWindow)
+	r.paths = make([]recvPath, c.paths)
+	old := r.streams
+	r.streams = make([]recvStream, c.streams)
+	for i := range r.streams {
+		r.streams[i].msgs = map[uint32]*rxMessage{}
+		if i < len(old) {
+			r.streams[i].recvs = old[i].recvs
+		}
+	}
+	r.ready = true
+}
+
+// postRecv appends a receive buffer to a stream.
+func (r *receiver) postRecv(wr RecvWR) error {
+	c := r.c
+	if !r.ready {
+		return ErrNotReady
+	}
+	if int(wr.Stream) >= len(r.streams) {
+		return fmt.Errorf("engine: stream %d: the connection has %d", wr.Stream, len(r.streams))
+	}
+	g := wr.Local.Region
+	if g == nil || g.Domain() != c.pd {
+		return errors.New("engine: the receive buffer is not registered in the connection's protection domain")
+	}
+	if g.Access()&memreg.LocalWrite == 0 {
+		return errors.New("engine: the receive buffer's region does not grant local write")
+	}
+	if err := g.CheckRange(wr.Local.Offset, uint64(wr.Local.Length)); err != nil {
+		return fmt.Errorf("engine: receive buffer: %w", err)
+	}
+	st := &r.streams[wr.Stream]
+	st.recvs = append(st.recvs, wr)
+	return nil
+}
+
+// onData runs a data packet through steps 8-17 of spec section 9.
+func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
+	c := r.c
+	h := pkt.Common
+	if len(d.Data) > c.maxPacket || int(h.PathID()) >= len(r.paths) {
+		r.stats.BadPath++
+		return
+	}
+	path := &r.paths[h.PathID()]
+	if d.ECN == link.CE {
+		path.ce++
+		r.stats.CE++
+	}
+	r.ackPlane = plane
+	dsn := h.DSN()
+	switch r.dsn.check(dsn) {
+	case dsnOutOfWindow:
+		r.stats.OutOfWindow++
+		return
+	case dsnDuplicate:
+		r.stats.Duplicates++
+		r.recordPath(h, at)
+		r.ackNow()
+		return
+	}
+
+	// The message this packet belongs to.
+	var f rxMessage
+	var stream uint16
+	var msn, msgOff uint32
+	switch pkt.Type() {
+	case proto.TypeWrite, proto.TypeWriteImm:
+		w := pkt.Write()
+		stream, msn, msgOff = w.Stream(), w.MSN(), w.MsgOffset()
+		f = rxMessage{typ: pkt.Type(), msgLen: w.MsgLen(), rkey: w.RKey(), roff: w.RemoteOffset()}
+		if pkt.Type() == proto.TypeWriteImm {
+			f.rsn, f.imm = pkt.Imm().RSN(), pkt.Imm().Immediate()
+		}
+	case proto.TypeSend:
+		sh := pkt.Send()
+		stream, msn, msgOff = sh.Stream(), sh.MSN(), sh.MsgOffset()
+		f = rxMessage{typ: proto.TypeSend, msgLen: sh.MsgLen(), rsn: sh.RSN()}
+	default: // READ_REQ, READ_RESP: not built yet
+		r.nack(pkt, plane, proto.NackUnsupported, 0, 0)
+		return
+	}
+	f.solicited = h.Flags()&proto.FlagSolicited != 0
+
+	// Step 10: consistency with the message's first packet.
+	var st *recvStream
+	var m *rxMessage
+	if int(stream) < len(r.streams) {
+		st = &r.streams[stream]
+		if msn-st.next >= r.dsn.size { // already complete, or further ahead than any window allows
+			r.stats.Inconsistent++
+			return
+		}
+		if m = st.msgs[msn]; m != nil && (m.typ != f.typ || m.msgLen != f.msgLen || m.rkey != f.rkey ||
+			m.roff != f.roff || m.rsn != f.rsn || m.imm != f.imm) {
+			r.stats.Inconsistent++
+			return
+		}
+	}
+	// Step 11: stream.
+	if st == nil {
+		r.nack(pkt, plane, proto.NackBadStream, stream, msn)
+		return
+	}
+	// Steps 13-15: key, access, bounds of a WRITE's region.
+	payload := pkt.Payload
+	var region *memreg.Region
+	var dst uint64
+	if f.typ != proto.TypeSend {
+		g, err := c.pd.Lookup(f.rkey, memreg.RemoteWrite)
+		if err != nil {
+			code := proto.NackBadKey
+			if errors.Is(err, memreg.ErrAccess) {
+				code = proto.NackAccess
+			}
+			r.nack(pkt, plane, code, stream, msn)
+			return
+		}
+		defer g.Release()
+		if g.CheckRange(f.roff, uint64(f.msgLen)) != nil {
+			r.nack(pkt, plane, proto.NackBounds, stream, msn)
+			return
+		}
+		region, dst = g, f.roff+uint64(msgOff)
+	}
+	// Step 16: the posted receive.
+	if f.typ != proto.TypeWrite {
+		i := f.rsn - st.base
+		if i >= uint32(len(st.recvs)-st.head) {
+			r.nack(pkt, plane, proto.NackRNR, stream, msn)
+			return
+		}
+		rw := &st.recvs[st.head+int(i)]
+		if f.typ == proto.TypeSend {
+			if f.msgLen > rw.Local.Length {
+				r.nack(pkt, plane, proto.NackBounds, stream, msn)
+				return
+			}
+			region, dst = rw.Local.Region, rw.Local.Offset+uint64(msgOff)
+		}
+	}
+	// Step 17: place and record.
+	if err := region.Place(dst, payload); err != nil {
+		panic("engine: placement outside checked bounds: " + err.Error())
+	}
+	urgent := r.recordPath(h, at)
+	r.dsn.mark(dsn)
+	if m == nil {
+		m = r.newMessage()
+		*m = f
+		st.msgs[msn] = m
+	}
+	m.placed += uint32(len(payload))
+	r.stats.Packets++
+	r.stats.Bytes += uint64(len(payload))
+	if msn == st.next {
+		r.complete(stream)
+	}
+	r.pending++
+	switch {
+	case urgent || h.Flags()&proto.FlagAckRequest != 0 || r.pending >= c.ep.cfg.AckEvery:
+		r.ackNow()
+	case c.ackTimer.Deadline() == clock.Never:
+		c.ackTimer.Reset(at.Add(c.ep.cfg.AckDelay))
+	}
+	c.madeProgress()
+}
+
+func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
+	path := &r.paths[h.PathID()]
+	urgent := path.record(h.Epoch(), h.PSN())
+	path.lastTS, path.lastAt = h.Timestamp(), at
+	if !path.dirty {
+		path.dirty = true
+		r.dirty = append(r.dirty, h.PathID())
+	}
+	return urgent
+}
+
+func (r *receiver) newMessage() *rxMessage {
+	if n := len(r.free); n > 0 {
+		m := r.free[n-1]
+		r.free = r.free[:n-1]
+		return m
+	}
+	return &rxMessage{}
+}
+
+// complete delivers, in MSN order, the messages of a stream that are fully
+// placed: a receive completion for SEND and WRITE_IMM, nothing for WRITE.
+func (r *receiver) complete(stream uint16) {
+	st := &r.streams[stream]
+	for {
+		m := st.msgs[st.next]
+		if m == nil || m.placed < m.msgLen {
+			return
+		}
+		if m.typ != proto.TypeWrite {
+			if m.rsn != st.base || st.head >= len(st.recvs) {
+				r.c.fail(errors.New("engine: the peer consumed receives out of order"), StatusFlushed, true)
+				return
+			}
+			rw := st.recvs[st.head]
+			st.recvs[st.head] = RecvWR{}
+			st.head++
+			st.base++
+			if st.head > 32 && st.head*2 > len(st.recvs) {
+				n := copy(st.recvs, st.recvs[st.head:])
+				st.recvs = st.recvs[:n]
+				st.head = 0
+			}
+			r.c.report(Completion{ID: rw.ID, Op: OpRecv, Stream: stream, Bytes: m.msgLen,
+				Imm: m.imm, HasImm: m.typ == proto.TypeWriteImm, Solicited: m.solicited})
+		}
+		delete(st.msgs, st.next)
+		*m = rxMessage{}
+		r.free = append(r.free, m)
+		st.next++
+	}
+}
+
+// nack refuses a data packet (spec section 7): nothing is placed or recorded.
+func (r *receiver) nack(pkt *proto.Packet, plane int, code proto.NackCode, stream uint16, msn uint32) {
+	c := r.c
+	r.stats.Nacks[code&15]++
+	var out proto.Packet
+	c.build(&out, proto.TypeNack, 0, 0)
+	out.Common.SetDstConnID(c.peerID)
+	n := out.Nack()
+	n.SetCode(code)
+	n.SetPathID(pkt.Common.PathID())
+	n.SetEpoch(pkt.Common.Epoch())
+	n.SetPSN(pkt.Common.PSN())
+	n.SetDSN(pkt.Common.DSN())
+	n.SetStream(stream)
+	n.SetMSN(msn)
+	if code == proto.NackRNR {
+		n.SetRetryAfter(rnrRetryMicros)
+	}
+	c.emit(&out, plane, c.ep.cfg.SourcePorts[0])
+}
+
+// rnrRetryMicros is how long a sender refused with RNR waits, in µs.
+const rnrRetryMicros = 100
+
+func (r *receiver) ackNow() { r.sendAck(r.ackPlane, true) }
+
+// sendAck sends ACKs carrying the records of every path that recorded data
+// since the last ACK (all of them with records unset: the handshake's empty
+// ACK).
+func (r *receiver) sendAck(plane int, records bool) {
+	c := r.c
+	if !c.remote[plane].IsValid() {
+		plane = c.firstPlane()
+	}
+	maxRecords := min(proto.MaxAckRecords, (c.maxPacket-proto.CommonHeaderLen-proto.AckHeaderLen-proto.TrailerLen)/proto.AckRecordLen)
+	now := c.ep.clock.Now()
+	for first := true; first || records && len(r.dirty) > 0; first = false {
+		n := 0
+		if records {
+			n = min(len(r.dirty), maxRecords)
+		}
+		var pkt proto.Packet
+		c.build(&pkt, proto.TypeAck, n, 0)
+		pkt.Common.SetDstConnID(c.peerID)
+		ack := pkt.Ack()
+		ack.SetCumDSN(r.dsn.cum)
+		ack.SetRateHint(proto.RateNoLimit)
+		for i := 0; i < n; i++ {
+			id := r.dirty[i]
+			p := &r.paths[id]
+			p.dirty = false
+			rec := pkt.AckRecord(i)
+			rec.SetPathID(id)
+			rec.SetEpoch(p.epoch)
+			rec.SetHighestPSN(p.highest)
+			rec.SetCECount(p.ce)
+			rec.SetEchoTimestamp(p.lastTS)
+			rec.SetServiceTime(uint32(min(now-p.lastAt, 1<<32-1)))
+			p.bits.write(rec)
+		}
+		r.dirty = r.dirty[n:]
+		// Acks rotate over the source ports so that they spread over the
+		// plane's routes like the data they answer.
+		r.ackPort = (r.ackPort + 1) % len(c.ep.cfg.SourcePorts)
+		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[r.ackPort])
+		r.stats.AcksSent++
+	}
+	if len(r.dirty) == 0 {
+		r.dirty = r.dirty[:0:cap(r.dirty)]
+	}
+	r.pending = 0
+	c.ackTimer.Stop()
+}
+
+// onProbe answers a PROBE over its own 5-tuple, reversed.
+func (r *receiver) onProbe(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
+	c := r.c
+	var out proto.Packet
+	c.build(&out, proto.TypeProbeReply, 0, 0)
+	out.Common.SetDstConnID(c.peerID)
+	out.Common.SetPathID(pkt.Common.PathID())
+	out.Common.SetEpoch(pkt.Common.Epoch())
+	pr := out.ProbeReply()
+	pr.SetProbeID(pkt.Probe().ProbeID())
+	pr.SetEchoTimestamp(pkt.Common.Timestamp())
+	pr.SetServiceTime(uint32(min(c.ep.clock.Now()-at, 1<<32-1)))
+	c.ep.send(link.Datagram{
+		Src:  netip.AddrPortFrom(c.ep.cfg.Planes[plane], d.Dst.Port()),
+		Dst:  d.Src,
+		DSCP: proto.DefaultDSCP(proto.TypeProbeReply),
+		Data: out.Seal(),
+	})
+}
+
+// flush completes every posted receive with a flush status.
+func (r *receiver) flush(err error) {
+	for i := range r.streams {
+		st := &r.streams[i]
+		for _, rw := range st.recvs[st.head:] {
+			r.c.report(Completion{ID: rw.ID, Op: OpRecv, Status: StatusFlushed, Stream: uint16(i), Err: err})
+		}
+		st.recvs, st.head = nil, 0
+	}
+}
+
+// ReceiverStats returns the connection's receiving counters.
+func (c *Conn) ReceiverStats() ReceiverStats { return c.rcv.stats }

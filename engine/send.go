@@ -1,0 +1,755 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/proto"
+)
+
+// message is a posted WRITE, WRITE_IMM or SEND on its way out.
+type message struct {
+	wr      SendWR
+	typ     proto.Type
+	msn     uint32
+	rsn     uint32
+	seg     uint32 // payload bytes per packet
+	next    uint32 // offset of the next first transmission
+	allSent bool
+	unacked int  // DSNs of it sent and not yet acknowledged
+	done    bool // acknowledged, or failed
+	failed  bool // reported already with an error status
+}
+
+// dsnRecord is what the sender keeps per DSN in flight: where its content
+// lies (no copy of the payload: a retransmission is rebuilt from the source
+// region) and its latest transmission.
+type dsnRecord struct {
+	msg     *message
+	off     uint32
+	n       uint32
+	acked   bool
+	queued  bool       // in the retransmit queue
+	waiting bool       // refused with RNR or RESOURCE: resend at retryAt
+	retryAt clock.Time //
+	path    uint8      // latest transmission
+	psn     uint32
+}
+
+// sendRec is one transmission on a path: the ring entry of its PSN.
+type sendRec struct {
+	dsn      uint32
+	sentAt   clock.Time
+	resolved bool // acknowledged, declared lost, or refused
+}
+
+// sendPath is the sender's state of one path.
+type sendPath struct {
+	s          *sender
+	id         int
+	plane      int
+	portIndex  int // into Config.SourcePorts
+	port       uint16
+	epoch      uint8
+	epochStart [4]uint32 // first PSN of each epoch value's latest use
+	next       uint32    // next PSN
+	oldest     uint32    // oldest PSN not resolved
+	ring       [256]sendRec
+	inflight   int
+	window     int
+	rtt        pathmgr.RTT
+	timer      clock.Timer
+	probed     bool // a tail probe went out since the last acknowledgment
+	timeouts   int  // consecutive retransmission timeouts
+	state      pathmgr.State
+	ctr        pathmgr.Counters
+	ce         uint32
+	ceValid    bool
+	probeID    uint32
+}
+
+// sendStream is one stream's outgoing messages, in MSN order.
+type sendStream struct {
+	msn, rsn uint32
+	queue    []*message // from head: not yet completed
+	head     int
+	sendIdx  int // first message with bytes never sent
+}
+
+// SenderStats counts a connection's sending.
+type SenderStats struct {
+	Packets     uint64 // data packets sent, retransmissions included
+	Retransmits uint64 // of which retransmissions (gap, timeout, tail probe, retry)
+	TailProbes  uint64
+	Timeouts    uint64
+	Nacks       uint64 // retryable NACKs received
+	BadAcks     uint64 // ACK records that named no path or PSN of ours
+}
+
+type sender struct {
+	c        *Conn
+	nextDSN  uint32
+	una      uint32 // oldest DSN not acknowledged
+	window   uint32
+	ring     []dsnRecord
+	mask     uint32
+	paths    []*sendPath
+	streams  []sendStream
+	retx     []uint32 // DSNs to resend, oldest first
+	waiting  []uint32 // DSNs refused with a retryable NACK
+	retry    clock.Timer
+	rrStream int
+	rrPath   int
+	msgs     int    // messages posted and not completed
+	unsent   uint64 // bytes posted and never sent: the Backlog field
+	stats    SenderStats
+}
+
+func (s *sender) init(c *Conn) {
+	s.c = c
+	s.nextDSN, s.una = c.idsn, c.idsn
+	s.window = uint32(min(c.peerWindow, 1<<16))
+	n := 1
+	for n < int(s.window) {
+		n *= 2
+	}
+	s.ring, s.mask = make([]dsnRecord, n), uint32(n-1)
+	s.streams = make([]sendStream, c.streams)
+	s.retry = c.ep.clock.NewTimer(s.onRetry)
+	cfg := &c.ep.cfg
+	for i := 0; i < c.paths; i++ {
+		p := &sendPath{s: s, id: i, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
+			next: c.isn, oldest: c.isn, window: cfg.PathWindow}
+		p.port = cfg.SourcePorts[p.portIndex]
+		p.epochStart[0] = c.isn
+		p.timer = c.ep.clock.NewTimer(p.onTimer)
+		s.paths = append(s.paths, p)
+	}
+}
+
+func (s *sender) busy() bool { return s.msgs > 0 }
+
+// record returns the record of DSN d if d is in flight.
+func (s *sender) record(d uint32) *dsnRecord {
+	if d-s.una >= s.nextDSN-s.una {
+		return nil
+	}
+	return &s.ring[d&s.mask]
+}
+
+// post queues a work request after checking it.
+func (s *sender) post(wr SendWR) error {
+	c := s.c
+	var typ proto.Type
+	switch wr.Op {
+	case OpWrite:
+		typ = proto.TypeWrite
+	case OpWriteImm:
+		typ = proto.TypeWriteImm
+	case OpSend:
+		typ = proto.TypeSend
+	default:
+		return fmt.Errorf("engine: cannot post %v on the send side", wr.Op)
+	}
+	if int(wr.Stream) >= c.streams {
+		return fmt.Errorf("engine: stream %d: the connection has %d", wr.Stream, c.streams)
+	}
+	if g := wr.Local.Region; g == nil || g.Domain() != c.pd {
+		return fmt.Errorf("engine: the local buffer is not registered in the connection's protection domain")
+	}
+	if err := wr.Local.Region.CheckRange(wr.Local.Offset, uint64(wr.Local.Length)); err != nil {
+		return fmt.Errorf("engine: local buffer: %w", err)
+	}
+	hlen, _ := proto.HeaderLen(typ, 0)
+	st := &s.streams[wr.Stream]
+	m := &message{wr: wr, typ: typ, msn: st.msn, seg: uint32(c.maxPacket - hlen - proto.TrailerLen)}
+	st.msn++
+	if typ != proto.TypeWrite {
+		m.rsn = st.rsn
+		st.rsn++
+	}
+	st.queue = append(st.queue, m)
+	s.msgs++
+	s.unsent += uint64(wr.Local.Length)
+	return nil
+}
+
+// pump sends what the windows allow: retransmissions first, then new data
+// sprayed over the paths.
+func (s *sender) pump() {
+	if s.c.state != Established {
+		return
+	}
+	for s.sendOne() {
+	}
+}
+
+func (s *sender) sendOne() bool {
+	for len(s.retx) > 0 {
+		d := s.retx[0]
+		r := s.record(d)
+		if r == nil || r.acked || !r.queued {
+			s.popRetx()
+			continue
+		}
+		p := s.pickPath(int(r.path))
+		if p == nil {
+			return false
+		}
+		s.popRetx()
+		r.queued = false
+		s.transmit(d, r, p, true, false)
+		return true
+	}
+	if s.nextDSN-s.una >= s.window {
+		return false
+	}
+	m := s.nextMessage()
+	if m == nil {
+		return false
+	}
+	p := s.pickPath(-1)
+	if p == nil {
+		return false
+	}
+	d := s.nextDSN
+	s.nextDSN++
+	n := min(m.seg, m.wr.Local.Length-m.next)
+	r := &s.ring[d&s.mask]
+	*r = dsnRecord{msg: m, off: m.next, n: n}
+	m.next += n
+	m.unacked++
+	s.unsent -= uint64(n)
+	if m.next == m.wr.Local.Length {
+		m.allSent = true
+		s.streams[m.wr.Stream].sendIdx++
+	}
+	s.transmit(d, r, p, false, false)
+	return true
+}
+
+func (s *sender) popRetx() {
+	s.retx = s.retx[1:]
+	if len(s.retx) == 0 {
+		s.retx = s.retx[:0:0]
+	}
+}
+
+// nextMessage picks the next stream with bytes to send, round robin.
+func (s *sender) nextMessage() *message {
+	for i := 0; i < len(s.streams); i++ {
+		k := (s.rrStream + i) % len(s.streams)
+		st := &s.streams[k]
+		if st.sendIdx < len(st.queue) {
+			s.rrStream = k + 1
+			return st.queue[st.sendIdx]
+		}
+	}
+	return nil
+}
+
+// usable reports whether p can take a packet now.
+func (s *sender) usable(p *sendPath) bool {
+	return p.state == pathmgr.Good && p.inflight < p.window && s.c.remote[p.plane].IsValid()
+}
+
+// pickPath chooses a path for a packet. New data (lost < 0) is sprayed
+// round robin over the usable paths. A retransmission goes to the usable
+// path other than the one that lost it with the lowest smoothed RTT, or
+// back to that one if no other can take it.
+func (s *sender) pickPath(lost int) *sendPath {
+	if lost < 0 {
+		for i := 0; i < len(s.paths); i++ {
+			p := s.paths[(s.rrPath+i)%len(s.paths)]
+			if s.usable(p) {
+				s.rrPath = p.id + 1
+				return p
+			}
+		}
+		return nil
+	}
+	var best *sendPath
+	for _, p := range s.paths {
+		if p.id == lost || !s.usable(p) {
+			continue
+		}
+		if best == nil || p.rtt.Samples > 0 && (best.rtt.Samples == 0 || p.rtt.SRTT < best.rtt.SRTT) {
+			best = p
+		}
+	}
+	if best == nil && lost < len(s.paths) && s.usable(s.paths[lost]) {
+		best = s.paths[lost]
+	}
+	return best
+}
+
+// transmit sends DSN d's content on path p with the path's next PSN.
+func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool) {
+	c := s.c
+	now := c.ep.clock.Now()
+	psn := p.next
+	p.next++
+	p.ring[psn&255] = sendRec{dsn: d, sentAt: now}
+	p.inflight++
+	r.path, r.psn = uint8(p.id), psn
+
+	m := r.msg
+	var pkt proto.Packet
+	c.build(&pkt, m.typ, 0, int(r.n))
+	h := pkt.Common
+	h.SetPathID(uint8(p.id))
+	h.SetEpoch(p.epoch)
+	h.SetDstConnID(c.peerID)
+	h.SetPSN(psn)
+	h.SetDSN(d)
+	h.SetBacklog(proto.EncodeBacklog(s.unsent))
+	var flags proto.Flags
+	if r.off+r.n == m.wr.Local.Length || probe {
+		flags |= proto.FlagAckRequest
+	}
+	if retx {
+		flags |= proto.FlagRetransmit
+	}
+	if m.wr.Solicited && m.typ != proto.TypeWrite {
+		flags |= proto.FlagSolicited
+	}
+	h.SetFlags(flags)
+	switch m.typ {
+	case proto.TypeWrite, proto.TypeWriteImm:
+		w := pkt.Write()
+		w.SetRKey(m.wr.RKey)
+		w.SetRemoteOffset(m.wr.RemoteOffset)
+		w.SetMsgLen(m.wr.Local.Length)
+		w.SetMsgOffset(r.off)
+		w.SetStream(m.wr.Stream)
+		w.SetMSN(m.msn)
+		if m.typ == proto.TypeWriteImm {
+			pkt.Imm().SetRSN(m.rsn)
+			pkt.Imm().SetImmediate(m.wr.Imm)
+		}
+	case proto.TypeSend:
+		sh := pkt.Send()
+		sh.SetStream(m.wr.Stream)
+		sh.SetMSN(m.msn)
+		sh.SetRSN(m.rsn)
+		sh.SetMsgLen(m.wr.Local.Length)
+		sh.SetMsgOffset(r.off)
+	}
+	src, err := m.wr.Local.Region.Slice(m.wr.Local.Offset+uint64(r.off), uint64(r.n))
+	if err != nil {
+		panic("engine: a posted buffer left its region: " + err.Error()) // checked at post
+	}
+	copy(pkt.Payload, src)
+	c.emit(&pkt, p.plane, p.port)
+
+	p.ctr.PacketsSent++
+	p.ctr.BytesSent += uint64(r.n)
+	s.stats.Packets++
+	if retx {
+		p.ctr.Retransmits++
+		s.stats.Retransmits++
+	}
+	if p.timer.Deadline() == clock.Never {
+		p.armTimer(now)
+	}
+}
+
+// onAck processes an ACK: the cumulative DSN, then each path record.
+func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
+	ack := pkt.Ack()
+	before := s.una
+	cum := ack.CumDSN()
+	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
+		s.ackDSN(s.una)
+	}
+	for i := 0; i < int(ack.RecordCount()); i++ {
+		rec := pkt.AckRecord(i)
+		if int(rec.PathID()) >= len(s.paths) {
+			s.stats.BadAcks++
+			continue
+		}
+		s.paths[rec.PathID()].onRecord(rec, at)
+	}
+	if s.una != before {
+		s.c.madeProgress()
+	}
+	s.pump()
+}
+
+// ackDSN marks DSN d acknowledged and completes what that finishes.
+func (s *sender) ackDSN(d uint32) {
+	r := s.record(d)
+	if r == nil || r.acked {
+		return
+	}
+	r.acked = true
+	m := r.msg
+	m.unacked--
+	if m.allSent && m.unacked == 0 {
+		m.done = true
+		s.complete(m.wr.Stream)
+	}
+	for s.una != s.nextDSN && s.ring[s.una&s.mask].acked {
+		s.ring[s.una&s.mask] = dsnRecord{}
+		s.una++
+	}
+}
+
+// complete reports the finished messages at the head of a stream, in order.
+func (s *sender) complete(stream uint16) {
+	st := &s.streams[stream]
+	for st.head < len(st.queue) && st.queue[st.head].done {
+		m := st.queue[st.head]
+		st.queue[st.head] = nil
+		st.head++
+		s.msgs--
+		if !m.failed {
+			s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Stream: stream, Bytes: m.wr.Local.Length})
+		}
+	}
+	if st.head > 32 && st.head*2 > len(st.queue) {
+		n := copy(st.queue, st.queue[st.head:])
+		clear(st.queue[n:])
+		st.queue = st.queue[:n]
+		st.sendIdx -= st.head
+		st.head = 0
+	}
+}
+
+// onRecord applies one ACK record to its path: RTT, CE, and every PSN it
+// resolves (spec section 5.5).
+func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
+	s := p.s
+	h, e := rec.HighestPSN(), rec.Epoch()
+	if !proto.SeqLess(h, p.next) || proto.SeqLess(h, p.epochStart[e]) {
+		s.stats.BadAcks++ // never sent, or an older use of this epoch value
+		return
+	}
+	now32 := uint32(at)
+	if sample := now32 - rec.EchoTimestamp() - rec.ServiceTime(); sample < 1<<31 {
+		p.rtt.Update(time.Duration(sample))
+	}
+	if ce := rec.CECount(); !p.ceValid {
+		p.ce, p.ceValid = ce, true
+	} else if d := ce - p.ce; d != 0 && d < 1<<31 {
+		p.ctr.CEMarks += uint64(d)
+		p.ce = ce
+	}
+	es := p.epochStart[e]
+	resolved := false
+	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
+		r := &p.ring[psn&255]
+		if r.resolved || proto.SeqLess(psn, es) {
+			continue // done, or sent in an earlier epoch: only a timeout resolves it
+		}
+		k := h - 1 - psn
+		if psn == h || k < 256 && rec.Received(int(k)) {
+			p.resolveAcked(r)
+		} else {
+			p.resolveLost(r, psn)
+		}
+		resolved = true
+	}
+	p.advance()
+	if resolved {
+		p.probed, p.timeouts = false, 0
+		if p.state == pathmgr.AssumedBad {
+			p.state = pathmgr.Good
+		}
+		p.armTimer(at)
+	}
+}
+
+func (p *sendPath) advance() {
+	for p.oldest != p.next && p.ring[p.oldest&255].resolved {
+		p.oldest++
+	}
+}
+
+func (p *sendPath) resolveAcked(r *sendRec) {
+	r.resolved = true
+	p.inflight--
+	p.ctr.Acked++
+	p.s.ackDSN(r.dsn)
+}
+
+// resolveLost declares the transmission with PSN psn lost and queues its
+// content for retransmission, unless it was acknowledged another way or a
+// later transmission of it is still out.
+func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
+	r.resolved = true
+	p.inflight--
+	p.ctr.Lost++
+	s := p.s
+	d := s.record(r.dsn)
+	if d == nil || d.acked || d.queued || d.waiting || int(d.path) != p.id || d.psn != psn {
+		return
+	}
+	d.queued = true
+	s.retx = append(s.retx, r.dsn)
+}
+
+// armTimer sets the path's timer: a tail probe after 2 SRTT (once the path
+// has an RTT sample), then the retransmission timeout, doubled per
+// consecutive timeout. A path in ASSUMED_BAD is probed at its timeout.
+func (p *sendPath) armTimer(now clock.Time) {
+	if p.inflight == 0 && p.state != pathmgr.AssumedBad {
+		p.timer.Stop()
+		return
+	}
+	p.timer.Reset(now.Add(p.timeout()))
+}
+
+func (p *sendPath) rto() time.Duration {
+	cfg := &p.s.c.ep.cfg
+	rto := p.rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
+	for i := 0; i < p.timeouts && rto < cfg.RTOMax; i++ {
+		rto *= 2
+	}
+	return min(rto, cfg.RTOMax)
+}
+
+func (p *sendPath) timeout() time.Duration {
+	if !p.probed && p.rtt.Samples > 0 && p.state == pathmgr.Good {
+		cfg := &p.s.c.ep.cfg
+		return max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin)
+	}
+	return p.rto()
+}
+
+func (p *sendPath) onTimer() {
+	s := p.s
+	c := s.c
+	if c.state != Established {
+		return
+	}
+	now := c.ep.clock.Now()
+	switch {
+	case p.state == pathmgr.AssumedBad:
+		p.sendProbe()
+		p.timeouts = min(p.timeouts+1, 16)
+	case p.inflight == 0:
+		return
+	case !p.probed && p.rtt.Samples > 0:
+		p.tailProbe()
+	default:
+		p.onRTO()
+	}
+	p.armTimer(now)
+	s.pump()
+	c.ep.flush()
+}
+
+// tailProbe resends the newest unresolved packet of the path, asking for an
+// acknowledgment, so the receiver reports what the path delivered.
+func (p *sendPath) tailProbe() {
+	s := p.s
+	p.probed = true
+	for psn := p.next - 1; psn != p.oldest-1; psn-- {
+		r := &p.ring[psn&255]
+		if r.resolved {
+			continue
+		}
+		d := s.record(r.dsn)
+		if d == nil || d.acked {
+			continue
+		}
+		s.stats.TailProbes++
+		s.transmit(r.dsn, d, p, true, true)
+		return
+	}
+}
+
+// onRTO declares everything unresolved on the path lost: it is resent on
+// other paths. The path stops taking new data until a probe or an
+// acknowledgment shows it works; after two timeouts in a row it is repathed
+// to a new source port.
+func (p *sendPath) onRTO() {
+	s := p.s
+	p.timeouts++
+	p.ctr.Timeouts++
+	s.stats.Timeouts++
+	for psn := p.oldest; psn != p.next; psn++ {
+		if r := &p.ring[psn&255]; !r.resolved {
+			p.resolveLost(r, psn)
+		}
+	}
+	p.advance()
+	if p.timeouts >= 2 {
+		p.repath()
+	}
+	p.state = pathmgr.AssumedBad
+	p.sendProbe()
+}
+
+// repath gives the path a new source port from the pool; its epoch
+// advances and its PSN space continues (spec section 6.3).
+func (p *sendPath) repath() {
+	cfg := &p.s.c.ep.cfg
+	p.portIndex = (p.portIndex + len(p.s.paths)) % len(cfg.SourcePorts)
+	p.port = cfg.SourcePorts[p.portIndex]
+	p.epoch = (p.epoch + 1) & 3
+	p.epochStart[p.epoch] = p.next
+	p.ctr.Repaths++
+}
+
+func (p *sendPath) sendProbe() {
+	c := p.s.c
+	if !c.remote[p.plane].IsValid() {
+		return
+	}
+	p.probeID++
+	var pkt proto.Packet
+	c.build(&pkt, proto.TypeProbe, 0, 0)
+	pkt.Common.SetDstConnID(c.peerID)
+	pkt.Common.SetPathID(uint8(p.id))
+	pkt.Common.SetEpoch(p.epoch)
+	pkt.Probe().SetProbeID(p.probeID)
+	c.emit(&pkt, p.plane, p.port)
+}
+
+func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
+	id := int(pkt.Common.PathID())
+	if id >= len(s.paths) {
+		s.stats.BadAcks++
+		return
+	}
+	p := s.paths[id]
+	r := pkt.ProbeReply()
+	if r.ProbeID() != p.probeID || pkt.Common.Epoch() != p.epoch {
+		return // an old probe's reply
+	}
+	if sample := uint32(at) - r.EchoTimestamp() - r.ServiceTime(); sample < 1<<31 {
+		p.rtt.Update(time.Duration(sample))
+	}
+	if p.state == pathmgr.AssumedBad {
+		p.state = pathmgr.Good
+		p.timeouts = 0
+		p.armTimer(at)
+		s.pump()
+	}
+}
+
+// onNack handles a refused packet (spec section 7).
+func (s *sender) onNack(pkt *proto.Packet) {
+	n := pkt.Nack()
+	code := n.Code()
+	r := s.record(n.DSN())
+	if code.Fatal() {
+		st := StatusRemoteInvalid
+		switch code {
+		case proto.NackBadKey, proto.NackAccess, proto.NackBounds:
+			st = StatusRemoteAccess
+		}
+		err := &RemoteError{Nack: code}
+		if r != nil && !r.acked {
+			m := r.msg
+			s.failMessage(m, st, err)
+		}
+		s.c.fail(err, StatusFlushed, true)
+		return
+	}
+	if code == proto.NackSeqErr {
+		return // baseline mode only
+	}
+	s.stats.Nacks++
+	if int(n.PathID()) < len(s.paths) {
+		p := s.paths[n.PathID()]
+		if psn := n.PSN(); psn-p.oldest < p.next-p.oldest {
+			if sr := &p.ring[psn&255]; !sr.resolved && sr.dsn == n.DSN() {
+				sr.resolved = true
+				p.inflight--
+				p.advance()
+			}
+		}
+	}
+	if r == nil || r.acked || r.waiting {
+		return
+	}
+	now := s.c.ep.clock.Now()
+	r.queued = false
+	r.waiting = true
+	r.retryAt = now.Add(time.Duration(n.RetryAfter()) * time.Microsecond)
+	s.waiting = append(s.waiting, n.DSN())
+	if s.retry.Deadline() == clock.Never || r.retryAt < s.retry.Deadline() {
+		s.retry.Reset(r.retryAt)
+	}
+	s.pump()
+}
+
+// onRetry moves refused DSNs whose wait is over to the retransmit queue.
+func (s *sender) onRetry() {
+	now := s.c.ep.clock.Now()
+	next := clock.Never
+	kept := s.waiting[:0]
+	for _, d := range s.waiting {
+		r := s.record(d)
+		switch {
+		case r == nil || r.acked || !r.waiting:
+		case r.retryAt <= now:
+			r.waiting, r.queued = false, true
+			s.retx = append(s.retx, d)
+		default:
+			kept = append(kept, d)
+			next = min(next, r.retryAt)
+		}
+	}
+	s.waiting = kept
+	if next != clock.Never {
+		s.retry.Reset(next)
+	}
+	s.pump()
+	s.c.ep.flush()
+}
+
+// failMessage completes one message with an error status now.
+func (s *sender) failMessage(m *message, st Status, err error) {
+	if m.done {
+		return
+	}
+	m.done, m.failed = true, true
+	s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: m.wr.Stream, Bytes: m.wr.Local.Length, Err: err})
+}
+
+// flush completes every outstanding message with status st.
+func (s *sender) flush(st Status, err error) {
+	for i := range s.streams {
+		q := &s.streams[i]
+		for _, m := range q.queue[q.head:] {
+			if !m.done {
+				m.done = true
+				s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: uint16(i), Bytes: m.wr.Local.Length, Err: err})
+			}
+		}
+		q.queue, q.head, q.sendIdx = nil, 0, 0
+	}
+	s.msgs = 0
+	for _, p := range s.paths {
+		p.timer.Stop()
+	}
+	if s.retry != nil {
+		s.retry.Stop()
+	}
+}
+
+// Telemetry returns a snapshot of every path.
+func (c *Conn) Telemetry() []pathmgr.Telemetry {
+	out := make([]pathmgr.Telemetry, len(c.snd.paths))
+	for i, p := range c.snd.paths {
+		out[i] = pathmgr.Telemetry{Path: p.id, Plane: p.plane, SrcPort: p.port, Epoch: p.epoch, State: p.state,
+			RTT: p.rtt, InFlight: p.inflight, Window: p.window, Counters: p.ctr}
+	}
+	return out
+}
+
+// SenderStats returns the connection's sending counters.
+func (c *Conn) SenderStats() SenderStats { return c.snd.stats }
+
+// report hands a completion to the connection's events.
+func (c *Conn) report(wc Completion) {
+	if c.events != nil {
+		c.events.Completion(c, wc)
+	}
+}

@@ -1,0 +1,258 @@
+// Package engine is mroce's protocol engine: the software implementation of
+// docs/spec.md. It is sans-I/O: packets come in through Endpoint.Receive,
+// go out through a link.Port, and time comes from an injected clock.Clock,
+// so the same engine runs in virtual time over netem and on real sockets.
+// An Endpoint and its connections are driven by one goroutine (the clock's
+// loop): nothing here locks.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/proto"
+)
+
+// Config is an endpoint's configuration. Zero fields take the defaults
+// documented on each.
+type Config struct {
+	// Planes are the endpoint's local addresses, one per plane (NIC port).
+	Planes []netip.Addr
+	// Port is the UDP port the endpoint receives on (its ReplyPort).
+	// Default proto.DefaultPort.
+	Port uint16
+	// SourcePorts is the pool of local UDP source ports paths and control
+	// packets are sent from. Default 49152-49407.
+	SourcePorts []uint16
+	// MaxPacket is the largest packet this endpoint sends or accepts (UDP
+	// payload). Default 4,160: 4 KiB of payload in a WRITE.
+	MaxPacket int
+	// Paths and Streams offered or accepted per connection. Defaults 8, 8.
+	Paths, Streams int
+	// DSNWindow is the receive window in packets this endpoint offers.
+	// Default 1,024.
+	DSNWindow int
+	// PathWindow is the fixed number of packets in flight per path (until
+	// congestion control sets it). Default 32, at most 255.
+	PathWindow int
+	// AckEvery and AckDelay coalesce acknowledgments: an ACK after that
+	// many data packets, or that long after the first unacknowledged one.
+	// Defaults 8 and 5 µs.
+	AckEvery int
+	AckDelay time.Duration
+	// RTOInitial, RTOMin and RTOMax bound the per-path retransmission
+	// timeout. Defaults 1 ms, 50 µs and 100 ms. Real sockets want an RTOMin
+	// that survives scheduling and GC pauses (milliseconds).
+	RTOInitial, RTOMin, RTOMax time.Duration
+	// NoProgress is how long a connection may go without forward progress
+	// while it has work outstanding before it fails. Default 1 s.
+	NoProgress time.Duration
+	// ConnectTimeout bounds the handshake. Default 1 s.
+	ConnectTimeout time.Duration
+	// Random is the source of connection ids and initial sequence numbers
+	// (and memreg keys, when the registry is made from this config).
+	// Default crypto/rand. Simulations pass a seeded source.
+	Random io.Reader
+}
+
+func (c *Config) fill() error {
+	if len(c.Planes) == 0 {
+		return errors.New("engine: no local plane addresses")
+	}
+	if c.Port == 0 {
+		c.Port = proto.DefaultPort
+	}
+	if len(c.SourcePorts) == 0 {
+		for p := 49152; p < 49152+256; p++ {
+			c.SourcePorts = append(c.SourcePorts, uint16(p))
+		}
+	}
+	setInt(&c.MaxPacket, 4160)
+	setInt(&c.Paths, 8)
+	setInt(&c.Streams, 8)
+	setInt(&c.DSNWindow, 1024)
+	setInt(&c.PathWindow, 32)
+	setInt(&c.AckEvery, 8)
+	setDur(&c.AckDelay, 5*time.Microsecond)
+	setDur(&c.RTOInitial, time.Millisecond)
+	setDur(&c.RTOMin, 50*time.Microsecond)
+	setDur(&c.RTOMax, 100*time.Millisecond)
+	setDur(&c.NoProgress, time.Second)
+	setDur(&c.ConnectTimeout, time.Second)
+	switch {
+	case c.MaxPacket < proto.MinMTU || c.MaxPacket > proto.MaxPacketLen:
+		return fmt.Errorf("engine: max packet %d: want %d .. %d", c.MaxPacket, proto.MinMTU, proto.MaxPacketLen)
+	case c.Paths < 1 || c.Paths > proto.MaxPaths:
+		return fmt.Errorf("engine: paths %d: want 1 .. %d", c.Paths, proto.MaxPaths)
+	case c.Streams < 1 || c.Streams > proto.MaxStreams:
+		return fmt.Errorf("engine: streams %d: want 1 .. %d", c.Streams, proto.MaxStreams)
+	case c.DSNWindow < 1 || c.DSNWindow > 1<<20:
+		return fmt.Errorf("engine: DSN window %d: want 1 .. %d", c.DSNWindow, 1<<20)
+	case c.PathWindow < 1 || c.PathWindow > 255:
+		return fmt.Errorf("engine: path window %d: want 1 .. 255", c.PathWindow)
+	}
+	return nil
+}
+
+func setInt(v *int, def int) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+func setDur(v *time.Duration, def time.Duration) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Opcode is the operation of a work request or completion.
+type Opcode uint8
+
+const (
+	OpWrite    Opcode = iota + 1 // RDMA WRITE
+	OpWriteImm                   // RDMA WRITE with immediate data
+	OpSend                       // SEND
+	OpRecv                       // a receive (its completion: a SEND or WRITE_IMM arrived)
+)
+
+func (o Opcode) String() string {
+	switch o {
+	case OpWrite:
+		return "WRITE"
+	case OpWriteImm:
+		return "WRITE_IMM"
+	case OpSend:
+		return "SEND"
+	case OpRecv:
+		return "RECV"
+	}
+	return fmt.Sprintf("Opcode(%d)", uint8(o))
+}
+
+// Status is how a work request ended.
+type Status uint8
+
+const (
+	StatusOK            Status = iota
+	StatusFlushed              // the connection ended before the request could complete
+	StatusRemoteAccess         // the peer refused the key, the access or the bounds
+	StatusRemoteInvalid        // the peer refused the request as invalid (stream, operation)
+	StatusTimeout              // no forward progress for Config.NoProgress
+	StatusLocalLength          // a received message did not fit the posted receive
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusFlushed:
+		return "flushed"
+	case StatusRemoteAccess:
+		return "remote access error"
+	case StatusRemoteInvalid:
+		return "remote invalid request"
+	case StatusTimeout:
+		return "timeout"
+	case StatusLocalLength:
+		return "local length error"
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Completion reports the end of a work request.
+type Completion struct {
+	ID     uint64
+	Op     Opcode
+	Status Status
+	Stream uint16
+	// Bytes is the message length (for a receive: the bytes received).
+	Bytes uint32
+	// Imm is the immediate data of a WRITE_IMM, for a receive completion
+	// (HasImm set).
+	Imm    uint32
+	HasImm bool
+	// Solicited is set on receive completions of solicited messages.
+	Solicited bool
+	// Err says why, when Status is not ok.
+	Err error
+}
+
+// SGE is one local buffer: a range of a registered region.
+type SGE struct {
+	Region *memreg.Region
+	Offset uint64
+	Length uint32
+}
+
+// SendWR is a work request for the send side: a WRITE, WRITE_IMM or SEND.
+type SendWR struct {
+	ID     uint64
+	Op     Opcode
+	Stream uint16
+	Local  SGE
+	// RKey and RemoteOffset name the target of a WRITE or WRITE_IMM.
+	RKey         uint64
+	RemoteOffset uint64
+	// Imm is the immediate data of a WRITE_IMM.
+	Imm       uint32
+	Solicited bool
+}
+
+// RecvWR posts a receive buffer on a stream.
+type RecvWR struct {
+	ID     uint64
+	Stream uint16
+	Local  SGE
+}
+
+// ConnState is where a connection is in its life.
+type ConnState uint8
+
+const (
+	Connecting  ConnState = iota // CONNECT sent, no ACCEPT yet
+	Accepting                    // ACCEPT sent, waiting for the initiator's first packet
+	Established                  // carrying data
+	Closed                       // ended: see Conn.Err
+)
+
+func (s ConnState) String() string {
+	return [...]string{"connecting", "accepting", "established", "closed"}[s]
+}
+
+// Events receives what a connection reports. Calls come from the engine's
+// goroutine; an implementation must not call back into the engine from
+// them except to post work.
+type Events interface {
+	// Completion reports a finished work request.
+	Completion(c *Conn, wc Completion)
+	// State reports a state change; err is set when the connection failed.
+	State(c *Conn, s ConnState, err error)
+}
+
+// Errors a connection can end with.
+var (
+	ErrTimeout       = errors.New("engine: no forward progress: the peer is gone or unreachable")
+	ErrConnectFailed = errors.New("engine: handshake timed out")
+	ErrClosed        = errors.New("engine: connection closed")
+	ErrRefused       = errors.New("engine: connection refused by the peer")
+	ErrNotReady      = errors.New("engine: connection not established")
+)
+
+// RemoteError is a fatal NACK or a CLOSE from the peer.
+type RemoteError struct {
+	Nack   proto.NackCode
+	Reason proto.CloseReason
+	Detail uint32
+}
+
+func (e *RemoteError) Error() string {
+	if e.Nack != 0 {
+		return fmt.Sprintf("engine: the peer refused a request: NACK %v", e.Nack)
+	}
+	return fmt.Sprintf("engine: the peer closed the connection: %v (detail %d)", e.Reason, e.Detail)
+}
