@@ -21,8 +21,8 @@ type Endpoint struct {
 	clock    clock.Clock
 	port     link.Port
 	random   io.Reader
-	conns    map[uint32]*Conn          // by local connection id
-	accepted map[acceptKey]*Conn       // CONNECTs answered, by (source, initiator's id)
+	conns    map[uint32]*Conn           // by local connection id
+	accepted map[acceptKey]*Conn        // CONNECTs answered, by (source, initiator's id)
 	listener func(*Conn) (Events, bool) // nil: not listening
 	listenPD *memreg.Domain
 	batch    []link.Datagram
