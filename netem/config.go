@@ -33,6 +33,9 @@ type Config struct {
 	// Downlinks from the leaf to the host; FabricUp from leaf to spine,
 	// FabricDown from spine to leaf.
 	Uplink, Downlink, FabricUp, FabricDown LinkConfig
+	// Overrides replace the settings of the links they match, in order
+	// (the last match wins): a plane with longer delays, one slow link.
+	Overrides []Override
 	// MaxDatagram is the largest datagram (UDP payload) the fabric carries,
 	// and the capacity of the buffers Port.Buffer hands out. Default 9,000.
 	MaxDatagram int
@@ -153,6 +156,13 @@ type Fault struct {
 	Factor float64
 }
 
+// Override gives the links it matches their own settings.
+type Override struct {
+	Plane int // -1: every plane
+	Match LinkMatch
+	Link  LinkConfig
+}
+
 // LinkMatch selects links of a plane by kind and endpoint; -1 matches any.
 type LinkMatch struct {
 	Kind  LinkKind
@@ -225,6 +235,14 @@ func (c *Config) validate() error {
 			if err := k.lc.validate(); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", k.name, err))
 			}
+		}
+	}
+	for i, o := range c.Overrides {
+		if o.Plane < -1 || o.Plane >= c.Planes {
+			errs = append(errs, fmt.Errorf("override %d: plane %d: the fabric has planes 0 .. %d", i, o.Plane, c.Planes-1))
+		}
+		if err := o.Link.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("override %d: %w", i, err))
 		}
 	}
 	for i, f := range c.Faults {

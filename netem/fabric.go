@@ -112,10 +112,15 @@ func (f *Fabric) leafOf(host int) int {
 
 func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	l := &Link{
-		fab: f, id: len(f.links), kind: kind, plane: p, from: from, to: to,
-		cfg: lc, rate: lc.Rate, factor: 1,
+		fab: f, id: len(f.links), kind: kind, plane: p, from: from, to: to, factor: 1,
 		rng: rand.New(rand.NewPCG(f.cfg.Seed, uint64(len(f.links))+1)),
 	}
+	for _, o := range f.cfg.Overrides {
+		if (o.Plane < 0 || o.Plane == p) && l.matches(&o.Match) {
+			lc = o.Link
+		}
+	}
+	l.cfg, l.rate = lc, lc.Rate
 	switch {
 	case lc.Overhead == 0:
 		l.overhead = defaultOverhead

@@ -612,3 +612,22 @@ func TestSinglePortHostsHashOverPlanes(t *testing.T) {
 		t.Error("single-port hosts without a leaf-spine accepted")
 	}
 }
+
+// An override gives one plane's downlinks a longer delay.
+func TestOverrides(t *testing.T) {
+	cfg := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, time.Microsecond))
+	cfg.Planes = 2
+	cfg.Overrides = []Override{{Plane: 1, Match: LinkMatch{Kind: Downlink, Host: -1, Leaf: -1, Spine: -1},
+		Link: simpleLink(10*gbps, 50*time.Microsecond)}}
+	f, sim := newTestFabric(t, cfg)
+	s := attachSink(f, 1)
+	f.Host(0).Send([]link.Datagram{datagram(f, 0, 1, 0, 1, 1184, 0, 0), datagram(f, 0, 1, 1, 1, 1184, 1, 0)})
+	sim.RunUntil(clock.Time(time.Second))
+	if len(s.got) != 2 || s.got[0].at != 4000 || s.got[1].at != 53000 {
+		t.Fatalf("arrivals %+v: want plane 0 at 4µs, plane 1 at 53µs", s.got)
+	}
+	cfg.Overrides[0].Plane = 5
+	if _, err := New(cfg, clock.NewSim()); err == nil || !strings.Contains(err.Error(), "override 0: plane 5") {
+		t.Fatalf("override of an unknown plane: %v", err)
+	}
+}
