@@ -381,15 +381,12 @@ func (r *receiver) sendAck(plane int, records bool) {
 			rec.SetServiceTime(uint32(min(now-p.lastAt, 1<<32-1)))
 			p.bits.write(rec)
 		}
-		r.dirty = r.dirty[n:]
+		r.dirty = r.dirty[:copy(r.dirty, r.dirty[n:])]
 		// Acks rotate over the source ports so that they spread over the
 		// plane's routes like the data they answer.
 		r.ackPort = (r.ackPort + 1) % len(c.ep.cfg.SourcePorts)
 		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[r.ackPort])
 		r.stats.AcksSent++
-	}
-	if len(r.dirty) == 0 {
-		r.dirty = r.dirty[:0:cap(r.dirty)]
 	}
 	r.pending = 0
 	c.ackTimer.Stop()
