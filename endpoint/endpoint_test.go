@@ -1,0 +1,132 @@
+package endpoint
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/netem"
+)
+
+func simNet(t *testing.T, loss float64) *SimNetwork {
+	t.Helper()
+	l := netem.LinkConfig{Rate: 100e9, Delay: time.Microsecond}
+	fc := netem.Config{Seed: 3, Hosts: 2, Planes: 4, Uplink: l, Downlink: l}
+	if loss > 0 {
+		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: loss}
+	}
+	n, err := NewSimNetwork(fc, engine.Config{Paths: 8, Streams: 4}, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The verbs flow end to end through the API: register, listen, connect,
+// post receives, SEND and WRITE, wait for completions.
+func TestVerbsFlow(t *testing.T) {
+	n := simNet(t, 0.01)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	server, client := n.Device(1), n.Device(0)
+	spd, _ := server.AllocPD()
+	cpd, _ := client.AllocPD()
+	scq, ccq := server.CreateCQ(64), client.CreateCQ(64)
+	lis, err := spd.Listen(scq, scq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqp, err := lis.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 20
+	data := make([]byte, size)
+	rand.NewChaCha8([32]byte{9}).Read(data)
+	src, _ := cpd.RegisterMR(data, LocalWrite)
+	inbox, _ := spd.RegisterMR(make([]byte, size), LocalWrite)
+	target, _ := spd.RegisterMR(make([]byte, size), LocalWrite|RemoteWrite)
+	if err := sqp.PostRecv(77, 1, inbox.SGE(0, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostSend(1, 1, src.SGE(0, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostWrite(2, 2, src.SGE(0, size), target.RKey(), 0); err != nil {
+		t.Fatal(err)
+	}
+	var got []Completion
+	buf := make([]Completion, 8)
+	for len(got) < 2 {
+		k, err := ccq.Wait(ctx, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:k]...)
+	}
+	k, err := scq.Wait(ctx, buf)
+	if err != nil || k != 1 || buf[0].ID != 77 || buf[0].Bytes != size || buf[0].Op != OpRecv {
+		t.Fatalf("receive completion %v %+v", err, buf[:k])
+	}
+	for _, wc := range got {
+		if wc.Status != StatusOK {
+			t.Fatalf("send completion %+v", wc)
+		}
+	}
+	if !bytes.Equal(inbox.Bytes(), data) || !bytes.Equal(target.Bytes(), data) {
+		t.Fatal("data differs")
+	}
+	if tel := qp.Telemetry(); len(tel) != 8 || tel[0].PacketsSent == 0 {
+		t.Fatalf("telemetry %+v", tel)
+	}
+	if err := qp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := qp.State(); st != engine.Closed {
+		t.Fatalf("state after close: %v", st)
+	}
+}
+
+// A full completion queue reports the overflow; it never drops silently.
+func TestCQOverflowIsReported(t *testing.T) {
+	n := simNet(t, 0)
+	ctx := context.Background()
+	cpd, _ := n.Device(0).AllocPD()
+	spd, _ := n.Device(1).AllocPD()
+	ccq, scq := n.Device(0).CreateCQ(2), n.Device(1).CreateCQ(8)
+	if _, err := spd.Listen(scq, scq); err != nil {
+		t.Fatal(err)
+	}
+	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, _ := cpd.RegisterMR(make([]byte, 100), LocalWrite)
+	dst, _ := spd.RegisterMR(make([]byte, 100), LocalWrite|RemoteWrite)
+	for i := 0; i < 3; i++ {
+		qp.PostWrite(uint64(i), 0, src.SGE(0, 100), dst.RKey(), 0)
+	}
+	n.Backend(0).Progress(ctx, func() bool { return n.Sim.Pending() == 0 })
+	out := make([]Completion, 8)
+	k, err := ccq.Poll(out)
+	if k != 2 || err != ErrCQOverflow {
+		t.Fatalf("polled %d, %v: want the 2 that fit and ErrCQOverflow", k, err)
+	}
+}
+
+// Waiting for something that can no longer happen in virtual time returns
+// at once with ErrStalled instead of hanging.
+func TestWaitInVirtualTimeNeverHangs(t *testing.T) {
+	n := simNet(t, 0)
+	cq := n.Device(0).CreateCQ(4)
+	if _, err := cq.Wait(context.Background(), make([]Completion, 1)); err != ErrStalled {
+		t.Fatalf("Wait with nothing to come: %v", err)
+	}
+}

@@ -1,0 +1,74 @@
+package endpoint
+
+import (
+	"math/rand/v2"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/netem"
+)
+
+// SimNetwork is hosts on an emulated fabric in virtual time, each with a
+// software device: what tests, simulations and the demo run on. It is
+// deterministic for a seed.
+type SimNetwork struct {
+	Sim    *clock.Sim
+	Fabric *netem.Fabric
+	hosts  []*Software
+}
+
+// NewSimNetwork builds the fabric and one engine endpoint per host. ec's
+// Planes and Random are filled in per host.
+func NewSimNetwork(fc netem.Config, ec engine.Config, seed uint64) (*SimNetwork, error) {
+	sim := clock.NewSim()
+	fab, err := netem.New(fc, sim)
+	if err != nil {
+		return nil, err
+	}
+	n := &SimNetwork{Sim: sim, Fabric: fab}
+	for h := 0; h < fc.Hosts; h++ {
+		cfg := ec
+		cfg.Planes = nil
+		for p := 0; p < fc.Planes; p++ {
+			cfg.Planes = append(cfg.Planes, netem.Addr(p, h))
+		}
+		cfg.Random = newSeeded(seed, uint64(2*h))
+		ep, err := engine.NewEndpoint(cfg, sim, fab.Host(h))
+		if err != nil {
+			return nil, err
+		}
+		fab.Host(h).Attach(ep)
+		reg := NewRegistry(newSeeded(seed, uint64(2*h+1)))
+		n.hosts = append(n.hosts, NewSoftware(ep, reg, SimRunner{sim}))
+	}
+	return n, nil
+}
+
+// Device opens host h's device.
+func (n *SimNetwork) Device(h int) *Device { return Open(n.hosts[h]) }
+
+// Backend is host h's software backend.
+func (n *SimNetwork) Backend(h int) *Software { return n.hosts[h] }
+
+// Remote is how host h is reached: its address on every plane.
+func (n *SimNetwork) Remote(h int) Remote {
+	r := Remote{Port: n.hosts[h].ep.Config().Port}
+	for p := 0; p < n.Fabric.Config().Planes; p++ {
+		r.Planes = append(r.Planes, netem.Addr(p, h))
+	}
+	return r
+}
+
+// seededSource is a deterministic byte stream for ids, sequence numbers and
+// keys in a simulation. Anything facing a real network uses crypto/rand.
+type seededSource struct{ r *rand.ChaCha8 }
+
+func newSeeded(seed, stream uint64) seededSource {
+	var k [32]byte
+	for i := 0; i < 8; i++ {
+		k[i], k[8+i] = byte(seed>>(8*i)), byte(stream>>(8*i))
+	}
+	return seededSource{rand.NewChaCha8(k)}
+}
+
+func (s seededSource) Read(p []byte) (int, error) { return s.r.Read(p) }
