@@ -1,5 +1,6 @@
-// Command mroce is the command-line tool of the mroce transport: it decodes
-// packets from hex or from captures and prints every field.
+// Command mroce is the command-line tool of the mroce transport: it runs a
+// demonstration transfer through the built-in emulator, and decodes packets
+// from hex or from captures, printing every field.
 //
 // Exit status: 0 on success, 1 for malformed packets and runtime errors, 2 for
 // bad usage (unknown commands or flags, wrong arguments, missing files).
@@ -48,15 +49,16 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		Name:      progName,
 		Usage:     "tools for the mroce transport, an RDMA-style transport over UDP",
 		UsageText: progName + " COMMAND [options] [arguments...]",
-		Description: "mroce decodes packets of the mroce wire format (docs/spec.md), given as hex or\n" +
-			"found in pcap and pcapng captures, and prints every field.",
+		Description: "mroce demo moves data between two emulated hosts over many paths and planes, in\n" +
+			"virtual time, and reports what happened. mroce decode prints every field of packets of\n" +
+			"the wire format (docs/spec.md), given as hex or found in pcap and pcapng captures.",
 		HideVersion:    true,
 		Reader:         stdin,
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		ExitErrHandler: func(*cli.Context, error) {}, // run maps errors to exit codes
 		OnUsageError:   onUsageError,
-		Commands:       []*cli.Command{decodeCommand(), versionCommand(), goldenPcapCommand()},
+		Commands:       []*cli.Command{demoCommand(), decodeCommand(), versionCommand(), goldenPcapCommand()},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return &usageError{msg: fmt.Sprintf("unknown command %q", c.Args().First())}

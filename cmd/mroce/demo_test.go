@@ -1,0 +1,48 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The demo moves its data through the emulator, verifies it, and reports
+// goodput, losses and every path.
+func TestDemo(t *testing.T) {
+	r := runCLI(t, "", "demo", "--size-mib", "4", "--loss", "0.05", "--paths", "6", "--planes", "3")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"over 6 paths on 3 planes", "data verified: SHA-256", "retransmissions per loss", "path  plane  src port"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	m := regexp.MustCompile(`(\d+) lost in the fabric, (\d+) retransmitted`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no loss line:\n%s", r.stdout)
+	}
+	lost, _ := strconv.Atoi(m[1])
+	if lost == 0 {
+		t.Errorf("5%% loss lost nothing:\n%s", r.stdout)
+	}
+	if rows := regexp.MustCompile(`(?m)^\s+\d+\s+\d+\s+\d+\s+GOOD`).FindAllString(r.stdout, -1); len(rows) != 6 {
+		t.Errorf("%d path rows, want 6:\n%s", len(rows), r.stdout)
+	}
+}
+
+func TestDemoRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"demo", "--loss", "2"},
+		{"demo", "--planes", "0"},
+		{"demo", "--paths", "300"},
+		{"demo", "--size-mib", "0"},
+		{"demo", "--rate-gbps", "-1"},
+	} {
+		r := runCLI(t, "", args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "demo: --") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+}
