@@ -94,8 +94,8 @@ func conn(qp QPHandle) *engine.Conn { return qp.(*engine.Conn) }
 
 func (s *Software) PostSend(qp QPHandle, wr engine.SendWR) error { return conn(qp).Post(wr) }
 func (s *Software) PostRecv(qp QPHandle, wr engine.RecvWR) error { return conn(qp).PostRecv(wr) }
-func (s *Software) Close(qp QPHandle) error                       { conn(qp).Close(); return nil }
-func (s *Software) Telemetry(qp QPHandle) []pathmgr.Telemetry   { return conn(qp).Telemetry() }
+func (s *Software) Close(qp QPHandle) error                      { conn(qp).Close(); return nil }
+func (s *Software) Telemetry(qp QPHandle) []pathmgr.Telemetry    { return conn(qp).Telemetry() }
 
 func (s *Software) Progress(ctx context.Context, cond func() bool) error {
 	return s.runner.Progress(ctx, cond)

@@ -93,12 +93,12 @@ func TestHelp(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("mroce %v: exit %d, stderr %q", args, r.code, r.stderr)
 		}
-		for _, want := range []string{"decode", "version", "USAGE"} {
+		for _, want := range []string{"demo", "decode", "version", "USAGE"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("mroce %v: help does not mention %q:\n%s", args, want, r.stdout)
 			}
 		}
-		for _, hidden := range []string{"golden-pcap", "demo"} {
+		for _, hidden := range []string{"golden-pcap"} {
 			if strings.Contains(r.stdout, hidden) {
 				t.Errorf("mroce %v: help lists %q:\n%s", args, hidden, r.stdout)
 			}
