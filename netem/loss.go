@@ -62,15 +62,7 @@ func (m *GilbertElliott) Rate() float64 {
 func (m *GilbertElliott) clone() LossModel { c := *m; c.bad = false; return &c }
 
 func (m *GilbertElliott) validate() error {
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"P", m.P}, {"R", m.R}, {"LossGood", m.LossGood}, {"LossBad", m.LossBad}} {
-		if err := checkProb("Gilbert-Elliott "+f.name, f.v); err != nil {
-			return err
-		}
-	}
-	return nil
+	return checkProbs("Gilbert-Elliott", prob{"P", m.P}, prob{"R", m.R}, prob{"LossGood", m.LossGood}, prob{"LossBad", m.LossBad})
 }
 
 // FourState is the 4-state Markov loss model of Linux netem ("loss state p13
@@ -149,16 +141,26 @@ func (m *FourState) Rate() float64 {
 func (m *FourState) clone() LossModel { c := *m; c.state = 1; return &c }
 
 func (m *FourState) validate() error {
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"P13", m.P13}, {"P31", m.P31}, {"P32", m.P32}, {"P23", m.P23}, {"P14", m.P14}} {
-		if err := checkProb("4-state "+f.name, f.v); err != nil {
-			return err
-		}
+	if err := checkProbs("4-state", prob{"P13", m.P13}, prob{"P31", m.P31}, prob{"P32", m.P32}, prob{"P23", m.P23}, prob{"P14", m.P14}); err != nil {
+		return err
 	}
 	if m.P13+m.P14 > 1 || m.P31+m.P32 > 1 {
 		return fmt.Errorf("netem: 4-state loss: P13+P14 and P31+P32 must each be at most 1")
+	}
+	return nil
+}
+
+type prob struct {
+	name string
+	v    float64
+}
+
+// checkProbs checks the named probabilities of one model.
+func checkProbs(model string, ps ...prob) error {
+	for _, p := range ps {
+		if err := checkProb(model+" "+p.name, p.v); err != nil {
+			return err
+		}
 	}
 	return nil
 }
