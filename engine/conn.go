@@ -236,6 +236,9 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 }
 
 func (c *Conn) establish() {
+	if c.state == Accepting {
+		c.ep.accepting--
+	}
 	c.state = Established
 	c.hsTimer.Stop()
 	if c.events != nil {
@@ -279,18 +282,17 @@ func (c *Conn) fail(err error, st Status, tell bool) {
 	if c.state == Closed {
 		return
 	}
-	if tell && c.peerID != 0 {
-		reason := proto.CloseNormal
-		var detail uint32
-		var re *RemoteError
-		switch {
-		case errors.Is(err, ErrTimeout):
-			reason = proto.CloseTimeout
-		case errors.As(err, &re) && re.Nack != 0:
-			reason, detail = proto.CloseFatal, uint32(re.Nack)
-		}
-		p := c.firstPlane()
-		c.ep.sendClose(p, netip.AddrPortFrom(c.remote[p], c.peerPort), c.peerID, reason, detail)
+	reason := proto.CloseNormal
+	var detail uint32
+	var re *RemoteError
+	switch {
+	case errors.Is(err, ErrTimeout):
+		reason = proto.CloseTimeout
+	case errors.As(err, &re) && re.Nack != 0:
+		reason, detail = proto.CloseFatal, uint32(re.Nack)
+	}
+	if c.state == Accepting {
+		c.ep.accepting--
 	}
 	c.state = Closed
 	c.err = err
@@ -299,19 +301,24 @@ func (c *Conn) fail(err error, st Status, tell bool) {
 	c.ackTimer.Stop()
 	c.snd.flush(st, err)
 	c.rcv.flush(err)
-	c.ep.forget(c)
+	for _, p := range c.snd.paths {
+		p.timer.Stop()
+	}
+	c.ep.forget(c, tell, reason, detail)
 	if c.events != nil {
 		c.events.State(c, Closed, err)
 	}
 }
 
-// madeProgress restarts the no-progress clock; it runs only while work is
-// outstanding.
-func (c *Conn) madeProgress() {
-	if c.snd.busy() {
-		c.progress.Reset(c.ep.clock.Now().Add(c.ep.cfg.NoProgress))
-	} else {
+// madeProgress keeps the no-progress clock: it runs only while work is
+// outstanding, and restarts only when the peer acknowledged something new
+// (posting more work to a vanished peer must not keep it alive).
+func (c *Conn) madeProgress(acked bool) {
+	switch {
+	case !c.snd.busy():
 		c.progress.Stop()
+	case acked || c.progress.Deadline() == clock.Never:
+		c.progress.Reset(c.ep.clock.Now().Add(c.ep.cfg.NoProgress))
 	}
 }
 
@@ -343,7 +350,7 @@ func (c *Conn) Post(wr SendWR) error {
 		return err
 	}
 	c.snd.pump()
-	c.madeProgress()
+	c.madeProgress(false)
 	c.ep.flush()
 	return nil
 }

@@ -25,6 +25,9 @@ type Endpoint struct {
 	accepted map[acceptKey]*Conn        // CONNECTs answered, by (source, initiator's id)
 	listener func(*Conn) (Events, bool) // nil: not listening
 	listenPD *memreg.Domain
+	accepting int                    // connections accepted and not yet established
+	closed    map[uint32]*closedConn // recently closed ids, quarantined
+	closedKey map[acceptKey]clock.Time
 	batch    []link.Datagram
 	flushing bool
 	stats    EndpointStats
@@ -39,7 +42,9 @@ type acceptKey struct {
 type EndpointStats struct {
 	Decode      [proto.NumErrors]uint64 // by proto.Error: steps 1-6 of spec section 9
 	UnknownConn uint64
+	Quarantined uint64 // packets for a recently closed connection
 	Malformed   uint64 // handshake packets out of range, unexpected types
+	Refused     uint64 // CONNECTs refused (no listener, listener said no, too many accepting)
 }
 
 // NewEndpoint makes an endpoint sending through port on clk. Attach it to
@@ -55,6 +60,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 	return &Endpoint{
 		cfg: cfg, clock: clk, port: port, random: r,
 		conns: map[uint32]*Conn{}, accepted: map[acceptKey]*Conn{},
+		closed: map[uint32]*closedConn{}, closedKey: map[acceptKey]clock.Time{},
 	}, nil
 }
 
@@ -78,11 +84,14 @@ func (e *Endpoint) random32() uint32 {
 	return binary.LittleEndian.Uint32(b[:])
 }
 
-// newConnID draws a connection id that is not 0 and not in use.
+// newConnID draws a connection id that is not 0, not in use and not
+// quarantined.
 func (e *Endpoint) newConnID() uint32 {
 	for {
 		id := e.random32()
-		if _, used := e.conns[id]; id != 0 && !used {
+		_, used := e.conns[id]
+		_, closed := e.closed[id]
+		if id != 0 && !used && !closed {
 			return id
 		}
 	}
@@ -116,6 +125,11 @@ func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 	}
 	c := e.conns[pkt.Common.DstConnID()]
 	if c == nil {
+		if cc := e.closed[pkt.Common.DstConnID()]; cc != nil && e.clock.Now() < cc.expires {
+			e.onClosedConn(cc, &pkt, plane)
+			e.flush()
+			return
+		}
 		e.stats.UnknownConn++
 		return
 	}
@@ -180,6 +194,10 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		c.sendHandshake() // a resent CONNECT: the same ACCEPT
 		return
 	}
+	if until, ok := e.closedKey[key]; ok && e.clock.Now() < until {
+		e.stats.Quarantined++ // a late copy of the CONNECT of a connection now closed
+		return
+	}
 	reply := func(reason proto.CloseReason, detail uint32) {
 		e.sendClose(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), reason, detail)
 	}
@@ -193,7 +211,15 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		return
 	}
 	if e.listener == nil {
+		e.stats.Refused++
 		reply(proto.CloseRefused, 0)
+		return
+	}
+	if e.accepting >= e.cfg.MaxAccepting {
+		// A flood of CONNECTs (forged, perhaps) must not grow state without
+		// bound: refuse beyond the cap.
+		e.stats.Refused++
+		reply(proto.CloseResource, 0)
 		return
 	}
 	c := e.newConn(e.listenPD, nil, false)
@@ -201,16 +227,18 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 	c.peerPort = h.ReplyPort()
 	c.peerID = h.SrcConnID()
 	c.acceptKey = key
-	c.negotiate(h, min(int(h.Paths()), e.cfg.Paths), min(int(h.Streams()), e.cfg.Streams))
-	ev, ok := e.listener(c)
+	c.state = Accepting
+	ev, ok := e.listener(c) // before any per-connection state is allocated
 	if !ok {
 		delete(e.conns, c.localID)
+		e.stats.Refused++
 		reply(proto.CloseRefused, 0)
 		return
 	}
 	c.events = ev
+	c.negotiate(h, min(int(h.Paths()), e.cfg.Paths), min(int(h.Streams()), e.cfg.Streams))
 	e.accepted[key] = c
-	c.state = Accepting
+	e.accepting++
 	c.hsDeadline = e.clock.Now().Add(e.cfg.ConnectTimeout)
 	c.sendHandshake()
 	c.armHandshakeTimer(handshakeRetry)
@@ -261,9 +289,80 @@ func (e *Endpoint) sendClose(plane int, dst netip.AddrPort, peerID uint32, reaso
 	})
 }
 
-func (e *Endpoint) forget(c *Conn) {
+// closedConn is a connection that ended recently: its id is quarantined
+// for 2 MPL (packets for it are dropped, a CLOSE is answered with CLOSED),
+// and its own CLOSE is resent until the peer acknowledges it.
+type closedConn struct {
+	peerID  uint32
+	plane   int
+	dst     netip.AddrPort
+	reason  proto.CloseReason
+	detail  uint32
+	tries   int
+	done    bool // the peer acknowledged our CLOSE, or we were not to send one
+	expires clock.Time
+	timer   clock.Timer
+}
+
+// closeResends is how many times a CLOSE is resent, closeInterval apart,
+// until the peer answers CLOSE CLOSED (spec section 8.5).
+const (
+	closeResends  = 3
+	closeInterval = 100 * time.Millisecond
+)
+
+// forget removes a connection that ended, quarantines its id, and, when
+// tell is set, sends its CLOSE and keeps resending it.
+func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail uint32) {
 	delete(e.conns, c.localID)
+	now := e.clock.Now()
 	if !c.initiator {
 		delete(e.accepted, c.acceptKey)
+		e.closedKey[c.acceptKey] = now.Add(2 * e.cfg.MPL)
 	}
+	for id, cc := range e.closed { // sweep what expired
+		if now >= cc.expires && (cc.done || cc.tries > closeResends) {
+			cc.timer.Stop()
+			delete(e.closed, id)
+		}
+	}
+	for k, until := range e.closedKey {
+		if now >= until {
+			delete(e.closedKey, k)
+		}
+	}
+	p := c.firstPlane()
+	cc := &closedConn{peerID: c.peerID, plane: p, dst: netip.AddrPortFrom(c.remote[p], c.peerPort),
+		reason: reason, detail: detail, done: !tell || c.peerID == 0, expires: now.Add(2 * e.cfg.MPL)}
+	e.closed[c.localID] = cc
+	if !cc.done {
+		cc.timer = e.clock.NewTimer(func() { e.resendClose(cc) })
+		e.resendClose(cc)
+	} else {
+		cc.timer = e.clock.NewTimer(func() {})
+	}
+}
+
+func (e *Endpoint) resendClose(cc *closedConn) {
+	if cc.done || cc.tries > closeResends {
+		return
+	}
+	cc.tries++
+	e.sendClose(cc.plane, cc.dst, cc.peerID, cc.reason, cc.detail)
+	cc.timer.Reset(e.clock.Now().Add(closeInterval))
+	e.flush()
+}
+
+// onClosedConn handles a packet for a quarantined id.
+func (e *Endpoint) onClosedConn(cc *closedConn, pkt *proto.Packet, plane int) {
+	e.stats.Quarantined++
+	if pkt.Type() != proto.TypeClose {
+		return
+	}
+	if pkt.Close().Reason() == proto.CloseClosed {
+		cc.done = true
+		cc.timer.Stop()
+		return
+	}
+	e.sendClose(plane, cc.dst, cc.peerID, proto.CloseClosed, 0)
 }

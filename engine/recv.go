@@ -42,9 +42,9 @@ func (p *recvPath) record(e uint8, psn uint32) bool {
 			p.bits.set(int(k))
 		}
 		return true
-	case proto.SeqLess(p.highest, psn): // the sender repathed
+	case proto.SeqLess(p.highest, psn): // the sender repathed: tell it at once
 		p.epoch, p.highest, p.bits = e, psn, bitvec256{}
-		return false
+		return true
 	}
 	return false // a late packet of an earlier route: not recorded
 }
@@ -257,6 +257,9 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	r.stats.Bytes += uint64(len(payload))
 	if msn == st.next {
 		r.complete(stream)
+		if c.state == Closed {
+			return // the peer broke the receive order: the connection failed
+		}
 	}
 	r.pending++
 	switch {
@@ -265,7 +268,6 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	case c.ackTimer.Deadline() == clock.Never:
 		c.ackTimer.Reset(at.Add(c.ep.cfg.AckDelay))
 	}
-	c.madeProgress()
 }
 
 func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
@@ -308,6 +310,7 @@ func (r *receiver) complete(stream uint16) {
 			st.base++
 			if st.head > 32 && st.head*2 > len(st.recvs) {
 				n := copy(st.recvs, st.recvs[st.head:])
+				clear(st.recvs[n:])
 				st.recvs = st.recvs[:n]
 				st.head = 0
 			}

@@ -40,6 +40,7 @@ type dsnRecord struct {
 
 // sendRec is one transmission on a path: the ring entry of its PSN.
 type sendRec struct {
+	psn      uint32 // which PSN the slot holds
 	dsn      uint32
 	sentAt   clock.Time
 	resolved bool // acknowledged, declared lost, or refused
@@ -63,6 +64,7 @@ type sendPath struct {
 	timer      clock.Timer
 	probed     bool // a tail probe went out since the last acknowledgment
 	timeouts   int  // consecutive retransmission timeouts
+	repathedAt clock.Time
 	state      pathmgr.State
 	ctr        pathmgr.Counters
 	ce         uint32
@@ -110,7 +112,7 @@ type sender struct {
 func (s *sender) init(c *Conn) {
 	s.c = c
 	s.nextDSN, s.una = c.idsn, c.idsn
-	s.window = uint32(min(c.peerWindow, 1<<16))
+	s.window = uint32(min(c.peerWindow, c.ep.cfg.MaxSendWindow))
 	n := 1
 	for n < int(s.window) {
 		n *= 2
@@ -250,10 +252,16 @@ func (s *sender) nextMessage() *message {
 	return nil
 }
 
-// usable reports whether p can take a packet now.
+// usable reports whether p can take a packet now: GOOD, room in its window
+// and in its ring (refused packets leave holes behind an unresolved oldest
+// PSN), and the peer's address on its plane known.
 func (s *sender) usable(p *sendPath) bool {
-	return p.state == pathmgr.Good && p.inflight < p.window && s.c.remote[p.plane].IsValid()
+	return p.state == pathmgr.Good && p.inflight < p.window && p.ringRoom() && s.c.remote[p.plane].IsValid()
 }
+
+// ringRoom reports whether the path can issue another PSN without reusing
+// the ring slot of an unresolved one.
+func (p *sendPath) ringRoom() bool { return p.next-p.oldest < uint32(len(p.ring)) }
 
 // pickPath chooses a path for a packet. New data (lost < 0) is sprayed
 // round robin over the usable paths. A retransmission goes to the usable
@@ -291,7 +299,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	now := c.ep.clock.Now()
 	psn := p.next
 	p.next++
-	p.ring[psn&255] = sendRec{dsn: d, sentAt: now}
+	p.ring[psn&255] = sendRec{psn: psn, dsn: d, sentAt: now}
 	p.inflight++
 	r.path, r.psn = uint8(p.id), psn
 
@@ -373,7 +381,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		s.paths[rec.PathID()].onRecord(rec, at)
 	}
 	if s.una != before {
-		s.c.madeProgress()
+		s.c.madeProgress(true)
 	}
 	s.pump()
 }
@@ -441,7 +449,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	resolved := false
 	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
 		r := &p.ring[psn&255]
-		if r.resolved || proto.SeqLess(psn, es) {
+		if r.resolved || r.psn != psn || proto.SeqLess(psn, es) {
 			continue // done, or sent in an earlier epoch: only a timeout resolves it
 		}
 		k := h - 1 - psn
@@ -528,6 +536,11 @@ func (p *sendPath) onTimer() {
 	now := c.ep.clock.Now()
 	switch {
 	case p.state == pathmgr.AssumedBad:
+		// A probe went unanswered: the route may be what failed. Move to a
+		// new source port (at most once per MPL), then probe again.
+		if p.ctr.Repaths == 0 || now.Sub(p.repathedAt) >= c.ep.cfg.MPL {
+			p.repath(now)
+		}
 		p.sendProbe()
 		p.timeouts = min(p.timeouts+1, 16)
 	case p.inflight == 0:
@@ -553,7 +566,7 @@ func (p *sendPath) tailProbe() {
 			continue
 		}
 		d := s.record(r.dsn)
-		if d == nil || d.acked {
+		if d == nil || d.acked || d.waiting || !p.ringRoom() {
 			continue
 		}
 		s.stats.TailProbes++
@@ -563,9 +576,9 @@ func (p *sendPath) tailProbe() {
 }
 
 // onRTO declares everything unresolved on the path lost: it is resent on
-// other paths. The path stops taking new data until a probe or an
-// acknowledgment shows it works; after two timeouts in a row it is repathed
-// to a new source port.
+// other paths. The path stops taking new data (ASSUMED_BAD) and is probed
+// until a probe or an acknowledgment shows it works; an unanswered probe
+// repaths it.
 func (p *sendPath) onRTO() {
 	s := p.s
 	p.timeouts++
@@ -577,18 +590,21 @@ func (p *sendPath) onRTO() {
 		}
 	}
 	p.advance()
-	if p.timeouts >= 2 {
-		p.repath()
-	}
 	p.state = pathmgr.AssumedBad
 	p.sendProbe()
 }
 
-// repath gives the path a new source port from the pool; its epoch
+// repath gives the path another source port from the pool; its epoch
 // advances and its PSN space continues (spec section 6.3).
-func (p *sendPath) repath() {
+func (p *sendPath) repath(now clock.Time) {
 	cfg := &p.s.c.ep.cfg
-	p.portIndex = (p.portIndex + len(p.s.paths)) % len(cfg.SourcePorts)
+	n := len(cfg.SourcePorts)
+	next := (p.portIndex + len(p.s.paths)) % n
+	if next == p.portIndex {
+		next = (next + 1) % n // the pool is a multiple of the paths: step off
+	}
+	p.portIndex = next
+	p.repathedAt = now
 	p.port = cfg.SourcePorts[p.portIndex]
 	p.epoch = (p.epoch + 1) & 3
 	p.epochStart[p.epoch] = p.next
@@ -658,7 +674,7 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	if int(n.PathID()) < len(s.paths) {
 		p := s.paths[n.PathID()]
 		if psn := n.PSN(); psn-p.oldest < p.next-p.oldest {
-			if sr := &p.ring[psn&255]; !sr.resolved && sr.dsn == n.DSN() {
+			if sr := &p.ring[psn&255]; !sr.resolved && sr.psn == psn && sr.dsn == n.DSN() {
 				sr.resolved = true
 				p.inflight--
 				p.advance()
@@ -718,10 +734,17 @@ func (s *sender) flush(st Status, err error) {
 	for i := range s.streams {
 		q := &s.streams[i]
 		for _, m := range q.queue[q.head:] {
-			if !m.done {
-				m.done = true
-				s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: uint16(i), Bytes: m.wr.Local.Length, Err: err})
+			if m.failed {
+				continue // reported with its own error
 			}
+			wc := Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: uint16(i), Bytes: m.wr.Local.Length, Err: err}
+			if m.done {
+				// Acknowledged in full, waiting behind an earlier message:
+				// it did complete.
+				wc.Status, wc.Err = StatusOK, nil
+			}
+			m.done = true
+			s.c.report(wc)
 		}
 		q.queue, q.head, q.sendIdx = nil, 0, 0
 	}

@@ -53,6 +53,18 @@ type Config struct {
 	NoProgress time.Duration
 	// ConnectTimeout bounds the handshake. Default 1 s.
 	ConnectTimeout time.Duration
+	// MPL is the maximum packet lifetime: a path is repathed at most once
+	// per MPL, and a closed connection's id stays quarantined for 2 MPL.
+	// Default 100 ms.
+	MPL time.Duration
+	// MaxSendWindow caps the DSNs a connection keeps in flight, whatever
+	// window the peer offers: the sender's state per connection. Default
+	// 4,096.
+	MaxSendWindow int
+	// MaxAccepting caps the connections in the middle of their handshake
+	// (accepted, not yet established); beyond it CONNECTs are refused with
+	// CLOSE RESOURCE. Default 1,024.
+	MaxAccepting int
 	// Random is the source of connection ids and initial sequence numbers
 	// (and memreg keys, when the registry is made from this config).
 	// Default crypto/rand. Simulations pass a seeded source.
@@ -83,6 +95,9 @@ func (c *Config) fill() error {
 	setDur(&c.RTOMax, 100*time.Millisecond)
 	setDur(&c.NoProgress, time.Second)
 	setDur(&c.ConnectTimeout, time.Second)
+	setDur(&c.MPL, 100*time.Millisecond)
+	setInt(&c.MaxSendWindow, 4096)
+	setInt(&c.MaxAccepting, 1024)
 	switch {
 	case c.MaxPacket < proto.MinMTU || c.MaxPacket > proto.MaxPacketLen:
 		return fmt.Errorf("engine: max packet %d: want %d .. %d", c.MaxPacket, proto.MinMTU, proto.MaxPacketLen)
@@ -94,6 +109,11 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engine: DSN window %d: want 1 .. %d", c.DSNWindow, 1<<20)
 	case c.PathWindow < 1 || c.PathWindow > 255:
 		return fmt.Errorf("engine: path window %d: want 1 .. 255", c.PathWindow)
+	case c.AckEvery < 1 || c.AckEvery > 128:
+		// A record at least every 128 PSNs of a path (spec section 6.6).
+		return fmt.Errorf("engine: ack every %d packets: want 1 .. 128", c.AckEvery)
+	case c.MaxSendWindow < 1 || c.MaxSendWindow > 1<<20:
+		return fmt.Errorf("engine: max send window %d: want 1 .. %d", c.MaxSendWindow, 1<<20)
 	}
 	return nil
 }

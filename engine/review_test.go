@@ -1,0 +1,190 @@
+package engine
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// Refused packets leave holes in a path's ring behind an unresolved oldest
+// PSN. The path must not issue PSNs that would reuse that PSN's slot: the
+// lost WRITE is still resent, and every message completes.
+func TestRNRStormDoesNotOverrunThePathRing(t *testing.T) {
+	drop := &dropPort{match: isFirstPacketOf(0, 0), limit: 1}
+	n := newNetWithDrop(t, twoHostFabric(1), Config{Paths: 1, Streams: 2}, drop)
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 4096, 3, memreg.LocalWrite)
+	dst := pr.hb.region(t, 4096, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Stream: 0, Local: SGE{src, 0, 4096}, RKey: dst.Key()})
+	const sends = 300
+	for i := 0; i < sends; i++ {
+		pr.a.Post(SendWR{ID: uint64(100 + i), Op: OpSend, Stream: 1, Local: SGE{src, uint64(i), 1}})
+	}
+	n.run(5*time.Millisecond, func() bool { return false }) // RNR storm: no receives yet
+	inbox := pr.hb.region(t, sends, 0, memreg.LocalWrite)
+	for i := 0; i < sends; i++ {
+		pr.b.PostRecv(RecvWR{ID: uint64(i), Stream: 1, Local: SGE{inbox, uint64(i), 1}})
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == sends+1 }) {
+		t.Fatalf("%d of %d completions; %v; %+v", len(pr.ra.done), sends+1, pr.a.Err(), pr.a.SenderStats())
+	}
+	for _, wc := range pr.ra.done {
+		if wc.Status != StatusOK {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	if !bytes.Equal(src.Bytes(), dst.Bytes()) || !bytes.Equal(inbox.Bytes(), src.Bytes()[:sends]) {
+		t.Fatal("data differs")
+	}
+	if p := pr.a.snd.paths[0]; p.inflight != 0 || p.next-p.oldest != 0 {
+		t.Fatalf("path left with %d in flight, %d unresolved PSNs", p.inflight, p.next-p.oldest)
+	}
+}
+
+// A message acknowledged in full behind an earlier one that is not, when the
+// connection closes, completes ok; the earlier one is flushed. Every message
+// gets exactly one completion.
+func TestCloseReportsEveryMessageOnce(t *testing.T) {
+	drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeWrite && p.Write().MSN() == 0 }, limit: 1 << 30}
+	n := newNetWithDrop(t, twoHostFabric(1), Config{Paths: 2, Streams: 1}, drop)
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 8192, 3, memreg.LocalWrite)
+	dst := pr.hb.region(t, 8192, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4096}, RKey: dst.Key()})
+	pr.a.Post(SendWR{ID: 2, Op: OpWrite, Local: SGE{src, 4096, 4096}, RKey: dst.Key(), RemoteOffset: 4096})
+	n.run(50*time.Microsecond, func() bool { return false })
+	pr.a.Close()
+	got := map[uint64]Status{}
+	for _, wc := range pr.ra.done {
+		if _, twice := got[wc.ID]; twice {
+			t.Fatalf("message %d completed twice", wc.ID)
+		}
+		got[wc.ID] = wc.Status
+	}
+	if len(got) != 2 || got[1] != StatusFlushed || got[2] != StatusOK {
+		t.Fatalf("completions %v: want 1 flushed, 2 ok", got)
+	}
+}
+
+// A route that black-holes one source port: the path times out, goes
+// ASSUMED_BAD, is repathed to another port, and carries data again.
+func TestRepathAwayFromDeadRoute(t *testing.T) {
+	deadPort := uint16(49152) // path 0's first source port
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1, MPL: time.Millisecond})
+	pr := n.connect(0, 1)
+	// From now on, data and probes from the dead port vanish.
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		t := proto.Type(d.Data[1])
+		return d.Src.Port() == deadPort && (t.IsData() || t == proto.TypeProbe)
+	}}
+	x := &xfer{op: OpWrite, size: 4 << 20, streams: 1}
+	x.start(t, pr)
+	if !n.run(2*time.Second, func() bool { return x.finished(pr) || pr.a.State() == Closed }) || pr.a.State() == Closed {
+		t.Fatalf("not finished: %v %+v", pr.a.Err(), pr.a.Telemetry())
+	}
+	x.check(t, pr)
+	n.run(20*time.Millisecond, func() bool { return pr.a.Telemetry()[0].State.String() == "GOOD" })
+	p0 := pr.a.Telemetry()[0]
+	if p0.Repaths == 0 || p0.SrcPort == deadPort || p0.Timeouts == 0 {
+		t.Fatalf("path 0: %+v", p0)
+	}
+	// After the repath, path 0 carries data again.
+	before := p0.PacketsSent
+	x2 := &xfer{op: OpWrite, size: 1 << 20, streams: 1}
+	pr.ra.done = nil
+	x2.start(t, pr)
+	n.run(time.Second, func() bool { return x2.finished(pr) })
+	if after := pr.a.Telemetry()[0]; after.PacketsSent == before || after.State.String() != "GOOD" {
+		t.Fatalf("path 0 after repath: %+v", after)
+	}
+}
+
+// portFilter drops the datagrams drop selects.
+type portFilter struct {
+	link.Port
+	drop func(*link.Datagram) bool
+}
+
+func (f *portFilter) Send(batch []link.Datagram) {
+	kept := batch[:0]
+	for _, d := range batch {
+		if !f.drop(&d) {
+			kept = append(kept, d)
+		}
+	}
+	f.Port.Send(kept)
+}
+
+// A flood of CONNECTs from forged sources cannot grow the acceptor's state
+// beyond MaxAccepting: the rest are refused with CLOSE RESOURCE.
+func TestConnectFloodIsCapped(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{MaxAccepting: 16})
+	acc := n.hosts[1].ep
+	acc.Listen(n.hosts[1].pd, func(*Conn) (Events, bool) { return &recorder{}, true })
+	for i := 0; i < 500; i++ {
+		var pkt proto.Packet
+		buf := make([]byte, 200)
+		proto.Build(&pkt, buf, proto.TypeConnect, 0, 0)
+		h := pkt.Handshake()
+		h.SetSrcConnID(uint32(1000 + i))
+		h.SetDSNWindow(1 << 30)
+		h.SetMaxPacket(9000)
+		h.SetPaths(256)
+		h.SetStreams(65535)
+		h.SetReplyPort(4797)
+		h.SetInboundCapacity(proto.CapacityUnknown)
+		d := link.Datagram{Src: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 5000),
+			Dst: netip.AddrPortFrom(netem.Addr(0, 1), 4797), Data: pkt.Seal()}
+		acc.Receive(&d, n.sim.Now())
+	}
+	if len(acc.conns) != 16 || acc.Stats().Refused != 500-16 {
+		t.Fatalf("%d connections, %d refused", len(acc.conns), acc.Stats().Refused)
+	}
+}
+
+// A lost CLOSE is resent; once closed, the id is quarantined.
+func TestCloseIsResentAndIdQuarantined(t *testing.T) {
+	drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeClose }, limit: 1}
+	n := newNetWithDrop(t, twoHostFabric(1), Config{}, drop)
+	pr := n.connect(0, 1)
+	pr.a.Close()
+	if !n.run(time.Second, func() bool { return pr.b.State() == Closed }) {
+		t.Fatal("the peer never learned of the close")
+	}
+	if drop.dropped != 1 || pr.b.Err() != ErrClosed {
+		t.Fatalf("dropped %d CLOSEs; peer error %v", drop.dropped, pr.b.Err())
+	}
+	// A late data packet for the closed id is dropped as quarantined.
+	var pkt proto.Packet
+	proto.Build(&pkt, make([]byte, 200), proto.TypeWrite, 0, 0)
+	pkt.Common.SetDstConnID(pr.a.ID())
+	d := link.Datagram{Src: netip.AddrPortFrom(netem.Addr(0, 1), 1), Dst: netip.AddrPortFrom(netem.Addr(0, 0), 4797), Data: pkt.Seal()}
+	q := n.hosts[0].ep.Stats().Quarantined
+	n.hosts[0].ep.Receive(&d, n.sim.Now())
+	if n.hosts[0].ep.Stats().Quarantined != q+1 {
+		t.Fatal("a packet for a just-closed id was not counted as quarantined")
+	}
+}
+
+// Posting more and more work to a vanished peer does not keep the
+// connection alive: it still fails after NoProgress.
+func TestPostingDoesNotDefeatTheNoProgressTimeout(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{NoProgress: 10 * time.Millisecond})
+	pr := n.connect(0, 1)
+	n.fab.Host(1).Attach(nil)
+	src := pr.ha.region(t, 100, 1, memreg.LocalWrite)
+	start := n.sim.Now()
+	for i := 0; i < 100 && pr.a.State() != Closed; i++ {
+		pr.a.Post(SendWR{ID: uint64(i), Op: OpWrite, Local: SGE{src, 0, 100}, RKey: 1})
+		n.run(time.Millisecond, func() bool { return false })
+	}
+	if pr.a.State() != Closed || pr.a.Err() != ErrTimeout || n.sim.Now().Sub(start) > 12*time.Millisecond {
+		t.Fatalf("state %v (%v) after %v", pr.a.State(), pr.a.Err(), n.sim.Now().Sub(start))
+	}
+}
