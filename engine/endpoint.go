@@ -17,20 +17,20 @@ import (
 // packets go through, and the clock their timers run on. It is the
 // link.Receiver of its port.
 type Endpoint struct {
-	cfg      Config
-	clock    clock.Clock
-	port     link.Port
-	random   io.Reader
-	conns    map[uint32]*Conn           // by local connection id
-	accepted map[acceptKey]*Conn        // CONNECTs answered, by (source, initiator's id)
-	listener func(*Conn) (Events, bool) // nil: not listening
-	listenPD *memreg.Domain
+	cfg       Config
+	clock     clock.Clock
+	port      link.Port
+	random    io.Reader
+	conns     map[uint32]*Conn           // by local connection id
+	accepted  map[acceptKey]*Conn        // CONNECTs answered, by (source, initiator's id)
+	listener  func(*Conn) (Events, bool) // nil: not listening
+	listenPD  *memreg.Domain
 	accepting int                    // connections accepted and not yet established
 	closed    map[uint32]*closedConn // recently closed ids, quarantined
 	closedKey map[acceptKey]clock.Time
-	batch    []link.Datagram
-	flushing bool
-	stats    EndpointStats
+	batch     []link.Datagram
+	flushing  bool
+	stats     EndpointStats
 }
 
 type acceptKey struct {
