@@ -35,6 +35,7 @@ type Conn struct {
 	isn, idsn      uint32 // this side's initial PSN and DSN
 	peerISN        uint32
 	peerIDSN       uint32
+	readsOut       int // READs this side may have outstanding
 
 	hsTimer    clock.Timer
 	hsInterval time.Duration
@@ -76,6 +77,7 @@ func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 	c.maxPacket = min(c.ep.cfg.MaxPacket, int(h.MaxPacket()))
 	c.peerWindow = int(h.DSNWindow())
 	c.peerISN, c.peerIDSN = h.InitialPSN(), h.InitialDSN()
+	c.readsOut = min(c.ep.cfg.MaxReadsOut, int(h.MaxReadsIn()))
 	c.snd.init(c)
 	c.rcv.init(c)
 }
@@ -131,6 +133,8 @@ func (c *Conn) sendHandshake() {
 	h.SetPaths(uint16(paths))
 	h.SetStreams(uint16(streams))
 	h.SetReplyPort(cfg.Port)
+	h.SetMaxReadsOut(uint16(cfg.MaxReadsOut))
+	h.SetMaxReadsIn(uint16(cfg.MaxReadsIn))
 	h.SetInboundCapacity(proto.CapacityUnknown)
 	h.SetMode(proto.ModeMultipath)
 	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])
@@ -285,11 +289,14 @@ func (c *Conn) fail(err error, st Status, tell bool) {
 	reason := proto.CloseNormal
 	var detail uint32
 	var re *RemoteError
+	var pe *ProtocolError
 	switch {
 	case errors.Is(err, ErrTimeout):
 		reason = proto.CloseTimeout
 	case errors.As(err, &re) && re.Nack != 0:
 		reason, detail = proto.CloseFatal, uint32(re.Nack)
+	case errors.As(err, &pe):
+		reason, detail = proto.CloseFatal, uint32(pe.Code)
 	}
 	if c.state == Accepting {
 		c.ep.accepting--

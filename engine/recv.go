@@ -94,6 +94,7 @@ type receiver struct {
 	ackPlane int
 	ackPort  int
 	free     []*rxMessage
+	readsIn  int // READs accepted and not yet fully answered
 	stats    ReceiverStats
 }
 
@@ -178,7 +179,14 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		sh := pkt.Send()
 		stream, msn, msgOff = sh.Stream(), sh.MSN(), sh.MsgOffset()
 		f = rxMessage{typ: proto.TypeSend, msgLen: sh.MsgLen(), rsn: sh.RSN()}
-	default: // READ_REQ, READ_RESP: not built yet
+	case proto.TypeReadReq:
+		rq := pkt.ReadReq()
+		stream, msn = rq.Stream(), rq.MSN()
+		f = rxMessage{typ: proto.TypeReadReq, msgLen: rq.MsgLen(), rkey: rq.RKey(), roff: rq.RemoteOffset(), rsn: rq.ReadTag()}
+	case proto.TypeReadResp:
+		r.onReadResp(pkt, plane, at)
+		return
+	default:
 		r.nack(pkt, plane, proto.NackUnsupported, 0, 0)
 		return
 	}
@@ -204,12 +212,21 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		r.nack(pkt, plane, proto.NackBadStream, stream, msn)
 		return
 	}
-	// Steps 13-15: key, access, bounds of a WRITE's region.
+	// Step 12: operation allowed.
+	if f.typ == proto.TypeReadReq && r.readsIn >= c.ep.cfg.MaxReadsIn {
+		r.nack(pkt, plane, proto.NackReadLimit, stream, msn)
+		return
+	}
+	// Steps 13-15: key, access, bounds of a WRITE's or READ's region.
 	payload := pkt.Payload
 	var region *memreg.Region
 	var dst uint64
 	if f.typ != proto.TypeSend {
-		g, err := c.pd.Lookup(f.rkey, memreg.RemoteWrite)
+		want := memreg.RemoteWrite
+		if f.typ == proto.TypeReadReq {
+			want = memreg.RemoteRead
+		}
+		g, err := c.pd.Lookup(f.rkey, want)
 		if err != nil {
 			code := proto.NackBadKey
 			if errors.Is(err, memreg.ErrAccess) {
@@ -226,7 +243,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		region, dst = g, f.roff+uint64(msgOff)
 	}
 	// Step 16: the posted receive.
-	if f.typ != proto.TypeWrite {
+	if f.typ == proto.TypeSend || f.typ == proto.TypeWriteImm {
 		i := f.rsn - st.base
 		if i >= uint32(len(st.recvs)-st.head) {
 			r.nack(pkt, plane, proto.NackRNR, stream, msn)
@@ -253,6 +270,10 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		st.msgs[msn] = m
 	}
 	m.placed += uint32(len(payload))
+	if f.typ == proto.TypeReadReq {
+		m.placed = m.msgLen // nothing to place: it waits only for its turn
+		r.readsIn++
+	}
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(payload))
 	if msn == st.next {
@@ -261,13 +282,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 			return // the peer broke the receive order: the connection failed
 		}
 	}
-	r.pending++
-	switch {
-	case urgent || h.Flags()&proto.FlagAckRequest != 0 || r.pending >= c.ep.cfg.AckEvery:
-		r.ackNow()
-	case c.ackTimer.Deadline() == clock.Never:
-		c.ackTimer.Reset(at.Add(c.ep.cfg.AckDelay))
-	}
+	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
 }
 
 func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
@@ -299,7 +314,12 @@ func (r *receiver) complete(stream uint16) {
 		if m == nil || m.placed < m.msgLen {
 			return
 		}
-		if m.typ != proto.TypeWrite {
+		if m.typ == proto.TypeReadReq {
+			// Its turn: every earlier message of the stream is placed, so
+			// the READ sees them (spec section 6.5).
+			r.c.snd.queueResponse(m.rkey, m.roff, m.msgLen, m.rsn)
+			r.c.snd.pump()
+		} else if m.typ != proto.TypeWrite {
 			if m.rsn != st.base || st.head >= len(st.recvs) {
 				r.c.fail(errors.New("engine: the peer consumed receives out of order"), StatusFlushed, true)
 				return
@@ -321,6 +341,35 @@ func (r *receiver) complete(stream uint16) {
 		*m = rxMessage{}
 		r.free = append(r.free, m)
 		st.next++
+	}
+}
+
+// onReadResp places READ response data at the requester (spec section 9
+// with the READ_RESP steps: tag, length), then records the packet.
+func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
+	c := r.c
+	h := pkt.Common
+	rs := pkt.ReadResp()
+	if code := c.snd.onReadData(rs.ReadTag(), rs.MsgOffset(), rs.MsgLen(), pkt.Payload); code != 0 {
+		r.nack(pkt, plane, code, 0, 0)
+		return
+	}
+	urgent := r.recordPath(h, at)
+	r.dsn.mark(h.DSN())
+	r.stats.Packets++
+	r.stats.Bytes += uint64(len(pkt.Payload))
+	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
+}
+
+// noteArrival decides when to acknowledge a recorded data packet.
+func (r *receiver) noteArrival(now bool, at clock.Time) {
+	c := r.c
+	r.pending++
+	switch {
+	case now || r.pending >= c.ep.cfg.AckEvery:
+		r.ackNow()
+	case c.ackTimer.Deadline() == clock.Never:
+		c.ackTimer.Reset(at.Add(c.ep.cfg.AckDelay))
 	}
 }
 

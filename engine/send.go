@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
@@ -21,6 +22,21 @@ type message struct {
 	unacked int  // DSNs of it sent and not yet acknowledged
 	done    bool // acknowledged, or failed
 	failed  bool // reported already with an error status
+
+	// READ requester: the tag, and the response bytes arrived.
+	tag      uint32
+	readGot  uint32
+	readDone bool
+	// READ responder (typ READ_RESP, internal): the region read from.
+	srcKey   uint64
+	srcOff   uint64
+	internal bool // no completion for the application
+}
+
+// finished reports whether every part of the message is done: every DSN
+// acknowledged and, for a READ, every response byte arrived.
+func (m *message) finished() bool {
+	return m.allSent && m.unacked == 0 && (m.typ != proto.TypeReadReq || m.readDone)
 }
 
 // dsnRecord is what the sender keeps per DSN in flight: where its content
@@ -107,6 +123,11 @@ type sender struct {
 	msgs     int    // messages posted and not completed
 	unsent   uint64 // bytes posted and never sent: the Backlog field
 	stats    SenderStats
+
+	reads       map[uint32]*message // READs outstanding as requester, by tag
+	nextTag     uint32
+	readsActive int // READ_REQs sent whose data has not all arrived
+	respStream  int // the internal stream READ responses go out on
 }
 
 func (s *sender) init(c *Conn) {
@@ -118,7 +139,9 @@ func (s *sender) init(c *Conn) {
 		n *= 2
 	}
 	s.ring, s.mask = make([]dsnRecord, n), uint32(n-1)
-	s.streams = make([]sendStream, c.streams)
+	s.streams = make([]sendStream, c.streams+1) // the last: READ responses
+	s.respStream = c.streams
+	s.reads = map[uint32]*message{}
 	s.retry = c.ep.clock.NewTimer(s.onRetry)
 	cfg := &c.ep.cfg
 	for i := 0; i < c.paths; i++ {
@@ -152,6 +175,14 @@ func (s *sender) post(wr SendWR) error {
 		typ = proto.TypeWriteImm
 	case OpSend:
 		typ = proto.TypeSend
+	case OpRead:
+		typ = proto.TypeReadReq
+		if c.readsOut == 0 {
+			return fmt.Errorf("engine: READ not allowed: the peer serves none")
+		}
+		if g := wr.Local.Region; g != nil && g.Access()&memreg.LocalWrite == 0 {
+			return fmt.Errorf("engine: a READ's local buffer must grant local write")
+		}
 	default:
 		return fmt.Errorf("engine: cannot post %v on the send side", wr.Op)
 	}
@@ -168,14 +199,34 @@ func (s *sender) post(wr SendWR) error {
 	st := &s.streams[wr.Stream]
 	m := &message{wr: wr, typ: typ, msn: st.msn, seg: uint32(c.maxPacket - hlen - proto.TrailerLen)}
 	st.msn++
-	if typ != proto.TypeWrite {
+	switch typ {
+	case proto.TypeSend, proto.TypeWriteImm:
 		m.rsn = st.rsn
 		st.rsn++
+	case proto.TypeReadReq:
+		m.tag = s.nextTag
+		s.nextTag++
+		s.reads[m.tag] = m
 	}
 	st.queue = append(st.queue, m)
 	s.msgs++
-	s.unsent += uint64(wr.Local.Length)
+	if typ != proto.TypeReadReq {
+		s.unsent += uint64(wr.Local.Length)
+	}
 	return nil
+}
+
+// queueResponse queues the READ_RESP packets answering a READ_REQ: the
+// responder's own data, in its own sequence spaces, on the internal stream.
+func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
+	hlen, _ := proto.HeaderLen(proto.TypeReadResp, 0)
+	m := &message{wr: SendWR{Local: SGE{Length: length}}, typ: proto.TypeReadResp, tag: tag,
+		srcKey: rkey, srcOff: roff, internal: true, seg: uint32(s.c.maxPacket - hlen - proto.TrailerLen)}
+	st := &s.streams[s.respStream]
+	st.queue = append(st.queue, m)
+	s.msgs++
+	s.unsent += uint64(length)
+	s.c.madeProgress(false)
 }
 
 // pump sends what the windows allow: retransmissions first, then new data
@@ -219,14 +270,21 @@ func (s *sender) sendOne() bool {
 	d := s.nextDSN
 	s.nextDSN++
 	n := min(m.seg, m.wr.Local.Length-m.next)
+	if m.typ == proto.TypeReadReq {
+		n = 0 // one packet, no payload: the data comes back
+		s.readsActive++
+	}
 	r := &s.ring[d&s.mask]
 	*r = dsnRecord{msg: m, off: m.next, n: n}
 	m.next += n
 	m.unacked++
 	s.unsent -= uint64(n)
-	if m.next == m.wr.Local.Length {
+	if m.next == m.wr.Local.Length || m.typ == proto.TypeReadReq {
 		m.allSent = true
-		s.streams[m.wr.Stream].sendIdx++
+		s.streams[s.streamOf(m)].sendIdx++
+		if m.typ == proto.TypeReadResp {
+			s.c.rcv.readsIn-- // served: the responder's READ is no longer outstanding
+		}
 	}
 	s.transmit(d, r, p, false, false)
 	return true
@@ -239,17 +297,30 @@ func (s *sender) popRetx() {
 	}
 }
 
-// nextMessage picks the next stream with bytes to send, round robin.
+// nextMessage picks the next stream with bytes to send, round robin. A
+// stream whose next message is a READ waits while the READ limit is reached.
 func (s *sender) nextMessage() *message {
 	for i := 0; i < len(s.streams); i++ {
 		k := (s.rrStream + i) % len(s.streams)
 		st := &s.streams[k]
 		if st.sendIdx < len(st.queue) {
+			m := st.queue[st.sendIdx]
+			if m.typ == proto.TypeReadReq && s.readsActive >= s.c.readsOut {
+				continue
+			}
 			s.rrStream = k + 1
-			return st.queue[st.sendIdx]
+			return m
 		}
 	}
 	return nil
+}
+
+// streamOf is the send stream a message is queued on.
+func (s *sender) streamOf(m *message) int {
+	if m.internal {
+		return s.respStream
+	}
+	return int(m.wr.Stream)
 }
 
 // usable reports whether p can take a packet now: GOOD, room in its window
@@ -314,7 +385,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	h.SetDSN(d)
 	h.SetBacklog(proto.EncodeBacklog(s.unsent))
 	var flags proto.Flags
-	if r.off+r.n == m.wr.Local.Length || probe {
+	if r.off+r.n == m.wr.Local.Length || m.typ == proto.TypeReadReq || probe {
 		flags |= proto.FlagAckRequest
 	}
 	if retx {
@@ -344,12 +415,23 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		sh.SetRSN(m.rsn)
 		sh.SetMsgLen(m.wr.Local.Length)
 		sh.SetMsgOffset(r.off)
+	case proto.TypeReadReq:
+		rq := pkt.ReadReq()
+		rq.SetStream(m.wr.Stream)
+		rq.SetMSN(m.msn)
+		rq.SetRKey(m.wr.RKey)
+		rq.SetRemoteOffset(m.wr.RemoteOffset)
+		rq.SetMsgLen(m.wr.Local.Length)
+		rq.SetReadTag(m.tag)
+	case proto.TypeReadResp:
+		rs := pkt.ReadResp()
+		rs.SetReadTag(m.tag)
+		rs.SetMsgOffset(r.off)
+		rs.SetMsgLen(m.wr.Local.Length)
 	}
-	src, err := m.wr.Local.Region.Slice(m.wr.Local.Offset+uint64(r.off), uint64(r.n))
-	if err != nil {
-		panic("engine: a posted buffer left its region: " + err.Error()) // checked at post
+	if !s.copyPayload(m, r, pkt.Payload) {
+		return
 	}
-	copy(pkt.Payload, src)
 	c.emit(&pkt, p.plane, p.port)
 
 	p.ctr.PacketsSent++
@@ -362,6 +444,62 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	if p.timer.Deadline() == clock.Never {
 		p.armTimer(now)
 	}
+}
+
+// copyPayload fills a packet's payload from the message's source: the
+// posted local buffer, or, for a READ response, the region the peer reads,
+// looked up again so that a region deregistered mid-response is never read.
+func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
+	if len(payload) == 0 {
+		return true
+	}
+	if m.typ == proto.TypeReadResp {
+		g, err := s.c.pd.Lookup(m.srcKey, memreg.RemoteRead)
+		if err != nil {
+			s.c.fail(&ProtocolError{Code: proto.NackBadKey, Msg: "a region being READ was deregistered"}, StatusFlushed, true)
+			return false
+		}
+		defer g.Release()
+		src, err := g.Slice(m.srcOff+uint64(r.off), uint64(r.n))
+		if err != nil {
+			panic("engine: a READ response left its region: " + err.Error()) // checked at the READ_REQ
+		}
+		copy(payload, src)
+		return true
+	}
+	src, err := m.wr.Local.Region.Slice(m.wr.Local.Offset+uint64(r.off), uint64(r.n))
+	if err != nil {
+		panic("engine: a posted buffer left its region: " + err.Error()) // checked at post
+	}
+	copy(payload, src)
+	return true
+}
+
+// onReadData places READ response data at the requester (spec section 9
+// steps 13-15 for READ_RESP); it returns the NACK code refusing it, or 0.
+func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackCode {
+	m := s.reads[tag]
+	if m == nil {
+		return proto.NackBadTag
+	}
+	if length != m.wr.Local.Length {
+		return proto.NackBounds
+	}
+	if err := m.wr.Local.Region.Place(m.wr.Local.Offset+uint64(off), payload); err != nil {
+		return proto.NackBounds // checked at post; a bug if it happens
+	}
+	m.readGot += uint32(len(payload))
+	if m.readGot >= length && !m.readDone {
+		m.readDone = true
+		s.readsActive--
+		delete(s.reads, tag)
+		s.c.madeProgress(true)
+		if m.finished() {
+			m.done = true
+			s.complete(uint16(s.streamOf(m)))
+		}
+	}
+	return 0
 }
 
 // onAck processes an ACK: the cumulative DSN, then each path record.
@@ -395,9 +533,9 @@ func (s *sender) ackDSN(d uint32) {
 	r.acked = true
 	m := r.msg
 	m.unacked--
-	if m.allSent && m.unacked == 0 {
+	if m.finished() {
 		m.done = true
-		s.complete(m.wr.Stream)
+		s.complete(uint16(s.streamOf(m)))
 	}
 	for s.una != s.nextDSN && s.ring[s.una&s.mask].acked {
 		s.ring[s.una&s.mask] = dsnRecord{}
@@ -413,7 +551,7 @@ func (s *sender) complete(stream uint16) {
 		st.queue[st.head] = nil
 		st.head++
 		s.msgs--
-		if !m.failed {
+		if !m.failed && !m.internal {
 			s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Stream: stream, Bytes: m.wr.Local.Length})
 		}
 	}
@@ -726,6 +864,9 @@ func (s *sender) failMessage(m *message, st Status, err error) {
 		return
 	}
 	m.done, m.failed = true, true
+	if m.typ == proto.TypeReadReq {
+		delete(s.reads, m.tag)
+	}
 	s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: m.wr.Stream, Bytes: m.wr.Local.Length, Err: err})
 }
 
@@ -734,8 +875,8 @@ func (s *sender) flush(st Status, err error) {
 	for i := range s.streams {
 		q := &s.streams[i]
 		for _, m := range q.queue[q.head:] {
-			if m.failed {
-				continue // reported with its own error
+			if m.failed || m.internal {
+				continue // reported with its own error, or not the application's
 			}
 			wc := Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: uint16(i), Bytes: m.wr.Local.Length, Err: err}
 			if m.done {
@@ -749,6 +890,7 @@ func (s *sender) flush(st Status, err error) {
 		q.queue, q.head, q.sendIdx = nil, 0, 0
 	}
 	s.msgs = 0
+	clear(s.reads)
 	for _, p := range s.paths {
 		p.timer.Stop()
 	}

@@ -65,6 +65,10 @@ type Config struct {
 	// (accepted, not yet established); beyond it CONNECTs are refused with
 	// CLOSE RESOURCE. Default 1,024.
 	MaxAccepting int
+	// MaxReadsOut is how many READs a connection may have outstanding as
+	// requester, MaxReadsIn how many it serves at once as responder
+	// (negotiated: spec section 8.2). Defaults 16 and 16; -1 for none.
+	MaxReadsOut, MaxReadsIn int
 	// Random is the source of connection ids and initial sequence numbers
 	// (and memreg keys, when the registry is made from this config).
 	// Default crypto/rand. Simulations pass a seeded source.
@@ -98,6 +102,9 @@ func (c *Config) fill() error {
 	setDur(&c.MPL, 100*time.Millisecond)
 	setInt(&c.MaxSendWindow, 4096)
 	setInt(&c.MaxAccepting, 1024)
+	setInt(&c.MaxReadsOut, 16)
+	setInt(&c.MaxReadsIn, 16)
+	c.MaxReadsOut, c.MaxReadsIn = max(c.MaxReadsOut, 0), max(c.MaxReadsIn, 0)
 	switch {
 	case c.MaxPacket < proto.MinMTU || c.MaxPacket > proto.MaxPacketLen:
 		return fmt.Errorf("engine: max packet %d: want %d .. %d", c.MaxPacket, proto.MinMTU, proto.MaxPacketLen)
@@ -112,6 +119,8 @@ func (c *Config) fill() error {
 	case c.AckEvery < 1 || c.AckEvery > 128:
 		// A record at least every 128 PSNs of a path (spec section 6.6).
 		return fmt.Errorf("engine: ack every %d packets: want 1 .. 128", c.AckEvery)
+	case c.MaxReadsOut > 65535 || c.MaxReadsIn > 65535:
+		return fmt.Errorf("engine: READ limits %d, %d: want at most 65535", c.MaxReadsOut, c.MaxReadsIn)
 	case c.MaxSendWindow < 1 || c.MaxSendWindow > 1<<20:
 		return fmt.Errorf("engine: max send window %d: want 1 .. %d", c.MaxSendWindow, 1<<20)
 	}
@@ -138,6 +147,7 @@ const (
 	OpWriteImm                   // RDMA WRITE with immediate data
 	OpSend                       // SEND
 	OpRecv                       // a receive (its completion: a SEND or WRITE_IMM arrived)
+	OpRead                       // RDMA READ
 )
 
 func (o Opcode) String() string {
@@ -150,6 +160,8 @@ func (o Opcode) String() string {
 		return "SEND"
 	case OpRecv:
 		return "RECV"
+	case OpRead:
+		return "READ"
 	}
 	return fmt.Sprintf("Opcode(%d)", uint8(o))
 }
@@ -219,7 +231,9 @@ type SendWR struct {
 	RKey         uint64
 	RemoteOffset uint64
 	// Imm is the immediate data of a WRITE_IMM.
-	Imm       uint32
+	Imm uint32
+	// For a READ, Local is where the data lands (its region must grant
+	// local write) and RKey, RemoteOffset name the peer's region to read.
 	Solicited bool
 }
 
@@ -262,6 +276,15 @@ var (
 	ErrRefused       = errors.New("engine: connection refused by the peer")
 	ErrNotReady      = errors.New("engine: connection not established")
 )
+
+// ProtocolError is a fatal condition this side detected; the peer is told
+// with CLOSE FATAL carrying Code.
+type ProtocolError struct {
+	Code proto.NackCode
+	Msg  string
+}
+
+func (e *ProtocolError) Error() string { return "engine: " + e.Msg }
 
 // RemoteError is a fatal NACK or a CLOSE from the peer.
 type RemoteError struct {
