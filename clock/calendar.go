@@ -5,9 +5,11 @@ import "math/bits"
 // calendar is the Sim's queue of one-shot events: a calendar queue (a ring
 // of time buckets) for the near future, which is where an emulator schedules
 // almost everything (serializations and propagation delays of micro- and
-// nanoseconds), and a 4-ary heap for the rest. A bucket holds its events
-// sorted by (time, sequence); most arrive in that order and are appended.
-// Push and pop cost O(1) for near events instead of O(log n).
+// nanoseconds), and a 4-ary heap for the rest. A bucket is a linked list of
+// its events sorted by (time, sequence); most arrive in that order and are
+// appended at its tail. Push and pop cost O(1) for near events instead of
+// O(log n), and list nodes come from a pool that grows only when more events
+// are pending than ever before, so a steady run allocates nothing.
 //
 // Every event in a bucket lies in the window [now rounded down to a bucket,
 // + calendarSpan), so a bucket never mixes two laps of the ring, and the
@@ -15,10 +17,18 @@ import "math/bits"
 // Far events stay in the heap even when the window reaches them; pop
 // compares the two.
 type calendar struct {
-	buckets  [calendarBuckets]bucket
-	nonEmpty [calendarBuckets / 64]uint64
-	near     int // events in buckets
-	far      []eventEntry
+	head, tail [calendarBuckets]int32 // node indexes; -1 when empty (head)
+	nonEmpty   [calendarBuckets / 64]uint64
+	nodes      []calNode
+	free       int32 // first free node, -1 when none
+	near       int   // events in buckets
+	far        []eventEntry
+	ready      bool
+}
+
+type calNode struct {
+	e    eventEntry
+	next int32
 }
 
 const (
@@ -27,12 +37,26 @@ const (
 	calendarSpan    = calendarBuckets << bucketShift // 65.5 µs
 )
 
-type bucket struct {
-	events []eventEntry
-	head   int
+func (c *calendar) init() {
+	for i := range c.head {
+		c.head[i] = -1
+	}
+	c.free = -1
+	c.ready = true
 }
 
 func (c *calendar) len() int { return c.near + len(c.far) }
+
+func (c *calendar) newNode(e eventEntry) int32 {
+	if c.free >= 0 {
+		i := c.free
+		c.free = c.nodes[i].next
+		c.nodes[i] = calNode{e, -1}
+		return i
+	}
+	c.nodes = append(c.nodes, calNode{e, -1})
+	return int32(len(c.nodes) - 1)
+}
 
 // push adds e; now is the Sim's current time (e.at >= now).
 func (c *calendar) push(e eventEntry, now Time) {
@@ -41,41 +65,43 @@ func (c *calendar) push(e eventEntry, now Time) {
 		heapUp(c.far, len(c.far)-1)
 		return
 	}
-	if c.buckets[0].events == nil {
-		c.allocate()
+	if !c.ready {
+		c.init()
 	}
 	i := int(e.at>>bucketShift) & (calendarBuckets - 1)
-	b := &c.buckets[i]
-	b.events = append(b.events, e)
-	// Keep the bucket sorted: move e back past later events.
-	for j := len(b.events) - 1; j > b.head && e.less(b.events[j-1]); j-- {
-		b.events[j], b.events[j-1] = b.events[j-1], e
+	n := c.newNode(e)
+	switch h := c.head[i]; {
+	case h < 0:
+		c.head[i], c.tail[i] = n, n
+		c.nonEmpty[i/64] |= 1 << (i % 64)
+	case !e.less(c.nodes[c.tail[i]].e): // in order: the usual case
+		c.nodes[c.tail[i]].next = n
+		c.tail[i] = n
+	case e.less(c.nodes[h].e):
+		c.nodes[n].next = h
+		c.head[i] = n
+	default: // between head and tail
+		p := h
+		for !e.less(c.nodes[c.nodes[p].next].e) {
+			p = c.nodes[p].next
+		}
+		c.nodes[n].next = c.nodes[p].next
+		c.nodes[p].next = n
 	}
-	c.nonEmpty[i/64] |= 1 << (i % 64)
 	c.near++
 }
 
-// allocate gives every bucket room for a few events from one slab, so that a
-// steady run does not allocate as time reaches buckets it never used before.
-func (c *calendar) allocate() {
-	const room = 4
-	slab := make([]eventEntry, calendarBuckets*room)
-	for i := range c.buckets {
-		c.buckets[i].events = slab[i*room : i*room : i*room+room]
-	}
-}
-
-// nearMin returns the bucket holding the earliest near event, or nil.
-func (c *calendar) nearMin(now Time) *bucket {
+// nearMin returns the bucket holding the earliest near event, or -1.
+func (c *calendar) nearMin(now Time) int {
 	if c.near == 0 {
-		return nil
+		return -1
 	}
 	start := int(now>>bucketShift) & (calendarBuckets - 1)
 	w := start / 64
 	word := c.nonEmpty[w] &^ (1<<(start%64) - 1) // buckets at or after start in this word
 	for n := 0; n <= len(c.nonEmpty); n++ {
 		if word != 0 {
-			return &c.buckets[w*64+bits.TrailingZeros64(word)]
+			return w*64 + bits.TrailingZeros64(word)
 		}
 		w = (w + 1) % len(c.nonEmpty)
 		word = c.nonEmpty[w]
@@ -87,8 +113,8 @@ func (c *calendar) nearMin(now Time) *bucket {
 func (c *calendar) peek(now Time) (eventEntry, bool) {
 	b := c.nearMin(now)
 	switch {
-	case b != nil && (len(c.far) == 0 || b.events[b.head].less(c.far[0])):
-		return b.events[b.head], true
+	case b >= 0 && (len(c.far) == 0 || c.nodes[c.head[b]].e.less(c.far[0])):
+		return c.nodes[c.head[b]].e, true
 	case len(c.far) > 0:
 		return c.far[0], true
 	}
@@ -98,16 +124,16 @@ func (c *calendar) peek(now Time) (eventEntry, bool) {
 // pop removes and returns the earliest event.
 func (c *calendar) pop(now Time) eventEntry {
 	b := c.nearMin(now)
-	if b != nil && (len(c.far) == 0 || b.events[b.head].less(c.far[0])) {
-		e := b.events[b.head]
-		b.events[b.head] = eventEntry{}
-		b.head++
-		c.near--
-		if b.head == len(b.events) {
-			b.events, b.head = b.events[:0], 0
-			i := (e.at >> bucketShift) & (calendarBuckets - 1)
-			c.nonEmpty[i/64] &^= 1 << (i % 64)
+	if b >= 0 && (len(c.far) == 0 || c.nodes[c.head[b]].e.less(c.far[0])) {
+		n := c.head[b]
+		e := c.nodes[n].e
+		c.head[b] = c.nodes[n].next
+		if c.head[b] < 0 {
+			c.nonEmpty[b/64] &^= 1 << (b % 64)
 		}
+		c.nodes[n] = calNode{next: c.free}
+		c.free = n
+		c.near--
 		return e
 	}
 	e := c.far[0]

@@ -115,7 +115,8 @@ type sender struct {
 	mask     uint32
 	paths    []*sendPath
 	streams  []sendStream
-	retx     []uint32 // DSNs to resend, oldest first
+	retx     []uint32 // DSNs to resend, oldest first from retxHead
+	retxHead int
 	waiting  []uint32 // DSNs refused with a retryable NACK
 	retry    clock.Timer
 	rrStream int
@@ -240,8 +241,8 @@ func (s *sender) pump() {
 }
 
 func (s *sender) sendOne() bool {
-	for len(s.retx) > 0 {
-		d := s.retx[0]
+	for s.retxHead < len(s.retx) {
+		d := s.retx[s.retxHead]
 		r := s.record(d)
 		if r == nil || r.acked || !r.queued {
 			s.popRetx()
@@ -291,9 +292,13 @@ func (s *sender) sendOne() bool {
 }
 
 func (s *sender) popRetx() {
-	s.retx = s.retx[1:]
-	if len(s.retx) == 0 {
-		s.retx = s.retx[:0:0]
+	s.retxHead++
+	switch {
+	case s.retxHead == len(s.retx): // empty: start over, keeping the capacity
+		s.retx, s.retxHead = s.retx[:0], 0
+	case s.retxHead > 64 && 2*s.retxHead > len(s.retx):
+		n := copy(s.retx, s.retx[s.retxHead:])
+		s.retx, s.retxHead = s.retx[:n], 0
 	}
 }
 
