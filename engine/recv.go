@@ -65,9 +65,26 @@ type rxMessage struct {
 type recvStream struct {
 	next  uint32 // the next MSN to complete
 	msgs  map[uint32]*rxMessage
-	recvs []RecvWR // posted receives, from head: RSN base, base+1, ...
+	recvs []recvEntry // posted receives, from head: RSN base, base+1, ...
 	head  int
 	base  uint32
+}
+
+// recvEntry is a posted receive: its id and buffers.
+type recvEntry struct {
+	id     uint64
+	local  SGE
+	list   []SGE // when the request gave a list
+	length uint32
+}
+
+// scatter places src at message offset off in the receive's buffers.
+func (e *recvEntry) scatter(off uint32, src []byte) error {
+	if e.list != nil {
+		return sgl(e.list).scatter(off, src)
+	}
+	one := [1]SGE{e.local}
+	return sgl(one[:]).scatter(off, src)
 }
 
 // ReceiverStats counts a connection's receiving.
@@ -122,18 +139,13 @@ func (r *receiver) postRecv(wr RecvWR) error {
 	if int(wr.Stream) >= len(r.streams) {
 		return fmt.Errorf("engine: stream %d: the connection has %d", wr.Stream, len(r.streams))
 	}
-	g := wr.Local.Region
-	if g == nil || g.Domain() != c.pd {
-		return errors.New("engine: the receive buffer is not registered in the connection's protection domain")
-	}
-	if g.Access()&memreg.LocalWrite == 0 {
-		return errors.New("engine: the receive buffer's region does not grant local write")
-	}
-	if err := g.CheckRange(wr.Local.Offset, uint64(wr.Local.Length)); err != nil {
-		return fmt.Errorf("engine: receive buffer: %w", err)
+	var one [1]SGE
+	length, err := gatherList(wr.Local, wr.SGL, &one).check(c.pd, memreg.LocalWrite)
+	if err != nil {
+		return err
 	}
 	st := &r.streams[wr.Stream]
-	st.recvs = append(st.recvs, wr)
+	st.recvs = append(st.recvs, recvEntry{id: wr.ID, local: wr.Local, list: wr.SGL, length: length})
 	return nil
 }
 
@@ -221,6 +233,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	payload := pkt.Payload
 	var region *memreg.Region
 	var dst uint64
+	var recv *recvEntry
 	if f.typ != proto.TypeSend {
 		want := memreg.RemoteWrite
 		if f.typ == proto.TypeReadReq {
@@ -251,15 +264,21 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		}
 		rw := &st.recvs[st.head+int(i)]
 		if f.typ == proto.TypeSend {
-			if f.msgLen > rw.Local.Length {
+			if f.msgLen > rw.length {
 				r.nack(pkt, plane, proto.NackBounds, stream, msn)
 				return
 			}
-			region, dst = rw.Local.Region, rw.Local.Offset+uint64(msgOff)
+			recv = rw
 		}
 	}
 	// Step 17: place and record.
-	if err := region.Place(dst, payload); err != nil {
+	var err error
+	if recv != nil {
+		err = recv.scatter(msgOff, payload)
+	} else {
+		err = region.Place(dst, payload)
+	}
+	if err != nil {
 		panic("engine: placement outside checked bounds: " + err.Error())
 	}
 	urgent := r.recordPath(h, at)
@@ -325,7 +344,7 @@ func (r *receiver) complete(stream uint16) {
 				return
 			}
 			rw := st.recvs[st.head]
-			st.recvs[st.head] = RecvWR{}
+			st.recvs[st.head] = recvEntry{}
 			st.head++
 			st.base++
 			if st.head > 32 && st.head*2 > len(st.recvs) {
@@ -334,7 +353,7 @@ func (r *receiver) complete(stream uint16) {
 				st.recvs = st.recvs[:n]
 				st.head = 0
 			}
-			r.c.report(Completion{ID: rw.ID, Op: OpRecv, Stream: stream, Bytes: m.msgLen,
+			r.c.report(Completion{ID: rw.id, Op: OpRecv, Stream: stream, Bytes: m.msgLen,
 				Imm: m.imm, HasImm: m.typ == proto.TypeWriteImm, Solicited: m.solicited})
 		}
 		delete(st.msgs, st.next)
@@ -469,7 +488,7 @@ func (r *receiver) flush(err error) {
 	for i := range r.streams {
 		st := &r.streams[i]
 		for _, rw := range st.recvs[st.head:] {
-			r.c.report(Completion{ID: rw.ID, Op: OpRecv, Status: StatusFlushed, Stream: uint16(i), Err: err})
+			r.c.report(Completion{ID: rw.id, Op: OpRecv, Status: StatusFlushed, Stream: uint16(i), Err: err})
 		}
 		st.recvs, st.head = nil, 0
 	}

@@ -13,6 +13,9 @@ import (
 // message is a posted WRITE, WRITE_IMM or SEND on its way out.
 type message struct {
 	wr      SendWR
+	list    sgl    // the local buffers
+	one     [1]SGE // list's storage when the request has one buffer
+	length  uint32
 	typ     proto.Type
 	msn     uint32
 	rsn     uint32
@@ -181,24 +184,26 @@ func (s *sender) post(wr SendWR) error {
 		if c.readsOut == 0 {
 			return fmt.Errorf("engine: READ not allowed: the peer serves none")
 		}
-		if g := wr.Local.Region; g != nil && g.Access()&memreg.LocalWrite == 0 {
-			return fmt.Errorf("engine: a READ's local buffer must grant local write")
-		}
 	default:
 		return fmt.Errorf("engine: cannot post %v on the send side", wr.Op)
 	}
 	if int(wr.Stream) >= c.streams {
 		return fmt.Errorf("engine: stream %d: the connection has %d", wr.Stream, c.streams)
 	}
-	if g := wr.Local.Region; g == nil || g.Domain() != c.pd {
-		return fmt.Errorf("engine: the local buffer is not registered in the connection's protection domain")
+	m := &message{wr: wr, typ: typ}
+	m.list = gatherList(wr.Local, wr.SGL, &m.one)
+	var need memreg.Access
+	if typ == proto.TypeReadReq {
+		need = memreg.LocalWrite // the READ's data lands there
 	}
-	if err := wr.Local.Region.CheckRange(wr.Local.Offset, uint64(wr.Local.Length)); err != nil {
-		return fmt.Errorf("engine: local buffer: %w", err)
+	length, err := m.list.check(c.pd, need)
+	if err != nil {
+		return err
 	}
+	m.length = length
 	hlen, _ := proto.HeaderLen(typ, 0)
 	st := &s.streams[wr.Stream]
-	m := &message{wr: wr, typ: typ, msn: st.msn, seg: uint32(c.maxPacket - hlen - proto.TrailerLen)}
+	m.msn, m.seg = st.msn, uint32(c.maxPacket-hlen-proto.TrailerLen)
 	st.msn++
 	switch typ {
 	case proto.TypeSend, proto.TypeWriteImm:
@@ -212,7 +217,7 @@ func (s *sender) post(wr SendWR) error {
 	st.queue = append(st.queue, m)
 	s.msgs++
 	if typ != proto.TypeReadReq {
-		s.unsent += uint64(wr.Local.Length)
+		s.unsent += uint64(m.length)
 	}
 	return nil
 }
@@ -221,7 +226,7 @@ func (s *sender) post(wr SendWR) error {
 // responder's own data, in its own sequence spaces, on the internal stream.
 func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
 	hlen, _ := proto.HeaderLen(proto.TypeReadResp, 0)
-	m := &message{wr: SendWR{Local: SGE{Length: length}}, typ: proto.TypeReadResp, tag: tag,
+	m := &message{length: length, typ: proto.TypeReadResp, tag: tag,
 		srcKey: rkey, srcOff: roff, internal: true, seg: uint32(s.c.maxPacket - hlen - proto.TrailerLen)}
 	st := &s.streams[s.respStream]
 	st.queue = append(st.queue, m)
@@ -270,7 +275,7 @@ func (s *sender) sendOne() bool {
 	}
 	d := s.nextDSN
 	s.nextDSN++
-	n := min(m.seg, m.wr.Local.Length-m.next)
+	n := min(m.seg, m.length-m.next)
 	if m.typ == proto.TypeReadReq {
 		n = 0 // one packet, no payload: the data comes back
 		s.readsActive++
@@ -280,7 +285,7 @@ func (s *sender) sendOne() bool {
 	m.next += n
 	m.unacked++
 	s.unsent -= uint64(n)
-	if m.next == m.wr.Local.Length || m.typ == proto.TypeReadReq {
+	if m.next == m.length || m.typ == proto.TypeReadReq {
 		m.allSent = true
 		s.streams[s.streamOf(m)].sendIdx++
 		if m.typ == proto.TypeReadResp {
@@ -390,7 +395,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	h.SetDSN(d)
 	h.SetBacklog(proto.EncodeBacklog(s.unsent))
 	var flags proto.Flags
-	if r.off+r.n == m.wr.Local.Length || m.typ == proto.TypeReadReq || probe {
+	if r.off+r.n == m.length || m.typ == proto.TypeReadReq || probe {
 		flags |= proto.FlagAckRequest
 	}
 	if retx {
@@ -405,7 +410,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		w := pkt.Write()
 		w.SetRKey(m.wr.RKey)
 		w.SetRemoteOffset(m.wr.RemoteOffset)
-		w.SetMsgLen(m.wr.Local.Length)
+		w.SetMsgLen(m.length)
 		w.SetMsgOffset(r.off)
 		w.SetStream(m.wr.Stream)
 		w.SetMSN(m.msn)
@@ -418,7 +423,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		sh.SetStream(m.wr.Stream)
 		sh.SetMSN(m.msn)
 		sh.SetRSN(m.rsn)
-		sh.SetMsgLen(m.wr.Local.Length)
+		sh.SetMsgLen(m.length)
 		sh.SetMsgOffset(r.off)
 	case proto.TypeReadReq:
 		rq := pkt.ReadReq()
@@ -426,13 +431,13 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		rq.SetMSN(m.msn)
 		rq.SetRKey(m.wr.RKey)
 		rq.SetRemoteOffset(m.wr.RemoteOffset)
-		rq.SetMsgLen(m.wr.Local.Length)
+		rq.SetMsgLen(m.length)
 		rq.SetReadTag(m.tag)
 	case proto.TypeReadResp:
 		rs := pkt.ReadResp()
 		rs.SetReadTag(m.tag)
 		rs.SetMsgOffset(r.off)
-		rs.SetMsgLen(m.wr.Local.Length)
+		rs.SetMsgLen(m.length)
 	}
 	if !s.copyPayload(m, r, pkt.Payload) {
 		return
@@ -472,11 +477,7 @@ func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
 		copy(payload, src)
 		return true
 	}
-	src, err := m.wr.Local.Region.Slice(m.wr.Local.Offset+uint64(r.off), uint64(r.n))
-	if err != nil {
-		panic("engine: a posted buffer left its region: " + err.Error()) // checked at post
-	}
-	copy(payload, src)
+	m.list.gather(r.off, payload)
 	return true
 }
 
@@ -487,10 +488,10 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 	if m == nil {
 		return proto.NackBadTag
 	}
-	if length != m.wr.Local.Length {
+	if length != m.length {
 		return proto.NackBounds
 	}
-	if err := m.wr.Local.Region.Place(m.wr.Local.Offset+uint64(off), payload); err != nil {
+	if err := m.list.scatter(off, payload); err != nil {
 		return proto.NackBounds // checked at post; a bug if it happens
 	}
 	m.readGot += uint32(len(payload))
@@ -556,8 +557,8 @@ func (s *sender) complete(stream uint16) {
 		st.queue[st.head] = nil
 		st.head++
 		s.msgs--
-		if !m.failed && !m.internal {
-			s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Stream: stream, Bytes: m.wr.Local.Length})
+		if !m.failed && !m.internal && !m.wr.Unsignaled {
+			s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Stream: stream, Bytes: m.length})
 		}
 	}
 	if st.head > 32 && st.head*2 > len(st.queue) {
@@ -872,7 +873,7 @@ func (s *sender) failMessage(m *message, st Status, err error) {
 	if m.typ == proto.TypeReadReq {
 		delete(s.reads, m.tag)
 	}
-	s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: m.wr.Stream, Bytes: m.wr.Local.Length, Err: err})
+	s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: m.wr.Stream, Bytes: m.length, Err: err})
 }
 
 // flush completes every outstanding message with status st.
@@ -883,14 +884,16 @@ func (s *sender) flush(st Status, err error) {
 			if m.failed || m.internal {
 				continue // reported with its own error, or not the application's
 			}
-			wc := Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: uint16(i), Bytes: m.wr.Local.Length, Err: err}
+			wc := Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: uint16(i), Bytes: m.length, Err: err}
 			if m.done {
 				// Acknowledged in full, waiting behind an earlier message:
 				// it did complete.
 				wc.Status, wc.Err = StatusOK, nil
 			}
 			m.done = true
-			s.c.report(wc)
+			if wc.Status != StatusOK || !m.wr.Unsignaled {
+				s.c.report(wc)
+			}
 		}
 		q.queue, q.head, q.sendIdx = nil, 0, 0
 	}

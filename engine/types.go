@@ -221,12 +221,17 @@ type SGE struct {
 	Length uint32
 }
 
-// SendWR is a work request for the send side: a WRITE, WRITE_IMM or SEND.
+// SendWR is a work request for the send side: a WRITE, WRITE_IMM, SEND or
+// READ.
 type SendWR struct {
 	ID     uint64
 	Op     Opcode
 	Stream uint16
-	Local  SGE
+	// Local is the local buffer; SGL, when not empty, replaces it with a
+	// list the message's bytes run through in order (gathered to send,
+	// scattered for a READ).
+	Local SGE
+	SGL   []SGE
 	// RKey and RemoteOffset name the target of a WRITE or WRITE_IMM.
 	RKey         uint64
 	RemoteOffset uint64
@@ -235,13 +240,19 @@ type SendWR struct {
 	// For a READ, Local is where the data lands (its region must grant
 	// local write) and RKey, RemoteOffset name the peer's region to read.
 	Solicited bool
+	// Unsignaled requests complete without a completion when they succeed
+	// (an error is always reported). Completions of a stream come in
+	// posting order, so a signaled one implies the unsignaled ones before
+	// it are done: signal every Nth to bound what is outstanding.
+	Unsignaled bool
 }
 
-// RecvWR posts a receive buffer on a stream.
+// RecvWR posts a receive buffer on a stream: Local, or the list SGL.
 type RecvWR struct {
 	ID     uint64
 	Stream uint16
 	Local  SGE
+	SGL    []SGE
 }
 
 // ConnState is where a connection is in its life.
