@@ -41,6 +41,12 @@ func NewSimNetwork(fc netem.Config, ec engine.Config, seed uint64) (*SimNetwork,
 		reg := NewRegistry(newSeeded(seed, uint64(2*h+1)))
 		n.hosts = append(n.hosts, NewSoftware(ep, reg, SimRunner{sim}))
 	}
+	// Every host's NIC sees a plane's link state change.
+	fab.OnPlaneChange(func(plane int, up bool) {
+		for _, h := range n.hosts {
+			h.ep.SetPlaneUp(plane, up)
+		}
+	})
 	return n, nil
 }
 

@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"io"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -153,6 +155,42 @@ func (e *Endpoint) flush() {
 	e.port.Send(e.batch)
 	clear(e.batch)
 	e.batch = e.batch[:0]
+}
+
+// SetPlaneUp tells the endpoint that a plane (a NIC port) went down or came
+// back, as the NIC's link state says. The paths of every connection on that
+// plane stop (DOWN: what they had in flight is resent on the others) or are
+// probed and return to service.
+func (e *Endpoint) SetPlaneUp(plane int, up bool) {
+	now := e.clock.Now()
+	for _, id := range e.connIDs() {
+		c := e.conns[id]
+		if c.state != Established {
+			continue
+		}
+		for _, p := range c.snd.paths {
+			switch {
+			case p.plane != plane:
+			case !up && p.state != pathmgr.Down:
+				p.planeDown()
+			case up && p.state == pathmgr.Down:
+				p.planeUp(now)
+			}
+		}
+		c.snd.pump()
+	}
+	e.flush()
+}
+
+// connIDs lists the connection ids in order, so that whatever is done to
+// every connection is done in the same order in every run.
+func (e *Endpoint) connIDs() []uint32 {
+	ids := make([]uint32, 0, len(e.conns))
+	for id := range e.conns {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Connect starts a connection to the peer whose plane addresses are remote

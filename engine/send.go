@@ -608,7 +608,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	if resolved {
 		p.probed, p.timeouts = false, 0
 		if p.state == pathmgr.AssumedBad {
-			p.state = pathmgr.Good
+			p.setState(pathmgr.Good, false)
 		}
 		p.armTimer(at)
 	}
@@ -679,6 +679,8 @@ func (p *sendPath) onTimer() {
 	}
 	now := c.ep.clock.Now()
 	switch {
+	case p.state == pathmgr.Down:
+		return
 	case p.state == pathmgr.AssumedBad:
 		// A probe went unanswered: the route may be what failed. Move to a
 		// new source port (at most once per MPL), then probe again.
@@ -734,8 +736,41 @@ func (p *sendPath) onRTO() {
 		}
 	}
 	p.advance()
-	p.state = pathmgr.AssumedBad
+	p.setState(pathmgr.AssumedBad, false)
 	p.sendProbe()
+}
+
+// setState changes the path's state and tells the application.
+func (p *sendPath) setState(st pathmgr.State, repath bool) {
+	from := p.state
+	p.state = st
+	c := p.s.c
+	if o, ok := c.events.(PathObserver); ok && (from != st || repath) {
+		o.PathChanged(c, PathEvent{Path: p.id, Plane: p.plane, From: from, To: st, Repath: repath,
+			SrcPort: p.port, Epoch: p.epoch, At: c.ep.clock.Now()})
+	}
+}
+
+// planeDown takes the path out of use with its plane: what it had in
+// flight is resent on other paths.
+func (p *sendPath) planeDown() {
+	for psn := p.oldest; psn != p.next; psn++ {
+		if r := &p.ring[psn&255]; !r.resolved && r.psn == psn {
+			p.resolveLost(r, psn)
+		}
+	}
+	p.advance()
+	p.timer.Stop()
+	p.setState(pathmgr.Down, false)
+}
+
+// planeUp puts the path back on trial: it is probed and takes data again
+// once a probe is answered.
+func (p *sendPath) planeUp(now clock.Time) {
+	p.timeouts = 0
+	p.setState(pathmgr.AssumedBad, false)
+	p.sendProbe()
+	p.armTimer(now)
 }
 
 // repath gives the path another source port from the pool; its epoch
@@ -753,6 +788,7 @@ func (p *sendPath) repath(now clock.Time) {
 	p.epoch = (p.epoch + 1) & 3
 	p.epochStart[p.epoch] = p.next
 	p.ctr.Repaths++
+	p.setState(p.state, true)
 }
 
 func (p *sendPath) sendProbe() {
@@ -785,7 +821,7 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 		p.rtt.Update(time.Duration(sample))
 	}
 	if p.state == pathmgr.AssumedBad {
-		p.state = pathmgr.Good
+		p.setState(pathmgr.Good, false)
 		p.timeouts = 0
 		p.armTimer(at)
 		s.pump()

@@ -13,7 +13,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -277,6 +279,23 @@ type Events interface {
 	Completion(c *Conn, wc Completion)
 	// State reports a state change; err is set when the connection failed.
 	State(c *Conn, s ConnState, err error)
+}
+
+// PathEvent is a change of one path of a connection: its state, or a repath
+// to another source port.
+type PathEvent struct {
+	Path, Plane int
+	From, To    pathmgr.State
+	Repath      bool // moved to SrcPort, in Epoch
+	SrcPort     uint16
+	Epoch       uint8
+	At          clock.Time
+}
+
+// PathObserver is an optional interface of Events: connections whose
+// Events implement it report every path state change and repath.
+type PathObserver interface {
+	PathChanged(c *Conn, ev PathEvent)
 }
 
 // Errors a connection can end with.

@@ -144,6 +144,20 @@ const (
 	Repair
 )
 
+func (k FaultKind) String() string {
+	switch k {
+	case PlaneDown:
+		return "plane-down"
+	case PlaneBlackhole:
+		return "plane-blackhole"
+	case LinkSlowdown:
+		return "link-slowdown"
+	case Repair:
+		return "repair"
+	}
+	return fmt.Sprintf("FaultKind(%d)", uint8(k))
+}
+
 // Fault is a change to the fabric at a time.
 type Fault struct {
 	At    time.Duration

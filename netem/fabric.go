@@ -34,6 +34,7 @@ type Fabric struct {
 	nextPacket  uint64
 	trace       uint64
 	taps        []func(*TapEvent)
+	planeWatch  []func(plane int, up bool)
 	singleUp    []*Link // [host], single-port hosts only
 	singleDown  []*Link
 	noRoute     uint64
@@ -462,6 +463,7 @@ func (e *faultEvent) Fire() { e.fab.apply(e.fault) }
 // apply changes link and plane state for a fault.
 func (f *Fabric) apply(ft Fault) {
 	pl := &f.planes[ft.Plane]
+	wasDown := pl.down
 	switch ft.Kind {
 	case PlaneDown:
 		pl.down = true
@@ -469,6 +471,9 @@ func (f *Fabric) apply(ft Fault) {
 		if ft.Link == nil {
 			pl.down = false
 		}
+	}
+	if pl.down != wasDown {
+		defer f.notifyPlane(ft.Plane, !pl.down)
 	}
 	for _, l := range f.links {
 		if l.plane != ft.Plane || !l.matches(ft.Link) {
@@ -487,6 +492,19 @@ func (f *Fabric) apply(ft Fault) {
 			l.factor = 1
 			l.rate = l.cfg.Rate
 		}
+	}
+}
+
+// OnPlaneChange calls fn when a plane goes down or comes back (PlaneDown,
+// Repair): what every host's NIC sees as its port's link state. A
+// blackholed plane does not look down, so fn is not called for it.
+func (f *Fabric) OnPlaneChange(fn func(plane int, up bool)) {
+	f.planeWatch = append(f.planeWatch, fn)
+}
+
+func (f *Fabric) notifyPlane(plane int, up bool) {
+	for _, fn := range f.planeWatch {
+		fn(plane, up)
 	}
 }
 

@@ -1,6 +1,7 @@
 package netem
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -629,5 +630,20 @@ func TestOverrides(t *testing.T) {
 	cfg.Overrides[0].Plane = 5
 	if _, err := New(cfg, clock.NewSim()); err == nil || !strings.Contains(err.Error(), "override 0: plane 5") {
 		t.Fatalf("override of an unknown plane: %v", err)
+	}
+}
+
+// Hosts hear of a plane going down and coming back, not of a blackhole.
+func TestOnPlaneChange(t *testing.T) {
+	cfg := twoHosts(simpleLink(gbps, 0), simpleLink(gbps, 0))
+	cfg.Planes = 2
+	cfg.Faults = []Fault{{At: 10, Kind: PlaneDown, Plane: 1}, {At: 20, Kind: PlaneBlackhole, Plane: 0},
+		{At: 30, Kind: Repair, Plane: 1}, {At: 40, Kind: Repair, Plane: 0}}
+	f, sim := newTestFabric(t, cfg)
+	var seen []string
+	f.OnPlaneChange(func(p int, up bool) { seen = append(seen, fmt.Sprintf("%d:%v@%d", p, up, sim.Now())) })
+	sim.RunUntil(100)
+	if got := strings.Join(seen, " "); got != "1:false@10 1:true@30" {
+		t.Fatalf("plane changes seen: %s", got)
 	}
 }

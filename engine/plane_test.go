@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/pathmgr"
+)
+
+// pathLog is Events that also records path events.
+type pathLog struct {
+	recorder
+	events []PathEvent
+}
+
+func (l *pathLog) PathChanged(_ *Conn, ev PathEvent) { l.events = append(l.events, ev) }
+
+func (l *pathLog) of(path int) string {
+	var s []string
+	for _, ev := range l.events {
+		if ev.Path == path {
+			if ev.Repath {
+				s = append(s, "repath")
+			} else {
+				s = append(s, ev.To.String())
+			}
+		}
+	}
+	return strings.Join(s, " ")
+}
+
+// A plane that fails mid-transfer and comes back: the application sees path
+// events but no error; the transfer completes byte for byte; the plane's
+// paths go DOWN, are probed back, and carry data again.
+func TestPlaneFailureIsSurvived(t *testing.T) {
+	for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
+		t.Run(fmt.Sprint(kind), func(t *testing.T) {
+			fc := fourPlanes()
+			fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: kind, Plane: 1},
+				{At: time.Millisecond, Kind: netem.Repair, Plane: 1}}
+			n := newNet(t, fc, Config{Paths: 8, MPL: time.Millisecond})
+			log := &pathLog{}
+			pr := n.connect(0, 1)
+			pr.a.events = log
+			const size = 128 << 20 // about 4 ms: the fault and the repair happen mid-transfer
+			src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+			dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+			pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+			if !n.run(time.Second, func() bool { return len(log.done) == 1 || pr.a.State() == Closed }) {
+				t.Fatal("not complete")
+			}
+			if pr.a.State() != Established || log.done[0].Status != StatusOK {
+				t.Fatalf("the application noticed: %v %+v", pr.a.Err(), log.done)
+			}
+			if digest(src.Bytes()) != digest(dst.Bytes()) {
+				t.Fatal("data differs")
+			}
+			for _, path := range []int{1, 5} { // the paths on plane 1
+				got := log.of(path)
+				want := "DOWN ASSUMED_BAD GOOD"
+				if kind == netem.PlaneBlackhole {
+					want = "ASSUMED_BAD" // then repaths, then GOOD once repaired
+				}
+				if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "GOOD") {
+					t.Errorf("path %d events %q, want %q ... GOOD", path, got, want)
+				}
+				if tel := pr.a.Telemetry()[path]; tel.State != pathmgr.Good {
+					t.Errorf("path %d ended %v", path, tel.State)
+				}
+			}
+			for _, path := range []int{0, 2, 3, 4, 6, 7} {
+				if got := log.of(path); got != "" {
+					t.Errorf("path %d on a healthy plane had events %q", path, got)
+				}
+			}
+			t.Logf("%v: %v of virtual time; %+v", kind, n.sim.Now(), pr.a.SenderStats())
+		})
+	}
+}
