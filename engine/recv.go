@@ -111,7 +111,8 @@ type receiver struct {
 	ackPlane int
 	ackPort  int
 	free     []*rxMessage
-	readsIn  int // READs accepted and not yet fully answered
+	readsIn  int  // READs accepted and not yet fully answered
+	srq      *SRQ // where receives come from, when shared
 	stats    ReceiverStats
 }
 
@@ -138,6 +139,9 @@ func (r *receiver) postRecv(wr RecvWR) error {
 	}
 	if int(wr.Stream) >= len(r.streams) {
 		return fmt.Errorf("engine: stream %d: the connection has %d", wr.Stream, len(r.streams))
+	}
+	if r.srq != nil {
+		return errors.New("engine: the connection takes its receives from a shared receive queue")
 	}
 	var one [1]SGE
 	length, err := gatherList(wr.Local, wr.SGL, &one).check(c.pd, memreg.LocalWrite)
@@ -258,7 +262,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	// Step 16: the posted receive.
 	if f.typ == proto.TypeSend || f.typ == proto.TypeWriteImm {
 		i := f.rsn - st.base
-		if i >= uint32(len(st.recvs)-st.head) {
+		if i >= uint32(len(st.recvs)-st.head) && !r.claimShared(st, i) {
 			r.nack(pkt, plane, proto.NackRNR, stream, msn)
 			return
 		}
@@ -361,6 +365,21 @@ func (r *receiver) complete(stream uint16) {
 		r.free = append(r.free, m)
 		st.next++
 	}
+}
+
+// claimShared hands shared receives to a stream's RSNs up to base+i, in
+// order; it reports whether RSN base+i has one. An RSN further ahead than
+// any message window allows takes nothing, so a hostile peer cannot drain
+// the shared queue.
+func (r *receiver) claimShared(st *recvStream, i uint32) bool {
+	if r.srq == nil || i >= r.dsn.size || i-uint32(len(st.recvs)-st.head) >= uint32(r.srq.Len()) {
+		return false
+	}
+	for uint32(len(st.recvs)-st.head) <= i {
+		e, _ := r.srq.take()
+		st.recvs = append(st.recvs, e)
+	}
+	return true
 }
 
 // onReadResp places READ response data at the requester (spec section 9
@@ -483,12 +502,17 @@ func (r *receiver) onProbe(pkt *proto.Packet, d *link.Datagram, plane int, at cl
 	})
 }
 
-// flush completes every posted receive with a flush status.
+// flush completes every posted receive with a flush status; shared
+// receives taken but never filled go back to their queue.
 func (r *receiver) flush(err error) {
 	for i := range r.streams {
 		st := &r.streams[i]
-		for _, rw := range st.recvs[st.head:] {
-			r.c.report(Completion{ID: rw.id, Op: OpRecv, Status: StatusFlushed, Stream: uint16(i), Err: err})
+		if r.srq != nil {
+			r.srq.giveBack(st.recvs[st.head:])
+		} else {
+			for _, rw := range st.recvs[st.head:] {
+				r.c.report(Completion{ID: rw.id, Op: OpRecv, Status: StatusFlushed, Stream: uint16(i), Err: err})
+			}
 		}
 		st.recvs, st.head = nil, 0
 	}
