@@ -2,8 +2,13 @@ package endpoint
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
+
+// ErrCQOverflow is what a completion queue reports once it has lost
+// completions because it was full.
+var ErrCQOverflow = errors.New("endpoint: completion queue overflow: completions were lost")
 
 // CQ is a completion queue: a bounded ring that work-request completions
 // are pushed to. If it fills, further completions are lost and the queue

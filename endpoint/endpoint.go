@@ -1,8 +1,9 @@
 // Package endpoint is mroce's verbs-style API: devices, protection domains,
-// registered memory, completion queues and queue pairs (connections with
-// many paths below and many ordered streams above), as an RDMA programmer
-// knows them. It is defined over a Backend: the software engine is one
-// (Software), a NIC driver would be another.
+// registered memory, completion queues, shared receive queues and queue
+// pairs (connections with many paths below and many ordered streams above),
+// as an RDMA programmer knows them. It is defined over a Backend: the
+// software engine is one (Software), a NIC driver would be another (Stub is
+// where one starts).
 //
 // A program opens a Device on a backend, allocates a protection domain,
 // registers its buffers, creates completion queues, connects (or listens and
@@ -11,27 +12,26 @@
 package endpoint
 
 import (
-	"context"
-	"errors"
 	"net/netip"
 
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
-	"github.com/mroce/mroce/pathmgr"
 )
 
-// The work-request and completion vocabulary is the engine's.
+// The status, opcode and completion vocabulary is the engine's.
 type (
 	Completion = engine.Completion
 	Status     = engine.Status
 	Opcode     = engine.Opcode
 	Access     = memreg.Access
+	PathEvent  = engine.PathEvent
 )
 
 const (
 	OpWrite    = engine.OpWrite
 	OpWriteImm = engine.OpWriteImm
 	OpSend     = engine.OpSend
+	OpRead     = engine.OpRead
 	OpRecv     = engine.OpRecv
 
 	StatusOK = engine.StatusOK
@@ -49,6 +49,7 @@ type Caps struct {
 	MaxStreams int
 	MaxPacket  int
 	Planes     int
+	Atomics    bool
 }
 
 // Remote names a peer: its address on each plane, in plane order, and the
@@ -58,39 +59,36 @@ type Remote struct {
 	Port   uint16
 }
 
-// Backend is what carries out the API: the software engine, or a NIC.
-// Handles it returns are opaque to the API.
-type Backend interface {
-	Caps() Caps
-	NewDomain() (any, error)
-	Register(domain any, buf []byte, access Access) (*memreg.Region, error)
-	Deregister(r *memreg.Region) error
-	// Connect starts a connection whose completions go to sink; Progress
-	// waits for it.
-	Connect(domain any, remote Remote, sink func(Completion), state func(engine.ConnState, error)) (QPHandle, error)
-	// Listen offers new connections to accept, which returns the sinks of
-	// an accepted one (or false to refuse it).
-	Listen(domain any, accept func(QPHandle) (sink func(Completion), state func(engine.ConnState, error), ok bool)) error
-	PostSend(qp QPHandle, wr engine.SendWR) error
-	PostRecv(qp QPHandle, wr engine.RecvWR) error
-	Close(qp QPHandle) error
-	Telemetry(qp QPHandle) []pathmgr.Telemetry
-	// Progress returns when cond reports true (cond runs where the backend's
-	// state may be read) or ctx ends. A backend whose events need driving
-	// (a simulation) drives them here.
-	Progress(ctx context.Context, cond func() bool) error
-	// Do runs f where the backend's state may be touched, and waits.
-	Do(f func())
+// SGE is length bytes at offset of a registered region.
+type SGE struct {
+	MR     *MR
+	Offset uint64
+	Length uint32
 }
 
-// QPHandle is a backend's connection.
-type QPHandle interface{}
+// SendWR is a send-side work request: WRITE, WRITE_IMM, SEND or READ.
+type SendWR struct {
+	ID     uint64
+	Op     Opcode
+	Stream uint16
+	// SGL is the local buffers, in order: gathered from for WRITE and
+	// SEND, scattered into for READ.
+	SGL []SGE
+	// RKey and RemoteOffset name the peer's region (WRITE, WRITE_IMM,
+	// READ).
+	RKey, RemoteOffset uint64
+	Imm                uint32 // WRITE_IMM
+	Solicited          bool
+	// Unsignaled: no completion when it succeeds.
+	Unsignaled bool
+}
 
-// Errors of the API.
-var (
-	ErrCQOverflow = errors.New("endpoint: completion queue overflow: completions were lost")
-	ErrClosed     = errors.New("endpoint: closed")
-)
+// RecvWR is a receive: buffers a SEND (or a WRITE_IMM's notice) lands in.
+type RecvWR struct {
+	ID     uint64
+	Stream uint16
+	SGL    []SGE
+}
 
 // Device is a backend opened for use.
 type Device struct {
@@ -105,44 +103,65 @@ func (d *Device) Caps() Caps { return d.b.Caps() }
 
 // PD is a protection domain.
 type PD struct {
-	dev    *Device
-	handle any
+	dev *Device
+	h   PDHandle
 }
 
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() (*PD, error) {
-	h, err := d.b.NewDomain()
+	h, err := d.b.AllocPD()
 	if err != nil {
 		return nil, err
 	}
-	return &PD{dev: d, handle: h}, nil
+	return &PD{dev: d, h: h}, nil
 }
 
 // MR is a registered memory region.
 type MR struct {
-	pd     *PD
-	region *memreg.Region
+	pd *PD
+	h  MRHandle
 }
 
 // RegisterMR registers buf with the given access.
 func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
-	r, err := pd.dev.b.Register(pd.handle, buf, access)
+	h, err := pd.dev.b.RegisterMR(pd.h, buf, access)
 	if err != nil {
 		return nil, err
 	}
-	return &MR{pd: pd, region: r}, nil
+	return &MR{pd: pd, h: h}, nil
 }
 
 // RKey is the key a peer uses to reach the region.
-func (m *MR) RKey() uint64 { return m.region.Key() }
+func (m *MR) RKey() uint64 { return m.h.Key() }
 
 // Bytes is the registered memory.
-func (m *MR) Bytes() []byte { return m.region.Bytes() }
+func (m *MR) Bytes() []byte { return m.h.Bytes() }
+
+// Handle is the backend's handle of the region.
+func (m *MR) Handle() MRHandle { return m.h }
 
 // Deregister revokes the region's key and waits for placements in progress.
-func (m *MR) Deregister() error { return m.pd.dev.b.Deregister(m.region) }
+func (m *MR) Deregister() error { return m.pd.dev.b.DeregisterMR(m.h) }
 
-// SGE names length bytes at offset of a registered region.
-func (m *MR) SGE(offset uint64, length uint32) engine.SGE {
-	return engine.SGE{Region: m.region, Offset: offset, Length: length}
+// SGE names length bytes at offset of the region.
+func (m *MR) SGE(offset uint64, length uint32) SGE { return SGE{MR: m, Offset: offset, Length: length} }
+
+// SRQ is a shared receive queue.
+type SRQ struct {
+	pd *PD
+	h  SRQHandle
+}
+
+// CreateSRQ makes a shared receive queue.
+func (pd *PD) CreateSRQ() (*SRQ, error) {
+	h, err := pd.dev.b.CreateSRQ(pd.h)
+	if err != nil {
+		return nil, err
+	}
+	return &SRQ{pd: pd, h: h}, nil
+}
+
+// PostRecv posts a receive on the shared queue.
+func (q *SRQ) PostRecv(id uint64, sgl ...SGE) error {
+	return q.pd.dev.b.PostSRQRecv(q.h, RecvWR{ID: id, SGL: sgl})
 }

@@ -3,10 +3,12 @@ package endpoint
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/netem"
 )
@@ -35,11 +37,11 @@ func TestVerbsFlow(t *testing.T) {
 	spd, _ := server.AllocPD()
 	cpd, _ := client.AllocPD()
 	scq, ccq := server.CreateCQ(64), client.CreateCQ(64)
-	lis, err := spd.Listen(scq, scq)
+	lis, err := spd.Listen(scq, scq, QPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq)
+	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestVerbsFlow(t *testing.T) {
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := qp.State(); st != engine.Closed {
+	if st, _ := qp.ConnState(); st != engine.Closed {
 		t.Fatalf("state after close: %v", st)
 	}
 }
@@ -101,10 +103,10 @@ func TestCQOverflowIsReported(t *testing.T) {
 	cpd, _ := n.Device(0).AllocPD()
 	spd, _ := n.Device(1).AllocPD()
 	ccq, scq := n.Device(0).CreateCQ(2), n.Device(1).CreateCQ(8)
-	if _, err := spd.Listen(scq, scq); err != nil {
+	if _, err := spd.Listen(scq, scq, QPOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq)
+	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +130,93 @@ func TestWaitInVirtualTimeNeverHangs(t *testing.T) {
 	cq := n.Device(0).CreateCQ(4)
 	if _, err := cq.Wait(context.Background(), make([]Completion, 1)); err != ErrStalled {
 		t.Fatalf("Wait with nothing to come: %v", err)
+	}
+}
+
+// The stub backend reports its capabilities and refuses everything else
+// with ErrNotSupported: what a driver starts from.
+func TestStubBackend(t *testing.T) {
+	dev := Open(NewStub(Caps{Name: "example NIC", MaxPaths: 256, MaxStreams: 1024, MaxPacket: 4160, Planes: 8}))
+	if c := dev.Caps(); c.MaxPaths != 256 || c.Planes != 8 || c.Name != "stub (no hardware): example NIC" {
+		t.Fatalf("caps %+v", c)
+	}
+	if _, err := dev.AllocPD(); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("AllocPD: %v", err)
+	}
+	var b Backend = NewStub(Caps{})
+	if err := b.PostSend(nil, SendWR{}); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("PostSend: %v", err)
+	}
+	if err := b.Progress(context.Background(), func() bool { return false }); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Progress: %v", err)
+	}
+}
+
+// Through the API: READ, a shared receive queue for accepted connections,
+// and path events when a plane fails.
+func TestReadSRQAndPathEventsThroughTheAPI(t *testing.T) {
+	l := netem.LinkConfig{Rate: 100e9, Delay: time.Microsecond}
+	fc := netem.Config{Seed: 3, Hosts: 2, Planes: 2, Uplink: l, Downlink: l,
+		Faults: []netem.Fault{{At: 50 * time.Microsecond, Kind: netem.PlaneDown, Plane: 1}}}
+	n, err := NewSimNetwork(fc, engine.Config{Paths: 4}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	spd, _ := n.Device(1).AllocPD()
+	cpd, _ := n.Device(0).AllocPD()
+	scq, ccq := n.Device(1).CreateCQ(16), n.Device(0).CreateCQ(16)
+	srq, err := spd.CreateSRQ()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox, _ := spd.RegisterMR(make([]byte, 1000), LocalWrite)
+	srq.PostRecv(5, inbox.SGE(0, 1000))
+	if _, err := spd.Listen(scq, scq, QPOptions{SRQ: srq}); err != nil {
+		t.Fatal(err)
+	}
+	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposed, _ := spd.RegisterMR(bytes.Repeat([]byte("mroce"), 100000), RemoteRead)
+	local, _ := cpd.RegisterMR(make([]byte, 500000), LocalWrite)
+	msg, _ := cpd.RegisterMR([]byte("hello over a shared receive queue"), 0)
+	qp.PostRead(1, 0, local.SGE(0, 500000), exposed.RKey(), 0)
+	qp.PostSend(2, 1, msg.SGE(0, uint32(len(msg.Bytes()))))
+	out := make([]Completion, 4)
+	for got := 0; got < 2; {
+		k, err := ccq.Wait(ctx, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, wc := range out[:k] {
+			if wc.Status != StatusOK {
+				t.Fatalf("%+v", wc)
+			}
+		}
+		got += k
+	}
+	if !bytes.Equal(local.Bytes(), exposed.Bytes()) {
+		t.Fatal("READ data differs")
+	}
+	k, err := scq.Wait(ctx, out)
+	if err != nil || k != 1 || out[0].ID != 5 || string(inbox.Bytes()[:out[0].Bytes]) != string(msg.Bytes()) {
+		t.Fatalf("SRQ receive: %v %+v", err, out[:k])
+	}
+	// Let the plane fail (the fabric's schedule says at 50 µs).
+	n.Backend(0).Progress(ctx, func() bool { return n.Sim.Now() >= clock.Time(50*time.Microsecond) })
+	evs := qp.PathEvents()
+	down := 0
+	for _, ev := range evs {
+		if ev.Plane == 1 && ev.To.String() == "DOWN" {
+			down++
+		}
+		if ev.Plane != 1 {
+			t.Errorf("event on a healthy plane: %+v", ev)
+		}
+	}
+	if down != 2 {
+		t.Fatalf("%d paths reported DOWN on plane 1 (events %+v), want 2", down, evs)
 	}
 }

@@ -19,9 +19,12 @@ type QP struct {
 	mu     sync.Mutex
 	state  engine.ConnState
 	err    error
+	paths  []PathEvent
 }
 
-func (qp *QP) sink(wc Completion) {
+// The QP is its backend's Sink.
+
+func (qp *QP) Completion(wc Completion) {
 	if wc.Op == OpRecv {
 		qp.recvCQ.push(wc)
 		return
@@ -29,33 +32,49 @@ func (qp *QP) sink(wc Completion) {
 	qp.sendCQ.push(wc)
 }
 
-func (qp *QP) onState(s engine.ConnState, err error) {
+func (qp *QP) State(s engine.ConnState, err error) {
 	qp.mu.Lock()
 	qp.state, qp.err = s, err
 	qp.mu.Unlock()
 }
 
-// State is the connection's state and, once closed, why.
-func (qp *QP) State() (engine.ConnState, error) {
+func (qp *QP) Path(ev PathEvent) {
+	qp.mu.Lock()
+	qp.paths = append(qp.paths, ev)
+	qp.mu.Unlock()
+}
+
+// ConnState is the connection's state and, once closed, why.
+func (qp *QP) ConnState() (engine.ConnState, error) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.state, qp.err
 }
 
+// PathEvents returns the path events since the last call: state changes
+// and repaths.
+func (qp *QP) PathEvents() []PathEvent {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	ev := qp.paths
+	qp.paths = nil
+	return ev
+}
+
 // Connect opens a connection to remote and waits until it is established.
 // Send completions go to sendCQ, receive completions to recvCQ.
-func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ) (*QP, error) {
+func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, opts QPOptions) (*QP, error) {
 	qp := &QP{pd: pd, sendCQ: sendCQ, recvCQ: recvCQ}
 	b := pd.dev.b
-	h, err := b.Connect(pd.handle, remote, qp.sink, qp.onState)
+	h, err := b.Connect(pd.h, remote, opts, qp)
 	if err != nil {
 		return nil, err
 	}
 	qp.h = h
-	if err := b.Progress(ctx, func() bool { s, _ := qp.State(); return s != engine.Connecting }); err != nil {
+	if err := b.Progress(ctx, func() bool { s, _ := qp.ConnState(); return s != engine.Connecting }); err != nil {
 		return nil, err
 	}
-	if s, err := qp.State(); s != engine.Established {
+	if s, err := qp.ConnState(); s != engine.Established {
 		return nil, fmt.Errorf("endpoint: connect: %w", err)
 	}
 	return qp, nil
@@ -63,22 +82,21 @@ func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ) (*
 
 // Listener accepts connections.
 type Listener struct {
-	pd             *PD
-	sendCQ, recvCQ *CQ
-	mu             sync.Mutex
-	ready          []*QP
+	pd    *PD
+	mu    sync.Mutex
+	ready []*QP
 }
 
 // Listen accepts connections on the device; their completions go to the
-// given queues.
-func (pd *PD) Listen(sendCQ, recvCQ *CQ) (*Listener, error) {
-	l := &Listener{pd: pd, sendCQ: sendCQ, recvCQ: recvCQ}
-	err := pd.dev.b.Listen(pd.handle, func(h QPHandle) (func(Completion), func(engine.ConnState, error), bool) {
+// given queues, their receives come from opts.SRQ when set.
+func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
+	l := &Listener{pd: pd}
+	err := pd.dev.b.Listen(pd.h, opts, func(h QPHandle) (Sink, bool) {
 		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: engine.Accepting}
 		l.mu.Lock()
 		l.ready = append(l.ready, qp)
 		l.mu.Unlock()
-		return qp.sink, qp.onState, true
+		return qp, true
 	})
 	return l, err
 }
@@ -99,40 +117,31 @@ func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 	return qp, err
 }
 
+// Post posts any send-side work request.
+func (qp *QP) Post(wr SendWR) error { return qp.pd.dev.b.PostSend(qp.h, wr) }
+
 // PostWrite posts an RDMA WRITE of local to (rkey, remoteOffset) on stream.
-func (qp *QP) PostWrite(id uint64, stream uint16, local engine.SGE, rkey, remoteOffset uint64) error {
-	return qp.PostSendWR(engine.SendWR{ID: id, Op: OpWrite, Stream: stream, Local: local, RKey: rkey, RemoteOffset: remoteOffset})
+func (qp *QP) PostWrite(id uint64, stream uint16, local SGE, rkey, remoteOffset uint64) error {
+	return qp.Post(SendWR{ID: id, Op: OpWrite, Stream: stream, SGL: []SGE{local}, RKey: rkey, RemoteOffset: remoteOffset})
+}
+
+// PostRead posts an RDMA READ of the peer's (rkey, remoteOffset) into local.
+func (qp *QP) PostRead(id uint64, stream uint16, local SGE, rkey, remoteOffset uint64) error {
+	return qp.Post(SendWR{ID: id, Op: OpRead, Stream: stream, SGL: []SGE{local}, RKey: rkey, RemoteOffset: remoteOffset})
 }
 
 // PostSend posts a SEND of local on stream.
-func (qp *QP) PostSend(id uint64, stream uint16, local engine.SGE) error {
-	return qp.PostSendWR(engine.SendWR{ID: id, Op: OpSend, Stream: stream, Local: local})
+func (qp *QP) PostSend(id uint64, stream uint16, local SGE) error {
+	return qp.Post(SendWR{ID: id, Op: OpSend, Stream: stream, SGL: []SGE{local}})
 }
 
-// PostSendWR posts any send-side work request.
-func (qp *QP) PostSendWR(wr engine.SendWR) error {
-	var err error
-	qp.pd.dev.b.Do(func() { err = qp.pd.dev.b.PostSend(qp.h, wr) })
-	return err
-}
-
-// PostRecv posts a receive buffer on a stream.
-func (qp *QP) PostRecv(id uint64, stream uint16, local engine.SGE) error {
-	var err error
-	qp.pd.dev.b.Do(func() { err = qp.pd.dev.b.PostRecv(qp.h, engine.RecvWR{ID: id, Stream: stream, Local: local}) })
-	return err
+// PostRecv posts a receive on a stream.
+func (qp *QP) PostRecv(id uint64, stream uint16, sgl ...SGE) error {
+	return qp.pd.dev.b.PostRecv(qp.h, RecvWR{ID: id, Stream: stream, SGL: sgl})
 }
 
 // Close closes the connection; outstanding work completes as flushed.
-func (qp *QP) Close() error {
-	var err error
-	qp.pd.dev.b.Do(func() { err = qp.pd.dev.b.Close(qp.h) })
-	return err
-}
+func (qp *QP) Close() error { return qp.pd.dev.b.CloseQP(qp.h) }
 
 // Telemetry is a snapshot of the connection's paths.
-func (qp *QP) Telemetry() []pathmgr.Telemetry {
-	var t []pathmgr.Telemetry
-	qp.pd.dev.b.Do(func() { t = qp.pd.dev.b.Telemetry(qp.h) })
-	return t
-}
+func (qp *QP) Telemetry() []pathmgr.Telemetry { return qp.pd.dev.b.Telemetry(qp.h) }

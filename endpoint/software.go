@@ -47,61 +47,121 @@ func (s *Software) Caps() Caps {
 		MaxPacket: cfg.MaxPacket, Planes: len(cfg.Planes)}
 }
 
-func (s *Software) NewDomain() (any, error) { return s.reg.NewDomain(), nil }
+func (s *Software) AllocPD() (PDHandle, error) { return s.reg.NewDomain(), nil }
 
-func (s *Software) Register(domain any, buf []byte, access Access) (*memreg.Region, error) {
-	return domain.(*memreg.Domain).Register(buf, access)
+func (s *Software) RegisterMR(pd PDHandle, buf []byte, access Access) (MRHandle, error) {
+	return pd.(*memreg.Domain).Register(buf, access)
 }
 
-func (s *Software) Deregister(r *memreg.Region) error { return r.Deregister() }
+func (s *Software) DeregisterMR(mr MRHandle) error { return mr.(*memreg.Region).Deregister() }
 
-// events adapts a QP's sinks to engine.Events.
-type events struct {
-	sink  func(Completion)
-	state func(engine.ConnState, error)
+func (s *Software) CreateSRQ(pd PDHandle) (SRQHandle, error) {
+	var q *engine.SRQ
+	s.runner.Do(func() { q = s.ep.NewSRQ(pd.(*memreg.Domain)) })
+	return q, nil
 }
 
-func (e *events) Completion(_ *engine.Conn, wc engine.Completion) { e.sink(wc) }
-func (e *events) State(_ *engine.Conn, st engine.ConnState, err error) {
-	if e.state != nil {
-		e.state(st, err)
+func (s *Software) PostSRQRecv(srq SRQHandle, wr RecvWR) error {
+	list, err := engineSGL(wr.SGL)
+	if err != nil {
+		return err
 	}
+	s.runner.Do(func() { err = srq.(*engine.SRQ).PostRecv(engine.RecvWR{ID: wr.ID, SGL: list}) })
+	return err
 }
 
-func (s *Software) Connect(domain any, remote Remote, sink func(Completion), state func(engine.ConnState, error)) (QPHandle, error) {
+// events adapts a Sink to engine.Events (and engine.PathObserver).
+type events struct{ sink Sink }
+
+func (e events) Completion(_ *engine.Conn, wc engine.Completion) { e.sink.Completion(wc) }
+func (e events) State(_ *engine.Conn, st engine.ConnState, err error) {
+	e.sink.State(st, err)
+}
+func (e events) PathChanged(_ *engine.Conn, ev engine.PathEvent) { e.sink.Path(ev) }
+
+func (s *Software) Connect(pd PDHandle, remote Remote, opts QPOptions, sink Sink) (QPHandle, error) {
 	var c *engine.Conn
 	var err error
 	s.runner.Do(func() {
-		c, err = s.ep.Connect(remote.Planes, remote.Port, domain.(*memreg.Domain), &events{sink, state})
+		c, err = s.ep.Connect(remote.Planes, remote.Port, pd.(*memreg.Domain), events{sink})
 	})
 	return c, err
 }
 
-func (s *Software) Listen(domain any, accept func(QPHandle) (func(Completion), func(engine.ConnState, error), bool)) error {
+func (s *Software) Listen(pd PDHandle, opts QPOptions, accept func(QPHandle) (Sink, bool)) error {
+	var srq *engine.SRQ
+	if opts.SRQ != nil {
+		srq = opts.SRQ.h.(*engine.SRQ)
+	}
 	s.runner.Do(func() {
-		s.ep.Listen(domain.(*memreg.Domain), func(c *engine.Conn) (engine.Events, bool) {
-			sink, state, ok := accept(c)
+		s.ep.Listen(pd.(*memreg.Domain), func(c *engine.Conn) (engine.Events, bool) {
+			sink, ok := accept(c)
 			if !ok {
 				return nil, false
 			}
-			return &events{sink, state}, true
+			if srq != nil {
+				if err := c.UseSRQ(srq); err != nil {
+					return nil, false
+				}
+			}
+			return events{sink}, true
 		})
 	})
 	return nil
 }
 
+// engineSGL turns the API's buffers into the engine's.
+func engineSGL(list []SGE) ([]engine.SGE, error) {
+	out := make([]engine.SGE, len(list))
+	for i, e := range list {
+		if e.MR == nil {
+			return nil, fmt.Errorf("endpoint: buffer %d has no registered region", i)
+		}
+		g, ok := e.MR.h.(*memreg.Region)
+		if !ok {
+			return nil, errors.New("endpoint: a region registered with another backend")
+		}
+		out[i] = engine.SGE{Region: g, Offset: e.Offset, Length: e.Length}
+	}
+	return out, nil
+}
+
 func conn(qp QPHandle) *engine.Conn { return qp.(*engine.Conn) }
 
-func (s *Software) PostSend(qp QPHandle, wr engine.SendWR) error { return conn(qp).Post(wr) }
-func (s *Software) PostRecv(qp QPHandle, wr engine.RecvWR) error { return conn(qp).PostRecv(wr) }
-func (s *Software) Close(qp QPHandle) error                      { conn(qp).Close(); return nil }
-func (s *Software) Telemetry(qp QPHandle) []pathmgr.Telemetry    { return conn(qp).Telemetry() }
+func (s *Software) PostSend(qp QPHandle, wr SendWR) error {
+	list, err := engineSGL(wr.SGL)
+	if err != nil {
+		return err
+	}
+	ewr := engine.SendWR{ID: wr.ID, Op: wr.Op, Stream: wr.Stream, SGL: list, RKey: wr.RKey,
+		RemoteOffset: wr.RemoteOffset, Imm: wr.Imm, Solicited: wr.Solicited, Unsignaled: wr.Unsignaled}
+	s.runner.Do(func() { err = conn(qp).Post(ewr) })
+	return err
+}
+
+func (s *Software) PostRecv(qp QPHandle, wr RecvWR) error {
+	list, err := engineSGL(wr.SGL)
+	if err != nil {
+		return err
+	}
+	s.runner.Do(func() { err = conn(qp).PostRecv(engine.RecvWR{ID: wr.ID, Stream: wr.Stream, SGL: list}) })
+	return err
+}
+
+func (s *Software) CloseQP(qp QPHandle) error {
+	s.runner.Do(func() { conn(qp).Close() })
+	return nil
+}
+
+func (s *Software) Telemetry(qp QPHandle) []pathmgr.Telemetry {
+	var t []pathmgr.Telemetry
+	s.runner.Do(func() { t = conn(qp).Telemetry() })
+	return t
+}
 
 func (s *Software) Progress(ctx context.Context, cond func() bool) error {
 	return s.runner.Progress(ctx, cond)
 }
-
-func (s *Software) Do(f func()) { s.runner.Do(f) }
 
 // ErrStalled is what waiting in virtual time returns when nothing is left
 // to happen and the awaited condition still does not hold.

@@ -99,10 +99,10 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	spd, _ := sender.AllocPD()
 	rpd, _ := receiver.AllocPD()
 	scq, rcq := sender.CreateCQ(o.streams+8), receiver.CreateCQ(8)
-	if _, err := rpd.Listen(rcq, rcq); err != nil {
+	if _, err := rpd.Listen(rcq, rcq, endpoint.QPOptions{}); err != nil {
 		return err
 	}
-	qp, err := spd.Connect(ctx, net.Remote(1), scq, scq)
+	qp, err := spd.Connect(ctx, net.Remote(1), scq, scq, endpoint.QPOptions{})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,84 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/pathmgr"
+)
+
+// Backend is what carries out the API: one implementation of the
+// transport. The software engine is one (Software); a NIC driver is another.
+// The API calls a backend from any goroutine; a backend serializes what it
+// must.
+//
+// What a NIC vendor implements, method by method:
+//
+//   - Caps: the device's limits and features (paths, streams, packet size,
+//     planes).
+//   - AllocPD, RegisterMR, DeregisterMR: the NIC's protection domains and
+//     memory translation and protection table. RegisterMR makes buf
+//     reachable with the given access and returns a handle whose Key is the
+//     rkey peers carry in WRITE and READ requests (docs/spec.md section
+//     5.1); DeregisterMR must revoke the key before it returns, for packets
+//     already in flight too.
+//   - CreateSRQ, PostSRQRecv: shared receive queues.
+//   - Connect, Listen, CloseQP: the connection state machine (the
+//     handshake and teardown of docs/spec.md section 8), in hardware or
+//     firmware. A connection reports to its Sink.
+//   - PostSend, PostRecv: the doorbells: hand one work request to the NIC.
+//     They must not block on the network.
+//   - Telemetry: the per-path state and counters (section 6.4) the NIC
+//     keeps.
+//   - Progress: wait until cond holds: a driver polls its completion queues
+//     or sleeps on its interrupt and delivers completions to the Sinks
+//     before evaluating cond.
+type Backend interface {
+	Caps() Caps
+	AllocPD() (PDHandle, error)
+	RegisterMR(pd PDHandle, buf []byte, access Access) (MRHandle, error)
+	DeregisterMR(mr MRHandle) error
+	CreateSRQ(pd PDHandle) (SRQHandle, error)
+	PostSRQRecv(srq SRQHandle, wr RecvWR) error
+	Connect(pd PDHandle, remote Remote, opts QPOptions, sink Sink) (QPHandle, error)
+	Listen(pd PDHandle, opts QPOptions, accept func(QPHandle) (Sink, bool)) error
+	PostSend(qp QPHandle, wr SendWR) error
+	PostRecv(qp QPHandle, wr RecvWR) error
+	CloseQP(qp QPHandle) error
+	Telemetry(qp QPHandle) []pathmgr.Telemetry
+	Progress(ctx context.Context, cond func() bool) error
+}
+
+// Handles a backend returns; the API never looks inside them.
+type (
+	PDHandle  any
+	SRQHandle any
+	QPHandle  any
+)
+
+// MRHandle is a backend's registered region.
+type MRHandle interface {
+	// Key is the rkey peers use to reach the region.
+	Key() uint64
+	// Bytes is the registered memory.
+	Bytes() []byte
+}
+
+// Sink is where a backend reports a connection's events. Calls may come
+// from the backend's own goroutine; they must be quick and must not call
+// the backend.
+type Sink interface {
+	Completion(wc Completion)
+	State(s engine.ConnState, err error)
+	Path(ev engine.PathEvent)
+}
+
+// QPOptions are a connection's settings beyond the backend's defaults.
+type QPOptions struct {
+	// SRQ, when set, is where an accepted connection takes its receives.
+	SRQ *SRQ
+}
+
+// ErrNotSupported is what a backend returns for something it cannot do.
+var ErrNotSupported = errors.New("endpoint: not supported by this backend")
