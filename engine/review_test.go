@@ -188,3 +188,24 @@ func TestPostingDoesNotDefeatTheNoProgressTimeout(t *testing.T) {
 		t.Fatalf("state %v (%v) after %v", pr.a.State(), pr.a.Err(), n.sim.Now().Sub(start))
 	}
 }
+
+// A receiver that is not ready is retried with back-off: the wait doubles
+// with each refusal of the same message, so a long stall costs a handful of
+// NACKs, not one per RetryAfter; when the receive comes, the SEND lands.
+func TestRNRBacksOff(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 1})
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 100, 1, memreg.LocalWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpSend, Local: SGE{src, 0, 100}})
+	n.run(10*time.Millisecond, func() bool { return false })
+	rnr := pr.b.ReceiverStats().Nacks[proto.NackRNR]
+	// Waits of 100 µs x 1, 2, 4 ... 64: about 8 refusals in 10 ms.
+	if rnr < 5 || rnr > 10 {
+		t.Fatalf("%d RNR NACKs in 10 ms", rnr)
+	}
+	dst := pr.hb.region(t, 100, 0, memreg.LocalWrite)
+	pr.b.PostRecv(RecvWR{ID: 9, Local: SGE{dst, 0, 100}})
+	if !n.run(20*time.Millisecond, func() bool { return len(pr.rb.done) == 1 }) || !bytes.Equal(dst.Bytes(), src.Bytes()) {
+		t.Fatal("the SEND never landed")
+	}
+}

@@ -46,15 +46,16 @@ func (m *message) finished() bool {
 // lies (no copy of the payload: a retransmission is rebuilt from the source
 // region) and its latest transmission.
 type dsnRecord struct {
-	msg     *message
-	off     uint32
-	n       uint32
-	acked   bool
-	queued  bool       // in the retransmit queue
-	waiting bool       // refused with RNR or RESOURCE: resend at retryAt
-	retryAt clock.Time //
-	path    uint8      // latest transmission
-	psn     uint32
+	msg      *message
+	off      uint32
+	n        uint32
+	acked    bool
+	queued   bool       // in the retransmit queue
+	waiting  bool       // refused with RNR or RESOURCE: resend at retryAt
+	refusals uint8      // how often: each doubles the wait
+	retryAt  clock.Time //
+	path     uint8      // latest transmission
+	psn      uint32
 }
 
 // sendRec is one transmission on a path: the ring entry of its PSN.
@@ -867,7 +868,11 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	now := s.c.ep.clock.Now()
 	r.queued = false
 	r.waiting = true
-	r.retryAt = now.Add(time.Duration(n.RetryAfter()) * time.Microsecond)
+	// Back off: the receiver's RetryAfter, doubled for each refusal of
+	// the same content (at most 64 times it).
+	wait := time.Duration(n.RetryAfter()) * time.Microsecond << min(r.refusals, 6)
+	r.refusals++
+	r.retryAt = now.Add(wait)
 	s.waiting = append(s.waiting, n.DSN())
 	if s.retry.Deadline() == clock.Never || r.retryAt < s.retry.Deadline() {
 		s.retry.Reset(r.retryAt)
