@@ -1,0 +1,135 @@
+package cc
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// AllocParams are a receiver's allocation parameters.
+type AllocParams struct {
+	// Capacity is the inbound rate to share, bytes/s.
+	Capacity float64
+	// Horizon turns a declared backlog into a demand: a sender with B
+	// bytes left wants B / Horizon bytes/s (a greedy sender, more than its
+	// share). A sender silent for a Horizon has left.
+	Horizon time.Duration
+}
+
+// Allocator is a receiver's max-min fair share of its inbound capacity
+// among the connections sending to it. The share of connection id is the
+// rate hint its ACKs carry.
+type Allocator struct {
+	p          AllocParams
+	flows      map[uint32]*flow
+	level      float64 // the water level: every active connection's hint
+	lastExpire int64
+}
+
+type flow struct {
+	demand   float64 // bytes/s: the declared backlog over the horizon, at most the capacity
+	lastSeen int64
+}
+
+// NewAllocator returns an allocator with no senders.
+func NewAllocator(p AllocParams) *Allocator {
+	return &Allocator{p: p, flows: map[uint32]*flow{}, level: p.Capacity}
+}
+
+// Observe notes a data packet from connection id declaring backlog bytes
+// still to send, at now (ns). It reports whether the allocation changed.
+//
+// The allocation is recomputed only when it can change: a sender appears
+// or leaves, turns from greedy (wanting at least the level) to not or back,
+// or, not greedy, changes its demand by more than a tenth. Each packet of a
+// greedy sender costs a map lookup.
+func (a *Allocator) Observe(id uint32, backlog uint64, now int64) bool {
+	d := math.Min(float64(backlog)/a.p.Horizon.Seconds(), a.p.Capacity)
+	f := a.flows[id]
+	dirty := false
+	switch {
+	case f == nil:
+		f = &flow{demand: d}
+		a.flows[id] = f
+		dirty = true
+	case (d >= a.level) != (f.demand >= a.level):
+		dirty = true
+	case d < a.level && math.Abs(d-f.demand) > 0.1*f.demand:
+		dirty = true
+	}
+	f.demand, f.lastSeen = d, now
+	if now-a.lastExpire > int64(a.p.Horizon)/2 {
+		a.lastExpire = now
+		if a.expire(now) {
+			dirty = true
+		}
+	}
+	if dirty {
+		return a.recompute()
+	}
+	return false
+}
+
+// Leave removes connection id (it closed).
+func (a *Allocator) Leave(id uint32) {
+	if _, ok := a.flows[id]; ok {
+		delete(a.flows, id)
+		a.recompute()
+	}
+}
+
+// Share is the rate (bytes/s) connection id may send at: the water level
+// for a sender, and the whole capacity for one not (yet) sending.
+func (a *Allocator) Share(id uint32) float64 {
+	if _, ok := a.flows[id]; !ok {
+		return a.p.Capacity
+	}
+	return a.level
+}
+
+// Senders is the number of active senders.
+func (a *Allocator) Senders() int { return len(a.flows) }
+
+func (a *Allocator) expire(now int64) bool {
+	gone := false
+	for id, f := range a.flows {
+		if now-f.lastSeen > int64(a.p.Horizon) {
+			delete(a.flows, id)
+			gone = true
+		}
+	}
+	return gone
+}
+
+// recompute fills the water level: the largest L with sum of min(demand,
+// L) <= Capacity. Every sender gets L as its hint; one that wants less
+// uses less, and the rest is what the others share.
+func (a *Allocator) recompute() bool {
+	demands := make([]float64, 0, len(a.flows))
+	for _, f := range a.flows {
+		demands = append(demands, f.demand)
+	}
+	level := waterLevel(demands, a.p.Capacity)
+	changed := level != a.level
+	a.level = level
+	return changed
+}
+
+// waterLevel returns the max-min level for demands sharing capacity.
+func waterLevel(demands []float64, capacity float64) float64 {
+	if len(demands) == 0 {
+		return capacity
+	}
+	slices.Sort(demands)
+	left := capacity
+	for i, d := range demands {
+		fair := left / float64(len(demands)-i)
+		if d >= fair {
+			return fair
+		}
+		left -= d
+	}
+	// Everyone wants less than an equal share: the level is what the
+	// largest could take on top of what the others use.
+	return math.Max(left+demands[len(demands)-1], demands[len(demands)-1])
+}

@@ -1,0 +1,88 @@
+// Package cc is mroce's congestion control, from both ends, as pure
+// objects of (signals, now): no I/O, no clock of their own.
+//
+//   - Window is a path's congestion window: DCTCP-style ECN-driven AIMD.
+//     The fraction of CE-marked packets is averaged once per round trip;
+//     the first mark of a round cuts the window by half that average;
+//     every acknowledged packet grows it by 1/W (one packet per round
+//     trip). Random loss does not cut it; a retransmission timeout does,
+//     to the minimum: that path only.
+//   - Allocator is a receiver's max-min fair share of its inbound capacity
+//     among the connections sending to it, from the backlog each one
+//     declares in its data packets. The share is the rate hint every ACK
+//     carries.
+//   - Pacer spaces a sender's packets at its rate: the minimum of its
+//     windows' rate (sum of window / RTT over the paths) and the receiver's
+//     hint.
+//   - DCQCN is the rate controller of the RoCEv2 baseline mode.
+//
+// docs/cc.md gives every parameter, its default and the reason for it.
+package cc
+
+import "github.com/mroce/mroce/proto"
+
+// WindowParams are a path window's parameters (in packets).
+type WindowParams struct {
+	Initial, Min, Max float64
+	// G is the gain of the ECN fraction's moving average (DCTCP's g).
+	G float64
+}
+
+// DefaultWindow is DCTCP's published gain with a window that starts at 16
+// packets and is held to [1, 255] (255: the path's ring of 256 PSNs).
+var DefaultWindow = WindowParams{Initial: 16, Min: 1, Max: 255, G: 1.0 / 16}
+
+// Window is one path's congestion window.
+type Window struct {
+	p     WindowParams
+	w     float64 // packets
+	alpha float64 // moving average of the fraction of packets marked CE
+
+	acked, marked int    // in the current round
+	roundEnd      uint32 // the round ends when this PSN is acknowledged
+	cut           bool   // the window was cut in this round
+}
+
+// NewWindow returns a window at p.Initial with alpha 1 (DCTCP's start: the
+// first mark halves the window).
+func NewWindow(p WindowParams, nextPSN uint32) *Window {
+	return &Window{p: p, w: p.Initial, alpha: 1, roundEnd: nextPSN}
+}
+
+// Packets is the window in whole packets, at least 1.
+func (w *Window) Packets() int { return max(1, int(w.w)) }
+
+// Value is the window, fractional.
+func (w *Window) Value() float64 { return w.w }
+
+// Alpha is the current average ECN fraction.
+func (w *Window) Alpha() float64 { return w.alpha }
+
+// OnAck applies one ACK record's news for the path: acked packets newly
+// reported received, of which marked carried CE. through is the highest
+// PSN the record covers and next the path's next PSN, which delimit
+// rounds (one round trip each).
+func (w *Window) OnAck(acked, marked int, through, next uint32) {
+	w.acked += acked
+	w.marked += marked
+	if marked > 0 && !w.cut {
+		// The first mark of a round: cut by half the average fraction.
+		w.w = max(w.p.Min, w.w*(1-w.alpha/2))
+		w.cut = true
+	} else if marked == 0 && w.w > 0 {
+		// Additive increase: one packet per window of acknowledgments.
+		w.w = min(w.p.Max, w.w+float64(acked)/w.w)
+	}
+	if proto.SeqLessEq(w.roundEnd, through) {
+		if w.acked > 0 {
+			f := float64(w.marked) / float64(w.acked)
+			w.alpha = (1-w.p.G)*w.alpha + w.p.G*f
+		}
+		w.acked, w.marked, w.cut = 0, 0, false
+		w.roundEnd = next
+	}
+}
+
+// OnTimeout trims the window to its minimum: the path timed out. Other
+// paths are not touched, and random loss (a gap) never calls this.
+func (w *Window) OnTimeout() { w.w = w.p.Min }

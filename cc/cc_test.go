@@ -1,0 +1,166 @@
+package cc
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// DCTCP's rules against hand-computed values.
+func TestWindowRules(t *testing.T) {
+	w := NewWindow(WindowParams{Initial: 10, Min: 1, Max: 100, G: 1.0 / 16}, 100)
+	// Additive increase: 5 acked at W=10 -> 10.5.
+	w.OnAck(5, 0, 99, 110)
+	if !near(w.Value(), 10.5) {
+		t.Fatalf("after 5 acks at W=10: %v, want 10.5", w.Value())
+	}
+	// The first mark of a round with alpha 1 halves: 10.5 -> 5.25.
+	w.OnAck(1, 1, 101, 110)
+	if !near(w.Value(), 5.25) {
+		t.Fatalf("after the first mark: %v, want 5.25", w.Value())
+	}
+	// The round ended at PSN 100 (covered: through 101): alpha = 15/16 +
+	// 1/16 x (1 marked of 6 acked) = 0.9375 + 0.0104166.. = 0.947916..
+	if want := 15.0/16 + 1.0/16*(1.0/6); !near(w.Alpha(), want) {
+		t.Fatalf("alpha %v, want %v", w.Alpha(), want)
+	}
+	// New round (ends at 110): a second mark cuts again (once per round).
+	w.OnAck(1, 1, 102, 112)
+	want := 5.25 * (1 - w.Alpha()/2)
+	if !near(w.Value(), want) {
+		t.Fatalf("second round's mark: %v, want %v", w.Value(), want)
+	}
+	// More marks in the same round do not cut again; unmarked acks grow.
+	w.OnAck(1, 1, 103, 112)
+	if !near(w.Value(), want) {
+		t.Fatalf("a second mark in one round cut again: %v", w.Value())
+	}
+	w.OnAck(2, 0, 104, 112)
+	if !near(w.Value(), want+2/want) {
+		t.Fatalf("growth after marks: %v, want %v", w.Value(), want+2/want)
+	}
+	// A timeout trims to the minimum; never below it, never above max.
+	w.OnTimeout()
+	if w.Value() != 1 || w.Packets() != 1 {
+		t.Fatalf("after a timeout: %v", w.Value())
+	}
+	for i := 0; i < 10000; i++ {
+		w.OnAck(1, 0, 200, 300)
+	}
+	if w.Value() != 100 {
+		t.Fatalf("capped at %v, want 100", w.Value())
+	}
+}
+
+// Alpha converges to the marked fraction over rounds of steady marking.
+func TestAlphaConverges(t *testing.T) {
+	w := NewWindow(DefaultWindow, 0)
+	psn := uint32(0)
+	for round := 0; round < 200; round++ {
+		for i := 0; i < 10; i++ {
+			m := 0
+			if i < 3 {
+				m = 1
+			}
+			psn++
+			w.OnAck(1, m, psn, psn+10)
+		}
+	}
+	if math.Abs(w.Alpha()-0.3) > 0.01 {
+		t.Fatalf("alpha %v after 200 rounds at 30%% marked", w.Alpha())
+	}
+}
+
+func TestPacer(t *testing.T) {
+	var p Pacer
+	if ok, _ := p.Ready(0); !ok {
+		t.Fatal("a new pacer is not ready")
+	}
+	p.Sent(0, 1000, 1e9) // 1000 bytes at 1 GB/s: 1 µs
+	if ok, at := p.Ready(500); ok || at != 1000 {
+		t.Fatalf("ready at %v", at)
+	}
+	p.Sent(1000, 1000, 1e9)
+	if _, at := p.Ready(1000); at != 2000 {
+		t.Fatalf("next at %v, want 2000", at)
+	}
+	// Idle time is not banked.
+	p.Sent(10000, 1000, 1e9)
+	if _, at := p.Ready(10000); at != 11000 {
+		t.Fatalf("after idle: next at %v, want 11000", at)
+	}
+	p.Sent(11000, 1000, math.Inf(1))
+	if ok, _ := p.Ready(11000); !ok {
+		t.Fatal("unpaced sender held back")
+	}
+}
+
+func TestRate(t *testing.T) {
+	// Two paths of 40 KB windows, RTTs 10 µs and 20 µs: 4e9 + 2e9 B/s.
+	got := Rate([]float64{40000, 40000}, []time.Duration{10 * time.Microsecond, 20 * time.Microsecond}, math.Inf(1))
+	if !near(got, 6e9) {
+		t.Fatalf("rate %v, want 6e9", got)
+	}
+	if got := Rate([]float64{40000, 40000}, []time.Duration{10 * time.Microsecond, 20 * time.Microsecond}, 1e9); got != 1e9 {
+		t.Fatalf("hinted rate %v, want 1e9", got)
+	}
+	if got := Rate([]float64{40000}, []time.Duration{0}, math.Inf(1)); !math.IsInf(got, 1) {
+		t.Fatalf("no RTT sample: %v", got)
+	}
+}
+
+// Max-min fair shares against hand-computed values.
+func TestWaterLevel(t *testing.T) {
+	for _, c := range []struct {
+		demands  []float64
+		capacity float64
+		level    float64
+	}{
+		{nil, 100, 100},
+		{[]float64{1000, 1000, 1000, 1000}, 100, 25}, // four greedy: a quarter each
+		{[]float64{10, 1000, 1000}, 100, 45},         // one small: the others split the rest
+		{[]float64{10, 20, 1000}, 100, 70},           // two small
+		{[]float64{10, 20, 30}, 100, 70},             // nobody greedy: the largest may take 70
+		{[]float64{50, 50}, 100, 50},                 // exactly full
+		{[]float64{0, 0, 1000, 1000, 1000}, 90, 30},  // idle senders cost nothing
+	} {
+		if got := waterLevel(append([]float64(nil), c.demands...), c.capacity); !near(got, c.level) {
+			t.Errorf("demands %v capacity %v: level %v, want %v", c.demands, c.capacity, got, c.level)
+		}
+	}
+}
+
+func TestAllocator(t *testing.T) {
+	a := NewAllocator(AllocParams{Capacity: 1000, Horizon: time.Microsecond})
+	// Backlogs in bytes over a 1 µs horizon: 1 KB -> 1e9 B/s (greedy).
+	if a.Share(1) != 1000 {
+		t.Fatal("a stranger's share is the capacity")
+	}
+	a.Observe(1, 1<<20, 0)
+	if a.Share(1) != 1000 {
+		t.Fatalf("one sender: %v", a.Share(1))
+	}
+	a.Observe(2, 1<<20, 100)
+	a.Observe(3, 1<<20, 200)
+	a.Observe(4, 1<<20, 300)
+	if a.Share(1) != 250 || a.Share(4) != 250 {
+		t.Fatalf("four greedy senders: %v", a.Share(1))
+	}
+	// Sender 4 nearly done: 100 bytes over 1 µs wants 1e8 B/s, still
+	// above the level of 250 B/s here: no change. Done (0 bytes): it wants
+	// nothing and the others get a third each.
+	if a.Observe(4, 0, 400) == false || !near(a.Share(1), 1000.0/3) {
+		t.Fatalf("a sender finishing: %v", a.Share(1))
+	}
+	// A silent sender leaves after the horizon.
+	a.Observe(1, 1<<20, 2000)
+	if a.Senders() != 1 || a.Share(1) != 1000 {
+		t.Fatalf("after the others went silent: %d senders, share %v", a.Senders(), a.Share(1))
+	}
+	a.Leave(1)
+	if a.Senders() != 0 {
+		t.Fatal("Leave")
+	}
+}
