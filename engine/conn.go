@@ -341,7 +341,11 @@ func (c *Conn) onAckTimer() {
 	if c.state != Established {
 		return
 	}
-	c.rcv.ackNow()
+	if c.rcv.repeat {
+		c.rcv.repeatAck()
+	} else {
+		c.rcv.ackNow()
+	}
 	c.ep.flush()
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -33,6 +34,7 @@ type Endpoint struct {
 	batch     []link.Datagram
 	flushing  bool
 	stats     EndpointStats
+	alloc     *cc.Allocator // shares InboundCapacity among senders; nil when unknown
 }
 
 type acceptKey struct {
@@ -59,11 +61,15 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 	if r == nil {
 		r = rand.Reader
 	}
-	return &Endpoint{
+	e := &Endpoint{
 		cfg: cfg, clock: clk, port: port, random: r,
 		conns: map[uint32]*Conn{}, accepted: map[acceptKey]*Conn{},
 		closed: map[uint32]*closedConn{}, closedKey: map[acceptKey]clock.Time{},
-	}, nil
+	}
+	if cfg.InboundCapacity > 0 && !cfg.NoRateHints {
+		e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.InboundCapacity, Horizon: cfg.HintHorizon})
+	}
+	return e, nil
 }
 
 // Config returns the endpoint's configuration with defaults filled in.
@@ -353,6 +359,9 @@ const (
 // tell is set, sends its CLOSE and keeps resending it.
 func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail uint32) {
 	delete(e.conns, c.localID)
+	if e.alloc != nil {
+		e.alloc.Leave(c.localID)
+	}
 	now := e.clock.Now()
 	if !c.initiator {
 		delete(e.accepted, c.acceptKey)

@@ -112,6 +112,7 @@ type receiver struct {
 	ackPort  int
 	free     []*rxMessage
 	readsIn  int  // READs accepted and not yet fully answered
+	repeat   bool // the ack timer is set to repeat the last ACK
 	srq      *SRQ // where receives come from, when shared
 	stats    ReceiverStats
 }
@@ -287,6 +288,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	}
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(dsn)
+	r.observe(h, at)
 	if m == nil {
 		m = r.newMessage()
 		*m = f
@@ -394,9 +396,27 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	}
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(h.DSN())
+	r.observe(h, at)
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(pkt.Payload))
 	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
+}
+
+// observe feeds the sender's declared backlog to the endpoint's allocator,
+// whose share is the rate hint of this connection's ACKs.
+func (r *receiver) observe(h proto.CommonHeader, at clock.Time) {
+	if a := r.c.ep.alloc; a != nil {
+		a.Observe(r.c.localID, proto.DecodeBacklog(h.Backlog()), int64(at))
+	}
+}
+
+// hint is the rate hint for this connection's ACKs (spec section 5.5).
+func (r *receiver) hint() uint64 {
+	a := r.c.ep.alloc
+	if a == nil {
+		return proto.RateNoLimit
+	}
+	return max(1, uint64(a.Share(r.c.localID))) // 0 would mean stop
 }
 
 // noteArrival decides when to acknowledge a recorded data packet.
@@ -406,7 +426,8 @@ func (r *receiver) noteArrival(now bool, at clock.Time) {
 	switch {
 	case now || r.pending >= c.ep.cfg.AckEvery:
 		r.ackNow()
-	case c.ackTimer.Deadline() == clock.Never:
+	case c.ackTimer.Deadline() == clock.Never || r.repeat:
+		r.repeat = false
 		c.ackTimer.Reset(at.Add(c.ep.cfg.AckDelay))
 	}
 }
@@ -457,7 +478,7 @@ func (r *receiver) sendAck(plane int, records bool) {
 		pkt.Common.SetDstConnID(c.peerID)
 		ack := pkt.Ack()
 		ack.SetCumDSN(r.dsn.cum)
-		ack.SetRateHint(proto.RateNoLimit)
+		ack.SetRateHint(r.hint())
 		for i := 0; i < n; i++ {
 			id := r.dirty[i]
 			p := &r.paths[id]
@@ -480,6 +501,30 @@ func (r *receiver) sendAck(plane int, records bool) {
 	}
 	r.pending = 0
 	c.ackTimer.Stop()
+	if records && !r.repeat {
+		// If the sender goes quiet, say it all once more: an ACK lost at the
+		// tail of a transfer would otherwise cost a tail probe, a resend of
+		// data that arrived.
+		r.repeat = true
+		c.ackTimer.Reset(now.Add(ackRepeatAfter * c.ep.cfg.AckDelay))
+	}
+}
+
+// ackRepeatAfter is how many ACK delays of quiet after an ACK the receiver
+// repeats it.
+const ackRepeatAfter = 4
+
+// repeatAck sends once more the records of every path, after a quiet spell.
+func (r *receiver) repeatAck() {
+	for id := range r.paths {
+		if p := &r.paths[id]; p.has && !p.dirty {
+			p.dirty = true
+			r.dirty = append(r.dirty, uint8(id))
+		}
+	}
+	r.sendAck(r.ackPlane, true)
+	r.repeat = false
+	r.c.ackTimer.Stop()
 }
 
 // onProbe answers a PROBE over its own 5-tuple, reversed.

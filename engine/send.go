@@ -2,8 +2,10 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"time"
 
+	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/pathmgr"
@@ -87,9 +89,9 @@ type sendPath struct {
 	repathedAt clock.Time
 	state      pathmgr.State
 	ctr        pathmgr.Counters
-	ce         uint32
-	ceValid    bool
+	ce         uint32 // the receiver's CE count for the path, as last reported
 	probeID    uint32
+	cwin       *cc.Window
 }
 
 // sendStream is one stream's outgoing messages, in MSN order.
@@ -123,6 +125,12 @@ type sender struct {
 	retxHead int
 	waiting  []uint32 // DSNs refused with a retryable NACK
 	retry    clock.Timer
+	pacer    cc.Pacer
+	paceT    clock.Timer // wakes the sender when the pacer lets the next packet go
+	hint     float64     // the receiver's rate hint, bytes/s (+Inf: none)
+	mss      float64     // payload bytes of a full packet
+	rateW    []float64   // scratch for the pacing rate: window bytes per path
+	rateRTT  []time.Duration
 	rrStream int
 	rrPath   int
 	msgs     int    // messages posted and not completed
@@ -148,10 +156,19 @@ func (s *sender) init(c *Conn) {
 	s.respStream = c.streams
 	s.reads = map[uint32]*message{}
 	s.retry = c.ep.clock.NewTimer(s.onRetry)
+	s.paceT = c.ep.clock.NewTimer(s.onPace)
+	s.hint = math.Inf(1)
+	s.rateW, s.rateRTT = make([]float64, c.paths), make([]time.Duration, c.paths)
+	hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)
+	s.mss = float64(c.maxPacket - hlen - proto.TrailerLen)
 	cfg := &c.ep.cfg
 	for i := 0; i < c.paths; i++ {
+		wp := cc.DefaultWindow
+		wp.Max = float64(cfg.PathWindow)
+		wp.Initial = min(wp.Initial, wp.Max)
 		p := &sendPath{s: s, id: i, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
-			next: c.isn, oldest: c.isn, window: cfg.PathWindow}
+			next: c.isn, oldest: c.isn, cwin: cc.NewWindow(wp, c.isn)}
+		p.window = p.cwin.Packets()
 		p.port = cfg.SourcePorts[p.portIndex]
 		p.epochStart[0] = c.isn
 		p.timer = c.ep.clock.NewTimer(p.onTimer)
@@ -247,6 +264,14 @@ func (s *sender) pump() {
 }
 
 func (s *sender) sendOne() bool {
+	if !s.c.ep.cfg.NoPacing {
+		if ok, at := s.pacer.Ready(int64(s.c.ep.clock.Now())); !ok {
+			if s.paceT.Deadline() != clock.Time(at) {
+				s.paceT.Reset(clock.Time(at))
+			}
+			return false
+		}
+	}
 	for s.retxHead < len(s.retx) {
 		d := s.retx[s.retxHead]
 		r := s.record(d)
@@ -261,10 +286,11 @@ func (s *sender) sendOne() bool {
 		s.popRetx()
 		r.queued = false
 		s.transmit(d, r, p, true, false)
+		s.paced(int(r.n) + packetOverhead)
 		return true
 	}
-	if s.nextDSN-s.una >= s.window {
-		return false
+	if s.nextDSN-s.una >= s.window || s.hint <= 0 {
+		return false // the DSN window is full, or the receiver said stop
 	}
 	m := s.nextMessage()
 	if m == nil {
@@ -294,6 +320,7 @@ func (s *sender) sendOne() bool {
 		}
 	}
 	s.transmit(d, r, p, false, false)
+	s.paced(int(n) + packetOverhead)
 	return true
 }
 
@@ -334,11 +361,37 @@ func (s *sender) streamOf(m *message) int {
 	return int(m.wr.Stream)
 }
 
-// usable reports whether p can take a packet now: GOOD, room in its window
-// and in its ring (refused packets leave holes behind an unresolved oldest
-// PSN), and the peer's address on its plane known.
-func (s *sender) usable(p *sendPath) bool {
-	return p.state == pathmgr.Good && p.inflight < p.window && p.ringRoom() && s.c.remote[p.plane].IsValid()
+// usable reports whether p can take a packet now: GOOD (or, with skip,
+// SKIP), room in its window and in its ring (refused packets leave holes
+// behind an unresolved oldest PSN), and the peer's address on its plane
+// known.
+func (s *sender) usable(p *sendPath, skip bool) bool {
+	return (p.state == pathmgr.Good || skip && p.state == pathmgr.Skip) &&
+		p.inflight < p.window && p.ringRoom() && s.c.remote[p.plane].IsValid()
+}
+
+// packetOverhead is what a packet adds to its payload on the wire, for
+// pacing: the mroce header and trailer of a WRITE and the IP and UDP headers.
+const packetOverhead = 60 + 4 + 28
+
+// onPace is the pacer's wake-up.
+func (s *sender) onPace() {
+	s.pump()
+	s.c.ep.flush()
+}
+
+// paced accounts a transmission of bytes to the pacer at the sender's rate.
+func (s *sender) paced(bytes int) {
+	if s.c.ep.cfg.NoPacing {
+		return
+	}
+	for i, p := range s.paths {
+		s.rateW[i], s.rateRTT[i] = 0, 0
+		if p.state != pathmgr.Down && p.state != pathmgr.AssumedBad {
+			s.rateW[i], s.rateRTT[i] = p.cwin.Value()*s.mss, p.rtt.SRTT
+		}
+	}
+	s.pacer.Sent(int64(s.c.ep.clock.Now()), bytes, cc.Rate(s.rateW, s.rateRTT, s.hint))
 }
 
 // ringRoom reports whether the path can issue another PSN without reusing
@@ -350,29 +403,36 @@ func (p *sendPath) ringRoom() bool { return p.next-p.oldest < uint32(len(p.ring)
 // path other than the one that lost it with the lowest smoothed RTT, or
 // back to that one if no other can take it.
 func (s *sender) pickPath(lost int) *sendPath {
-	if lost < 0 {
-		for i := 0; i < len(s.paths); i++ {
-			p := s.paths[(s.rrPath+i)%len(s.paths)]
-			if s.usable(p) {
-				s.rrPath = p.id + 1
-				return p
+	// Clear paths first; paths in SKIP (a CE mark was just seen) only when
+	// no clear one can take the packet.
+	for _, skip := range [2]bool{false, true} {
+		if lost < 0 {
+			for i := 0; i < len(s.paths); i++ {
+				p := s.paths[(s.rrPath+i)%len(s.paths)]
+				if s.usable(p, skip) {
+					s.rrPath = p.id + 1
+					return p
+				}
 			}
-		}
-		return nil
-	}
-	var best *sendPath
-	for _, p := range s.paths {
-		if p.id == lost || !s.usable(p) {
 			continue
 		}
-		if best == nil || p.rtt.Samples > 0 && (best.rtt.Samples == 0 || p.rtt.SRTT < best.rtt.SRTT) {
-			best = p
+		var best *sendPath
+		for _, p := range s.paths {
+			if p.id == lost || !s.usable(p, skip) {
+				continue
+			}
+			if best == nil || p.rtt.Samples > 0 && (best.rtt.Samples == 0 || p.rtt.SRTT < best.rtt.SRTT) {
+				best = p
+			}
+		}
+		if best == nil && lost < len(s.paths) && s.usable(s.paths[lost], skip) {
+			best = s.paths[lost]
+		}
+		if best != nil {
+			return best
 		}
 	}
-	if best == nil && lost < len(s.paths) && s.usable(s.paths[lost]) {
-		best = s.paths[lost]
-	}
-	return best
+	return nil
 }
 
 // transmit sends DSN d's content on path p with the path's next PSN.
@@ -513,6 +573,11 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	ack := pkt.Ack()
 	before := s.una
+	if h := ack.RateHint(); h == proto.RateNoLimit {
+		s.hint = math.Inf(1)
+	} else {
+		s.hint = float64(h)
+	}
 	cum := ack.CumDSN()
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
 		s.ackDSN(s.una)
@@ -584,14 +649,15 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	if sample := now32 - rec.EchoTimestamp() - rec.ServiceTime(); sample < 1<<31 {
 		p.rtt.Update(time.Duration(sample))
 	}
-	if ce := rec.CECount(); !p.ceValid {
-		p.ce, p.ceValid = ce, true
-	} else if d := ce - p.ce; d != 0 && d < 1<<31 {
+	marked := 0
+	if d := rec.CECount() - p.ce; d != 0 && d < 1<<31 {
+		marked = int(d)
 		p.ctr.CEMarks += uint64(d)
-		p.ce = ce
+		p.ce = rec.CECount()
 	}
 	es := p.epochStart[e]
 	resolved := false
+	ackedBefore := p.ctr.Acked
 	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
 		r := &p.ring[psn&255]
 		if r.resolved || r.psn != psn || proto.SeqLess(psn, es) {
@@ -606,12 +672,22 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		resolved = true
 	}
 	p.advance()
+	p.cwin.OnAck(int(p.ctr.Acked-ackedBefore), marked, h, p.next)
+	p.window = p.cwin.Packets()
 	if resolved {
 		p.probed, p.timeouts = false, 0
 		if p.state == pathmgr.AssumedBad {
 			p.setState(pathmgr.Good, false)
 		}
 		p.armTimer(at)
+	}
+	// A CE mark steers new packets to clear paths for a while (SKIP); the
+	// next clean report brings the path back.
+	switch {
+	case marked > 0 && p.state == pathmgr.Good:
+		p.setState(pathmgr.Skip, false)
+	case marked == 0 && resolved && p.state == pathmgr.Skip:
+		p.setState(pathmgr.Good, false)
 	}
 }
 
@@ -728,6 +804,8 @@ func (p *sendPath) tailProbe() {
 // repaths it.
 func (p *sendPath) onRTO() {
 	s := p.s
+	p.cwin.OnTimeout() // this path only
+	p.window = p.cwin.Packets()
 	p.timeouts++
 	p.ctr.Timeouts++
 	s.stats.Timeouts++

@@ -36,11 +36,25 @@ type Config struct {
 	// Paths and Streams offered or accepted per connection. Defaults 8, 8.
 	Paths, Streams int
 	// DSNWindow is the receive window in packets this endpoint offers.
-	// Default 1,024.
+	// Default 2,048.
 	DSNWindow int
-	// PathWindow is the fixed number of packets in flight per path (until
-	// congestion control sets it). Default 32, at most 255.
+	// PathWindow caps the packets in flight per path; congestion control
+	// moves each path's window below it (starting at min(16, PathWindow)).
+	// Default 64, at most 255.
 	PathWindow int
+	// InboundCapacity is the rate this endpoint can receive, in bytes/s:
+	// what its rate hints share among the connections sending to it.
+	// 0: unknown, and ACKs carry no limit.
+	InboundCapacity float64
+	// HintHorizon turns a sender's declared backlog into its demand
+	// (backlog / horizon) and is how long a silent sender keeps its share.
+	// Default 20 µs: a few round trips of a data-center fabric.
+	HintHorizon time.Duration
+	// NoRateHints makes the endpoint send no rate hints (ACKs say no
+	// limit): congestion control from the sending end only.
+	NoRateHints bool
+	// NoPacing sends as the windows allow, without spacing packets.
+	NoPacing bool
 	// AckEvery and AckDelay coalesce acknowledgments: an ACK after that
 	// many data packets, or that long after the first unacknowledged one.
 	// Defaults 8 and 5 µs.
@@ -92,8 +106,9 @@ func (c *Config) fill() error {
 	setInt(&c.MaxPacket, 4160)
 	setInt(&c.Paths, 8)
 	setInt(&c.Streams, 8)
-	setInt(&c.DSNWindow, 1024)
-	setInt(&c.PathWindow, 32)
+	setInt(&c.DSNWindow, 2048)
+	setInt(&c.PathWindow, 64)
+	setDur(&c.HintHorizon, 20*time.Microsecond)
 	setInt(&c.AckEvery, 8)
 	setDur(&c.AckDelay, 5*time.Microsecond)
 	setDur(&c.RTOInitial, time.Millisecond)
