@@ -31,20 +31,31 @@ func (p *Pacer) Sent(now int64, bytes int, rate float64) {
 	p.next = max(p.next, now) + gap
 }
 
-// Rate is a sender's rate: the sum over its paths of window bytes per
-// smoothed RTT, capped by the receiver's hint (bytes/s; +Inf for none).
-// Paths without an RTT sample do not count; with none at all the rate is
-// +Inf (the windows alone hold the sender back).
-func Rate(windowBytes []float64, srtt []time.Duration, hint float64) float64 {
+// PacingGain is how much faster than its windows' rate a sender paces. The
+// windows decide how much is in flight; pacing only spaces it and must not
+// hold the sender below what its windows allow (Linux paces at 1.2 x in
+// congestion avoidance for the same reason).
+const PacingGain = 1.25
+
+// Rate is a sender's pacing rate: PacingGain times the sum over its paths
+// of window bytes per RTT, capped by the receiver's hint (bytes/s;
+// +Inf for none), which is a rate to keep, not to exceed. Paths without an
+// RTT sample do not count; with none at all the windows alone hold the
+// sender back (+Inf, or the hint).
+//
+// The RTT to give is each path's minimum: a smoothed RTT lags behind a
+// queue that drains, and pacing by it would slow the sender just when the
+// path clears.
+func Rate(windowBytes []float64, rtt []time.Duration, hint float64) float64 {
 	r, sampled := 0.0, false
 	for i, w := range windowBytes {
-		if srtt[i] > 0 {
-			r += w / srtt[i].Seconds()
+		if rtt[i] > 0 {
+			r += w / rtt[i].Seconds()
 			sampled = true
 		}
 	}
 	if !sampled {
 		r = math.Inf(1)
 	}
-	return math.Min(r, hint)
+	return math.Min(PacingGain*r, hint)
 }

@@ -163,9 +163,12 @@ func (s *sender) init(c *Conn) {
 	s.mss = float64(c.maxPacket - hlen - proto.TrailerLen)
 	cfg := &c.ep.cfg
 	for i := 0; i < c.paths; i++ {
+		// The connection starts with DefaultWindow.Initial packets in all,
+		// spread over its paths: a burst of one window, not one per path,
+		// before the first acknowledgment (and the receiver's hint) comes.
 		wp := cc.DefaultWindow
 		wp.Max = float64(cfg.PathWindow)
-		wp.Initial = min(wp.Initial, wp.Max)
+		wp.Initial = min(max(wp.Min, math.Ceil(wp.Initial/float64(c.paths))), wp.Max)
 		p := &sendPath{s: s, id: i, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
 			next: c.isn, oldest: c.isn, cwin: cc.NewWindow(wp, c.isn)}
 		p.window = p.cwin.Packets()
@@ -388,7 +391,7 @@ func (s *sender) paced(bytes int) {
 	for i, p := range s.paths {
 		s.rateW[i], s.rateRTT[i] = 0, 0
 		if p.state != pathmgr.Down && p.state != pathmgr.AssumedBad {
-			s.rateW[i], s.rateRTT[i] = p.cwin.Value()*s.mss, p.rtt.SRTT
+			s.rateW[i], s.rateRTT[i] = p.cwin.Value()*s.mss, p.rtt.Min
 		}
 	}
 	s.pacer.Sent(int64(s.c.ep.clock.Now()), bytes, cc.Rate(s.rateW, s.rateRTT, s.hint))
@@ -456,7 +459,10 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	h.SetDSN(d)
 	h.SetBacklog(proto.EncodeBacklog(s.unsent))
 	var flags proto.Flags
-	if r.off+r.n == m.length || m.typ == proto.TypeReadReq || probe {
+	// Ask for an ACK at once at the end of a message, on a probe, and when
+	// the packet fills the path's window: a sender with a small window would
+	// otherwise wait out the receiver's ACK coalescing with nothing to send.
+	if r.off+r.n == m.length || m.typ == proto.TypeReadReq || probe || p.inflight >= p.window {
 		flags |= proto.FlagAckRequest
 	}
 	if retx {
@@ -565,6 +571,7 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 			m.done = true
 			s.complete(uint16(s.streamOf(m)))
 		}
+		s.pump() // a READ slot is free: the next READ may go
 	}
 	return 0
 }

@@ -1,0 +1,265 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// IncastConfig is an N:1 incast: N senders WRITE Bytes each to one
+// receiver at the same moment, through one switch.
+type IncastConfig struct {
+	Senders int
+	Bytes   int
+	// LinkRate (bits/s) and Delay of every link; ECNThreshold (DCTCP step
+	// marking at K, bytes) and Buffer (bytes) of every queue.
+	LinkRate     int64
+	Delay        time.Duration
+	ECNThreshold int
+	Buffer       int
+	// NoRateHints: the receiver sends no rate hints (the senders' windows
+	// alone).
+	NoRateHints bool
+	Seed        uint64
+}
+
+// DefaultIncast returns the design's incast at N senders and rate.
+func DefaultIncast(n int, rate int64) IncastConfig {
+	return IncastConfig{Senders: n, Bytes: 2 << 20, LinkRate: rate, Delay: time.Microsecond,
+		ECNThreshold: 200 << 10, Buffer: 16 << 20, Seed: 1}
+}
+
+// IncastResult is what an incast run measured.
+type IncastResult struct {
+	Config IncastConfig
+	// BaseRTT is the unloaded round trip of one full packet.
+	BaseRTT time.Duration
+	// Window is the rate measurement window.
+	Window time.Duration
+	// Convergence is the time, in base RTTs, from the first data packet
+	// until every sender's delivered rate (on the receiver's downlink) is
+	// within 10% of its fair share for good (NaN: never). SendConvergence
+	// is the same for the rates the senders put on their uplinks.
+	Convergence, SendConvergence float64
+	// Jain is Jain's fairness index of the senders' rates over the window
+	// that starts 10 base RTTs after the first packet.
+	Jain float64
+	// PeakQueue is the receiver's downlink queue high-water mark (bytes).
+	PeakQueue int
+	// Drops counts datagrams the fabric dropped, and DropsAfterFirstRTT
+	// those after the first base RTT.
+	Drops, DropsAfterFirstRTT int
+	// SlowestFCT over Ideal: the last sender's completion time against
+	// the wire bytes of all senders at the bottleneck plus one base RTT.
+	SlowestFCT, Ideal time.Duration
+	FCTRatio          float64
+	// Goodput is the bytes delivered per second, start to last completion.
+	Goodput float64
+}
+
+func (r IncastResult) String() string {
+	return fmt.Sprintf("N=%d %s hints=%v: converge %.1f RTT (sending %.1f), Jain %.3f, peak queue %d KiB, drops %d (%d after 1st RTT), FCT/ideal %.3f",
+		r.Config.Senders, gbps(r.Config.LinkRate), !r.Config.NoRateHints, r.Convergence, r.SendConvergence, r.Jain,
+		r.PeakQueue>>10, r.Drops, r.DropsAfterFirstRTT, r.FCTRatio)
+}
+
+func gbps(r int64) string { return fmt.Sprintf("%g Gb/s", float64(r)/1e9) }
+
+// maxPacket is the largest packet the scenarios send: 4 KiB of payload.
+const maxPacket = 4160
+
+// wireBytes is what a packet of maxPacket takes on a link (netem's
+// default per-datagram overhead: headers, preamble, gap).
+const wireBytes = maxPacket + 66
+
+// Incast runs one N:1 incast.
+func Incast(cfg IncastConfig) (IncastResult, error) {
+	res := IncastResult{Config: cfg}
+	n := cfg.Senders
+	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay,
+		Queue: netem.QueueConfig{Limit: cfg.Buffer, ECNThreshold: cfg.ECNThreshold}}
+	fc := netem.Config{Seed: cfg.Seed, Hosts: n + 1, Planes: 1, Uplink: link, Downlink: link, MaxDatagram: maxPacket}
+	capacity := float64(cfg.LinkRate) / 8 // bytes/s on the wire
+	payloadShare := float64(maxPacket-64) / wireBytes
+	w, err := newWorld(fc, cfg.Seed, func(h int) engine.Config {
+		c := engine.Config{Paths: 8, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second}
+		if h == n {
+			// The receiver shares its downlink, a little under its payload
+			// rate so that queues built in the first round trip drain.
+			c.InboundCapacity = 0.98 * capacity * payloadShare
+			c.NoRateHints = cfg.NoRateHints
+		}
+		return c
+	})
+	if err != nil {
+		return res, err
+	}
+	rx := n
+	w.listen(rx)
+	evs := make([]*events, n)
+	conns := make([]*engine.Conn, n)
+	for s := 0; s < n; s++ {
+		evs[s] = &events{sim: w.sim}
+		if conns[s], err = w.connect(s, rx, evs[s]); err != nil {
+			return res, err
+		}
+	}
+	// Base RTT: two links each way, a full packet out and an ACK back.
+	ser := func(bytes int) time.Duration { return time.Duration(float64(bytes*8) / float64(cfg.LinkRate) * 1e9) }
+	res.BaseRTT = 4*cfg.Delay + 2*ser(wireBytes) + 2*ser(44+52+66)
+	res.Window = max(res.BaseRTT, time.Duration(10*float64(n)*wireBytes/capacity*1e9))
+
+	// Record what the receiver's downlink delivers, by sender, and drops.
+	down := w.fab.Downlink(0, rx)
+	type sample struct {
+		at     clock.Time
+		sender int
+		bytes  int
+	}
+	var samples, sent []sample
+	var first clock.Time = -1
+	uplinks := map[*netem.Link]int{}
+	for s := 0; s < n; s++ {
+		uplinks[w.fab.Uplink(0, s)] = s
+	}
+	var dropTimes []clock.Time
+	w.fab.AddTap(func(e *netem.TapEvent) {
+		d := e.Datagram
+		if len(d.Data) < 2 || !proto.Type(d.Data[1]).IsData() {
+			return
+		}
+		switch {
+		case e.Verdict == netem.Dropped:
+			dropTimes = append(dropTimes, e.At)
+		case e.Verdict == netem.Sent && e.Link == down:
+			if first < 0 {
+				first = e.At
+			}
+			src := int(d.Src.Addr().As4()[2])<<8 | int(d.Src.Addr().As4()[3])
+			samples = append(samples, sample{e.At, src, len(d.Data)})
+		case e.Verdict == netem.Sent:
+			if s, ok := uplinks[e.Link]; ok {
+				sent = append(sent, sample{e.At, s, len(d.Data)})
+			}
+		}
+	})
+
+	dst := w.hosts[rx].region(n*cfg.Bytes, memreg.LocalWrite|memreg.RemoteWrite)
+	start := w.sim.Now()
+	for s := 0; s < n; s++ {
+		src := w.hosts[s].region(cfg.Bytes, memreg.LocalWrite)
+		if err := conns[s].Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: src, Length: uint32(cfg.Bytes)},
+			RKey: dst.Key(), RemoteOffset: uint64(s * cfg.Bytes)}); err != nil {
+			return res, err
+		}
+	}
+	done := func() bool {
+		for _, e := range evs {
+			if e.done == 0 && e.failed == nil {
+				return false
+			}
+		}
+		return true
+	}
+	if !w.run(time.Second, done) {
+		return res, fmt.Errorf("incast did not finish")
+	}
+	var last clock.Time
+	for s, e := range evs {
+		if e.failed != nil {
+			return res, fmt.Errorf("sender %d: %w", s, e.failed)
+		}
+		last = max(last, e.at)
+	}
+	res.SlowestFCT = last.Sub(start)
+	res.Ideal = time.Duration(float64(n*cfg.Bytes)/(float64(maxPacket-64))*wireBytes/capacity*1e9) + res.BaseRTT
+	res.FCTRatio = float64(res.SlowestFCT) / float64(res.Ideal)
+	res.Goodput = float64(n*cfg.Bytes) / res.SlowestFCT.Seconds()
+	res.PeakQueue = down.Stats().QueueHighWater
+	for _, t := range dropTimes {
+		res.Drops++
+		if t > first+clock.Time(res.BaseRTT) {
+			res.DropsAfterFirstRTT++
+		}
+	}
+
+	// Rates per sender over sliding windows, sampled every window/8.
+	win := clock.Time(res.Window)
+	fair := capacity * payloadShare / float64(n)
+	step := win / 8
+	rates := make([]float64, n)
+	// A datagram's bytes are spread over its serialization on the downlink,
+	// so a window edge cuts it in proportion instead of counting it whole
+	// or not at all (whole packets would make every rate jump by 10%).
+	serDown := func(bytes int) clock.Time { return clock.Time(float64((bytes+66)*8) / float64(cfg.LinkRate) * 1e9) }
+	rateIn := func(samples []sample, t clock.Time) []float64 { // bytes/s of each sender over (t-win, t]
+		clear(rates)
+		for _, s := range samples {
+			end := s.at
+			begin := end - serDown(s.bytes)
+			lo, hi := max(begin, t-win), min(end, t)
+			if hi > lo {
+				rates[s.sender] += float64(s.bytes) * float64(hi-lo) / float64(end-begin)
+			}
+		}
+		for i := range rates {
+			rates[i] /= time.Duration(win).Seconds()
+		}
+		return rates
+	}
+	// The steady phase ends when the first sender finishes.
+	var firstDone clock.Time = math.MaxInt64
+	for _, e := range evs {
+		firstDone = min(firstDone, e.at)
+	}
+	converge := func(samples []sample) float64 {
+		c := math.NaN()
+		for t := first + win; t <= firstDone-win/2; t += step {
+			ok := true
+			for _, r := range rateIn(samples, t) {
+				if math.Abs(r-fair) > 0.1*fair {
+					ok = false
+				}
+			}
+			switch {
+			case !ok:
+				c = math.NaN()
+			case math.IsNaN(c):
+				c = float64(t-win-first) / float64(res.BaseRTT)
+			}
+		}
+		return c
+	}
+	res.Convergence = converge(samples)
+	res.SendConvergence = converge(sent)
+	res.Jain = jain(rateIn(samples, first+clock.Time(10*res.BaseRTT)+win))
+	return res, nil
+}
+
+// jain is Jain's fairness index: 1 when all are equal.
+func jain(x []float64) float64 {
+	var s, s2 float64
+	for _, v := range x {
+		s += v
+		s2 += v * v
+	}
+	if s2 == 0 {
+		return 0
+	}
+	return s * s / (float64(len(x)) * s2)
+}
+
+// region registers size bytes on the host.
+func (h *host) region(size int, access memreg.Access) *memreg.Region {
+	g, err := h.pd.Register(make([]byte, size), access)
+	if err != nil {
+		panic(err) // sizes and access are ours
+	}
+	return g
+}

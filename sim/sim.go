@@ -1,0 +1,137 @@
+// Package sim runs mroce's scenarios: the real engine on the emulated
+// fabric in virtual time, with the measurements each scenario reports.
+// Every run is deterministic for its seed. The definitions follow the
+// design's section 6: the base RTT is the unloaded round trip, "ideal" is
+// the wire bytes over the bottleneck rate plus a base RTT, and rates are
+// measured over windows of max(1 base RTT, 10 x N x MTU / capacity).
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// host is one emulated host with its engine endpoint.
+type host struct {
+	ep  *engine.Endpoint
+	reg *memreg.Registry
+	pd  *memreg.Domain
+}
+
+// world is a fabric and its hosts.
+type world struct {
+	sim   *clock.Sim
+	fab   *netem.Fabric
+	hosts []*host
+}
+
+// seeded is a deterministic byte stream for ids, sequence numbers and keys.
+type seeded struct{ r *rand.ChaCha8 }
+
+func (s seeded) Read(p []byte) (int, error) { return s.r.Read(p) }
+
+func newSeeded(seed, stream uint64) seeded {
+	var k [32]byte
+	for i := 0; i < 8; i++ {
+		k[i], k[8+i] = byte(seed>>(8*i)), byte(stream>>(8*i))
+	}
+	return seeded{rand.NewChaCha8(k)}
+}
+
+// newWorld builds the fabric and an endpoint per host; cfgFor gives each
+// host's engine configuration.
+func newWorld(fc netem.Config, seed uint64, cfgFor func(h int) engine.Config) (*world, error) {
+	s := clock.NewSim()
+	fab, err := netem.New(fc, s)
+	if err != nil {
+		return nil, err
+	}
+	w := &world{sim: s, fab: fab}
+	for h := 0; h < fc.Hosts; h++ {
+		cfg := cfgFor(h)
+		cfg.Planes = nil
+		for p := 0; p < fc.Planes; p++ {
+			cfg.Planes = append(cfg.Planes, netem.Addr(p, h))
+		}
+		cfg.Random = newSeeded(seed, uint64(2*h))
+		ep, err := engine.NewEndpoint(cfg, s, fab.Host(h))
+		if err != nil {
+			return nil, err
+		}
+		fab.Host(h).Attach(ep)
+		reg := memreg.NewRegistry(newSeeded(seed, uint64(2*h+1)))
+		w.hosts = append(w.hosts, &host{ep: ep, reg: reg, pd: reg.NewDomain()})
+	}
+	fab.OnPlaneChange(func(plane int, up bool) {
+		for _, h := range w.hosts {
+			h.ep.SetPlaneUp(plane, up)
+		}
+	})
+	return w, nil
+}
+
+// events records a connection's completions and state.
+type events struct {
+	done   int
+	failed error
+	at     clock.Time // when the last completion came
+	sim    *clock.Sim
+}
+
+func (e *events) Completion(_ *engine.Conn, wc engine.Completion) {
+	if wc.Status != engine.StatusOK && e.failed == nil {
+		e.failed = fmt.Errorf("%v: %v", wc.Status, wc.Err)
+	}
+	e.done++
+	e.at = e.sim.Now()
+}
+
+func (e *events) State(_ *engine.Conn, s engine.ConnState, err error) {
+	if s == engine.Closed && err != nil && e.failed == nil {
+		e.failed = err
+	}
+}
+
+// connect opens a connection from host a to host b (which must listen) and
+// runs until it is established.
+func (w *world) connect(a, b int, ev *events) (*engine.Conn, error) {
+	var remote []netip.Addr
+	for p := 0; p < w.fab.Config().Planes; p++ {
+		remote = append(remote, netem.Addr(p, b))
+	}
+	c, err := w.hosts[a].ep.Connect(remote, proto.DefaultPort, w.hosts[a].pd, ev)
+	if err != nil {
+		return nil, err
+	}
+	w.run(time.Second, func() bool { return c.State() != engine.Connecting })
+	if c.State() != engine.Established {
+		return nil, fmt.Errorf("connection %d->%d: %v", a, b, c.Err())
+	}
+	return c, nil
+}
+
+// run runs the world until cond holds or d of virtual time passes.
+func (w *world) run(d time.Duration, cond func() bool) bool {
+	end := w.sim.Now().Add(d)
+	for !cond() {
+		if w.sim.Next() > end || !w.sim.Step() {
+			return cond()
+		}
+	}
+	return true
+}
+
+// listen makes host h accept every connection with fresh events.
+func (w *world) listen(h int) {
+	w.hosts[h].ep.Listen(w.hosts[h].pd, func(*engine.Conn) (engine.Events, bool) {
+		return &events{sim: w.sim}, true
+	})
+}
