@@ -288,8 +288,10 @@ func (s *sender) sendOne() bool {
 		}
 		s.popRetx()
 		r.queued = false
+		// Resends are not charged to the pacer: the rate (and the receiver's
+		// hint) budgets new data, and a packet lost before the bottleneck
+		// took none of it. The windows still bound what is in flight.
 		s.transmit(d, r, p, true, false)
-		s.paced(int(r.n) + packetOverhead)
 		return true
 	}
 	if s.nextDSN-s.una >= s.window || s.hint <= 0 {

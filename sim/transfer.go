@@ -1,0 +1,106 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+)
+
+// TransferConfig is one connection moving Bytes from host 0 to host 1 over
+// Planes planes of LinkRate each, with Paths paths, random loss on every
+// downlink (data and ACKs alike) and DCTCP marking at ECNThreshold.
+type TransferConfig struct {
+	Bytes        int
+	Planes       int
+	Paths        int
+	LinkRate     int64
+	Delay        time.Duration
+	Loss         float64
+	ECNThreshold int
+	Buffer       int
+	Seed         uint64
+}
+
+// DefaultTransfer is a 64 MiB WRITE over 8 paths on 4 planes of 100 Gb/s.
+func DefaultTransfer() TransferConfig {
+	return TransferConfig{Bytes: 64 << 20, Planes: 4, Paths: 8, LinkRate: 100e9, Delay: time.Microsecond,
+		ECNThreshold: 200 << 10, Buffer: 16 << 20, Seed: 1}
+}
+
+// TransferResult is what a transfer measured.
+type TransferResult struct {
+	Config TransferConfig
+	// Goodput is payload bytes per second from post to completion.
+	Goodput float64
+	// Bottleneck is the payload rate the planes can carry: every plane's
+	// link rate, less the headers of full packets.
+	Bottleneck float64
+	// Lost counts data packets the fabric dropped; Retransmits the
+	// sender's resends.
+	Lost, Retransmits uint64
+}
+
+// Efficiency is Goodput over Bottleneck.
+func (r TransferResult) Efficiency() float64 { return r.Goodput / r.Bottleneck }
+
+func (r TransferResult) String() string {
+	return fmt.Sprintf("%d MiB, %d paths on %d x %s, %.1f%% loss: %.1f Gb/s goodput, %.3f of the bottleneck; %d lost, %d resent",
+		r.Config.Bytes>>20, r.Config.Paths, r.Config.Planes, gbps(r.Config.LinkRate), 100*r.Config.Loss,
+		r.Goodput*8/1e9, r.Efficiency(), r.Lost, r.Retransmits)
+}
+
+// Transfer runs one transfer.
+func Transfer(cfg TransferConfig) (TransferResult, error) {
+	res := TransferResult{Config: cfg}
+	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay,
+		Queue: netem.QueueConfig{Limit: cfg.Buffer, ECNThreshold: cfg.ECNThreshold}}
+	fc := netem.Config{Seed: cfg.Seed, Hosts: 2, Planes: cfg.Planes, Uplink: link, Downlink: link, MaxDatagram: maxPacket}
+	if cfg.Loss > 0 {
+		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: cfg.Loss}
+	}
+	payloadShare := float64(maxPacket-64) / wireBytes
+	res.Bottleneck = float64(cfg.Planes) * float64(cfg.LinkRate) / 8 * payloadShare
+	w, err := newWorld(fc, cfg.Seed, func(h int) engine.Config {
+		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second}
+		if h == 1 {
+			c.InboundCapacity = 0.98 * res.Bottleneck
+		}
+		return c
+	})
+	if err != nil {
+		return res, err
+	}
+	lost := countDataDrops(w.fab)
+	w.listen(1)
+	ev := &events{sim: w.sim}
+	conn, err := w.connect(0, 1, ev)
+	if err != nil {
+		return res, err
+	}
+	src := w.hosts[0].region(cfg.Bytes, memreg.LocalWrite)
+	dst := w.hosts[1].region(cfg.Bytes, memreg.LocalWrite|memreg.RemoteWrite)
+	start := w.sim.Now()
+	if err := conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: src, Length: uint32(cfg.Bytes)}, RKey: dst.Key()}); err != nil {
+		return res, err
+	}
+	if !w.run(10*time.Second, func() bool { return ev.done > 0 || ev.failed != nil }) || ev.failed != nil {
+		return res, fmt.Errorf("transfer did not finish: %v", ev.failed)
+	}
+	res.Goodput = float64(cfg.Bytes) / ev.at.Sub(start).Seconds()
+	res.Lost, res.Retransmits = *lost, conn.SenderStats().Retransmits
+	return res, nil
+}
+
+// countDataDrops counts the data packets the fabric drops.
+func countDataDrops(f *netem.Fabric) *uint64 {
+	var n uint64
+	f.AddTap(func(e *netem.TapEvent) {
+		if e.Verdict == netem.Dropped && len(e.Datagram.Data) > 1 && e.Datagram.Data[1] < 0x10 {
+			n++
+		}
+	})
+	return &n
+}
