@@ -165,3 +165,60 @@ func TestAllocator(t *testing.T) {
 		t.Fatal("Leave")
 	}
 }
+
+// DCQCN's rules against hand-computed values.
+func TestDCQCN(t *testing.T) {
+	p := DefaultDCQCN(100e9 / 8) // 12.5 GB/s
+	d := NewDCQCN(p, 0)
+	if d.Rate(0) != 12.5e9 {
+		t.Fatalf("start %v", d.Rate(0))
+	}
+	// The first CNP (alpha 1) halves: rt = 12.5e9, rc = 6.25e9; alpha
+	// becomes 255/256 + 1/256 = 1.
+	d.OnCNP(0)
+	if d.Rate(0) != 6.25e9 || d.alpha != 1 {
+		t.Fatalf("after a CNP: rate %v alpha %v", d.Rate(0), d.alpha)
+	}
+	// 55 µs later: alpha decays once, and one timer event recovers halfway:
+	// rc = (12.5e9 + 6.25e9) / 2.
+	if got := d.Rate(55000); !near(got, 9.375e9) || !near(d.alpha, 255.0/256) {
+		t.Fatalf("after 55 µs: rate %v alpha %v", got, d.alpha)
+	}
+	// Four more timer events of fast recovery approach the target.
+	want := 9.375e9
+	for i := 0; i < 4; i++ {
+		want = (12.5e9 + want) / 2
+	}
+	if got := d.Rate(5 * 55000); !near(got, want) {
+		t.Fatalf("after 5 events: %v, want %v", got, want)
+	}
+	// A second CNP cuts by alpha/2 from there.
+	a := d.alpha
+	r := d.Rate(5 * 55000)
+	d.OnCNP(5 * 55000)
+	if !near(d.Rate(5*55000), r*(1-a/2)) {
+		t.Fatalf("second CNP: %v, want %v", d.Rate(5*55000), r*(1-a/2))
+	}
+	// After F = 5 timer events of fast recovery, the sixth is additive:
+	// the target (what the rate was at the second CNP) grows by R_AI.
+	t0 := int64(5 * 55000)
+	target := d.rt
+	for i := int64(1); i <= 5; i++ {
+		d.Rate(t0 + i*55000)
+	}
+	if d.rt != target {
+		t.Fatalf("fast recovery moved the target: %v, want %v", d.rt, target)
+	}
+	d.Rate(t0 + 6*55000)
+	if !near(d.rt, target+p.RAI) {
+		t.Fatalf("additive increase: target %v, want %v", d.rt, target+p.RAI)
+	}
+	// The floor holds.
+	d3 := NewDCQCN(p, 0)
+	for i := 0; i < 100; i++ {
+		d3.OnCNP(0)
+	}
+	if d3.Rate(0) != p.MinRate {
+		t.Fatalf("floor %v", d3.Rate(0))
+	}
+}
