@@ -36,6 +36,8 @@ type Conn struct {
 	peerISN        uint32
 	peerIDSN       uint32
 	readsOut       int // READs this side may have outstanding
+	mode           proto.Mode
+	bl             baseline // baseline mode's state
 
 	hsTimer    clock.Timer
 	hsInterval time.Duration
@@ -78,6 +80,11 @@ func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 	c.peerWindow = int(h.DSNWindow())
 	c.peerISN, c.peerIDSN = h.InitialPSN(), h.InitialDSN()
 	c.readsOut = min(c.ep.cfg.MaxReadsOut, int(h.MaxReadsIn()))
+	c.mode = h.Mode()
+	if c.isBaseline() {
+		c.paths = 1
+		c.initBaseline()
+	}
 	c.snd.init(c)
 	c.rcv.init(c)
 }
@@ -116,10 +123,13 @@ func (c *Conn) onHandshakeTimer() {
 func (c *Conn) sendHandshake() {
 	cfg := &c.ep.cfg
 	t, dst := proto.TypeConnect, uint32(0)
-	paths, streams := cfg.Paths, cfg.Streams
+	paths, streams, mode := cfg.Paths, cfg.Streams, cfg.Mode
+	if mode == proto.ModeBaseline {
+		paths = 1
+	}
 	if !c.initiator {
 		t, dst = proto.TypeAccept, c.peerID
-		paths, streams = c.paths, c.streams
+		paths, streams, mode = c.paths, c.streams, c.mode
 	}
 	var pkt proto.Packet
 	c.build(&pkt, t, 0, 0)
@@ -136,7 +146,7 @@ func (c *Conn) sendHandshake() {
 	h.SetMaxReadsOut(uint16(cfg.MaxReadsOut))
 	h.SetMaxReadsIn(uint16(cfg.MaxReadsIn))
 	h.SetInboundCapacity(proto.CapacityUnknown)
-	h.SetMode(proto.ModeMultipath)
+	h.SetMode(mode)
 	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])
 }
 
@@ -207,6 +217,8 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 		c.rcv.onProbe(pkt, d, plane, at)
 	case t == proto.TypeProbeReply:
 		c.snd.onProbeReply(pkt, at)
+	case t == proto.TypeCNP:
+		c.snd.onCNP(at)
 	default:
 		c.ep.stats.Malformed++
 	}
@@ -221,7 +233,7 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 	h := pkt.Handshake()
 	if c.state == Connecting {
 		if _, ok := checkHandshake(h); !ok || int(h.Paths()) > c.ep.cfg.Paths ||
-			int(h.Streams()) > c.ep.cfg.Streams || h.Mode() != proto.ModeMultipath {
+			int(h.Streams()) > c.ep.cfg.Streams || h.Mode() != c.ep.cfg.Mode {
 			c.peerID = h.SrcConnID()
 			c.ep.sendClose(c.firstPlane(), netip.AddrPortFrom(c.remote[c.firstPlane()], c.peerPort), h.SrcConnID(), proto.CloseParams, 0)
 			c.fail(&RemoteError{Reason: proto.CloseParams}, StatusFlushed, false)

@@ -250,8 +250,8 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		reply(proto.CloseParams, uint32(off))
 		return
 	}
-	if h.Mode() != proto.ModeMultipath {
-		reply(proto.CloseParams, 40) // baseline mode: not built yet
+	if h.Mode() > proto.ModeBaseline {
+		reply(proto.CloseParams, 40) // a mode this endpoint does not know
 		return
 	}
 	if e.listener == nil {

@@ -93,6 +93,7 @@ type ReceiverStats struct {
 	Bytes        uint64
 	Duplicates   uint64
 	OutOfWindow  uint64
+	OutOfOrder   uint64 // baseline mode: PSNs after the expected one, dropped
 	Inconsistent uint64 // disagreed with their message's first packet
 	BadPath      uint64 // path id beyond the negotiated count, or too long
 	Nacks        [16]uint64
@@ -168,6 +169,9 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		r.stats.CE++
 	}
 	r.ackPlane = plane
+	if c.isBaseline() && !r.gate(h, d, plane, at) {
+		return
+	}
 	dsn := h.DSN()
 	switch r.dsn.check(dsn) {
 	case dsnOutOfWindow:
@@ -289,6 +293,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(dsn)
 	r.observe(h, at)
+	c.bl.expected++
 	if m == nil {
 		m = r.newMessage()
 		*m = f
@@ -397,6 +402,7 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(h.DSN())
 	r.observe(h, at)
+	c.bl.expected++
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(pkt.Payload))
 	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)

@@ -169,6 +169,11 @@ func (s *sender) init(c *Conn) {
 		wp := cc.DefaultWindow
 		wp.Max = float64(cfg.PathWindow)
 		wp.Initial = min(max(wp.Min, math.Ceil(wp.Initial/float64(c.paths))), wp.Max)
+		if c.isBaseline() {
+			// Go-back-N's window is fixed before the run; DCQCN sets the rate.
+			w := float64(cfg.BaselineWindow)
+			wp.Initial, wp.Min, wp.Max = w, w, w
+		}
 		p := &sendPath{s: s, id: i, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
 			next: c.isn, oldest: c.isn, cwin: cc.NewWindow(wp, c.isn)}
 		p.window = p.cwin.Packets()
@@ -267,6 +272,9 @@ func (s *sender) pump() {
 }
 
 func (s *sender) sendOne() bool {
+	if s.c.isBaseline() {
+		return s.sendBaseline()
+	}
 	if !s.c.ep.cfg.NoPacing {
 		if ok, at := s.pacer.Ready(int64(s.c.ep.clock.Now())); !ok {
 			if s.paceT.Deadline() != clock.Time(at) {
@@ -305,6 +313,14 @@ func (s *sender) sendOne() bool {
 	if p == nil {
 		return false
 	}
+	r := s.newDSN(m)
+	s.transmit(s.nextDSN-1, r, p, false, false)
+	s.paced(int(r.n) + packetOverhead)
+	return true
+}
+
+// newDSN gives the next segment of m the next DSN and records it.
+func (s *sender) newDSN(m *message) *dsnRecord {
 	d := s.nextDSN
 	s.nextDSN++
 	n := min(m.seg, m.length-m.next)
@@ -324,9 +340,7 @@ func (s *sender) sendOne() bool {
 			s.c.rcv.readsIn-- // served: the responder's READ is no longer outstanding
 		}
 	}
-	s.transmit(d, r, p, false, false)
-	s.paced(int(n) + packetOverhead)
-	return true
+	return r
 }
 
 func (s *sender) popRetx() {
@@ -442,14 +456,19 @@ func (s *sender) pickPath(lost int) *sendPath {
 
 // transmit sends DSN d's content on path p with the path's next PSN.
 func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool) {
-	c := s.c
-	now := c.ep.clock.Now()
+	now := s.c.ep.clock.Now()
 	psn := p.next
 	p.next++
 	p.ring[psn&255] = sendRec{psn: psn, dsn: d, sentAt: now}
 	p.inflight++
 	r.path, r.psn = uint8(p.id), psn
+	s.emitData(d, r, p, psn, retx, probe)
+}
 
+// emitData builds and sends DSN d's content on path p with PSN psn.
+func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx, probe bool) {
+	c := s.c
+	now := c.ep.clock.Now()
 	m := r.msg
 	var pkt proto.Packet
 	c.build(&pkt, m.typ, 0, int(r.n))
@@ -582,7 +601,9 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	ack := pkt.Ack()
 	before := s.una
-	if h := ack.RateHint(); h == proto.RateNoLimit {
+	if s.c.isBaseline() {
+		// The baseline ignores rate hints: DCQCN alone, as deployed.
+	} else if h := ack.RateHint(); h == proto.RateNoLimit {
 		s.hint = math.Inf(1)
 	} else {
 		s.hint = float64(h)
@@ -673,9 +694,12 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 			continue // done, or sent in an earlier epoch: only a timeout resolves it
 		}
 		k := h - 1 - psn
-		if psn == h || k < 256 && rec.Received(int(k)) {
+		switch {
+		case psn == h || k < 256 && rec.Received(int(k)):
 			p.resolveAcked(r)
-		} else {
+		case s.c.isBaseline():
+			continue // in order: what is not acknowledged is resent by go-back-N
+		default:
 			p.resolveLost(r, psn)
 		}
 		resolved = true
@@ -750,7 +774,7 @@ func (p *sendPath) rto() time.Duration {
 }
 
 func (p *sendPath) timeout() time.Duration {
-	if !p.probed && p.rtt.Samples > 0 && p.state == pathmgr.Good {
+	if !p.probed && p.rtt.Samples > 0 && p.state == pathmgr.Good && !p.s.c.isBaseline() {
 		cfg := &p.s.c.ep.cfg
 		return max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin)
 	}
@@ -767,6 +791,15 @@ func (p *sendPath) onTimer() {
 	switch {
 	case p.state == pathmgr.Down:
 		return
+	case c.isBaseline():
+		// The local ACK timeout: go back to the oldest unacknowledged PSN.
+		if p.inflight == 0 {
+			return
+		}
+		p.timeouts++
+		p.ctr.Timeouts++
+		s.stats.Timeouts++
+		s.goBack(p.oldest)
 	case p.state == pathmgr.AssumedBad:
 		// A probe went unanswered: the route may be what failed. Move to a
 		// new source port (at most once per MPL), then probe again.
@@ -933,6 +966,20 @@ func (s *sender) onNack(pkt *proto.Packet) {
 			s.failMessage(m, st, err)
 		}
 		s.c.fail(err, StatusFlushed, true)
+		return
+	}
+	if s.c.isBaseline() {
+		switch code {
+		case proto.NackSeqErr:
+			s.goBack(n.PSN())
+		case proto.NackRNR, proto.NackResource:
+			// Wait, then go back to the refused PSN.
+			bl := &s.c.bl
+			bl.retryPSN = n.PSN()
+			bl.retry.Reset(s.c.ep.clock.Now().Add(time.Duration(n.RetryAfter()) * time.Microsecond))
+			s.stats.Nacks++
+		}
+		s.pump()
 		return
 	}
 	if code == proto.NackSeqErr {

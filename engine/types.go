@@ -55,6 +55,17 @@ type Config struct {
 	NoRateHints bool
 	// NoPacing sends as the windows allow, without spacing packets.
 	NoPacing bool
+	// Mode is the transport of the connections this endpoint opens:
+	// proto.ModeMultipath (this spec's), or proto.ModeBaseline (RoCEv2-like,
+	// spec section 10: one path, go-back-N, DCQCN). An acceptor serves
+	// either.
+	Mode proto.Mode
+	// BaselineWindow is the go-back-N window in packets of a baseline
+	// connection: fixed before the run. Default 64.
+	BaselineWindow int
+	// LineRate is the sending NIC's rate in bytes/s, where DCQCN starts.
+	// Default 12.5e9 (100 Gb/s).
+	LineRate float64
 	// AckEvery and AckDelay coalesce acknowledgments: an ACK after that
 	// many data packets, or that long after the first unacknowledged one.
 	// Defaults 8 and 5 µs.
@@ -121,6 +132,10 @@ func (c *Config) fill() error {
 	setInt(&c.MaxAccepting, 1024)
 	setInt(&c.MaxReadsOut, 16)
 	setInt(&c.MaxReadsIn, 16)
+	setInt(&c.BaselineWindow, 64)
+	if c.LineRate == 0 {
+		c.LineRate = 12.5e9
+	}
 	c.MaxReadsOut, c.MaxReadsIn = max(c.MaxReadsOut, 0), max(c.MaxReadsIn, 0)
 	switch {
 	case c.MaxPacket < proto.MinMTU || c.MaxPacket > proto.MaxPacketLen:
@@ -133,6 +148,10 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engine: DSN window %d: want 1 .. %d", c.DSNWindow, 1<<20)
 	case c.PathWindow < 1 || c.PathWindow > 255:
 		return fmt.Errorf("engine: path window %d: want 1 .. 255", c.PathWindow)
+	case c.Mode > proto.ModeBaseline:
+		return fmt.Errorf("engine: mode %v", c.Mode)
+	case c.BaselineWindow < 1 || c.BaselineWindow > 255:
+		return fmt.Errorf("engine: baseline window %d: want 1 .. 255", c.BaselineWindow)
 	case c.AckEvery < 1 || c.AckEvery > 128:
 		// A record at least every 128 PSNs of a path (spec section 6.6).
 		return fmt.Errorf("engine: ack every %d packets: want 1 .. 128", c.AckEvery)

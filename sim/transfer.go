@@ -7,6 +7,7 @@ import (
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
 )
 
 // TransferConfig is one connection moving Bytes from host 0 to host 1 over
@@ -22,6 +23,10 @@ type TransferConfig struct {
 	ECNThreshold int
 	Buffer       int
 	Seed         uint64
+	// Baseline runs the connection in baseline mode (RoCEv2-like: one path,
+	// go-back-N with a window of BaselineWindow packets, DCQCN).
+	Baseline       bool
+	BaselineWindow int
 }
 
 // DefaultTransfer is a 64 MiB WRITE over 8 paths on 4 planes of 100 Gb/s.
@@ -47,8 +52,12 @@ type TransferResult struct {
 func (r TransferResult) Efficiency() float64 { return r.Goodput / r.Bottleneck }
 
 func (r TransferResult) String() string {
-	return fmt.Sprintf("%d MiB, %d paths on %d x %s, %.1f%% loss: %.1f Gb/s goodput, %.3f of the bottleneck; %d lost, %d resent",
-		r.Config.Bytes>>20, r.Config.Paths, r.Config.Planes, gbps(r.Config.LinkRate), 100*r.Config.Loss,
+	mode := fmt.Sprintf("%d paths", r.Config.Paths)
+	if r.Config.Baseline {
+		mode = fmt.Sprintf("baseline (1 path, window %d)", r.Config.BaselineWindow)
+	}
+	return fmt.Sprintf("%d MiB, %s on %d x %s, %.1f%% loss: %.1f Gb/s goodput, %.3f of the bottleneck; %d lost, %d resent",
+		r.Config.Bytes>>20, mode, r.Config.Planes, gbps(r.Config.LinkRate), 100*r.Config.Loss,
 		r.Goodput*8/1e9, r.Efficiency(), r.Lost, r.Retransmits)
 }
 
@@ -62,11 +71,19 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: cfg.Loss}
 	}
 	payloadShare := float64(maxPacket-64) / wireBytes
-	res.Bottleneck = float64(cfg.Planes) * float64(cfg.LinkRate) / 8 * payloadShare
+	planes := cfg.Planes
+	if cfg.Baseline {
+		planes = 1 // one path: one plane carries it all
+	}
+	res.Bottleneck = float64(planes) * float64(cfg.LinkRate) / 8 * payloadShare
 	w, err := newWorld(fc, cfg.Seed, func(h int) engine.Config {
-		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second}
+		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
+			LineRate: float64(cfg.LinkRate) / 8}
 		if h == 1 {
 			c.InboundCapacity = 0.98 * res.Bottleneck
+		}
+		if cfg.Baseline {
+			c.Mode, c.BaselineWindow = proto.ModeBaseline, cfg.BaselineWindow
 		}
 		return c
 	})
