@@ -26,7 +26,11 @@ type IncastConfig struct {
 	// NoRateHints: the receiver sends no rate hints (the senders' windows
 	// alone).
 	NoRateHints bool
-	Seed        uint64
+	// Baseline runs every sender in baseline mode (RoCEv2-like: one path,
+	// go-back-N, DCQCN); PFC makes the fabric lossless (the switch pauses
+	// the uplinks that feed it), as RoCEv2 was built to run on.
+	Baseline, PFC bool
+	Seed          uint64
 }
 
 // DefaultIncast returns the design's incast at N senders and rate.
@@ -64,9 +68,23 @@ type IncastResult struct {
 }
 
 func (r IncastResult) String() string {
-	return fmt.Sprintf("N=%d %s hints=%v: converge %.1f RTT (sending %.1f), Jain %.3f, peak queue %d KiB, drops %d (%d after 1st RTT), FCT/ideal %.3f",
-		r.Config.Senders, gbps(r.Config.LinkRate), !r.Config.NoRateHints, r.Convergence, r.SendConvergence, r.Jain,
+	return fmt.Sprintf("N=%d %s %s: converge %.1f RTT (sending %.1f), Jain %.3f, peak queue %d KiB, drops %d (%d after 1st RTT), FCT/ideal %.3f",
+		r.Config.Senders, gbps(r.Config.LinkRate), r.Config.Mode(), r.Convergence, r.SendConvergence, r.Jain,
 		r.PeakQueue>>10, r.Drops, r.DropsAfterFirstRTT, r.FCTRatio)
+}
+
+// Mode names the variant: our mode with or without hints, or the baseline
+// on the lossless (PFC) or lossy fabric.
+func (c IncastConfig) Mode() string {
+	switch {
+	case c.Baseline && c.PFC:
+		return "baseline, PFC fabric"
+	case c.Baseline:
+		return "baseline, lossy fabric"
+	case c.NoRateHints:
+		return "mroce without hints"
+	}
+	return "mroce"
 }
 
 func gbps(r int64) string { return fmt.Sprintf("%g Gb/s", float64(r)/1e9) }
@@ -85,10 +103,19 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay,
 		Queue: netem.QueueConfig{Limit: cfg.Buffer, ECNThreshold: cfg.ECNThreshold}}
 	fc := netem.Config{Seed: cfg.Seed, Hosts: n + 1, Planes: 1, Uplink: link, Downlink: link, MaxDatagram: maxPacket}
+	if cfg.PFC {
+		// Lossless: the switch pauses an uplink past 64 KiB of its bytes
+		// waiting, resumes it at 32 KiB; a host's own queue is its memory.
+		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
+	}
 	capacity := float64(cfg.LinkRate) / 8 // bytes/s on the wire
 	payloadShare := float64(maxPacket-64) / wireBytes
 	w, err := newWorld(fc, cfg.Seed, func(h int) engine.Config {
-		c := engine.Config{Paths: 8, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second}
+		c := engine.Config{Paths: 8, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
+			LineRate: float64(cfg.LinkRate) / 8}
+		if cfg.Baseline {
+			c.Mode = proto.ModeBaseline
+		}
 		if h == n {
 			// The receiver shares its downlink, a little under its payload
 			// rate so that queues built in the first round trip drain.
