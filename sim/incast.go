@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -30,7 +31,11 @@ type IncastConfig struct {
 	// go-back-N, DCQCN); PFC makes the fabric lossless (the switch pauses
 	// the uplinks that feed it), as RoCEv2 was built to run on.
 	Baseline, PFC bool
-	Seed          uint64
+	// Stagger delays sender i's start by i x Stagger: with two senders,
+	// a long flow joined by a second. Convergence then counts from the
+	// last sender's first packet.
+	Stagger time.Duration
+	Seed    uint64
 }
 
 // DefaultIncast returns the design's incast at N senders and rate.
@@ -179,12 +184,32 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 
 	dst := w.hosts[rx].region(n*cfg.Bytes, memreg.LocalWrite|memreg.RemoteWrite)
 	start := w.sim.Now()
+	var postErr error
+	lastFirst := clock.Time(-1) // the last sender's first packet on the downlink
 	for s := 0; s < n; s++ {
 		src := w.hosts[s].region(cfg.Bytes, memreg.LocalWrite)
-		if err := conns[s].Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: src, Length: uint32(cfg.Bytes)},
-			RKey: dst.Key(), RemoteOffset: uint64(s * cfg.Bytes)}); err != nil {
-			return res, err
+		post := func() {
+			err := conns[s].Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: src, Length: uint32(cfg.Bytes)},
+				RKey: dst.Key(), RemoteOffset: uint64(s * cfg.Bytes)})
+			if err != nil && postErr == nil {
+				postErr = err
+			}
 		}
+		if s == 0 || cfg.Stagger == 0 {
+			post()
+			continue
+		}
+		w.sim.NewTimer(post).Reset(start.Add(time.Duration(s) * cfg.Stagger))
+	}
+	if cfg.Stagger > 0 {
+		last := n - 1
+		w.fab.AddTap(func(e *netem.TapEvent) {
+			d := e.Datagram
+			if lastFirst < 0 && e.Verdict == netem.Sent && e.Link == down && len(d.Data) > 1 && proto.Type(d.Data[1]).IsData() &&
+				int(d.Src.Addr().As4()[2])<<8|int(d.Src.Addr().As4()[3]) == last {
+				lastFirst = e.At
+			}
+		})
 	}
 	done := func() bool {
 		for _, e := range evs {
@@ -194,8 +219,11 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 		}
 		return true
 	}
-	if !w.run(time.Second, done) {
-		return res, fmt.Errorf("incast did not finish")
+	if !w.run(time.Second, done) || postErr != nil {
+		return res, fmt.Errorf("incast did not finish: %v", postErr)
+	}
+	if lastFirst >= 0 {
+		first = lastFirst // measure from the join
 	}
 	var last clock.Time
 	for s, e := range evs {
@@ -240,14 +268,16 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 		}
 		return rates
 	}
-	// The steady phase ends when the first sender finishes.
-	var firstDone clock.Time = math.MaxInt64
-	for _, e := range evs {
-		firstDone = min(firstDone, e.at)
+	// The steady phase ends when the first sender's last packet crosses
+	// the downlink.
+	lastSeen := make([]clock.Time, n)
+	for _, smp := range samples {
+		lastSeen[smp.sender] = max(lastSeen[smp.sender], smp.at)
 	}
+	firstDone := slices.Min(lastSeen)
 	converge := func(samples []sample) float64 {
 		c := math.NaN()
-		for t := first + win; t <= firstDone-win/2; t += step {
+		for t := first + win; t <= firstDone; t += step {
 			ok := true
 			for _, r := range rateIn(samples, t) {
 				if math.Abs(r-fair) > 0.1*fair {
@@ -263,11 +293,21 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 		}
 		return c
 	}
+	if traceRates != nil {
+		for t := first + win; t <= firstDone; t += step {
+			traceRates(float64(t-win-first)/float64(res.BaseRTT), rateIn(samples, t), fair)
+		}
+	}
 	res.Convergence = converge(samples)
 	res.SendConvergence = converge(sent)
 	res.Jain = jain(rateIn(samples, first+clock.Time(10*res.BaseRTT)+win))
 	return res, nil
 }
+
+// traceRates, when a test sets it, sees every sampled window from the
+// measurement's start: its start in base RTTs, the delivered rates and the
+// fair share.
+var traceRates func(start float64, rates []float64, fair float64)
 
 // jain is Jain's fairness index: 1 when all are equal.
 func jain(x []float64) float64 {

@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 // N:1 incast at 100 and 400 Gb/s, side by side: mroce, mroce without the
@@ -41,6 +42,27 @@ func TestIncast(t *testing.T) {
 			if c.n == 8 && (math.IsNaN(r.Convergence) || r.Convergence > 2) {
 				t.Errorf("does not converge within 2 base RTTs: %v", r)
 			}
+		}
+	}
+}
+
+// A long flow joined by a second: from the newcomer's first packet, both
+// are within 10% of half the link within 10 base RTTs (and stay there).
+func TestJoin(t *testing.T) {
+	for _, rate := range []int64{100e9, 400e9} {
+		cfg := DefaultIncast(2, rate)
+		cfg.Bytes = 32 << 20
+		cfg.Stagger = 500 * time.Microsecond
+		if rate == 400e9 {
+			cfg.Stagger = 150 * time.Microsecond
+		}
+		r, err := Incast(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(r)
+		if math.IsNaN(r.Convergence) || r.Convergence > 10 {
+			t.Errorf("after the join: %v", r)
 		}
 	}
 }
