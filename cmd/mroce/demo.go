@@ -79,12 +79,18 @@ func (o demoOptions) check() error {
 
 func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	wallStart := time.Now()
-	link := netem.LinkConfig{Rate: int64(o.rateGbps * 1e9), Delay: o.delay, Queue: netem.QueueConfig{Limit: 4 << 20}}
+	// Switch queues mark ECN above 200 KiB (DCTCP step marking), so the
+	// senders' windows see congestion.
+	link := netem.LinkConfig{Rate: int64(o.rateGbps * 1e9), Delay: o.delay,
+		Queue: netem.QueueConfig{Limit: 4 << 20, ECNThreshold: 200 << 10}}
 	fc := netem.Config{Seed: o.seed, Hosts: 2, Planes: o.planes, Uplink: link, Downlink: link}
 	if o.loss > 0 {
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: o.loss}
 	}
-	net, err := endpoint.NewSimNetwork(fc, engine.Config{Paths: o.paths, Streams: o.streams, DSNWindow: 4096}, o.seed)
+	// The receiver shares 98% of its planes' payload rate (its rate hints).
+	inbound := 0.98 * float64(o.planes) * o.rateGbps * 1e9 / 8 * 4096 / (4160 + 66)
+	net, err := endpoint.NewSimNetwork(fc, engine.Config{Paths: o.paths, Streams: o.streams, DSNWindow: 4096,
+		InboundCapacity: inbound, LineRate: o.rateGbps * 1e9 / 8}, o.seed)
 	if err != nil {
 		return err
 	}
@@ -172,15 +178,15 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 
 	fmt.Fprintf(w, "\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tplane\tsrc port\tstate\tsRTT\tmin RTT\tpackets\tshare\tretx\tlost\ttimeouts\t")
+	fmt.Fprintln(tw, "path\tplane\tsrc port\tstate\tsRTT\tmin RTT\tpackets\tshare\tretx\tlost\tECN\ttimeouts\t")
 	for _, t := range tel {
 		share := 0.0
 		if bytes > 0 {
 			share = 100 * float64(t.BytesSent) / float64(bytes)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%v\t%v\t%v\t%d\t%.1f%%\t%d\t%d\t%d\t\n", t.Path, t.Plane, t.SrcPort, t.State,
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%v\t%v\t%v\t%d\t%.1f%%\t%d\t%d\t%.1f%%\t%d\t\n", t.Path, t.Plane, t.SrcPort, t.State,
 			t.RTT.SRTT.Round(10*time.Nanosecond), t.RTT.Min.Round(10*time.Nanosecond), t.PacketsSent, share,
-			t.Retransmits, t.Lost, t.Timeouts)
+			t.Retransmits, t.Lost, 100*t.ECNFraction(), t.Timeouts)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n  (%v of wall time to simulate)\n", time.Since(wallStart).Round(time.Millisecond))
