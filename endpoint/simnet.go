@@ -20,6 +20,13 @@ type SimNetwork struct {
 // NewSimNetwork builds the fabric and one engine endpoint per host. ec's
 // Planes and Random are filled in per host.
 func NewSimNetwork(fc netem.Config, ec engine.Config, seed uint64) (*SimNetwork, error) {
+	return NewSimNetworkFor(fc, seed, func(int) engine.Config { return ec })
+}
+
+// NewSimNetworkFor is NewSimNetwork with each host's own engine
+// configuration (a receiver with an inbound capacity, senders in baseline
+// mode).
+func NewSimNetworkFor(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config) (*SimNetwork, error) {
 	sim := clock.NewSim()
 	fab, err := netem.New(fc, sim)
 	if err != nil {
@@ -27,7 +34,7 @@ func NewSimNetwork(fc netem.Config, ec engine.Config, seed uint64) (*SimNetwork,
 	}
 	n := &SimNetwork{Sim: sim, Fabric: fab}
 	for h := 0; h < fc.Hosts; h++ {
-		cfg := ec
+		cfg := cfgFor(h)
 		cfg.Planes = nil
 		for p := 0; p < fc.Planes; p++ {
 			cfg.Planes = append(cfg.Planes, netem.Addr(p, h))

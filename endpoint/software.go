@@ -41,6 +41,9 @@ func NewRegistry(random io.Reader) *memreg.Registry { return memreg.NewRegistry(
 // Endpoint is the engine under the backend.
 func (s *Software) Endpoint() *engine.Endpoint { return s.ep }
 
+// Registry is where the backend's regions and keys live.
+func (s *Software) Registry() *memreg.Registry { return s.reg }
+
 func (s *Software) Caps() Caps {
 	cfg := s.ep.Config()
 	return Caps{Name: "mroce software engine", MaxPaths: cfg.Paths, MaxStreams: cfg.Streams,

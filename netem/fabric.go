@@ -429,12 +429,7 @@ func (f *Fabric) clone(pkt *packet) *packet {
 func (pkt *packet) Fire() {
 	f := pkt.fab
 	from := pkt.route[pkt.hop]
-	switch from.state { // the link failed while the datagram was on its wire
-	case linkDown:
-		from.drop(pkt, DropDown)
-		return
-	case linkBlackhole:
-		from.drop(pkt, DropBlackhole)
+	if from.dropIfFailed(pkt) { // the link failed while the datagram was on its wire
 		return
 	}
 	pkt.hop++

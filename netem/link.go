@@ -151,6 +151,20 @@ func (l *Link) setState(s linkState) {
 	}
 }
 
+// dropIfFailed drops pkt, with the failure's cause, when the link is down
+// or blackholed.
+func (l *Link) dropIfFailed(pkt *packet) bool {
+	switch l.state {
+	case linkDown:
+		l.drop(pkt, DropDown)
+	case linkBlackhole:
+		l.drop(pkt, DropBlackhole)
+	default:
+		return false
+	}
+	return true
+}
+
 func (l *Link) drop(pkt *packet, cause DropCause) {
 	l.stats.Drops[cause]++
 	l.fab.record(l, pkt, Dropped, cause, l.fab.sched.Now())
@@ -160,12 +174,7 @@ func (l *Link) drop(pkt *packet, cause DropCause) {
 // enqueue is a datagram arriving at the link's input: impairments, then the
 // queue discipline, then the serializer if it is idle.
 func (l *Link) enqueue(pkt *packet) {
-	switch l.state {
-	case linkDown:
-		l.drop(pkt, DropDown)
-		return
-	case linkBlackhole:
-		l.drop(pkt, DropBlackhole)
+	if l.dropIfFailed(pkt) {
 		return
 	}
 	im := &l.cfg.Impair

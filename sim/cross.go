@@ -8,7 +8,6 @@ import (
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/link"
-	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 )
 
@@ -93,17 +92,12 @@ func Cross(cfg CrossConfig) (CrossResult, error) {
 		until: clock.Never}
 	w.sim.At(w.sim.Now(), b)
 	w.run(100*time.Microsecond, func() bool { return false }) // the cross traffic settles in
-	src := w.hosts[0].region(cfg.Bytes, memreg.LocalWrite)
-	dst := w.hosts[1].region(cfg.Bytes, memreg.LocalWrite|memreg.RemoteWrite)
-	start := w.sim.Now()
-	if err := conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: src, Length: uint32(cfg.Bytes)}, RKey: dst.Key()}); err != nil {
+	took, err := w.write(conn, ev, 0, 1, cfg.Bytes)
+	if err != nil {
 		return res, err
 	}
-	if !w.run(10*time.Second, func() bool { return ev.done > 0 || ev.failed != nil }) || ev.failed != nil {
-		return res, fmt.Errorf("transfer did not finish: %v", ev.failed)
-	}
 	b.until = 0
-	res.Goodput = float64(cfg.Bytes) / ev.at.Sub(start).Seconds()
+	res.Goodput = float64(cfg.Bytes) / took.Seconds()
 	var all, onCrossed uint64
 	for _, t := range conn.Telemetry() {
 		all += t.PacketsSent

@@ -8,11 +8,11 @@ package sim
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"time"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
@@ -33,48 +33,18 @@ type world struct {
 	hosts []*host
 }
 
-// seeded is a deterministic byte stream for ids, sequence numbers and keys.
-type seeded struct{ r *rand.ChaCha8 }
-
-func (s seeded) Read(p []byte) (int, error) { return s.r.Read(p) }
-
-func newSeeded(seed, stream uint64) seeded {
-	var k [32]byte
-	for i := 0; i < 8; i++ {
-		k[i], k[8+i] = byte(seed>>(8*i)), byte(stream>>(8*i))
-	}
-	return seeded{rand.NewChaCha8(k)}
-}
-
-// newWorld builds the fabric and an endpoint per host; cfgFor gives each
-// host's engine configuration.
+// newWorld builds the fabric and an endpoint per host (endpoint's
+// simulated network); cfgFor gives each host's engine configuration.
 func newWorld(fc netem.Config, seed uint64, cfgFor func(h int) engine.Config) (*world, error) {
-	s := clock.NewSim()
-	fab, err := netem.New(fc, s)
+	n, err := endpoint.NewSimNetworkFor(fc, seed, cfgFor)
 	if err != nil {
 		return nil, err
 	}
-	w := &world{sim: s, fab: fab}
+	w := &world{sim: n.Sim, fab: n.Fabric}
 	for h := 0; h < fc.Hosts; h++ {
-		cfg := cfgFor(h)
-		cfg.Planes = nil
-		for p := 0; p < fc.Planes; p++ {
-			cfg.Planes = append(cfg.Planes, netem.Addr(p, h))
-		}
-		cfg.Random = newSeeded(seed, uint64(2*h))
-		ep, err := engine.NewEndpoint(cfg, s, fab.Host(h))
-		if err != nil {
-			return nil, err
-		}
-		fab.Host(h).Attach(ep)
-		reg := memreg.NewRegistry(newSeeded(seed, uint64(2*h+1)))
-		w.hosts = append(w.hosts, &host{ep: ep, reg: reg, pd: reg.NewDomain()})
+		b := n.Backend(h)
+		w.hosts = append(w.hosts, &host{ep: b.Endpoint(), reg: b.Registry(), pd: b.Registry().NewDomain()})
 	}
-	fab.OnPlaneChange(func(plane int, up bool) {
-		for _, h := range w.hosts {
-			h.ep.SetPlaneUp(plane, up)
-		}
-	})
 	return w, nil
 }
 

@@ -97,18 +97,28 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	if err != nil {
 		return res, err
 	}
-	src := w.hosts[0].region(cfg.Bytes, memreg.LocalWrite)
-	dst := w.hosts[1].region(cfg.Bytes, memreg.LocalWrite|memreg.RemoteWrite)
-	start := w.sim.Now()
-	if err := conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: src, Length: uint32(cfg.Bytes)}, RKey: dst.Key()}); err != nil {
+	took, err := w.write(conn, ev, 0, 1, cfg.Bytes)
+	if err != nil {
 		return res, err
 	}
-	if !w.run(10*time.Second, func() bool { return ev.done > 0 || ev.failed != nil }) || ev.failed != nil {
-		return res, fmt.Errorf("transfer did not finish: %v", ev.failed)
-	}
-	res.Goodput = float64(cfg.Bytes) / ev.at.Sub(start).Seconds()
+	res.Goodput = float64(cfg.Bytes) / took.Seconds()
 	res.Lost, res.Retransmits = *lost, conn.SenderStats().Retransmits
 	return res, nil
+}
+
+// write WRITEs bytes from host a to host b over conn (whose events are
+// ev) and returns how long it took, from post to completion.
+func (w *world) write(conn *engine.Conn, ev *events, a, b, bytes int) (time.Duration, error) {
+	src := w.hosts[a].region(bytes, memreg.LocalWrite)
+	dst := w.hosts[b].region(bytes, memreg.LocalWrite|memreg.RemoteWrite)
+	start := w.sim.Now()
+	if err := conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: src, Length: uint32(bytes)}, RKey: dst.Key()}); err != nil {
+		return 0, err
+	}
+	if !w.run(10*time.Second, func() bool { return ev.done > 0 || ev.failed != nil }) || ev.failed != nil {
+		return 0, fmt.Errorf("transfer did not finish: %v", ev.failed)
+	}
+	return ev.at.Sub(start), nil
 }
 
 // countDataDrops counts the data packets the fabric drops.
