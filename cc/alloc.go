@@ -28,7 +28,9 @@ type Allocator struct {
 
 type flow struct {
 	demand   float64 // bytes/s: the declared backlog over the horizon, at most the capacity
+	used     float64 // the demand the last recompute used
 	lastSeen int64
+	bytes    int // the last packet's size
 }
 
 // NewAllocator returns an allocator with no senders.
@@ -43,21 +45,21 @@ func NewAllocator(p AllocParams) *Allocator {
 // or leaves, turns from greedy (wanting at least the level) to not or back,
 // or, not greedy, changes its demand by more than a tenth. Each packet of a
 // greedy sender costs a map lookup.
-func (a *Allocator) Observe(id uint32, backlog uint64, now int64) bool {
+func (a *Allocator) Observe(id uint32, backlog uint64, bytes int, now int64) bool {
 	d := math.Min(float64(backlog)/a.p.Horizon.Seconds(), a.p.Capacity)
 	f := a.flows[id]
 	dirty := false
 	switch {
 	case f == nil:
-		f = &flow{demand: d}
+		f = &flow{used: d}
 		a.flows[id] = f
 		dirty = true
-	case (d >= a.level) != (f.demand >= a.level):
+	case (d >= a.level) != (f.used >= a.level):
 		dirty = true
-	case d < a.level && math.Abs(d-f.demand) > 0.1*f.demand:
-		dirty = true
+	case d < a.level && math.Abs(d-f.used) > 0.1*f.used:
+		dirty = true // compared with what the allocation used: slow drifts count
 	}
-	f.demand, f.lastSeen = d, now
+	f.demand, f.lastSeen, f.bytes = d, now, bytes
 	if now-a.lastExpire > int64(a.p.Horizon)/2 {
 		a.lastExpire = now
 		if a.expire(now) {
@@ -90,10 +92,14 @@ func (a *Allocator) Share(id uint32) float64 {
 // Senders is the number of active senders.
 func (a *Allocator) Senders() int { return len(a.flows) }
 
+// expire removes the senders silent for longer than the horizon, or than
+// eight of their packets at the level (a sender paced at its share sends a
+// packet every bytes/level: it must not be forgotten between two).
 func (a *Allocator) expire(now int64) bool {
 	gone := false
 	for id, f := range a.flows {
-		if now-f.lastSeen > int64(a.p.Horizon) {
+		quiet := max(int64(a.p.Horizon), int64(8*float64(f.bytes)/a.level*1e9))
+		if now-f.lastSeen > quiet {
 			delete(a.flows, id)
 			gone = true
 		}
@@ -107,6 +113,7 @@ func (a *Allocator) expire(now int64) bool {
 func (a *Allocator) recompute() bool {
 	demands := make([]float64, 0, len(a.flows))
 	for _, f := range a.flows {
+		f.used = f.demand
 		demands = append(demands, f.demand)
 	}
 	level := waterLevel(demands, a.p.Capacity)

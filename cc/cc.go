@@ -75,7 +75,9 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) {
 	}
 	if proto.SeqLessEq(w.roundEnd, through) {
 		if w.acked > 0 {
-			f := float64(w.marked) / float64(w.acked)
+			// Marks can outnumber acknowledgments in a round (a duplicate or a
+			// refused packet is marked too): the fraction is at most 1.
+			f := min(1, float64(w.marked)/float64(w.acked))
 			w.alpha = (1-w.p.G)*w.alpha + w.p.G*f
 		}
 		w.acked, w.marked, w.cut = 0, 0, false

@@ -134,35 +134,55 @@ func TestWaterLevel(t *testing.T) {
 }
 
 func TestAllocator(t *testing.T) {
-	a := NewAllocator(AllocParams{Capacity: 1000, Horizon: time.Microsecond})
-	// Backlogs in bytes over a 1 µs horizon: 1 KB -> 1e9 B/s (greedy).
-	if a.Share(1) != 1000 {
+	a := NewAllocator(AllocParams{Capacity: 1e9, Horizon: time.Microsecond})
+	// Backlogs in bytes over a 1 µs horizon: 1 MiB -> ~1e12 B/s, capped at
+	// the capacity: greedy.
+	if a.Share(1) != 1e9 {
 		t.Fatal("a stranger's share is the capacity")
 	}
-	a.Observe(1, 1<<20, 0)
-	if a.Share(1) != 1000 {
+	a.Observe(1, 1<<20, 4096, 0)
+	if a.Share(1) != 1e9 {
 		t.Fatalf("one sender: %v", a.Share(1))
 	}
-	a.Observe(2, 1<<20, 100)
-	a.Observe(3, 1<<20, 200)
-	a.Observe(4, 1<<20, 300)
-	if a.Share(1) != 250 || a.Share(4) != 250 {
+	a.Observe(2, 1<<20, 4096, 100)
+	a.Observe(3, 1<<20, 4096, 200)
+	a.Observe(4, 1<<20, 4096, 300)
+	if a.Share(1) != 2.5e8 || a.Share(4) != 2.5e8 {
 		t.Fatalf("four greedy senders: %v", a.Share(1))
 	}
-	// Sender 4 nearly done: 100 bytes over 1 µs wants 1e8 B/s, still
-	// above the level of 250 B/s here: no change. Done (0 bytes): it wants
-	// nothing and the others get a third each.
-	if a.Observe(4, 0, 400) == false || !near(a.Share(1), 1000.0/3) {
+	// Sender 4 done (0 bytes left): it wants nothing and the others get a
+	// third each.
+	if a.Observe(4, 0, 4096, 400) == false || !near(a.Share(1), 1e9/3) {
 		t.Fatalf("a sender finishing: %v", a.Share(1))
 	}
-	// A silent sender leaves after the horizon.
-	a.Observe(1, 1<<20, 2000)
-	if a.Senders() != 1 || a.Share(1) != 1000 {
+	// A sender paced at its share (a 4 KiB packet every 12 µs here) is not
+	// forgotten between two packets, though the horizon is 1 µs...
+	a.Observe(1, 1<<20, 4096, 10_000)
+	if a.Senders() != 4 {
+		t.Fatalf("senders between packets: %d", a.Senders())
+	}
+	// ... but one silent for eight of its packets leaves.
+	a.Observe(1, 1<<20, 4096, 200_000)
+	if a.Senders() != 1 || a.Share(1) != 1e9 {
 		t.Fatalf("after the others went silent: %d senders, share %v", a.Senders(), a.Share(1))
 	}
 	a.Leave(1)
 	if a.Senders() != 0 {
 		t.Fatal("Leave")
+	}
+}
+
+// A demand that drifts by small steps still moves the allocation once it
+// has moved by a tenth from what the allocation used.
+func TestAllocatorFollowsDrift(t *testing.T) {
+	a := NewAllocator(AllocParams{Capacity: 100e6, Horizon: time.Second})
+	a.Observe(1, 1e9, 4096, 0) // greedy
+	a.Observe(2, 10e6, 4096, 0)
+	for d := 10e6; d <= 45e6; d *= 1.05 {
+		a.Observe(2, uint64(d), 4096, 1)
+	}
+	if lv := a.Share(1); lv > 60e6 {
+		t.Fatalf("level %v after sender 2's demand rose to ~45e6 in 5%% steps: want about 55e6", lv)
 	}
 }
 
@@ -220,5 +240,33 @@ func TestDCQCN(t *testing.T) {
 	}
 	if d3.Rate(0) != p.MinRate {
 		t.Fatalf("floor %v", d3.Rate(0))
+	}
+}
+
+// A gap taken at a low rate shrinks when the rate rises.
+func TestPacerFaster(t *testing.T) {
+	var p Pacer
+	p.Sent(0, 1000, 1) // 1000 s at 1 B/s
+	p.Faster(1e9)
+	if ok, at := p.Ready(1000); !ok || at != 1000 {
+		t.Fatalf("after the rate rose: ready at %v", at)
+	}
+}
+
+// An hour of idleness costs no work, and senseless parameters take defaults.
+func TestDCQCNIdleAndParams(t *testing.T) {
+	d := NewDCQCN(DefaultDCQCN(12.5e9), 0)
+	d.OnCNP(0)
+	start := time.Now()
+	if r := d.Rate(int64(time.Hour)); r != 12.5e9 {
+		t.Fatalf("after an hour: %v", r)
+	}
+	if time.Since(start) > time.Second {
+		t.Fatal("an hour of idle time took seconds to apply")
+	}
+	z := NewDCQCN(DCQCNParams{LineRate: 1e9}, 0) // zero periods would loop forever
+	z.OnCNP(0)
+	if r := z.Rate(int64(time.Millisecond)); !(r > 0 && r <= 1e9) {
+		t.Fatalf("defaulted parameters: rate %v", r)
 	}
 }

@@ -1,6 +1,9 @@
 package cc
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // DCQCNParams are DCQCN's parameters (Zhu et al., "Congestion Control for
 // Large-Scale RDMA Deployments", SIGCOMM 2015): the published defaults are
@@ -42,8 +45,29 @@ type DCQCN struct {
 	cnps          uint64
 }
 
-// NewDCQCN starts at line rate with alpha 1.
+// NewDCQCN starts at line rate with alpha 1. Parameters that would make no
+// sense (zero or negative periods, byte counts, rates) take the defaults.
 func NewDCQCN(p DCQCNParams, now int64) *DCQCN {
+	def := DefaultDCQCN(p.LineRate)
+	if !(p.LineRate > 0) {
+		def = DefaultDCQCN(12.5e9)
+		p.LineRate = def.LineRate
+	}
+	if p.AlphaT <= 0 {
+		p.AlphaT = def.AlphaT
+	}
+	if p.RateT <= 0 {
+		p.RateT = def.RateT
+	}
+	if p.ByteB <= 0 {
+		p.ByteB = def.ByteB
+	}
+	if !(p.G > 0 && p.G < 1) {
+		p.G = def.G
+	}
+	if !(p.MinRate > 0) {
+		p.MinRate = def.MinRate
+	}
 	return &DCQCN{p: p, rc: p.LineRate, rt: p.LineRate, alpha: 1, lastAlpha: now, lastRateT: now}
 }
 
@@ -79,11 +103,16 @@ func (d *DCQCN) OnSent(now int64, n int) {
 }
 
 func (d *DCQCN) advance(now int64) {
-	for now-d.lastAlpha >= int64(d.p.AlphaT) {
-		d.lastAlpha += int64(d.p.AlphaT)
-		d.alpha *= 1 - d.p.G
+	if k := (now - d.lastAlpha) / int64(d.p.AlphaT); k > 0 {
+		d.lastAlpha += k * int64(d.p.AlphaT)
+		d.alpha *= math.Pow(1-d.p.G, float64(k))
 	}
 	for now-d.lastRateT >= int64(d.p.RateT) {
+		if d.rc >= d.p.LineRate && d.rt >= d.p.LineRate {
+			// At line rate nothing more can change: skip the idle periods.
+			d.lastRateT += (now - d.lastRateT) / int64(d.p.RateT) * int64(d.p.RateT)
+			break
+		}
 		d.lastRateT += int64(d.p.RateT)
 		d.timerN++
 		d.increase()

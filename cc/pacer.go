@@ -8,7 +8,9 @@ import (
 // Pacer spaces packets at a rate in bytes per second. Time is integer
 // nanoseconds of the caller's clock.
 type Pacer struct {
-	next int64 // when the next packet may go
+	next      int64 // when the next packet may go
+	last      int64 // when the last packet went
+	lastBytes int
 }
 
 // Ready reports whether a packet may go at now, and if not, when.
@@ -29,6 +31,21 @@ func (p *Pacer) Sent(now int64, bytes int, rate float64) {
 	gap := int64(float64(bytes) / rate * float64(time.Second))
 	// A sender that fell idle does not bank the time it did not use.
 	p.next = max(p.next, now) + gap
+	p.last, p.lastBytes = now, bytes
+}
+
+// Faster tells the pacer the rate rose to rate: the wait after the last
+// packet shrinks to what the new rate asks, so a gap taken at a low rate
+// does not hold the sender back.
+func (p *Pacer) Faster(rate float64) {
+	if rate <= 0 {
+		return
+	}
+	if math.IsInf(rate, 1) {
+		p.next = min(p.next, p.last)
+		return
+	}
+	p.next = min(p.next, p.last+int64(float64(p.lastBytes)/rate*float64(time.Second)))
 }
 
 // PacingGain is how much faster than its windows' rate a sender paces. The

@@ -6,6 +6,7 @@ import (
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -31,6 +32,7 @@ type baseline struct {
 	dcqcn     *cc.DCQCN
 	retry     clock.Timer // a refused (RNR) PSN is resent after its wait
 	retryPSN  uint32
+	paused    bool // waiting out an RNR: nothing is sent
 	cnps      uint64
 }
 
@@ -44,6 +46,10 @@ func (c *Conn) initBaseline() {
 	c.bl.expected = c.peerISN
 	c.bl.dcqcn = cc.NewDCQCN(cc.DefaultDCQCN(c.ep.cfg.LineRate), int64(c.ep.clock.Now()))
 	c.bl.retry = c.ep.clock.NewTimer(func() {
+		if c.state == Closed {
+			return
+		}
+		c.bl.paused = false
 		c.snd.goBack(c.bl.retryPSN)
 		c.snd.pump()
 		c.ep.flush()
@@ -64,14 +70,16 @@ func (r *receiver) gate(h proto.CommonHeader, d *link.Datagram, plane int, at cl
 		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])
 	}
 	switch d := int32(h.PSN() - bl.expected); {
-	case d < 0: // a resend of what arrived: acknowledge at once
+	case d < 0: // a resend of what arrived: record it and acknowledge at once
 		r.stats.Duplicates++
+		r.recordPath(h, at)
 		r.ackNow()
 		return false
 	case d > 0: // a gap: drop, and name the PSN expected (once per gap)
 		r.stats.OutOfOrder++
 		if !bl.nakSent || at.Sub(bl.nakAt) >= c.snd.paths[0].rto() {
 			bl.nakSent, bl.nakAt = true, at
+			r.stats.Nacks[proto.NackSeqErr]++
 			var pkt proto.Packet
 			c.build(&pkt, proto.TypeNack, 0, 0)
 			pkt.Common.SetDstConnID(c.peerID)
@@ -103,6 +111,9 @@ func (s *sender) sendBaseline() bool {
 	bl := &c.bl
 	p := s.paths[0]
 	now := c.ep.clock.Now()
+	if bl.paused || p.state == pathmgr.Down {
+		return false // waiting out an RNR, or the plane is down
+	}
 	if ok, at := s.pacer.Ready(int64(now)); !ok {
 		if s.paceT.Deadline() != clock.Time(at) {
 			s.paceT.Reset(clock.Time(at))
@@ -144,6 +155,25 @@ func (s *sender) paceBaseline(bytes int) {
 	d := s.c.bl.dcqcn
 	d.OnSent(now, bytes)
 	s.pacer.Sent(now, bytes, d.Rate(now))
+}
+
+// ackedInOrder resolves, in baseline mode, the transmissions whose DSN the
+// cumulative DSN covers: an ACK whose records were lost still frees the
+// window.
+func (s *sender) ackedInOrder() {
+	p := s.paths[0]
+	for p.oldest != p.next {
+		r := &p.ring[p.oldest&255]
+		if !r.resolved {
+			if d := s.record(r.dsn); d != nil && !d.acked {
+				return
+			}
+			r.resolved = true
+			p.inflight--
+			p.ctr.Acked++
+		}
+		p.oldest++
+	}
 }
 
 // onCNP is a congestion notification from the peer (baseline mode).

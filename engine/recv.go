@@ -292,7 +292,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	}
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(dsn)
-	r.observe(h, at)
+	r.observe(h, len(d.Data), at)
 	c.bl.expected++
 	if m == nil {
 		m = r.newMessage()
@@ -401,7 +401,7 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	}
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(h.DSN())
-	r.observe(h, at)
+	r.observe(h, len(pkt.Bytes()), at)
 	c.bl.expected++
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(pkt.Payload))
@@ -410,17 +410,17 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 
 // observe feeds the sender's declared backlog to the endpoint's allocator,
 // whose share is the rate hint of this connection's ACKs.
-func (r *receiver) observe(h proto.CommonHeader, at clock.Time) {
-	if a := r.c.ep.alloc; a != nil {
-		a.Observe(r.c.localID, proto.DecodeBacklog(h.Backlog()), int64(at))
+func (r *receiver) observe(h proto.CommonHeader, size int, at clock.Time) {
+	if a := r.c.ep.alloc; a != nil && !r.c.isBaseline() {
+		a.Observe(r.c.localID, proto.DecodeBacklog(h.Backlog()), size, int64(at))
 	}
 }
 
 // hint is the rate hint for this connection's ACKs (spec section 5.5).
 func (r *receiver) hint() uint64 {
 	a := r.c.ep.alloc
-	if a == nil {
-		return proto.RateNoLimit
+	if a == nil || r.c.isBaseline() {
+		return proto.RateNoLimit // the baseline sends all-ones (spec section 10)
 	}
 	return max(1, uint64(a.Share(r.c.localID))) // 0 would mean stop
 }
@@ -442,6 +442,11 @@ func (r *receiver) noteArrival(now bool, at clock.Time) {
 func (r *receiver) nack(pkt *proto.Packet, plane int, code proto.NackCode, stream uint16, msn uint32) {
 	c := r.c
 	r.stats.Nacks[code&15]++
+	if bl := &r.c.bl; r.c.isBaseline() && pkt.Common.PSN() == bl.expected {
+		// The expected packet was refused: the packets behind it are a gap
+		// the sender knows of already; no SEQ_ERR for them.
+		bl.nakSent, bl.nakAt = true, r.c.ep.clock.Now()
+	}
 	var out proto.Packet
 	c.build(&out, proto.TypeNack, 0, 0)
 	out.Common.SetDstConnID(c.peerID)
@@ -507,10 +512,10 @@ func (r *receiver) sendAck(plane int, records bool) {
 	}
 	r.pending = 0
 	c.ackTimer.Stop()
-	if records && !r.repeat {
+	if records {
 		// If the sender goes quiet, say it all once more: an ACK lost at the
 		// tail of a transfer would otherwise cost a tail probe, a resend of
-		// data that arrived.
+		// data that arrived. (repeatAck disarms this for its own ACK.)
 		r.repeat = true
 		c.ackTimer.Reset(now.Add(ackRepeatAfter * c.ep.cfg.AckDelay))
 	}

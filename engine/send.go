@@ -92,6 +92,7 @@ type sendPath struct {
 	ce         uint32 // the receiver's CE count for the path, as last reported
 	probeID    uint32
 	cwin       *cc.Window
+	skipUntil  clock.Time // a SKIP path turns GOOD again after this, without news
 }
 
 // sendStream is one stream's outgoing messages, in MSN order.
@@ -385,6 +386,9 @@ func (s *sender) streamOf(m *message) int {
 // behind an unresolved oldest PSN), and the peer's address on its plane
 // known.
 func (s *sender) usable(p *sendPath, skip bool) bool {
+	if p.state == pathmgr.Skip && s.c.ep.clock.Now() >= p.skipUntil {
+		p.setState(pathmgr.Good, false) // a round trip without news: clear again
+	}
 	return (p.state == pathmgr.Good || skip && p.state == pathmgr.Skip) &&
 		p.inflight < p.window && p.ringRoom() && s.c.remote[p.plane].IsValid()
 }
@@ -603,10 +607,15 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	before := s.una
 	if s.c.isBaseline() {
 		// The baseline ignores rate hints: DCQCN alone, as deployed.
-	} else if h := ack.RateHint(); h == proto.RateNoLimit {
-		s.hint = math.Inf(1)
 	} else {
-		s.hint = float64(h)
+		hint := math.Inf(1)
+		if h := ack.RateHint(); h != proto.RateNoLimit {
+			hint = float64(h)
+		}
+		if hint > s.hint {
+			s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new one back
+		}
+		s.hint = hint
 	}
 	cum := ack.CumDSN()
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
@@ -619,6 +628,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 			continue
 		}
 		s.paths[rec.PathID()].onRecord(rec, at)
+	}
+	if s.c.isBaseline() {
+		s.ackedInOrder()
 	}
 	if s.una != before {
 		s.c.madeProgress(true)
@@ -717,8 +729,11 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	// A CE mark steers new packets to clear paths for a while (SKIP); the
 	// next clean report brings the path back.
 	switch {
-	case marked > 0 && p.state == pathmgr.Good:
-		p.setState(pathmgr.Skip, false)
+	case marked > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip):
+		p.skipUntil = at.Add(max(p.rtt.SRTT, p.s.c.ep.cfg.AckDelay))
+		if p.state == pathmgr.Good {
+			p.setState(pathmgr.Skip, false)
+		}
 	case marked == 0 && resolved && p.state == pathmgr.Skip:
 		p.setState(pathmgr.Good, false)
 	}
@@ -774,7 +789,7 @@ func (p *sendPath) rto() time.Duration {
 }
 
 func (p *sendPath) timeout() time.Duration {
-	if !p.probed && p.rtt.Samples > 0 && p.state == pathmgr.Good && !p.s.c.isBaseline() {
+	if !p.probed && p.rtt.Samples > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip) && !p.s.c.isBaseline() {
 		cfg := &p.s.c.ep.cfg
 		return max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin)
 	}
@@ -875,6 +890,13 @@ func (p *sendPath) setState(st pathmgr.State, repath bool) {
 // planeDown takes the path out of use with its plane: what it had in
 // flight is resent on other paths.
 func (p *sendPath) planeDown() {
+	if p.s.c.isBaseline() {
+		// One path, in order: nothing can go elsewhere. Wait for the plane;
+		// go-back-N resends from the oldest unacknowledged when it returns.
+		p.timer.Stop()
+		p.setState(pathmgr.Down, false)
+		return
+	}
 	for psn := p.oldest; psn != p.next; psn++ {
 		if r := &p.ring[psn&255]; !r.resolved && r.psn == psn {
 			p.resolveLost(r, psn)
@@ -889,6 +911,12 @@ func (p *sendPath) planeDown() {
 // once a probe is answered.
 func (p *sendPath) planeUp(now clock.Time) {
 	p.timeouts = 0
+	if p.s.c.isBaseline() {
+		p.setState(pathmgr.Good, false)
+		p.s.goBack(p.oldest)
+		p.armTimer(now)
+		return
+	}
 	p.setState(pathmgr.AssumedBad, false)
 	p.sendProbe()
 	p.armTimer(now)
@@ -969,12 +997,15 @@ func (s *sender) onNack(pkt *proto.Packet) {
 		return
 	}
 	if s.c.isBaseline() {
+		bl := &s.c.bl
 		switch code {
 		case proto.NackSeqErr:
-			s.goBack(n.PSN())
+			if !bl.paused && !(bl.resend && proto.SeqLessEq(bl.resendPSN, n.PSN())) {
+				s.goBack(n.PSN()) // not while waiting out an RNR, nor behind a resend already going
+			}
 		case proto.NackRNR, proto.NackResource:
-			// Wait, then go back to the refused PSN.
-			bl := &s.c.bl
+			// Stop, wait, then go back to the refused PSN.
+			bl.paused, bl.resend = true, false
 			bl.retryPSN = n.PSN()
 			bl.retry.Reset(s.c.ep.clock.Now().Add(time.Duration(n.RetryAfter()) * time.Microsecond))
 			s.stats.Nacks++
@@ -1079,6 +1110,10 @@ func (s *sender) flush(st Status, err error) {
 	}
 	if s.retry != nil {
 		s.retry.Stop()
+		s.paceT.Stop()
+	}
+	if s.c.bl.retry != nil {
+		s.c.bl.retry.Stop()
 	}
 }
 

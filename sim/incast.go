@@ -269,15 +269,20 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 		return rates
 	}
 	// The steady phase ends when the first sender's last packet crosses
-	// the downlink.
+	// the downlink (and its last window one window before).
 	lastSeen := make([]clock.Time, n)
 	for _, smp := range samples {
 		lastSeen[smp.sender] = max(lastSeen[smp.sender], smp.at)
 	}
 	firstDone := slices.Min(lastSeen)
+	horizon := clock.Time(20 * time.Microsecond) // engine.Config's default HintHorizon
 	converge := func(samples []sample) float64 {
 		c := math.NaN()
-		for t := first + win; t <= firstDone; t += step {
+		// Fair shares change before the first sender's last packet: once its
+		// backlog is under a horizon's worth, its demand drops and the
+		// receiver gives the others more. The steady phase ends there, and
+		// its last window one window before.
+		for t := first + win; t <= firstDone-horizon-win; t += step {
 			ok := true
 			for _, r := range rateIn(samples, t) {
 				if math.Abs(r-fair) > 0.1*fair {

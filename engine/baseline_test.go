@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+func baselineConfig() Config { return Config{Mode: proto.ModeBaseline, BaselineWindow: 32, Streams: 4} }
+
+// A baseline connection is negotiated with one path and carries WRITE,
+// SEND and READ in order under loss, byte for byte, by go-back-N.
+func TestBaselineUnderLoss(t *testing.T) {
+	fc := fourPlanes()
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
+	n := newNet(t, fc, baselineConfig())
+	pr := n.connect(0, 1)
+	if pr.a.Paths() != 1 || !pr.a.isBaseline() || !pr.b.isBaseline() {
+		t.Fatalf("paths %d, baseline %v/%v", pr.a.Paths(), pr.a.isBaseline(), pr.b.isBaseline())
+	}
+	src := pr.ha.region(t, 1<<20, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead)
+	inbox := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite)
+	back := pr.ha.region(t, 1<<20, 0, memreg.LocalWrite)
+	pr.b.PostRecv(RecvWR{ID: 7, Stream: 1, Local: SGE{inbox, 0, 1 << 20}})
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 1 << 20}, RKey: dst.Key()})
+	pr.a.Post(SendWR{ID: 2, Op: OpSend, Stream: 1, Local: SGE{src, 0, 1 << 20}})
+	pr.a.Post(SendWR{ID: 3, Op: OpRead, Local: SGE{back, 0, 1 << 20}, RKey: dst.Key()})
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 3 && len(pr.rb.done) == 1 }) {
+		t.Fatalf("completions %+v / %+v: %v", pr.ra.done, pr.rb.done, pr.a.Err())
+	}
+	for _, wc := range append(pr.ra.done, pr.rb.done...) {
+		if wc.Status != StatusOK {
+			t.Fatalf("%+v", wc)
+		}
+	}
+	if !bytes.Equal(src.Bytes(), dst.Bytes()) || !bytes.Equal(src.Bytes(), inbox.Bytes()) || !bytes.Equal(src.Bytes(), back.Bytes()) {
+		t.Fatal("data differs")
+	}
+	if st := pr.b.ReceiverStats(); st.OutOfOrder == 0 || st.Nacks[proto.NackSeqErr] == 0 {
+		t.Errorf("1%% loss caused no go-back: %+v", st)
+	}
+}
+
+// A receiver not ready stops a baseline sender for the RNR wait instead of
+// flooding it: every 100 µs (the RNR timer, fixed as in RoCEv2) it goes
+// back and resends its 16 packets, so about 20 x 16 packets over 2 ms, not
+// thousands.
+func TestBaselineRNRDoesNotFlood(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), baselineConfig())
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 64<<10, 1, memreg.LocalWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpSend, Local: SGE{src, 0, 64 << 10}})
+	n.run(2*time.Millisecond, func() bool { return false })
+	if sent := pr.a.SenderStats().Packets; sent > 21*16+16 {
+		t.Fatalf("%d packets sent to a receiver not ready for 2 ms", sent)
+	}
+	dst := pr.hb.region(t, 64<<10, 0, memreg.LocalWrite)
+	pr.b.PostRecv(RecvWR{ID: 9, Local: SGE{dst, 0, 64 << 10}})
+	if !n.run(100*time.Millisecond, func() bool { return len(pr.rb.done) == 1 }) || !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatal("the SEND never landed")
+	}
+}
+
+// The plane of a baseline connection fails and comes back mid-transfer:
+// the sender waits, goes back to the oldest unacknowledged PSN, finishes.
+func TestBaselinePlaneDownAndUp(t *testing.T) {
+	fc := twoHostFabric(1)
+	fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: netem.PlaneDown, Plane: 0},
+		{At: 300 * time.Microsecond, Kind: netem.Repair, Plane: 0}}
+	n := newNet(t, fc, baselineConfig())
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 8<<20, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, 8<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 8 << 20}, RKey: dst.Key()})
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
+		t.Fatalf("not complete: %+v %v", pr.ra.done, pr.a.Err())
+	}
+	if !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatal("data differs")
+	}
+}
+
+// ACKs lost for a while: the sender's ACK timeout goes back, and the
+// cumulative DSN of later ACKs frees its window; the next WRITE goes out.
+func TestBaselineAckLoss(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), baselineConfig())
+	pr := n.connect(0, 1)
+	acksDropped := 0
+	n.hosts[1].ep.port = &portFilter{Port: n.fab.Host(1), drop: func(d *link.Datagram) bool {
+		if proto.Type(d.Data[1]) == proto.TypeAck && n.sim.Now() < 200_000 {
+			acksDropped++
+			return true
+		}
+		return false
+	}}
+	src := pr.ha.region(t, 1<<20, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 512 << 10}, RKey: dst.Key()})
+	pr.a.Post(SendWR{ID: 2, Op: OpWrite, Local: SGE{src, 512 << 10, 512 << 10}, RKey: dst.Key(), RemoteOffset: 512 << 10})
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 2 }) {
+		t.Fatalf("completions %+v after %d ACKs dropped", pr.ra.done, acksDropped)
+	}
+	if acksDropped == 0 || !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatalf("dropped %d ACKs; data equal %v", acksDropped, bytes.Equal(src.Bytes(), dst.Bytes()))
+	}
+}
