@@ -24,8 +24,11 @@ vet:
 unit:
 	$(GO) test -race -short -count=1 $(PKGS)
 
+# The scenarios -short skips: every package's Large tests, and the whole of
+# sim (the incast at N = 64, transfers at 5% and 10% loss) without -short.
 large:
 	$(GO) test -count=1 -run 'Large' $(PKGS)
+	$(GO) test -count=1 ./sim
 
 # Every fuzz target for FUZZTIME each (make fuzz FUZZTIME=60s for a longer run).
 fuzz:
