@@ -1,0 +1,371 @@
+// Package udp carries an engine's datagrams over real UDP sockets: a
+// link.Port for the engine's sends and a reader per receive socket that
+// hands arriving datagrams to the engine on its clock.Loop.
+//
+// One pool of bound sockets serves every connection of an endpoint: for
+// each plane (a local address, one per NIC port) one socket per source port
+// of the pool, plus the receive port. A datagram leaves from the socket of
+// its Src (plane address and source port: the path), so however many
+// connections and paths there are, the endpoint holds planes x (ports + 1)
+// sockets. Datagrams are written and read in batches (sendmmsg and recvmmsg
+// through golang.org/x/net), and each one's ECN and DSCP go on the wire as
+// the engine set them and come back as the network left them (IP_TOS /
+// IPV6_TCLASS ancillary data, see tos_linux.go).
+//
+// Every socket has a reader goroutine: the receive port's reads big
+// batches, a source-port socket small ones (it gets only the replies to
+// PROBEs, which answer the probe's source address).
+//
+// Not built yet: UDP GSO and GRO, the path MTU check with DF set, counted
+// kernel drops (SO_RXQ_OVFL), ICMP errors, an allocation-free receive (the
+// x/net batch reader allocates one address per datagram), and readers that
+// scale to a pool of hundreds of ports (one goroutine and two batches each
+// today). On other systems than Linux the ECN field is neither set per
+// datagram nor read (tos_other.go).
+package udp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+)
+
+// Config says which sockets a driver binds.
+type Config struct {
+	// Planes are the local addresses, one per plane; the same list as the
+	// engine's Planes. IPv4 and IPv6 addresses may be mixed.
+	Planes []netip.Addr
+	// Port is the receive port (the engine's Port).
+	Port uint16
+	// SourcePorts is the source-port pool (the engine's SourcePorts).
+	SourcePorts []uint16
+	// MaxDatagram is the largest UDP payload sent or received. Default
+	// 9,000.
+	MaxDatagram int
+	// Batch is how many datagrams one system call moves. Default 64.
+	Batch int
+	// SocketBuffer is each socket's send and receive buffer in bytes.
+	// Default 4 MiB (the kernel may cap it at net.core.rmem_max / wmem_max).
+	SocketBuffer int
+}
+
+func (c *Config) fill() error {
+	if len(c.Planes) == 0 {
+		return errors.New("udp: no planes")
+	}
+	if c.Port == 0 {
+		return errors.New("udp: no receive port")
+	}
+	if c.MaxDatagram == 0 {
+		c.MaxDatagram = 9000
+	}
+	if c.Batch == 0 {
+		c.Batch = 64
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = 4 << 20
+	}
+	return nil
+}
+
+// Stats are a driver's counters. Read them with Driver.Stats.
+type Stats struct {
+	Sent, Received uint64
+	// SendErrors counts datagrams the kernel refused (no route, buffer
+	// full, too big); they are dropped, as a network would.
+	SendErrors uint64
+	// NoSocket counts datagrams whose Src is not one of the driver's
+	// sockets: dropped.
+	NoSocket uint64
+	// ECNSeen counts received datagrams whose ECN field was readable.
+	ECNSeen uint64
+}
+
+// Driver is the sockets of one endpoint. Send and Buffer (the link.Port)
+// are called on the loop goroutine only.
+type Driver struct {
+	cfg    Config
+	loop   *clock.Loop
+	socks  map[netip.AddrPort]*socket
+	recvs  []*socket      // the receive port's socket on each plane
+	free   [][]byte       // buffers handed back by Send, for Buffer
+	slots  []slot         // per outgoing datagram of a batch
+	out    []ipv4.Message // the batch handed to the kernel
+	stats  Stats          // loop goroutine only, like everything the loop runs
+	wg     sync.WaitGroup
+	closed chan struct{}
+}
+
+// socket is one bound UDP socket.
+type socket struct {
+	local netip.AddrPort
+	conn  *net.UDPConn
+	batch batchConn
+	v6    bool
+}
+
+// batchConn is what ipv4.PacketConn and ipv6.PacketConn share: both move
+// socket.Message batches.
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// New binds every socket of cfg. Nothing is read until Start.
+func New(cfg Config, loop *clock.Loop) (*Driver, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	d := &Driver{cfg: cfg, loop: loop, socks: map[netip.AddrPort]*socket{}, closed: make(chan struct{})}
+	for _, plane := range cfg.Planes {
+		ports := append([]uint16{cfg.Port}, cfg.SourcePorts...)
+		for i, port := range ports {
+			ap := netip.AddrPortFrom(plane, port)
+			if _, dup := d.socks[ap]; dup {
+				continue
+			}
+			s, err := bind(ap, cfg.SocketBuffer)
+			if err != nil {
+				d.closeSockets()
+				return nil, err
+			}
+			d.socks[ap] = s
+			if i == 0 {
+				d.recvs = append(d.recvs, s)
+			}
+		}
+	}
+	d.slots = make([]slot, cfg.Batch)
+	d.out = make([]ipv4.Message, cfg.Batch)
+	for i := range d.slots {
+		d.slots[i].oob = make([]byte, oobSpace)
+	}
+	return d, nil
+}
+
+func bind(ap netip.AddrPort, buffer int) (*socket, error) {
+	network := "udp4"
+	if ap.Addr().Is6() {
+		network = "udp6"
+	}
+	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		return nil, fmt.Errorf("udp: bind %v: %w", ap, err)
+	}
+	// Larger buffers ride out the loop's pauses; the kernel may cap them.
+	_ = conn.SetReadBuffer(buffer)
+	_ = conn.SetWriteBuffer(buffer)
+	s := &socket{local: ap, conn: conn, v6: ap.Addr().Is6()}
+	if s.v6 {
+		s.batch = ipv6.NewPacketConn(conn) // its Message is ipv4's: both are socket.Message
+	} else {
+		s.batch = ipv4.NewPacketConn(conn)
+	}
+	if err := enableTOS(conn, s.v6); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("udp: %v: reading the ECN field: %w", ap, err)
+	}
+	return s, nil
+}
+
+// Start reads every socket and hands each datagram to r on the loop
+// goroutine, with the loop's time. The receive port carries nearly
+// everything; a source-port socket gets what answers a packet at its
+// source address (a PROBE's reply, spec section 7), so it reads in small
+// batches.
+func (d *Driver) Start(r link.Receiver) {
+	for _, s := range d.socks {
+		batch := d.cfg.Batch
+		if s.local.Port() != d.cfg.Port {
+			batch = min(batch, 4)
+		}
+		d.wg.Add(1)
+		go d.read(s, r, batch)
+	}
+}
+
+// Close closes every socket and waits for the readers to stop.
+func (d *Driver) Close() error {
+	select {
+	case <-d.closed:
+		return nil
+	default:
+	}
+	close(d.closed)
+	d.closeSockets()
+	d.wg.Wait()
+	return nil
+}
+
+func (d *Driver) closeSockets() {
+	for _, s := range d.socks {
+		s.conn.Close()
+	}
+}
+
+// Stats returns the driver's counters. Loop goroutine only.
+func (d *Driver) Stats() Stats { return d.stats }
+
+// LocalPorts returns the bound receive address of every plane.
+func (d *Driver) LocalPorts() []netip.AddrPort {
+	out := make([]netip.AddrPort, len(d.recvs))
+	for i, s := range d.recvs {
+		out[i] = s.local
+	}
+	return out
+}
+
+// Buffer implements link.Port.
+func (d *Driver) Buffer() []byte {
+	if n := len(d.free); n > 0 {
+		b := d.free[n-1]
+		d.free = d.free[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, d.cfg.MaxDatagram)
+}
+
+// Send implements link.Port: runs of datagrams with the same Src go out in
+// one system call from that Src's socket. The kernel copies each datagram,
+// so its buffer is free again when Send returns.
+func (d *Driver) Send(batch []link.Datagram) {
+	for len(batch) > 0 {
+		src := batch[0].Src
+		s := d.socks[src]
+		n := 1
+		for n < len(batch) && n < len(d.out) && batch[n].Src == src {
+			n++
+		}
+		if s == nil {
+			d.stats.NoSocket += uint64(n)
+		} else {
+			d.write(s, batch[:n])
+		}
+		for i := range batch[:n] {
+			d.free = append(d.free, batch[i].Data)
+			batch[i].Data = nil
+		}
+		batch = batch[n:]
+	}
+}
+
+func (d *Driver) write(s *socket, batch []link.Datagram) {
+	msgs := d.out[:len(batch)]
+	for i := range batch {
+		d.slots[i].fill(&msgs[i], &batch[i], s.v6)
+	}
+	for sent := 0; sent < len(msgs); {
+		n, err := s.batch.WriteBatch(msgs[sent:], 0)
+		if err != nil {
+			// The first datagram of the rest was refused: count it, go on.
+			d.stats.SendErrors++
+			sent++
+			continue
+		}
+		d.stats.Sent += uint64(n)
+		sent += n
+	}
+}
+
+// read is a receive socket's goroutine: it reads a batch, hands it to the
+// loop, and reads the next into a second batch while the loop delivers the
+// first.
+func (d *Driver) read(s *socket, r link.Receiver, size int) {
+	defer d.wg.Done()
+	batches := [2]*inBatch{newInBatch(d, s, r, size), newInBatch(d, s, r, size)}
+	for k := 0; ; k ^= 1 {
+		b := batches[k]
+		select {
+		case <-b.done: // the loop is through with it
+		case <-d.closed:
+			return
+		}
+		n, err := s.batch.ReadBatch(b.msgs, 0)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			b.done <- struct{}{} // a transient error: try again
+			continue
+		}
+		b.n = n
+		d.loop.Post(b.deliver)
+	}
+}
+
+// inBatch is one batch of received datagrams on its way to the loop.
+type inBatch struct {
+	d       *Driver
+	s       *socket
+	r       link.Receiver
+	msgs    []ipv4.Message
+	n       int
+	done    chan struct{}
+	deliver func() // b.deliverNow, bound once
+}
+
+func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
+	b := &inBatch{d: d, s: s, r: r, msgs: make([]ipv4.Message, size), done: make(chan struct{}, 1)}
+	for i := range b.msgs {
+		b.msgs[i].Buffers = [][]byte{make([]byte, d.cfg.MaxDatagram)}
+		b.msgs[i].OOB = make([]byte, oobSpace)
+	}
+	b.deliver = b.deliverNow
+	b.done <- struct{}{}
+	return b
+}
+
+// deliverNow runs on the loop goroutine.
+func (b *inBatch) deliverNow() {
+	for i := range b.msgs[:b.n] {
+		m := &b.msgs[i]
+		ua, ok := m.Addr.(*net.UDPAddr)
+		if !ok {
+			continue
+		}
+		dg := link.Datagram{Src: ua.AddrPort(), Dst: b.s.local, Data: m.Buffers[0][:m.N]}
+		// A v4-mapped source on a v6 socket is the v4 peer it stands for.
+		dg.Src = netip.AddrPortFrom(dg.Src.Addr().Unmap(), dg.Src.Port())
+		if tos, ok := parseTOS(m.OOB[:m.NN]); ok {
+			dg.ECN, dg.DSCP = link.ECN(tos&3), tos>>2
+			b.d.stats.ECNSeen++
+		}
+		b.r.Receive(&dg, b.d.loop.Now())
+	}
+	b.d.stats.Received += uint64(b.n)
+	b.done <- struct{}{}
+}
+
+// slot is one outgoing datagram's destination and TOS ancillary data,
+// kept between calls so that sending allocates nothing.
+type slot struct {
+	addr net.UDPAddr
+	ip   [16]byte
+	buf  [1][]byte
+	oob  []byte
+}
+
+// fill makes m send dg from a v4 or v6 socket.
+func (sl *slot) fill(m *ipv4.Message, dg *link.Datagram, v6 bool) {
+	a := dg.Dst.Addr()
+	if v6 {
+		sl.ip = a.As16() // a v4 peer from a v6 socket goes as v4-mapped
+		sl.addr.IP = sl.ip[:16]
+	} else {
+		a4 := a.Unmap().As4()
+		copy(sl.ip[:4], a4[:])
+		sl.addr.IP = sl.ip[:4]
+	}
+	sl.addr.Port = int(dg.Dst.Port())
+	sl.buf[0] = dg.Data
+	n := putTOS(sl.oob[:cap(sl.oob)], byte(dg.DSCP)<<2|byte(dg.ECN&3), v6)
+	*m = ipv4.Message{Buffers: sl.buf[:], OOB: sl.oob[:n], Addr: &sl.addr}
+}

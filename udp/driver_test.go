@@ -1,0 +1,245 @@
+package udp
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+)
+
+// side is one endpoint on real sockets.
+type side struct {
+	ep  *engine.Endpoint
+	drv *Driver
+	pd  *memreg.Domain
+	cfg engine.Config
+}
+
+// bindSide binds an endpoint's sockets on planes, retrying with other
+// ports if some are taken.
+func bindSide(t *testing.T, loop *clock.Loop, planes []netip.Addr, paths int) *side {
+	t.Helper()
+	var lastErr error
+	for try := 0; try < 20; try++ {
+		base := uint16(20000 + rand.IntN(40000))
+		cfg := engine.Config{Planes: planes, Port: base, Paths: paths, Streams: 2, NoProgress: 10 * time.Second}
+		for i := 1; i <= paths; i++ {
+			cfg.SourcePorts = append(cfg.SourcePorts, base+uint16(i))
+		}
+		drv, err := New(Config{Planes: planes, Port: cfg.Port, SourcePorts: cfg.SourcePorts}, loop)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		ep, err := engine.NewEndpoint(cfg, loop, drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &side{ep: ep, drv: drv, pd: memreg.NewRegistry(crand.Reader).NewDomain(), cfg: ep.Config()}
+	}
+	t.Fatalf("no free ports: %v", lastErr)
+	return nil
+}
+
+// onLoop runs f on the loop goroutine and waits for it.
+func onLoop(loop *clock.Loop, f func()) {
+	done := make(chan struct{})
+	loop.Post(func() { f(); close(done) })
+	<-done
+}
+
+type events struct {
+	mu    sync.Mutex
+	done  []engine.Completion
+	state engine.ConnState
+	err   error
+}
+
+func (e *events) Completion(_ *engine.Conn, wc engine.Completion) {
+	e.mu.Lock()
+	e.done = append(e.done, wc)
+	e.mu.Unlock()
+}
+
+func (e *events) State(_ *engine.Conn, s engine.ConnState, err error) {
+	e.mu.Lock()
+	e.state, e.err = s, err
+	e.mu.Unlock()
+}
+
+// counting wraps a receiver and counts, per source port, the data packets
+// that arrive and those marked ECT(0).
+type counting struct {
+	next    link.Receiver
+	mu      sync.Mutex
+	perPort map[uint16]int
+	ect0    int
+	data    int
+}
+
+func (c *counting) Receive(d *link.Datagram, at clock.Time) {
+	if len(d.Data) > 1 && d.Data[1] < 0x10 { // data types are 0x01..0x0F (spec section 3)
+		c.mu.Lock()
+		c.perPort[d.Src.Port()]++
+		c.data++
+		if d.ECN == link.ECT0 {
+			c.ect0++
+		}
+		c.mu.Unlock()
+	}
+	c.next.Receive(d, at)
+}
+
+// A WRITE of 32 MiB over real loopback sockets, 8 paths over 2 planes:
+// the bytes arrive intact, every source port carries data, and the ECN
+// field the sender set (ECT(0) on data) is read at the receiver.
+func TestLoopbackTransfer(t *testing.T) {
+	loop := clock.NewLoop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go loop.Run(ctx)
+
+	a := bindSide(t, loop, []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}, 8)
+	b := bindSide(t, loop, []netip.Addr{netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.4")}, 8)
+	defer a.drv.Close()
+	defer b.drv.Close()
+	a.drv.Start(a.ep)
+	rx := &counting{next: b.ep, perPort: map[uint16]int{}}
+	b.drv.Start(rx)
+
+	const size = 32 << 20
+	src := make([]byte, size)
+	crand.Read(src)
+	dst := make([]byte, size)
+	ea, eb := &events{}, &events{}
+	var conn *engine.Conn
+	var err error
+	onLoop(loop, func() {
+		b.ep.Listen(b.pd, func(*engine.Conn) (engine.Events, bool) { return eb, true })
+		conn, err = a.ep.Connect(b.cfg.Planes, b.cfg.Port, a.pd, ea)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(10*time.Second, func() bool {
+		ea.mu.Lock()
+		defer ea.mu.Unlock()
+		return ea.state == engine.Established || ea.err != nil
+	}) {
+		t.Fatal("not established in 10 s")
+	}
+	var srcReg, dstReg *memreg.Region
+	onLoop(loop, func() {
+		srcReg, err = a.pd.Register(src, memreg.LocalWrite)
+		if err == nil {
+			dstReg, err = b.pd.Register(dst, memreg.LocalWrite|memreg.RemoteWrite)
+		}
+		if err == nil {
+			err = conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: srcReg, Length: size}, RKey: dstReg.Key()})
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(60*time.Second, func() bool {
+		ea.mu.Lock()
+		defer ea.mu.Unlock()
+		return len(ea.done) > 0 || ea.err != nil
+	}) {
+		t.Fatal("no completion in 60 s")
+	}
+	ea.mu.Lock()
+	wc, cerr := ea.done, ea.err
+	ea.mu.Unlock()
+	if cerr != nil || len(wc) != 1 || wc[0].Status != engine.StatusOK {
+		var sa, sb Stats
+		onLoop(loop, func() { sa, sb = a.drv.Stats(), b.drv.Stats() })
+		rx.mu.Lock()
+		t.Logf("sender driver %+v, receiver driver %+v, data packets in %d", sa, sb, rx.data)
+		rx.mu.Unlock()
+		t.Fatalf("completion %+v, error %v", wc, cerr)
+	}
+	var st SenderCheck
+	onLoop(loop, func() {
+		st.stats = a.drv.Stats()
+		st.paths = conn.Paths()
+	})
+	if !bytes.Equal(src, dst) {
+		t.Fatal("data differs")
+	}
+	rx.mu.Lock()
+	defer rx.mu.Unlock()
+	for _, port := range a.cfg.SourcePorts {
+		if rx.perPort[port] == 0 {
+			t.Errorf("source port %d carried no data (per port: %v)", port, rx.perPort)
+		}
+	}
+	if rx.ect0 != rx.data {
+		t.Errorf("%d of %d data packets arrived ECT(0)", rx.ect0, rx.data)
+	}
+	t.Logf("32 MiB over %d paths: %d data packets, per source port %v; driver %+v", st.paths, rx.data, rx.perPort, st.stats)
+}
+
+// SenderCheck is what the test reads from the loop after the transfer.
+type SenderCheck struct {
+	stats Stats
+	paths int
+}
+
+// waitFor polls cond until it holds or d passes (wall time: real sockets).
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// Sending allocates nothing once the driver's buffers are warm.
+func TestSendDoesNotAllocate(t *testing.T) {
+	loop := clock.NewLoop()
+	s := bindSide(t, loop, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, 2)
+	defer s.drv.Close()
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
+	batch := make([]link.Datagram, 16)
+	calls := 0
+	send := func() {
+		calls++
+		for i := range batch {
+			batch[i] = link.Datagram{Src: src, Dst: dst, ECN: link.ECT0, DSCP: 26, Data: append(s.drv.Buffer(), make([]byte, 1000)[:1000]...)}
+		}
+		s.drv.Send(batch)
+	}
+	go func() { // drain the peer so its buffer never fills
+		buf := make([]byte, 2000)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	send()
+	if n := testing.AllocsPerRun(50, send); n != 0 && !raceEnabled {
+		t.Errorf("%.1f allocations per batch of %d", n, len(batch))
+	}
+	if st := s.drv.Stats(); st.SendErrors != 0 || st.Sent != uint64(calls*len(batch)) {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -1,0 +1,109 @@
+package udp
+
+import (
+	"encoding/binary"
+	"net"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// oobSpace holds a TOS and a traffic-class message: a v6 socket carrying v4
+// traffic may get either.
+var oobSpace = 2 * unix.CmsgSpace(4)
+
+// enableTOS asks the kernel for each datagram's TOS byte (v4) or traffic
+// class (v6) as ancillary data.
+func enableTOS(conn *net.UDPConn, v6 bool) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		if v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
+			if serr == nil {
+				// v4-mapped peers on a dual-stack socket: best effort.
+				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+			}
+			return
+		}
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// cmsgAlign rounds n up to the kernel's ancillary-data alignment (the word
+// size).
+func cmsgAlign(n int) int {
+	a := strconv.IntSize / 8
+	return (n + a - 1) &^ (a - 1)
+}
+
+// putCmsgHeader writes a cmsghdr: its length field is a word, then level and
+// type as 32-bit integers, in the machine's byte order.
+func putCmsgHeader(b []byte, length, level, typ int) {
+	lenSize := unix.SizeofCmsghdr - 8
+	if lenSize == 8 {
+		binary.NativeEndian.PutUint64(b, uint64(length))
+	} else {
+		binary.NativeEndian.PutUint32(b, uint32(length))
+	}
+	binary.NativeEndian.PutUint32(b[lenSize:], uint32(int32(level)))
+	binary.NativeEndian.PutUint32(b[lenSize+4:], uint32(int32(typ)))
+}
+
+// putTOS writes the ancillary data that sets one datagram's TOS byte (v4)
+// or traffic class (v6) into b and returns its length.
+func putTOS(b []byte, tos byte, v6 bool) int {
+	level, typ := unix.IPPROTO_IP, unix.IP_TOS
+	if v6 {
+		level, typ = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+	}
+	n := unix.CmsgSpace(4)
+	if len(b) < n {
+		return 0
+	}
+	clear(b[:n])
+	putCmsgHeader(b, unix.CmsgLen(4), level, typ)
+	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
+	return n
+}
+
+// parseTOS finds the TOS byte or traffic class in a datagram's ancillary
+// data. Data it cannot read (truncated, a length that runs past the end)
+// ends the walk: it reports false rather than guess.
+func parseTOS(oob []byte) (byte, bool) {
+	hdr := unix.SizeofCmsghdr
+	lenSize := hdr - 8
+	for len(oob) >= hdr {
+		var length uint64
+		if lenSize == 8 {
+			length = binary.NativeEndian.Uint64(oob)
+		} else {
+			length = uint64(binary.NativeEndian.Uint32(oob))
+		}
+		if length < uint64(hdr) || length > uint64(len(oob)) {
+			return 0, false
+		}
+		level := int32(binary.NativeEndian.Uint32(oob[lenSize:]))
+		typ := int32(binary.NativeEndian.Uint32(oob[lenSize+4:]))
+		data := oob[hdr:length]
+		switch {
+		case level == unix.IPPROTO_IP && typ == unix.IP_TOS && len(data) >= 1:
+			return data[0], true // one byte on receive
+		case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_TCLASS && len(data) >= 4:
+			return byte(binary.NativeEndian.Uint32(data)), true
+		}
+		next := cmsgAlign(int(length))
+		if next >= len(oob) {
+			break
+		}
+		oob = oob[next:]
+	}
+	return 0, false
+}

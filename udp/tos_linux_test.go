@@ -1,0 +1,95 @@
+package udp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// recvTOS builds the ancillary data the kernel delivers for IP_RECVTOS:
+// one byte of data.
+func recvTOS(tos byte) []byte {
+	b := make([]byte, unix.CmsgSpace(1))
+	putCmsgHeader(b, unix.CmsgLen(1), unix.IPPROTO_IP, unix.IP_TOS)
+	b[unix.CmsgLen(0)] = tos
+	return b
+}
+
+func TestParseTOSFindsV4AndV6(t *testing.T) {
+	for _, tos := range []byte{0x00, 0x02, 0x03, 26<<2 | 2, 0xFF} {
+		if got, ok := parseTOS(recvTOS(tos)); !ok || got != tos {
+			t.Errorf("v4 TOS %#x: got %#x, %v", tos, got, ok)
+		}
+		oob := make([]byte, oobSpace)
+		n := putTOS(oob, tos, true) // IPV6_TCLASS has the same layout both ways
+		if got, ok := parseTOS(oob[:n]); !ok || got != tos {
+			t.Errorf("v6 traffic class %#x: got %#x, %v", tos, got, ok)
+		}
+	}
+}
+
+func TestParseTOSSkipsOtherMessages(t *testing.T) {
+	other := make([]byte, unix.CmsgSpace(4))
+	putCmsgHeader(other, unix.CmsgLen(4), unix.SOL_SOCKET, unix.SO_RXQ_OVFL)
+	oob := append(other, recvTOS(0x03)...)
+	if got, ok := parseTOS(oob); !ok || got != 0x03 {
+		t.Fatalf("got %#x, %v", got, ok)
+	}
+	if _, ok := parseTOS(other); ok {
+		t.Fatal("found a TOS where there is none")
+	}
+}
+
+func TestParseTOSRejectsBadLengths(t *testing.T) {
+	good := recvTOS(0x02)
+	cases := map[string][]byte{
+		"empty":             nil,
+		"truncated header":  good[:unix.SizeofCmsghdr-1],
+		"length too small":  withLength(good, unix.SizeofCmsghdr-1),
+		"length past end":   withLength(good, len(good)+1),
+		"length enormous":   withLength(good, 1<<40),
+		"header, no data":   withLength(good, unix.SizeofCmsghdr),
+		"v6 class, 2 bytes": v6Short(),
+	}
+	for name, oob := range cases {
+		if got, ok := parseTOS(oob); ok {
+			t.Errorf("%s: found %#x", name, got)
+		}
+	}
+}
+
+func withLength(b []byte, n int) []byte {
+	c := append([]byte(nil), b...)
+	if unix.SizeofCmsghdr == 16 {
+		binary.NativeEndian.PutUint64(c, uint64(n))
+	} else {
+		binary.NativeEndian.PutUint32(c, uint32(n))
+	}
+	return c
+}
+
+func v6Short() []byte {
+	b := make([]byte, unix.CmsgSpace(2))
+	putCmsgHeader(b, unix.CmsgLen(2), unix.IPPROTO_IPV6, unix.IPV6_TCLASS)
+	return b
+}
+
+// FuzzParseTOS: any bytes at all as ancillary data: no panic, the same
+// answer twice, and a TOS found is a byte of the input.
+func FuzzParseTOS(f *testing.F) {
+	f.Add(recvTOS(0x02))
+	f.Add(v6Short())
+	f.Add(withLength(recvTOS(0x03), 1<<40))
+	f.Fuzz(func(t *testing.T, oob []byte) {
+		a, okA := parseTOS(oob)
+		b, okB := parseTOS(oob)
+		if a != b || okA != okB {
+			t.Fatal("not deterministic")
+		}
+		if okA && !bytes.Contains(oob, []byte{a}) {
+			t.Fatalf("found %#x, which is not in the input", a)
+		}
+	})
+}
