@@ -16,12 +16,15 @@
 // batches, a source-port socket small ones (it gets only the replies to
 // PROBEs, which answer the probe's source address).
 //
-// Not built yet: UDP GSO and GRO, the path MTU check with DF set, counted
-// kernel drops (SO_RXQ_OVFL), ICMP errors, an allocation-free receive (the
-// x/net batch reader allocates one address per datagram), and readers that
-// scale to a pool of hundreds of ports (one goroutine and two batches each
-// today). On other systems than Linux the ECN field is neither set per
-// datagram nor read (tos_other.go).
+// Kernel drops (a receive buffer that overflowed) are counted from the
+// SO_RXQ_OVFL count the kernel attaches to each datagram.
+//
+// Not built yet: UDP GSO and GRO, the path MTU check with DF set, ICMP
+// errors, an allocation-free receive (the x/net batch reader allocates one
+// address per datagram), and readers that scale to a pool of hundreds of
+// ports (one goroutine and two batches each today). On other systems than
+// Linux the ECN field is neither set per datagram nor read, and drops are
+// not counted (tos_other.go).
 package udp
 
 import (
@@ -87,6 +90,10 @@ type Stats struct {
 	NoSocket uint64
 	// ECNSeen counts received datagrams whose ECN field was readable.
 	ECNSeen uint64
+	// KernelDrops counts datagrams the kernel dropped because a socket's
+	// receive buffer was full, as it reports them (SO_RXQ_OVFL, with the
+	// next datagram that arrives).
+	KernelDrops uint64
 }
 
 // Driver is the sockets of one endpoint. Send and Buffer (the link.Port)
@@ -110,6 +117,7 @@ type socket struct {
 	conn  *net.UDPConn
 	batch batchConn
 	v6    bool
+	drops uint32 // the kernel's drop count last seen (loop goroutine)
 }
 
 // batchConn is what ipv4.PacketConn and ipv6.PacketConn share: both move
@@ -169,7 +177,7 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 	} else {
 		s.batch = ipv4.NewPacketConn(conn)
 	}
-	if err := enableTOS(conn, s.v6); err != nil {
+	if err := enableAncillary(conn, s.v6); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("udp: %v: reading the ECN field: %w", ap, err)
 	}
@@ -334,9 +342,14 @@ func (b *inBatch) deliverNow() {
 		dg := link.Datagram{Src: ua.AddrPort(), Dst: b.s.local, Data: m.Buffers[0][:m.N]}
 		// A v4-mapped source on a v6 socket is the v4 peer it stands for.
 		dg.Src = netip.AddrPortFrom(dg.Src.Addr().Unmap(), dg.Src.Port())
-		if tos, ok := parseTOS(m.OOB[:m.NN]); ok {
-			dg.ECN, dg.DSCP = link.ECN(tos&3), tos>>2
+		anc := parseAncillary(m.OOB[:m.NN])
+		if anc.hasTOS {
+			dg.ECN, dg.DSCP = link.ECN(anc.tos&3), anc.tos>>2
 			b.d.stats.ECNSeen++
+		}
+		if anc.hasDrop && anc.drops != b.s.drops {
+			b.d.stats.KernelDrops += uint64(anc.drops - b.s.drops) // modulo 2^32
+			b.s.drops = anc.drops
 		}
 		b.r.Receive(&dg, b.d.loop.Now())
 	}

@@ -104,20 +104,44 @@ func (c *counting) Receive(d *link.Datagram, at clock.Time) {
 // the bytes arrive intact, every source port carries data, and the ECN
 // field the sender set (ECT(0) on data) is read at the receiver.
 func TestLoopbackTransfer(t *testing.T) {
+	transfer(t, []string{"127.0.0.1", "127.0.0.2"}, []string{"127.0.0.3", "127.0.0.4"}, 8, 32<<20)
+}
+
+// The same over IPv6 loopback: one plane (::1 is the only address), 4
+// paths, the traffic class carrying ECN.
+func TestLoopbackTransferIPv6(t *testing.T) {
+	probe, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	probe.Close()
+	transfer(t, []string{"::1"}, []string{"::1"}, 4, 8<<20)
+}
+
+func addrs(ss []string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+// transfer WRITEs size bytes from an endpoint on planesA to one on planesB
+// over paths paths and checks what the test comments say.
+func transfer(t *testing.T, planesA, planesB []string, paths, size int) {
 	loop := clock.NewLoop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go loop.Run(ctx)
 
-	a := bindSide(t, loop, []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}, 8)
-	b := bindSide(t, loop, []netip.Addr{netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.4")}, 8)
+	a := bindSide(t, loop, addrs(planesA), paths)
+	b := bindSide(t, loop, addrs(planesB), paths)
 	defer a.drv.Close()
 	defer b.drv.Close()
 	a.drv.Start(a.ep)
 	rx := &counting{next: b.ep, perPort: map[uint16]int{}}
 	b.drv.Start(rx)
 
-	const size = 32 << 20
 	src := make([]byte, size)
 	crand.Read(src)
 	dst := make([]byte, size)
@@ -145,7 +169,7 @@ func TestLoopbackTransfer(t *testing.T) {
 			dstReg, err = b.pd.Register(dst, memreg.LocalWrite|memreg.RemoteWrite)
 		}
 		if err == nil {
-			err = conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: srcReg, Length: size}, RKey: dstReg.Key()})
+			err = conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: srcReg, Length: uint32(size)}, RKey: dstReg.Key()})
 		}
 	})
 	if err != nil {
@@ -189,8 +213,8 @@ func TestLoopbackTransfer(t *testing.T) {
 		t.Errorf("%d of %d data packets arrived ECT(0)", rx.ect0, rx.data)
 	}
 	took := time.Since(began)
-	t.Logf("32 MiB over %d paths in %v (%.2f Gb/s, polled every 5 ms): %d data packets for %d, per source port %v; driver %+v",
-		st.paths, took.Round(time.Millisecond), float64(size)*8/took.Seconds()/1e9, rx.data, size/4096, rx.perPort, st.stats)
+	t.Logf("%d MiB over %d paths in %v (%.2f Gb/s, polled every 5 ms): %d data packets for %d, per source port %v; driver %+v",
+		size>>20, st.paths, took.Round(time.Millisecond), float64(size)*8/took.Seconds()/1e9, rx.data, size/4096, rx.perPort, st.stats)
 }
 
 // SenderCheck is what the test reads from the loop after the transfer.
@@ -245,4 +269,51 @@ func TestSendDoesNotAllocate(t *testing.T) {
 	if st := s.drv.Stats(); st.SendErrors != 0 || st.Sent != uint64(calls*len(batch)) {
 		t.Errorf("stats %+v", st)
 	}
+}
+
+// A receive buffer that overflows is counted: the kernel's drop count
+// comes with the next datagram it queues.
+func TestKernelDropsAreCounted(t *testing.T) {
+	loop := clock.NewLoop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go loop.Run(ctx)
+	plane := netip.MustParseAddr("127.0.0.6")
+	var drv *Driver
+	var err error
+	for try := 0; try < 20; try++ {
+		drv, err = New(Config{Planes: []netip.Addr{plane}, Port: uint16(20000 + rand.IntN(40000)), SocketBuffer: 1}, loop)
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	to := net.UDPAddrFromAddrPort(drv.LocalPorts()[0])
+	from, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	payload := make([]byte, 1200)
+	for i := 0; i < 500; i++ { // nobody reads yet: the smallest buffer overflows
+		from.WriteToUDP(payload, to)
+	}
+	var mu sync.Mutex
+	got := 0
+	drv.Start(link.ReceiverFunc(func(*link.Datagram, clock.Time) { mu.Lock(); got++; mu.Unlock() }))
+	if !waitFor(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return got > 0 }) {
+		t.Fatal("nothing received")
+	}
+	from.WriteToUDP(payload, to) // carries the count
+	var st Stats
+	if !waitFor(5*time.Second, func() bool {
+		onLoop(loop, func() { st = drv.Stats() })
+		return st.KernelDrops > 0 && st.Received+st.KernelDrops == 501
+	}) {
+		t.Fatalf("stats %+v: want received + kernel drops = 501", st)
+	}
+	t.Logf("%+v", st)
 }

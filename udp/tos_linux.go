@@ -8,19 +8,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// oobSpace holds a TOS and a traffic-class message: a v6 socket carrying v4
-// traffic may get either.
-var oobSpace = 2 * unix.CmsgSpace(4)
+// oobSpace holds a TOS or traffic-class message (a v6 socket carrying v4
+// traffic may get either, so room for both) and the drop count.
+var oobSpace = 3 * unix.CmsgSpace(4)
 
-// enableTOS asks the kernel for each datagram's TOS byte (v4) or traffic
-// class (v6) as ancillary data.
-func enableTOS(conn *net.UDPConn, v6 bool) error {
+// enableAncillary asks the kernel for each datagram's TOS byte (v4) or
+// traffic class (v6), and for the socket's drop count, as ancillary data.
+func enableAncillary(conn *net.UDPConn, v6 bool) error {
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	err = rc.Control(func(fd uintptr) {
+		// Kernel drops (receive buffer full): best effort, counted when given.
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 		if v6 {
 			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
 			if serr == nil {
@@ -74,10 +76,19 @@ func putTOS(b []byte, tos byte, v6 bool) int {
 	return n
 }
 
-// parseTOS finds the TOS byte or traffic class in a datagram's ancillary
-// data. Data it cannot read (truncated, a length that runs past the end)
-// ends the walk: it reports false rather than guess.
-func parseTOS(oob []byte) (byte, bool) {
+// ancillary is what the driver reads from a datagram's ancillary data.
+type ancillary struct {
+	tos     byte // TOS byte (v4) or traffic class (v6)
+	hasTOS  bool
+	drops   uint32 // the socket's kernel drops so far (SO_RXQ_OVFL), cumulative
+	hasDrop bool
+}
+
+// parseAncillary reads a datagram's ancillary data. Data it cannot read
+// (truncated, a length that runs past the end) ends the walk: what was
+// found before it stands, nothing is guessed.
+func parseAncillary(oob []byte) ancillary {
+	var a ancillary
 	hdr := unix.SizeofCmsghdr
 	lenSize := hdr - 8
 	for len(oob) >= hdr {
@@ -88,16 +99,18 @@ func parseTOS(oob []byte) (byte, bool) {
 			length = uint64(binary.NativeEndian.Uint32(oob))
 		}
 		if length < uint64(hdr) || length > uint64(len(oob)) {
-			return 0, false
+			break
 		}
 		level := int32(binary.NativeEndian.Uint32(oob[lenSize:]))
 		typ := int32(binary.NativeEndian.Uint32(oob[lenSize+4:]))
 		data := oob[hdr:length]
 		switch {
 		case level == unix.IPPROTO_IP && typ == unix.IP_TOS && len(data) >= 1:
-			return data[0], true // one byte on receive
+			a.tos, a.hasTOS = data[0], true // one byte on receive
 		case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_TCLASS && len(data) >= 4:
-			return byte(binary.NativeEndian.Uint32(data)), true
+			a.tos, a.hasTOS = byte(binary.NativeEndian.Uint32(data)), true
+		case level == unix.SOL_SOCKET && typ == unix.SO_RXQ_OVFL && len(data) >= 4:
+			a.drops, a.hasDrop = binary.NativeEndian.Uint32(data), true
 		}
 		next := cmsgAlign(int(length))
 		if next >= len(oob) {
@@ -105,5 +118,5 @@ func parseTOS(oob []byte) (byte, bool) {
 		}
 		oob = oob[next:]
 	}
-	return 0, false
+	return a
 }

@@ -17,32 +17,38 @@ func recvTOS(tos byte) []byte {
 	return b
 }
 
-func TestParseTOSFindsV4AndV6(t *testing.T) {
+func TestParseAncillaryFindsTOSInV4AndV6(t *testing.T) {
 	for _, tos := range []byte{0x00, 0x02, 0x03, 26<<2 | 2, 0xFF} {
-		if got, ok := parseTOS(recvTOS(tos)); !ok || got != tos {
+		if a := parseAncillary(recvTOS(tos)); !a.hasTOS || a.tos != tos {
+			got, ok := a.tos, a.hasTOS
 			t.Errorf("v4 TOS %#x: got %#x, %v", tos, got, ok)
 		}
 		oob := make([]byte, oobSpace)
 		n := putTOS(oob, tos, true) // IPV6_TCLASS has the same layout both ways
-		if got, ok := parseTOS(oob[:n]); !ok || got != tos {
+		if a := parseAncillary(oob[:n]); !a.hasTOS || a.tos != tos {
+			got, ok := a.tos, a.hasTOS
 			t.Errorf("v6 traffic class %#x: got %#x, %v", tos, got, ok)
 		}
 	}
 }
 
-func TestParseTOSSkipsOtherMessages(t *testing.T) {
+func TestParseAncillaryReadsDropsAndTOS(t *testing.T) {
+	drops := make([]byte, unix.CmsgSpace(4))
+	putCmsgHeader(drops, unix.CmsgLen(4), unix.SOL_SOCKET, unix.SO_RXQ_OVFL)
+	binary.NativeEndian.PutUint32(drops[unix.CmsgLen(0):], 17)
 	other := make([]byte, unix.CmsgSpace(4))
-	putCmsgHeader(other, unix.CmsgLen(4), unix.SOL_SOCKET, unix.SO_RXQ_OVFL)
-	oob := append(other, recvTOS(0x03)...)
-	if got, ok := parseTOS(oob); !ok || got != 0x03 {
-		t.Fatalf("got %#x, %v", got, ok)
+	putCmsgHeader(other, unix.CmsgLen(4), unix.SOL_SOCKET, unix.SO_TIMESTAMP)
+	oob := append(append(append([]byte(nil), other...), drops...), recvTOS(0x03)...)
+	a := parseAncillary(oob)
+	if !a.hasTOS || a.tos != 0x03 || !a.hasDrop || a.drops != 17 {
+		t.Fatalf("got %+v", a)
 	}
-	if _, ok := parseTOS(other); ok {
-		t.Fatal("found a TOS where there is none")
+	if a := parseAncillary(other); a.hasTOS || a.hasDrop {
+		t.Fatalf("found %+v where there is nothing", a)
 	}
 }
 
-func TestParseTOSRejectsBadLengths(t *testing.T) {
+func TestParseAncillaryRejectsBadLengths(t *testing.T) {
 	good := recvTOS(0x02)
 	cases := map[string][]byte{
 		"empty":             nil,
@@ -54,8 +60,8 @@ func TestParseTOSRejectsBadLengths(t *testing.T) {
 		"v6 class, 2 bytes": v6Short(),
 	}
 	for name, oob := range cases {
-		if got, ok := parseTOS(oob); ok {
-			t.Errorf("%s: found %#x", name, got)
+		if a := parseAncillary(oob); a.hasTOS || a.hasDrop {
+			t.Errorf("%s: found %+v", name, a)
 		}
 	}
 }
@@ -76,20 +82,19 @@ func v6Short() []byte {
 	return b
 }
 
-// FuzzParseTOS: any bytes at all as ancillary data: no panic, the same
-// answer twice, and a TOS found is a byte of the input.
-func FuzzParseTOS(f *testing.F) {
+// FuzzParseAncillary: any bytes at all as ancillary data: no panic, the
+// same answer twice, and a TOS found is a byte of the input.
+func FuzzParseAncillary(f *testing.F) {
 	f.Add(recvTOS(0x02))
 	f.Add(v6Short())
 	f.Add(withLength(recvTOS(0x03), 1<<40))
 	f.Fuzz(func(t *testing.T, oob []byte) {
-		a, okA := parseTOS(oob)
-		b, okB := parseTOS(oob)
-		if a != b || okA != okB {
+		a, b := parseAncillary(oob), parseAncillary(oob)
+		if a != b {
 			t.Fatal("not deterministic")
 		}
-		if okA && !bytes.Contains(oob, []byte{a}) {
-			t.Fatalf("found %#x, which is not in the input", a)
+		if a.hasTOS && !bytes.Contains(oob, []byte{a.tos}) {
+			t.Fatalf("found TOS %#x, which is not in the input", a.tos)
 		}
 	})
 }

@@ -4,12 +4,20 @@ package udp
 
 import "net"
 
-// Elsewhere the ECN field is neither set per datagram nor read: datagrams
-// go out with the socket's default TOS and arrive as Not-ECT.
+// Elsewhere the ECN field is neither set per datagram nor read (datagrams
+// go out with the socket's default TOS and arrive as Not-ECT), and kernel
+// drops are not counted.
 var oobSpace = 0
 
-func enableTOS(conn *net.UDPConn, v6 bool) error { return nil }
+func enableAncillary(conn *net.UDPConn, v6 bool) error { return nil }
 
 func putTOS(b []byte, tos byte, v6 bool) int { return 0 }
 
-func parseTOS(oob []byte) (byte, bool) { return 0, false }
+type ancillary struct {
+	tos     byte
+	hasTOS  bool
+	drops   uint32
+	hasDrop bool
+}
+
+func parseAncillary(oob []byte) ancillary { return ancillary{} }
