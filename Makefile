@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build test unit large lint vet fuzz bench golden clean
+.PHONY: all build test unit large lint vet fuzz bench bench-net golden clean
 
 all: build
 
@@ -42,6 +42,12 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# One mroce connection over real UDP on loopback beside raw UDP and Go TCP,
+# measured in one run (BENCH_MIB each).
+BENCH_MIB ?= 256
+bench-net:
+	$(GO) run ./cmd/mroce bench-net --size-mib $(BENCH_MIB)
 
 # Rebuild testdata/golden.pcap from the hand-written hex packets.
 golden:

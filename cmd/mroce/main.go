@@ -1,6 +1,7 @@
 // Command mroce is the command-line tool of the mroce transport: it runs a
-// demonstration transfer through the built-in emulator, and decodes packets
-// from hex or from captures, printing every field.
+// demonstration transfer through the built-in emulator, measures a
+// connection over real UDP on loopback against raw UDP and TCP, and decodes
+// packets from hex or from captures, printing every field.
 //
 // Exit status: 0 on success, 1 for malformed packets and runtime errors, 2 for
 // bad usage (unknown commands or flags, wrong arguments, missing files).
@@ -51,14 +52,15 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		UsageText: progName + " COMMAND [options] [arguments...]",
 		Description: "mroce demo moves data between two emulated hosts over many paths and planes, in\n" +
 			"virtual time, and reports what happened. mroce decode prints every field of packets of\n" +
-			"the wire format (docs/spec.md), given as hex or found in pcap and pcapng captures.",
+			"the wire format (docs/spec.md), given as hex or found in pcap and pcapng captures.\n" +
+			"mroce bench-net measures one connection over real UDP on loopback beside raw UDP and TCP.",
 		HideVersion:    true,
 		Reader:         stdin,
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		ExitErrHandler: func(*cli.Context, error) {}, // run maps errors to exit codes
 		OnUsageError:   onUsageError,
-		Commands:       []*cli.Command{demoCommand(), decodeCommand(), versionCommand(), goldenPcapCommand()},
+		Commands:       []*cli.Command{demoCommand(), benchNetCommand(), decodeCommand(), versionCommand(), goldenPcapCommand()},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return &usageError{msg: fmt.Sprintf("unknown command %q", c.Args().First())}

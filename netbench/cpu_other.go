@@ -1,0 +1,8 @@
+//go:build !unix
+
+package netbench
+
+import "time"
+
+// cpuTime is not measured here: CPU per GB reads 0.
+func cpuTime() time.Duration { return 0 }
