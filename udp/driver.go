@@ -82,6 +82,9 @@ func (c *Config) fill() error {
 // Stats are a driver's counters. Read them with Driver.Stats.
 type Stats struct {
 	Sent, Received uint64
+	// SendCalls counts the system calls that sent: Sent / SendCalls is the
+	// batching achieved.
+	SendCalls uint64
 	// SendErrors counts datagrams the kernel refused (no route, buffer
 	// full, too big); they are dropped, as a network would.
 	SendErrors uint64
@@ -99,16 +102,17 @@ type Stats struct {
 // Driver is the sockets of one endpoint. Send and Buffer (the link.Port)
 // are called on the loop goroutine only.
 type Driver struct {
-	cfg    Config
-	loop   *clock.Loop
-	socks  map[netip.AddrPort]*socket
-	recvs  []*socket      // the receive port's socket on each plane
-	free   [][]byte       // buffers handed back by Send, for Buffer
-	slots  []slot         // per outgoing datagram of a batch
-	out    []ipv4.Message // the batch handed to the kernel
-	stats  Stats          // loop goroutine only, like everything the loop runs
-	wg     sync.WaitGroup
-	closed chan struct{}
+	cfg     Config
+	loop    *clock.Loop
+	socks   map[netip.AddrPort]*socket
+	recvs   []*socket      // the receive port's socket on each plane
+	free    [][]byte       // buffers handed back by Send, for Buffer
+	slots   []slot         // per outgoing datagram of a batch
+	out     []ipv4.Message // the batch handed to the kernel
+	grouped []bool         // which datagrams of a chunk went out already
+	stats   Stats          // loop goroutine only, like everything the loop runs
+	wg      sync.WaitGroup
+	closed  chan struct{}
 }
 
 // socket is one bound UDP socket.
@@ -153,6 +157,7 @@ func New(cfg Config, loop *clock.Loop) (*Driver, error) {
 	}
 	d.slots = make([]slot, cfg.Batch)
 	d.out = make([]ipv4.Message, cfg.Batch)
+	d.grouped = make([]bool, cfg.Batch)
 	for i := range d.slots {
 		d.slots[i].oob = make([]byte, oobSpace)
 	}
@@ -241,35 +246,54 @@ func (d *Driver) Buffer() []byte {
 	return make([]byte, 0, d.cfg.MaxDatagram)
 }
 
-// Send implements link.Port: runs of datagrams with the same Src go out in
-// one system call from that Src's socket. The kernel copies each datagram,
-// so its buffer is free again when Send returns.
+// Send implements link.Port. The datagrams of each Src go out in one
+// system call from that Src's socket, in their order; datagrams of
+// different sources (different paths) need no order between them, and an
+// engine spraying over paths interleaves them, so grouping only runs of the
+// same Src would cost a system call per datagram. The kernel copies each
+// datagram, so its buffer is free again when Send returns.
 func (d *Driver) Send(batch []link.Datagram) {
 	for len(batch) > 0 {
-		src := batch[0].Src
+		chunk := batch[:min(len(batch), len(d.out))]
+		d.sendChunk(chunk)
+		for i := range chunk {
+			d.free = append(d.free, chunk[i].Data)
+			chunk[i].Data = nil
+		}
+		batch = batch[len(chunk):]
+	}
+}
+
+// sendChunk sends at most len(d.out) datagrams, grouped by source.
+func (d *Driver) sendChunk(chunk []link.Datagram) {
+	done := d.grouped[:len(chunk)]
+	clear(done)
+	for i := range chunk {
+		if done[i] {
+			continue
+		}
+		src := chunk[i].Src
 		s := d.socks[src]
-		n := 1
-		for n < len(batch) && n < len(d.out) && batch[n].Src == src {
+		n := 0
+		for j := i; j < len(chunk); j++ {
+			if done[j] || chunk[j].Src != src {
+				continue
+			}
+			done[j] = true
+			if s != nil {
+				d.slots[n].fill(&d.out[n], &chunk[j], s.v6)
+			}
 			n++
 		}
 		if s == nil {
 			d.stats.NoSocket += uint64(n)
-		} else {
-			d.write(s, batch[:n])
+			continue
 		}
-		for i := range batch[:n] {
-			d.free = append(d.free, batch[i].Data)
-			batch[i].Data = nil
-		}
-		batch = batch[n:]
+		d.write(s, d.out[:n])
 	}
 }
 
-func (d *Driver) write(s *socket, batch []link.Datagram) {
-	msgs := d.out[:len(batch)]
-	for i := range batch {
-		d.slots[i].fill(&msgs[i], &batch[i], s.v6)
-	}
+func (d *Driver) write(s *socket, msgs []ipv4.Message) {
 	for sent := 0; sent < len(msgs); {
 		n, err := s.batch.WriteBatch(msgs[sent:], 0)
 		if err != nil {
@@ -279,6 +303,7 @@ func (d *Driver) write(s *socket, batch []link.Datagram) {
 			continue
 		}
 		d.stats.Sent += uint64(n)
+		d.stats.SendCalls++
 		sent += n
 	}
 }

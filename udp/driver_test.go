@@ -317,3 +317,43 @@ func TestKernelDropsAreCounted(t *testing.T) {
 	}
 	t.Logf("%+v", st)
 }
+
+// A batch whose datagrams alternate between two sources (two paths) goes
+// out in one system call per source, each source's datagrams in order.
+func TestSendGroupsBySource(t *testing.T) {
+	loop := clock.NewLoop()
+	s := bindSide(t, loop, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, 2)
+	defer s.drv.Close()
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	var batch []link.Datagram
+	for i := 0; i < 16; i++ {
+		src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[i%2])
+		batch = append(batch, link.Datagram{Src: src, Dst: dst, Data: append(s.drv.Buffer(), byte(i))})
+	}
+	s.drv.Send(batch)
+	if st := s.drv.Stats(); st.Sent != 16 || st.SendCalls != 2 {
+		t.Fatalf("stats %+v: want 16 datagrams in 2 calls", st)
+	}
+	last := map[uint16]int{}
+	buf := make([]byte, 16)
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for k := 0; k < 16; k++ {
+		n, from, err := peer.ReadFromUDPAddrPort(buf)
+		if err != nil || n != 1 {
+			t.Fatalf("read %d: %v", k, err)
+		}
+		i := int(buf[0])
+		if prev, ok := last[from.Port()]; ok && i <= prev {
+			t.Fatalf("from port %d: %d after %d", from.Port(), i, prev)
+		}
+		if want := s.cfg.SourcePorts[i%2]; from.Port() != want {
+			t.Fatalf("datagram %d from port %d, want %d", i, from.Port(), want)
+		}
+		last[from.Port()] = i
+	}
+}
