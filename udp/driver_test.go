@@ -235,14 +235,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 
 // Sending allocates nothing once the driver's buffers are warm.
 func TestSendDoesNotAllocate(t *testing.T) {
-	loop := clock.NewLoop()
-	s := bindSide(t, loop, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, 2)
-	defer s.drv.Close()
-	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 5)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	s, peer := senderAndPeer(t)
 	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
 	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
 	batch := make([]link.Datagram, 16)
@@ -321,14 +314,7 @@ func TestKernelDropsAreCounted(t *testing.T) {
 // A batch whose datagrams alternate between two sources (two paths) goes
 // out in one system call per source, each source's datagrams in order.
 func TestSendGroupsBySource(t *testing.T) {
-	loop := clock.NewLoop()
-	s := bindSide(t, loop, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, 2)
-	defer s.drv.Close()
-	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 5)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	s, peer := senderAndPeer(t)
 	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
 	var batch []link.Datagram
 	for i := 0; i < 16; i++ {
@@ -356,4 +342,19 @@ func TestSendGroupsBySource(t *testing.T) {
 		}
 		last[from.Port()] = i
 	}
+}
+
+// senderAndPeer binds a driver on 127.0.0.1 with two source ports (not
+// started: only its sending is used) and a plain socket on 127.0.0.5 to
+// send to; both close when the test ends.
+func senderAndPeer(t *testing.T) (*side, *net.UDPConn) {
+	t.Helper()
+	s := bindSide(t, clock.NewLoop(), []netip.Addr{netip.MustParseAddr("127.0.0.1")}, 2)
+	t.Cleanup(func() { s.drv.Close() })
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	return s, peer
 }
