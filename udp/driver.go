@@ -10,7 +10,8 @@
 // sockets. Datagrams are written and read in batches (sendmmsg and recvmmsg
 // through golang.org/x/net), and each one's ECN and DSCP go on the wire as
 // the engine set them and come back as the network left them (IP_TOS /
-// IPV6_TCLASS ancillary data, see tos_linux.go).
+// IPV6_TCLASS ancillary data, see tos_linux.go). docs/udp.md describes the
+// driver and what it measures.
 //
 // Every socket has a reader goroutine: the receive port's reads big
 // batches, a source-port socket small ones (it gets only the replies to

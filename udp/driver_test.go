@@ -29,13 +29,22 @@ type side struct {
 // ports if some are taken.
 func bindSide(t *testing.T, loop *clock.Loop, planes []netip.Addr, paths int) *side {
 	t.Helper()
+	return bindSideWith(t, loop, planes, paths, func(*engine.Config) {})
+}
+
+// bindSideWith is bindSide with the engine's configuration adjusted by tune.
+func bindSideWith(t *testing.T, loop *clock.Loop, planes []netip.Addr, paths int, tune func(*engine.Config)) *side {
+	t.Helper()
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + rand.IntN(40000))
-		cfg := engine.Config{Planes: planes, Port: base, Paths: paths, Streams: 2, NoProgress: 10 * time.Second}
+		// Timeouts above the loop's scheduling and GC pauses (engine.Config).
+		cfg := engine.Config{Planes: planes, Port: base, Paths: paths, Streams: 2, NoProgress: 10 * time.Second,
+			RTOMin: 2 * time.Millisecond, RTOInitial: 10 * time.Millisecond}
 		for i := 1; i <= paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, base+uint16(i))
 		}
+		tune(&cfg)
 		drv, err := New(Config{Planes: planes, Port: cfg.Port, SourcePorts: cfg.SourcePorts}, loop)
 		if err != nil {
 			lastErr = err
