@@ -60,6 +60,17 @@ type Receiver interface {
 	Receive(d *Datagram, at clock.Time)
 }
 
+// BatchReceiver is a Receiver that can hold what it sends in reply until a
+// whole batch of arrivals has been handed to it, so that the replies leave
+// together. A port that receives in batches (the UDP driver) calls
+// BeginBatch, Receive for each datagram of the batch, then EndBatch, all on
+// one goroutine with nothing else in between.
+type BatchReceiver interface {
+	Receiver
+	BeginBatch()
+	EndBatch()
+}
+
 // ReceiverFunc adapts a function to a Receiver.
 type ReceiverFunc func(d *Datagram, at clock.Time)
 

@@ -357,8 +357,13 @@ func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
 	return b
 }
 
-// deliverNow runs on the loop goroutine.
+// deliverNow runs on the loop goroutine. A receiver that can hold its
+// replies (link.BatchReceiver) sends them once for the whole batch.
 func (b *inBatch) deliverNow() {
+	br, batching := b.r.(link.BatchReceiver)
+	if batching {
+		br.BeginBatch()
+	}
 	for i := range b.msgs[:b.n] {
 		m := &b.msgs[i]
 		ua, ok := m.Addr.(*net.UDPAddr)
@@ -378,6 +383,9 @@ func (b *inBatch) deliverNow() {
 			b.s.drops = anc.drops
 		}
 		b.r.Receive(&dg, b.d.loop.Now())
+	}
+	if batching {
+		br.EndBatch()
 	}
 	b.d.stats.Received += uint64(b.n)
 	b.done <- struct{}{}
