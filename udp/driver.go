@@ -20,8 +20,12 @@
 // Kernel drops (a receive buffer that overflowed) are counted from the
 // SO_RXQ_OVFL count the kernel attaches to each datagram.
 //
-// Not built yet: UDP GSO and GRO, the path MTU check with DF set, ICMP
-// errors, an allocation-free receive (the x/net batch reader allocates one
+// DF is set on every socket, and New checks the largest datagram against
+// each plane's interface MTU; a datagram the kernel still finds too big
+// for its path is counted (Stats.TooBig) and dropped, never fragmented.
+//
+// Not built yet: UDP GSO and GRO, learning a path MTU below the interface's
+// (probes with padding), ICMP errors, an allocation-free receive (the x/net batch reader allocates one
 // address per datagram), and readers that scale to a pool of hundreds of
 // ports (one goroutine and two batches each today). On other systems than
 // Linux the ECN field is neither set per datagram nor read, and drops are
@@ -34,6 +38,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
@@ -51,8 +56,10 @@ type Config struct {
 	Port uint16
 	// SourcePorts is the source-port pool (the engine's SourcePorts).
 	SourcePorts []uint16
-	// MaxDatagram is the largest UDP payload sent or received. Default
-	// 9,000.
+	// MaxDatagram is the largest UDP payload sent or received: at most
+	// what every plane's interface MTU carries after the IP and UDP
+	// headers (New refuses more). Default: that, or 9,000 if less. The
+	// engine's MaxPacket must not exceed it (Driver.MaxDatagram).
 	MaxDatagram int
 	// Batch is how many datagrams one system call moves. Default 64.
 	Batch int
@@ -68,9 +75,6 @@ func (c *Config) fill() error {
 	if c.Port == 0 {
 		return errors.New("udp: no receive port")
 	}
-	if c.MaxDatagram == 0 {
-		c.MaxDatagram = 9000
-	}
 	if c.Batch == 0 {
 		c.Batch = 64
 	}
@@ -80,6 +84,65 @@ func (c *Config) fill() error {
 	return nil
 }
 
+// fitMTU checks MaxDatagram against every plane's interface MTU, or sets
+// it to fit when it is 0.
+func (c *Config) fitMTU() error {
+	fit := 9000
+	for _, plane := range c.Planes {
+		mtu, ifname, err := interfaceMTU(plane)
+		if err != nil {
+			return err
+		}
+		headers := 20 + 8 // IPv4 without options, UDP
+		if plane.Is6() && !plane.Is4In6() {
+			headers = 40 + 8
+		}
+		room := mtu - headers
+		if c.MaxDatagram > room {
+			return fmt.Errorf("udp: plane %v: %s's MTU of %d carries at most %d bytes of UDP payload, not MaxDatagram %d; lower it (and the engine's MaxPacket)",
+				plane, ifname, mtu, room, c.MaxDatagram)
+		}
+		fit = min(fit, room)
+	}
+	if c.MaxDatagram == 0 {
+		c.MaxDatagram = fit
+	}
+	return nil
+}
+
+// interfaceMTU finds the interface that holds addr and returns its MTU.
+func interfaceMTU(addr netip.Addr) (int, string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, "", fmt.Errorf("udp: listing interfaces: %w", err)
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == addr.Unmap() {
+				return ifc.MTU, ifc.Name, nil
+			}
+			// A whole local prefix (127.0.0.0/8 on loopback) answers for
+			// every address in it.
+			if ifc.Flags&net.FlagLoopback != 0 && ipn.Contains(net.IP(addr.Unmap().AsSlice())) {
+				return ifc.MTU, ifc.Name, nil
+			}
+		}
+	}
+	return 0, "", fmt.Errorf("udp: plane %v: no local interface has this address", addr)
+}
+
+// MaxDatagram is the largest UDP payload the driver carries: the engine's
+// MaxPacket must not exceed it.
+func (d *Driver) MaxDatagram() int { return d.cfg.MaxDatagram }
+
 // Stats are a driver's counters. Read them with Driver.Stats.
 type Stats struct {
 	Sent, Received uint64
@@ -87,8 +150,11 @@ type Stats struct {
 	// batching achieved.
 	SendCalls uint64
 	// SendErrors counts datagrams the kernel refused (no route, buffer
-	// full, too big); they are dropped, as a network would.
+	// full); they are dropped, as a network would.
 	SendErrors uint64
+	// TooBig counts datagrams refused as larger than the path MTU
+	// (EMSGSIZE: DF is set, nothing is fragmented); dropped.
+	TooBig uint64
 	// NoSocket counts datagrams whose Src is not one of the driver's
 	// sockets: dropped.
 	NoSocket uint64
@@ -135,6 +201,9 @@ type batchConn interface {
 // New binds every socket of cfg. Nothing is read until Start.
 func New(cfg Config, loop *clock.Loop) (*Driver, error) {
 	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	if err := cfg.fitMTU(); err != nil {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, loop: loop, socks: map[netip.AddrPort]*socket{}, closed: make(chan struct{})}
@@ -186,6 +255,10 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 	if err := enableAncillary(conn, s.v6); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("udp: %v: reading the ECN field: %w", ap, err)
+	}
+	if err := setDontFragment(conn, s.v6); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("udp: %v: setting DF: %w", ap, err)
 	}
 	return s, nil
 }
@@ -299,7 +372,11 @@ func (d *Driver) write(s *socket, msgs []ipv4.Message) {
 		n, err := s.batch.WriteBatch(msgs[sent:], 0)
 		if err != nil {
 			// The first datagram of the rest was refused: count it, go on.
-			d.stats.SendErrors++
+			if errors.Is(err, syscall.EMSGSIZE) {
+				d.stats.TooBig++
+			} else {
+				d.stats.SendErrors++
+			}
 			sent++
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -366,4 +367,45 @@ func senderAndPeer(t *testing.T) (*side, *net.UDPConn) {
 	}
 	t.Cleanup(func() { peer.Close() })
 	return s, peer
+}
+
+// New fits the largest datagram to the planes' interface MTU: by default,
+// and refusing a MaxDatagram that would not fit.
+func TestMaxDatagramFitsTheMTU(t *testing.T) {
+	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	port := uint16(20000 + rand.IntN(40000))
+	if _, err := New(Config{Planes: lo, Port: port, MaxDatagram: 70000}, clock.NewLoop()); err == nil || !strings.Contains(err.Error(), "MTU") {
+		t.Errorf("MaxDatagram 70000 on loopback: %v, want an MTU error", err)
+	}
+	d, err := New(Config{Planes: lo, Port: port}, clock.NewLoop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	mtu, _, err := interfaceMTU(lo[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := min(9000, mtu-28); d.MaxDatagram() != want {
+		t.Errorf("default MaxDatagram %d, want %d (MTU %d)", d.MaxDatagram(), want, mtu)
+	}
+	if _, err := New(Config{Planes: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Port: port}, clock.NewLoop()); err == nil || !strings.Contains(err.Error(), "no local interface") {
+		t.Errorf("a plane no interface holds: %v", err)
+	}
+}
+
+// A datagram the kernel refuses as too big is counted and dropped; the
+// rest of the batch still goes.
+func TestTooBigIsCountedAndDropped(t *testing.T) {
+	s, peer := senderAndPeer(t)
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
+	s.drv.Send([]link.Datagram{
+		{Src: src, Dst: dst, Data: append(s.drv.Buffer(), 1)},
+		{Src: src, Dst: dst, Data: make([]byte, 70000)}, // no UDP datagram is this big
+		{Src: src, Dst: dst, Data: append(s.drv.Buffer(), 3)},
+	})
+	if st := s.drv.Stats(); st.TooBig != 1 || st.Sent != 2 || st.SendErrors != 0 {
+		t.Fatalf("stats %+v: want 1 too big, 2 sent", st)
+	}
 }

@@ -39,6 +39,32 @@ func enableAncillary(conn *net.UDPConn, v6 bool) error {
 	return serr
 }
 
+// setDontFragment sets DF on everything the socket sends (spec section 11):
+// a datagram too big for the path is refused with EMSGSIZE, never
+// fragmented.
+func setDontFragment(conn *net.UDPConn, v6 bool) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		if v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+			if serr == nil {
+				// v4-mapped peers on a dual-stack socket: best effort.
+				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+			}
+			return
+		}
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
 // cmsgAlign rounds n up to the kernel's ancillary-data alignment (the word
 // size).
 func cmsgAlign(n int) int {

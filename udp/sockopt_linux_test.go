@@ -98,3 +98,20 @@ func FuzzParseAncillary(f *testing.F) {
 		}
 	})
 }
+
+// Every socket the driver binds sets DF (spec section 11).
+func TestDontFragmentIsSet(t *testing.T) {
+	s, _ := senderAndPeer(t)
+	for ap, sock := range s.drv.socks {
+		rc, err := sock.conn.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mode int
+		var gerr error
+		rc.Control(func(fd uintptr) { mode, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER) })
+		if gerr != nil || mode != unix.IP_PMTUDISC_DO {
+			t.Errorf("%v: IP_MTU_DISCOVER %d (%v), want IP_PMTUDISC_DO", ap, mode, gerr)
+		}
+	}
+}

@@ -6,7 +6,7 @@ import "net"
 
 // Elsewhere the ECN field is neither set per datagram nor read (datagrams
 // go out with the socket's default TOS and arrive as Not-ECT), and kernel
-// drops are not counted.
+// drops are not counted, and DF is left as the system sets it.
 var oobSpace = 0
 
 func enableAncillary(conn *net.UDPConn, v6 bool) error { return nil }
@@ -21,3 +21,5 @@ type ancillary struct {
 }
 
 func parseAncillary(oob []byte) ancillary { return ancillary{} }
+
+func setDontFragment(conn *net.UDPConn, v6 bool) error { return nil }
