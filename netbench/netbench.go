@@ -137,10 +137,11 @@ func Mroce(size, paths int) (Result, error) {
 	if !same {
 		return r, errors.New("mroce: the data arrived wrong")
 	}
-	var rx udp.Stats
+	var rx, tx udp.Stats
 	onLoop(lb, func() { rx = b.drv.Stats() })
-	r.Detail = fmt.Sprintf("%d paths over 2 planes, 4 KiB packets; %d data packets sent, %d resent (%d tail probes, %d timeouts); %d dropped by the receiver's kernel",
-		paths, stats.Packets, stats.Retransmits, stats.TailProbes, stats.Timeouts, rx.KernelDrops)
+	onLoop(la, func() { tx = a.drv.Stats() })
+	r.Detail = fmt.Sprintf("%d paths over 2 planes, 4 KiB packets; %d data packets sent, %d resent (%d tail probes, %d timeouts); %d dropped by the receiver's kernel; %.0f%% of datagrams sent by GSO",
+		paths, stats.Packets, stats.Retransmits, stats.TailProbes, stats.Timeouts, rx.KernelDrops, 100*float64(tx.Segmented)/float64(max(tx.Sent, 1)))
 	return r, nil
 }
 

@@ -1,6 +1,7 @@
 // Package udp carries an engine's datagrams over real UDP sockets: a
-// link.Port for the engine's sends and a reader per receive socket that
-// hands arriving datagrams to the engine on its clock.Loop.
+// link.Port for the engine's sends and a reader per socket that hands
+// arriving datagrams to the engine on its clock.Loop. docs/udp.md describes
+// the driver and what it measures.
 //
 // One pool of bound sockets serves every connection of an endpoint: for
 // each plane (a local address, one per NIC port) one socket per source port
@@ -8,14 +9,15 @@
 // its Src (plane address and source port: the path), so however many
 // connections and paths there are, the endpoint holds planes x (ports + 1)
 // sockets. Datagrams are written and read in batches (sendmmsg and recvmmsg
-// through golang.org/x/net), and each one's ECN and DSCP go on the wire as
-// the engine set them and come back as the network left them (IP_TOS /
-// IPV6_TCLASS ancillary data, see tos_linux.go). docs/udp.md describes the
-// driver and what it measures.
+// through golang.org/x/net); where the kernel segments (UDP_SEGMENT), a run
+// of datagrams of one size to one destination goes as one GSO message. Each
+// datagram's ECN and DSCP go on the wire as the engine set them and come
+// back as the network left them (IP_TOS / IPV6_TCLASS ancillary data, see
+// sockopt_linux.go).
 //
 // Every socket has a reader goroutine: the receive port's reads big
 // batches, a source-port socket small ones (it gets only the replies to
-// PROBEs, which answer the probe's source address).
+// PROBEs, which return over the probe's 5-tuple).
 //
 // Kernel drops (a receive buffer that overflowed) are counted from the
 // SO_RXQ_OVFL count the kernel attaches to each datagram.
@@ -24,12 +26,13 @@
 // each plane's interface MTU; a datagram the kernel still finds too big
 // for its path is counted (Stats.TooBig) and dropped, never fragmented.
 //
-// Not built yet: UDP GSO and GRO, learning a path MTU below the interface's
-// (probes with padding), ICMP errors, an allocation-free receive (the x/net batch reader allocates one
-// address per datagram), and readers that scale to a pool of hundreds of
-// ports (one goroutine and two batches each today). On other systems than
-// Linux the ECN field is neither set per datagram nor read, and drops are
-// not counted (tos_other.go).
+// Not built yet: GRO on receive, learning a path MTU below the interface's
+// (probes with padding), ICMP errors, an allocation-free receive (the x/net
+// batch reader allocates one address per datagram), and readers that scale
+// to a pool of hundreds of ports (one goroutine and two batches each
+// today). On other systems than Linux the ECN field is neither set per
+// datagram nor read, drops are not counted and there is no GSO
+// (sockopt_other.go).
 package udp
 
 import (
@@ -155,6 +158,12 @@ type Stats struct {
 	// TooBig counts datagrams refused as larger than the path MTU
 	// (EMSGSIZE: DF is set, nothing is fragmented); dropped.
 	TooBig uint64
+	// Segmented counts the datagrams of Sent that went in GSO messages
+	// (several datagrams of one size, cut apart by the kernel).
+	Segmented uint64
+	// GSOFallbacks counts GSO messages the kernel refused: GSO is turned
+	// off and their datagrams are sent one by one.
+	GSOFallbacks uint64
 	// NoSocket counts datagrams whose Src is not one of the driver's
 	// sockets: dropped.
 	NoSocket uint64
@@ -174,9 +183,11 @@ type Driver struct {
 	socks   map[netip.AddrPort]*socket
 	recvs   []*socket      // the receive port's socket on each plane
 	free    [][]byte       // buffers handed back by Send, for Buffer
-	slots   []slot         // per outgoing datagram of a batch
+	slots   []slot         // per outgoing message of a batch
 	out     []ipv4.Message // the batch handed to the kernel
 	grouped []bool         // which datagrams of a chunk went out already
+	spare   slot           // for resending a refused GSO message singly
+	gso     bool           // the kernel segments for us (UDP_SEGMENT)
 	stats   Stats          // loop goroutine only, like everything the loop runs
 	wg      sync.WaitGroup
 	closed  chan struct{}
@@ -230,7 +241,11 @@ func New(cfg Config, loop *clock.Loop) (*Driver, error) {
 	d.grouped = make([]bool, cfg.Batch)
 	for i := range d.slots {
 		d.slots[i].oob = make([]byte, oobSpace)
+		d.slots[i].bufs = make([][]byte, 0, maxSegments)
 	}
+	d.spare.oob = make([]byte, oobSpace)
+	d.spare.bufs = make([][]byte, 0, 1)
+	d.gso = len(d.recvs) > 0 && canSegment(d.recvs[0].conn)
 	return d, nil
 }
 
@@ -338,7 +353,8 @@ func (d *Driver) Send(batch []link.Datagram) {
 	}
 }
 
-// sendChunk sends at most len(d.out) datagrams, grouped by source.
+// sendChunk sends at most len(d.out) datagrams, grouped by source, and
+// with GSO, runs of one size to one destination in one message each.
 func (d *Driver) sendChunk(chunk []link.Datagram) {
 	done := d.grouped[:len(chunk)]
 	clear(done)
@@ -348,41 +364,86 @@ func (d *Driver) sendChunk(chunk []link.Datagram) {
 		}
 		src := chunk[i].Src
 		s := d.socks[src]
-		n := 0
+		n, msgs := 0, 0
 		for j := i; j < len(chunk); j++ {
 			if done[j] || chunk[j].Src != src {
 				continue
 			}
 			done[j] = true
-			if s != nil {
-				d.slots[n].fill(&d.out[n], &chunk[j], s.v6)
-			}
 			n++
+			if s == nil {
+				continue
+			}
+			if msgs > 0 && d.gso && d.slots[msgs-1].join(&chunk[j]) {
+				continue
+			}
+			d.slots[msgs].start(&chunk[j])
+			msgs++
 		}
 		if s == nil {
 			d.stats.NoSocket += uint64(n)
 			continue
 		}
-		d.write(s, d.out[:n])
+		for k := range msgs {
+			d.slots[k].message(&d.out[k], s.v6)
+		}
+		d.write(s, d.out[:msgs], d.slots[:msgs])
 	}
 }
 
-func (d *Driver) write(s *socket, msgs []ipv4.Message) {
+// write sends msgs (the messages of slots) from s. A message the kernel
+// refuses is counted and dropped; a refused GSO message turns GSO off and
+// goes again as single datagrams.
+func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 	for sent := 0; sent < len(msgs); {
 		n, err := s.batch.WriteBatch(msgs[sent:], 0)
-		if err != nil {
-			// The first datagram of the rest was refused: count it, go on.
+		if err == nil {
+			for k := sent; k < sent+n; k++ {
+				d.stats.Sent += uint64(len(slots[k].bufs))
+				if len(slots[k].bufs) > 1 {
+					d.stats.Segmented += uint64(len(slots[k].bufs))
+				}
+			}
+			d.stats.SendCalls++
+			sent += n
+			continue
+		}
+		// The first message of the rest was refused.
+		sl := &slots[sent]
+		switch {
+		case len(sl.bufs) > 1 && !errors.Is(err, syscall.EMSGSIZE):
+			d.gso = false // the kernel or the device cannot segment: send them one by one
+			d.stats.GSOFallbacks++
+			d.resendSingly(s, sl)
+		case errors.Is(err, syscall.EMSGSIZE):
+			d.stats.TooBig += uint64(len(sl.bufs))
+		default:
+			d.stats.SendErrors += uint64(len(sl.bufs))
+		}
+		sent++
+	}
+}
+
+// resendSingly sends a refused GSO message's datagrams one at a time.
+func (d *Driver) resendSingly(s *socket, sl *slot) {
+	var one slot
+	one.oob = d.spare.oob
+	one.bufs = d.spare.bufs[:0]
+	for _, b := range sl.bufs {
+		one.bufs = append(one.bufs[:0], b)
+		one.size, one.dst, one.tos = len(b), sl.dst, sl.tos
+		var m [1]ipv4.Message
+		one.message(&m[0], s.v6)
+		if _, err := s.batch.WriteBatch(m[:], 0); err != nil {
 			if errors.Is(err, syscall.EMSGSIZE) {
 				d.stats.TooBig++
 			} else {
 				d.stats.SendErrors++
 			}
-			sent++
 			continue
 		}
-		d.stats.Sent += uint64(n)
+		d.stats.Sent++
 		d.stats.SendCalls++
-		sent += n
 	}
 }
 
@@ -468,18 +529,49 @@ func (b *inBatch) deliverNow() {
 	b.done <- struct{}{}
 }
 
-// slot is one outgoing datagram's destination and TOS ancillary data,
-// kept between calls so that sending allocates nothing.
+// slot is one outgoing message: a datagram, or with GSO several of the
+// same size to the same destination that the kernel cuts apart
+// (UDP_SEGMENT). Its fields are kept between calls so that sending
+// allocates nothing.
 type slot struct {
 	addr net.UDPAddr
 	ip   [16]byte
-	buf  [1][]byte
+	bufs [][]byte // the datagrams, gathered (cap maxSegments)
+	size int      // bytes in bufs
+	tos  byte
+	dst  netip.AddrPort
 	oob  []byte
 }
 
-// fill makes m send dg from a v4 or v6 socket.
-func (sl *slot) fill(m *ipv4.Message, dg *link.Datagram, v6 bool) {
-	a := dg.Dst.Addr()
+// maxSegments bounds a GSO message: a 64 KiB UDP payload holds 15
+// datagrams of 4 KiB; the kernel's limit is 64 segments.
+const maxSegments = 16
+
+// gsoMax is the largest UDP payload one GSO message may carry.
+const gsoMax = 65000
+
+// start makes sl send dg alone, for now.
+func (sl *slot) start(dg *link.Datagram) {
+	sl.bufs = append(sl.bufs[:0], dg.Data)
+	sl.size, sl.dst, sl.tos = len(dg.Data), dg.Dst, byte(dg.DSCP)<<2|byte(dg.ECN&3)
+}
+
+// join adds dg to sl's segments if GSO can carry them together: the same
+// destination and TOS, and every segment but the last of one size.
+func (sl *slot) join(dg *link.Datagram) bool {
+	seg := len(sl.bufs[0])
+	if len(sl.bufs) >= maxSegments || dg.Dst != sl.dst || byte(dg.DSCP)<<2|byte(dg.ECN&3) != sl.tos ||
+		len(sl.bufs[len(sl.bufs)-1]) != seg || len(dg.Data) > seg || len(dg.Data) == 0 || sl.size+len(dg.Data) > gsoMax {
+		return false
+	}
+	sl.bufs = append(sl.bufs, dg.Data)
+	sl.size += len(dg.Data)
+	return true
+}
+
+// message makes m send sl from a v4 or v6 socket.
+func (sl *slot) message(m *ipv4.Message, v6 bool) {
+	a := sl.dst.Addr()
 	if v6 {
 		sl.ip = a.As16() // a v4 peer from a v6 socket goes as v4-mapped
 		sl.addr.IP = sl.ip[:16]
@@ -488,8 +580,11 @@ func (sl *slot) fill(m *ipv4.Message, dg *link.Datagram, v6 bool) {
 		copy(sl.ip[:4], a4[:])
 		sl.addr.IP = sl.ip[:4]
 	}
-	sl.addr.Port = int(dg.Dst.Port())
-	sl.buf[0] = dg.Data
-	n := putTOS(sl.oob[:cap(sl.oob)], byte(dg.DSCP)<<2|byte(dg.ECN&3), v6)
-	*m = ipv4.Message{Buffers: sl.buf[:], OOB: sl.oob[:n], Addr: &sl.addr}
+	sl.addr.Port = int(sl.dst.Port())
+	oob := sl.oob[:cap(sl.oob)]
+	n := putTOS(oob, sl.tos, v6)
+	if len(sl.bufs) > 1 {
+		n += putSegment(oob[n:], len(sl.bufs[0]))
+	}
+	*m = ipv4.Message{Buffers: sl.bufs, OOB: oob[:n], Addr: &sl.addr}
 }

@@ -9,8 +9,11 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/ipv4"
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/engine"
@@ -407,5 +410,84 @@ func TestTooBigIsCountedAndDropped(t *testing.T) {
 	})
 	if st := s.drv.Stats(); st.TooBig != 1 || st.Sent != 2 || st.SendErrors != 0 {
 		t.Fatalf("stats %+v: want 1 too big, 2 sent", st)
+	}
+}
+
+// With GSO, datagrams of one size from one source to one destination go as
+// one message that the kernel cuts apart; a shorter one may end the run,
+// and the receiver gets each datagram whole and in order.
+func TestGSOSendsRunsAsOneMessage(t *testing.T) {
+	s, peer := senderAndPeer(t)
+	if !s.drv.gso {
+		t.Skip("the kernel has no UDP_SEGMENT")
+	}
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
+	sizes := []int{4000, 4000, 4000, 100, 4000, 4000}
+	var batch []link.Datagram
+	for i, n := range sizes {
+		b := append(s.drv.Buffer(), make([]byte, n)...)
+		b[0] = byte(i)
+		batch = append(batch, link.Datagram{Src: src, Dst: dst, ECN: link.ECT0, Data: b})
+	}
+	s.drv.Send(batch)
+	if st := s.drv.Stats(); st.Sent != 6 || st.Segmented != 6 || st.SendCalls != 1 {
+		t.Fatalf("stats %+v: want 6 datagrams in 2 GSO messages, one call", st)
+	}
+	buf := make([]byte, 9000)
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for i, n := range sizes {
+		got, err := peer.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != n || buf[0] != byte(i) {
+			t.Fatalf("datagram %d: %d bytes starting %d, want %d bytes starting %d", i, got, buf[0], n, i)
+		}
+	}
+}
+
+// refusingConn is a socket that refuses every GSO message (as a kernel or
+// device without segmentation would) and records what it sends.
+type refusingConn struct {
+	batchConn
+	sizes []int
+}
+
+func (c *refusingConn) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
+	if len(ms[0].Buffers) > 1 {
+		return 0, syscall.EIO
+	}
+	for _, m := range ms {
+		if len(m.Buffers) > 1 {
+			break
+		}
+		c.sizes = append(c.sizes, len(m.Buffers[0]))
+	}
+	n := 0
+	for n < len(ms) && len(ms[n].Buffers) == 1 {
+		n++
+	}
+	return n, nil
+}
+
+// A GSO message the kernel refuses turns GSO off and its datagrams go one
+// by one: nothing is lost.
+func TestGSORefusedFallsBackToSingleDatagrams(t *testing.T) {
+	s, peer := senderAndPeer(t)
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
+	sock := s.drv.socks[src]
+	fake := &refusingConn{batchConn: sock.batch}
+	sock.batch = fake
+	s.drv.gso = true
+	var batch []link.Datagram
+	for range 4 {
+		batch = append(batch, link.Datagram{Src: src, Dst: dst, Data: append(s.drv.Buffer(), make([]byte, 1000)...)})
+	}
+	s.drv.Send(batch)
+	st := s.drv.Stats()
+	if st.GSOFallbacks != 1 || st.Sent != 4 || s.drv.gso || len(fake.sizes) != 4 {
+		t.Fatalf("stats %+v, GSO still on %v, sent singly %v", st, s.drv.gso, fake.sizes)
 	}
 }

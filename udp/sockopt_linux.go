@@ -9,8 +9,37 @@ import (
 )
 
 // oobSpace holds a TOS or traffic-class message (a v6 socket carrying v4
-// traffic may get either, so room for both) and the drop count.
+// traffic may get either, so room for both) and the drop count, or on send
+// a TOS and a GSO segment size.
 var oobSpace = 3 * unix.CmsgSpace(4)
+
+// canSegment reports whether the kernel takes UDP_SEGMENT (GSO, Linux 4.18
+// on): the socket option answers.
+func canSegment(conn *net.UDPConn) bool {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok := false
+	rc.Control(func(fd uintptr) {
+		_, gerr := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
+		ok = gerr == nil
+	})
+	return ok
+}
+
+// putSegment writes the ancillary data that makes the kernel cut a
+// message's payload into datagrams of size bytes, and returns its length.
+func putSegment(b []byte, size int) int {
+	n := unix.CmsgSpace(2)
+	if len(b) < n {
+		return 0
+	}
+	clear(b[:n])
+	putCmsgHeader(b, unix.CmsgLen(2), unix.SOL_UDP, unix.UDP_SEGMENT)
+	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], uint16(size))
+	return n
+}
 
 // enableAncillary asks the kernel for each datagram's TOS byte (v4) or
 // traffic class (v6), and for the socket's drop count, as ancillary data.

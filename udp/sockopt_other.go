@@ -23,3 +23,7 @@ type ancillary struct {
 func parseAncillary(oob []byte) ancillary { return ancillary{} }
 
 func setDontFragment(conn *net.UDPConn, v6 bool) error { return nil }
+
+func canSegment(conn *net.UDPConn) bool { return false }
+
+func putSegment(b []byte, size int) int { return 0 }
