@@ -16,16 +16,37 @@ var oobSpace = 3 * unix.CmsgSpace(4)
 // canSegment reports whether the kernel takes UDP_SEGMENT (GSO, Linux 4.18
 // on): the socket option answers.
 func canSegment(conn *net.UDPConn) bool {
+	return control(conn, func(fd int) error {
+		_, err := unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT)
+		return err
+	}) == nil
+}
+
+// control runs f on the socket's descriptor and returns its error.
+func control(conn *net.UDPConn, f func(fd int) error) error {
 	rc, err := conn.SyscallConn()
 	if err != nil {
-		return false
+		return err
 	}
-	ok := false
-	rc.Control(func(fd uintptr) {
-		_, gerr := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
-		ok = gerr == nil
-	})
-	return ok
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// setByFamily sets an option at the IPv4 level, or for a v6 socket at the
+// IPv6 level and, best effort, at the IPv4 level too (for v4-mapped peers
+// on a dual-stack socket).
+func setByFamily(fd int, v6 bool, opt4, opt6, value4, value6 int) error {
+	if !v6 {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_IP, opt4, value4)
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, opt6, value6); err != nil {
+		return err
+	}
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, opt4, value4)
+	return nil
 }
 
 // putSegment writes the ancillary data that makes the kernel cut a
@@ -44,54 +65,20 @@ func putSegment(b []byte, size int) int {
 // enableAncillary asks the kernel for each datagram's TOS byte (v4) or
 // traffic class (v6), and for the socket's drop count, as ancillary data.
 func enableAncillary(conn *net.UDPConn, v6 bool) error {
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	err = rc.Control(func(fd uintptr) {
+	return control(conn, func(fd int) error {
 		// Kernel drops (receive buffer full): best effort, counted when given.
-		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
-		if v6 {
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
-			if serr == nil {
-				// v4-mapped peers on a dual-stack socket: best effort.
-				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
-			}
-			return
-		}
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
+		return setByFamily(fd, v6, unix.IP_RECVTOS, unix.IPV6_RECVTCLASS, 1, 1)
 	})
-	if err != nil {
-		return err
-	}
-	return serr
 }
 
 // setDontFragment sets DF on everything the socket sends (spec section 11):
 // a datagram too big for the path is refused with EMSGSIZE, never
 // fragmented.
 func setDontFragment(conn *net.UDPConn, v6 bool) error {
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	err = rc.Control(func(fd uintptr) {
-		if v6 {
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
-			if serr == nil {
-				// v4-mapped peers on a dual-stack socket: best effort.
-				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
-			}
-			return
-		}
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+	return control(conn, func(fd int) error {
+		return setByFamily(fd, v6, unix.IP_MTU_DISCOVER, unix.IPV6_MTU_DISCOVER, unix.IP_PMTUDISC_DO, unix.IPV6_PMTUDISC_DO)
 	})
-	if err != nil {
-		return err
-	}
-	return serr
 }
 
 // cmsgAlign rounds n up to the kernel's ancillary-data alignment (the word
