@@ -87,12 +87,18 @@ type sendPath struct {
 	probed     bool // a tail probe went out since the last acknowledgment
 	timeouts   int  // consecutive retransmission timeouts
 	repathedAt clock.Time
-	state      pathmgr.State
-	ctr        pathmgr.Counters
-	ce         uint32 // the receiver's CE count for the path, as last reported
-	probeID    uint32
-	cwin       *cc.Window
-	skipUntil  clock.Time // a SKIP path turns GOOD again after this, without news
+	// Loss as the path's own ACKs report it, over rounds of lossRound
+	// packets: this round's counts and the rounds' smoothed loss fraction
+	// (-1: no round yet). Losses a timeout or a failed plane declares are
+	// not the route's loss rate and do not count.
+	roundAcked, roundLost int
+	lossAvg               float64
+	state                 pathmgr.State
+	ctr                   pathmgr.Counters
+	ce                    uint32 // the receiver's CE count for the path, as last reported
+	probeID               uint32
+	cwin                  *cc.Window
+	skipUntil             clock.Time // a SKIP path turns GOOD again after this, without news
 }
 
 // sendStream is one stream's outgoing messages, in MSN order.
@@ -109,6 +115,7 @@ type SenderStats struct {
 	Retransmits uint64 // of which retransmissions (gap, timeout, tail probe, retry)
 	TailProbes  uint64
 	Timeouts    uint64
+	LossRepaths uint64 // paths moved to a new source port because their loss stood out
 	Nacks       uint64 // retryable NACKs received
 	BadAcks     uint64 // ACK records that named no path or PSN of ours
 }
@@ -175,7 +182,7 @@ func (s *sender) init(c *Conn) {
 			w := float64(cfg.BaselineWindow)
 			wp.Initial, wp.Min, wp.Max = w, w, w
 		}
-		p := &sendPath{s: s, id: i, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
+		p := &sendPath{s: s, id: i, lossAvg: -1, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
 			next: c.isn, oldest: c.isn, cwin: cc.NewWindow(wp, c.isn)}
 		p.window = p.cwin.Packets()
 		p.port = cfg.SourcePorts[p.portIndex]
@@ -700,6 +707,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	es := p.epochStart[e]
 	resolved := false
 	ackedBefore := p.ctr.Acked
+	var gotten, missed int // this report's verdicts, for the loss measurement
 	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
 		r := &p.ring[psn&255]
 		if r.resolved || r.psn != psn || proto.SeqLess(psn, es) {
@@ -709,10 +717,12 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		switch {
 		case psn == h || k < 256 && rec.Received(int(k)):
 			p.resolveAcked(r)
+			gotten++
 		case s.c.isBaseline():
 			continue // in order: what is not acknowledged is resent by go-back-N
 		default:
 			p.resolveLost(r, psn)
+			missed++
 		}
 		resolved = true
 	}
@@ -725,6 +735,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 			p.setState(pathmgr.Good, false)
 		}
 		p.armTimer(at)
+		p.checkLoss(at, gotten, missed)
 	}
 	// A CE mark steers new packets to clear paths for a while (SKIP); the
 	// next clean report brings the path back.
@@ -1135,4 +1146,50 @@ func (c *Conn) report(wc Completion) {
 	if c.events != nil {
 		c.events.Completion(c, wc)
 	}
+}
+
+// lossRound is how many resolved packets of a path make one measurement of
+// its loss.
+const lossRound = 64
+
+// checkLoss adds one ACK's verdicts on the path's packets to its loss
+// measurement; at the end of a round of lossRound packets it moves the
+// path to a new source port when its loss stands out: above 2% and
+// LossOutlierFactor times the other paths' average. Random loss that hits
+// every path alike changes nothing (loss is not congestion here); a route
+// through a bad link is left, as its path's own sequence shows it (spec
+// section 6.3).
+func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
+	p.roundAcked += acked
+	p.roundLost += lost
+	if p.roundAcked+p.roundLost < lossRound {
+		return
+	}
+	f := float64(p.roundLost) / float64(p.roundAcked+p.roundLost)
+	p.roundAcked, p.roundLost = 0, 0
+	if p.lossAvg < 0 {
+		p.lossAvg = f
+	} else {
+		p.lossAvg += (f - p.lossAvg) / 4
+	}
+	cfg := &p.s.c.ep.cfg
+	if cfg.LossOutlierFactor < 0 || p.lossAvg <= 0.02 {
+		return
+	}
+	others, n := 0.0, 0
+	for _, q := range p.s.paths {
+		if q != p && q.lossAvg >= 0 {
+			others += q.lossAvg
+			n++
+		}
+	}
+	if n == 0 || p.lossAvg <= cfg.LossOutlierFactor*others/float64(n) {
+		return
+	}
+	if p.ctr.Repaths > 0 && now.Sub(p.repathedAt) < cfg.MPL {
+		return // at most once per MPL (spec section 6.3)
+	}
+	p.repath(now)
+	p.s.stats.LossRepaths++
+	p.lossAvg = others / float64(n) // a new route starts from the connection's average
 }

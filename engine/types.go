@@ -80,6 +80,10 @@ type Config struct {
 	NoProgress time.Duration
 	// ConnectTimeout bounds the handshake. Default 1 s.
 	ConnectTimeout time.Duration
+	// LossOutlierFactor moves a path to a new source port (a new route)
+	// when its smoothed loss is above 2% and this many times the other
+	// paths' average. Default 4; negative: never for loss.
+	LossOutlierFactor float64
 	// MPL is the maximum packet lifetime: a path is repathed at most once
 	// per MPL, and a closed connection's id stays quarantined for 2 MPL.
 	// Default 100 ms.
@@ -128,6 +132,9 @@ func (c *Config) fill() error {
 	setDur(&c.NoProgress, time.Second)
 	setDur(&c.ConnectTimeout, time.Second)
 	setDur(&c.MPL, 100*time.Millisecond)
+	if c.LossOutlierFactor == 0 {
+		c.LossOutlierFactor = 4
+	}
 	setInt(&c.MaxSendWindow, 4096)
 	setInt(&c.MaxAccepting, 1024)
 	setInt(&c.MaxReadsOut, 16)
