@@ -346,7 +346,9 @@ func (d *Driver) Send(batch []link.Datagram) {
 		chunk := batch[:min(len(batch), len(d.out))]
 		d.sendChunk(chunk)
 		for i := range chunk {
-			d.free = append(d.free, chunk[i].Data)
+			if cap(chunk[i].Data) >= d.cfg.MaxDatagram { // one of Buffer's: reuse it
+				d.free = append(d.free, chunk[i].Data)
+			}
 			chunk[i].Data = nil
 		}
 		batch = batch[len(chunk):]
