@@ -42,6 +42,7 @@ import (
 	"net/netip"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
@@ -78,6 +79,11 @@ func (c *Config) fill() error {
 	if c.Port == 0 {
 		return errors.New("udp: no receive port")
 	}
+	for _, p := range c.Planes {
+		if !p.IsValid() || p.Is4In6() {
+			return fmt.Errorf("udp: plane %v: want an IPv4 or IPv6 address (not v4-mapped)", p)
+		}
+	}
 	if c.Batch == 0 {
 		c.Batch = 64
 	}
@@ -97,7 +103,7 @@ func (c *Config) fitMTU() error {
 			return err
 		}
 		headers := 20 + 8 // IPv4 without options, UDP
-		if plane.Is6() && !plane.Is4In6() {
+		if plane.Is6() {
 			headers = 40 + 8
 		}
 		room := mtu - headers
@@ -129,7 +135,7 @@ func interfaceMTU(addr netip.Addr) (int, string, error) {
 			if !ok {
 				continue
 			}
-			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == addr.Unmap() {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == addr.WithZone("").Unmap() {
 				return ifc.MTU, ifc.Name, nil
 			}
 			// A whole local prefix (127.0.0.0/8 on loopback) answers for
@@ -152,8 +158,9 @@ type Stats struct {
 	// SendCalls counts the system calls that sent: Sent / SendCalls is the
 	// batching achieved.
 	SendCalls uint64
-	// SendErrors counts datagrams the kernel refused (no route, buffer
-	// full); they are dropped, as a network would.
+	// SendErrors counts datagrams the kernel refused (no route, a
+	// destination of the other IP family); they are dropped, as a network
+	// would. (A full send buffer makes the write wait rather than drop.)
 	SendErrors uint64
 	// TooBig counts datagrams refused as larger than the path MTU
 	// (EMSGSIZE: DF is set, nothing is fragmented); dropped.
@@ -161,12 +168,15 @@ type Stats struct {
 	// Segmented counts the datagrams of Sent that went in GSO messages
 	// (several datagrams of one size, cut apart by the kernel).
 	Segmented uint64
-	// GSOFallbacks counts GSO messages the kernel refused: GSO is turned
-	// off and their datagrams are sent one by one.
+	// GSOFallbacks counts GSO messages the kernel refused while their
+	// datagrams, sent one by one, passed: GSO is then turned off.
 	GSOFallbacks uint64
 	// NoSocket counts datagrams whose Src is not one of the driver's
 	// sockets: dropped.
 	NoSocket uint64
+	// Truncated counts received datagrams longer than MaxDatagram: the
+	// kernel cut them, and they are dropped.
+	Truncated uint64
 	// ECNSeen counts received datagrams whose ECN field was readable.
 	ECNSeen uint64
 	// KernelDrops counts datagrams the kernel dropped because a socket's
@@ -178,19 +188,21 @@ type Stats struct {
 // Driver is the sockets of one endpoint. Send and Buffer (the link.Port)
 // are called on the loop goroutine only.
 type Driver struct {
-	cfg     Config
-	loop    *clock.Loop
-	socks   map[netip.AddrPort]*socket
-	recvs   []*socket      // the receive port's socket on each plane
-	free    [][]byte       // buffers handed back by Send, for Buffer
-	slots   []slot         // per outgoing message of a batch
-	out     []ipv4.Message // the batch handed to the kernel
-	grouped []bool         // which datagrams of a chunk went out already
-	spare   slot           // for resending a refused GSO message singly
-	gso     bool           // the kernel segments for us (UDP_SEGMENT)
-	stats   Stats          // loop goroutine only, like everything the loop runs
-	wg      sync.WaitGroup
-	closed  chan struct{}
+	cfg       Config
+	loop      *clock.Loop
+	socks     map[netip.AddrPort]*socket
+	recvs     []*socket      // the receive port's socket on each plane
+	free      [][]byte       // buffers handed back by Send, for Buffer
+	slots     []slot         // per outgoing message of a batch
+	out       []ipv4.Message // the batch handed to the kernel
+	grouped   []bool         // which datagrams of a chunk went out already
+	spare     slot           // for resending a refused GSO message singly
+	spareMsg  [1]ipv4.Message
+	gso       bool  // the kernel segments for us (UDP_SEGMENT)
+	stats     Stats // loop goroutine only, like everything the loop runs
+	wg        sync.WaitGroup
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // socket is one bound UDP socket.
@@ -200,6 +212,13 @@ type socket struct {
 	batch batchConn
 	v6    bool
 	drops uint32 // the kernel's drop count last seen (loop goroutine)
+}
+
+// reaches reports whether the socket can send to dst: a valid address of
+// its own IP family (v6 sockets are IPv6-only).
+func (s *socket) reaches(dst netip.AddrPort) bool {
+	a := dst.Addr()
+	return dst.IsValid() && dst.Port() != 0 && (s.v6 == (a.Is6() && !a.Is4In6()))
 }
 
 // batchConn is what ipv4.PacketConn and ipv6.PacketConn share: both move
@@ -296,14 +315,11 @@ func (d *Driver) Start(r link.Receiver) {
 
 // Close closes every socket and waits for the readers to stop.
 func (d *Driver) Close() error {
-	select {
-	case <-d.closed:
-		return nil
-	default:
-	}
-	close(d.closed)
-	d.closeSockets()
-	d.wg.Wait()
+	d.closeOnce.Do(func() {
+		close(d.closed)
+		d.closeSockets()
+		d.wg.Wait()
+	})
 	return nil
 }
 
@@ -376,6 +392,10 @@ func (d *Driver) sendChunk(chunk []link.Datagram) {
 			if s == nil {
 				continue
 			}
+			if !s.reaches(chunk[j].Dst) {
+				d.stats.SendErrors++
+				continue
+			}
 			if msgs > 0 && d.gso && d.slots[msgs-1].join(&chunk[j]) {
 				continue
 			}
@@ -413,30 +433,32 @@ func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 		// The first message of the rest was refused.
 		sl := &slots[sent]
 		switch {
-		case len(sl.bufs) > 1 && !errors.Is(err, syscall.EMSGSIZE):
-			d.gso = false // the kernel or the device cannot segment: send them one by one
-			d.stats.GSOFallbacks++
-			d.resendSingly(s, sl)
+		case len(sl.bufs) > 1:
+			// A GSO message: its datagrams go one by one. If they pass,
+			// the kernel or device cannot segment: GSO goes off.
+			if d.resendSingly(s, sl) > 0 {
+				d.gso = false
+				d.stats.GSOFallbacks++
+			}
 		case errors.Is(err, syscall.EMSGSIZE):
-			d.stats.TooBig += uint64(len(sl.bufs))
+			d.stats.TooBig++
 		default:
-			d.stats.SendErrors += uint64(len(sl.bufs))
+			d.stats.SendErrors++
 		}
 		sent++
 	}
 }
 
-// resendSingly sends a refused GSO message's datagrams one at a time.
-func (d *Driver) resendSingly(s *socket, sl *slot) {
-	var one slot
-	one.oob = d.spare.oob
-	one.bufs = d.spare.bufs[:0]
+// resendSingly sends a refused GSO message's datagrams one at a time and
+// returns how many went.
+func (d *Driver) resendSingly(s *socket, sl *slot) int {
+	one := &d.spare
+	went := 0
 	for _, b := range sl.bufs {
 		one.bufs = append(one.bufs[:0], b)
 		one.size, one.dst, one.tos = len(b), sl.dst, sl.tos
-		var m [1]ipv4.Message
-		one.message(&m[0], s.v6)
-		if _, err := s.batch.WriteBatch(m[:], 0); err != nil {
+		one.message(&d.spareMsg[0], s.v6)
+		if _, err := s.batch.WriteBatch(d.spareMsg[:], 0); err != nil {
 			if errors.Is(err, syscall.EMSGSIZE) {
 				d.stats.TooBig++
 			} else {
@@ -444,9 +466,11 @@ func (d *Driver) resendSingly(s *socket, sl *slot) {
 			}
 			continue
 		}
+		went++
 		d.stats.Sent++
 		d.stats.SendCalls++
 	}
+	return went
 }
 
 // read is a receive socket's goroutine: it reads a batch, hands it to the
@@ -467,7 +491,8 @@ func (d *Driver) read(s *socket, r link.Receiver, size int) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			b.done <- struct{}{} // a transient error: try again
+			b.done <- struct{}{} // a transient error: try again, not at once
+			time.Sleep(time.Millisecond)
 			continue
 		}
 		b.n = n
@@ -500,6 +525,12 @@ func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
 // deliverNow runs on the loop goroutine. A receiver that can hold its
 // replies (link.BatchReceiver) sends them once for the whole batch.
 func (b *inBatch) deliverNow() {
+	select {
+	case <-b.d.closed:
+		b.done <- struct{}{} // closed while this batch waited: deliver nothing
+		return
+	default:
+	}
 	br, batching := b.r.(link.BatchReceiver)
 	if batching {
 		br.BeginBatch()
@@ -508,6 +539,10 @@ func (b *inBatch) deliverNow() {
 		m := &b.msgs[i]
 		ua, ok := m.Addr.(*net.UDPAddr)
 		if !ok {
+			continue
+		}
+		if m.Flags&syscall.MSG_TRUNC != 0 {
+			b.d.stats.Truncated++ // longer than MaxDatagram: cut, so dropped
 			continue
 		}
 		dg := link.Datagram{Src: ua.AddrPort(), Dst: b.s.local, Data: m.Buffers[0][:m.N]}

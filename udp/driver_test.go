@@ -491,3 +491,97 @@ func TestGSORefusedFallsBackToSingleDatagrams(t *testing.T) {
 		t.Fatalf("stats %+v, GSO still on %v, sent singly %v", st, s.drv.gso, fake.sizes)
 	}
 }
+
+// A destination the socket cannot reach (the other IP family, or none) is
+// counted and dropped, and the rest of the batch goes.
+func TestWrongFamilyIsDropped(t *testing.T) {
+	s, peer := senderAndPeer(t)
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
+	s.drv.Send([]link.Datagram{
+		{Src: src, Dst: netip.MustParseAddrPort("[::1]:4797"), Data: append(s.drv.Buffer(), 1)},
+		{Src: src, Dst: netip.AddrPort{}, Data: append(s.drv.Buffer(), 2)},
+		{Src: src, Dst: dst, Data: append(s.drv.Buffer(), 3)},
+	})
+	if st := s.drv.Stats(); st.SendErrors != 2 || st.Sent != 1 {
+		t.Fatalf("stats %+v: want 2 send errors, 1 sent", st)
+	}
+}
+
+// A GSO message refused along with each of its datagrams alone is not the
+// kernel failing to segment: GSO stays on and the datagrams are counted.
+func TestGSOStaysOnWhenSinglesFailToo(t *testing.T) {
+	s, peer := senderAndPeer(t)
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
+	s.drv.socks[src].batch = failingConn{}
+	s.drv.gso = true
+	var batch []link.Datagram
+	for range 3 {
+		batch = append(batch, link.Datagram{Src: src, Dst: dst, Data: append(s.drv.Buffer(), make([]byte, 100)...)})
+	}
+	s.drv.Send(batch)
+	if st := s.drv.Stats(); !s.drv.gso || st.GSOFallbacks != 0 || st.SendErrors != 3 || st.Sent != 0 {
+		t.Fatalf("stats %+v, GSO on %v: want it on and 3 send errors", st, s.drv.gso)
+	}
+}
+
+type failingConn struct{ batchConn }
+
+func (failingConn) WriteBatch([]ipv4.Message, int) (int, error) { return 0, syscall.ENETUNREACH }
+
+// A datagram longer than MaxDatagram arrives cut: it is counted and
+// dropped, never handed to the engine.
+func TestTruncatedDatagramIsDropped(t *testing.T) {
+	loop := clock.NewLoop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go loop.Run(ctx)
+	var drv *Driver
+	var err error
+	for try := 0; try < 20; try++ {
+		if drv, err = New(Config{Planes: addrs([]string{"127.0.0.6"}), Port: uint16(20000 + rand.IntN(40000)), MaxDatagram: 1000}, loop); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	var mu sync.Mutex
+	var sizes []int
+	drv.Start(link.ReceiverFunc(func(d *link.Datagram, _ clock.Time) { mu.Lock(); sizes = append(sizes, len(d.Data)); mu.Unlock() }))
+	from, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	to := net.UDPAddrFromAddrPort(drv.LocalPorts()[0])
+	from.WriteToUDP(make([]byte, 1500), to)
+	from.WriteToUDP(make([]byte, 500), to)
+	if !waitFor(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) > 0 }) {
+		t.Fatal("nothing delivered")
+	}
+	var st Stats
+	onLoop(loop, func() { st = drv.Stats() })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 1 || sizes[0] != 500 || st.Truncated != 1 {
+		t.Fatalf("delivered %v, stats %+v: want only the 500-byte one, 1 truncated", sizes, st)
+	}
+}
+
+// Planes must be plain IPv4 or IPv6 addresses; Close may be called twice
+// at once.
+func TestConfigAndClose(t *testing.T) {
+	if _, err := New(Config{Planes: addrs([]string{"::ffff:127.0.0.1"}), Port: 4797}, clock.NewLoop()); err == nil || !strings.Contains(err.Error(), "v4-mapped") {
+		t.Errorf("a v4-mapped plane: %v", err)
+	}
+	s, _ := senderAndPeer(t)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.drv.Close() }()
+	}
+	wg.Wait()
+}

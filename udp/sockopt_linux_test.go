@@ -54,7 +54,7 @@ func TestParseAncillaryRejectsBadLengths(t *testing.T) {
 		"empty":             nil,
 		"truncated header":  good[:unix.SizeofCmsghdr-1],
 		"length too small":  withLength(good, unix.SizeofCmsghdr-1),
-		"length past end":   withLength(good, len(good)+1),
+		"length past end":   withLength(good, uint64(len(good)+1)),
 		"length enormous":   withLength(good, 1<<40),
 		"header, no data":   withLength(good, unix.SizeofCmsghdr),
 		"v6 class, 2 bytes": v6Short(),
@@ -66,10 +66,10 @@ func TestParseAncillaryRejectsBadLengths(t *testing.T) {
 	}
 }
 
-func withLength(b []byte, n int) []byte {
+func withLength(b []byte, n uint64) []byte {
 	c := append([]byte(nil), b...)
 	if unix.SizeofCmsghdr == 16 {
-		binary.NativeEndian.PutUint64(c, uint64(n))
+		binary.NativeEndian.PutUint64(c, n)
 	} else {
 		binary.NativeEndian.PutUint32(c, uint32(n))
 	}
