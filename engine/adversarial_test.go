@@ -349,3 +349,13 @@ func TestBatchHoldsRepliesUntilItEnds(t *testing.T) {
 		t.Fatalf("outside a batch: %d sends carrying %d replies, want 3 carrying 7", port.calls, port.replies)
 	}
 }
+
+// Connect refuses a remote address of another IP family than the local
+// plane it would be reached from.
+func TestConnectRefusesMixedFamilies(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{})
+	h := n.hosts[0]
+	if _, err := h.ep.Connect([]netip.Addr{netip.MustParseAddr("2001:db8::1")}, proto.DefaultPort, h.pd, &recorder{}); err == nil {
+		t.Fatal("an IPv6 remote for an IPv4 plane was accepted")
+	}
+}

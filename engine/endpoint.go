@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net/netip"
 	"slices"
@@ -225,6 +226,11 @@ func (e *Endpoint) connIDs() []uint32 {
 func (e *Endpoint) Connect(remote []netip.Addr, port uint16, pd *memreg.Domain, ev Events) (*Conn, error) {
 	if len(remote) == 0 {
 		return nil, errNoRemote
+	}
+	for i := 0; i < len(e.cfg.Planes) && i < len(remote); i++ {
+		if r := remote[i]; r.IsValid() && r.Unmap().Is4() != e.cfg.Planes[i].Unmap().Is4() {
+			return nil, fmt.Errorf("engine: plane %d: remote %v and local %v are of different IP families", i, r, e.cfg.Planes[i])
+		}
 	}
 	c := e.newConn(pd, ev, true)
 	for i := 0; i < len(e.cfg.Planes) && i < len(remote); i++ {
