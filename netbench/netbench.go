@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"time"
@@ -165,9 +166,9 @@ func addrs(ss []string) []netip.Addr {
 func newSide(loop *clock.Loop, planes []string, paths int) (*side, error) {
 	var lastErr error
 	for try := 0; try < 20; try++ {
-		base := uint16(20000 + randN(40000))
+		base := uint16(20000 + mrand.IntN(40000))
 		cfg := engine.Config{Planes: addrs(planes), Port: base, Paths: paths, Streams: 1, MaxPacket: 4160,
-			PathWindow: 64, NoProgress: 10 * time.Second, RTOMin: realRTOMin, RTOInitial: realRTOInitial}
+			PathWindow: 64, NoProgress: 10 * time.Second, RTOMin: udp.RTOMin, RTOInitial: udp.RTOInitial}
 		for i := 1; i <= paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, base+uint16(i))
 		}
@@ -184,12 +185,6 @@ func newSide(loop *clock.Loop, planes []string, paths int) (*side, error) {
 		return &side{ep: ep, drv: drv, pd: memreg.NewRegistry(rand.Reader).NewDomain(), port: base}, nil
 	}
 	return nil, lastErr
-}
-
-func randN(n int) int {
-	var b [4]byte
-	rand.Read(b[:])
-	return int(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24) % n
 }
 
 // onLoop runs f on loop's goroutine and waits for it.
@@ -333,12 +328,3 @@ func TCP(size, write int) (Result, error) {
 		return <-got, fmt.Sprintf("writes of %d KiB", write>>10), nil
 	})
 }
-
-// realRTOMin and realRTOInitial are the retransmission timeout's floor and
-// its value before the first RTT sample on real sockets: above the loop's
-// scheduling and garbage-collection pauses, so that a late ACK is not taken
-// for a loss (engine.Config.RTOMin, RTOInitial).
-const (
-	realRTOMin     = 2 * time.Millisecond
-	realRTOInitial = 10 * time.Millisecond
-)

@@ -51,6 +51,16 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
+// RTOMin and RTOInitial are the engine's retransmission timeout floor
+// and its value before the first RTT sample that real sockets want
+// (engine.Config.RTOMin, RTOInitial): above the loop's scheduling and
+// garbage-collection pauses, so that a late ACK is not taken for a loss.
+// The engine's defaults are for a data-center fabric in virtual time.
+const (
+	RTOMin     = 2 * time.Millisecond
+	RTOInitial = 10 * time.Millisecond
+)
+
 // Config says which sockets a driver binds.
 type Config struct {
 	// Planes are the local addresses, one per plane; the same list as the

@@ -42,9 +42,8 @@ func bindSideWith(t *testing.T, loop *clock.Loop, planes []netip.Addr, paths int
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + rand.IntN(40000))
-		// Timeouts above the loop's scheduling and GC pauses (engine.Config).
 		cfg := engine.Config{Planes: planes, Port: base, Paths: paths, Streams: 2, NoProgress: 10 * time.Second,
-			RTOMin: 2 * time.Millisecond, RTOInitial: 10 * time.Millisecond}
+			RTOMin: RTOMin, RTOInitial: RTOInitial}
 		for i := 1; i <= paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, base+uint16(i))
 		}
@@ -142,10 +141,7 @@ func addrs(ss []string) []netip.Addr {
 // transfer WRITEs size bytes from an endpoint on planesA to one on planesB
 // over paths paths and checks what the test comments say.
 func transfer(t *testing.T, planesA, planesB []string, paths, size int) {
-	loop := clock.NewLoop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go loop.Run(ctx)
+	loop := runningLoop(t)
 
 	a := bindSide(t, loop, addrs(planesA), paths)
 	b := bindSide(t, loop, addrs(planesB), paths)
@@ -280,23 +276,8 @@ func TestSendDoesNotAllocate(t *testing.T) {
 // A receive buffer that overflows is counted: the kernel's drop count
 // comes with the next datagram it queues.
 func TestKernelDropsAreCounted(t *testing.T) {
-	loop := clock.NewLoop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go loop.Run(ctx)
-	plane := netip.MustParseAddr("127.0.0.6")
-	var drv *Driver
-	var err error
-	for try := 0; try < 20; try++ {
-		drv, err = New(Config{Planes: []netip.Addr{plane}, Port: uint16(20000 + rand.IntN(40000)), SocketBuffer: 1}, loop)
-		if err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
+	loop := runningLoop(t)
+	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.6"}), SocketBuffer: 1})
 	to := net.UDPAddrFromAddrPort(drv.LocalPorts()[0])
 	from, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
 	if err != nil {
@@ -533,21 +514,8 @@ func (failingConn) WriteBatch([]ipv4.Message, int) (int, error) { return 0, sysc
 // A datagram longer than MaxDatagram arrives cut: it is counted and
 // dropped, never handed to the engine.
 func TestTruncatedDatagramIsDropped(t *testing.T) {
-	loop := clock.NewLoop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go loop.Run(ctx)
-	var drv *Driver
-	var err error
-	for try := 0; try < 20; try++ {
-		if drv, err = New(Config{Planes: addrs([]string{"127.0.0.6"}), Port: uint16(20000 + rand.IntN(40000)), MaxDatagram: 1000}, loop); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Close()
+	loop := runningLoop(t)
+	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.6"}), MaxDatagram: 1000})
 	var mu sync.Mutex
 	var sizes []int
 	drv.Start(link.ReceiverFunc(func(d *link.Datagram, _ clock.Time) { mu.Lock(); sizes = append(sizes, len(d.Data)); mu.Unlock() }))
@@ -584,4 +552,30 @@ func TestConfigAndClose(t *testing.T) {
 		go func() { defer wg.Done(); s.drv.Close() }()
 	}
 	wg.Wait()
+}
+
+// runningLoop returns a loop running until the test ends.
+func runningLoop(t *testing.T) *clock.Loop {
+	loop := clock.NewLoop()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go loop.Run(ctx)
+	return loop
+}
+
+// newDriver binds a driver of cfg on a free receive port (cfg.Port is
+// chosen here), closed when the test ends.
+func newDriver(t *testing.T, loop *clock.Loop, cfg Config) *Driver {
+	t.Helper()
+	var err error
+	for try := 0; try < 20; try++ {
+		cfg.Port = uint16(20000 + rand.IntN(40000))
+		var d *Driver
+		if d, err = New(cfg, loop); err == nil {
+			t.Cleanup(func() { d.Close() })
+			return d
+		}
+	}
+	t.Fatal(err)
+	return nil
 }

@@ -2,14 +2,12 @@ package udp
 
 import (
 	"bytes"
-	"context"
 	crand "crypto/rand"
 	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
 )
@@ -49,10 +47,7 @@ func TestLargeManyConnectionsShareOnePool(t *testing.T) {
 		t.Skip("4,000 connections: not in -short")
 	}
 	const conns, each, wave = 4000, 64 << 10, 250
-	loop := clock.NewLoop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go loop.Run(ctx)
+	loop := runningLoop(t)
 	small := func(c *engine.Config) { c.PathWindow, c.DSNWindow, c.Streams = 16, 64, 1 }
 	a := bindSideWith(t, loop, addrs([]string{"127.0.0.1", "127.0.0.2"}), 4, small)
 	b := bindSideWith(t, loop, addrs([]string{"127.0.0.3", "127.0.0.4"}), 4, small)
