@@ -13,11 +13,12 @@ import (
 // same single-threaded protocol and emulator code that runs in virtual time
 // runs here unchanged. Times are nanoseconds since NewLoop.
 type Loop struct {
-	sim    Sim
-	origin time.Time
-	mu     sync.Mutex
-	posted []func()
-	wake   chan struct{}
+	sim     Sim
+	origin  time.Time
+	mu      sync.Mutex
+	posted  []func()
+	wake    chan struct{}
+	turnEnd []func() // loop goroutine only
 }
 
 // NewLoop returns a loop whose clock starts now.
@@ -47,6 +48,16 @@ func (l *Loop) Post(f func()) {
 	}
 }
 
+// AtTurnEnd makes the loop call f on its goroutine at the end of every
+// turn: after the events that were due and the functions posted by then
+// have run, before it looks for more. A port that holds what is sent
+// during a turn and sends it in one go (fewer, larger system calls) flushes
+// there. Safe from any goroutine; f is in place once the loop has run the
+// registration (it is posted).
+func (l *Loop) AtTurnEnd(f func()) {
+	l.Post(func() { l.turnEnd = append(l.turnEnd, f) })
+}
+
 // wallNow is the wall clock on the loop's time scale.
 func (l *Loop) wallNow() Time { return Time(time.Since(l.origin)) }
 
@@ -64,6 +75,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		for i, f := range batch {
 			f()
 			batch[i] = nil
+		}
+		for _, f := range l.turnEnd {
+			f()
 		}
 		if len(batch) > 0 {
 			continue // posted work may have scheduled events that are due

@@ -34,3 +34,35 @@ func TestLoopRunsPostedWorkAndEvents(t *testing.T) {
 		t.Fatalf("a timer for %v fired at %v", start.Add(20*time.Millisecond), got)
 	}
 }
+
+// A turn-end function runs after the work of each turn: everything posted
+// together runs first, then the turn-end function once.
+func TestLoopRunsTurnEndAfterTheTurnsWork(t *testing.T) {
+	l := NewLoop()
+	var log []string
+	l.AtTurnEnd(func() {
+		if len(log) > 0 && log[len(log)-1] != "end" {
+			log = append(log, "end")
+		}
+	})
+	// Posted before Run starts: the registration and all three run in the
+	// loop's first turn.
+	for _, s := range []string{"a", "b", "c"} {
+		l.Post(func() { log = append(log, s) })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+	sync := make(chan struct{})
+	l.Post(func() { close(sync) })
+	<-sync
+	l.Post(func() { log = append(log, "d"); cancel() })
+	<-done
+	got := ""
+	for _, s := range log {
+		got += s + " "
+	}
+	if got != "a b c end d end " {
+		t.Fatalf("order %q, want a b c end d end", got)
+	}
+}

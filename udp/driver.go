@@ -8,12 +8,16 @@
 // of the pool, plus the receive port. A datagram leaves from the socket of
 // its Src (plane address and source port: the path), so however many
 // connections and paths there are, the endpoint holds planes x (ports + 1)
-// sockets. Datagrams are written and read in batches (sendmmsg and recvmmsg
-// through golang.org/x/net); where the kernel segments (UDP_SEGMENT), a run
-// of datagrams of one size to one destination goes as one GSO message. Each
-// datagram's ECN and DSCP go on the wire as the engine set them and come
-// back as the network left them (IP_TOS / IPV6_TCLASS ancillary data, see
-// sockopt_linux.go).
+// sockets. Datagrams are written and read in batches: sendmmsg through
+// golang.org/x/net, recvmmsg through a reader of our own that writes into
+// the batch's buffers and allocates nothing (mmsg_linux.go). What the
+// engine sends during one turn of its loop is held and goes out at the
+// turn's end; where the kernel segments (UDP_SEGMENT), a run of datagrams
+// of one size to one destination goes as one GSO message, and on the
+// receive port the kernel joins arriving runs (UDP_GRO), which the reader
+// cuts apart again. Each datagram's ECN and DSCP go on the wire as the
+// engine set them and come back as the network left them (IP_TOS /
+// IPV6_TCLASS ancillary data, see sockopt_linux.go).
 //
 // Every socket has a reader goroutine: the receive port's reads big
 // batches, a source-port socket small ones (it gets only the replies to
@@ -26,13 +30,12 @@
 // each plane's interface MTU; a datagram the kernel still finds too big
 // for its path is counted (Stats.TooBig) and dropped, never fragmented.
 //
-// Not built yet: GRO on receive, learning a path MTU below the interface's
-// (probes with padding), ICMP errors, an allocation-free receive (the x/net
-// batch reader allocates one address per datagram), and readers that scale
-// to a pool of hundreds of ports (one goroutine and two batches each
-// today). On other systems than Linux the ECN field is neither set per
-// datagram nor read, drops are not counted and there is no GSO
-// (sockopt_other.go).
+// Not built yet: learning a path MTU below the interface's (probes with
+// padding), ICMP errors, and readers that scale to a pool of hundreds of
+// ports (one goroutine and two batches each today). On other systems than
+// Linux the ECN field is neither set per datagram nor read, drops are not
+// counted, there is no GSO or GRO, and the batch reader is x/net's, which
+// allocates an address per datagram (sockopt_other.go, mmsg_other.go).
 package udp
 
 import (
@@ -77,6 +80,9 @@ type Config struct {
 	MaxDatagram int
 	// Batch is how many datagrams one system call moves. Default 64.
 	Batch int
+	// NoGRO keeps the kernel from joining arriving datagrams (UDP_GRO is
+	// asked for on the receive port's sockets otherwise).
+	NoGRO bool
 	// SocketBuffer is each socket's send and receive buffer in bytes.
 	// Default 4 MiB (the kernel may cap it at net.core.rmem_max / wmem_max).
 	SocketBuffer int
@@ -184,6 +190,9 @@ type Stats struct {
 	// NoSocket counts datagrams whose Src is not one of the driver's
 	// sockets: dropped.
 	NoSocket uint64
+	// Coalesced counts the datagrams of Received that arrived joined by
+	// the kernel (GRO), several in one message.
+	Coalesced uint64
 	// Truncated counts received datagrams longer than MaxDatagram: the
 	// kernel cut them, and they are dropped.
 	Truncated uint64
@@ -201,12 +210,13 @@ type Driver struct {
 	cfg       Config
 	loop      *clock.Loop
 	socks     map[netip.AddrPort]*socket
-	recvs     []*socket      // the receive port's socket on each plane
-	free      [][]byte       // buffers handed back by Send, for Buffer
-	slots     []slot         // per outgoing message of a batch
-	out       []ipv4.Message // the batch handed to the kernel
-	grouped   []bool         // which datagrams of a chunk went out already
-	spare     slot           // for resending a refused GSO message singly
+	recvs     []*socket       // the receive port's socket on each plane
+	free      [][]byte        // buffers handed back by Send, for Buffer
+	pending   []link.Datagram // what Send holds until Flush
+	slots     []slot          // per outgoing message of a batch
+	out       []ipv4.Message  // the batch handed to the kernel
+	grouped   []bool          // which datagrams of a chunk went out already
+	spare     slot            // for resending a refused GSO message singly
 	spareMsg  [1]ipv4.Message
 	gso       bool  // the kernel segments for us (UDP_SEGMENT)
 	stats     Stats // loop goroutine only, like everything the loop runs
@@ -221,6 +231,7 @@ type socket struct {
 	conn  *net.UDPConn
 	batch batchConn
 	v6    bool
+	gro   bool   // the kernel joins arriving datagrams (UDP_GRO)
 	drops uint32 // the kernel's drop count last seen (loop goroutine)
 }
 
@@ -262,6 +273,7 @@ func New(cfg Config, loop *clock.Loop) (*Driver, error) {
 			d.socks[ap] = s
 			if i == 0 {
 				d.recvs = append(d.recvs, s)
+				s.gro = !cfg.NoGRO && enableGRO(s.conn)
 			}
 		}
 	}
@@ -275,6 +287,7 @@ func New(cfg Config, loop *clock.Loop) (*Driver, error) {
 	d.spare.oob = make([]byte, oobSpace)
 	d.spare.bufs = make([][]byte, 0, 1)
 	d.gso = len(d.recvs) > 0 && canSegment(d.recvs[0].conn)
+	loop.AtTurnEnd(d.Flush)
 	return d, nil
 }
 
@@ -315,8 +328,12 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 func (d *Driver) Start(r link.Receiver) {
 	for _, s := range d.socks {
 		batch := d.cfg.Batch
-		if s.local.Port() != d.cfg.Port {
+		switch {
+		case s.local.Port() != d.cfg.Port:
 			batch = min(batch, 4)
+		case s.gro:
+			// Each message holds up to 64 KiB of joined datagrams.
+			batch = max(1, batch/2)
 		}
 		d.wg.Add(1)
 		go d.read(s, r, batch)
@@ -361,13 +378,26 @@ func (d *Driver) Buffer() []byte {
 	return make([]byte, 0, d.cfg.MaxDatagram)
 }
 
-// Send implements link.Port. The datagrams of each Src go out in one
+// Send implements link.Port. It holds the datagrams until the end of the
+// loop's turn (or until Flush, or until a few batches are waiting), so
+// that everything the engine sends in one turn goes out together: fewer
+// system calls, and longer runs for GSO to join.
+func (d *Driver) Send(batch []link.Datagram) {
+	d.pending = append(d.pending, batch...)
+	if len(d.pending) >= 4*d.cfg.Batch {
+		d.Flush()
+	}
+}
+
+// Flush sends what Send holds. The datagrams of each Src go out in one
 // system call from that Src's socket, in their order; datagrams of
 // different sources (different paths) need no order between them, and an
 // engine spraying over paths interleaves them, so grouping only runs of the
 // same Src would cost a system call per datagram. The kernel copies each
-// datagram, so its buffer is free again when Send returns.
-func (d *Driver) Send(batch []link.Datagram) {
+// datagram, so its buffer is free again when Flush returns. The loop calls
+// it at the end of every turn; loop goroutine only.
+func (d *Driver) Flush() {
+	batch := d.pending
 	for len(batch) > 0 {
 		chunk := batch[:min(len(batch), len(d.out))]
 		d.sendChunk(chunk)
@@ -379,6 +409,7 @@ func (d *Driver) Send(batch []link.Datagram) {
 		}
 		batch = batch[len(chunk):]
 	}
+	d.pending = d.pending[:0]
 }
 
 // sendChunk sends at most len(d.out) datagrams, grouped by source, and
@@ -481,99 +512,6 @@ func (d *Driver) resendSingly(s *socket, sl *slot) int {
 		d.stats.SendCalls++
 	}
 	return went
-}
-
-// read is a receive socket's goroutine: it reads a batch, hands it to the
-// loop, and reads the next into a second batch while the loop delivers the
-// first.
-func (d *Driver) read(s *socket, r link.Receiver, size int) {
-	defer d.wg.Done()
-	batches := [2]*inBatch{newInBatch(d, s, r, size), newInBatch(d, s, r, size)}
-	for k := 0; ; k ^= 1 {
-		b := batches[k]
-		select {
-		case <-b.done: // the loop is through with it
-		case <-d.closed:
-			return
-		}
-		n, err := s.batch.ReadBatch(b.msgs, 0)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			b.done <- struct{}{} // a transient error: try again, not at once
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		b.n = n
-		d.loop.Post(b.deliver)
-	}
-}
-
-// inBatch is one batch of received datagrams on its way to the loop.
-type inBatch struct {
-	d       *Driver
-	s       *socket
-	r       link.Receiver
-	msgs    []ipv4.Message
-	n       int
-	done    chan struct{}
-	deliver func() // b.deliverNow, bound once
-}
-
-func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
-	b := &inBatch{d: d, s: s, r: r, msgs: make([]ipv4.Message, size), done: make(chan struct{}, 1)}
-	for i := range b.msgs {
-		b.msgs[i].Buffers = [][]byte{make([]byte, d.cfg.MaxDatagram)}
-		b.msgs[i].OOB = make([]byte, oobSpace)
-	}
-	b.deliver = b.deliverNow
-	b.done <- struct{}{}
-	return b
-}
-
-// deliverNow runs on the loop goroutine. A receiver that can hold its
-// replies (link.BatchReceiver) sends them once for the whole batch.
-func (b *inBatch) deliverNow() {
-	select {
-	case <-b.d.closed:
-		b.done <- struct{}{} // closed while this batch waited: deliver nothing
-		return
-	default:
-	}
-	br, batching := b.r.(link.BatchReceiver)
-	if batching {
-		br.BeginBatch()
-	}
-	for i := range b.msgs[:b.n] {
-		m := &b.msgs[i]
-		ua, ok := m.Addr.(*net.UDPAddr)
-		if !ok {
-			continue
-		}
-		if m.Flags&syscall.MSG_TRUNC != 0 {
-			b.d.stats.Truncated++ // longer than MaxDatagram: cut, so dropped
-			continue
-		}
-		dg := link.Datagram{Src: ua.AddrPort(), Dst: b.s.local, Data: m.Buffers[0][:m.N]}
-		// A v4-mapped source on a v6 socket is the v4 peer it stands for.
-		dg.Src = netip.AddrPortFrom(dg.Src.Addr().Unmap(), dg.Src.Port())
-		anc := parseAncillary(m.OOB[:m.NN])
-		if anc.hasTOS {
-			dg.ECN, dg.DSCP = link.ECN(anc.tos&3), anc.tos>>2
-			b.d.stats.ECNSeen++
-		}
-		if anc.hasDrop && anc.drops != b.s.drops {
-			b.d.stats.KernelDrops += uint64(anc.drops - b.s.drops) // modulo 2^32
-			b.s.drops = anc.drops
-		}
-		b.r.Receive(&dg, b.d.loop.Now())
-	}
-	if batching {
-		br.EndBatch()
-	}
-	b.d.stats.Received += uint64(b.n)
-	b.done <- struct{}{}
 }
 
 // slot is one outgoing message: a datagram, or with GSO several of the

@@ -255,6 +255,7 @@ func TestSendDoesNotAllocate(t *testing.T) {
 			batch[i] = link.Datagram{Src: src, Dst: dst, ECN: link.ECT0, DSCP: 26, Data: append(s.drv.Buffer(), make([]byte, 1000)[:1000]...)}
 		}
 		s.drv.Send(batch)
+		s.drv.Flush()
 	}
 	go func() { // drain the peer so its buffer never fills
 		buf := make([]byte, 2000)
@@ -316,6 +317,7 @@ func TestSendGroupsBySource(t *testing.T) {
 		batch = append(batch, link.Datagram{Src: src, Dst: dst, Data: append(s.drv.Buffer(), byte(i))})
 	}
 	s.drv.Send(batch)
+	s.drv.Flush()
 	if st := s.drv.Stats(); st.Sent != 16 || st.SendCalls != 2 {
 		t.Fatalf("stats %+v: want 16 datagrams in 2 calls", st)
 	}
@@ -389,6 +391,7 @@ func TestTooBigIsCountedAndDropped(t *testing.T) {
 		{Src: src, Dst: dst, Data: make([]byte, 70000)}, // no UDP datagram is this big
 		{Src: src, Dst: dst, Data: append(s.drv.Buffer(), 3)},
 	})
+	s.drv.Flush()
 	if st := s.drv.Stats(); st.TooBig != 1 || st.Sent != 2 || st.SendErrors != 0 {
 		t.Fatalf("stats %+v: want 1 too big, 2 sent", st)
 	}
@@ -412,6 +415,7 @@ func TestGSOSendsRunsAsOneMessage(t *testing.T) {
 		batch = append(batch, link.Datagram{Src: src, Dst: dst, ECN: link.ECT0, Data: b})
 	}
 	s.drv.Send(batch)
+	s.drv.Flush()
 	if st := s.drv.Stats(); st.Sent != 6 || st.Segmented != 6 || st.SendCalls != 1 {
 		t.Fatalf("stats %+v: want 6 datagrams in 2 GSO messages, one call", st)
 	}
@@ -467,6 +471,7 @@ func TestGSORefusedFallsBackToSingleDatagrams(t *testing.T) {
 		batch = append(batch, link.Datagram{Src: src, Dst: dst, Data: append(s.drv.Buffer(), make([]byte, 1000)...)})
 	}
 	s.drv.Send(batch)
+	s.drv.Flush()
 	st := s.drv.Stats()
 	if st.GSOFallbacks != 1 || st.Sent != 4 || s.drv.gso || len(fake.sizes) != 4 {
 		t.Fatalf("stats %+v, GSO still on %v, sent singly %v", st, s.drv.gso, fake.sizes)
@@ -484,6 +489,7 @@ func TestWrongFamilyIsDropped(t *testing.T) {
 		{Src: src, Dst: netip.AddrPort{}, Data: append(s.drv.Buffer(), 2)},
 		{Src: src, Dst: dst, Data: append(s.drv.Buffer(), 3)},
 	})
+	s.drv.Flush()
 	if st := s.drv.Stats(); st.SendErrors != 2 || st.Sent != 1 {
 		t.Fatalf("stats %+v: want 2 send errors, 1 sent", st)
 	}
@@ -502,6 +508,7 @@ func TestGSOStaysOnWhenSinglesFailToo(t *testing.T) {
 		batch = append(batch, link.Datagram{Src: src, Dst: dst, Data: append(s.drv.Buffer(), make([]byte, 100)...)})
 	}
 	s.drv.Send(batch)
+	s.drv.Flush()
 	if st := s.drv.Stats(); !s.drv.gso || st.GSOFallbacks != 0 || st.SendErrors != 3 || st.Sent != 0 {
 		t.Fatalf("stats %+v, GSO on %v: want it on and 3 send errors", st, s.drv.gso)
 	}
@@ -578,4 +585,43 @@ func newDriver(t *testing.T, loop *clock.Loop, cfg Config) *Driver {
 	}
 	t.Fatal(err)
 	return nil
+}
+
+// What the engine sends during one turn of the loop goes out together at
+// the turn's end: two Sends of one turn, one system call; a backlog of
+// four batches goes at once, without waiting for the turn to end.
+func TestSendsOfOneTurnGoTogether(t *testing.T) {
+	loop := runningLoop(t)
+	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.11"}), Batch: 8})
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 12)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := drv.LocalPorts()[0]
+	one := func(n int) []link.Datagram {
+		var b []link.Datagram
+		for range n {
+			b = append(b, link.Datagram{Src: src, Dst: dst, Data: append(drv.Buffer(), make([]byte, 100)...)})
+		}
+		return b
+	}
+	var before, after, late Stats
+	onLoop(loop, func() {
+		drv.Send(one(1))
+		drv.Send(one(1))
+		before = drv.Stats()
+	})
+	onLoop(loop, func() { after = drv.Stats() })
+	if before.Sent != 0 || after.Sent != 2 || after.SendCalls != 1 {
+		t.Fatalf("during the turn %+v, after it %+v: want nothing, then 2 datagrams in one call", before, after)
+	}
+	onLoop(loop, func() {
+		drv.Send(one(32)) // 4 x Batch
+		late = drv.Stats()
+	})
+	if late.Sent != 34 {
+		t.Fatalf("after a backlog of 32: %+v, want them sent at once", late)
+	}
 }

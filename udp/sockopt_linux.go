@@ -9,9 +9,9 @@ import (
 )
 
 // oobSpace holds a TOS or traffic-class message (a v6 socket carrying v4
-// traffic may get either, so room for both) and the drop count, or on send
-// a TOS and a GSO segment size.
-var oobSpace = 3 * unix.CmsgSpace(4)
+// traffic may get either, so room for both), the drop count and a GRO
+// segment size, or on send a TOS and a GSO segment size.
+var oobSpace = 4 * unix.CmsgSpace(4)
 
 // canSegment reports whether the kernel takes UDP_SEGMENT (GSO, Linux 4.18
 // on): the socket option answers.
@@ -124,6 +124,7 @@ type ancillary struct {
 	hasTOS  bool
 	drops   uint32 // the socket's kernel drops so far (SO_RXQ_OVFL), cumulative
 	hasDrop bool
+	segment int // with GRO: the size of the datagrams the kernel joined (0: one datagram)
 }
 
 // parseAncillary reads a datagram's ancillary data. Data it cannot read
@@ -153,6 +154,10 @@ func parseAncillary(oob []byte) ancillary {
 			a.tos, a.hasTOS = byte(binary.NativeEndian.Uint32(data)), true
 		case level == unix.SOL_SOCKET && typ == unix.SO_RXQ_OVFL && len(data) >= 4:
 			a.drops, a.hasDrop = binary.NativeEndian.Uint32(data), true
+		case level == unix.SOL_UDP && typ == unix.UDP_GRO && len(data) >= 4:
+			if seg := int32(binary.NativeEndian.Uint32(data)); seg > 0 {
+				a.segment = int(seg)
+			}
 		}
 		next := cmsgAlign(int(length))
 		if next >= len(oob) {

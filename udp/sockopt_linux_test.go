@@ -48,6 +48,27 @@ func TestParseAncillaryReadsDropsAndTOS(t *testing.T) {
 	}
 }
 
+// recvGRO builds the ancillary data the kernel delivers with a message of
+// joined datagrams: their size, an int.
+func recvGRO(size int32) []byte {
+	b := make([]byte, unix.CmsgSpace(4))
+	putCmsgHeader(b, unix.CmsgLen(4), unix.SOL_UDP, unix.UDP_GRO)
+	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(size))
+	return b
+}
+
+func TestParseAncillaryReadsGROSize(t *testing.T) {
+	oob := append(recvTOS(0x02), recvGRO(4160)...)
+	if a := parseAncillary(oob); a.segment != 4160 || !a.hasTOS || a.tos != 0x02 {
+		t.Errorf("got %+v, want segment 4160 and TOS 0x02", a)
+	}
+	for _, bad := range []int32{0, -1} {
+		if a := parseAncillary(recvGRO(bad)); a.segment != 0 {
+			t.Errorf("size %d: segment %d, want none", bad, a.segment)
+		}
+	}
+}
+
 func TestParseAncillaryRejectsBadLengths(t *testing.T) {
 	good := recvTOS(0x02)
 	cases := map[string][]byte{
@@ -88,6 +109,7 @@ func FuzzParseAncillary(f *testing.F) {
 	f.Add(recvTOS(0x02))
 	f.Add(v6Short())
 	f.Add(withLength(recvTOS(0x03), 1<<40))
+	f.Add(append(recvTOS(0x03), recvGRO(1200)...))
 	f.Fuzz(func(t *testing.T, oob []byte) {
 		a, b := parseAncillary(oob), parseAncillary(oob)
 		if a != b {
@@ -95,6 +117,9 @@ func FuzzParseAncillary(f *testing.F) {
 		}
 		if a.hasTOS && !bytes.Contains(oob, []byte{a.tos}) {
 			t.Fatalf("found TOS %#x, which is not in the input", a.tos)
+		}
+		if a.segment < 0 {
+			t.Fatalf("segment size %d", a.segment)
 		}
 	})
 }

@@ -18,6 +18,7 @@ type ancillary struct {
 	hasTOS  bool
 	drops   uint32
 	hasDrop bool
+	segment int
 }
 
 func parseAncillary(oob []byte) ancillary { return ancillary{} }
@@ -27,3 +28,5 @@ func setDontFragment(conn *net.UDPConn, v6 bool) error { return nil }
 func canSegment(conn *net.UDPConn) bool { return false }
 
 func putSegment(b []byte, size int) int { return 0 }
+
+func enableGRO(conn *net.UDPConn) bool { return false }

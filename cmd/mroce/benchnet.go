@@ -16,9 +16,11 @@ func benchNetCommand() *cli.Command {
 		Usage: "measure one connection over real UDP on loopback beside raw UDP and TCP",
 		Description: "bench-net moves the same number of bytes three ways on the loopback interface, in\n" +
 			"one run: one mroce connection over the UDP driver (two endpoints in this process,\n" +
-			"8 paths over 2 planes, 4 KiB packets), raw UDP with the same batching, and one Go\n" +
-			"TCP connection. It prints each one's goodput and the process's CPU time per GB,\n" +
-			"and the ratios of mroce to the others. Traffic stays on 127.0.0.0/8.",
+			"8 paths over 2 planes, 4 KiB packets), raw UDP through the same driver (the same\n" +
+			"batching, GSO and GRO, no protocol, no flow control: what the receiver loses is\n" +
+			"reported), and one Go TCP connection from one buffer into another. It prints each\n" +
+			"one's goodput and the process's CPU time per GB, and the ratios of mroce to the\n" +
+			"others. Traffic stays on 127.0.0.0/8.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "size-mib", Value: 256, Usage: "MiB each transfer moves"},
 			&cli.IntFlag{Name: "paths", Value: 8, Usage: "paths of the mroce connection, 1 to 64"},

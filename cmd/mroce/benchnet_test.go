@@ -13,7 +13,7 @@ func TestBenchNet(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	for _, row := range []string{"mroce, 1 connection", "raw UDP, same batching", "Go TCP"} {
+	for _, row := range []string{"mroce, 1 connection", "raw UDP, same driver", "Go TCP"} {
 		if !regexp.MustCompile(regexp.QuoteMeta(row) + `\s+\d+\.\d\d\s+\d+\.\d\d s`).MatchString(r.stdout) {
 			t.Errorf("no row %q with Gb/s and CPU:\n%s", row, r.stdout)
 		}

@@ -1,0 +1,152 @@
+package udp
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+)
+
+// inMsg is one received message: a datagram, or with GRO several of one
+// size that the kernel joined (the last may be shorter).
+type inMsg struct {
+	buf   []byte // what was read: buf[:n]
+	n     int
+	oob   []byte // the ancillary data: oob[:oobn]
+	oobn  int
+	src   netip.AddrPort
+	trunc bool // longer than buf: the kernel cut it
+}
+
+// batchReader reads a batch of messages from one socket into msgs (the
+// platform's recvmmsg, mmsg_linux.go; elsewhere golang.org/x/net's batch
+// reader, mmsg_other.go). It returns how many it filled.
+type batchReader interface {
+	read(msgs []inMsg) (int, error)
+}
+
+// read is a receive socket's goroutine: it reads a batch, hands it to the
+// loop, and reads the next into a second batch while the loop delivers the
+// first.
+func (d *Driver) read(s *socket, r link.Receiver, size int) {
+	defer d.wg.Done()
+	batches := [2]*inBatch{newInBatch(d, s, r, size), newInBatch(d, s, r, size)}
+	for k := 0; ; k ^= 1 {
+		b := batches[k]
+		select {
+		case <-b.done: // the loop is through with it
+		case <-d.closed:
+			return
+		}
+		n, err := b.reader.read(b.msgs)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			b.done <- struct{}{} // a transient error: try again, not at once
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		b.n = n
+		d.loop.Post(b.deliver)
+	}
+}
+
+// inBatch is one batch of received messages on its way to the loop.
+type inBatch struct {
+	d       *Driver
+	s       *socket
+	r       link.Receiver
+	msgs    []inMsg
+	reader  batchReader // reads into msgs
+	n       int
+	done    chan struct{}
+	deliver func()        // b.deliverNow, bound once
+	dg      link.Datagram // the datagram handed to the receiver: kept here so that it is not allocated each time
+}
+
+func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
+	b := &inBatch{d: d, s: s, r: r, msgs: make([]inMsg, size), done: make(chan struct{}, 1)}
+	bufSize := d.cfg.MaxDatagram
+	if s.gro {
+		bufSize = groMax // the kernel joins up to 64 KiB
+	}
+	for i := range b.msgs {
+		b.msgs[i].buf = make([]byte, bufSize)
+		b.msgs[i].oob = make([]byte, oobSpace)
+	}
+	b.reader = newBatchReader(s, b.msgs)
+	b.deliver = b.deliverNow
+	b.done <- struct{}{}
+	return b
+}
+
+// groMax is a GRO receive buffer: the largest UDP payload.
+const groMax = 65535
+
+// deliverNow runs on the loop goroutine. A receiver that can hold its
+// replies (link.BatchReceiver) sends them once for the whole batch.
+func (b *inBatch) deliverNow() {
+	select {
+	case <-b.d.closed:
+		b.done <- struct{}{} // closed while this batch waited: deliver nothing
+		return
+	default:
+	}
+	br, batching := b.r.(link.BatchReceiver)
+	if batching {
+		br.BeginBatch()
+	}
+	now := b.d.loop.Now()
+	for i := range b.msgs[:b.n] {
+		b.deliverMsg(&b.msgs[i], now)
+	}
+	if batching {
+		br.EndBatch()
+	}
+	b.done <- struct{}{}
+}
+
+// deliverMsg hands one message's datagrams to the receiver: with GRO,
+// the segments the kernel joined, each as its own datagram.
+func (b *inBatch) deliverMsg(m *inMsg, now clock.Time) {
+	st := &b.d.stats
+	anc := parseAncillary(m.oob[:m.oobn])
+	if anc.hasDrop && anc.drops != b.s.drops {
+		st.KernelDrops += uint64(anc.drops - b.s.drops) // modulo 2^32
+		b.s.drops = anc.drops
+	}
+	seg := m.n
+	if anc.segment > 0 {
+		seg = anc.segment
+	}
+	count := 1
+	if seg > 0 {
+		count = (m.n + seg - 1) / seg
+	}
+	st.Received += uint64(count)
+	if count > 1 {
+		st.Coalesced += uint64(count)
+	}
+	if m.trunc || seg > b.d.cfg.MaxDatagram || !m.src.IsValid() {
+		st.Truncated += uint64(count) // longer than MaxDatagram: cut or refused, so dropped
+		return
+	}
+	var ecn link.ECN
+	var dscp uint8
+	if anc.hasTOS {
+		ecn, dscp = link.ECN(anc.tos&3), anc.tos>>2
+		st.ECNSeen += uint64(count)
+	}
+	for off := 0; ; off += seg {
+		b.dg = link.Datagram{Src: m.src, Dst: b.s.local, ECN: ecn, DSCP: dscp, Data: m.buf[off:min(off+seg, m.n)]}
+		b.r.Receive(&b.dg, now)
+		if seg == 0 || off+seg >= m.n {
+			break
+		}
+	}
+	b.dg.Data = nil
+}
