@@ -94,6 +94,16 @@ type Telemetry struct {
 	Counters
 }
 
+// Utilization is how much of its congestion window the path holds in
+// flight now: near 1, the window is what limits it; well under 1, the
+// pacer or the receiver's hint does, or it has little to send.
+func (t Telemetry) Utilization() float64 {
+	if t.Window <= 0 {
+		return 0
+	}
+	return float64(t.InFlight) / float64(t.Window)
+}
+
 // ECNFraction is the share of acknowledged transmissions that were CE-marked.
 func (t Telemetry) ECNFraction() float64 {
 	if t.Acked == 0 {

@@ -39,3 +39,12 @@ func TestECNFraction(t *testing.T) {
 		t.Fatal("no acks: fraction not 0")
 	}
 }
+
+func TestUtilization(t *testing.T) {
+	if u := (Telemetry{InFlight: 12, Window: 16}).Utilization(); u != 0.75 {
+		t.Fatalf("12 of 16 in flight: %v", u)
+	}
+	if u := (Telemetry{InFlight: 3}).Utilization(); u != 0 {
+		t.Fatalf("no window: %v", u)
+	}
+}
