@@ -1,0 +1,144 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/udp"
+)
+
+// LoopRunner runs the engine in real time on a clock.Loop's goroutine (over
+// the UDP driver): Do hands work to the loop and waits for it; Progress
+// waits until a condition, checked at the end of every turn of the loop,
+// holds. Neither may be called from the loop's own goroutine.
+type LoopRunner struct {
+	loop    *clock.Loop
+	waiters []*waiter // loop goroutine only
+}
+
+type waiter struct {
+	cond func() bool
+	done chan struct{}
+	gone bool // the caller stopped waiting
+}
+
+// NewLoopRunner makes a runner for loop.
+func NewLoopRunner(loop *clock.Loop) *LoopRunner {
+	r := &LoopRunner{loop: loop}
+	loop.AtTurnEnd(r.check)
+	return r
+}
+
+// Do runs f on the loop's goroutine and waits for it.
+func (r *LoopRunner) Do(f func()) {
+	done := make(chan struct{})
+	r.loop.Post(func() { f(); close(done) })
+	<-done
+}
+
+// Progress returns once cond holds (it runs on the loop's goroutine, at
+// the end of each turn), or ctx ends.
+func (r *LoopRunner) Progress(ctx context.Context, cond func() bool) error {
+	w := &waiter{cond: cond, done: make(chan struct{})}
+	r.loop.Post(func() { r.waiters = append(r.waiters, w) })
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		r.loop.Post(func() { w.gone = true })
+		return fmt.Errorf("endpoint: %w", ctx.Err())
+	}
+}
+
+// check runs at the end of every turn: it releases the waiters whose
+// condition now holds.
+func (r *LoopRunner) check() {
+	kept := r.waiters[:0]
+	for _, w := range r.waiters {
+		switch {
+		case w.gone:
+		case w.cond():
+			close(w.done)
+		default:
+			kept = append(kept, w)
+		}
+	}
+	clear(r.waiters[len(kept):])
+	r.waiters = kept
+}
+
+// UDPHost is one endpoint on real UDP sockets: its engine, the UDP driver
+// under it and the loop they run on, started and stopped together.
+type UDPHost struct {
+	sw     *Software
+	drv    *udp.Driver
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// OpenUDP binds cfg's sockets (its Planes, Port and SourcePorts) and starts
+// its engine in real time. Timer settings left at zero get what real
+// sockets want (udp.RTOMin, udp.RTOInitial), and MaxPacket, when zero, the
+// largest datagram the planes' interfaces carry. Close stops it.
+func OpenUDP(cfg engine.Config) (*UDPHost, error) {
+	if len(cfg.Planes) == 0 || cfg.Port == 0 {
+		return nil, errors.New("endpoint: a UDP host needs planes and a port")
+	}
+	if cfg.RTOMin == 0 {
+		cfg.RTOMin = udp.RTOMin
+	}
+	if cfg.RTOInitial == 0 {
+		cfg.RTOInitial = udp.RTOInitial
+	}
+	loop := clock.NewLoop()
+	drv, err := udp.New(udp.Config{Planes: cfg.Planes, Port: cfg.Port, SourcePorts: cfg.SourcePorts, MaxDatagram: cfg.MaxPacket}, loop)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxPacket == 0 {
+		cfg.MaxPacket = drv.MaxDatagram()
+	}
+	ep, err := engine.NewEndpoint(cfg, loop, drv) // before the loop runs: timers are made here
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &UDPHost{drv: drv, cancel: cancel, done: make(chan struct{})}
+	h.sw = NewSoftware(ep, NewRegistry(cfg.Random), NewLoopRunner(loop))
+	drv.Start(ep)
+	go func() {
+		loop.Run(ctx)
+		close(h.done)
+	}()
+	return h, nil
+}
+
+// Device opens the host's device.
+func (h *UDPHost) Device() *Device { return Open(h.sw) }
+
+// Backend is the host's software backend.
+func (h *UDPHost) Backend() *Software { return h.sw }
+
+// Remote is how peers reach this host: its plane addresses and port.
+func (h *UDPHost) Remote() Remote {
+	cfg := h.sw.ep.Config()
+	return Remote{Planes: cfg.Planes, Port: cfg.Port}
+}
+
+// DriverStats returns the UDP driver's counters.
+func (h *UDPHost) DriverStats() (st udp.Stats) {
+	h.sw.runner.Do(func() { st = h.drv.Stats() })
+	return st
+}
+
+// Close stops the engine's loop and closes the sockets. Connections are
+// not closed first: close them (QP.Close) before, for a clean teardown.
+func (h *UDPHost) Close() error {
+	h.cancel()
+	<-h.done
+	return h.drv.Close()
+}
