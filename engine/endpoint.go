@@ -147,6 +147,31 @@ func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 	e.flush()
 }
 
+// TooBig is told by the port that a datagram this endpoint sent did not
+// fit its path: the kernel refused it as larger than the path MTU (DF is
+// set; link.TooBigHandler). The connection that sent it cannot carry its
+// packets on that path, and resending would never help: it fails with a
+// PathMTUError that names the path and the sizes. (Learning the path MTU
+// beforehand, with padded PROBEs, is not built.)
+func (e *Endpoint) TooBig(d *link.Datagram) {
+	var pkt proto.Packet
+	if err := pkt.Decode(d.Data); err != nil {
+		return // not one of ours
+	}
+	for _, id := range e.connIDs() {
+		c := e.conns[id]
+		if c.state == Closed || c.peerID != pkt.Common.DstConnID() || c.peerPort != d.Dst.Port() {
+			continue
+		}
+		plane := e.planeOf(d.Src.Addr())
+		if plane < 0 || plane >= len(c.remote) || c.remote[plane] != d.Dst.Addr() {
+			continue
+		}
+		c.fail(&PathMTUError{Src: d.Src, Dst: d.Dst, Size: len(d.Data), MaxPacket: c.maxPacket}, StatusFlushed, true)
+	}
+	e.flush()
+}
+
 // BeginBatch holds what the endpoint sends until EndBatch: a port that
 // receives many datagrams at once hands them over between the two, and the
 // replies to all of them leave as one batch (link.BatchReceiver).

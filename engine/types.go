@@ -348,6 +348,21 @@ var (
 	ErrNotReady      = errors.New("engine: connection not established")
 )
 
+// PathMTUError ends a connection whose packet did not fit a path: the
+// kernel refused a Size-byte datagram from Src to Dst as larger than the
+// path MTU. The connection's MaxPacket must come down to what the path
+// carries.
+type PathMTUError struct {
+	Src, Dst  netip.AddrPort
+	Size      int
+	MaxPacket int
+}
+
+func (e *PathMTUError) Error() string {
+	return fmt.Sprintf("engine: path MTU: a %d-byte packet from %v to %v does not fit the path (refused as too big; DF is set, nothing is fragmented); the connection's MaxPacket is %d: lower it to what the path carries",
+		e.Size, e.Src, e.Dst, e.MaxPacket)
+}
+
 // ProtocolError is a fatal condition this side detected; the peer is told
 // with CLOSE FATAL carrying Code.
 type ProtocolError struct {

@@ -71,6 +71,16 @@ type BatchReceiver interface {
 	EndBatch()
 }
 
+// TooBigHandler is a Receiver that wants to know when a datagram it sent
+// did not fit its path: the kernel refused it as larger than the path MTU
+// (DF is set, so nothing is fragmented). A port that can tell (the UDP
+// driver) calls TooBig with the datagram, on the receiver's goroutine; d
+// is valid only during the call.
+type TooBigHandler interface {
+	Receiver
+	TooBig(d *Datagram)
+}
+
 // ReceiverFunc adapts a function to a Receiver.
 type ReceiverFunc func(d *Datagram, at clock.Time)
 

@@ -210,13 +210,15 @@ type Driver struct {
 	cfg       Config
 	loop      *clock.Loop
 	socks     map[netip.AddrPort]*socket
-	recvs     []*socket       // the receive port's socket on each plane
-	free      [][]byte        // buffers handed back by Send, for Buffer
-	pending   []link.Datagram // what Send holds until Flush
-	slots     []slot          // per outgoing message of a batch
-	out       []ipv4.Message  // the batch handed to the kernel
-	grouped   []bool          // which datagrams of a chunk went out already
-	spare     slot            // for resending a refused GSO message singly
+	recvs     []*socket          // the receive port's socket on each plane
+	free      [][]byte           // buffers handed back by Send, for Buffer
+	pending   []link.Datagram    // what Send holds until Flush
+	refused   []link.Datagram    // refused as too big during a flush: for tooBig once it is over
+	tooBig    link.TooBigHandler // told of datagrams the kernel refused as too big, if the receiver wants to know
+	slots     []slot             // per outgoing message of a batch
+	out       []ipv4.Message     // the batch handed to the kernel
+	grouped   []bool             // which datagrams of a chunk went out already
+	spare     slot               // for resending a refused GSO message singly
 	spareMsg  [1]ipv4.Message
 	gso       bool  // the kernel segments for us (UDP_SEGMENT)
 	stats     Stats // loop goroutine only, like everything the loop runs
@@ -326,6 +328,7 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 // source address (a PROBE's reply, spec section 7), so it reads in small
 // batches.
 func (d *Driver) Start(r link.Receiver) {
+	d.tooBig, _ = r.(link.TooBigHandler)
 	for _, s := range d.socks {
 		batch := d.cfg.Batch
 		switch {
@@ -410,6 +413,9 @@ func (d *Driver) Flush() {
 		batch = batch[len(chunk):]
 	}
 	d.pending = d.pending[:0]
+	if len(d.refused) > 0 {
+		d.tellRefused()
+	}
 }
 
 // sendChunk sends at most len(d.out) datagrams, grouped by source, and
@@ -482,11 +488,31 @@ func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 				d.stats.GSOFallbacks++
 			}
 		case errors.Is(err, syscall.EMSGSIZE):
-			d.stats.TooBig++
+			d.refusedTooBig(s, sl.dst, sl.bufs[0])
 		default:
 			d.stats.SendErrors++
 		}
 		sent++
+	}
+}
+
+// refusedTooBig counts a datagram the kernel refused as larger than its
+// path's MTU and tells the receiver (the engine), which fails the
+// connection with a clear error rather than resend it for ever.
+func (d *Driver) refusedTooBig(s *socket, dst netip.AddrPort, data []byte) {
+	d.stats.TooBig++
+	if d.tooBig != nil {
+		// Told after the flush: the engine may send (a CLOSE) in reply.
+		d.refused = append(d.refused, link.Datagram{Src: s.local, Dst: dst, Data: append([]byte(nil), data...)})
+	}
+}
+
+// tellRefused hands the datagrams refused as too big to the receiver.
+func (d *Driver) tellRefused() {
+	q := d.refused
+	d.refused = nil
+	for i := range q {
+		d.tooBig.TooBig(&q[i])
 	}
 }
 
@@ -501,7 +527,7 @@ func (d *Driver) resendSingly(s *socket, sl *slot) int {
 		one.message(&d.spareMsg[0], s.v6)
 		if _, err := s.batch.WriteBatch(d.spareMsg[:], 0); err != nil {
 			if errors.Is(err, syscall.EMSGSIZE) {
-				d.stats.TooBig++
+				d.refusedTooBig(s, sl.dst, b)
 			} else {
 				d.stats.SendErrors++
 			}

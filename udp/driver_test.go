@@ -380,10 +380,22 @@ func TestMaxDatagramFitsTheMTU(t *testing.T) {
 	}
 }
 
-// A datagram the kernel refuses as too big is counted and dropped; the
-// rest of the batch still goes.
+// tooBigRecorder is a receiver that wants to hear of datagrams refused as
+// too big.
+type tooBigRecorder struct {
+	link.ReceiverFunc
+	refused []link.Datagram
+}
+
+func (r *tooBigRecorder) TooBig(d *link.Datagram) { r.refused = append(r.refused, *d) }
+
+// A datagram the kernel refuses as too big is counted and dropped, and the
+// receiver (the engine) told of it once the flush is over; the rest of the
+// batch still goes.
 func TestTooBigIsCountedAndDropped(t *testing.T) {
 	s, peer := senderAndPeer(t)
+	rec := &tooBigRecorder{}
+	s.drv.tooBig = rec // as Start would
 	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
 	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
 	s.drv.Send([]link.Datagram{
@@ -394,6 +406,9 @@ func TestTooBigIsCountedAndDropped(t *testing.T) {
 	s.drv.Flush()
 	if st := s.drv.Stats(); st.TooBig != 1 || st.Sent != 2 || st.SendErrors != 0 {
 		t.Fatalf("stats %+v: want 1 too big, 2 sent", st)
+	}
+	if len(rec.refused) != 1 || rec.refused[0].Src != src || rec.refused[0].Dst != dst || len(rec.refused[0].Data) != 70000 {
+		t.Fatalf("told of %d refused datagrams, want the 70,000-byte one from %v to %v", len(rec.refused), src, dst)
 	}
 }
 

@@ -3,6 +3,7 @@ package udp
 import (
 	"bytes"
 	crand "crypto/rand"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,20 +17,29 @@ import (
 	"github.com/mroce/mroce/pathmgr"
 )
 
-// needNft skips the test unless it runs as root with nft (Debian package
-// nftables), which it uses to drop a source port's packets on loopback.
-// With MROCE_REQUIRE_NFT set (CI), it fails instead.
-func needNft(t *testing.T) {
+// needRootTool skips the test unless it runs as root with tool (from
+// Debian package pkg), which it uses to change how loopback behaves for
+// addresses of its own (why says what for). With MROCE_REQUIRE_NETADMIN set
+// (CI), it fails instead.
+func needRootTool(t *testing.T, tool, pkg, why string) {
 	t.Helper()
-	_, err := exec.LookPath("nft")
+	_, err := exec.LookPath(tool)
 	if os.Geteuid() == 0 && err == nil {
 		return
 	}
-	msg := "needs root and nft (Debian package nftables) to blackhole a source port"
-	if os.Getenv("MROCE_REQUIRE_NFT") != "" {
+	msg := fmt.Sprintf("needs root and %s (Debian package %s) to %s", tool, pkg, why)
+	if os.Getenv("MROCE_REQUIRE_NETADMIN") != "" {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
+}
+
+// run runs a command and fails the test if it fails.
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
 }
 
 // blackhole drops, from now until the test ends, every UDP datagram that
@@ -73,7 +83,7 @@ func blackhole(t *testing.T, addr string, port uint16) (repair func()) {
 // to good and carries data again; the connection never stops and every
 // byte arrives.
 func TestLargeBlackholedSourcePortIsLeft(t *testing.T) {
-	needNft(t)
+	needRootTool(t, "nft", "nftables", "blackhole a source port")
 	loop := runningLoop(t)
 	const paths = 4
 	morePorts := func(c *engine.Config) { // a pool of twice the paths: fresh ports to move to
@@ -184,4 +194,62 @@ func TestLargeBlackholedSourcePortIsLeft(t *testing.T) {
 		t.Errorf("path 0 never showed ASSUMED_BAD: %v", seen)
 	}
 	t.Logf("path 0 from port %d: %s; %d WRITEs of %d MiB; now %+v", before.SrcPort, strings.Join(seen, " -> "), posted, size>>20, now)
+}
+
+// A path whose MTU is below the connection's packets (a route on loopback
+// that carries at most 1,400 bytes, DF set): the kernel refuses the first
+// data packet, and the connection fails at once with an error that names
+// the path and the sizes, instead of resending into the refusal until its
+// no-progress timeout.
+func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
+	needRootTool(t, "ip", "iproute2", "give a loopback address a smaller path MTU")
+	const peer = "127.0.0.88"
+	run(t, "ip", "route", "add", "local", peer+"/32", "dev", "lo", "table", "local", "mtu", "lock", "1400")
+	t.Cleanup(func() { run(t, "ip", "route", "del", "local", peer+"/32", "dev", "lo", "table", "local") })
+	loop := runningLoop(t)
+	a := bindSide(t, loop, addrs([]string{"127.0.0.87"}), 2)
+	b := bindSide(t, loop, addrs([]string{peer}), 2)
+	defer a.drv.Close()
+	defer b.drv.Close()
+	a.drv.Start(a.ep)
+	b.drv.Start(b.ep)
+	ea := &events{}
+	var conn *engine.Conn
+	var err error
+	src := make([]byte, 1<<20)
+	dst := make([]byte, 1<<20)
+	var srcReg, dstReg *memreg.Region
+	onLoop(loop, func() {
+		b.ep.Listen(b.pd, func(*engine.Conn) (engine.Events, bool) { return &events{}, true })
+		if conn, err = a.ep.Connect(b.cfg.Planes, b.cfg.Port, a.pd, ea); err == nil {
+			if srcReg, err = a.pd.Register(src, memreg.LocalWrite); err == nil {
+				dstReg, err = b.pd.Register(dst, memreg.LocalWrite|memreg.RemoteWrite)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(10*time.Second, func() bool { ea.mu.Lock(); defer ea.mu.Unlock(); return ea.state == engine.Established }) {
+		t.Fatal("not established (the handshake's packets fit the path)")
+	}
+	onLoop(loop, func() {
+		err = conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: srcReg, Length: 1 << 20}, RKey: dstReg.Key()})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool { ea.mu.Lock(); defer ea.mu.Unlock(); return ea.err != nil }) {
+		t.Fatal("the connection did not fail in 5 s")
+	}
+	ea.mu.Lock()
+	defer ea.mu.Unlock()
+	var mtu *engine.PathMTUError
+	if !errors.As(ea.err, &mtu) || mtu.Size <= 1400-28 || mtu.Dst.Addr().String() != peer {
+		t.Fatalf("error %v: want a PathMTUError for a packet over 1,372 bytes to %s", ea.err, peer)
+	}
+	if len(ea.done) != 1 || ea.done[0].Status != engine.StatusFlushed {
+		t.Fatalf("completions %+v: want the WRITE flushed", ea.done)
+	}
+	t.Log(ea.err)
 }

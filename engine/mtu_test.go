@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// A data packet the port reports too big for its path (the kernel refused
+// it: DF set) fails its connection at once with a PathMTUError naming the
+// path and the sizes; its work is flushed and the peer told, rather than
+// the packet resent for ever. A report for no connection of ours, or a
+// datagram that is not ours, changes nothing.
+func TestPacketTooBigForThePathFailsTheConnection(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
+	pr := n.connect(0, 1)
+	other := n.connect(0, 1)
+	var refused *link.Datagram
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		d := e.Datagram
+		if refused == nil && e.Verdict == netem.Sent && len(d.Data) > 1 && proto.Type(d.Data[1]) == proto.TypeWrite {
+			var p proto.Packet
+			if p.Decode(d.Data) == nil && p.Common.DstConnID() == pr.b.ID() {
+				c := *d
+				c.Data = append([]byte(nil), d.Data...)
+				refused = &c
+			}
+		}
+	})
+	src := pr.ha.region(t, 1<<20, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 9, Op: OpWrite, Local: SGE{Region: src, Length: 1 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	n.run(time.Millisecond, func() bool { return refused != nil })
+	if refused == nil {
+		t.Fatal("no data packet seen")
+	}
+	// Not ours: garbage, and a packet for a connection id nobody has.
+	n.hosts[0].ep.TooBig(&link.Datagram{Src: refused.Src, Dst: refused.Dst, Data: []byte{1, 2, 3}})
+	if pr.a.State() != Established {
+		t.Fatal("garbage failed the connection")
+	}
+	n.hosts[0].ep.TooBig(refused)
+	var mtu *PathMTUError
+	if pr.a.State() != Closed || !errors.As(pr.a.Err(), &mtu) || mtu.Size != len(refused.Data) || mtu.Src != refused.Src || mtu.Dst != refused.Dst {
+		t.Fatalf("state %v, error %v: want closed with a PathMTUError for %v -> %v, %d bytes", pr.a.State(), pr.a.Err(), refused.Src, refused.Dst, len(refused.Data))
+	}
+	if len(pr.ra.done) != 1 || pr.ra.done[0].ID != 9 || pr.ra.done[0].Status != StatusFlushed {
+		t.Fatalf("completions %+v: want the WRITE flushed", pr.ra.done)
+	}
+	n.run(time.Millisecond, func() bool { return pr.b.State() == Closed })
+	if pr.b.State() != Closed {
+		t.Fatalf("the peer was not told: %v", pr.b.State())
+	}
+	if other.a.State() != Established {
+		t.Fatalf("another connection on the same path failed too: %v", other.a.Err())
+	}
+}
