@@ -262,12 +262,12 @@ func RawUDP(size, payload, batch int) (Result, error) {
 	}
 	defer rx.Close()
 	var got atomic.Int64
-	var last atomic.Int64 // wall time of the last arrival, ns since start
+	var last atomic.Int64 // wall time of the last arrival, ns since origin
 	count := size / payload
-	var start time.Time
+	origin := time.Now()
 	rx.Start(link.ReceiverFunc(func(d *link.Datagram, _ clock.Time) {
 		got.Add(int64(len(d.Data)))
-		last.Store(int64(time.Since(start)))
+		last.Store(int64(time.Since(origin)))
 	}))
 	// The sender's loop never runs: this goroutine is its only user, and
 	// flushes after each batch.
@@ -282,8 +282,9 @@ func RawUDP(size, payload, batch int) (Result, error) {
 	}
 	defer tx.Close()
 	src, dst := tx.LocalPorts()[0], rx.LocalPorts()[0]
+	var start time.Duration // since origin
 	r, err := measure("raw UDP, same driver", func() (int64, string, error) {
-		start = time.Now()
+		start = time.Since(origin)
 		out := make([]link.Datagram, batch)
 		for sent := 0; sent < count; {
 			n := min(batch, count-sent)
@@ -307,8 +308,8 @@ func RawUDP(size, payload, batch int) (Result, error) {
 		return n, fmt.Sprintf("%d-byte datagrams, batches of %d, %.0f%% sent by GSO; %.1f%% lost in the receiver's buffer",
 			payload, batch, 100*float64(st.Segmented)/float64(max(st.Sent, 1)), 100*(1-float64(n)/float64(count*payload))), nil
 	})
-	if err == nil && last.Load() > 0 {
-		r.Elapsed = time.Duration(last.Load()) // up to the last arrival, not the quiet wait after it
+	if end := time.Duration(last.Load()); err == nil && end > start {
+		r.Elapsed = end - start // up to the last arrival, not the quiet wait after it
 	}
 	return r, err
 }
