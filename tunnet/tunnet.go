@@ -1,0 +1,71 @@
+// Package tunnet is the kernel-path emulator: hosts in network namespaces,
+// each with one TUN interface per plane, whose packets cross netem's
+// pipeline (planes, ECMP by 5-tuple inside a plane, queues with ECN
+// marking, rate, delay, loss, faults) on their way to the destination
+// host's TUN. Unmodified programs in those namespaces (mroce, TCP, QUIC,
+// another implementation) see real loss, queueing, CE marks and plane
+// failures on real kernel sockets.
+//
+// Host i's address on plane p is netem's address of fabric host i+1
+// (10.p.x.y, /16 on the plane's TUN, mr<p>): fabric host 0 would be a
+// subnet's first address, and is left unused.
+//
+// It needs Linux, root and iproute2 (`ip`). Everything it creates is named
+// mroce-<name>-h<i> and removed by Close; Down removes what a process that
+// died left behind.
+package tunnet
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/mroce/mroce/netem"
+)
+
+// Config describes an emulated network of hosts in namespaces.
+type Config struct {
+	// Name tags everything created: namespaces mroce-<Name>-h<i>. Letters,
+	// digits and '-', at most 20 characters.
+	Name string
+	// Hosts (1 .. 254) and Planes (1 .. 8).
+	Hosts, Planes int
+	// Fabric is netem's configuration: links, queues, impairments,
+	// faults, topology. Its Hosts, Planes and MaxDatagram are set here.
+	Fabric netem.Config
+	// MTU of every TUN interface. Default 9,000.
+	MTU int
+}
+
+func (c *Config) check() error {
+	if c.MTU == 0 {
+		c.MTU = 9000
+	}
+	var errs []error
+	if c.Name == "" || len(c.Name) > 20 || strings.Trim(c.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
+		errs = append(errs, fmt.Errorf("tunnet: name %q: want 1 to 20 letters, digits or '-'", c.Name))
+	}
+	if c.Hosts < 1 || c.Hosts > 254 {
+		errs = append(errs, fmt.Errorf("tunnet: %d hosts: want 1 .. 254", c.Hosts))
+	}
+	if c.Planes < 1 || c.Planes > 8 {
+		errs = append(errs, fmt.Errorf("tunnet: %d planes: want 1 .. 8", c.Planes))
+	}
+	if c.MTU < 576 || c.MTU > 65535 {
+		errs = append(errs, fmt.Errorf("tunnet: MTU %d: want 576 .. 65,535", c.MTU))
+	}
+	return errors.Join(errs...)
+}
+
+// prefix is the start of every namespace name a network called name makes.
+func prefix(name string) string { return "mroce-" + name + "-" }
+
+// namespace is host h's namespace.
+func namespace(name string, h int) string { return fmt.Sprintf("%sh%d", prefix(name), h) }
+
+// Addr is host h's address on plane p.
+func Addr(h, p int) netip.Addr { return netem.Addr(p, h+1) }
+
+// tunName is plane p's TUN interface in every host.
+func tunName(p int) string { return fmt.Sprintf("mr%d", p) }
