@@ -99,6 +99,11 @@ func TestDatagramsCrossEveryPlane(t *testing.T) {
 
 // openIn opens an mroce host inside emulated host h, on all its planes.
 func openIn(t *testing.T, n *tunnet.Net, h, planes, paths int) *endpoint.UDPHost {
+	return openWith(t, n, h, planes, paths, func(*engine.Config) {})
+}
+
+// openWith is openIn with the engine's configuration adjusted by tune.
+func openWith(t *testing.T, n *tunnet.Net, h, planes, paths int, tune func(*engine.Config)) *endpoint.UDPHost {
 	t.Helper()
 	var host *endpoint.UDPHost
 	err := n.InHost(h, func() error {
@@ -109,6 +114,7 @@ func openIn(t *testing.T, n *tunnet.Net, h, planes, paths int) *endpoint.UDPHost
 		for i := 1; i <= 2*paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, uint16(50000+i))
 		}
+		tune(&cfg)
 		var err error
 		host, err = endpoint.OpenUDP(cfg)
 		return err
