@@ -160,18 +160,19 @@ func TestBlackholedPlaneIsLeftAndRejoined(t *testing.T) {
 	t.Logf("plane %d's paths (G good, S skip, A assumed bad):\n%s", plane, strings.Join(steps, "\n"))
 }
 
-// ECN end to end: a plane whose link to the receiver is slowed to a
-// quarter, with step marking at a small queue, marks CE; the marks cross
+// ECN end to end: a plane whose link to the receiver is slowed to 20
+// Mb/s, with step marking at a small queue, marks CE; the marks cross
 // the receiving kernel, are counted by the receiver and come back in its
-// ACKs, and the sender moves its traffic off that plane: it carries well
-// under a quarter of the packets, and a larger fraction of them came back
-// marked than on the full-rate planes (whose own queues mark too, at their
-// higher threshold, when the sender fills them).
+// ACKs, and the sender moves its traffic off that plane: it carries less
+// than half as many packets as the others do on average (however fast the
+// machine lets the sender go). The sender hears of the marks the slow link
+// made (at least 80% of them: the last ACKs may still be on their way),
+// never of more.
 func TestCEMarksReachTheSenderAndSteerIt(t *testing.T) {
 	fc := planes1G(0)
 	const slow = 2
 	fc.Overrides = []netem.Override{{Plane: slow, Match: netem.LinkMatch{Kind: netem.Downlink, Host: 2, Leaf: -1, Spine: -1},
-		Link: netem.LinkConfig{Rate: 250e6, Delay: 5 * time.Microsecond, Queue: netem.QueueConfig{Limit: 4 << 20, ECNThreshold: 64 << 10}}}}
+		Link: netem.LinkConfig{Rate: 20e6, Delay: 5 * time.Microsecond, Queue: netem.QueueConfig{Limit: 4 << 20, ECNThreshold: 64 << 10}}}}
 	n := up(t, 2, 4, fc)
 	w := newWriter(t, n, 4<<20)
 	deadline := time.Now().Add(20 * time.Second)
@@ -200,13 +201,10 @@ func TestCEMarksReachTheSenderAndSteerIt(t *testing.T) {
 	if marked == 0 || ce[slow] == 0 {
 		t.Fatalf("the slow plane marked %d, the sender heard of %d", marked, ce[slow])
 	}
-	if share := float64(sent[slow]) / float64(total); share > 0.15 {
-		t.Errorf("the slow plane carried %.0f%% of the packets: the sender did not move off it", 100*share)
+	if others := float64(total-sent[slow]) / 3; float64(sent[slow]) > others/2 {
+		t.Errorf("the slow plane carried %d packets, the others %.0f on average: the sender did not move off it", sent[slow], others)
 	}
-	slowFrac := float64(ce[slow]) / float64(sent[slow])
-	for p := range ce {
-		if f := float64(ce[p]) / float64(sent[p]); p != slow && 2*f > slowFrac {
-			t.Errorf("plane %d: %.1f%% of its packets marked, the slow one %.1f%%", p, 100*f, 100*slowFrac)
-		}
+	if ce[slow] > marked || 5*ce[slow] < 4*marked {
+		t.Errorf("the slow link marked %d packets, the sender heard of %d on that plane", marked, ce[slow])
 	}
 }
