@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -27,6 +28,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := newApp(stdin, stdout, stderr).Run(args)
 	if err == nil {
 		return 0
+	}
+	var status exitStatus
+	if errors.As(err, &status) {
+		return int(status)
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", progName, err)
 	var usage *usageError
@@ -60,7 +65,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		ErrWriter:      stderr,
 		ExitErrHandler: func(*cli.Context, error) {}, // run maps errors to exit codes
 		OnUsageError:   onUsageError,
-		Commands:       []*cli.Command{demoCommand(), benchNetCommand(), decodeCommand(), versionCommand(), goldenPcapCommand()},
+		Commands:       []*cli.Command{demoCommand(), benchNetCommand(), netemCommand(), decodeCommand(), versionCommand(), goldenPcapCommand()},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return &usageError{msg: fmt.Sprintf("unknown command %q", c.Args().First())}
@@ -73,6 +78,12 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	}
 	return app
 }
+
+// exitStatus is a program's exit status that the tool passes on as its
+// own (netem exec), with nothing printed.
+type exitStatus int
+
+func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)) }
 
 // usageError is a command line the tool cannot run: exit status 2.
 type usageError struct {
@@ -94,6 +105,10 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 func commandName(c *cli.Context) string {
 	if c.Command == nil || c.Command.Name == progName {
 		return ""
+	}
+	// A subcommand's help name is the whole command line that reaches it.
+	if name, ok := strings.CutPrefix(c.Command.HelpName, progName+" "); ok {
+		return name
 	}
 	return c.Command.Name
 }

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/tunnet"
+)
+
+// Bad flags of netem up are usage errors (exit 2) before anything is made.
+func TestNetemUpRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--loss", "1"}, {"--loss", "-0.1"}, {"--rate-gbps", "0"}, {"--delay", "-1us"}, {"--queue-kib", "0"},
+		{"--hosts", "0"}, {"--name", "no/slash"},
+	} {
+		r := runCLI(t, "", append([]string{"netem", "up"}, args...)...)
+		if r.code != 2 && !(r.code == 1 && strings.Contains(r.stderr, "tunnet:")) {
+			t.Errorf("%v: exit %d, %q", args, r.code, r.stderr)
+		}
+	}
+	if r := runCLI(t, "", "netem", "exec", "0"); r.code != 2 || !strings.Contains(r.stderr, "want HOST and a command") {
+		t.Errorf("exec without a command: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// netem up runs an emulated network for as long as asked, exec runs
+// programs inside its hosts and passes their exit status on, status lists
+// the hosts, and nothing is left when up returns; down removes what a
+// dead emulator left.
+func TestNetemUpExecStatusDown(t *testing.T) {
+	_, err := exec.LookPath("ip")
+	if os.Geteuid() != 0 || err != nil {
+		if os.Getenv("MROCE_REQUIRE_NETADMIN") != "" {
+			t.Fatal("needs root and ip (Debian package iproute2)")
+		}
+		t.Skip("needs root and ip (Debian package iproute2)")
+	}
+	name := fmt.Sprintf("c%d", rand.IntN(1e6))
+	t.Cleanup(func() { tunnet.Down(name) })
+	done := make(chan result, 1)
+	go func() { done <- runCLI(t, "", "netem", "up", "--name", name, "--hosts", "2", "--planes", "2", "--for", "3s") }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if left, _ := tunnet.List(name); len(left) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hosts did not appear")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // addresses and links come up after the namespaces
+	if r := runCLI(t, "", "netem", "status", "--name", name); !strings.Contains(r.stdout, "mroce-"+name+"-h1") {
+		t.Errorf("status: %q", r.stdout)
+	}
+	r := runCLI(t, "", "netem", "exec", "--name", name, "1", "--", "cat", "/sys/class/net/mr1/mtu")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "9000" {
+		t.Errorf("exec: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "", "netem", "exec", "--name", name, "0", "--", "sh", "-c", "exit 7"); r.code != 7 {
+		t.Errorf("exec's exit status: %d", r.code)
+	}
+	up := <-done
+	if up.code != 0 || !strings.Contains(up.stdout, "10.1.0.2") || !strings.Contains(up.stdout, "every namespace removed") {
+		t.Fatalf("up: exit %d, %q, %q", up.code, up.stdout, up.stderr)
+	}
+	if left, _ := tunnet.List(name); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+	// What a killed emulator leaves: its namespaces.
+	if out, err := exec.Command("ip", "netns", "add", "mroce-"+name+"-h0").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r := runCLI(t, "", "netem", "down", "--name", name); r.code != 0 || !strings.Contains(r.stdout, "removed 1") {
+		t.Errorf("down: exit %d, %q", r.code, r.stdout)
+	}
+	if left, _ := tunnet.List(name); len(left) != 0 {
+		t.Fatalf("down left %v", left)
+	}
+}
