@@ -43,7 +43,9 @@ func TestNetemUpExecStatusDown(t *testing.T) {
 	name := fmt.Sprintf("c%d", rand.IntN(1e6))
 	t.Cleanup(func() { tunnet.Down(name) })
 	done := make(chan result, 1)
-	go func() { done <- runCLI(t, "", "netem", "up", "--name", name, "--hosts", "2", "--planes", "2", "--for", "3s") }()
+	go func() {
+		done <- runCLI(t, "", "netem", "up", "--name", name, "--hosts", "2", "--planes", "2", "--for", "3s")
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if left, _ := tunnet.List(name); len(left) == 2 {
