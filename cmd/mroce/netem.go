@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/relay"
 	"github.com/mroce/mroce/tunnet"
 )
 
@@ -23,43 +24,60 @@ func netemCommand() *cli.Command {
 	name := &cli.StringFlag{Name: "name", Value: "net", Usage: "the emulated network's name: its namespaces are mroce-NAME-hN"}
 	return &cli.Command{
 		Name:  "netem",
-		Usage: "run the kernel-path emulator: hosts in network namespaces joined through netem (Linux, root)",
+		Usage: "run the emulator for real programs: hosts in network namespaces (Linux, root), or a UDP relay",
 		Description: "netem up makes emulated hosts, each a network namespace with one TUN interface per\n" +
 			"plane (host N's address on plane P is 10.P.0.N+1/16 on interface mrP), and forwards their\n" +
 			"packets through the emulator (rate, delay, queues with ECN marking, loss) until\n" +
 			"interrupted; then it removes everything it made. netem exec runs a program in a host;\n" +
 			"netem status lists the emulated hosts that exist; netem down removes what an emulator\n" +
-			"that died left behind. Needs Linux, root and ip (iproute2).",
+			"that died left behind. Needs Linux, root and ip (iproute2). netem relay needs neither:\n" +
+			"it carries UDP between loopback addresses through the same emulator.",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "up",
 				Usage: "start an emulated network and forward its packets until interrupted",
-				Flags: []cli.Flag{
-					name,
-					&cli.IntFlag{Name: "hosts", Value: 2, Usage: "hosts, 1 to 254"},
-					&cli.IntFlag{Name: "planes", Value: 4, Usage: "planes (NIC ports per host), 1 to 8"},
-					&cli.Float64Flag{Name: "rate-gbps", Value: 1, Usage: "every link's rate, Gb/s"},
-					&cli.DurationFlag{Name: "delay", Value: 5 * time.Microsecond, Usage: "every link's delay"},
-					&cli.Float64Flag{Name: "loss", Usage: "random loss on every link towards a host, 0 to 1"},
-					&cli.IntFlag{Name: "ecn-kib", Value: 512, Usage: "DCTCP step marking threshold of every queue, KiB (0: no marking)"},
-					&cli.IntFlag{Name: "queue-kib", Value: 4096, Usage: "every queue's limit, KiB"},
-					&cli.IntFlag{Name: "mtu", Value: 9000, Usage: "the TUN interfaces' MTU"},
-					&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the emulator's random choices"},
-					&cli.DurationFlag{Name: "for", Usage: "stop after this long (0: when interrupted)"},
-				},
+				Flags: append([]cli.Flag{name, &cli.IntFlag{Name: "mtu", Value: 9000, Usage: "the TUN interfaces' MTU"}}, fabricFlags()...),
 				Action: func(c *cli.Context) error {
-					cfg, err := netemConfig(c)
+					fc, err := fabricConfig(c)
 					if err != nil {
 						return err
 					}
-					ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+					ctx, stop := runContext(c)
 					defer stop()
-					if d := c.Duration("for"); d > 0 {
-						var cancel context.CancelFunc
-						ctx, cancel = context.WithTimeout(ctx, d)
-						defer cancel()
+					return runNetemUp(ctx, c.App.Writer, tunnet.Config{Name: c.String("name"), Hosts: c.Int("hosts"),
+						Planes: c.Int("planes"), MTU: c.Int("mtu"), Fabric: fc})
+				},
+			},
+			{
+				Name:  "relay",
+				Usage: "relay UDP between emulated hosts on loopback addresses through the emulator (no root)",
+				Description: "netem relay gives host N, on plane P, a real address 127.(10+P).0.(N+1), where its\n" +
+					"programs bind, and a virtual address 127.(20+P).0.(N+1), where the others send to it.\n" +
+					"A datagram from a real address to a virtual one crosses the emulator and arrives from\n" +
+					"the sender's virtual address, its ports kept. The relay carries the ports it is given:\n" +
+					"the receive port and a run of source ports. Linux answers every 127.0.0.0/8 address\n" +
+					"without configuration.",
+				Flags: append([]cli.Flag{
+					&cli.UintFlag{Name: "port", Value: 4797, Usage: "the hosts' receive port"},
+					&cli.UintFlag{Name: "source-port-base", Value: 50001, Usage: "the first of the hosts' source ports"},
+					&cli.IntFlag{Name: "source-ports", Value: 16, Usage: "how many source ports, from the base"},
+				}, fabricFlags()...),
+				Action: func(c *cli.Context) error {
+					fc, err := fabricConfig(c)
+					if err != nil {
+						return err
 					}
-					return runNetemUp(ctx, c.App.Writer, cfg)
+					port, base, count := c.Uint("port"), c.Uint("source-port-base"), c.Int("source-ports")
+					if port == 0 || port > 65535 || base == 0 || count < 0 || count > 1024 || int(base)+count-1 > 65535 {
+						return usagef(c, "netem relay: --port, --source-port-base and --source-ports must give ports 1 to 65535 (at most 1024 source ports)")
+					}
+					ports := []uint16{uint16(port)}
+					for i := 0; i < count; i++ {
+						ports = append(ports, uint16(int(base)+i))
+					}
+					ctx, stop := runContext(c)
+					defer stop()
+					return runRelay(ctx, c.App.Writer, relay.Config{Hosts: c.Int("hosts"), Planes: c.Int("planes"), Ports: ports, Fabric: fc})
 				},
 			},
 			{
@@ -133,19 +151,37 @@ func netemCommand() *cli.Command {
 	}
 }
 
-// netemConfig checks the flags of netem up and makes the network's
-// configuration.
-func netemConfig(c *cli.Context) (tunnet.Config, error) {
+// fabricFlags are the emulated network's settings, shared by netem up and
+// netem relay.
+func fabricFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "hosts", Value: 2, Usage: "hosts, 1 to 254"},
+		&cli.IntFlag{Name: "planes", Value: 4, Usage: "planes (NIC ports per host), 1 to 8"},
+		&cli.Float64Flag{Name: "rate-gbps", Value: 1, Usage: "every link's rate, Gb/s"},
+		&cli.DurationFlag{Name: "delay", Value: 5 * time.Microsecond, Usage: "every link's delay"},
+		&cli.Float64Flag{Name: "loss", Usage: "random loss on every link towards a host, 0 to 1"},
+		&cli.IntFlag{Name: "ecn-kib", Value: 512, Usage: "DCTCP step marking threshold of every queue, KiB (0: no marking)"},
+		&cli.IntFlag{Name: "queue-kib", Value: 4096, Usage: "every queue's limit, KiB"},
+		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the emulator's random choices"},
+		&cli.DurationFlag{Name: "for", Usage: "stop after this long (0: when interrupted)"},
+	}
+}
+
+// fabricConfig checks the fabric flags and makes netem's configuration.
+func fabricConfig(c *cli.Context) (netem.Config, error) {
 	rate, loss := c.Float64("rate-gbps"), c.Float64("loss")
+	cmd := "netem " + c.Command.Name
 	switch {
+	case c.Int("hosts") < 1 || c.Int("hosts") > 254 || c.Int("planes") < 1 || c.Int("planes") > 8:
+		return netem.Config{}, usagef(c, "%s: --hosts must be 1 to 254, --planes 1 to 8", cmd)
 	case rate <= 0 || rate > 1000:
-		return tunnet.Config{}, usagef(c, "netem up: --rate-gbps must be over 0 and at most 1000")
+		return netem.Config{}, usagef(c, "%s: --rate-gbps must be over 0 and at most 1000", cmd)
 	case loss < 0 || loss >= 1:
-		return tunnet.Config{}, usagef(c, "netem up: --loss must be 0 or more and under 1")
+		return netem.Config{}, usagef(c, "%s: --loss must be 0 or more and under 1", cmd)
 	case c.Duration("delay") < 0:
-		return tunnet.Config{}, usagef(c, "netem up: --delay must not be negative")
+		return netem.Config{}, usagef(c, "%s: --delay must not be negative", cmd)
 	case c.Int("ecn-kib") < 0 || c.Int("queue-kib") < 1:
-		return tunnet.Config{}, usagef(c, "netem up: --ecn-kib must not be negative, --queue-kib must be at least 1")
+		return netem.Config{}, usagef(c, "%s: --ecn-kib must not be negative, --queue-kib must be at least 1", cmd)
 	}
 	l := netem.LinkConfig{Rate: int64(rate * 1e9), Delay: c.Duration("delay"),
 		Queue: netem.QueueConfig{Limit: c.Int("queue-kib") << 10, ECNThreshold: c.Int("ecn-kib") << 10}}
@@ -153,9 +189,44 @@ func netemConfig(c *cli.Context) (tunnet.Config, error) {
 	if loss > 0 {
 		down.Impair.Loss = &netem.RandomLoss{P: loss}
 	}
-	cfg := tunnet.Config{Name: c.String("name"), Hosts: c.Int("hosts"), Planes: c.Int("planes"), MTU: c.Int("mtu"),
-		Fabric: netem.Config{Seed: c.Uint64("seed"), Uplink: l, Downlink: down}}
-	return cfg, nil
+	return netem.Config{Seed: c.Uint64("seed"), Uplink: l, Downlink: down}, nil
+}
+
+// runContext ends on an interrupt, or after --for.
+func runContext(c *cli.Context) (context.Context, func()) {
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	if d := c.Duration("for"); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		return ctx, func() { cancel(); stop() }
+	}
+	return ctx, stop
+}
+
+// runRelay runs a relay until ctx ends.
+func runRelay(ctx context.Context, w io.Writer, cfg relay.Config) error {
+	r, err := relay.Start(cfg)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "host\tplane\tbind here (real)\tsend here (virtual)")
+	for h := 0; h < cfg.Hosts; h++ {
+		for p := 0; p < cfg.Planes; p++ {
+			fmt.Fprintf(tw, "%d\t%d\t%v\t%v\n", h, p, relay.RealAddr(h, p), relay.VirtualAddr(h, p))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "relaying ports %d and %d-%d\n", cfg.Ports[0], cfg.Ports[min(1, len(cfg.Ports)-1)], cfg.Ports[len(cfg.Ports)-1])
+	<-ctx.Done()
+	st := r.Stats()
+	if err := r.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "stopped: %d datagrams relayed, %d delivered, %d from unknown addresses, %d from ports not relayed\n",
+		st.Relayed, st.Delivered, st.Unknown, st.Unmapped)
+	return nil
 }
 
 // runNetemUp runs the emulated network until ctx ends.

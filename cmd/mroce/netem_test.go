@@ -3,8 +3,11 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +86,47 @@ func TestNetemUpExecStatusDown(t *testing.T) {
 	}
 	if left, _ := tunnet.List(name); len(left) != 0 {
 		t.Fatalf("down left %v", left)
+	}
+}
+
+// netem relay carries a datagram from a host's real address to another's
+// virtual one, and says what it relayed when it stops. No root needed.
+func TestNetemRelay(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the relay's default addresses need Linux's whole 127.0.0.0/8 loopback")
+	}
+	port := 20000 + rand.IntN(30000)
+	done := make(chan result, 1)
+	go func() {
+		done <- runCLI(t, "", "netem", "relay", "--hosts", "2", "--planes", "1", "--port", fmt.Sprint(port),
+			"--source-port-base", fmt.Sprint(port+1), "--source-ports", "1", "--for", "2s")
+	}()
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 10, 0, 2), Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	tx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 10, 0, 1), Port: port + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	rx.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 64)
+	var from netip.AddrPort
+	for k := 0; k == 0; { // the relay may not be listening yet: send until it is
+		tx.WriteToUDP([]byte("hello"), &net.UDPAddr{IP: net.IPv4(127, 20, 0, 2), Port: port})
+		rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		k, from, _ = rx.ReadFromUDPAddrPort(buf)
+		if k > 0 && string(buf[:k]) != "hello" {
+			t.Fatalf("got %q", buf[:k])
+		}
+	}
+	if want := netip.AddrPortFrom(netip.MustParseAddr("127.20.0.1"), uint16(port+1)); from != want {
+		t.Errorf("from %v, want %v", from, want)
+	}
+	r := <-done
+	if r.code != 0 || !strings.Contains(r.stdout, "127.20.0.2") || !strings.Contains(r.stdout, "delivered") {
+		t.Fatalf("relay: exit %d, %q, %q", r.code, r.stdout, r.stderr)
 	}
 }
