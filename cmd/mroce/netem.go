@@ -163,6 +163,9 @@ func fabricFlags() []cli.Flag {
 		&cli.IntFlag{Name: "ecn-kib", Value: 512, Usage: "DCTCP step marking threshold of every queue, KiB (0: no marking)"},
 		&cli.IntFlag{Name: "queue-kib", Value: 4096, Usage: "every queue's limit, KiB"},
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the emulator's random choices"},
+		&cli.IntFlag{Name: "blackhole-plane", Value: -1, Usage: "a plane to blackhole (its links drop everything; the hosts' interfaces stay up), -1 for none"},
+		&cli.DurationFlag{Name: "blackhole-at", Usage: "when the blackhole starts, from the start"},
+		&cli.DurationFlag{Name: "blackhole-for", Usage: "how long it lasts before the plane is repaired (0: to the end)"},
 		&cli.DurationFlag{Name: "for", Usage: "stop after this long (0: when interrupted)"},
 	}
 }
@@ -189,7 +192,18 @@ func fabricConfig(c *cli.Context) (netem.Config, error) {
 	if loss > 0 {
 		down.Impair.Loss = &netem.RandomLoss{P: loss}
 	}
-	return netem.Config{Seed: c.Uint64("seed"), Uplink: l, Downlink: down}, nil
+	fc := netem.Config{Seed: c.Uint64("seed"), Uplink: l, Downlink: down}
+	if p := c.Int("blackhole-plane"); p >= 0 {
+		at, lasts := c.Duration("blackhole-at"), c.Duration("blackhole-for")
+		if p >= c.Int("planes") || at < 0 || lasts < 0 {
+			return netem.Config{}, usagef(c, "%s: --blackhole-plane must be a plane (0 to %d), --blackhole-at and --blackhole-for not negative", cmd, c.Int("planes")-1)
+		}
+		fc.Faults = append(fc.Faults, netem.Fault{At: at, Kind: netem.PlaneBlackhole, Plane: p})
+		if lasts > 0 {
+			fc.Faults = append(fc.Faults, netem.Fault{At: at + lasts, Kind: netem.Repair, Plane: p})
+		}
+	}
+	return fc, nil
 }
 
 // runContext ends on an interrupt, or after --for.

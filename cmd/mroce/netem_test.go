@@ -19,7 +19,7 @@ import (
 func TestNetemUpRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--loss", "1"}, {"--loss", "-0.1"}, {"--rate-gbps", "0"}, {"--delay", "-1us"}, {"--queue-kib", "0"},
-		{"--hosts", "0"}, {"--name", "no/slash"},
+		{"--hosts", "0"}, {"--name", "no/slash"}, {"--blackhole-plane", "4"}, {"--blackhole-plane", "1", "--blackhole-for", "-1s"},
 	} {
 		r := runCLI(t, "", append([]string{"netem", "up"}, args...)...)
 		if r.code != 2 && !(r.code == 1 && strings.Contains(r.stderr, "tunnet:")) {
@@ -128,5 +128,49 @@ func TestNetemRelay(t *testing.T) {
 	r := <-done
 	if r.code != 0 || !strings.Contains(r.stdout, "127.20.0.2") || !strings.Contains(r.stdout, "delivered") {
 		t.Fatalf("relay: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// --blackhole-plane drops everything on that plane from --blackhole-at:
+// through the relay, plane 1 carries a datagram and plane 0 does not.
+func TestNetemRelayBlackhole(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the relay's default addresses need Linux's whole 127.0.0.0/8 loopback")
+	}
+	port := 20000 + rand.IntN(30000)
+	done := make(chan result, 1)
+	go func() {
+		done <- runCLI(t, "", "netem", "relay", "--hosts", "2", "--planes", "2", "--port", fmt.Sprint(port),
+			"--source-ports", "0", "--blackhole-plane", "0", "--for", "2s")
+	}()
+	arrives := func(plane byte) bool {
+		rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 10+plane, 0, 2), Port: port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rx.Close()
+		tx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 10+plane, 0, 1), Port: port})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		buf := make([]byte, 64)
+		for try := 0; try < 10; try++ {
+			tx.WriteToUDP([]byte("x"), &net.UDPAddr{IP: net.IPv4(127, 20+plane, 0, 2), Port: port})
+			rx.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			if k, _, _ := rx.ReadFromUDPAddrPort(buf); k > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	if !arrives(1) {
+		t.Error("plane 1 carried nothing")
+	}
+	if arrives(0) {
+		t.Error("the blackholed plane carried a datagram")
+	}
+	if r := <-done; r.code != 0 {
+		t.Fatalf("relay: exit %d, %q", r.code, r.stderr)
 	}
 }
