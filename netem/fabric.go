@@ -170,6 +170,16 @@ func (f *Fabric) Downlink(p, h int) *Link {
 	return f.planes[p].downlinks[h]
 }
 
+// BytesTo returns, per plane, the bytes host h's downlinks have delivered
+// to it: how a host's traffic spread over its NIC ports.
+func (f *Fabric) BytesTo(h int) []uint64 {
+	out := make([]uint64, len(f.planes))
+	for p := range out {
+		out[p] = f.Downlink(p, h).Stats().Bytes
+	}
+	return out
+}
+
 // FabricLink returns the leaf-to-spine (up) or spine-to-leaf link of plane p.
 func (f *Fabric) FabricLink(p, leaf, spine int, up bool) *Link {
 	if up {

@@ -647,3 +647,20 @@ func TestOnPlaneChange(t *testing.T) {
 		t.Fatalf("plane changes seen: %s", got)
 	}
 }
+
+// BytesTo counts what each plane delivered to a host.
+func TestBytesToCountsPerPlane(t *testing.T) {
+	cfg := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, time.Microsecond))
+	cfg.Planes = 3
+	f, sim := newTestFabric(t, cfg)
+	attachSink(f, 1)
+	f.Host(0).Send([]link.Datagram{datagram(f, 0, 1, 1, 50000, 1000, 1, link.ECT0), datagram(f, 0, 1, 1, 50001, 500, 2, link.ECT0),
+		datagram(f, 0, 1, 2, 50000, 300, 3, link.ECT0)})
+	sim.RunUntil(clock.Time(time.Second))
+	if got := f.BytesTo(1); fmt.Sprint(got) != "[0 1500 300]" {
+		t.Fatalf("bytes per plane %v, want [0 1500 300]", got)
+	}
+	if got := f.BytesTo(0); fmt.Sprint(got) != "[0 0 0]" {
+		t.Fatalf("the sender received %v", got)
+	}
+}

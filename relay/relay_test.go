@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
 	"net"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 )
 
@@ -127,48 +127,26 @@ func TestMroceThroughTheRelay(t *testing.T) {
 	a, b := open(0), open(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	apd, _ := a.Device().AllocPD()
-	bpd, _ := b.Device().AllocPD()
-	acq, bcq := a.Device().CreateCQ(4), b.Device().CreateCQ(4)
-	if _, err := bpd.Listen(bcq, bcq, endpoint.QPOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	remote := endpoint.Remote{Port: ps[0]}
 	for p := 0; p < 4; p++ {
 		remote.Planes = append(remote.Planes, VirtualAddr(1, p))
 	}
-	qp, err := apd.Connect(ctx, remote, acq, acq, endpoint.QPOptions{})
+	const size = 32 << 20
+	pair, err := xfer.Connect(ctx, a.Device(), b.Device(), remote, size, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size = 32 << 20
-	data := make([]byte, size)
-	rand.NewChaCha8([32]byte{8}).Read(data)
-	src, _ := apd.RegisterMR(data, endpoint.LocalWrite)
-	dst, _ := bpd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite)
-	began := time.Now()
-	if err := qp.PostWrite(1, 0, src.SGE(0, size), dst.RKey(), 0); err != nil {
+	took, err := pair.Write(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	wc := make([]endpoint.Completion, 1)
-	if k, err := acq.Wait(ctx, wc); err != nil || k != 1 || wc[0].Status != endpoint.StatusOK {
-		t.Fatalf("completion %+v, %v", wc, err)
-	}
-	took := time.Since(began)
-	if !bytes.Equal(dst.Bytes(), data) {
-		t.Fatal("data differs")
-	}
-	var perPlane [4]uint64
-	r.Do(func(f *netem.Fabric) {
-		for p := range perPlane {
-			perPlane[p] = f.Downlink(p, 2).Stats().Bytes
-		}
-	})
+	var perPlane []uint64
+	r.Do(func(f *netem.Fabric) { perPlane = f.BytesTo(2) })
 	for p, n := range perPlane {
 		if n < size/10 {
 			t.Errorf("plane %d carried %d bytes of %d", p, n, size)
 		}
 	}
 	t.Logf("32 MiB in %v (%.2f Gb/s over 4 planes of 1 Gb/s); bytes per plane %v; relay %+v",
-		took.Round(time.Millisecond), float64(size)*8/took.Seconds()/1e9, perPlane, r.Stats())
+		took.Round(time.Millisecond), xfer.Gbps(size, took), perPlane, r.Stats())
 }

@@ -3,12 +3,12 @@ package tunnet_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/tunnet"
@@ -17,13 +17,9 @@ import (
 // writer keeps WRITEs of one buffer in flight from host 0 to host 1 until
 // stopped, and reads the connection's telemetry.
 type writer struct {
-	t    *testing.T
-	qp   *endpoint.QP
-	cq   *endpoint.CQ
-	src  *endpoint.MR
-	rkey uint64
-	size int
-	out  int // posted and not completed
+	t *testing.T
+	*xfer.Pair
+	out int // posted and not completed
 }
 
 func newWriter(t *testing.T, n *tunnet.Net, size int) *writer {
@@ -31,30 +27,18 @@ func newWriter(t *testing.T, n *tunnet.Net, size int) *writer {
 	a, b := openIn(t, n, 0, 4, 8), openIn(t, n, 1, 4, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	apd, _ := a.Device().AllocPD()
-	bpd, _ := b.Device().AllocPD()
-	w := &writer{t: t, cq: a.Device().CreateCQ(64), size: size}
-	bcq := b.Device().CreateCQ(16)
-	if _, err := bpd.Listen(bcq, bcq, endpoint.QPOptions{}); err != nil {
+	pair, err := xfer.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 4)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	if w.qp, err = apd.Connect(ctx, b.Remote(), w.cq, w.cq, endpoint.QPOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	data := make([]byte, size)
-	rand.NewChaCha8([32]byte{4}).Read(data)
-	w.src, _ = apd.RegisterMR(data, endpoint.LocalWrite)
-	dst, _ := bpd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite)
-	w.rkey = dst.RKey()
-	return w
+	return &writer{t: t, Pair: pair}
 }
 
 // keepBusy reaps completions (each must be OK) and posts WRITEs so that
 // two are in flight.
 func (w *writer) keepBusy() {
 	wc := make([]endpoint.Completion, 8)
-	k, err := w.cq.Poll(wc)
+	k, err := w.CQ.Poll(wc)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -65,7 +49,7 @@ func (w *writer) keepBusy() {
 		w.out--
 	}
 	for ; w.out < 2; w.out++ {
-		if err := w.qp.PostWrite(1, 0, w.src.SGE(0, uint32(w.size)), w.rkey, 0); err != nil {
+		if err := w.Post(1); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -77,7 +61,7 @@ func (w *writer) drain() {
 	defer cancel()
 	wc := make([]endpoint.Completion, 8)
 	for w.out > 0 {
-		k, err := w.cq.Wait(ctx, wc)
+		k, err := w.CQ.Wait(ctx, wc)
 		if err != nil {
 			w.t.Fatalf("%d WRITEs never completed: %v", w.out, err)
 		}
@@ -117,7 +101,7 @@ func TestBlackholedPlaneIsLeftAndRejoined(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			w.keepBusy()
-			sent, _, states := onPlane(w.qp.Telemetry(), plane)
+			sent, _, states := onPlane(w.QP.Telemetry(), plane)
 			if s := phase + ": " + states; s != last {
 				steps = append(steps, fmt.Sprintf("%s (plane %d sent %d)", s, plane, sent))
 				last = s
@@ -137,7 +121,7 @@ func TestBlackholedPlaneIsLeftAndRejoined(t *testing.T) {
 	var otherBefore uint64
 	for p := 0; p < 4; p++ {
 		if p != plane {
-			s, _, _ := onPlane(w.qp.Telemetry(), p)
+			s, _, _ := onPlane(w.QP.Telemetry(), p)
 			otherBefore += s
 		}
 	}
@@ -145,7 +129,7 @@ func TestBlackholedPlaneIsLeftAndRejoined(t *testing.T) {
 		var other uint64
 		for p := 0; p < 4; p++ {
 			if p != plane {
-				s, _, _ := onPlane(w.qp.Telemetry(), p)
+				s, _, _ := onPlane(w.QP.Telemetry(), p)
 				other += s
 			}
 		}
@@ -182,7 +166,7 @@ func TestCEMarksReachTheSenderAndSteerIt(t *testing.T) {
 		w.keepBusy()
 		var total uint64
 		for p := range sent {
-			sent[p], ce[p], _ = onPlane(w.qp.Telemetry(), p)
+			sent[p], ce[p], _ = onPlane(w.QP.Telemetry(), p)
 			total += sent[p]
 		}
 		if total > 20000 {

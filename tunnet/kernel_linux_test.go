@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/tunnet"
 )
@@ -38,51 +38,22 @@ func mroceWrite(t *testing.T, n *tunnet.Net, size int) (float64, []uint64) {
 	a, b := openIn(t, n, 0, 4, 8), openIn(t, n, 1, 4, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	adev, bdev := a.Device(), b.Device()
-	apd, _ := adev.AllocPD()
-	bpd, _ := bdev.AllocPD()
-	acq, bcq := adev.CreateCQ(16), bdev.CreateCQ(16)
-	if _, err := bpd.Listen(bcq, bcq, endpoint.QPOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	qp, err := apd.Connect(ctx, b.Remote(), acq, acq, endpoint.QPOptions{})
+	pair, err := xfer.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := make([]byte, size)
-	rand.NewChaCha8([32]byte{5}).Read(data)
-	src, _ := apd.RegisterMR(data, endpoint.LocalWrite)
-	dst, _ := bpd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite)
-	var before []uint64
-	n.Do(func(f *netem.Fabric) { before = planeBytes(f, 4, 2) })
-	began := time.Now()
-	if err := qp.PostWrite(1, 0, src.SGE(0, uint32(size)), dst.RKey(), 0); err != nil {
+	var before, after []uint64
+	n.Do(func(f *netem.Fabric) { before = f.BytesTo(2) })
+	took, err := pair.Write(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	wc := make([]endpoint.Completion, 1)
-	if k, err := acq.Wait(ctx, wc); err != nil || k != 1 || wc[0].Status != endpoint.StatusOK {
-		t.Fatalf("completion %+v, %v", wc, err)
-	}
-	took := time.Since(began)
-	if !bytes.Equal(dst.Bytes(), data) {
-		t.Fatal("data differs")
-	}
-	var after []uint64
-	n.Do(func(f *netem.Fabric) { after = planeBytes(f, 4, 2) })
+	n.Do(func(f *netem.Fabric) { after = f.BytesTo(2) })
 	for p := range after {
 		after[p] -= before[p]
 	}
-	qp.Close()
-	return float64(size) * 8 / took.Seconds(), after
-}
-
-// planeBytes is what each plane's downlink to fabric host h carried.
-func planeBytes(f *netem.Fabric, planes, h int) []uint64 {
-	out := make([]uint64, planes)
-	for p := range out {
-		out[p] = f.Downlink(p, h).Stats().Bytes
-	}
-	return out
+	pair.QP.Close()
+	return xfer.Gbps(size, took) * 1e9, after
 }
 
 // tcpStream moves up to size bytes over one kernel TCP connection from

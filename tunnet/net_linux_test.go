@@ -14,6 +14,7 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/tunnet"
 )
@@ -133,45 +134,22 @@ func TestMroceOverFourPlanes(t *testing.T) {
 	a, b := openIn(t, n, 0, 4, 8), openIn(t, n, 1, 4, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	adev, bdev := a.Device(), b.Device()
-	apd, _ := adev.AllocPD()
-	bpd, _ := bdev.AllocPD()
-	acq, bcq := adev.CreateCQ(16), bdev.CreateCQ(16)
-	if _, err := bpd.Listen(bcq, bcq, endpoint.QPOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	qp, err := apd.Connect(ctx, b.Remote(), acq, acq, endpoint.QPOptions{})
+	const size = 32 << 20
+	pair, err := xfer.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size = 32 << 20
-	data := make([]byte, size)
-	rand.NewChaCha8([32]byte{3}).Read(data)
-	src, _ := apd.RegisterMR(data, endpoint.LocalWrite)
-	dst, _ := bpd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite)
-	began := time.Now()
-	if err := qp.PostWrite(1, 0, src.SGE(0, size), dst.RKey(), 0); err != nil {
+	took, err := pair.Write(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	wc := make([]endpoint.Completion, 1)
-	if k, err := acq.Wait(ctx, wc); err != nil || k != 1 || wc[0].Status != endpoint.StatusOK {
-		t.Fatalf("completion %+v, %v", wc, err)
-	}
-	took := time.Since(began)
-	if !bytes.Equal(dst.Bytes(), data) {
-		t.Fatal("data differs")
-	}
-	var perPlane [4]uint64
-	n.Do(func(f *netem.Fabric) {
-		for p := range perPlane {
-			perPlane[p] = f.Downlink(p, 2).Stats().Bytes
-		}
-	})
+	var perPlane []uint64
+	n.Do(func(f *netem.Fabric) { perPlane = f.BytesTo(2) })
 	for p, bytes := range perPlane {
 		if bytes < size/8 {
 			t.Errorf("plane %d carried %d bytes of %d", p, bytes, size)
 		}
 	}
 	t.Logf("32 MiB in %v (%.2f Gb/s) over 4 planes of 10 Gb/s; bytes per plane %v; emulator %+v; sender %+v",
-		took.Round(time.Millisecond), float64(size)*8/took.Seconds()/1e9, perPlane, n.Stats(), a.DriverStats())
+		took.Round(time.Millisecond), xfer.Gbps(size, took), perPlane, n.Stats(), a.DriverStats())
 }

@@ -1,0 +1,88 @@
+// Package xfer moves data between two devices of the verbs API the way
+// the tests and measurements of real transfers need: one connection, one
+// source region filled with seeded bytes, one target region, WRITEs of the
+// whole region, the bytes checked on arrival.
+package xfer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/mroce/mroce/endpoint"
+)
+
+// Pair is a connection from one device to another, with a source region of
+// Size seeded bytes on the first and a target region of Size bytes on the
+// second.
+type Pair struct {
+	QP       *endpoint.QP
+	CQ       *endpoint.CQ // the connection's send completions
+	Src, Dst *endpoint.MR
+	Size     int
+}
+
+// Connect connects a to remote, where b listens (Connect makes b's
+// listener), and registers the regions.
+func Connect(ctx context.Context, a, b *endpoint.Device, remote endpoint.Remote, size int, seed byte) (*Pair, error) {
+	apd, err := a.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	bpd, err := b.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pair{CQ: a.CreateCQ(64), Size: size}
+	bcq := b.CreateCQ(16)
+	if _, err := bpd.Listen(bcq, bcq, endpoint.QPOptions{}); err != nil {
+		return nil, err
+	}
+	if p.QP, err = apd.Connect(ctx, remote, p.CQ, p.CQ, endpoint.QPOptions{}); err != nil {
+		return nil, err
+	}
+	data := make([]byte, size)
+	rand.NewChaCha8([32]byte{seed}).Read(data)
+	if p.Src, err = apd.RegisterMR(data, endpoint.LocalWrite); err != nil {
+		return nil, err
+	}
+	if p.Dst, err = bpd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Post posts a WRITE of the whole source region to the target region.
+func (p *Pair) Post(id uint64) error {
+	return p.QP.PostWrite(id, 0, p.Src.SGE(0, uint32(p.Size)), p.Dst.RKey(), 0)
+}
+
+// Write WRITEs the whole region once, waits for the completion and checks
+// the bytes; it returns how long the WRITE took.
+func (p *Pair) Write(ctx context.Context) (time.Duration, error) {
+	began := time.Now()
+	if err := p.Post(1); err != nil {
+		return 0, err
+	}
+	wc := make([]endpoint.Completion, 1)
+	k, err := p.CQ.Wait(ctx, wc)
+	took := time.Since(began)
+	switch {
+	case err != nil:
+		return took, err
+	case k != 1 || wc[0].Status != endpoint.StatusOK:
+		return took, fmt.Errorf("xfer: completion %+v", wc[0])
+	case !p.Arrived():
+		return took, errors.New("xfer: the data arrived wrong")
+	}
+	return took, nil
+}
+
+// Arrived reports whether the target region holds the source's bytes.
+func (p *Pair) Arrived() bool { return bytes.Equal(p.Dst.Bytes(), p.Src.Bytes()) }
+
+// Gbps is size bytes over d in Gb/s.
+func Gbps(size int, d time.Duration) float64 { return float64(size) * 8 / d.Seconds() / 1e9 }
