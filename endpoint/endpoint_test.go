@@ -28,63 +28,12 @@ func simNet(t *testing.T, loss float64) *SimNetwork {
 }
 
 // The verbs flow end to end through the API: register, listen, connect,
-// post receives, SEND and WRITE, wait for completions.
+// post receives, SEND, WRITE and READ, wait for completions.
 func TestVerbsFlow(t *testing.T) {
 	n := simNet(t, 0.01)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	server, client := n.Device(1), n.Device(0)
-	spd, _ := server.AllocPD()
-	cpd, _ := client.AllocPD()
-	scq, ccq := server.CreateCQ(64), client.CreateCQ(64)
-	lis, err := spd.Listen(scq, scq, QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqp, err := lis.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const size = 1 << 20
-	data := make([]byte, size)
-	rand.NewChaCha8([32]byte{9}).Read(data)
-	src, _ := cpd.RegisterMR(data, LocalWrite)
-	inbox, _ := spd.RegisterMR(make([]byte, size), LocalWrite)
-	target, _ := spd.RegisterMR(make([]byte, size), LocalWrite|RemoteWrite)
-	if err := sqp.PostRecv(77, 1, inbox.SGE(0, size)); err != nil {
-		t.Fatal(err)
-	}
-	if err := qp.PostSend(1, 1, src.SGE(0, size)); err != nil {
-		t.Fatal(err)
-	}
-	if err := qp.PostWrite(2, 2, src.SGE(0, size), target.RKey(), 0); err != nil {
-		t.Fatal(err)
-	}
-	var got []Completion
-	buf := make([]Completion, 8)
-	for len(got) < 2 {
-		k, err := ccq.Wait(ctx, buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, buf[:k]...)
-	}
-	k, err := scq.Wait(ctx, buf)
-	if err != nil || k != 1 || buf[0].ID != 77 || buf[0].Bytes != size || buf[0].Op != OpRecv {
-		t.Fatalf("receive completion %v %+v", err, buf[:k])
-	}
-	for _, wc := range got {
-		if wc.Status != StatusOK {
-			t.Fatalf("send completion %+v", wc)
-		}
-	}
-	if !bytes.Equal(inbox.Bytes(), data) || !bytes.Equal(target.Bytes(), data) {
-		t.Fatal("data differs")
-	}
+	qp := verbsFlow(t, ctx, n.Device(1), n.Device(0), n.Remote(1), 1<<20)
 	if tel := qp.Telemetry(); len(tel) != 8 || tel[0].PacketsSent == 0 {
 		t.Fatalf("telemetry %+v", tel)
 	}
@@ -94,6 +43,71 @@ func TestVerbsFlow(t *testing.T) {
 	if st, _ := qp.ConnState(); st != engine.Closed {
 		t.Fatalf("state after close: %v", st)
 	}
+}
+
+// verbsFlow connects client to server (at remote), SENDs size bytes into a
+// posted receive, WRITEs them to a region and READs them back, checking
+// every completion and every byte. It returns the client's QP.
+func verbsFlow(t *testing.T, ctx context.Context, server, client *Device, remote Remote, size uint32) *QP {
+	t.Helper()
+	spd, _ := server.AllocPD()
+	cpd, _ := client.AllocPD()
+	scq, ccq := server.CreateCQ(64), client.CreateCQ(64)
+	lis, err := spd.Listen(scq, scq, QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := cpd.Connect(ctx, remote, ccq, ccq, QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqp, err := lis.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, size)
+	rand.NewChaCha8([32]byte{9}).Read(data)
+	src, _ := cpd.RegisterMR(data, LocalWrite)
+	back, _ := cpd.RegisterMR(make([]byte, size), LocalWrite)
+	inbox, _ := spd.RegisterMR(make([]byte, size), LocalWrite)
+	target, _ := spd.RegisterMR(make([]byte, size), LocalWrite|RemoteWrite|RemoteRead)
+	if err := sqp.PostRecv(77, 1, inbox.SGE(0, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostSend(1, 1, src.SGE(0, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostWrite(2, 2, src.SGE(0, size), target.RKey(), 0); err != nil {
+		t.Fatal(err)
+	}
+	// READ back what the WRITE put there: stream 2 executes it after the WRITE.
+	if err := qp.PostRead(3, 2, back.SGE(0, size), target.RKey(), 0); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]Completion{}
+	buf := make([]Completion, 8)
+	for len(got) < 3 {
+		k, err := ccq.Wait(ctx, buf)
+		if err != nil {
+			t.Fatalf("%v; completions so far %+v", err, got)
+		}
+		for _, wc := range buf[:k] {
+			got[wc.ID] = wc
+		}
+	}
+	for id, wc := range got {
+		if wc.Status != StatusOK {
+			t.Errorf("completion %d: %+v", id, wc)
+		}
+	}
+	k, err := scq.Wait(ctx, buf)
+	if err != nil || k != 1 || buf[0].ID != 77 || buf[0].Bytes != size || buf[0].Op != OpRecv {
+		t.Fatalf("receive completion %v %+v", err, buf[:k])
+	}
+	if !bytes.Equal(inbox.Bytes(), data) || !bytes.Equal(target.Bytes(), data) || !bytes.Equal(back.Bytes(), data) {
+		t.Fatal("data differs")
+	}
+	return qp
 }
 
 // A full completion queue reports the overflow; it never drops silently.

@@ -1,7 +1,6 @@
 package endpoint
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
 	"net/netip"
@@ -45,65 +44,7 @@ func TestVerbsOverUDP(t *testing.T) {
 	client := openUDP(t, []string{"127.0.0.63", "127.0.0.64"}, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sdev, cdev := server.Device(), client.Device()
-	spd, _ := sdev.AllocPD()
-	cpd, _ := cdev.AllocPD()
-	scq, ccq := sdev.CreateCQ(64), cdev.CreateCQ(64)
-	lis, err := spd.Listen(scq, scq, QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := cpd.Connect(ctx, server.Remote(), ccq, ccq, QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqp, err := lis.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const size = 4 << 20
-	data := make([]byte, size)
-	rand.NewChaCha8([32]byte{7}).Read(data)
-	src, _ := cpd.RegisterMR(data, LocalWrite)
-	back, _ := cpd.RegisterMR(make([]byte, size), LocalWrite)
-	inbox, _ := spd.RegisterMR(make([]byte, size), LocalWrite)
-	target, _ := spd.RegisterMR(make([]byte, size), LocalWrite|RemoteWrite|RemoteRead)
-	if err := sqp.PostRecv(77, 1, inbox.SGE(0, size)); err != nil {
-		t.Fatal(err)
-	}
-	if err := qp.PostSend(1, 1, src.SGE(0, size)); err != nil {
-		t.Fatal(err)
-	}
-	if err := qp.PostWrite(2, 2, src.SGE(0, size), target.RKey(), 0); err != nil {
-		t.Fatal(err)
-	}
-	// READ back what the WRITE put there: stream 2 keeps it after the WRITE.
-	if err := qp.PostRead(3, 2, back.SGE(0, size), target.RKey(), 0); err != nil {
-		t.Fatal(err)
-	}
-	got := map[uint64]Completion{}
-	buf := make([]Completion, 8)
-	for len(got) < 3 {
-		k, err := ccq.Wait(ctx, buf)
-		if err != nil {
-			t.Fatalf("%v; completions so far %+v", err, got)
-		}
-		for _, wc := range buf[:k] {
-			got[wc.ID] = wc
-		}
-	}
-	for id, wc := range got {
-		if wc.Status != StatusOK {
-			t.Errorf("completion %d: %+v", id, wc)
-		}
-	}
-	k, err := scq.Wait(ctx, buf)
-	if err != nil || k != 1 || buf[0].ID != 77 || buf[0].Bytes != size {
-		t.Fatalf("receive completion %v %+v", err, buf[:k])
-	}
-	if !bytes.Equal(inbox.Bytes(), data) || !bytes.Equal(target.Bytes(), data) || !bytes.Equal(back.Bytes(), data) {
-		t.Fatal("data differs")
-	}
+	qp := verbsFlow(t, ctx, server.Device(), client.Device(), server.Remote(), 4<<20)
 	tel := qp.Telemetry()
 	if len(tel) != 4 {
 		t.Fatalf("telemetry of %d paths", len(tel))
