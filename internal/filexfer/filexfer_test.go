@@ -1,0 +1,158 @@
+package filexfer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/engine"
+)
+
+// pair opens two hosts on loopback and connects them: the sender's and
+// the receiver's side of one connection.
+func pair(t *testing.T) (snd, rcv Conn) {
+	t.Helper()
+	open := func(addr string) *endpoint.UDPHost {
+		var lastErr error
+		for try := 0; try < 20; try++ {
+			base := uint16(20000 + rand.IntN(40000))
+			cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 2,
+				SourcePorts: []uint16{base + 1, base + 2, base + 3, base + 4}, NoProgress: 10 * time.Second}
+			h, err := endpoint.OpenUDP(cfg)
+			if err == nil {
+				t.Cleanup(func() { h.Close() })
+				return h
+			}
+			lastErr = err
+		}
+		t.Fatal(lastErr)
+		return nil
+	}
+	a, b := open("127.0.0.71"), open("127.0.0.72")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adev, bdev := a.Device(), b.Device()
+	snd.PD, _ = adev.AllocPD()
+	rcv.PD, _ = bdev.AllocPD()
+	snd.Send, snd.Recv = adev.CreateCQ(64), adev.CreateCQ(64)
+	rcv.Send, rcv.Recv = bdev.CreateCQ(64), bdev.CreateCQ(64)
+	lis, err := rcv.PD.Listen(rcv.Send, rcv.Recv, endpoint.QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snd.QP, err = snd.PD.Connect(ctx, b.Remote(), snd.Send, snd.Recv, endpoint.QPOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if rcv.QP, err = lis.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return snd, rcv
+}
+
+// run sends data (as the reader r yields it, claiming size) and receives
+// it, and returns both sides' results and errors and what was written.
+func run(t *testing.T, r io.Reader, size int64, chunk int) (Result, error, Result, error, []byte) {
+	t.Helper()
+	snd, rcv := pair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	var rres Result
+	var rerr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rres, rerr = ReceiveFile(ctx, rcv, 8, 1<<20, func(Header) (io.Writer, error) { return &out, nil }, nil)
+	}()
+	var last Progress
+	sres, serr := SendFile(ctx, snd, r, "data.bin", size, chunk, 8, func(p Progress) { last = p })
+	wg.Wait()
+	if serr == nil && last.Bytes != size {
+		t.Errorf("last progress %+v, want %d bytes", last, size)
+	}
+	return sres, serr, rres, rerr, out.Bytes()
+}
+
+// A file's bytes arrive whole and in order, in chunks over many paths;
+// both sides agree on its SHA-256, which is the data's.
+func TestSendFileArrivesVerified(t *testing.T) {
+	for _, size := range []int{0, 1, 300 << 10, 5<<20 + 7} {
+		data := make([]byte, size)
+		rand.NewChaCha8([32]byte{byte(size)}).Read(data)
+		sres, serr, rres, rerr, got := run(t, bytes.NewReader(data), int64(size), 256<<10)
+		if serr != nil || rerr != nil {
+			t.Fatalf("%d bytes: sender %v, receiver %v", size, serr, rerr)
+		}
+		want := sha256.Sum256(data)
+		if !bytes.Equal(got, data) || sres.SHA256 != hex.EncodeToString(want[:]) || rres.SHA256 != sres.SHA256 {
+			t.Fatalf("%d bytes: got %d bytes, SHA-256 %s / %s", size, len(got), sres.SHA256, rres.SHA256)
+		}
+		if rres.Header.Name != "data.bin" || rres.Header.Size != int64(size) {
+			t.Fatalf("header %+v", rres.Header)
+		}
+	}
+}
+
+// A reader that ends early is the sender's error; the sender closes the
+// connection and the receiver stops with an error rather than waiting.
+func TestShortReaderFailsTheSender(t *testing.T) {
+	_, serr, _, rerr, _ := run(t, strings.NewReader("only this"), 1<<20, 64<<10)
+	if serr == nil || !strings.Contains(serr.Error(), "reading the data") {
+		t.Fatalf("sender: %v", serr)
+	}
+	if rerr == nil {
+		t.Fatal("the receiver saw no error")
+	}
+}
+
+// The parsers refuse what is not a header, trailer or verdict.
+func TestParsersRefuseGarbage(t *testing.T) {
+	for _, b := range []string{"", "{", `{"size":-1,"chunk":1}`, `{"size":1,"chunk":0}`, `[1]`} {
+		if _, err := parseHeader([]byte(b)); !errors.Is(err, ErrProtocol) {
+			t.Errorf("header %q: %v", b, err)
+		}
+	}
+	for _, b := range []string{"", `{"sha256":"00"}`, `{"sha256":"` + strings.Repeat("zz", 32) + `"}`} {
+		if _, err := parseTrailer([]byte(b)); !errors.Is(err, ErrProtocol) {
+			t.Errorf("trailer %q: %v", b, err)
+		}
+	}
+	for _, b := range []string{"", `{"ok":true}`, `{"ok":false,"sha256":"12"}`} {
+		if _, err := parseVerdict([]byte(b)); !errors.Is(err, ErrProtocol) {
+			t.Errorf("verdict %q: %v", b, err)
+		}
+	}
+	if h, err := parseHeader([]byte(`{"name":"x","size":5,"chunk":2}`)); err != nil || h.Size != 5 || h.Chunk != 2 {
+		t.Errorf("a good header: %+v, %v", h, err)
+	}
+}
+
+// FuzzParseControl: any bytes as a header, trailer or verdict: no panic,
+// and what is accepted keeps the rules.
+func FuzzParseControl(f *testing.F) {
+	f.Add([]byte(`{"name":"a","size":10,"chunk":4}`))
+	f.Add([]byte(`{"sha256":"` + strings.Repeat("ab", 32) + `"}`))
+	f.Add([]byte(`{"ok":true,"sha256":"` + strings.Repeat("01", 32) + `"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if h, err := parseHeader(b); err == nil && (h.Size < 0 || h.Chunk <= 0) {
+			t.Fatalf("header %+v", h)
+		}
+		if tr, err := parseTrailer(b); err == nil && !isSHA256(tr.SHA256) {
+			t.Fatalf("trailer %+v", tr)
+		}
+		if v, err := parseVerdict(b); err == nil && v.OK && !isSHA256(v.SHA256) {
+			t.Fatalf("verdict %+v", v)
+		}
+	})
+}
