@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildBinary builds the mroce binary once for the test.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mroce")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	return bin
+}
+
+// freePort is a UDP port free on addr right now.
+func freePort(t *testing.T, addr string) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		p := 20000 + rand.IntN(20000)
+		ok := true
+		for i := 0; i <= 16 && ok; i++ { // the receive port and its source ports
+			c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(addr), Port: p + i})
+			if err != nil {
+				ok = false
+				continue
+			}
+			c.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no free ports")
+	return 0
+}
+
+// The built binary, as a user runs it: recv in one process, send of a file
+// in another, over loopback with two planes; the file arrives intact and
+// both report success.
+func TestSendRecvBinaryEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary: not in -short")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.bin")
+	data := make([]byte, 9<<20+123)
+	rand.NewChaCha8([32]byte{1}).Read(data)
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outDir := filepath.Join(dir, "out")
+	os.Mkdir(outDir, 0o755)
+	port := fmt.Sprint(freePort(t, "127.0.0.91"))
+	recv := exec.Command(bin, "recv", "--listen", "127.0.0.91,127.0.0.92", "--port", port, "--out", outDir)
+	var recvOut bytes.Buffer
+	recv.Stdout, recv.Stderr = &recvOut, &recvOut
+	if err := recv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Process.Kill()
+	time.Sleep(300 * time.Millisecond) // until it listens
+	send := exec.Command(bin, "send", "--to", "127.0.0.91", "--to", "127.0.0.92", "--port", port, in)
+	sendOut, err := send.CombinedOutput()
+	if err != nil {
+		t.Fatalf("send: %v: %s", err, sendOut)
+	}
+	if err := recv.Wait(); err != nil {
+		t.Fatalf("recv: %v: %s", err, recvOut.String())
+	}
+	got, err := os.ReadFile(filepath.Join(outDir, "in.bin"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the file arrived wrong (%d bytes, %v)", len(got), err)
+	}
+	sum := sha256.Sum256(data)
+	for name, out := range map[string]string{"send": string(sendOut), "recv": recvOut.String()} {
+		if !strings.Contains(out, hex.EncodeToString(sum[:])) {
+			t.Errorf("%s does not report the SHA-256:\n%s", name, out)
+		}
+	}
+	if !strings.Contains(string(sendOut), "source port") || strings.Count(string(sendOut), "GOOD") < 8 {
+		t.Errorf("send's per-path table is missing:\n%s", sendOut)
+	}
+}
+
+// --json prints one document with the schema's fields, on both sides.
+func TestSendRecvJSON(t *testing.T) {
+	port := freePort(t, "127.0.0.93")
+	done := make(chan result, 1)
+	go func() {
+		done <- runCLI(t, "", "recv", "--listen", "127.0.0.93", "--port", fmt.Sprint(port), "--json", "--interval", "10ms")
+	}()
+	time.Sleep(200 * time.Millisecond)
+	s := runCLI(t, "", "send", "--to", "127.0.0.93", "--port", fmt.Sprint(port), "--size-mib", "4", "--json", "--interval", "10ms", "--paths", "4")
+	r := <-done
+	for name, res := range map[string]result{"send": s, "recv": r} {
+		if res.code != 0 {
+			t.Fatalf("%s: exit %d: %s", name, res.code, res.stderr)
+		}
+		var doc struct {
+			Role      string `json:"role"`
+			Size      int64  `json:"size"`
+			Intervals []struct {
+				Start, End, Gbps float64
+				Bytes            int64
+			} `json:"intervals"`
+			End *struct {
+				Bytes    int64   `json:"bytes"`
+				Seconds  float64 `json:"seconds"`
+				Gbps     float64 `json:"gbps"`
+				SHA256   string  `json:"sha256"`
+				Verified bool    `json:"verified"`
+			} `json:"end"`
+			Paths []struct {
+				Path       int     `json:"path"`
+				SourcePort uint16  `json:"source_port"`
+				State      string  `json:"state"`
+				Share      float64 `json:"share"`
+			} `json:"paths_detail"`
+		}
+		if err := json.Unmarshal([]byte(res.stdout), &doc); err != nil {
+			t.Fatalf("%s: not JSON: %v\n%s", name, err, res.stdout)
+		}
+		if doc.End == nil || !doc.End.Verified || doc.End.Bytes != 4<<20 || len(doc.End.SHA256) != 64 || doc.Size != 4<<20 || len(doc.Intervals) == 0 {
+			t.Errorf("%s: %+v", name, doc)
+		}
+		var sum int64
+		for _, iv := range doc.Intervals {
+			sum += iv.Bytes
+		}
+		if sum != 4<<20 {
+			t.Errorf("%s: intervals add up to %d bytes", name, sum)
+		}
+		if name == "send" {
+			var share float64
+			for _, p := range doc.Paths {
+				share += p.Share
+			}
+			if len(doc.Paths) != 4 || share < 0.999 || share > 1.001 || doc.Paths[0].SourcePort == 0 {
+				t.Errorf("send's paths: %+v", doc.Paths)
+			}
+		}
+	}
+}
+
+// Bad input gets a clear message and the right exit status: usage errors
+// 2, runtime errors 1.
+func TestSendRecvErrors(t *testing.T) {
+	busy, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 94)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := fmt.Sprint(busy.LocalAddr().(*net.UDPAddr).Port)
+	cases := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"send"}, 2, "send: --to: the receiver's address is needed"},
+		{[]string{"send", "--to", "not-an-address"}, 2, `"not-an-address" is not an IPv4 or IPv6 address`},
+		{[]string{"send", "--to", "127.0.0.1", "/no/such/file"}, 2, "no such file or directory"},
+		{[]string{"send", "--to", "127.0.0.1", "--paths", "0"}, 2, "--paths must be 1 to 256"},
+		{[]string{"send", "--to", "127.0.0.1", "--local", "127.0.0.1,127.0.0.2"}, 2, "2 --local addresses for 1 --to addresses"},
+		{[]string{"recv", "--listen", "127.0.0.94", "--port", busyPort}, 1, "address already in use"},
+		{[]string{"recv", "--mtu", "100"}, 2, "--mtu must be 0 or 256 to 9000"},
+		{[]string{"send", "--to", "127.0.0.95", "--port", "9", "--timeout", "300ms", "--size-mib", "1"}, 1, "no answer from [127.0.0.95] port 9 (is mroce recv running there?)"},
+	}
+	for _, c := range cases {
+		r := runCLI(t, "", c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, r.code, r.stderr, c.code, c.msg)
+		}
+	}
+}
