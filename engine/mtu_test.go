@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -60,5 +61,23 @@ func TestPacketTooBigForThePathFailsTheConnection(t *testing.T) {
 	}
 	if other.a.State() != Established {
 		t.Fatalf("another connection on the same path failed too: %v", other.a.Err())
+	}
+}
+
+// A peer that never answers the handshake: the connection fails with
+// ErrConnectFailed once the handshake's retries are spent, in either mode.
+func TestHandshakeTimesOut(t *testing.T) {
+	for _, mode := range []proto.Mode{proto.ModeMultipath, proto.ModeBaseline} {
+		n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1, Mode: mode})
+		rec := &recorder{}
+		// Host 5 is on no link of this fabric: everything to it is dropped.
+		c, err := n.hosts[0].ep.Connect([]netip.Addr{netem.Addr(0, 5), netem.Addr(1, 5)}, proto.DefaultPort, n.hosts[0].pd, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.run(time.Minute, func() bool { return c.State() == Closed })
+		if c.State() != Closed || !errors.Is(c.Err(), ErrConnectFailed) {
+			t.Fatalf("mode %v: state %v, error %v", mode, c.State(), c.Err())
+		}
 	}
 }

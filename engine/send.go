@@ -1123,7 +1123,7 @@ func (s *sender) flush(st Status, err error) {
 		s.retry.Stop()
 		s.paceT.Stop()
 	}
-	if s.c.bl.retry != nil {
+	if s.c != nil && s.c.bl.retry != nil { // s.c is set once the connection is established
 		s.c.bl.retry.Stop()
 	}
 }
