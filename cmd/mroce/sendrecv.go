@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,12 +18,16 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/filexfer"
+	"github.com/mroce/mroce/metrics"
 	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
@@ -41,6 +46,7 @@ func transferFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "interval", Value: time.Second, EnvVars: []string{"MROCE_INTERVAL"}, Usage: "time between interval reports (0: none)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, EnvVars: []string{"MROCE_TIMEOUT"}, Usage: "give up when the peer does not answer for this long"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON document at the end instead of text"},
+		&cli.StringFlag{Name: "metrics", EnvVars: []string{"MROCE_METRICS"}, Usage: "serve Prometheus metrics (per path) at http://ADDR/metrics while running"},
 	}
 }
 
@@ -52,12 +58,14 @@ type transferOptions struct {
 	inbound              float64 // bytes/s
 	baseline, json       bool
 	interval, noProgress time.Duration
+	metrics              string // address to serve /metrics at, or ""
 }
 
 func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 	o := transferOptions{port: uint16(c.Uint("port")), paths: c.Int("paths"), sourcePorts: c.Int("source-ports"),
 		mtu: c.Int("mtu"), chunk: c.Int("chunk-kib") << 10, inbound: c.Float64("inbound-gbps") * 1e9 / 8,
-		baseline: c.Bool("baseline"), json: c.Bool("json"), interval: c.Duration("interval"), noProgress: c.Duration("timeout")}
+		baseline: c.Bool("baseline"), json: c.Bool("json"), interval: c.Duration("interval"), noProgress: c.Duration("timeout"),
+		metrics: c.String("metrics")}
 	name := c.Command.Name
 	switch {
 	case c.Uint("port") == 0 || c.Uint("port") > 65535:
@@ -508,7 +516,32 @@ func (r *report) finish(res filexfer.Result, tel []pathmgr.Telemetry, err error)
 	return nil
 }
 
+// serveMetrics serves Prometheus metrics at addr until stop is called; its
+// collector exports the connections added to it.
+func serveMetrics(addr string) (*metrics.Collector, func(), error) {
+	col := metrics.NewCollector()
+	if addr == "" {
+		return col, func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return col, func() { srv.Close() }, nil
+}
+
 func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr, src *source, o transferOptions) error {
+	col, stopMetrics, err := serveMetrics(o.metrics)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	defer stopMetrics()
 	host, err := openHost(local, 0, o)
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
@@ -523,6 +556,7 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	if err != nil {
 		return fmt.Errorf("send: no answer from %v port %d (is mroce recv running there?): %w", to, o.port, err)
 	}
+	col.Add(fmt.Sprintf("%v:%d", to[0], o.port), conn.QP.Telemetry)
 	r := newReport("sender", out, errOut, o, local, to)
 	r.Name, r.Size = src.name, src.size
 	if r.text {
@@ -545,6 +579,11 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 }
 
 func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, outPath string, o transferOptions) error {
+	col, stopMetrics, err := serveMetrics(o.metrics)
+	if err != nil {
+		return fmt.Errorf("recv: %w", err)
+	}
+	defer stopMetrics()
 	host, err := openHost(planes, o.port, o)
 	if err != nil {
 		return fmt.Errorf("recv: %w", err)
@@ -564,6 +603,7 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 	if conn.QP, err = lis.Accept(ctx); err != nil {
 		return err
 	}
+	col.Add("sender", conn.QP.Telemetry)
 	var file *os.File
 	open := func(h filexfer.Header) (io.Writer, error) {
 		r.startBar(errOut, h.Size)

@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -190,12 +192,61 @@ func TestSendRecvErrors(t *testing.T) {
 		{[]string{"send", "--to", "127.0.0.1", "--local", "127.0.0.1,127.0.0.2"}, 2, "2 --local addresses for 1 --to addresses"},
 		{[]string{"recv", "--listen", "127.0.0.94", "--port", busyPort}, 1, "address already in use"},
 		{[]string{"recv", "--mtu", "100"}, 2, "--mtu must be 0 or 256 to 9000"},
+		{[]string{"send", "--to", "127.0.0.1", "--metrics", "300.0.0.1:1"}, 1, "send: --metrics: listen tcp"},
 		{[]string{"send", "--to", "127.0.0.95", "--port", "9", "--timeout", "300ms", "--size-mib", "1"}, 1, "no answer from [127.0.0.95] port 9 (is mroce recv running there?)"},
 	}
 	for _, c := range cases {
 		r := runCLI(t, "", c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.msg) {
 			t.Errorf("%v: exit %d, %q; want %d and %q", c.args, r.code, r.stderr, c.code, c.msg)
+		}
+	}
+}
+
+// --metrics serves Prometheus metrics while the transfer runs: a scrape
+// sees every path's counters with their labels.
+func TestSendMetrics(t *testing.T) {
+	port := freePort(t, "127.0.0.96")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+	recvDone := make(chan error, 1)
+	go func() {
+		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 8, chunk: 1 << 20, json: true, noProgress: 30 * time.Second}
+		recvDone <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.96")}, "", o)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	sendDone := make(chan result, 1)
+	go func() {
+		sendDone <- runCLI(t, "", "send", "--to", "127.0.0.96", "--port", fmt.Sprint(port), "--paths", "4",
+			"--size-mib", "256", "--json", "--metrics", metricsAddr)
+	}()
+	var scraped string
+	deadline := time.Now().Add(30 * time.Second)
+	for scraped == "" && time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), `mroce_path_packets_sent_total{conn="127.0.0.96:`+fmt.Sprint(port)+`",path="3"`) {
+				scraped = string(b)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s := <-sendDone
+	if err := <-recvDone; err != nil || s.code != 0 {
+		t.Fatalf("send exit %d %s; recv %v", s.code, s.stderr, err)
+	}
+	if scraped == "" {
+		t.Fatal("no scrape showed the connection's paths")
+	}
+	for _, name := range []string{"mroce_path_rtt_seconds", "mroce_path_state", "mroce_path_retransmits_total", "mroce_path_ce_marks_total", "go_goroutines"} {
+		if !strings.Contains(scraped, name) {
+			t.Errorf("the scrape lacks %s", name)
 		}
 	}
 }

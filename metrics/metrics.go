@@ -1,0 +1,127 @@
+// Package metrics exports connections' per-path telemetry to Prometheus,
+// with the official client library: a Collector reads the telemetry when
+// it is scraped, so nothing is counted twice and nothing runs between
+// scrapes.
+package metrics
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mroce/mroce/pathmgr"
+)
+
+// Source returns a connection's telemetry now (endpoint.QP.Telemetry).
+type Source func() []pathmgr.Telemetry
+
+// Collector exports the telemetry of the connections added to it.
+type Collector struct {
+	mu    sync.Mutex
+	conns map[string]Source
+}
+
+// NewCollector returns a collector with no connections.
+func NewCollector() *Collector { return &Collector{conns: map[string]Source{}} }
+
+// Add exports a connection under the label conn (a name the operator
+// recognises: the peer, say).
+func (c *Collector) Add(conn string, src Source) {
+	c.mu.Lock()
+	c.conns[conn] = src
+	c.mu.Unlock()
+}
+
+// Remove stops exporting a connection.
+func (c *Collector) Remove(conn string) {
+	c.mu.Lock()
+	delete(c.conns, conn)
+	c.mu.Unlock()
+}
+
+var (
+	pathLabels = []string{"conn", "path", "plane", "source_port"}
+
+	pathPackets = prometheus.NewDesc("mroce_path_packets_sent_total",
+		"Packets a path sent, retransmissions included.", pathLabels, nil)
+	pathBytes = prometheus.NewDesc("mroce_path_bytes_sent_total",
+		"Bytes a path sent, retransmissions included.", pathLabels, nil)
+	pathRetransmits = prometheus.NewDesc("mroce_path_retransmits_total",
+		"Transmissions of content sent before (gap, timeout, tail probe).", pathLabels, nil)
+	pathLost = prometheus.NewDesc("mroce_path_lost_total",
+		"Transmissions a path declared lost.", pathLabels, nil)
+	pathTimeouts = prometheus.NewDesc("mroce_path_timeouts_total",
+		"Retransmission timeouts of a path.", pathLabels, nil)
+	pathCE = prometheus.NewDesc("mroce_path_ce_marks_total",
+		"CE marks the receiver reported for a path's packets.", pathLabels, nil)
+	pathAcked = prometheus.NewDesc("mroce_path_acked_total",
+		"Transmissions the receiver reported received.", pathLabels, nil)
+	pathRepaths = prometheus.NewDesc("mroce_path_repaths_total",
+		"Moves of a path to a new source port.", pathLabels, nil)
+	pathRTT = prometheus.NewDesc("mroce_path_rtt_seconds",
+		"A path's smoothed round-trip time.", pathLabels, nil)
+	pathMinRTT = prometheus.NewDesc("mroce_path_min_rtt_seconds",
+		"A path's smallest round-trip time seen.", pathLabels, nil)
+	pathWindow = prometheus.NewDesc("mroce_path_window_packets",
+		"A path's congestion window.", pathLabels, nil)
+	pathInFlight = prometheus.NewDesc("mroce_path_in_flight_packets",
+		"A path's packets sent and not yet resolved.", pathLabels, nil)
+	pathState = prometheus.NewDesc("mroce_path_state",
+		"1 for a path's present state (GOOD, SKIP, ASSUMED_BAD, DOWN), 0 for the others.", append(pathLabels, "state"), nil)
+	connPaths = prometheus.NewDesc("mroce_connection_paths",
+		"The paths of a connection.", []string{"conn"}, nil)
+)
+
+var states = []pathmgr.State{pathmgr.Good, pathmgr.Skip, pathmgr.AssumedBad, pathmgr.Down}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathCE, pathAcked,
+		pathRepaths, pathRTT, pathMinRTT, pathWindow, pathInFlight, pathState, connPaths} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: every connection's telemetry,
+// read now.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	conns := make(map[string]Source, len(c.conns))
+	for k, v := range c.conns {
+		conns[k] = v
+	}
+	c.mu.Unlock()
+	for name, src := range conns {
+		tel := src()
+		ch <- prometheus.MustNewConstMetric(connPaths, prometheus.GaugeValue, float64(len(tel)), name)
+		for _, p := range tel {
+			l := []string{name, strconv.Itoa(p.Path), strconv.Itoa(p.Plane), strconv.Itoa(int(p.SrcPort))}
+			counter := func(d *prometheus.Desc, v uint64) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+			}
+			gauge := func(d *prometheus.Desc, v float64) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+			}
+			counter(pathPackets, p.PacketsSent)
+			counter(pathBytes, p.BytesSent)
+			counter(pathRetransmits, p.Retransmits)
+			counter(pathLost, p.Lost)
+			counter(pathTimeouts, p.Timeouts)
+			counter(pathCE, p.CEMarks)
+			counter(pathAcked, p.Acked)
+			counter(pathRepaths, p.Repaths)
+			gauge(pathRTT, p.RTT.SRTT.Seconds())
+			gauge(pathMinRTT, p.RTT.Min.Seconds())
+			gauge(pathWindow, float64(p.Window))
+			gauge(pathInFlight, float64(p.InFlight))
+			for _, s := range states {
+				v := 0.0
+				if p.State == s {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(pathState, prometheus.GaugeValue, v, append(l, s.String())...)
+			}
+		}
+	}
+}
