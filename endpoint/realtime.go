@@ -7,6 +7,7 @@ import (
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/udp"
 )
 
@@ -79,11 +80,22 @@ type UDPHost struct {
 	done   chan struct{}
 }
 
+// UDPOptions are a UDP host's settings beside its engine's.
+type UDPOptions struct {
+	// Tap, when set, sees every datagram the host sends (sent true) and
+	// receives, on the host's loop goroutine; d is valid only during the
+	// call. A capture (--pcap) is one.
+	Tap func(d *link.Datagram, sent bool)
+}
+
 // OpenUDP binds cfg's sockets (its Planes, Port and SourcePorts) and starts
 // its engine in real time. Timer settings left at zero get what real
 // sockets want (udp.RTOMin, udp.RTOInitial), and MaxPacket, when zero, the
 // largest datagram the planes' interfaces carry. Close stops it.
-func OpenUDP(cfg engine.Config) (*UDPHost, error) {
+func OpenUDP(cfg engine.Config) (*UDPHost, error) { return OpenUDPWith(cfg, UDPOptions{}) }
+
+// OpenUDPWith is OpenUDP with the host's own settings.
+func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 	if len(cfg.Planes) == 0 || cfg.Port == 0 {
 		return nil, errors.New("endpoint: a UDP host needs planes and a port")
 	}
@@ -101,7 +113,11 @@ func OpenUDP(cfg engine.Config) (*UDPHost, error) {
 	if cfg.MaxPacket == 0 {
 		cfg.MaxPacket = drv.MaxDatagram()
 	}
-	ep, err := engine.NewEndpoint(cfg, loop, drv) // before the loop runs: timers are made here
+	var port link.Port = drv
+	if opts.Tap != nil {
+		port = tappedPort{drv, opts.Tap}
+	}
+	ep, err := engine.NewEndpoint(cfg, loop, port) // before the loop runs: timers are made here
 	if err != nil {
 		drv.Close()
 		return nil, err
@@ -109,7 +125,11 @@ func OpenUDP(cfg engine.Config) (*UDPHost, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &UDPHost{drv: drv, cancel: cancel, done: make(chan struct{})}
 	h.sw = NewSoftware(ep, NewRegistry(cfg.Random), NewLoopRunner(loop))
-	drv.Start(ep)
+	if opts.Tap != nil {
+		drv.Start(tappedReceiver{ep, opts.Tap})
+	} else {
+		drv.Start(ep)
+	}
 	go func() {
 		loop.Run(ctx)
 		close(h.done)
@@ -142,3 +162,32 @@ func (h *UDPHost) Close() error {
 	<-h.done
 	return h.drv.Close()
 }
+
+// tappedPort shows every datagram sent to a tap before the port sends it.
+type tappedPort struct {
+	link.Port
+	tap func(d *link.Datagram, sent bool)
+}
+
+func (p tappedPort) Send(batch []link.Datagram) {
+	for i := range batch {
+		p.tap(&batch[i], true)
+	}
+	p.Port.Send(batch)
+}
+
+// tappedReceiver shows every datagram received to a tap before the engine
+// gets it; batches and too-big reports pass through.
+type tappedReceiver struct {
+	ep  *engine.Endpoint
+	tap func(d *link.Datagram, sent bool)
+}
+
+func (r tappedReceiver) Receive(d *link.Datagram, at clock.Time) {
+	r.tap(d, false)
+	r.ep.Receive(d, at)
+}
+
+func (r tappedReceiver) BeginBatch()             { r.ep.BeginBatch() }
+func (r tappedReceiver) EndBatch()               { r.ep.EndBatch() }
+func (r tappedReceiver) TooBig(d *link.Datagram) { r.ep.TooBig(d) }

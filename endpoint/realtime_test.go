@@ -9,6 +9,7 @@ import (
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/link"
 )
 
 // openUDP opens a host on planes with paths paths, trying other ports if
@@ -83,5 +84,38 @@ func TestLoopRunnerProgress(t *testing.T) {
 	defer stop()
 	if err := r.Progress(short, func() bool { return n == 6 }); err == nil {
 		t.Fatal("a condition that never holds was met")
+	}
+}
+
+// A tap sees what a host sends and receives, both ways, with the engine
+// none the wiser.
+func TestUDPHostTap(t *testing.T) {
+	var sent, received int
+	tap := func(d *link.Datagram, out bool) {
+		if out {
+			sent++
+		} else {
+			received++
+		}
+	}
+	var server *UDPHost
+	for try := 0; try < 20 && server == nil; try++ {
+		base := uint16(20000 + rand.IntN(40000))
+		cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.65")}, Port: base, Paths: 2, Streams: 4,
+			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second}
+		server, _ = OpenUDPWith(cfg, UDPOptions{Tap: tap})
+	}
+	if server == nil {
+		t.Fatal("no free ports")
+	}
+	defer server.Close()
+	client := openUDP(t, []string{"127.0.0.66"}, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	verbsFlow(t, ctx, server.Device(), client.Device(), server.Remote(), 256<<10).Close()
+	var s, r int
+	server.Backend().runner.Do(func() { s, r = sent, received })
+	if s == 0 || r < 2*(256<<10)/9000 { // the SEND and the WRITE alone are that many data packets
+		t.Fatalf("the tap saw %d sent, %d received", s, r)
 	}
 }
