@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -27,6 +29,8 @@ import (
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/filexfer"
+	"github.com/mroce/mroce/internal/pcapio"
+	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/metrics"
 	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
@@ -47,6 +51,8 @@ func transferFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, EnvVars: []string{"MROCE_TIMEOUT"}, Usage: "give up when the peer does not answer for this long"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON document at the end instead of text"},
 		&cli.StringFlag{Name: "metrics", EnvVars: []string{"MROCE_METRICS"}, Usage: "serve Prometheus metrics (per path) at http://ADDR/metrics while running"},
+		&cli.StringFlag{Name: "pcap", EnvVars: []string{"MROCE_PCAP"}, Usage: "write every packet sent and received to this pcap file (for Wireshark or mroce decode)"},
+		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"MROCE_LOG_LEVEL"}, Usage: "log to standard error from this level: debug, info (path events), warn, error"},
 	}
 }
 
@@ -59,14 +65,21 @@ type transferOptions struct {
 	baseline, json       bool
 	interval, noProgress time.Duration
 	metrics              string // address to serve /metrics at, or ""
+	pcap                 string // file to capture to, or ""
+	log                  *slog.Logger
 }
 
 func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 	o := transferOptions{port: uint16(c.Uint("port")), paths: c.Int("paths"), sourcePorts: c.Int("source-ports"),
 		mtu: c.Int("mtu"), chunk: c.Int("chunk-kib") << 10, inbound: c.Float64("inbound-gbps") * 1e9 / 8,
 		baseline: c.Bool("baseline"), json: c.Bool("json"), interval: c.Duration("interval"), noProgress: c.Duration("timeout"),
-		metrics: c.String("metrics")}
+		metrics: c.String("metrics"), pcap: c.String("pcap")}
 	name := c.Command.Name
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return o, usagef(c, "%s: --log-level %q: want debug, info, warn or error", name, c.String("log-level"))
+	}
+	o.log = slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
 	switch {
 	case c.Uint("port") == 0 || c.Uint("port") > 65535:
 		return o, usagef(c, "%s: --port must be 1 to 65535", name)
@@ -84,6 +97,13 @@ func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 		return o, usagef(c, "%s: --interval must not be negative, --timeout must be positive", name)
 	}
 	return o, nil
+}
+
+// fill gives options made without the command line what it would.
+func (o *transferOptions) fill() {
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
 }
 
 // maxPlanes is how many planes (NIC ports) the tool takes: as many as the
@@ -113,8 +133,9 @@ func parseAddrs(c *cli.Context, flag string) ([]netip.Addr, error) {
 }
 
 // openHost starts an endpoint on planes: on port (0: a free one chosen
-// here) with a pool of source ports after it.
-func openHost(planes []netip.Addr, port uint16, o transferOptions) (*endpoint.UDPHost, error) {
+// here) with a pool of source ports after it, its packets captured when
+// the options ask.
+func openHost(planes []netip.Addr, port uint16, o transferOptions, uo endpoint.UDPOptions) (*endpoint.UDPHost, error) {
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		p := port
@@ -129,7 +150,7 @@ func openHost(planes []netip.Addr, port uint16, o transferOptions) (*endpoint.UD
 		for i := 1; i <= o.sourcePorts; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, p+uint16(i))
 		}
-		h, err := endpoint.OpenUDP(cfg)
+		h, err := endpoint.OpenUDPWith(cfg, uo)
 		if err == nil {
 			return h, nil
 		}
@@ -516,6 +537,50 @@ func (r *report) finish(res filexfer.Result, tel []pathmgr.Telemetry, err error)
 	return nil
 }
 
+// capture opens the pcap file of --pcap and returns the tap that writes
+// to it (on the host's loop goroutine) and what closes it.
+func capture(path string, log *slog.Logger) (endpoint.UDPOptions, func() error, error) {
+	if path == "" {
+		return endpoint.UDPOptions{}, func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return endpoint.UDPOptions{}, nil, fmt.Errorf("--pcap: %w", err)
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	pw, err := pcapio.NewWriter(bw)
+	if err != nil {
+		f.Close()
+		return endpoint.UDPOptions{}, nil, fmt.Errorf("--pcap: %w", err)
+	}
+	failed := false
+	tap := func(d *link.Datagram, _ bool) {
+		if err := pw.WriteDatagram(time.Now(), d.Src, d.Dst, d.DSCP, d.ECN, d.Data); err != nil && !failed {
+			failed = true
+			log.Error("capture stopped", "file", path, "err", err)
+		}
+	}
+	done := func() error {
+		if err := bw.Flush(); err != nil {
+			f.Close()
+			return fmt.Errorf("--pcap: %w", err)
+		}
+		return f.Close()
+	}
+	return endpoint.UDPOptions{Tap: tap}, done, nil
+}
+
+// logPathEvents logs what the connection's paths did since the last call.
+func logPathEvents(log *slog.Logger, qp *endpoint.QP) {
+	for _, ev := range qp.PathEvents() {
+		if ev.Repath {
+			log.Info("path moved", "path", ev.Path, "source_port", ev.SrcPort, "epoch", ev.Epoch)
+			continue
+		}
+		log.Info("path state", "path", ev.Path, "from", ev.From.String(), "to", ev.To.String())
+	}
+}
+
 // serveMetrics serves Prometheus metrics at addr until stop is called; its
 // collector exports the connections added to it.
 func serveMetrics(addr string) (*metrics.Collector, func(), error) {
@@ -537,16 +602,27 @@ func serveMetrics(addr string) (*metrics.Collector, func(), error) {
 }
 
 func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr, src *source, o transferOptions) error {
+	o.fill()
 	col, stopMetrics, err := serveMetrics(o.metrics)
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
 	defer stopMetrics()
-	host, err := openHost(local, 0, o)
+	uo, closeCapture, err := capture(o.pcap, o.log)
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
-	defer host.Close()
+	host, err := openHost(local, 0, o, uo)
+	if err != nil {
+		closeCapture()
+		return fmt.Errorf("send: %w", err)
+	}
+	defer func() {
+		host.Close()
+		if err := closeCapture(); err != nil {
+			o.log.Error("capture", "err", err)
+		}
+	}()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
 	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
@@ -556,6 +632,7 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	if err != nil {
 		return fmt.Errorf("send: no answer from %v port %d (is mroce recv running there?): %w", to, o.port, err)
 	}
+	o.log.Info("connected", "to", to, "port", o.port, "paths", o.paths)
 	col.Add(fmt.Sprintf("%v:%d", to[0], o.port), conn.QP.Telemetry)
 	r := newReport("sender", out, errOut, o, local, to)
 	r.Name, r.Size = src.name, src.size
@@ -566,10 +643,17 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); every(o.interval, stop, func() { r.tick(conn.QP.Telemetry()) }) }()
+	go func() {
+		defer wg.Done()
+		every(max(o.interval, 0), stop, func() { r.tick(conn.QP.Telemetry()); logPathEvents(o.log, conn.QP) })
+	}()
 	res, err := filexfer.SendFile(ctx, conn, src, src.name, src.size, o.chunk, filexfer.DefaultDepth, r.progress)
 	close(stop)
 	wg.Wait()
+	logPathEvents(o.log, conn.QP)
+	if err != nil {
+		o.log.Error("transfer failed", "err", err)
+	}
 	tel := conn.QP.Telemetry()
 	if err == nil {
 		r.tick(tel)
@@ -579,16 +663,27 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 }
 
 func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, outPath string, o transferOptions) error {
+	o.fill()
 	col, stopMetrics, err := serveMetrics(o.metrics)
 	if err != nil {
 		return fmt.Errorf("recv: %w", err)
 	}
 	defer stopMetrics()
-	host, err := openHost(planes, o.port, o)
+	uo, closeCapture, err := capture(o.pcap, o.log)
 	if err != nil {
 		return fmt.Errorf("recv: %w", err)
 	}
-	defer host.Close()
+	host, err := openHost(planes, o.port, o, uo)
+	if err != nil {
+		closeCapture()
+		return fmt.Errorf("recv: %w", err)
+	}
+	defer func() {
+		host.Close()
+		if err := closeCapture(); err != nil {
+			o.log.Error("capture", "err", err)
+		}
+	}()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
 	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
@@ -604,6 +699,7 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 		return err
 	}
 	col.Add("sender", conn.QP.Telemetry)
+	o.log.Info("accepted a connection")
 	var file *os.File
 	open := func(h filexfer.Header) (io.Writer, error) {
 		r.startBar(errOut, h.Size)

@@ -78,7 +78,8 @@ func TestSendRecvBinaryEndToEnd(t *testing.T) {
 	}
 	defer recv.Process.Kill()
 	time.Sleep(300 * time.Millisecond) // until it listens
-	send := exec.Command(bin, "send", "--to", "127.0.0.91", "--to", "127.0.0.92", "--port", port, in)
+	capture := filepath.Join(dir, "send.pcap")
+	send := exec.Command(bin, "send", "--to", "127.0.0.91", "--to", "127.0.0.92", "--port", port, "--pcap", capture, "--log-level", "info", in)
 	sendOut, err := send.CombinedOutput()
 	if err != nil {
 		t.Fatalf("send: %v: %s", err, sendOut)
@@ -98,6 +99,15 @@ func TestSendRecvBinaryEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(string(sendOut), "source port") || strings.Count(string(sendOut), "GOOD") < 8 {
 		t.Errorf("send's per-path table is missing:\n%s", sendOut)
+	}
+	if !strings.Contains(string(sendOut), `level=INFO msg=connected`) {
+		t.Errorf("send logged nothing at info:\n%s", sendOut)
+	}
+	// The capture holds the connection's packets, both ways, as mroce
+	// decode reads them.
+	r := runCLI(t, "", "decode", "--pcap", capture, "--port", port)
+	if r.code != 0 || !strings.Contains(r.stdout, "CONNECT") || !strings.Contains(r.stdout, "SEND") || !strings.Contains(r.stdout, "ACK") {
+		t.Errorf("decode of the capture: exit %d, %.300s, %s", r.code, r.stdout, r.stderr)
 	}
 }
 
@@ -193,6 +203,8 @@ func TestSendRecvErrors(t *testing.T) {
 		{[]string{"recv", "--listen", "127.0.0.94", "--port", busyPort}, 1, "address already in use"},
 		{[]string{"recv", "--mtu", "100"}, 2, "--mtu must be 0 or 256 to 9000"},
 		{[]string{"send", "--to", "127.0.0.1", "--metrics", "300.0.0.1:1"}, 1, "send: --metrics: listen tcp"},
+		{[]string{"send", "--to", "127.0.0.1", "--log-level", "loud"}, 2, `--log-level "loud": want debug, info, warn or error`},
+		{[]string{"recv", "--pcap", "/no/such/dir/x.pcap"}, 1, "recv: --pcap: open /no/such/dir/x.pcap"},
 		{[]string{"send", "--to", "127.0.0.95", "--port", "9", "--timeout", "300ms", "--size-mib", "1"}, 1, "no answer from [127.0.0.95] port 9 (is mroce recv running there?)"},
 	}
 	for _, c := range cases {
