@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build test unit large lint vet fuzz bench bench-net golden clean
+.PHONY: all build test unit large lint vet fuzz bench bench-net golden wireshark clean
 
 all: build
 
@@ -54,6 +54,10 @@ bench-net:
 # Rebuild testdata/golden.pcap from the hand-written hex packets.
 golden:
 	$(GO) run ./cmd/mroce golden-pcap testdata/golden testdata/golden.pcap
+
+# Rewrite the Wireshark dissector from the spec's layout tables.
+wireshark:
+	$(GO) run ./cmd/mroce wireshark-lua > tools/wireshark/mroce.lua
 
 clean:
 	rm -rf bin

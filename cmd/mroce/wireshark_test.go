@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/mroce/mroce/proto"
+)
+
+const dissectorPath = "../../tools/wireshark/mroce.lua"
+
+// The committed dissector is what mroce wireshark-lua writes from the
+// spec's layout tables (regenerate with make wireshark).
+func TestDissectorIsGenerated(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeDissector(&b); err != nil {
+		t.Fatal(err)
+	}
+	committed, err := os.ReadFile(dissectorPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(committed, b.Bytes()) {
+		t.Fatal("tools/wireshark/mroce.lua is not what mroce wireshark-lua writes: run make wireshark")
+	}
+}
+
+// pdml is the part of tshark's PDML output the test reads.
+type pdml struct {
+	Packets []struct {
+		Protos []pdmlProto `xml:"proto"`
+	} `xml:"packet"`
+}
+
+type pdmlProto struct {
+	Name   string      `xml:"name,attr"`
+	Fields []pdmlField `xml:"field"`
+	Protos []pdmlProto `xml:"proto"`
+}
+
+type pdmlField struct {
+	Name  string `xml:"name,attr"`
+	Show  string `xml:"show,attr"`
+	Value string `xml:"value,attr"`
+}
+
+// mroceFields lists the mroce fields of a dissected frame, in order.
+func mroceFields(ps []pdmlProto) []pdmlField {
+	var out []pdmlField
+	for _, p := range ps {
+		for _, f := range p.Fields {
+			if strings.HasPrefix(f.Name, "mroce.") {
+				out = append(out, f)
+			}
+		}
+		out = append(out, mroceFields(p.Protos)...)
+	}
+	return out
+}
+
+// Wireshark, with the dissector, reads every field of every golden packet
+// as mroce decode does: the same fields in the same order, with the same
+// values (the bitvector and the payload byte for byte).
+func TestWiresharkDissector(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		if os.Getenv("MROCE_REQUIRE_TSHARK") == "1" {
+			t.Fatal("tshark is not on PATH and MROCE_REQUIRE_TSHARK=1")
+		}
+		t.Skip("tshark is not on PATH: skipping the dissector test (install tshark)")
+	}
+	cmd := exec.Command(tshark, "-X", "lua_script:"+dissectorPath, "-r", goldenPcap, "-T", "pdml")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, stderr.String())
+	}
+	var doc pdml
+	if err := xml.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("tshark's PDML: %v", err)
+	}
+	golden := goldenPackets(t)
+	if len(doc.Packets) != len(golden) {
+		t.Fatalf("tshark read %d frames, there are %d golden packets", len(doc.Packets), len(golden))
+	}
+	for i, g := range golden {
+		var p proto.Packet
+		if err := p.Decode(g.bytes); err != nil {
+			t.Fatalf("%s: %v", g.name, err)
+		}
+		var want []pdmlField
+		for _, s := range p.Sections() {
+			for _, f := range s.Layout.Fields {
+				if f.Reserved() {
+					continue
+				}
+				name := "mroce." + strings.ToLower(s.Layout.Name) + "." + strings.ToLower(f.Name)
+				if f.Width > 64 {
+					want = append(want, pdmlField{Name: name, Value: hex.EncodeToString(s.Bytes[f.Byte : f.Byte+f.Width/8])})
+				} else {
+					want = append(want, pdmlField{Name: name, Show: fmt.Sprint(f.Uint(s.Bytes))})
+				}
+			}
+		}
+		got := mroceFields(doc.Packets[i].Protos)
+		var payload string
+		kept := got[:0]
+		for _, f := range got {
+			if f.Name == "mroce.payload" {
+				payload = f.Value
+				continue
+			}
+			kept = append(kept, f)
+		}
+		got = kept
+		if hex.EncodeToString(p.Payload) != payload {
+			t.Errorf("%s: payload %q, want %x", g.name, payload, p.Payload)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: tshark shows %d fields, mroce decode %d", g.name, len(got), len(want))
+			continue
+		}
+		for k := range want {
+			w, f := want[k], got[k]
+			ok := f.Name == w.Name && (w.Value != "" && f.Value == w.Value || w.Value == "" && f.Show == w.Show)
+			if !ok {
+				t.Errorf("%s: field %d is %s = %s/%s; want %s = %s%s", g.name, k, f.Name, f.Show, f.Value, w.Name, w.Show, w.Value)
+			}
+		}
+	}
+}
