@@ -12,10 +12,15 @@ import (
 // which the message's bytes run through in order.
 type sgl []SGE
 
-// gatherList returns the work request's list: SGL if given, else Local.
+// gatherList returns the work request's list: SGL if given, else Local;
+// none at all when Local is empty too (a zero-length message, or a receive
+// that takes only a WRITE_IMM's notice).
 func gatherList(local SGE, list []SGE, one *[1]SGE) sgl {
 	if len(list) > 0 {
 		return list
+	}
+	if local == (SGE{}) {
+		return nil
 	}
 	one[0] = local
 	return one[:]

@@ -94,3 +94,31 @@ func TestUnsignaledRequests(t *testing.T) {
 		t.Fatalf("a failed unsignaled WRITE: %+v", pr.ra.done)
 	}
 }
+
+// A receive with no buffer takes a WRITE_IMM's notice (the data goes to the
+// region the WRITE names), and a SEND of no bytes: RDMA programs use both.
+func TestReceiveWithoutBuffers(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 8192, 3, memreg.LocalWrite)
+	dst := pr.hb.region(t, 8192, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	for id := uint64(1); id <= 2; id++ {
+		if err := pr.b.PostRecv(RecvWR{ID: 10 + id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWriteImm, Local: SGE{Region: src, Length: 8192}, RKey: dst.Key(), Imm: 77}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.a.Post(SendWR{ID: 2, Op: OpSend}); err != nil {
+		t.Fatal(err)
+	}
+	n.run(time.Second, func() bool { return len(pr.rb.done) == 2 && len(pr.ra.done) == 2 })
+	if len(pr.rb.done) != 2 || !pr.rb.done[0].HasImm || pr.rb.done[0].Imm != 77 || pr.rb.done[0].ID != 11 ||
+		pr.rb.done[1].ID != 12 || pr.rb.done[1].Bytes != 0 || pr.rb.done[1].Status != StatusOK {
+		t.Fatalf("receiver's completions %+v", pr.rb.done)
+	}
+	if !bytes.Equal(dst.Bytes(), src.Bytes()) {
+		t.Fatal("the WRITE_IMM's data did not land")
+	}
+}

@@ -290,7 +290,8 @@ type SendWR struct {
 	Unsignaled bool
 }
 
-// RecvWR posts a receive buffer on a stream: Local, or the list SGL.
+// RecvWR posts a receive buffer on a stream: Local, or the list SGL, or
+// none (a receive that takes a WRITE_IMM's notice, or a SEND of no bytes).
 type RecvWR struct {
 	ID     uint64
 	Stream uint16

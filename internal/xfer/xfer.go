@@ -2,6 +2,11 @@
 // the tests and measurements of real transfers need: one connection, one
 // source region filled with seeded bytes, one target region, WRITEs of the
 // whole region, the bytes checked on arrival.
+//
+// The WRITEs carry an immediate (WRITE_IMM), so that the target side gets
+// a completion of its own: that is when its program may read the region,
+// as an RDMA program would (a one-sided WRITE tells the target nothing),
+// and what orders the check after the bytes were placed.
 package xfer
 
 import (
@@ -23,6 +28,8 @@ type Pair struct {
 	CQ       *endpoint.CQ // the connection's send completions
 	Src, Dst *endpoint.MR
 	Size     int
+	target   *endpoint.QP // the accepted side, which takes each WRITE_IMM's receive
+	targetCQ *endpoint.CQ
 }
 
 // Connect connects a to remote, where b listens (Connect makes b's
@@ -36,12 +43,15 @@ func Connect(ctx context.Context, a, b *endpoint.Device, remote endpoint.Remote,
 	if err != nil {
 		return nil, err
 	}
-	p := &Pair{CQ: a.CreateCQ(64), Size: size}
-	bcq := b.CreateCQ(16)
-	if _, err := bpd.Listen(bcq, bcq, endpoint.QPOptions{}); err != nil {
+	p := &Pair{CQ: a.CreateCQ(64), Size: size, targetCQ: b.CreateCQ(64)}
+	lis, err := bpd.Listen(p.targetCQ, p.targetCQ, endpoint.QPOptions{})
+	if err != nil {
 		return nil, err
 	}
 	if p.QP, err = apd.Connect(ctx, remote, p.CQ, p.CQ, endpoint.QPOptions{}); err != nil {
+		return nil, err
+	}
+	if p.target, err = lis.Accept(ctx); err != nil {
 		return nil, err
 	}
 	data := make([]byte, size)
@@ -55,9 +65,14 @@ func Connect(ctx context.Context, a, b *endpoint.Device, remote endpoint.Remote,
 	return p, nil
 }
 
-// Post posts a WRITE of the whole source region to the target region.
+// Post posts a WRITE_IMM of the whole source region to the target region,
+// and the target's receive for it.
 func (p *Pair) Post(id uint64) error {
-	return p.QP.PostWrite(id, 0, p.Src.SGE(0, uint32(p.Size)), p.Dst.RKey(), 0)
+	if err := p.target.PostRecv(id, 0); err != nil {
+		return err
+	}
+	return p.QP.Post(endpoint.SendWR{ID: id, Op: endpoint.OpWriteImm, SGL: []endpoint.SGE{p.Src.SGE(0, uint32(p.Size))},
+		RKey: p.Dst.RKey(), Imm: uint32(id)})
 }
 
 // Write WRITEs the whole region once, waits for the completion and checks
@@ -75,14 +90,18 @@ func (p *Pair) Write(ctx context.Context) (time.Duration, error) {
 		return took, err
 	case k != 1 || wc[0].Status != endpoint.StatusOK:
 		return took, fmt.Errorf("xfer: completion %+v", wc[0])
-	case !p.Arrived():
+	}
+	if _, err := p.targetCQ.Wait(ctx, wc); err != nil {
+		return took, fmt.Errorf("xfer: the target's completion: %w", err)
+	}
+	if wc[0].Status != endpoint.StatusOK || !wc[0].HasImm {
+		return took, fmt.Errorf("xfer: the target's completion %+v", wc[0])
+	}
+	if !bytes.Equal(p.Dst.Bytes(), p.Src.Bytes()) {
 		return took, errors.New("xfer: the data arrived wrong")
 	}
 	return took, nil
 }
-
-// Arrived reports whether the target region holds the source's bytes.
-func (p *Pair) Arrived() bool { return bytes.Equal(p.Dst.Bytes(), p.Src.Bytes()) }
 
 // Gbps is size bytes over d in Gb/s.
 func Gbps(size int, d time.Duration) float64 { return float64(size) * 8 / d.Seconds() / 1e9 }
