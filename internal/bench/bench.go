@@ -1,0 +1,383 @@
+// Package bench is mroce bench: perftest-style measurements of one
+// connection over the verbs API (write_bw, send_bw, read_bw, write_lat),
+// with a client that runs the test and a server that answers it.
+//
+// The two sides agree on the test over stream 0: the client SENDs a
+// request (JSON: the test, the sizes, the iterations, and for write_lat
+// its own region), the server registers what the test needs (a region to
+// WRITE to or READ from, receives for SENDs) and answers (JSON: its
+// region's key and length). The test runs on stream 1. The client ends it
+// with a last SEND on stream 0, which the server answers before it leaves.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/mroce/mroce/endpoint"
+)
+
+// The tests.
+const (
+	WriteBW  = "write_bw"
+	SendBW   = "send_bw"
+	ReadBW   = "read_bw"
+	WriteLat = "write_lat"
+)
+
+// Tests lists the tests in the order help shows them.
+var Tests = []string{WriteBW, SendBW, ReadBW, WriteLat}
+
+// IsLatency reports whether test measures latency.
+func IsLatency(test string) bool { return test == WriteLat }
+
+// Request is what the client asks of the server.
+type Request struct {
+	Test  string `json:"test"`
+	Sizes []int  `json:"sizes"`
+	Iters int    `json:"iters"`
+	Depth int    `json:"depth"`
+	// For write_lat: the client's region the server WRITEs back to.
+	RKey uint64 `json:"rkey,omitempty"`
+}
+
+// Response is the server's answer: its region.
+type Response struct {
+	RKey  uint64 `json:"rkey"`
+	Len   int    `json:"len"`
+	Error string `json:"error,omitempty"`
+}
+
+// MaxSize is the largest message a test may use: 64 MiB.
+const MaxSize = 64 << 20
+
+// Sweep is the sizes of -a: 2 bytes to 8 MiB, powers of two, as perftest.
+func Sweep() []int {
+	var s []int
+	for n := 2; n <= 8<<20; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
+// Result is one size's measurement. Bandwidth tests fill the BW fields,
+// the latency test the latency ones (one-way: half the round trip, as
+// perftest reports).
+type Result struct {
+	Bytes       int     `json:"bytes"`
+	Iterations  int     `json:"iterations"`
+	BWPeakGbps  float64 `json:"bw_peak_gbps,omitempty"`
+	BWAvgGbps   float64 `json:"bw_average_gbps,omitempty"`
+	MsgRateMpps float64 `json:"msg_rate_mpps,omitempty"`
+	TMinUs      float64 `json:"t_min_us,omitempty"`
+	TMaxUs      float64 `json:"t_max_us,omitempty"`
+	TTypicalUs  float64 `json:"t_typical_us,omitempty"`
+	TAvgUs      float64 `json:"t_avg_us,omitempty"`
+	TStdevUs    float64 `json:"t_stdev_us,omitempty"`
+	P99Us       float64 `json:"p99_us,omitempty"`
+	P999Us      float64 `json:"p99_9_us,omitempty"`
+}
+
+// Side is one end's connection and what it registers with.
+type Side struct {
+	QP         *endpoint.QP
+	PD         *endpoint.PD
+	Send, Recv *endpoint.CQ
+}
+
+const (
+	control = 0 // the stream of the request, the answer and the end
+	data    = 1 // the stream of the test
+)
+
+// Validate checks a request.
+func (r Request) Validate() error {
+	if !slices.Contains(Tests, r.Test) {
+		return fmt.Errorf("bench: unknown test %q (want one of %v)", r.Test, Tests)
+	}
+	if len(r.Sizes) == 0 || r.Iters < 1 || r.Iters > 10_000_000 || r.Depth < 1 || r.Depth > 4096 {
+		return fmt.Errorf("bench: %d sizes, %d iterations, depth %d: want sizes, 1 to 10,000,000 iterations, depth 1 to 4,096", len(r.Sizes), r.Iters, r.Depth)
+	}
+	for _, n := range r.Sizes {
+		if n < 1 || n > MaxSize {
+			return fmt.Errorf("bench: size %d: want 1 to %d bytes", n, MaxSize)
+		}
+	}
+	return nil
+}
+
+// maxOf is the largest size.
+func maxOf(sizes []int) int { return slices.Max(sizes) }
+
+// exchange SENDs msg on the control stream and waits for the peer's
+// message into a posted receive (posted before sending, so that an answer
+// never finds no receive).
+func exchange(ctx context.Context, s Side, msg any, into any) error {
+	in, err := s.PD.RegisterMR(make([]byte, 4096), endpoint.LocalWrite)
+	if err != nil {
+		return err
+	}
+	if err := s.QP.PostRecv(1<<62, control, in.SGE(0, 4096)); err != nil {
+		return err
+	}
+	if msg != nil {
+		if err := send(ctx, s, msg); err != nil {
+			return err
+		}
+	}
+	return receive(ctx, s, in, into)
+}
+
+func send(ctx context.Context, s Side, msg any) error {
+	b, _ := json.Marshal(msg)
+	out, err := s.PD.RegisterMR(b, endpoint.LocalWrite)
+	if err != nil {
+		return err
+	}
+	if err := s.QP.PostSend(1<<62, control, out.SGE(0, uint32(len(b)))); err != nil {
+		return err
+	}
+	return waitOne(ctx, s.Send, 1<<62)
+}
+
+func receive(ctx context.Context, s Side, in *endpoint.MR, into any) error {
+	wc := make([]endpoint.Completion, 1)
+	for {
+		if _, err := s.Recv.Wait(ctx, wc); err != nil {
+			return err
+		}
+		if wc[0].Status != endpoint.StatusOK {
+			return fmt.Errorf("bench: control message: %v: %v", wc[0].Status, wc[0].Err)
+		}
+		if wc[0].ID == 1<<62 {
+			break
+		}
+	}
+	if into == nil {
+		return nil
+	}
+	if err := json.Unmarshal(in.Bytes()[:wc[0].Bytes], into); err != nil {
+		return fmt.Errorf("bench: a control message that is not JSON: %w", err)
+	}
+	return nil
+}
+
+// waitOne waits for the completion id on cq (others are errors).
+func waitOne(ctx context.Context, cq *endpoint.CQ, id uint64) error {
+	wc := make([]endpoint.Completion, 1)
+	if _, err := cq.Wait(ctx, wc); err != nil {
+		return err
+	}
+	if wc[0].Status != endpoint.StatusOK || wc[0].ID != id {
+		return fmt.Errorf("bench: completion %+v, want %d", wc[0], id)
+	}
+	return nil
+}
+
+// Serve answers one client's test on s and returns when the client ends it.
+func Serve(ctx context.Context, s Side) (Request, error) {
+	var req Request
+	if err := exchange(ctx, s, nil, &req); err != nil {
+		return req, err
+	}
+	if err := req.Validate(); err != nil {
+		send(ctx, s, Response{Error: err.Error()})
+		return req, err
+	}
+	size := maxOf(req.Sizes)
+	region, err := s.PD.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite|endpoint.RemoteRead)
+	if err != nil {
+		return req, err
+	}
+	// The client's end comes on the control stream; post its receive now.
+	end, err := s.PD.RegisterMR(make([]byte, 4096), endpoint.LocalWrite)
+	if err != nil {
+		return req, err
+	}
+	if err := s.QP.PostRecv(1<<62, control, end.SGE(0, 4096)); err != nil {
+		return req, err
+	}
+	switch req.Test {
+	case SendBW:
+		for i := 0; i < req.Depth; i++ {
+			if err := s.QP.PostRecv(uint64(i), data, region.SGE(0, uint32(size))); err != nil {
+				return req, err
+			}
+		}
+	case WriteLat:
+		if err := s.QP.PostRecv(0, data); err != nil {
+			return req, err
+		}
+	}
+	if err := send(ctx, s, Response{RKey: region.RKey(), Len: size}); err != nil {
+		return req, err
+	}
+	wc := make([]endpoint.Completion, 64)
+	for {
+		k, err := s.Recv.Wait(ctx, wc)
+		if err != nil {
+			return req, err
+		}
+		for _, c := range wc[:k] {
+			if c.Status != endpoint.StatusOK {
+				return req, fmt.Errorf("bench: receive: %v: %v", c.Status, c.Err)
+			}
+			switch {
+			case c.Stream == control:
+				return req, send(ctx, s, Response{RKey: region.RKey(), Len: size}) // the end: answered
+			case req.Test == SendBW:
+				if err := s.QP.PostRecv(c.ID, data, region.SGE(0, uint32(size))); err != nil {
+					return req, err
+				}
+			case req.Test == WriteLat:
+				// Pong: the same size back, as a WRITE_IMM into the client's region.
+				if err := s.QP.PostRecv(0, data); err != nil {
+					return req, err
+				}
+				if err := s.QP.Post(endpoint.SendWR{ID: 1, Op: endpoint.OpWriteImm, Stream: data, Unsignaled: true,
+					SGL: []endpoint.SGE{region.SGE(0, c.Bytes)}, RKey: req.RKey, Imm: c.Imm}); err != nil {
+					return req, err
+				}
+			}
+		}
+	}
+}
+
+// Run runs req against the server at the other end of s, one Result per
+// size, calling done after each.
+func Run(ctx context.Context, s Side, req Request, done func(Result)) ([]Result, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	size := maxOf(req.Sizes)
+	local, err := s.PD.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite)
+	if err != nil {
+		return nil, err
+	}
+	if req.Test == WriteLat {
+		req.RKey = local.RKey()
+	}
+	var resp Response
+	if err := exchange(ctx, s, req, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Error != "" {
+		return nil, errors.New("bench: the server refused: " + resp.Error)
+	}
+	var out []Result
+	for _, n := range req.Sizes {
+		var r Result
+		if req.Test == WriteLat {
+			r, err = latency(ctx, s, req, local, resp, n)
+		} else {
+			r, err = bandwidth(ctx, s, req, local, resp, n)
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+		if done != nil {
+			done(r)
+		}
+	}
+	// The end: the server answers it and leaves.
+	var bye Response
+	if err := exchange(ctx, s, Request{Test: req.Test}, &bye); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// bandwidth keeps Depth messages of n bytes in flight for Iters
+// completions.
+func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, resp Response, n int) (Result, error) {
+	r := Result{Bytes: n, Iterations: req.Iters}
+	op := map[string]endpoint.Opcode{WriteBW: endpoint.OpWrite, SendBW: endpoint.OpSend, ReadBW: endpoint.OpRead}[req.Test]
+	post := func(i int) error {
+		return s.QP.Post(endpoint.SendWR{ID: uint64(i), Op: op, Stream: data, SGL: []endpoint.SGE{local.SGE(0, uint32(n))},
+			RKey: resp.RKey})
+	}
+	posted, completed := 0, 0
+	began := time.Now()
+	// Peak: the best rate over a window of a tenth of the iterations.
+	window := max(1, req.Iters/10)
+	marks := make([]time.Time, 0, req.Iters/window+2)
+	wc := make([]endpoint.Completion, 64)
+	for completed < req.Iters {
+		for posted < req.Iters && posted-completed < req.Depth {
+			if err := post(posted); err != nil {
+				return r, err
+			}
+			posted++
+		}
+		k, err := s.Send.Wait(ctx, wc)
+		if err != nil {
+			return r, err
+		}
+		for _, c := range wc[:k] {
+			if c.Status != endpoint.StatusOK {
+				return r, fmt.Errorf("bench: %s of %d bytes: %v: %v", req.Test, n, c.Status, c.Err)
+			}
+			completed++
+			if completed%window == 0 {
+				marks = append(marks, time.Now())
+			}
+		}
+	}
+	took := time.Since(began)
+	r.BWAvgGbps = float64(n) * float64(req.Iters) * 8 / took.Seconds() / 1e9
+	r.MsgRateMpps = float64(req.Iters) / took.Seconds() / 1e6
+	prev := began
+	for _, m := range marks {
+		if d := m.Sub(prev).Seconds(); d > 0 {
+			r.BWPeakGbps = math.Max(r.BWPeakGbps, float64(n)*float64(window)*8/d/1e9)
+		}
+		prev = m
+	}
+	r.BWPeakGbps = math.Max(r.BWPeakGbps, r.BWAvgGbps)
+	return r, nil
+}
+
+// latency ping-pongs WRITE_IMMs of n bytes Iters times, one at a time.
+func latency(ctx context.Context, s Side, req Request, local *endpoint.MR, resp Response, n int) (Result, error) {
+	r := Result{Bytes: n, Iterations: req.Iters}
+	samples := make([]float64, 0, req.Iters)
+	wc := make([]endpoint.Completion, 1)
+	for i := 0; i < req.Iters; i++ {
+		if err := s.QP.PostRecv(uint64(i), data); err != nil {
+			return r, err
+		}
+		began := time.Now()
+		if err := s.QP.Post(endpoint.SendWR{ID: uint64(i), Op: endpoint.OpWriteImm, Stream: data, Unsignaled: true,
+			SGL: []endpoint.SGE{local.SGE(0, uint32(n))}, RKey: resp.RKey, Imm: uint32(i)}); err != nil {
+			return r, err
+		}
+		if _, err := s.Recv.Wait(ctx, wc); err != nil {
+			return r, err
+		}
+		rtt := time.Since(began)
+		if wc[0].Status != endpoint.StatusOK || wc[0].Imm != uint32(i) {
+			return r, fmt.Errorf("bench: write_lat of %d bytes: pong %+v", n, wc[0])
+		}
+		samples = append(samples, float64(rtt.Nanoseconds())/2/1e3)
+	}
+	slices.Sort(samples)
+	q := func(p float64) float64 { return samples[min(len(samples)-1, int(p*float64(len(samples))))] }
+	var sum, sq float64
+	for _, v := range samples {
+		sum += v
+	}
+	r.TAvgUs = sum / float64(len(samples))
+	for _, v := range samples {
+		sq += (v - r.TAvgUs) * (v - r.TAvgUs)
+	}
+	r.TMinUs, r.TMaxUs, r.TTypicalUs = samples[0], samples[len(samples)-1], q(0.5)
+	r.TStdevUs = math.Sqrt(sq / float64(len(samples)))
+	r.P99Us, r.P999Us = q(0.99), q(0.999)
+	return r, nil
+}
