@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -89,7 +90,7 @@ func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 		return o, usagef(c, "%s: --source-ports must be 1 to 1024", name)
 	case o.mtu != 0 && (o.mtu < 256 || o.mtu > 9000):
 		return o, usagef(c, "%s: --mtu must be 0 or 256 to 9000", name)
-	case c.Int("chunk-kib") < 1 || c.Int("chunk-kib") > 16384:
+	case defined(c, "chunk-kib") && (c.Int("chunk-kib") < 1 || c.Int("chunk-kib") > 16384):
 		return o, usagef(c, "%s: --chunk-kib must be 1 to 16384", name)
 	case o.inbound < 0:
 		return o, usagef(c, "%s: --inbound-gbps must not be negative", name)
@@ -97,6 +98,16 @@ func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 		return o, usagef(c, "%s: --interval must not be negative, --timeout must be positive", name)
 	}
 	return o, nil
+}
+
+// defined reports whether the running command has the flag name.
+func defined(c *cli.Context, name string) bool {
+	for _, f := range c.Command.Flags {
+		if slices.Contains(f.Names(), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // fill gives options made without the command line what it would.

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/internal/bench"
+)
+
+func benchCommand() *cli.Command {
+	var flags []cli.Flag
+	for _, f := range transferFlags() {
+		if n := f.Names()[0]; n != "chunk-kib" && n != "interval" {
+			flags = append(flags, f)
+		}
+	}
+	flags = append(flags,
+		&cli.BoolFlag{Name: "server", Usage: "be the server: wait for one client's test and answer it"},
+		&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice("127.0.0.1"), EnvVars: []string{"MROCE_LISTEN"}, Usage: "the server's local address of each plane"},
+		&cli.StringSliceFlag{Name: "to", EnvVars: []string{"MROCE_TO"}, Usage: "the client: the server's address on each plane"},
+		&cli.StringSliceFlag{Name: "local", EnvVars: []string{"MROCE_LOCAL"}, Usage: "the client's local address of each plane (default: the system's choice for each --to)"},
+		&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "sweep the sizes 2 B to 8 MiB (powers of two)"},
+		&cli.IntFlag{Name: "size", Aliases: []string{"s"}, Value: 65536, Usage: "message size, bytes"},
+		&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Usage: "iterations per size (default 5000 for bandwidth, 1000 for latency)"},
+		&cli.IntFlag{Name: "tx-depth", Aliases: []string{"t"}, Value: 128, Usage: "messages in flight (bandwidth tests)"},
+	)
+	var tests []*cli.Command
+	for _, test := range bench.Tests {
+		tests = append(tests, &cli.Command{
+			Name:      test,
+			Usage:     benchTitles[test],
+			UsageText: progName + " bench " + test + " --server [--listen ADDR...]\n" + progName + " bench " + test + " --to ADDR[,ADDR...] [-a | --size N] [--iters N]",
+			Flags:     flags,
+			Action:    benchAction,
+		})
+	}
+	return &cli.Command{
+		Name:        "bench",
+		Usage:       "perftest-style bandwidth and latency: write_bw, send_bw, read_bw, write_lat",
+		UsageText:   progName + " bench TEST --server [--listen ADDR...]\n" + progName + " bench TEST --to ADDR[,ADDR...] [-a | --size N] [--iters N]",
+		Subcommands: tests,
+		Description: "bench measures one connection as perftest does (ib_write_bw and its siblings): run\n" +
+			"the server side with --server, then the client with --to the server's addresses and the\n" +
+			"same TEST. Bandwidth tests keep --tx-depth messages in flight and report #bytes,\n" +
+			"#iterations, BW peak, BW average and MsgRate; write_lat ping-pongs WRITEs with\n" +
+			"immediate data and reports the one-way time (half the round trip): t_min, t_max,\n" +
+			"t_typical (median), t_avg, t_stdev, 99% and 99.9%. Tests: " + strings.Join(bench.Tests, ", ") + ".",
+	}
+}
+
+// benchAction runs one test's subcommand, as server or client.
+func benchAction(c *cli.Context) error {
+	if c.NArg() != 0 {
+		return usagef(c, "bench %s: no arguments: the settings are flags", c.Command.Name)
+	}
+	test := c.Command.Name
+	o, err := parseTransferOptions(c)
+	if err != nil {
+		return err
+	}
+	if c.Bool("server") {
+		planes, err := parseAddrs(c, "listen")
+		if err != nil {
+			return err
+		}
+		if len(planes) == 0 {
+			return usagef(c, "bench: --listen: no address")
+		}
+		return runBenchServer(c.Context, c.App.Writer, test, planes, o)
+	}
+	req := bench.Request{Test: test, Sizes: []int{c.Int("size")}, Iters: c.Int("iters"), Depth: c.Int("tx-depth")}
+	if c.Bool("all") {
+		req.Sizes = bench.Sweep()
+	}
+	if req.Iters == 0 {
+		req.Iters = 5000
+		if bench.IsLatency(test) {
+			req.Iters = 1000
+		}
+	}
+	if err := req.Validate(); err != nil {
+		return usagef(c, "%v", err)
+	}
+	to, err := parseAddrs(c, "to")
+	if err != nil {
+		return err
+	}
+	if len(to) == 0 {
+		return usagef(c, "bench: --to (the server's addresses) or --server")
+	}
+	local, err := clientLocal(c, to)
+	if err != nil {
+		return err
+	}
+	return runBenchClient(c.Context, c.App.Writer, req, local, to, o)
+}
+
+// clientLocal is --local, or the system's source address for each --to.
+func clientLocal(c *cli.Context, to []netip.Addr) ([]netip.Addr, error) {
+	local, err := parseAddrs(c, "local")
+	if err != nil {
+		return nil, err
+	}
+	if len(local) == 0 {
+		for _, a := range to {
+			l, err := localFor(a)
+			if err != nil {
+				return nil, fmt.Errorf("%s: no local address reaches %v: %w", c.Command.Name, a, err)
+			}
+			local = append(local, l)
+		}
+	}
+	if len(local) != len(to) {
+		return nil, usagef(c, "%s: %d --local addresses for %d --to addresses: one per plane", c.Command.Name, len(local), len(to))
+	}
+	return local, nil
+}
+
+var benchTitles = map[string]string{
+	bench.WriteBW: "RDMA_Write BW Test", bench.SendBW: "Send BW Test", bench.ReadBW: "RDMA_Read BW Test",
+	bench.WriteLat: "RDMA_Write Latency Test",
+}
+
+const rule = "---------------------------------------------------------------------------------------"
+
+func benchHeader(w io.Writer, test string, o transferOptions, role string) {
+	fmt.Fprintln(w, rule)
+	fmt.Fprintf(w, "                    %s (mroce, %s)\n", benchTitles[test], role)
+	mode := "multipath"
+	if o.baseline {
+		mode = "baseline (RoCEv2-like)"
+	}
+	fmt.Fprintf(w, " Transport: mroce over UDP, %s    Paths: %d    Port: %d\n", mode, o.paths, o.port)
+	fmt.Fprintln(w, rule)
+}
+
+func runBenchServer(ctx context.Context, w io.Writer, test string, planes []netip.Addr, o transferOptions) error {
+	o.fill()
+	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer host.Close()
+	dev := host.Device()
+	pd, _ := dev.AllocPD()
+	s := bench.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
+	lis, err := pd.Listen(s.Send, s.Recv, endpoint.QPOptions{})
+	if err != nil {
+		return err
+	}
+	if !o.json {
+		benchHeader(w, test, o, "server")
+		fmt.Fprintf(w, " Waiting for a client on %v port %d\n", planes, o.port)
+	}
+	if s.QP, err = lis.Accept(ctx); err != nil {
+		return err
+	}
+	req, err := bench.Serve(ctx, s)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if req.Test != test {
+		return fmt.Errorf("bench: the client ran %s, this server was started for %s", req.Test, test)
+	}
+	if o.json {
+		return json.NewEncoder(w).Encode(map[string]any{"role": "server", "test": test, "sizes": req.Sizes, "iterations": req.Iters})
+	}
+	fmt.Fprintf(w, " Served %s: %d sizes, %d iterations each\n%s\n", req.Test, len(req.Sizes), req.Iters, rule)
+	return nil
+}
+
+func runBenchClient(ctx context.Context, w io.Writer, req bench.Request, local, to []netip.Addr, o transferOptions) error {
+	o.fill()
+	host, err := openHost(local, 0, o, endpoint.UDPOptions{})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer host.Close()
+	dev := host.Device()
+	pd, _ := dev.AllocPD()
+	s := bench.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
+	cctx, cancel := context.WithTimeout(ctx, o.noProgress)
+	s.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: to, Port: o.port}, s.Send, s.Recv, endpoint.QPOptions{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("bench: no answer from %v port %d (is mroce bench %s --server running there?): %w", to, o.port, req.Test, err)
+	}
+	defer s.QP.Close()
+	// Fixed columns, as perftest prints them: each row goes out as its size
+	// finishes.
+	if !o.json {
+		benchHeader(w, req.Test, o, "client")
+		if bench.IsLatency(req.Test) {
+			fmt.Fprintf(w, " %-10s %-12s %-12s %-12s %-16s %-12s %-14s %-21s %s\n", "#bytes", "#iterations", "t_min[usec]",
+				"t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]")
+		} else {
+			fmt.Fprintf(w, " %-10s %-12s %-17s %-20s %s\n", "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]", "MsgRate[Mpps]")
+		}
+	}
+	row := func(r bench.Result) {
+		if o.json {
+			return
+		}
+		if bench.IsLatency(req.Test) {
+			fmt.Fprintf(w, " %-10d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-21.2f %.2f\n", r.Bytes, r.Iterations, r.TMinUs, r.TMaxUs,
+				r.TTypicalUs, r.TAvgUs, r.TStdevUs, r.P99Us, r.P999Us)
+		} else {
+			fmt.Fprintf(w, " %-10d %-12d %-17.2f %-20.2f %.6f\n", r.Bytes, r.Iterations, r.BWPeakGbps, r.BWAvgGbps, r.MsgRateMpps)
+		}
+	}
+	res, err := bench.Run(ctx, s, req, row)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if o.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"role": "client", "test": req.Test, "paths": o.paths, "tx_depth": req.Depth, "results": res})
+	}
+	fmt.Fprintln(w, rule)
+	return nil
+}
