@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -35,12 +36,14 @@ func demoCommand() *cli.Command {
 			&cli.Float64Flag{Name: "rate-gbps", Value: 100, Usage: "link rate of every plane, Gb/s"},
 			&cli.DurationFlag{Name: "delay", Value: 2 * time.Microsecond, Usage: "propagation delay of every link"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice (the run repeats exactly)"},
+			&cli.DurationFlag{Name: "interval", Value: 250 * time.Microsecond, Usage: "virtual time between interval reports (0: none)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON document instead of text"},
 		},
 		Action: func(c *cli.Context) error {
 			o := demoOptions{
 				sizeMiB: c.Int("size-mib"), loss: c.Float64("loss"), planes: c.Int("planes"),
 				paths: c.Int("paths"), streams: c.Int("streams"), rateGbps: c.Float64("rate-gbps"),
-				delay: c.Duration("delay"), seed: c.Uint64("seed"),
+				delay: c.Duration("delay"), seed: c.Uint64("seed"), interval: c.Duration("interval"), json: c.Bool("json"),
 			}
 			if err := o.check(); err != nil {
 				return &usageError{msg: "demo: " + err.Error(), command: "demo"}
@@ -53,8 +56,9 @@ func demoCommand() *cli.Command {
 type demoOptions struct {
 	sizeMiB, planes, paths, streams int
 	loss, rateGbps                  float64
-	delay                           time.Duration
+	delay, interval                 time.Duration
 	seed                            uint64
+	json                            bool
 }
 
 func (o demoOptions) check() error {
@@ -73,6 +77,8 @@ func (o demoOptions) check() error {
 		return fmt.Errorf("--rate-gbps %v: want (0, 1600]", o.rateGbps)
 	case o.delay < 0:
 		return fmt.Errorf("--delay %v: want >= 0", o.delay)
+	case o.interval < 0:
+		return fmt.Errorf("--interval %v: want >= 0", o.interval)
 	}
 	return nil
 }
@@ -125,9 +131,30 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 		return err
 	}
 
-	fmt.Fprintf(w, "mroce demo: WRITE %d MiB from host 0 to host 1 over %d paths on %d planes (%g Gb/s each), %g%% random loss on every downlink, %d streams, seed %d\n",
+	text := w
+	if o.json {
+		text = io.Discard
+	}
+	fmt.Fprintf(text, "mroce demo: WRITE %d MiB from host 0 to host 1 over %d paths on %d planes (%g Gb/s each), %g%% random loss on every downlink, %d streams, seed %d\n\n",
 		o.sizeMiB, o.paths, o.planes, o.rateGbps, 100*o.loss, o.streams, o.seed)
 	start := net.Sim.Now()
+	// Interval reports in virtual time: the bytes the paths carried (the
+	// fabric's goodput is the same but for headers and resends).
+	rep := &report{Role: "sender", Mode: "mroce", Paths: o.paths, Name: "demo", Size: int64(size), out: text, text: true, micro: true, Intervals: []interval{}}
+	rep.started = time.Unix(0, 0)
+	var lastSent uint64
+	tick := func() {
+		tel := qp.Telemetry()
+		var sentBytes uint64
+		for _, t := range tel {
+			sentBytes += t.BytesSent
+		}
+		rep.mu.Lock()
+		rep.bytes += int64(sentBytes - lastSent)
+		rep.mu.Unlock()
+		lastSent = sentBytes
+		rep.tickAt(tel, net.Sim.Now().Sub(start).Seconds())
+	}
 	chunk := size / o.streams
 	for s := 0; s < o.streams; s++ {
 		off := s * chunk
@@ -140,7 +167,20 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 		}
 	}
 	wcs := make([]endpoint.Completion, o.streams)
+	next := start.Add(o.interval)
 	for done := 0; done < o.streams; {
+		if o.interval > 0 {
+			if err := net.Backend(0).Progress(ctx, func() bool { return scq.Len() > 0 || net.Sim.Now() >= next }); err != nil {
+				return err
+			}
+			if net.Sim.Now() >= next {
+				tick()
+				next = next.Add(o.interval)
+			}
+			if scq.Len() == 0 {
+				continue
+			}
+		}
 		k, err := scq.Wait(ctx, wcs)
 		if err != nil {
 			return err
@@ -153,11 +193,28 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 		done += k
 	}
 	elapsed := net.Sim.Now().Sub(start)
+	if o.interval > 0 {
+		tick()
+	}
 	sum, got := sha256.Sum256(data), sha256.Sum256(dst.Bytes())
 	if sum != got {
 		return fmt.Errorf("the data received differs from the data sent")
 	}
 	tel := qp.Telemetry()
+	if o.json {
+		retx, ce, _ := totals(tel)
+		doc := map[string]any{
+			"config": map[string]any{"size": size, "paths": o.paths, "planes": o.planes, "rate_gbps": o.rateGbps, "loss": o.loss,
+				"streams": o.streams, "seed": o.seed, "delay_ns": o.delay.Nanoseconds()},
+			"intervals": rep.Intervals,
+			"end": map[string]any{"bytes": size, "virtual_seconds": elapsed.Seconds(), "gbps": float64(size) * 8 / elapsed.Seconds() / 1e9,
+				"sha256": fmt.Sprintf("%x", got), "verified": true, "retransmits": retx, "ce_marks": ce, "lost_in_fabric": lostData},
+			"paths_detail": pathRows(tel),
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	}
 	var retx, sent, bytes uint64
 	for _, t := range tel {
 		retx += t.Retransmits

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -44,5 +45,42 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, "demo: --") {
 			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
 		}
+	}
+}
+
+// demo --json prints one document: the configuration, intervals in
+// virtual time that add up to what the paths sent, the end with the data
+// verified, and a row per path.
+func TestDemoJSON(t *testing.T) {
+	r := runCLI(t, "", "demo", "--json", "--size-mib", "8", "--interval", "20us")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var doc struct {
+		Config struct {
+			Size  int `json:"size"`
+			Paths int `json:"paths"`
+		} `json:"config"`
+		Intervals []struct {
+			Bytes int64 `json:"bytes"`
+		} `json:"intervals"`
+		End struct {
+			Verified bool    `json:"verified"`
+			Gbps     float64 `json:"gbps"`
+		} `json:"end"`
+		Paths []struct {
+			Packets uint64 `json:"packets"`
+		} `json:"paths_detail"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+	}
+	var sum int64
+	for _, iv := range doc.Intervals {
+		sum += iv.Bytes
+	}
+	if !doc.End.Verified || doc.End.Gbps <= 0 || doc.Config.Size != 8<<20 || len(doc.Paths) != doc.Config.Paths || len(doc.Intervals) < 2 ||
+		sum < 8<<20 {
+		t.Fatalf("%+v (intervals add up to %d bytes)", doc, sum)
 	}
 }

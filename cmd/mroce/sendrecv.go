@@ -324,6 +324,7 @@ type report struct {
 	last      interval   `json:"-"`
 	out       io.Writer  `json:"-"`
 	text      bool       `json:"-"`
+	micro     bool       `json:"-"` // intervals in microseconds (the demo's virtual time)
 	bar       *progressbar.ProgressBar
 }
 
@@ -411,11 +412,19 @@ func (r *report) progress(p filexfer.Progress) {
 // counters since the last (tel nil on the receiving side).
 func (r *report) tick(tel []pathmgr.Telemetry) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started.IsZero() {
+	started := r.started
+	r.mu.Unlock()
+	if started.IsZero() {
 		return
 	}
-	now := time.Since(r.started).Seconds()
+	r.tickAt(tel, time.Since(started).Seconds())
+}
+
+// tickAt closes the interval that ends at now (seconds from the start; the
+// demo's are virtual).
+func (r *report) tickAt(tel []pathmgr.Telemetry, now float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	retx, ce, rtt := totals(tel)
 	iv := interval{Start: r.last.End, End: now, Bytes: r.bytes - r.lastBytes(), RTTMicros: rtt,
 		Retransmits: retx - r.last.Retransmits, CEMarks: ce - r.last.CEMarks}
@@ -426,7 +435,11 @@ func (r *report) tick(tel []pathmgr.Telemetry) {
 	r.last = interval{End: now, Bytes: r.bytes, Retransmits: retx, CEMarks: ce}
 	if r.text {
 		r.clearBar()
-		fmt.Fprintf(r.out, "[%6.2f-%6.2f s]  %9s  %7.2f Gb/s", iv.Start, iv.End, sizeText(iv.Bytes), iv.Gbps)
+		if r.micro {
+			fmt.Fprintf(r.out, "[%6.0f-%6.0f µs]  %9s  %7.2f Gb/s", iv.Start*1e6, iv.End*1e6, sizeText(iv.Bytes), iv.Gbps)
+		} else {
+			fmt.Fprintf(r.out, "[%6.2f-%6.2f s]  %9s  %7.2f Gb/s", iv.Start, iv.End, sizeText(iv.Bytes), iv.Gbps)
+		}
 		if tel != nil {
 			fmt.Fprintf(r.out, "  retransmits %-6d  CE %-6d  RTT %.0f µs", iv.Retransmits, iv.CEMarks, rtt)
 		}
