@@ -12,6 +12,7 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/internal/bench"
+	"github.com/mroce/mroce/metrics"
 )
 
 func benchCommand() *cli.Command {
@@ -141,13 +142,39 @@ func benchHeader(w io.Writer, test string, o transferOptions, role string) {
 	fmt.Fprintln(w, rule)
 }
 
+// openBenchHost opens a bench side's host with its capture and metrics.
+func openBenchHost(planes []netip.Addr, port uint16, o transferOptions) (*endpoint.UDPHost, *metrics.Collector, func(), error) {
+	col, stopMetrics, err := serveMetrics(o.metrics)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	uo, closeCapture, err := capture(o.pcap, o.log)
+	if err != nil {
+		stopMetrics()
+		return nil, nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	host, err := openHost(planes, port, o, uo)
+	if err != nil {
+		stopMetrics()
+		closeCapture()
+		return nil, nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	return host, col, func() {
+		host.Close()
+		stopMetrics()
+		if err := closeCapture(); err != nil {
+			o.log.Error("capture", "err", err)
+		}
+	}, nil
+}
+
 func runBenchServer(ctx context.Context, w io.Writer, test string, planes []netip.Addr, o transferOptions) error {
 	o.fill()
-	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	host, col, done, err := openBenchHost(planes, o.port, o)
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return err
 	}
-	defer host.Close()
+	defer done()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
 	s := bench.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
@@ -162,6 +189,7 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 	if s.QP, err = lis.Accept(ctx); err != nil {
 		return err
 	}
+	col.Add("client", s.QP.Telemetry)
 	req, err := bench.Serve(ctx, s)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -178,11 +206,11 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 
 func runBenchClient(ctx context.Context, w io.Writer, req bench.Request, local, to []netip.Addr, o transferOptions) error {
 	o.fill()
-	host, err := openHost(local, 0, o, endpoint.UDPOptions{})
+	host, col, done, err := openBenchHost(local, 0, o)
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return err
 	}
-	defer host.Close()
+	defer done()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
 	s := bench.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
@@ -193,6 +221,7 @@ func runBenchClient(ctx context.Context, w io.Writer, req bench.Request, local, 
 		return fmt.Errorf("bench: no answer from %v port %d (is mroce bench %s --server running there?): %w", to, o.port, req.Test, err)
 	}
 	defer s.QP.Close()
+	col.Add(fmt.Sprintf("%v:%d", to[0], o.port), s.QP.Telemetry)
 	// Fixed columns, as perftest prints them: each row goes out as its size
 	// finishes.
 	if !o.json {
