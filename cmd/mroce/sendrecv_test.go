@@ -55,9 +55,9 @@ func freePort(t *testing.T, addr string) int {
 // The built binary, as a user runs it: recv in one process, send of a file
 // in another, over loopback with two planes; the file arrives intact and
 // both report success.
-func TestSendRecvBinaryEndToEnd(t *testing.T) {
+func TestLargeSendRecvBinaryEndToEnd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs the binary: not in -short")
+		t.Skip("builds and runs the binary: with the large tests")
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
