@@ -1,0 +1,176 @@
+// Package report is how mroce sim presents a scenario: tables (as text,
+// CSV or JSON) and line plots (SVG or PNG, drawn with gonum.org/v1/plot).
+package report
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Table is a scenario's result: named columns, rows of values (numbers,
+// strings, or nil for "none"), and notes printed under it.
+type Table struct {
+	Title   string   `json:"title"`
+	Columns []string `json:"columns"`
+	Rows    [][]any  `json:"rows"`
+	Notes   []string `json:"notes,omitempty"`
+}
+
+// Add appends a row.
+func (t *Table) Add(row ...any) { t.Rows = append(t.Rows, row) }
+
+// cell formats one value for text and CSV: floats with 3 decimals (or
+// more when small), NaN as "never".
+func cell(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "-"
+	case float64:
+		switch {
+		case math.IsNaN(x):
+			return "never"
+		case x == 0:
+			return "0"
+		case math.Abs(x) < 0.01:
+			return strconv.FormatFloat(x, 'g', 3, 64)
+		}
+		return strconv.FormatFloat(x, 'f', 3, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+// Text writes the table aligned, its title above and notes below.
+func (t *Table) Text(w io.Writer) error {
+	fmt.Fprintln(w, t.Title)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(t.Columns, "\t")+"\t")
+	for _, r := range t.Rows {
+		cells := make([]string, len(r))
+		for i, v := range r {
+			cells[i] = cell(v)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range t.Notes {
+		fmt.Fprintln(w, n)
+	}
+	return nil
+}
+
+// CSV writes the columns and rows.
+func (t *Table) CSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	cw.Write(t.Columns)
+	for _, r := range t.Rows {
+		cells := make([]string, len(r))
+		for i, v := range r {
+			if f, ok := v.(float64); ok && !math.IsNaN(f) {
+				cells[i] = strconv.FormatFloat(f, 'g', -1, 64)
+			} else {
+				cells[i] = cell(v)
+			}
+		}
+		cw.Write(cells)
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// JSON is the table as JSON, NaN as null.
+func (t *Table) JSON() any {
+	rows := make([][]any, len(t.Rows))
+	for i, r := range t.Rows {
+		rows[i] = make([]any, len(r))
+		for j, v := range r {
+			if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+				v = nil
+			}
+			rows[i][j] = v
+		}
+	}
+	return struct {
+		Title   string   `json:"title"`
+		Columns []string `json:"columns"`
+		Rows    [][]any  `json:"rows"`
+		Notes   []string `json:"notes,omitempty"`
+	}{t.Title, t.Columns, rows, t.Notes}
+}
+
+// WriteJSON writes tables as one JSON document.
+func WriteJSON(w io.Writer, scenario string, tables []*Table) error {
+	doc := struct {
+		Scenario string `json:"scenario"`
+		Tables   []any  `json:"tables"`
+	}{Scenario: scenario}
+	for _, t := range tables {
+		doc.Tables = append(doc.Tables, t.JSON())
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+// Series is one line of a plot.
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// Plot is a line plot of series.
+type Plot struct {
+	Title, XLabel, YLabel string
+	Series                []Series
+	// YMin, YMax fix the Y axis when YMax > YMin.
+	YMin, YMax float64
+}
+
+// Save draws the plot to path: SVG or PNG by its extension.
+func (p *Plot) Save(path string) error {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("report: plot %s: want a .svg or .png file", path)
+	}
+	pl := plot.New()
+	pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = p.Title, p.XLabel, p.YLabel
+	pl.Legend.Top = true
+	pl.Add(plotter.NewGrid())
+	for i, s := range p.Series {
+		pts := make(plotter.XYs, 0, len(s.X))
+		for k := range s.X {
+			if !math.IsNaN(s.Y[k]) && !math.IsInf(s.Y[k], 0) {
+				pts = append(pts, plotter.XY{X: s.X[k], Y: s.Y[k]})
+			}
+		}
+		line, points, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+		line.Dashes = plotutil.Dashes(i)
+		points.Shape = plotutil.Shape(i)
+		if len(pts) > 60 {
+			points.Radius = 0 // a time series: the line alone
+		}
+		pl.Add(line, points)
+		pl.Legend.Add(s.Name, line, points)
+	}
+	if p.YMax > p.YMin {
+		pl.Y.Min, pl.Y.Max = p.YMin, p.YMax
+	}
+	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}

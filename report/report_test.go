@@ -1,0 +1,82 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func table() *Table {
+	t := &Table{Title: "loss", Columns: []string{"loss", "mroce", "note"}, Notes: []string{"a note"}}
+	t.Add(0.01, 0.996, "ok")
+	t.Add(0.1, math.NaN(), nil)
+	return t
+}
+
+// Text aligns the columns, says "never" for NaN and "-" for none, and
+// prints the title and the notes.
+func TestText(t *testing.T) {
+	var b bytes.Buffer
+	if err := table().Text(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := "loss\n   loss  mroce  note\n  0.010  0.996    ok\n  0.100  never     -\na note\n"
+	if b.String() != want {
+		t.Fatalf("got\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// CSV keeps full precision; JSON turns NaN into null.
+func TestCSVAndJSON(t *testing.T) {
+	var b bytes.Buffer
+	if err := table().CSV(&b); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != "loss,mroce,note\n0.01,0.996,ok\n0.1,never,-\n" {
+		t.Fatalf("CSV %q", b.String())
+	}
+	b.Reset()
+	if err := WriteJSON(&b, "loss", []*Table{table()}); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Scenario string
+		Tables   []struct {
+			Rows [][]any
+		}
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Scenario != "loss" || doc.Tables[0].Rows[1][1] != nil || doc.Tables[0].Rows[0][1] != 0.996 {
+		t.Fatalf("%+v", doc)
+	}
+}
+
+// A plot is written as SVG or PNG, and refused for other files.
+func TestPlotSave(t *testing.T) {
+	p := &Plot{Title: "t", XLabel: "x", YLabel: "y", Series: []Series{{"a", []float64{0, 1, 2}, []float64{1, math.NaN(), 3}}}}
+	dir := t.TempDir()
+	for _, name := range []string{"p.svg", "p.png"} {
+		path := filepath.Join(dir, name)
+		if err := p.Save(path); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) < 100 {
+			t.Fatalf("%s: %d bytes, %v", name, len(b), err)
+		}
+	}
+	if svg, _ := os.ReadFile(filepath.Join(dir, "p.svg")); !bytes.Contains(svg, []byte("<svg")) {
+		t.Fatal("not SVG")
+	}
+	if png, _ := os.ReadFile(filepath.Join(dir, "p.png")); !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatal("not PNG")
+	}
+	if err := p.Save(filepath.Join(dir, "p.gif")); err == nil {
+		t.Fatal("a .gif was accepted")
+	}
+}
