@@ -137,6 +137,9 @@ type Plot struct {
 	Series                []Series
 	// YMin, YMax fix the Y axis when YMax > YMin.
 	YMin, YMax float64
+	// LegendBottomLeft puts the legend in the lower left corner (top right
+	// otherwise).
+	LegendBottomLeft bool
 }
 
 // Save draws the plot to path: SVG or PNG by its extension.
@@ -147,7 +150,10 @@ func (p *Plot) Save(path string) error {
 	}
 	pl := plot.New()
 	pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = p.Title, p.XLabel, p.YLabel
-	pl.Legend.Top = true
+	pl.Legend.Top, pl.Legend.Left = !p.LegendBottomLeft, p.LegendBottomLeft
+	if p.LegendBottomLeft {
+		pl.Legend.XOffs, pl.Legend.YOffs = vg.Points(10), vg.Points(10)
+	}
 	pl.Add(plotter.NewGrid())
 	for i, s := range p.Series {
 		pts := make(plotter.XYs, 0, len(s.X))

@@ -36,6 +36,10 @@ type IncastConfig struct {
 	// last sender's first packet.
 	Stagger time.Duration
 	Seed    uint64
+	// Trace, when set, sees every sampled rate window from the first data
+	// packet on: its start in base RTTs, every sender's delivered rate and
+	// the fair share (bytes/s).
+	Trace func(start float64, rates []float64, fair float64)
 }
 
 // DefaultIncast returns the design's incast at N senders and rate.
@@ -298,9 +302,9 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 		}
 		return c
 	}
-	if traceRates != nil {
+	if cfg.Trace != nil {
 		for t := first + win; t <= firstDone; t += step {
-			traceRates(float64(t-win-first)/float64(res.BaseRTT), rateIn(samples, t), fair)
+			cfg.Trace(float64(t-win-first)/float64(res.BaseRTT), rateIn(samples, t), fair)
 		}
 	}
 	res.Convergence = converge(samples)
@@ -308,11 +312,6 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 	res.Jain = jain(rateIn(samples, first+clock.Time(10*res.BaseRTT)+win))
 	return res, nil
 }
-
-// traceRates, when a test sets it, sees every sampled window from the
-// measurement's start: its start in base RTTs, the delivered rates and the
-// fair share.
-var traceRates func(start float64, rates []float64, fair float64)
 
 // jain is Jain's fairness index: 1 when all are equal.
 func jain(x []float64) float64 {

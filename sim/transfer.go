@@ -27,6 +27,13 @@ type TransferConfig struct {
 	// go-back-N with a window of BaselineWindow packets, DCQCN).
 	Baseline       bool
 	BaselineWindow int
+	// PFC makes the fabric lossless for congestion (the switch pauses the
+	// uplinks that feed it); random loss still drops.
+	PFC bool
+	// Burst makes the loss come in bursts (Gilbert-Elliott, a mean burst
+	// of BurstLen packets) with the same mean rate Loss.
+	Burst    bool
+	BurstLen float64
 }
 
 // DefaultTransfer is a 64 MiB WRITE over 8 paths on 4 planes of 100 Gb/s.
@@ -67,8 +74,17 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay,
 		Queue: netem.QueueConfig{Limit: cfg.Buffer, ECNThreshold: cfg.ECNThreshold}}
 	fc := netem.Config{Seed: cfg.Seed, Hosts: 2, Planes: cfg.Planes, Uplink: link, Downlink: link, MaxDatagram: maxPacket}
-	if cfg.Loss > 0 {
+	switch {
+	case cfg.Loss > 0 && cfg.Burst:
+		// Mean loss P / (P + R) with every packet lost in the bad state; a
+		// bad state lasts 1 / R packets.
+		r := 1 / max(1, cfg.BurstLen)
+		fc.Downlink.Impair.Loss = &netem.GilbertElliott{P: cfg.Loss * r / (1 - cfg.Loss), R: r, LossBad: 1}
+	case cfg.Loss > 0:
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: cfg.Loss}
+	}
+	if cfg.PFC {
+		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
 	}
 	payloadShare := float64(maxPacket-64) / wireBytes
 	planes := cfg.Planes

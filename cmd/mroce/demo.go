@@ -140,7 +140,7 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	start := net.Sim.Now()
 	// Interval reports in virtual time: the bytes the paths carried (the
 	// fabric's goodput is the same but for headers and resends).
-	rep := &report{Role: "sender", Mode: "mroce", Paths: o.paths, Name: "demo", Size: int64(size), out: text, text: true, micro: true, Intervals: []interval{}}
+	rep := &transferReport{Role: "sender", Mode: "mroce", Paths: o.paths, Name: "demo", Size: int64(size), out: text, text: true, micro: true, Intervals: []interval{}}
 	rep.started = time.Unix(0, 0)
 	var lastSent uint64
 	tick := func() {

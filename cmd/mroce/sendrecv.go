@@ -303,9 +303,9 @@ func openSource(path string, sizeMiB int) (*source, error) {
 	return &source{Reader: f, name: filepath.Base(path), size: st.Size(), file: f}, nil
 }
 
-// report is what send and recv print (as text while they run, or as one
+// transferReport is what send and recv print (as text while they run, or as one
 // JSON document at the end).
-type report struct {
+type transferReport struct {
 	Role      string     `json:"role"`
 	Local     []string   `json:"local"`
 	Remote    []string   `json:"remote"`
@@ -396,7 +396,7 @@ func pathRows(tel []pathmgr.Telemetry) []pathRow {
 }
 
 // progress notes bytes moved (from the transfer's goroutine).
-func (r *report) progress(p filexfer.Progress) {
+func (r *transferReport) progress(p filexfer.Progress) {
 	r.mu.Lock()
 	if r.started.IsZero() {
 		r.started = time.Now()
@@ -410,7 +410,7 @@ func (r *report) progress(p filexfer.Progress) {
 
 // tick closes an interval: the bytes since the last, and the connection's
 // counters since the last (tel nil on the receiving side).
-func (r *report) tick(tel []pathmgr.Telemetry) {
+func (r *transferReport) tick(tel []pathmgr.Telemetry) {
 	r.mu.Lock()
 	started := r.started
 	r.mu.Unlock()
@@ -422,7 +422,7 @@ func (r *report) tick(tel []pathmgr.Telemetry) {
 
 // tickAt closes the interval that ends at now (seconds from the start; the
 // demo's are virtual).
-func (r *report) tickAt(tel []pathmgr.Telemetry, now float64) {
+func (r *transferReport) tickAt(tel []pathmgr.Telemetry, now float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	retx, ce, rtt := totals(tel)
@@ -447,9 +447,9 @@ func (r *report) tickAt(tel []pathmgr.Telemetry, now float64) {
 	}
 }
 
-func (r *report) lastBytes() int64 { return r.last.Bytes }
+func (r *transferReport) lastBytes() int64 { return r.last.Bytes }
 
-func (r *report) clearBar() {
+func (r *transferReport) clearBar() {
 	if r.bar != nil {
 		r.bar.Clear()
 	}
@@ -469,8 +469,8 @@ func sizeText(n int64) string {
 
 // newReport starts a report; a progress bar goes to errOut when it is a
 // terminal and the output is text.
-func newReport(role string, out, errOut io.Writer, o transferOptions, local, remote []netip.Addr) *report {
-	r := &report{Role: role, Port: o.port, Paths: o.paths, Mode: "mroce", out: out, text: !o.json, Intervals: []interval{}}
+func newReport(role string, out, errOut io.Writer, o transferOptions, local, remote []netip.Addr) *transferReport {
+	r := &transferReport{Role: role, Port: o.port, Paths: o.paths, Mode: "mroce", out: out, text: !o.json, Intervals: []interval{}}
 	if o.baseline {
 		r.Mode = "baseline"
 	}
@@ -485,7 +485,7 @@ func newReport(role string, out, errOut io.Writer, o transferOptions, local, rem
 
 // startBar shows a progress bar of size bytes on errOut, if it is a
 // terminal and the output is text.
-func (r *report) startBar(errOut io.Writer, size int64) {
+func (r *transferReport) startBar(errOut io.Writer, size int64) {
 	f, ok := errOut.(*os.File)
 	if !r.text || !ok || !(isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
 		return
@@ -513,7 +513,7 @@ func every(d time.Duration, stop <-chan struct{}, f func()) {
 
 // finish prints the summary (and, for the sender, the per-path table), or
 // the JSON document.
-func (r *report) finish(res filexfer.Result, tel []pathmgr.Telemetry, err error) error {
+func (r *transferReport) finish(res filexfer.Result, tel []pathmgr.Telemetry, err error) error {
 	r.clearBar()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Each scenario runs from the command line at a reduced size: its table
+// as JSON with the expected columns and rows, its plot written, and the
+// same results for the same seed.
+func TestSimScenarios(t *testing.T) {
+	cases := []struct {
+		args    []string
+		columns []string
+		rows    int
+	}{
+		{[]string{"sim", "loss", "--losses", "0,0.01", "--size-mib", "4"}, []string{"loss", "mroce/0%", "baseline/0%", "model 1/(1+pW)"}, 2},
+		{[]string{"sim", "loss", "--losses", "0,0.02", "--size-mib", "2", "--burst"}, []string{"loss", "mroce/0%"}, 2},
+		{[]string{"sim", "incast", "--senders", "4", "--rates-gbps", "100", "--size-kib", "256"}, []string{"N", "variant", "converged (base RTTs)", "slowest FCT/ideal"}, 4},
+	}
+	for _, c := range cases {
+		plot := filepath.Join(t.TempDir(), "p.svg")
+		args := append(append([]string{}, c.args...), "--json", "--plot", plot)
+		first := runCLI(t, "", args...)
+		if first.code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, first.code, first.stderr)
+		}
+		var doc struct {
+			Scenario string
+			Tables   []struct {
+				Columns []string
+				Rows    [][]any
+			}
+		}
+		if err := json.Unmarshal([]byte(first.stdout), &doc); err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, first.stdout)
+		}
+		if len(doc.Tables) != 1 || len(doc.Tables[0].Rows) != c.rows {
+			t.Fatalf("%v: %+v", c.args, doc)
+		}
+		cols := strings.Join(doc.Tables[0].Columns, "|")
+		for _, want := range c.columns {
+			if !strings.Contains(cols, want) {
+				t.Errorf("%v: no column %q in %s", c.args, want, cols)
+			}
+		}
+		if b, err := os.ReadFile(plot); err != nil || !strings.Contains(string(b), "<svg") {
+			t.Errorf("%v: plot %v", c.args, err)
+		}
+		if again := runCLI(t, "", args...); again.stdout != first.stdout {
+			t.Errorf("%v: a second run with the same seed differs", c.args)
+		}
+	}
+}
+
+// Text and CSV, and bad flags.
+func TestSimOutputsAndErrors(t *testing.T) {
+	r := runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "")
+	if r.code != 0 || !strings.Contains(r.stdout, "mroce Gb/s") || strings.Contains(r.stdout, "plot:") {
+		t.Fatalf("text: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "", "--csv")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "loss,mroce Gb/s,") {
+		t.Fatalf("CSV: %q", r.stdout)
+	}
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"sim", "loss", "--losses", "0.7"}, "0.7 is not 0 to 0.5"},
+		{[]string{"sim", "loss", "--json", "--csv"}, "--json or --csv, not both"},
+		{[]string{"sim", "incast", "--senders", "100"}, "100 is not 1 to 64"},
+		{[]string{"sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "x.gif"}, "want a .svg or .png file"},
+	} {
+		r := runCLI(t, "", c.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("%v: exit %d, %q; want %q", c.args, r.code, r.stderr, c.msg)
+		}
+	}
+}
