@@ -72,7 +72,7 @@ func (e *events) State(_ *engine.Conn, s engine.ConnState, err error) {
 
 // connect opens a connection from host a to host b (which must listen) and
 // runs until it is established.
-func (w *world) connect(a, b int, ev *events) (*engine.Conn, error) {
+func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
 	var remote []netip.Addr
 	for p := 0; p < w.fab.Config().Planes; p++ {
 		remote = append(remote, netem.Addr(p, b))

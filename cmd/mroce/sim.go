@@ -22,7 +22,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 }
 
 func simCommand() *cli.Command {
-	dl, di := sim.DefaultLoss(), sim.DefaultIncastScenario()
+	dl, di, dp, df := sim.DefaultLoss(), sim.DefaultIncastScenario(), sim.DefaultPlanes(), sim.DefaultPlaneFail()
 	return &cli.Command{
 		Name:  "sim",
 		Usage: "run a scenario of the real engine over the emulator in virtual time: tables and a plot",
@@ -95,8 +95,89 @@ func simCommand() *cli.Command {
 					return runScenario(c, "incast", func() ([]*report.Table, *report.Plot, error) { return sim.IncastScenario(o) })
 				},
 			},
+			{
+				Name:  "planes",
+				Usage: "all-to-all throughput with 1, 2, 4, 8 planes (NIC ports per host), thousands of connections",
+				Flags: append([]cli.Flag{
+					&cli.IntSliceFlag{Name: "planes", Value: cli.NewIntSlice(dp.Planes...), Usage: "plane counts, each 1 to 8"},
+					&cli.IntFlag{Name: "hosts", Value: dp.Fabric.Hosts, Usage: "hosts, 2 to 256 (all to all: hosts x (hosts - 1) connections)"},
+					&cli.IntFlag{Name: "size-kib", Value: dp.FlowBytes >> 10, Usage: "KiB from every host to every other"},
+					&cli.IntFlag{Name: "paths", Value: dp.Fabric.Paths, Usage: "paths per connection"},
+					&cli.Float64Flag{Name: "rate-gbps", Value: float64(dp.Fabric.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
+					&cli.IntFlag{Name: "hosts-per-leaf", Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
+					&cli.IntFlag{Name: "spines", Value: 4, Usage: "spines per plane, with --hosts-per-leaf"},
+				}, simOutputFlags("planes")...),
+				Action: func(c *cli.Context) error {
+					o := dp
+					o.Planes, o.FlowBytes = c.IntSlice("planes"), c.Int("size-kib")<<10
+					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
+						return err
+					}
+					for _, p := range o.Planes {
+						if p < 1 || p > 8 {
+							return usagef(c, "sim planes: --planes: %d is not 1 to 8", p)
+						}
+					}
+					if len(o.Planes) == 0 || o.FlowBytes < 4<<10 || o.FlowBytes > 1<<30 {
+						return usagef(c, "sim planes: want --planes, and --size-kib of 4 to 1048576")
+					}
+					return runScenario(c, "planes", func() ([]*report.Table, *report.Plot, error) { return sim.Planes(o) })
+				},
+			},
+			{
+				Name:  "planefail",
+				Usage: "one plane fails mid-run (blackhole, or down as the hosts see it), then recovers: throughput over time",
+				Flags: append([]cli.Flag{
+					&cli.IntFlag{Name: "planes", Value: df.Fabric.Planes, Usage: "planes, 2 to 8"},
+					&cli.IntFlag{Name: "hosts", Value: df.Fabric.Hosts, Usage: "hosts, 2 to 256 (each sends to the next)"},
+					&cli.IntFlag{Name: "size-mib", Value: df.FlowBytes >> 20, Usage: "MiB each host sends"},
+					&cli.IntFlag{Name: "paths", Value: df.Fabric.Paths, Usage: "paths per connection"},
+					&cli.Float64Flag{Name: "rate-gbps", Value: float64(df.Fabric.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
+					&cli.IntFlag{Name: "hosts-per-leaf", Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
+					&cli.IntFlag{Name: "spines", Value: 4, Usage: "spines per plane, with --hosts-per-leaf"},
+					&cli.IntFlag{Name: "plane", Usage: "the plane that fails"},
+					&cli.DurationFlag{Name: "fail-at", Value: df.FailAt, Usage: "when it fails, from the flows' start"},
+					&cli.DurationFlag{Name: "repair-at", Value: df.RepairAt, Usage: "when it is repaired (0: never)"},
+					&cli.BoolFlag{Name: "down", Usage: "the hosts see the plane go down (a link-down event); else it is a blackhole"},
+				}, simOutputFlags("planefail")...),
+				Action: func(c *cli.Context) error {
+					o := df
+					o.FlowBytes, o.Plane, o.FailAt, o.RepairAt, o.Down = c.Int("size-mib")<<20, c.Int("plane"), c.Duration("fail-at"), c.Duration("repair-at"), c.Bool("down")
+					o.Fabric.Planes = c.Int("planes")
+					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
+						return err
+					}
+					switch {
+					case o.Fabric.Planes < 2 || o.Fabric.Planes > 8 || o.Plane < 0 || o.Plane >= o.Fabric.Planes:
+						return usagef(c, "sim planefail: --planes must be 2 to 8 and --plane one of them")
+					case o.FlowBytes < 1<<20 || o.FlowBytes > 4<<30 || o.FailAt < 0 || o.RepairAt < 0:
+						return usagef(c, "sim planefail: --size-mib must be 1 to 4096, the times not negative")
+					}
+					return runScenario(c, "planefail", func() ([]*report.Table, *report.Plot, error) { return sim.PlaneFail(o) })
+				},
+			},
 		},
 	}
+}
+
+// fabricFlagsInto reads the fabric flags planes and planefail share.
+func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
+	f.Hosts, f.Paths, f.LinkRate = c.Int("hosts"), c.Int("paths"), int64(c.Float64("rate-gbps")*1e9)
+	f.HostsPerLeaf, f.Seed = c.Int("hosts-per-leaf"), c.Uint64("seed")
+	if f.HostsPerLeaf > 0 {
+		f.Spines = c.Int("spines")
+	}
+	switch {
+	case f.Hosts < 2 || f.Hosts > 256:
+		return usagef(c, "sim %s: --hosts must be 2 to 256", c.Command.Name)
+	case f.Paths < 1 || f.Paths > 256:
+		return usagef(c, "sim %s: --paths must be 1 to 256", c.Command.Name)
+	case f.LinkRate < 1e9 || f.LinkRate > 1600e9:
+		return usagef(c, "sim %s: --rate-gbps must be 1 to 1600", c.Command.Name)
+	case f.HostsPerLeaf < 0 || f.HostsPerLeaf > 0 && (f.Spines < 1 || f.Spines > 64):
+		return usagef(c, "sim %s: --hosts-per-leaf must not be negative, --spines 1 to 64", c.Command.Name)
+	}
+	return nil
 }
 
 // runScenario runs a scenario and prints its tables (text, JSON or CSV)

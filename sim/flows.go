@@ -1,0 +1,242 @@
+package sim
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// FabricOptions are the network and the engines of a many-flow scenario.
+type FabricOptions struct {
+	Hosts, Planes int
+	// HostsPerLeaf and Spines make each plane a leaf-spine (0: one switch
+	// per plane).
+	HostsPerLeaf, Spines int
+	LinkRate             int64
+	Delay                time.Duration
+	Loss                 float64 // random loss on every downlink
+	ECNThreshold, Buffer int
+	Paths                int // per connection
+	Baseline, PFC        bool
+	// Faults are played at their times from the flows' start (after the
+	// connections are set up).
+	Faults []netem.Fault
+	Seed   uint64
+}
+
+// DefaultFabric is 64 hosts on planes of 100 Gb/s, one switch each.
+func DefaultFabric(planes int) FabricOptions {
+	return FabricOptions{Hosts: 64, Planes: planes, LinkRate: 100e9, Delay: time.Microsecond, ECNThreshold: 200 << 10,
+		Buffer: 16 << 20, Paths: 8, Seed: 1}
+}
+
+// Flow is one WRITE of Bytes from host Src to host Dst, posted at Start
+// (virtual time from the run's start), after the flows before it in the
+// list from the same Src to the same Dst (they share a connection and a
+// stream).
+type Flow struct {
+	Src, Dst, Bytes int
+	Start           time.Duration
+}
+
+// FlowsResult is what a many-flow run measured.
+type FlowsResult struct {
+	// FCT is each flow's completion time from its Start (0 for a flow that
+	// failed).
+	FCT []time.Duration
+	// Makespan runs from the first Start to the last completion.
+	Makespan time.Duration
+	// Failed counts flows whose connection failed: "connections lost".
+	Failed int
+	// Delivered is the payload bytes the hosts' downlinks carried per
+	// Bucket, from the first Start.
+	Delivered []float64
+	Bucket    time.Duration
+	// HostCapacity is one host's payload rate over all its planes (bytes/s).
+	HostCapacity float64
+	Connections  int
+	// Packets counts the data packets the senders sent (for the
+	// simulator's speed), WallTime what the run took, set-up included.
+	Packets  uint64
+	WallTime time.Duration
+	// HeapBytes is the Go heap in use at the end of the run (the
+	// simulator's memory, connections and regions included).
+	HeapBytes uint64
+}
+
+// Goodput is the bytes of every flow over the makespan (bytes/s).
+func (r FlowsResult) Goodput(flows []Flow) float64 {
+	var b int
+	for _, f := range flows {
+		b += f.Bytes
+	}
+	return float64(b) / r.Makespan.Seconds()
+}
+
+// PacketRate is the simulator's speed: data packets per second of wall
+// time.
+func (r FlowsResult) PacketRate() float64 { return float64(r.Packets) / r.WallTime.Seconds() }
+
+// RunFlows runs flows over a fabric of o, one connection per (Src, Dst),
+// and samples what the downlinks deliver every bucket.
+func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult, error) {
+	wallStart := time.Now()
+	res := FlowsResult{FCT: make([]time.Duration, len(flows)), Bucket: bucket}
+	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: netem.QueueConfig{Limit: o.Buffer, ECNThreshold: o.ECNThreshold}}
+	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines,
+		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: maxPacket}
+	if o.Loss > 0 {
+		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: o.Loss}
+	}
+	if o.PFC {
+		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
+	}
+	payloadShare := float64(maxPacket-64) / wireBytes
+	res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * payloadShare
+	w, err := newWorld(fc, o.Seed, func(h int) engine.Config {
+		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
+			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * res.HostCapacity, MaxAccepting: 4096}
+		if o.Baseline {
+			c.Mode = proto.ModeBaseline
+		}
+		return c
+	})
+	if err != nil {
+		return res, err
+	}
+	for h := range w.hosts {
+		w.listen(h)
+	}
+	// Regions: one source and one target per host, as large as the
+	// largest flow; flows to one host overlap in its target (nothing here
+	// reads it).
+	largest := 1
+	for _, f := range flows {
+		largest = max(largest, f.Bytes)
+		if f.Src == f.Dst || f.Src < 0 || f.Dst < 0 || f.Src >= o.Hosts || f.Dst >= o.Hosts {
+			return res, fmt.Errorf("flow %d -> %d: hosts are 0 .. %d and differ", f.Src, f.Dst, o.Hosts-1)
+		}
+	}
+	src := make([]*memreg.Region, o.Hosts)
+	dst := make([]*memreg.Region, o.Hosts)
+	for h := range w.hosts {
+		src[h] = w.hosts[h].region(largest, memreg.LocalWrite)
+		dst[h] = w.hosts[h].region(largest, memreg.LocalWrite|memreg.RemoteWrite)
+	}
+	// One connection per pair, set up before any flow starts.
+	type pair struct{ a, b int }
+	conns := map[pair]*engine.Conn{}
+	evs := map[pair]*flowEvents{}
+	var order []pair
+	for _, f := range flows {
+		if p := (pair{f.Src, f.Dst}); conns[p] == nil {
+			ev := &flowEvents{sim: w.sim, started: map[uint64]clock.Time{}, done: map[uint64]clock.Time{}}
+			c, err := w.connect(f.Src, f.Dst, ev)
+			if err != nil {
+				return res, err
+			}
+			conns[p], evs[p] = c, ev
+			order = append(order, p)
+		}
+	}
+	res.Connections = len(conns)
+	// Measure what the downlinks deliver from the first start.
+	start := w.sim.Now()
+	for _, ft := range o.Faults {
+		if err := w.fab.ScheduleFault(time.Duration(start)+ft.At, ft); err != nil {
+			return res, err
+		}
+	}
+	if bucket > 0 {
+		w.fab.AddTap(func(e *netem.TapEvent) {
+			d := e.Datagram
+			if e.Verdict != netem.Sent || e.Link.Kind() != netem.Downlink || len(d.Data) < 2 || !proto.Type(d.Data[1]).IsData() {
+				return
+			}
+			i := int(e.At.Sub(start) / bucket)
+			for len(res.Delivered) <= i {
+				res.Delivered = append(res.Delivered, 0)
+			}
+			res.Delivered[i] += float64(len(d.Data))
+		})
+	}
+	pending := len(flows)
+	for i, f := range flows {
+		p := pair{f.Src, f.Dst}
+		c, ev := conns[p], evs[p]
+		post := func() {
+			ev.started[uint64(i)] = w.sim.Now()
+			err := c.Post(engine.SendWR{ID: uint64(i), Op: engine.OpWrite, Local: engine.SGE{Region: src[f.Src], Length: uint32(f.Bytes)},
+				RKey: dst[f.Dst].Key()})
+			if err != nil {
+				res.Failed++
+				pending--
+			}
+		}
+		ev.pending = &pending
+		if f.Start == 0 {
+			post()
+		} else {
+			w.sim.NewTimer(post).Reset(start.Add(f.Start))
+		}
+	}
+	last := start
+	if !w.run(time.Minute, func() bool { return pending == 0 }) {
+		return res, fmt.Errorf("%d flows did not finish in a minute of virtual time", pending)
+	}
+	for _, p := range order {
+		for id, at := range evs[p].done {
+			res.FCT[id] = at.Sub(evs[p].started[id])
+			last = max(last, at)
+		}
+		res.Failed += evs[p].failed
+	}
+	res.Makespan = last.Sub(start)
+	for _, c := range conns {
+		res.Packets += c.SenderStats().Packets
+	}
+	res.WallTime = time.Since(wallStart)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.HeapBytes = ms.HeapInuse
+	return res, nil
+}
+
+// flowEvents records the completions of one pair's flows.
+type flowEvents struct {
+	sim     *clock.Sim
+	started map[uint64]clock.Time
+	done    map[uint64]clock.Time
+	failed  int
+	pending *int
+}
+
+func (e *flowEvents) Completion(_ *engine.Conn, wc engine.Completion) {
+	if wc.Status != engine.StatusOK {
+		e.failed++
+	} else {
+		e.done[wc.ID] = e.sim.Now()
+	}
+	if e.pending != nil {
+		*e.pending--
+	}
+}
+
+func (e *flowEvents) State(*engine.Conn, engine.ConnState, error) {}
+
+// Percentile is the p-th percentile (0 to 1) of d.
+func Percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
