@@ -38,12 +38,13 @@ func DefaultFabric(planes int) FabricOptions {
 }
 
 // Flow is one WRITE of Bytes from host Src to host Dst, posted at Start
-// (virtual time from the run's start), after the flows before it in the
-// list from the same Src to the same Dst (they share a connection and a
-// stream).
+// (virtual time from the run's start) once every flow in After (indices
+// in the list) has completed; flows from the same Src to the same Dst
+// share a connection and a stream, in list order.
 type Flow struct {
 	Src, Dst, Bytes int
 	Start           time.Duration
+	After           []int
 }
 
 // FlowsResult is what a many-flow run measured.
@@ -168,23 +169,53 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		})
 	}
 	pending := len(flows)
+	// waiting counts what each flow waits for: its start time (1, until
+	// its timer fires) and the flows of its After list.
+	waiting := make([]int, len(flows))
+	dependents := make([][]int, len(flows))
 	for i, f := range flows {
+		waiting[i] = 1 + len(f.After)
+		for _, d := range f.After {
+			if d < 0 || d >= len(flows) || d == i {
+				return res, fmt.Errorf("flow %d waits for flow %d: no such other flow", i, d)
+			}
+			dependents[d] = append(dependents[d], i)
+		}
+	}
+	var ready func(i int)
+	post := func(i int) {
+		f := flows[i]
 		p := pair{f.Src, f.Dst}
 		c, ev := conns[p], evs[p]
-		post := func() {
-			ev.started[uint64(i)] = w.sim.Now()
-			err := c.Post(engine.SendWR{ID: uint64(i), Op: engine.OpWrite, Local: engine.SGE{Region: src[f.Src], Length: uint32(f.Bytes)},
-				RKey: dst[f.Dst].Key()})
-			if err != nil {
-				res.Failed++
-				pending--
+		ev.started[uint64(i)] = w.sim.Now()
+		err := c.Post(engine.SendWR{ID: uint64(i), Op: engine.OpWrite, Local: engine.SGE{Region: src[f.Src], Length: uint32(f.Bytes)},
+			RKey: dst[f.Dst].Key()})
+		if err != nil {
+			res.Failed++
+			pending--
+			for _, d := range dependents[i] {
+				ready(d)
 			}
 		}
-		ev.pending = &pending
+	}
+	ready = func(i int) {
+		if waiting[i]--; waiting[i] == 0 {
+			w.sim.NewTimer(func() { post(i) }).Reset(w.sim.Now()) // not from inside the engine's callback
+		}
+	}
+	for _, p := range order {
+		evs[p].pending = &pending
+		evs[p].finished = func(id uint64) {
+			for _, d := range dependents[id] {
+				ready(d)
+			}
+		}
+	}
+	for i, f := range flows {
 		if f.Start == 0 {
-			post()
+			ready(i)
 		} else {
-			w.sim.NewTimer(post).Reset(start.Add(f.Start))
+			w.sim.NewTimer(func() { ready(i) }).Reset(start.Add(f.Start))
 		}
 	}
 	last := start
@@ -211,11 +242,12 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 
 // flowEvents records the completions of one pair's flows.
 type flowEvents struct {
-	sim     *clock.Sim
-	started map[uint64]clock.Time
-	done    map[uint64]clock.Time
-	failed  int
-	pending *int
+	sim      *clock.Sim
+	started  map[uint64]clock.Time
+	done     map[uint64]clock.Time
+	failed   int
+	pending  *int
+	finished func(id uint64) // a flow completed (or failed): what waits for it may go
 }
 
 func (e *flowEvents) Completion(_ *engine.Conn, wc engine.Completion) {
@@ -226,6 +258,9 @@ func (e *flowEvents) Completion(_ *engine.Conn, wc engine.Completion) {
 	}
 	if e.pending != nil {
 		*e.pending--
+	}
+	if e.finished != nil {
+		e.finished(wc.ID)
 	}
 }
 

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mroce/mroce/netem"
@@ -313,5 +314,167 @@ func PlaneFail(o PlaneFailOptions) ([]*report.Table, *report.Plot, error) {
 		lim.X, lim.Y = []float64{s.X[0], s.X[len(s.X)-1]}, []float64{left, left}
 	}
 	pl.Series = []report.Series{s, lim}
+	return []*report.Table{t}, pl, nil
+}
+
+// RingAllReduce is a ring all-reduce of bytes on every host: 2 (hosts - 1)
+// steps, in each of which every host WRITEs a chunk of bytes / hosts to the
+// next host on the ring, once it has received the previous step's chunk.
+func RingAllReduce(hosts, bytes int) []Flow {
+	chunk := max(1, bytes/hosts)
+	steps := 2 * (hosts - 1)
+	flows := make([]Flow, 0, steps*hosts)
+	for k := 0; k < steps; k++ {
+		for h := 0; h < hosts; h++ {
+			f := Flow{Src: h, Dst: (h + 1) % hosts, Bytes: chunk}
+			if k > 0 {
+				prev := (h + hosts - 1) % hosts // what h received in the step before
+				f.After = []int{(k-1)*hosts + prev}
+			}
+			flows = append(flows, f)
+		}
+	}
+	return flows
+}
+
+// CollectiveOptions are the allreduce and alltoall scenarios' settings.
+type CollectiveOptions struct {
+	Fabric FabricOptions
+	Sizes  []int // bytes per host (the buffer being reduced, or sent to all)
+	Losses []float64
+	// Baseline runs the baseline too (one path per connection: one plane).
+	Baseline bool
+}
+
+// DefaultCollective is the collectives' scenario of docs/results.md: 16
+// hosts on 4 planes of 100 Gb/s.
+func DefaultCollective() CollectiveOptions {
+	f := DefaultFabric(4)
+	f.Hosts = 16
+	return CollectiveOptions{Fabric: f, Sizes: []int{1 << 20, 64 << 20}, Losses: []float64{0, 0.001, 0.01}, Baseline: true}
+}
+
+// Collective runs the all-reduce (ring) or the all-to-all of every size at
+// every loss rate, for mroce and the baseline, and reports the algorithm
+// and bus bandwidth (NCCL's definitions) and the flows' completion times.
+func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot, error) {
+	h := o.Fabric.Hosts
+	factor := 2 * float64(h-1) / float64(h) // busbw / algbw for an all-reduce
+	what := "ring all-reduce"
+	if name == "alltoall" {
+		factor, what = float64(h-1)/float64(h), "all-to-all"
+	}
+	t := &report.Table{
+		Title: fmt.Sprintf("%s on %d hosts, %d planes of %g Gb/s each, %d paths per connection (the baseline: one path)",
+			what, h, o.Fabric.Planes, float64(o.Fabric.LinkRate)/1e9, o.Fabric.Paths),
+		Columns: []string{"size MiB", "loss", "mode", "time µs", "algbw Gb/s", "busbw Gb/s", "busbw / host capacity", "FCT p50 µs", "FCT p99 µs", "lost conns"},
+		Notes:   []string{"algbw = size / time; busbw = algbw x " + fmt.Sprintf("%.3f", factor) + " (NCCL's bus bandwidth); host capacity: one host's payload rate over all its planes. Target: busbw >= 0.9 of it at >= 64 MiB."},
+	}
+	pl := &report.Plot{Title: what + ": bus bandwidth against size", XLabel: "size (MiB, log2)", YLabel: "busbw / host capacity", YMin: 0, YMax: 1.05}
+	series := map[string]*report.Series{}
+	var order []string
+	modes := []bool{false}
+	if o.Baseline {
+		modes = append(modes, true)
+	}
+	for _, size := range o.Sizes {
+		var flows []Flow
+		if name == "alltoall" {
+			flows = AllToAll(h, max(1, size/h))
+		} else {
+			flows = RingAllReduce(h, size)
+		}
+		for _, p := range o.Losses {
+			for _, baseline := range modes {
+				f := o.Fabric
+				f.Loss, f.Baseline = p, baseline
+				r, err := RunFlows(f, flows, 0)
+				if err != nil {
+					return nil, nil, fmt.Errorf("%s of %d bytes at %g: %w", name, size, p, err)
+				}
+				mode := "mroce"
+				if baseline {
+					mode = "baseline"
+				}
+				alg := float64(size) / r.Makespan.Seconds()
+				bus := alg * factor
+				t.Add(float64(size)/(1<<20), p, mode, float64(r.Makespan.Microseconds()), alg*8/1e9, bus*8/1e9, bus/r.HostCapacity,
+					float64(Percentile(r.FCT, 0.5).Microseconds()), float64(Percentile(r.FCT, 0.99).Microseconds()), r.Failed)
+				key := fmt.Sprintf("%s, %g%% loss", mode, 100*p)
+				s := series[key]
+				if s == nil {
+					s = &report.Series{Name: key}
+					series[key] = s
+					order = append(order, key)
+				}
+				s.X, s.Y = append(s.X, math.Log2(float64(size)/(1<<20))), append(s.Y, bus/r.HostCapacity)
+			}
+		}
+	}
+	for _, k := range order {
+		pl.Series = append(pl.Series, *series[k])
+	}
+	return []*report.Table{t}, pl, nil
+}
+
+// PermutationOptions are the permutation scenario's settings.
+type PermutationOptions struct {
+	Fabric    FabricOptions
+	FlowBytes int
+	Shift     int // host h sends to h + Shift
+	Baseline  bool
+}
+
+// DefaultPermutationScenario: 64 hosts, 8 per leaf, 4 spines per plane, 4
+// planes of 100 Gb/s; each host sends 16 MiB to the host half the fabric
+// away (every flow crosses the spines).
+func DefaultPermutationScenario() PermutationOptions {
+	f := DefaultFabric(4)
+	f.HostsPerLeaf, f.Spines = 8, 4
+	return PermutationOptions{Fabric: f, FlowBytes: 16 << 20, Shift: 32, Baseline: true}
+}
+
+// PermutationScenario runs a permutation, mroce beside the baseline: with a
+// leaf-spine, ECMP hashing decides how evenly the flows share the spines;
+// mroce's many paths per connection even it out, one path cannot.
+func PermutationScenario(o PermutationOptions) ([]*report.Table, *report.Plot, error) {
+	flows := Permutation(o.Fabric.Hosts, o.Shift, o.FlowBytes)
+	topo := "one switch per plane"
+	if o.Fabric.HostsPerLeaf > 0 {
+		topo = fmt.Sprintf("a leaf-spine per plane, %d hosts per leaf, %d spines", o.Fabric.HostsPerLeaf, o.Fabric.Spines)
+	}
+	t := &report.Table{
+		Title: fmt.Sprintf("Permutation: %d hosts, each sending %d MiB to host + %d, %d planes of %g Gb/s, %s",
+			o.Fabric.Hosts, o.FlowBytes>>20, o.Shift, o.Fabric.Planes, float64(o.Fabric.LinkRate)/1e9, topo),
+		Columns: []string{"mode", "paths", "aggregate Gb/s", "of capacity", "FCT p50 µs", "FCT p99 µs", "slowest / fastest"},
+		Notes:   []string{"Capacity: every host's payload rate over all its planes (the baseline uses one plane: at most 1/planes of it)."},
+	}
+	pl := &report.Plot{Title: "Permutation: completion times, sorted", XLabel: "flows (sorted)", YLabel: "FCT (µs)"}
+	modes := []bool{false}
+	if o.Baseline {
+		modes = append(modes, true)
+	}
+	for _, baseline := range modes {
+		f := o.Fabric
+		f.Baseline = baseline
+		r, err := RunFlows(f, flows, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		mode, paths := "mroce", f.Paths
+		if baseline {
+			mode, paths = "baseline", 1
+		}
+		g := r.Goodput(flows)
+		sorted := slices.Clone(r.FCT)
+		slices.Sort(sorted)
+		t.Add(mode, paths, g*8/1e9, g/(float64(f.Hosts)*r.HostCapacity), float64(Percentile(r.FCT, 0.5).Microseconds()),
+			float64(Percentile(r.FCT, 0.99).Microseconds()), float64(sorted[len(sorted)-1])/float64(max(1, sorted[0])))
+		s := report.Series{Name: mode}
+		for i, d := range sorted {
+			s.X, s.Y = append(s.X, float64(i)), append(s.Y, float64(d.Microseconds()))
+		}
+		pl.Series = append(pl.Series, s)
+	}
 	return []*report.Table{t}, pl, nil
 }

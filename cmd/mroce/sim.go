@@ -23,6 +23,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 
 func simCommand() *cli.Command {
 	dl, di, dp, df := sim.DefaultLoss(), sim.DefaultIncastScenario(), sim.DefaultPlanes(), sim.DefaultPlaneFail()
+	dc, dm := sim.DefaultCollective(), sim.DefaultPermutationScenario()
 	return &cli.Command{
 		Name:  "sim",
 		Usage: "run a scenario of the real engine over the emulator in virtual time: tables and a plot",
@@ -156,6 +157,81 @@ func simCommand() *cli.Command {
 					return runScenario(c, "planefail", func() ([]*report.Table, *report.Plot, error) { return sim.PlaneFail(o) })
 				},
 			},
+			collectiveCommand("allreduce", "ring all-reduce of WRITEs: algorithm and bus bandwidth, FCTs, mroce beside the baseline", dc),
+			collectiveCommand("alltoall", "all-to-all of WRITEs: algorithm and bus bandwidth, FCTs, mroce beside the baseline", dc),
+			{
+				Name:  "permutation",
+				Usage: "every host sends to one other across a leaf-spine: throughput and FCT spread, mroce beside the baseline",
+				Flags: append(simFabricFlags(dm.Fabric), append([]cli.Flag{
+					&cli.IntFlag{Name: "planes", Value: dm.Fabric.Planes, Usage: "planes, 1 to 8"},
+					&cli.IntFlag{Name: "size-mib", Value: dm.FlowBytes >> 20, Usage: "MiB each host sends"},
+					&cli.IntFlag{Name: "shift", Value: dm.Shift, Usage: "host h sends to h + shift"},
+					&cli.BoolFlag{Name: "no-baseline", Usage: "run mroce only"},
+				}, simOutputFlags("permutation")...)...),
+				Action: func(c *cli.Context) error {
+					o := dm
+					o.Fabric.Planes, o.FlowBytes, o.Shift, o.Baseline = c.Int("planes"), c.Int("size-mib")<<20, c.Int("shift"), !c.Bool("no-baseline")
+					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
+						return err
+					}
+					if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || o.FlowBytes < 1<<20 || o.FlowBytes > 4<<30 || o.Shift%o.Fabric.Hosts == 0 {
+						return usagef(c, "sim permutation: --planes must be 1 to 8, --size-mib 1 to 4096, --shift not a multiple of --hosts")
+					}
+					return runScenario(c, "permutation", func() ([]*report.Table, *report.Plot, error) { return sim.PermutationScenario(o) })
+				},
+			},
+		},
+	}
+}
+
+// simFabricFlags are the fabric settings of the many-host scenarios, with
+// the defaults of d.
+func simFabricFlags(d sim.FabricOptions) []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "hosts", Value: d.Hosts, Usage: "hosts, 2 to 256"},
+		&cli.IntFlag{Name: "paths", Value: d.Paths, Usage: "paths per connection"},
+		&cli.Float64Flag{Name: "rate-gbps", Value: float64(d.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
+		&cli.IntFlag{Name: "hosts-per-leaf", Value: d.HostsPerLeaf, Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
+		&cli.IntFlag{Name: "spines", Value: max(d.Spines, 4), Usage: "spines per plane, with --hosts-per-leaf"},
+	}
+}
+
+// collectiveCommand is sim allreduce or sim alltoall.
+func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command {
+	var sizes []int64
+	for _, s := range d.Sizes {
+		sizes = append(sizes, int64(s>>20))
+	}
+	return &cli.Command{
+		Name:  name,
+		Usage: usage,
+		Flags: append(simFabricFlags(d.Fabric), append([]cli.Flag{
+			&cli.IntFlag{Name: "planes", Value: d.Fabric.Planes, Usage: "planes, 1 to 8"},
+			&cli.Int64SliceFlag{Name: "sizes-mib", Value: cli.NewInt64Slice(sizes...), Usage: "buffer sizes per host, MiB, 1 to 1024"},
+			&cli.Float64SliceFlag{Name: "losses", Value: cli.NewFloat64Slice(d.Losses...), Usage: "random loss rates on every downlink, 0 to 0.5"},
+			&cli.BoolFlag{Name: "no-baseline", Usage: "run mroce only"},
+		}, simOutputFlags(name)...)...),
+		Action: func(c *cli.Context) error {
+			o := d
+			o.Fabric.Planes, o.Losses, o.Baseline, o.Sizes = c.Int("planes"), c.Float64Slice("losses"), !c.Bool("no-baseline"), nil
+			if err := fabricFlagsInto(c, &o.Fabric); err != nil {
+				return err
+			}
+			for _, m := range c.Int64Slice("sizes-mib") {
+				if m < 1 || m > 1024 {
+					return usagef(c, "sim %s: --sizes-mib: %d is not 1 to 1024", name, m)
+				}
+				o.Sizes = append(o.Sizes, int(m)<<20)
+			}
+			for _, p := range o.Losses {
+				if !(p >= 0 && p <= 0.5) {
+					return usagef(c, "sim %s: --losses: %g is not 0 to 0.5", name, p)
+				}
+			}
+			if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || len(o.Sizes) == 0 || len(o.Losses) == 0 {
+				return usagef(c, "sim %s: --planes must be 1 to 8; --sizes-mib and --losses not empty", name)
+			}
+			return runScenario(c, name, func() ([]*report.Table, *report.Plot, error) { return sim.Collective(name, o) })
 		},
 	}
 }

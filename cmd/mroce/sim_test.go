@@ -22,6 +22,9 @@ func TestSimScenarios(t *testing.T) {
 		{[]string{"sim", "incast", "--senders", "4", "--rates-gbps", "100", "--size-kib", "256"}, []string{"N", "variant", "converged (base RTTs)", "slowest FCT/ideal"}, 4},
 		{[]string{"sim", "planes", "--planes", "1,2", "--hosts", "4", "--size-kib", "64"}, []string{"planes", "connections", "vs half the planes", "connections lost"}, 2},
 		{[]string{"sim", "planefail", "--planes", "2", "--hosts", "2", "--size-mib", "8", "--fail-at", "20us", "--repair-at", "60us"}, []string{"period", "target"}, 4},
+		{[]string{"sim", "allreduce", "--hosts", "4", "--sizes-mib", "1", "--losses", "0,0.01"}, []string{"algbw Gb/s", "busbw Gb/s", "FCT p99 µs", "mode"}, 4},
+		{[]string{"sim", "alltoall", "--hosts", "4", "--sizes-mib", "1", "--losses", "0", "--no-baseline"}, []string{"busbw / host capacity"}, 1},
+		{[]string{"sim", "permutation", "--hosts", "8", "--hosts-per-leaf", "4", "--shift", "4", "--size-mib", "1"}, []string{"mode", "slowest / fastest"}, 2},
 	}
 	for _, c := range cases {
 		plot := filepath.Join(t.TempDir(), "p.svg")
@@ -84,6 +87,8 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "incast", "--senders", "100"}, "100 is not 1 to 64"},
 		{[]string{"sim", "planes", "--planes", "9"}, "9 is not 1 to 8"},
 		{[]string{"sim", "planefail", "--plane", "8"}, "--plane one of them"},
+		{[]string{"sim", "allreduce", "--sizes-mib", "2048"}, "2048 is not 1 to 1024"},
+		{[]string{"sim", "permutation", "--hosts", "8", "--shift", "16"}, "--shift not a multiple of --hosts"},
 		{[]string{"sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "x.gif"}, "want a .svg or .png file"},
 	} {
 		r := runCLI(t, "", c.args...)
