@@ -421,22 +421,25 @@ func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot
 type PermutationOptions struct {
 	Fabric    FabricOptions
 	FlowBytes int
-	Shift     int // host h sends to h + Shift
+	Shift     int   // host h sends to h + Shift
+	Paths     []int // mroce runs once with each count of paths per connection
 	Baseline  bool
 }
 
-// DefaultPermutationScenario: 64 hosts, 8 per leaf, 4 spines per plane, 4
+// DefaultPermutationScenario: 64 hosts, 8 per leaf, 8 spines per plane (no
+// oversubscription), 4
 // planes of 100 Gb/s; each host sends 16 MiB to the host half the fabric
 // away (every flow crosses the spines).
 func DefaultPermutationScenario() PermutationOptions {
 	f := DefaultFabric(4)
-	f.HostsPerLeaf, f.Spines = 8, 4
-	return PermutationOptions{Fabric: f, FlowBytes: 16 << 20, Shift: 32, Baseline: true}
+	f.HostsPerLeaf, f.Spines = 8, 8
+	return PermutationOptions{Fabric: f, FlowBytes: 16 << 20, Shift: 32, Paths: []int{8, 32, 64}, Baseline: true}
 }
 
-// PermutationScenario runs a permutation, mroce beside the baseline: with a
-// leaf-spine, ECMP hashing decides how evenly the flows share the spines;
-// mroce's many paths per connection even it out, one path cannot.
+// PermutationScenario runs a permutation, mroce with each count of paths
+// beside the baseline: with a leaf-spine, ECMP hashing decides how evenly
+// the paths share the spines; the more paths a connection sprays over,
+// the more evenly the load spreads, and one path cannot.
 func PermutationScenario(o PermutationOptions) ([]*report.Table, *report.Plot, error) {
 	flows := Permutation(o.Fabric.Hosts, o.Shift, o.FlowBytes)
 	topo := "one switch per plane"
@@ -450,13 +453,21 @@ func PermutationScenario(o PermutationOptions) ([]*report.Table, *report.Plot, e
 		Notes:   []string{"Capacity: every host's payload rate over all its planes (the baseline uses one plane: at most 1/planes of it)."},
 	}
 	pl := &report.Plot{Title: "Permutation: completion times, sorted", XLabel: "flows (sorted)", YLabel: "FCT (µs)"}
-	modes := []bool{false}
-	if o.Baseline {
-		modes = append(modes, true)
+	type run struct {
+		baseline bool
+		paths    int
 	}
-	for _, baseline := range modes {
+	var runs []run
+	for _, p := range o.Paths {
+		runs = append(runs, run{paths: p})
+	}
+	if o.Baseline {
+		runs = append(runs, run{baseline: true, paths: 1})
+	}
+	for _, rn := range runs {
+		baseline := rn.baseline
 		f := o.Fabric
-		f.Baseline = baseline
+		f.Baseline, f.Paths = baseline, rn.paths
 		r, err := RunFlows(f, flows, 0)
 		if err != nil {
 			return nil, nil, err
@@ -470,7 +481,7 @@ func PermutationScenario(o PermutationOptions) ([]*report.Table, *report.Plot, e
 		slices.Sort(sorted)
 		t.Add(mode, paths, g*8/1e9, g/(float64(f.Hosts)*r.HostCapacity), float64(Percentile(r.FCT, 0.5).Microseconds()),
 			float64(Percentile(r.FCT, 0.99).Microseconds()), float64(sorted[len(sorted)-1])/float64(max(1, sorted[0])))
-		s := report.Series{Name: mode}
+		s := report.Series{Name: fmt.Sprintf("%s, %d paths", mode, paths)}
 		for i, d := range sorted {
 			s.X, s.Y = append(s.X, float64(i)), append(s.Y, float64(d.Microseconds()))
 		}

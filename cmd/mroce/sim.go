@@ -162,7 +162,8 @@ func simCommand() *cli.Command {
 			{
 				Name:  "permutation",
 				Usage: "every host sends to one other across a leaf-spine: throughput and FCT spread, mroce beside the baseline",
-				Flags: append(simFabricFlags(dm.Fabric), append([]cli.Flag{
+				Flags: append(simFabricFlags(dm.Fabric, false), append([]cli.Flag{
+					&cli.IntSliceFlag{Name: "paths", Value: cli.NewIntSlice(dm.Paths...), Usage: "paths per connection: mroce runs once with each"},
 					&cli.IntFlag{Name: "planes", Value: dm.Fabric.Planes, Usage: "planes, 1 to 8"},
 					&cli.IntFlag{Name: "size-mib", Value: dm.FlowBytes >> 20, Usage: "MiB each host sends"},
 					&cli.IntFlag{Name: "shift", Value: dm.Shift, Usage: "host h sends to h + shift"},
@@ -171,8 +172,14 @@ func simCommand() *cli.Command {
 				Action: func(c *cli.Context) error {
 					o := dm
 					o.Fabric.Planes, o.FlowBytes, o.Shift, o.Baseline = c.Int("planes"), c.Int("size-mib")<<20, c.Int("shift"), !c.Bool("no-baseline")
+					o.Paths = c.IntSlice("paths")
 					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
 						return err
+					}
+					for _, p := range o.Paths {
+						if p < 1 || p > 256 {
+							return usagef(c, "sim permutation: --paths: %d is not 1 to 256", p)
+						}
 					}
 					if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || o.FlowBytes < 1<<20 || o.FlowBytes > 4<<30 || o.Shift%o.Fabric.Hosts == 0 {
 						return usagef(c, "sim permutation: --planes must be 1 to 8, --size-mib 1 to 4096, --shift not a multiple of --hosts")
@@ -186,14 +193,17 @@ func simCommand() *cli.Command {
 
 // simFabricFlags are the fabric settings of the many-host scenarios, with
 // the defaults of d.
-func simFabricFlags(d sim.FabricOptions) []cli.Flag {
-	return []cli.Flag{
+func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
+	flags := []cli.Flag{
 		&cli.IntFlag{Name: "hosts", Value: d.Hosts, Usage: "hosts, 2 to 256"},
-		&cli.IntFlag{Name: "paths", Value: d.Paths, Usage: "paths per connection"},
 		&cli.Float64Flag{Name: "rate-gbps", Value: float64(d.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
 		&cli.IntFlag{Name: "hosts-per-leaf", Value: d.HostsPerLeaf, Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
 		&cli.IntFlag{Name: "spines", Value: max(d.Spines, 4), Usage: "spines per plane, with --hosts-per-leaf"},
 	}
+	if paths {
+		flags = append(flags, &cli.IntFlag{Name: "paths", Value: d.Paths, Usage: "paths per connection"})
+	}
+	return flags
 }
 
 // collectiveCommand is sim allreduce or sim alltoall.
@@ -205,7 +215,7 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 	return &cli.Command{
 		Name:  name,
 		Usage: usage,
-		Flags: append(simFabricFlags(d.Fabric), append([]cli.Flag{
+		Flags: append(simFabricFlags(d.Fabric, true), append([]cli.Flag{
 			&cli.IntFlag{Name: "planes", Value: d.Fabric.Planes, Usage: "planes, 1 to 8"},
 			&cli.Int64SliceFlag{Name: "sizes-mib", Value: cli.NewInt64Slice(sizes...), Usage: "buffer sizes per host, MiB, 1 to 1024"},
 			&cli.Float64SliceFlag{Name: "losses", Value: cli.NewFloat64Slice(d.Losses...), Usage: "random loss rates on every downlink, 0 to 0.5"},
@@ -238,7 +248,12 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 
 // fabricFlagsInto reads the fabric flags planes and planefail share.
 func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
-	f.Hosts, f.Paths, f.LinkRate = c.Int("hosts"), c.Int("paths"), int64(c.Float64("rate-gbps")*1e9)
+	f.Hosts, f.LinkRate = c.Int("hosts"), int64(c.Float64("rate-gbps")*1e9)
+	for _, fl := range c.Command.Flags {
+		if _, one := fl.(*cli.IntFlag); one && fl.Names()[0] == "paths" { // (permutation's is a list)
+			f.Paths = c.Int("paths")
+		}
+	}
 	f.HostsPerLeaf, f.Seed = c.Int("hosts-per-leaf"), c.Uint64("seed")
 	if f.HostsPerLeaf > 0 {
 		f.Spines = c.Int("spines")

@@ -24,7 +24,7 @@ func TestSimScenarios(t *testing.T) {
 		{[]string{"sim", "planefail", "--planes", "2", "--hosts", "2", "--size-mib", "8", "--fail-at", "20us", "--repair-at", "60us"}, []string{"period", "target"}, 4},
 		{[]string{"sim", "allreduce", "--hosts", "4", "--sizes-mib", "1", "--losses", "0,0.01"}, []string{"algbw Gb/s", "busbw Gb/s", "FCT p99 µs", "mode"}, 4},
 		{[]string{"sim", "alltoall", "--hosts", "4", "--sizes-mib", "1", "--losses", "0", "--no-baseline"}, []string{"busbw / host capacity"}, 1},
-		{[]string{"sim", "permutation", "--hosts", "8", "--hosts-per-leaf", "4", "--shift", "4", "--size-mib", "1"}, []string{"mode", "slowest / fastest"}, 2},
+		{[]string{"sim", "permutation", "--hosts", "8", "--hosts-per-leaf", "4", "--shift", "4", "--size-mib", "1", "--paths", "8,16"}, []string{"mode", "slowest / fastest"}, 3},
 	}
 	for _, c := range cases {
 		plot := filepath.Join(t.TempDir(), "p.svg")
@@ -89,6 +89,7 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "planefail", "--plane", "8"}, "--plane one of them"},
 		{[]string{"sim", "allreduce", "--sizes-mib", "2048"}, "2048 is not 1 to 1024"},
 		{[]string{"sim", "permutation", "--hosts", "8", "--shift", "16"}, "--shift not a multiple of --hosts"},
+		{[]string{"sim", "planes", "--paths", "0"}, "--paths must be 1 to 256"},
 		{[]string{"sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "x.gif"}, "want a .svg or .png file"},
 	} {
 		r := runCLI(t, "", c.args...)
