@@ -489,3 +489,41 @@ func PermutationScenario(o PermutationOptions) ([]*report.Table, *report.Plot, e
 	}
 	return []*report.Table{t}, pl, nil
 }
+
+// FlowsScenario runs a traffic file's flows and reports them: a summary,
+// and every flow's completion time.
+func FlowsScenario(t Traffic) ([]*report.Table, *report.Plot, error) {
+	r, err := RunFlows(t.Fabric, t.Flows, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	f := t.Fabric
+	mode := fmt.Sprintf("mroce, %d paths per connection", f.Paths)
+	if f.Baseline {
+		mode = "baseline (one path per connection)"
+	}
+	sum := &report.Table{
+		Title:   fmt.Sprintf("%d flows on %d hosts, %d planes of %g Gb/s, %s", len(t.Flows), f.Hosts, f.Planes, float64(f.LinkRate)/1e9, mode),
+		Columns: []string{"flows", "connections", "bytes", "makespan µs", "aggregate Gb/s", "FCT p50 µs", "FCT p99 µs", "FCT max µs", "lost"},
+	}
+	var bytes int
+	for _, fl := range t.Flows {
+		bytes += fl.Bytes
+	}
+	sum.Add(len(t.Flows), r.Connections, bytes, float64(r.Makespan.Microseconds()), r.Goodput(t.Flows)*8/1e9,
+		float64(Percentile(r.FCT, 0.5).Microseconds()), float64(Percentile(r.FCT, 0.99).Microseconds()),
+		float64(Percentile(r.FCT, 1).Microseconds()), r.Failed)
+	each := &report.Table{Title: "Every flow (FCT from when it was posted)", Columns: []string{"flow", "src", "dst", "bytes", "start µs", "FCT µs"}}
+	for i, fl := range t.Flows {
+		each.Add(i, fl.Src, fl.Dst, fl.Bytes, float64(fl.Start.Microseconds()), float64(r.FCT[i].Nanoseconds())/1e3)
+	}
+	pl := &report.Plot{Title: "Completion times, sorted", XLabel: "flows (sorted)", YLabel: "FCT (µs)"}
+	sorted := slices.Clone(r.FCT)
+	slices.Sort(sorted)
+	s := report.Series{Name: mode}
+	for i, d := range sorted {
+		s.X, s.Y = append(s.X, float64(i)), append(s.Y, float64(d.Nanoseconds())/1e3)
+	}
+	pl.Series = []report.Series{s}
+	return []*report.Table{sum, each}, pl, nil
+}

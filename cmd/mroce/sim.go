@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -155,6 +156,30 @@ func simCommand() *cli.Command {
 						return usagef(c, "sim planefail: --size-mib must be 1 to 4096, the times not negative")
 					}
 					return runScenario(c, "planefail", func() ([]*report.Table, *report.Plot, error) { return sim.PlaneFail(o) })
+				},
+			},
+			{
+				Name:      "flows",
+				Usage:     "run the fabric and flows a traffic file describes (see docs/results.md for its lines)",
+				ArgsUsage: "FILE",
+				Flags:     simOutputFlags("flows"),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return usagef(c, "sim flows: want one traffic FILE")
+					}
+					f, err := os.Open(c.Args().First())
+					if err != nil {
+						return usagef(c, "sim flows: %v", err)
+					}
+					defer f.Close()
+					t, err := sim.ParseTraffic(f)
+					if err != nil {
+						return usagef(c, "sim flows: %s: %v", c.Args().First(), err)
+					}
+					if c.IsSet("seed") {
+						t.Fabric.Seed = c.Uint64("seed")
+					}
+					return runScenario(c, "flows", func() ([]*report.Table, *report.Plot, error) { return sim.FlowsScenario(t) })
 				},
 			},
 			collectiveCommand("allreduce", "ring all-reduce of WRITEs: algorithm and bus bandwidth, FCTs, mroce beside the baseline", dc),

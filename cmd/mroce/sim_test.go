@@ -68,6 +68,20 @@ func TestSimScenarios(t *testing.T) {
 	}
 }
 
+// A traffic file runs: a summary and a row per flow.
+func TestSimFlowsFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "t.txt")
+	os.WriteFile(file, []byte("hosts 3\nplanes 2\n0->1 start 0 size 256KiB\n1->2 start 0 size 64KiB after 0\n"), 0o644)
+	r := runCLI(t, "", "sim", "flows", "--plot", "", file)
+	if r.code != 0 || !strings.Contains(r.stdout, "2 flows on 3 hosts") || !strings.Contains(r.stdout, "Every flow") {
+		t.Fatalf("exit %d: %s %s", r.code, r.stdout, r.stderr)
+	}
+	os.WriteFile(file, []byte("hosts 3\n0->7 size 1\n"), 0o644)
+	if r := runCLI(t, "", "sim", "flows", file); r.code != 2 || !strings.Contains(r.stderr, "0->7, but there are 3 hosts") {
+		t.Fatalf("a bad file: exit %d, %s", r.code, r.stderr)
+	}
+}
+
 // Text and CSV, and bad flags.
 func TestSimOutputsAndErrors(t *testing.T) {
 	r := runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "")

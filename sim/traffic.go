@@ -1,0 +1,220 @@
+package sim
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A traffic file describes a fabric and the flows to run on it, a line
+// each (mroce sim flows FILE):
+//
+//	# a comment; blank lines are skipped
+//	hosts 16               planes 4            hosts-per-leaf 8    spines 8
+//	rate-gbps 100          delay 1us           ecn-kib 200         buffer-kib 16384
+//	paths 8                loss 0.01           seed 7              baseline
+//	0->1 start 0 size 1MiB
+//	3->7 start 10us size 64KiB after 0
+//
+// One setting per line (name, then value; "baseline" alone). A flow line
+// is SRC->DST, then "start T" (a Go duration), "size S" (bytes, or with
+// KiB, MiB or GiB) and, optionally, "after I,J" (the numbers of earlier
+// flow lines, from 0, that must complete first). Settings not given keep
+// DefaultFabric(4)'s values.
+
+// Traffic is a parsed traffic file.
+type Traffic struct {
+	Fabric FabricOptions
+	Flows  []Flow
+}
+
+// maxTrafficFlows bounds a file's flows (a typo must not ask for a
+// million connections).
+const maxTrafficFlows = 1 << 20
+
+// ParseTraffic reads a traffic file. Errors name the line.
+func ParseTraffic(r io.Reader) (Traffic, error) {
+	t := Traffic{Fabric: DefaultFabric(4)}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 1<<16)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		if line == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		var err error
+		if strings.Contains(f[0], "->") {
+			err = t.parseFlow(f)
+		} else {
+			err = t.parseSetting(f)
+		}
+		if err != nil {
+			return t, fmt.Errorf("line %d: %w", n, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return t, fmt.Errorf("line %d: %w", n+1, err)
+	}
+	if len(t.Flows) == 0 {
+		return t, fmt.Errorf("no flows")
+	}
+	for i, f := range t.Flows {
+		if f.Src >= t.Fabric.Hosts || f.Dst >= t.Fabric.Hosts {
+			return t, fmt.Errorf("flow %d: %d->%d, but there are %d hosts", i, f.Src, f.Dst, t.Fabric.Hosts)
+		}
+	}
+	return t, nil
+}
+
+func (t *Traffic) parseSetting(f []string) error {
+	o := &t.Fabric
+	if f[0] == "baseline" && len(f) == 1 {
+		o.Baseline = true
+		return nil
+	}
+	if len(f) != 2 {
+		return fmt.Errorf("%q: want a setting and its value", strings.Join(f, " "))
+	}
+	name, v := f[0], f[1]
+	intIn := func(dst *int, lo, hi int) error {
+		x, err := strconv.Atoi(v)
+		if err != nil || x < lo || x > hi {
+			return fmt.Errorf("%s %q: want %d to %d", name, v, lo, hi)
+		}
+		*dst = x
+		return nil
+	}
+	switch name {
+	case "hosts":
+		return intIn(&o.Hosts, 2, 256)
+	case "planes":
+		return intIn(&o.Planes, 1, 8)
+	case "hosts-per-leaf":
+		return intIn(&o.HostsPerLeaf, 0, 256)
+	case "spines":
+		return intIn(&o.Spines, 1, 64)
+	case "paths":
+		return intIn(&o.Paths, 1, 256)
+	case "ecn-kib":
+		var k int
+		err := intIn(&k, 0, 1<<20)
+		o.ECNThreshold = k << 10
+		return err
+	case "buffer-kib":
+		var k int
+		err := intIn(&k, 1, 1<<20)
+		o.Buffer = k << 10
+		return err
+	case "rate-gbps":
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(x >= 1 && x <= 1600) {
+			return fmt.Errorf("rate-gbps %q: want 1 to 1600", v)
+		}
+		o.LinkRate = int64(x * 1e9)
+	case "delay":
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Second {
+			return fmt.Errorf("delay %q: want a duration of 0 to 1s", v)
+		}
+		o.Delay = d
+	case "loss":
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(x >= 0 && x <= 0.5) {
+			return fmt.Errorf("loss %q: want 0 to 0.5", v)
+		}
+		o.Loss = x
+	case "seed":
+		x, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("seed %q: want a number", v)
+		}
+		o.Seed = x
+	default:
+		return fmt.Errorf("unknown setting %q", name)
+	}
+	return nil
+}
+
+func (t *Traffic) parseFlow(f []string) error {
+	if len(t.Flows) >= maxTrafficFlows {
+		return fmt.Errorf("more than %d flows", maxTrafficFlows)
+	}
+	src, dst, ok := strings.Cut(f[0], "->")
+	a, err1 := strconv.Atoi(src)
+	b, err2 := strconv.Atoi(dst)
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < 0 || a == b || a > 255 || b > 255 {
+		return fmt.Errorf("%q: want SRC->DST, two different hosts", f[0])
+	}
+	fl := Flow{Src: a, Dst: b, Bytes: -1}
+	rest := f[1:]
+	for len(rest) > 0 {
+		if len(rest) < 2 {
+			return fmt.Errorf("%q: %q has no value", strings.Join(f, " "), rest[0])
+		}
+		k, v := rest[0], rest[1]
+		rest = rest[2:]
+		switch k {
+		case "start":
+			d, err := time.ParseDuration(v)
+			if v == "0" {
+				d, err = 0, nil
+			}
+			if err != nil || d < 0 || d > time.Minute {
+				return fmt.Errorf("start %q: want a duration of 0 to 1m", v)
+			}
+			fl.Start = d
+		case "size":
+			s, err := parseSize(v)
+			if err != nil {
+				return err
+			}
+			fl.Bytes = s
+		case "after":
+			for _, x := range strings.Split(v, ",") {
+				i, err := strconv.Atoi(x)
+				if err != nil || i < 0 || i >= len(t.Flows) {
+					return fmt.Errorf("after %q: want the numbers of earlier flows (0 to %d)", v, len(t.Flows)-1)
+				}
+				fl.After = append(fl.After, i)
+			}
+		default:
+			return fmt.Errorf("%q: unknown %q (want start, size, after)", strings.Join(f, " "), k)
+		}
+	}
+	if fl.Bytes < 0 {
+		return fmt.Errorf("%q: no size", strings.Join(f, " "))
+	}
+	t.Flows = append(t.Flows, fl)
+	return nil
+}
+
+// parseSize reads bytes with an optional unit: B, KiB, MiB or GiB; 1 byte
+// to 1 GiB (a WRITE's length is 32 bits, and every host holds a region of
+// the largest flow).
+func parseSize(v string) (int, error) {
+	mult := 1
+	num := v
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(v, u.suffix) {
+			num, mult = strings.TrimSuffix(v, u.suffix), u.mult
+			break
+		}
+	}
+	x, err := strconv.ParseUint(num, 10, 32)
+	if err != nil || x == 0 || x*uint64(mult) > 1<<30 {
+		return 0, fmt.Errorf("size %q: want 1 byte to 1 GiB (B, KiB, MiB, GiB)", v)
+	}
+	return int(x) * mult, nil
+}

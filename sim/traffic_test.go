@@ -1,0 +1,104 @@
+package sim
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const sampleTraffic = `# two hosts, then a chain
+hosts 4
+planes 2
+rate-gbps 100
+delay 2us   # per link
+ecn-kib 100
+paths 4
+loss 0.001
+0->1 start 0 size 1MiB
+1->2 start 5us size 64KiB after 0
+3->0 start 0 size 4096
+`
+
+func TestParseTraffic(t *testing.T) {
+	tr, err := ParseTraffic(strings.NewReader(sampleTraffic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := tr.Fabric
+	if f.Hosts != 4 || f.Planes != 2 || f.LinkRate != 100e9 || f.Delay != 2*time.Microsecond || f.ECNThreshold != 100<<10 ||
+		f.Paths != 4 || f.Loss != 0.001 || f.Baseline {
+		t.Fatalf("fabric %+v", f)
+	}
+	want := []Flow{{Src: 0, Dst: 1, Bytes: 1 << 20}, {Src: 1, Dst: 2, Bytes: 64 << 10, Start: 5 * time.Microsecond, After: []int{0}}, {Src: 3, Dst: 0, Bytes: 4096}}
+	if len(tr.Flows) != 3 {
+		t.Fatalf("flows %+v", tr.Flows)
+	}
+	for i, w := range want {
+		g := tr.Flows[i]
+		if g.Src != w.Src || g.Dst != w.Dst || g.Bytes != w.Bytes || g.Start != w.Start || len(g.After) != len(w.After) {
+			t.Errorf("flow %d: %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+// Errors name the line and say what is wrong.
+func TestParseTrafficErrors(t *testing.T) {
+	for _, c := range []struct{ text, msg string }{
+		{"", "no flows"},
+		{"hosts 1\n0->1 start 0 size 1", "line 1: hosts \"1\": want 2 to 256"},
+		{"0->0 start 0 size 1", "line 1: \"0->0\": want SRC->DST, two different hosts"},
+		{"0->1 start 0", "line 1: \"0->1 start 0\": no size"},
+		{"0->1 size 5TiB", "size \"5TiB\": want 1 byte to 1 GiB"},
+		{"0->1 size 1 after 0", "line 1: after \"0\": want the numbers of earlier flows"},
+		{"speed 9", "line 1: unknown setting \"speed\""},
+		{"hosts 4\n\n0->9 size 1", "flow 0: 0->9, but there are 4 hosts"},
+		{"0->1 size 1 start -1s", "start \"-1s\""},
+		{"0->1 size", "has no value"},
+	} {
+		_, err := ParseTraffic(strings.NewReader(c.text))
+		if err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%q: %v, want %q", c.text, err, c.msg)
+		}
+	}
+}
+
+// A traffic file runs: its flows complete on its fabric.
+func TestTrafficRuns(t *testing.T) {
+	tr, err := ParseTraffic(strings.NewReader(sampleTraffic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := RunFlows(tr.Fabric, tr.Flows, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Failed != 0 || r.FCT[0] <= 0 || r.FCT[1] <= 0 || r.FCT[2] <= 0 {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// FuzzParseTraffic: any text: no panic, and what is accepted is runnable:
+// hosts in range and different, sizes of 1 byte to 1 GiB, dependencies on
+// earlier flows only.
+func FuzzParseTraffic(f *testing.F) {
+	f.Add(sampleTraffic)
+	f.Add("0->1 start 0 size 1KiB\n1->0 size 1 after 0")
+	f.Add("baseline\nhosts 256\n255->0 size 1GiB")
+	f.Fuzz(func(t *testing.T, text string) {
+		tr, err := ParseTraffic(strings.NewReader(text))
+		if err != nil {
+			return
+		}
+		for i, fl := range tr.Flows {
+			if fl.Src == fl.Dst || fl.Src < 0 || fl.Dst < 0 || fl.Src >= tr.Fabric.Hosts || fl.Dst >= tr.Fabric.Hosts ||
+				fl.Bytes < 1 || fl.Bytes > 1<<30 || fl.Start < 0 {
+				t.Fatalf("flow %d: %+v", i, fl)
+			}
+			for _, a := range fl.After {
+				if a < 0 || a >= i {
+					t.Fatalf("flow %d waits for %d", i, a)
+				}
+			}
+		}
+	})
+}
