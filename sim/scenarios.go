@@ -319,19 +319,25 @@ func PlaneFail(o PlaneFailOptions) ([]*report.Table, *report.Plot, error) {
 
 // RingAllReduce is a ring all-reduce of bytes on every host: 2 (hosts - 1)
 // steps, in each of which every host WRITEs a chunk of bytes / hosts to the
-// next host on the ring, once it has received the previous step's chunk.
-func RingAllReduce(hosts, bytes int) []Flow {
-	chunk := max(1, bytes/hosts)
+// next host on the ring. As NCCL does, each chunk goes in slices, and a
+// slice of a step leaves as soon as the same slice of the step before has
+// arrived, so that the steps overlap.
+func RingAllReduce(hosts, bytes, slices int) []Flow {
+	slices = max(1, slices)
+	slice := max(1, bytes/hosts/slices)
 	steps := 2 * (hosts - 1)
-	flows := make([]Flow, 0, steps*hosts)
+	flows := make([]Flow, 0, steps*hosts*slices)
+	index := func(k, h, j int) int { return (k*hosts+h)*slices + j }
 	for k := 0; k < steps; k++ {
 		for h := 0; h < hosts; h++ {
-			f := Flow{Src: h, Dst: (h + 1) % hosts, Bytes: chunk}
-			if k > 0 {
-				prev := (h + hosts - 1) % hosts // what h received in the step before
-				f.After = []int{(k-1)*hosts + prev}
+			for j := 0; j < slices; j++ {
+				f := Flow{Src: h, Dst: (h + 1) % hosts, Bytes: slice}
+				if k > 0 {
+					prev := (h + hosts - 1) % hosts // what h received in the step before
+					f.After = []int{index(k-1, prev, j)}
+				}
+				flows = append(flows, f)
 			}
-			flows = append(flows, f)
 		}
 	}
 	return flows
@@ -344,6 +350,9 @@ type CollectiveOptions struct {
 	Losses []float64
 	// Baseline runs the baseline too (one path per connection: one plane).
 	Baseline bool
+	// Slices is how many pieces each all-reduce step's chunk goes in
+	// (pipelined, as NCCL's slices).
+	Slices int
 }
 
 // DefaultCollective is the collectives' scenario of docs/results.md: 16
@@ -351,7 +360,7 @@ type CollectiveOptions struct {
 func DefaultCollective() CollectiveOptions {
 	f := DefaultFabric(4)
 	f.Hosts = 16
-	return CollectiveOptions{Fabric: f, Sizes: []int{1 << 20, 64 << 20}, Losses: []float64{0, 0.001, 0.01}, Baseline: true}
+	return CollectiveOptions{Fabric: f, Sizes: []int{1 << 20, 64 << 20}, Losses: []float64{0, 0.001, 0.01}, Baseline: true, Slices: 4}
 }
 
 // Collective runs the all-reduce (ring) or the all-to-all of every size at
@@ -382,7 +391,7 @@ func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot
 		if name == "alltoall" {
 			flows = AllToAll(h, max(1, size/h))
 		} else {
-			flows = RingAllReduce(h, size)
+			flows = RingAllReduce(h, size, o.Slices)
 		}
 		for _, p := range o.Losses {
 			for _, baseline := range modes {

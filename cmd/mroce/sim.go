@@ -245,10 +245,14 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 			&cli.Int64SliceFlag{Name: "sizes-mib", Value: cli.NewInt64Slice(sizes...), Usage: "buffer sizes per host, MiB, 1 to 1024"},
 			&cli.Float64SliceFlag{Name: "losses", Value: cli.NewFloat64Slice(d.Losses...), Usage: "random loss rates on every downlink, 0 to 0.5"},
 			&cli.BoolFlag{Name: "no-baseline", Usage: "run mroce only"},
+			&cli.IntFlag{Name: "slices", Value: d.Slices, Usage: "all-reduce: pieces each step's chunk goes in, pipelined (1 to 64)"},
 		}, simOutputFlags(name)...)...),
 		Action: func(c *cli.Context) error {
 			o := d
 			o.Fabric.Planes, o.Losses, o.Baseline, o.Sizes = c.Int("planes"), c.Float64Slice("losses"), !c.Bool("no-baseline"), nil
+			if o.Slices = c.Int("slices"); o.Slices < 1 || o.Slices > 64 {
+				return usagef(c, "sim %s: --slices must be 1 to 64", name)
+			}
 			if err := fabricFlagsInto(c, &o.Fabric); err != nil {
 				return err
 			}
