@@ -75,6 +75,13 @@ type events struct {
 	done  []engine.Completion
 	state engine.ConnState
 	err   error
+	paths []engine.PathEvent // every path state change and move, as the engine reports them
+}
+
+func (e *events) PathChanged(_ *engine.Conn, ev engine.PathEvent) {
+	e.mu.Lock()
+	e.paths = append(e.paths, ev)
+	e.mu.Unlock()
 }
 
 func (e *events) Completion(_ *engine.Conn, wc engine.Completion) {
