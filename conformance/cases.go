@@ -1,0 +1,396 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/proto"
+)
+
+// Env is what a case needs: the responder, and a local address on its
+// first plane to probe from.
+type Env struct {
+	Target Target
+	Local  netip.Addr
+}
+
+// Case is one packet-level check of a responder.
+type Case struct {
+	Name string
+	Spec string // the sections of docs/spec.md it checks
+	What string // what passes
+	Run  func(env Env) error
+}
+
+// Result is one case's outcome.
+type Result struct {
+	Case    string        `json:"case"`
+	Result  string        `json:"result"` // "pass" or "fail"
+	Details string        `json:"details,omitempty"`
+	Spec    string        `json:"spec"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Run runs cases against env, in order.
+func Run(env Env, cases []Case) []Result {
+	var out []Result
+	for _, c := range cases {
+		began := time.Now()
+		err := c.Run(env)
+		r := Result{Case: c.Name, Result: "pass", Spec: c.Spec, Elapsed: time.Since(began)}
+		if err != nil {
+			r.Result, r.Details = "fail", err.Error()
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// withProber dials, runs f, and closes.
+func withProber(env Env, initialPSN uint32, f func(p *Prober) error) error {
+	p, err := Dial(env.Target, env.Local, initialPSN)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return f(p)
+}
+
+// ackAfter sends a valid WRITE with AR on path and returns the first ACK
+// whose record for the path has that packet's PSN as its highest: the
+// responder's view of the path once everything before has been handled.
+func ackAfter(p *Prober, path uint8) (*proto.Packet, proto.AckRecord, Sent, error) {
+	s, err := p.SendWrite(Write{Path: path, Payload: make([]byte, 64), Flags: proto.FlagAckRequest})
+	if err != nil {
+		return nil, nil, s, err
+	}
+	pkt, err := p.Expect(func(q *proto.Packet) bool {
+		r, ok := Record(q, path)
+		return q.Type() == proto.TypeAck && ok && r.HighestPSN() == s.PSN
+	})
+	if err != nil {
+		return nil, nil, s, fmt.Errorf("no ACK for PSN %d on path %d after AR: %w", s.PSN, path, err)
+	}
+	r, _ := Record(pkt, path)
+	return pkt, r, s, nil
+}
+
+// noNackFor checks that no NACK names psn within d.
+func noNackFor(p *Prober, psn uint32, d time.Duration) error {
+	pkt, err := p.ExpectWithin(d, func(q *proto.Packet) bool { return q.Type() == proto.TypeNack && q.Nack().PSN() == psn })
+	if errors.Is(err, ErrTimeout) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("a NACK %v for PSN %d, which the responder must drop silently", pkt.Nack().Code(), psn)
+}
+
+// expectNack waits for a NACK naming the refused packet s and checks its
+// fields (spec sections 5.6, 7).
+func expectNack(p *Prober, s Sent, code proto.NackCode) error {
+	pkt, err := p.Expect(func(q *proto.Packet) bool { return q.Type() == proto.TypeNack && q.Nack().PSN() == s.PSN })
+	if err != nil {
+		return fmt.Errorf("no NACK %v for PSN %d: %w", code, s.PSN, err)
+	}
+	n := pkt.Nack()
+	if n.Code() != code || n.PathID() != s.Path || n.Epoch() != s.Epoch || n.DSN() != s.DSN || n.RetryAfter() != 0 {
+		return fmt.Errorf("NACK %v path %d epoch %d PSN %d DSN %d retry %d; want %v for path %d epoch %d PSN %d DSN %d, retry 0",
+			n.Code(), n.PathID(), n.Epoch(), n.PSN(), n.DSN(), n.RetryAfter(), code, s.Path, s.Epoch, s.PSN, s.DSN)
+	}
+	return nil
+}
+
+// refusedStaysClear checks what spec section 7 says of a refused or
+// dropped packet: neither placed nor recorded, so its PSN is clear in the
+// path's next ACK record and its DSN unreceived.
+func refusedStaysClear(p *Prober, s Sent) error {
+	pkt, r, _, err := ackAfter(p, s.Path)
+	if err != nil {
+		return err
+	}
+	if Received(r, s.PSN) {
+		return fmt.Errorf("PSN %d is reported received, but the packet was refused", s.PSN)
+	}
+	if cum := pkt.Ack().CumDSN(); !proto.SeqLessEq(cum, s.DSN) {
+		return fmt.Errorf("CumDSN %d is past the refused DSN %d", cum, s.DSN)
+	}
+	return nil
+}
+
+// Cases is the packet-level suite, in the order it runs.
+var Cases = []Case{
+	{Name: "handshake", Spec: "5.8, 8.1, 8.2", What: "an ACCEPT with a nonzero id, Paths and Streams no more than asked, MaxPacket >= 256, a reply port, mode 0, no reserved capability",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				a := p.Accept()
+				switch {
+				case a.SrcConnID() == 0:
+					return errors.New("ACCEPT's SrcConnID is 0")
+				case a.Paths() < 1 || a.Paths() > Paths:
+					return fmt.Errorf("ACCEPT's Paths %d: want 1 .. %d", a.Paths(), Paths)
+				case a.Streams() < 1 || int(a.Streams()) > max(1, env.Target.Streams):
+					return fmt.Errorf("ACCEPT's Streams %d: want 1 .. %d", a.Streams(), max(1, env.Target.Streams))
+				case a.MaxPacket() < 256 || a.ReplyPort() == 0 || a.Mode() != proto.ModeMultipath || a.InboundCapacity() == 0:
+					return fmt.Errorf("ACCEPT MaxPacket %d, ReplyPort %d, Mode %v, InboundCapacity %d", a.MaxPacket(), a.ReplyPort(), a.Mode(), a.InboundCapacity())
+				case a.Capabilities()&^(proto.CapAtomics|proto.CapAuth) != 0 || a.Capabilities()&(proto.CapAtomics|proto.CapAuth) != 0:
+					return fmt.Errorf("ACCEPT sets capabilities %#x: version 0 defines none to set", uint32(a.Capabilities()))
+				}
+				return nil
+			})
+		}},
+	{Name: "write-ack", Spec: "5.5, 6.6", What: "a WRITE with AR is acknowledged at once: its PSN the record's highest, CumDSN past its DSN, a rate hint, CE count 0",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				pkt, r, s, err := ackAfter(p, 0)
+				if err != nil {
+					return err
+				}
+				a := pkt.Ack()
+				if a.CumDSN() != s.DSN+1 || a.RateHint() == 0 || r.CECount() != 0 || r.Epoch() != 0 {
+					return fmt.Errorf("ACK CumDSN %d (want %d), RateHint %d, CECount %d, epoch %d", a.CumDSN(), s.DSN+1, a.RateHint(), r.CECount(), r.Epoch())
+				}
+				return nil
+			})
+		}},
+	{Name: "sack-exact", Spec: "5.5, 6.3", What: "the bitvector names exactly the packets withheld: 3 of 12 PSNs never sent, their bits clear, every other set, CumDSN at the first missing DSN",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				const path = 1
+				withheld := map[int]bool{3: true, 7: true, 8: true}
+				first := p.NextPSN(path)
+				firstMissingDSN := uint32(0)
+				for i := 0; i < 12; i++ {
+					if withheld[i] {
+						if firstMissingDSN == 0 {
+							firstMissingDSN = p.NextDSN()
+						}
+						p.psn[path]++ // never sent: a gap in PSN and in DSN
+						p.dsn++
+						p.msn++
+						continue
+					}
+					if _, err := p.SendWrite(Write{Path: path, Payload: make([]byte, 128)}); err != nil {
+						return err
+					}
+				}
+				pkt, r, last, err := ackAfter(p, path)
+				if err != nil {
+					return err
+				}
+				for i := 0; i < 12; i++ {
+					if got := Received(r, first+uint32(i)); got == withheld[i] {
+						return fmt.Errorf("PSN %d (packet %d of 12): reported received %v, withheld %v; bitvector %x", first+uint32(i), i, got, withheld[i], r.Bitvector())
+					}
+				}
+				if !Received(r, last.PSN) || pkt.Ack().CumDSN() != firstMissingDSN {
+					return fmt.Errorf("CumDSN %d, want %d (the first DSN withheld)", pkt.Ack().CumDSN(), firstMissingDSN)
+				}
+				return nil
+			})
+		}},
+	{Name: "duplicate", Spec: "6.5, 9 step 9", What: "a DSN sent twice (the second with a new PSN) is acknowledged at once and its new PSN recorded",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				s, err := p.SendWrite(Write{Path: 2, Payload: make([]byte, 64)})
+				if err != nil {
+					return err
+				}
+				p.msn-- // the same message again
+				dup, err := p.SendWrite(Write{Path: 2, DSN: s.DSN, ExplicitDSN: true, Payload: make([]byte, 64)})
+				if err != nil {
+					return err
+				}
+				pkt, err := p.Expect(func(q *proto.Packet) bool {
+					r, ok := Record(q, 2)
+					return q.Type() == proto.TypeAck && ok && r.HighestPSN() == dup.PSN
+				})
+				if err != nil {
+					return fmt.Errorf("the duplicate was not acknowledged (without AR): %w", err)
+				}
+				if r, _ := Record(pkt, 2); !Received(r, s.PSN) || pkt.Ack().CumDSN() != s.DSN+1 {
+					return fmt.Errorf("ACK CumDSN %d (want %d), first PSN received %v", pkt.Ack().CumDSN(), s.DSN+1, Received(r, s.PSN))
+				}
+				return nil
+			})
+		}},
+	{Name: "bad-key", Spec: "7, 9 step 13", What: "a WRITE with an unknown key is refused with NACK BAD_KEY naming it, and neither placed nor recorded",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				s, err := p.SendWrite(Write{Path: 0, RKey: env.Target.RKey ^ 0x5A5A5A5A5A5A5A5A, Payload: make([]byte, 64)})
+				if err != nil {
+					return err
+				}
+				if err := expectNack(p, s, proto.NackBadKey); err != nil {
+					return err
+				}
+				return refusedStaysClear(p, s)
+			})
+		}},
+	{Name: "bounds", Spec: "7, 9 step 15", What: "a WRITE past the region's end is refused with NACK BOUNDS",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				s, err := p.SendWrite(Write{Path: 0, RemoteOffset: env.Target.Len - 10, Payload: make([]byte, 100)})
+				if err != nil {
+					return err
+				}
+				if err := expectNack(p, s, proto.NackBounds); err != nil {
+					return err
+				}
+				return refusedStaysClear(p, s)
+			})
+		}},
+	{Name: "bad-stream", Spec: "7, 9 step 11", What: "a WRITE on a stream not negotiated is refused with NACK BAD_STREAM",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				s, err := p.SendWrite(Write{Path: 0, Stream: p.Accept().Streams(), Payload: make([]byte, 64)})
+				if err != nil {
+					return err
+				}
+				return expectNack(p, s, proto.NackBadStream)
+			})
+		}},
+	{Name: "bad-crc", Spec: "5.11, 9 step 2", What: "a packet with a bad CRC is dropped silently: no NACK, its PSN clear, its DSN unreceived",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				s, err := p.SendWrite(Write{Path: 3, Payload: make([]byte, 64), CorruptCRC: true})
+				if err != nil {
+					return err
+				}
+				if err := noNackFor(p, s.PSN, 200*time.Millisecond); err != nil {
+					return err
+				}
+				return refusedStaysClear(p, s)
+			})
+		}},
+	{Name: "bad-version", Spec: "4, 9 step 3", What: "a packet of another version is dropped silently",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				s, err := p.SendWrite(Write{Path: 3, Payload: make([]byte, 64), Version: 1})
+				if err != nil {
+					return err
+				}
+				if err := noNackFor(p, s.PSN, 200*time.Millisecond); err != nil {
+					return err
+				}
+				return refusedStaysClear(p, s)
+			})
+		}},
+	{Name: "out-of-window", Spec: "6.5, 9 step 9", What: "a DSN at CumDSN + DSNWindow is dropped: no NACK, not recorded",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				s, err := p.SendWrite(Write{Path: 1, DSN: p.NextDSN() + p.Accept().DSNWindow(), ExplicitDSN: true, Payload: make([]byte, 64)})
+				if err != nil {
+					return err
+				}
+				if err := noNackFor(p, s.PSN, 200*time.Millisecond); err != nil {
+					return err
+				}
+				_, r, _, err := ackAfter(p, 1)
+				if err != nil {
+					return err
+				}
+				if Received(r, s.PSN) {
+					return fmt.Errorf("the out-of-window PSN %d is reported received", s.PSN)
+				}
+				return nil
+			})
+		}},
+	{Name: "stale-epoch", Spec: "6.3", What: "after a repath (a new epoch at a later PSN), a late packet of the old epoch is placed but its PSN not recorded; the record is of the new epoch",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				const path = 2
+				first, err := p.SendWrite(Write{Path: path, Payload: make([]byte, 64)})
+				if err != nil {
+					return err
+				}
+				late := first.PSN + 1
+				p.psn[path] += 4 // PSNs first+1 .. first+4 stay in flight on the old route
+				p.Repath(path)
+				if _, err := p.SendWrite(Write{Path: path, Payload: make([]byte, 64)}); err != nil {
+					return err
+				}
+				old, err := p.SendWrite(Write{Path: path, Epoch: 0, ExplicitEpoch: true, PSN: late, ExplicitPSN: true, Payload: make([]byte, 64)})
+				if err != nil {
+					return err
+				}
+				pkt, err := p.Expect(func(q *proto.Packet) bool {
+					r, ok := Record(q, path)
+					return q.Type() == proto.TypeAck && ok && r.Epoch() == 1
+				})
+				if err != nil {
+					return fmt.Errorf("no ACK record of epoch 1: %w", err)
+				}
+				// The late packet's DSN counts (it was placed): the connection's
+				// CumDSN covers all three DSNs once acknowledged.
+				for range 3 {
+					if proto.SeqLess(old.DSN, pkt.Ack().CumDSN()) {
+						break
+					}
+					next, _, _, err := ackAfter(p, path)
+					if err != nil {
+						return err
+					}
+					pkt = next
+				}
+				r, _ := Record(pkt, path)
+				if r.Epoch() != 1 || Received(r, late) {
+					return fmt.Errorf("record epoch %d, late PSN %d reported %v: want epoch 1 and the late PSN not recorded", r.Epoch(), late, Received(r, late))
+				}
+				if !proto.SeqLess(old.DSN, pkt.Ack().CumDSN()) {
+					return fmt.Errorf("CumDSN %d: the late packet's DSN %d was not received", pkt.Ack().CumDSN(), old.DSN)
+				}
+				return nil
+			})
+		}},
+	{Name: "psn-wrap", Spec: "2, 6.2", What: "16 packets whose PSNs wrap past 2^32: every one reported received, the highest after the wrap",
+		Run: func(env Env) error {
+			return withProber(env, 0xFFFFFFF8, func(p *Prober) error {
+				for range 15 {
+					if _, err := p.SendWrite(Write{Path: 3, Payload: make([]byte, 64)}); err != nil {
+						return err
+					}
+				}
+				_, r, last, err := ackAfter(p, 3)
+				if err != nil {
+					return err
+				}
+				if last.PSN != 7 || r.HighestPSN() != 7 {
+					return fmt.Errorf("highest %d, want 7", r.HighestPSN())
+				}
+				for psn := uint32(0xFFFFFFF8); psn != 8; psn++ {
+					if !Received(r, psn) {
+						return fmt.Errorf("PSN %#x is not reported received; bitvector %x", psn, r.Bitvector())
+					}
+				}
+				return nil
+			})
+		}},
+	{Name: "malformed", Spec: "9 steps 1-6", What: "truncated, unknown-type and bad-length packets get no answer and leave the responder working",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				garbage := [][]byte{make([]byte, 10), make([]byte, 31), bytesOf(64, 0x0E), bytesOf(300, 0xFF)}
+				for _, g := range garbage {
+					if err := p.send(g); err != nil {
+						return err
+					}
+				}
+				if pkt, err := p.ExpectWithin(200*time.Millisecond, func(q *proto.Packet) bool { return q.Type() == proto.TypeNack }); err == nil {
+					return fmt.Errorf("a NACK %v answered garbage", pkt.Nack().Code())
+				}
+				_, _, _, err := ackAfter(p, 0)
+				return err
+			})
+		}},
+}
+
+// bytesOf is n bytes whose second byte (the type) is typ, the rest zero
+// but a version-0 header: it decodes to nothing valid.
+func bytesOf(n int, typ byte) []byte {
+	b := make([]byte, n)
+	b[1] = typ
+	return b
+}

@@ -1,0 +1,54 @@
+package conformance
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/engine"
+)
+
+// responder opens an mroce endpoint on addr that listens and grants remote
+// write on a region; it returns the target the cases need.
+func responder(t *testing.T, addr string, tune func(*engine.Config)) Target {
+	t.Helper()
+	var host *endpoint.UDPHost
+	var err error
+	for try := 0; try < 20 && host == nil; try++ {
+		base := uint16(20000 + rand.IntN(40000))
+		cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 8, Streams: 2,
+			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second}
+		if tune != nil {
+			tune(&cfg)
+		}
+		host, err = endpoint.OpenUDP(cfg)
+	}
+	if host == nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	dev := host.Device()
+	pd, _ := dev.AllocPD()
+	cq := dev.CreateCQ(64)
+	if _, err := pd.Listen(cq, cq, endpoint.QPOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := host.Remote()
+	return Target{Addr: netip.AddrPortFrom(remote.Planes[0], remote.Port), RKey: mr.RKey(), Len: 1 << 20, Streams: 2}
+}
+
+// mroce passes every packet-level case.
+func TestMrocePassesEveryCase(t *testing.T) {
+	env := Env{Target: responder(t, "127.0.0.51", nil), Local: netip.MustParseAddr("127.0.0.52")}
+	for _, r := range Run(env, Cases) {
+		if r.Result != "pass" {
+			t.Errorf("%s (spec %s): %s", r.Case, r.Spec, r.Details)
+		}
+	}
+}

@@ -1,0 +1,319 @@
+// Package conformance checks that an implementation speaks the wire format
+// (docs/spec.md) as the spec says, from the wire alone.
+//
+// The Prober needs no cooperation from the implementation under test: it
+// is a requester written directly against package proto. It opens a
+// connection with a real handshake and then sends crafted data packets
+// (gaps, duplicates, bad keys, out-of-window DSNs, stale epochs, other
+// versions, bad CRCs, PSNs that wrap) and reads the responder's ACKs and
+// NACKs, whose every field the cases check against the spec. The
+// responder only has to listen and expose a region it grants remote write
+// on (its key and length are the cases' input).
+package conformance
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/proto"
+)
+
+// Target is the responder under test: where it listens, and a region it
+// grants remote write on.
+type Target struct {
+	Addr    netip.AddrPort
+	RKey    uint64
+	Len     uint64 // the region's length
+	Streams int    // streams to ask for (the responder may grant fewer)
+}
+
+// Prober is one connection to the responder, driven packet by packet.
+type Prober struct {
+	conn    *net.UDPConn
+	target  Target
+	start   time.Time
+	myID    uint32 // our SrcConnID: the DstConnID of what the responder sends us
+	peerID  uint32 // the responder's: the DstConnID of what we send
+	accept  proto.HandshakeHeader
+	psn     [4]uint32 // the next PSN of each of our paths
+	epoch   [4]uint8  // each path's epoch
+	dsn     uint32    // the next DSN
+	msn     uint32    // the next MSN on stream 0
+	buf     []byte
+	Window  uint32 // the DSN window we announce as a receiver
+	Timeout time.Duration
+}
+
+// Paths is how many paths the prober asks for.
+const Paths = 4
+
+func random32() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// Dial opens a connection to target from local (an address on the
+// responder's first plane; port 0: any), running the handshake of spec
+// section 8.1. initialPSN is our paths' first PSN (a test of sequence wrap
+// picks one near 2^32).
+func Dial(target Target, local netip.Addr, initialPSN uint32) (*Prober, error) {
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)))
+	if err != nil {
+		return nil, fmt.Errorf("conformance: %w", err)
+	}
+	p := &Prober{conn: c, target: target, start: time.Now(), myID: random32() | 1, buf: make([]byte, 65536),
+		Window: 1024, Timeout: 2 * time.Second, dsn: random32()}
+	for i := range p.psn {
+		p.psn[i] = initialPSN
+	}
+	var pkt proto.Packet
+	b := make([]byte, 256)
+	if err := proto.Build(&pkt, b, proto.TypeConnect, 0, 0); err != nil {
+		return nil, err
+	}
+	h := pkt.Handshake()
+	h.SetSrcConnID(p.myID)
+	h.SetInitialPSN(initialPSN)
+	h.SetInitialDSN(p.dsn)
+	h.SetDSNWindow(p.Window)
+	h.SetMaxPacket(4160)
+	h.SetPaths(Paths)
+	h.SetStreams(uint16(max(1, target.Streams)))
+	h.SetReplyPort(c.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+	h.SetMaxReadsOut(4)
+	h.SetMaxReadsIn(4)
+	h.SetInboundCapacity(proto.RateNoLimit)
+	pkt.Common.SetTimestamp(p.now())
+	if err := p.send(pkt.Seal()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	got, err := p.Expect(func(q *proto.Packet) bool { return q.Type() == proto.TypeAccept || q.Type() == proto.TypeClose })
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("conformance: no ACCEPT: %w", err)
+	}
+	if got.Type() == proto.TypeClose {
+		c.Close()
+		return nil, fmt.Errorf("conformance: the responder refused with CLOSE %v (detail %d)", got.Close().Reason(), got.Close().Detail())
+	}
+	p.accept = append(proto.HandshakeHeader(nil), got.Handshake()...)
+	p.peerID = p.accept.SrcConnID()
+	// The third message: an ACK with no records (it establishes the
+	// responder's side).
+	if err := p.SendAck(p.accept.InitialDSN()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Close closes the prober's socket (the responder is not told: its
+// connection times out).
+func (p *Prober) Close() error { return p.conn.Close() }
+
+// Accept is the responder's ACCEPT.
+func (p *Prober) Accept() proto.HandshakeHeader { return p.accept }
+
+// ConnID is the prober's connection id.
+func (p *Prober) ConnID() uint32 { return p.myID }
+
+func (p *Prober) now() uint32 { return uint32(time.Since(p.start).Nanoseconds()) }
+
+func (p *Prober) send(b []byte) error {
+	_, err := p.conn.WriteToUDPAddrPort(b, p.target.Addr)
+	return err
+}
+
+// SendAck sends an ACK with no records.
+func (p *Prober) SendAck(cumDSN uint32) error {
+	var pkt proto.Packet
+	if err := proto.Build(&pkt, p.buf, proto.TypeAck, 0, 0); err != nil {
+		return err
+	}
+	pkt.Common.SetDstConnID(p.peerID)
+	pkt.Common.SetTimestamp(p.now())
+	pkt.Ack().SetCumDSN(cumDSN)
+	pkt.Ack().SetRateHint(proto.RateNoLimit)
+	return p.send(pkt.Seal())
+}
+
+// Write describes one crafted WRITE packet. Zero fields take the prober's
+// defaults: the next PSN of the path, the next DSN, the target's key.
+type Write struct {
+	Path, Epoch   uint8
+	ExplicitEpoch bool // use Epoch (else the path's current one)
+	PSN, DSN      uint32
+	ExplicitPSN   bool // use PSN (else the path's next, which advances)
+	ExplicitDSN   bool // use DSN (else the next, which advances)
+	RKey          uint64
+	RemoteOffset  uint64
+	MsgLen        uint32 // 0: the payload's length (a one-packet message)
+	MsgOffset     uint32
+	Stream        uint16
+	MSN           uint32
+	ExplicitMSN   bool
+	Payload       []byte
+	Flags         proto.Flags
+	Version       uint8
+	CorruptCRC    bool
+}
+
+// Sent is what a crafted packet carried.
+type Sent struct {
+	Path, Epoch uint8
+	PSN, DSN    uint32
+}
+
+// SendWrite sends a crafted WRITE and returns its path, PSN and DSN.
+func (p *Prober) SendWrite(w Write) (Sent, error) {
+	var pkt proto.Packet
+	if err := proto.Build(&pkt, p.buf, proto.TypeWrite, 0, len(w.Payload)); err != nil {
+		return Sent{}, err
+	}
+	copy(pkt.Payload, w.Payload)
+	if !w.ExplicitEpoch {
+		w.Epoch = p.epoch[w.Path%Paths]
+	}
+	s := Sent{Path: w.Path, Epoch: w.Epoch, PSN: w.PSN, DSN: w.DSN}
+	if !w.ExplicitPSN {
+		s.PSN = p.psn[w.Path%Paths]
+		p.psn[w.Path%Paths]++
+	}
+	if !w.ExplicitDSN {
+		s.DSN = p.dsn
+		p.dsn++
+	}
+	if !w.ExplicitMSN {
+		w.MSN = p.msn
+		p.msn++
+	}
+	if w.RKey == 0 {
+		w.RKey = p.target.RKey
+	}
+	if w.MsgLen == 0 {
+		w.MsgLen = uint32(len(w.Payload))
+	}
+	h := pkt.Common
+	h.SetDstConnID(p.peerID)
+	h.SetPathID(w.Path)
+	h.SetEpoch(w.Epoch)
+	h.SetPSN(s.PSN)
+	h.SetDSN(s.DSN)
+	h.SetFlags(w.Flags)
+	h.SetTimestamp(p.now())
+	wh := pkt.Write()
+	wh.SetRKey(w.RKey)
+	wh.SetRemoteOffset(w.RemoteOffset)
+	wh.SetMsgLen(w.MsgLen)
+	wh.SetMsgOffset(w.MsgOffset)
+	wh.SetStream(w.Stream)
+	wh.SetMSN(w.MSN)
+	b := pkt.Seal()
+	if w.Version != 0 {
+		pkt.Common.SetVersion(w.Version)
+		b = pkt.Seal()
+	}
+	if w.CorruptCRC {
+		b[len(b)-1] ^= 0xFF
+	}
+	return s, p.send(b)
+}
+
+// Repath moves path to its next epoch (as a new source port would).
+func (p *Prober) Repath(path uint8) { p.epoch[path%Paths] = (p.epoch[path%Paths] + 1) & 3 }
+
+// NextDSN is the DSN the next default WRITE takes.
+func (p *Prober) NextDSN() uint32 { return p.dsn }
+
+// NextPSN is the PSN the next default WRITE on path takes.
+func (p *Prober) NextPSN(path uint8) uint32 { return p.psn[path%Paths] }
+
+// ErrTimeout is Expect's error when nothing matching arrived in time.
+var ErrTimeout = errors.New("conformance: nothing arrived in time")
+
+// Expect returns the first packet for this connection that want accepts
+// (decoded, CRC checked), or ErrTimeout after p.Timeout. Packets it
+// does not want are dropped.
+func (p *Prober) Expect(want func(*proto.Packet) bool) (*proto.Packet, error) {
+	return p.ExpectWithin(p.Timeout, want)
+}
+
+// ExpectWithin is Expect with its own timeout.
+func (p *Prober) ExpectWithin(d time.Duration, want func(*proto.Packet) bool) (*proto.Packet, error) {
+	deadline := time.Now().Add(d)
+	for {
+		p.conn.SetReadDeadline(deadline)
+		n, _, err := p.conn.ReadFromUDPAddrPort(p.buf)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil, ErrTimeout
+			}
+			return nil, err
+		}
+		b := append([]byte(nil), p.buf[:n]...)
+		var pkt proto.Packet
+		if pkt.Decode(b) != nil {
+			continue
+		}
+		if pkt.Type() != proto.TypeConnect && pkt.Type() != proto.TypeAccept && pkt.Type() != proto.TypeClose && pkt.Common.DstConnID() != p.myID {
+			continue
+		}
+		if pkt.Type() == proto.TypeAccept && p.peerID != 0 {
+			p.SendAck(p.accept.InitialDSN()) // a resent ACCEPT: answer it again (spec 8.1)
+			if !want(&pkt) {
+				continue
+			}
+		}
+		if want(&pkt) {
+			return &pkt, nil
+		}
+	}
+}
+
+// AckFor reports whether pkt is an ACK with a record for path.
+func AckFor(path uint8) func(*proto.Packet) bool {
+	return func(q *proto.Packet) bool {
+		if q.Type() != proto.TypeAck {
+			return false
+		}
+		for i := 0; i < int(q.Ack().RecordCount()); i++ {
+			if q.AckRecord(i).PathID() == path {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// Record returns pkt's ACK record for path.
+func Record(pkt *proto.Packet, path uint8) (proto.AckRecord, bool) {
+	for i := 0; i < int(pkt.Ack().RecordCount()); i++ {
+		if r := pkt.AckRecord(i); r.PathID() == path {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// Received reports whether record r says PSN psn arrived: it is the
+// highest, or its bit is set (spec section 5.5).
+func Received(r proto.AckRecord, psn uint32) bool {
+	h := r.HighestPSN()
+	if psn == h {
+		return true
+	}
+	k := h - 1 - psn // bit k is PSN HighestPSN - 1 - k
+	if k >= 256 {
+		return false
+	}
+	bv := r.Bitvector()
+	return bv[k/8]&(0x80>>(k%8)) != 0
+}
