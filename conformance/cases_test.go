@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -49,6 +50,33 @@ func TestMrocePassesEveryCase(t *testing.T) {
 	for _, r := range Run(env, Cases) {
 		if r.Result != "pass" {
 			t.Errorf("%s (spec %s): %s", r.Case, r.Spec, r.Details)
+		}
+	}
+}
+
+// Deliberately broken builds fail the cases that should catch them, and
+// only those: the suite tells one bug from another.
+func TestBrokenBuildsFailTheRightCases(t *testing.T) {
+	cases := []struct {
+		name  string
+		broke engine.Breakage
+		red   []string
+	}{
+		{"ignores a SACK bit", engine.Breakage{IgnoreSACKBit: true}, []string{"sack-exact", "duplicate", "psn-wrap"}},
+		{"places corrupt packets", engine.Breakage{AcceptBadCRC: true}, []string{"bad-crc"}},
+		{"skips key checks", engine.Breakage{SkipKeyCheck: true}, []string{"bad-key"}},
+	}
+	for i, c := range cases {
+		target := responder(t, fmt.Sprintf("127.0.0.%d", 53+2*i), func(cfg *engine.Config) { cfg.Broken = c.broke })
+		env := Env{Target: target, Local: netip.MustParseAddr(fmt.Sprintf("127.0.0.%d", 54+2*i))}
+		var red []string
+		for _, r := range Run(env, Cases) {
+			if r.Result != "pass" {
+				red = append(red, r.Case)
+			}
+		}
+		if fmt.Sprint(red) != fmt.Sprint(c.red) {
+			t.Errorf("a responder that %s fails %v, want %v", c.name, red, c.red)
 		}
 	}
 }

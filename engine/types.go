@@ -50,6 +50,10 @@ type Config struct {
 	// (backlog / horizon) and is how long a silent sender keeps its share.
 	// Default 20 µs: a few round trips of a data-center fabric.
 	HintHorizon time.Duration
+	// Broken makes the endpoint break the spec on purpose. It exists for
+	// the conformance suite's self-test (which checks that the suite's
+	// cases catch these bugs) and must never be set otherwise.
+	Broken Breakage
 	// NoRateHints makes the endpoint send no rate hints (ACKs say no
 	// limit): congestion control from the sending end only.
 	NoRateHints bool
@@ -338,6 +342,20 @@ type PathEvent struct {
 // Events implement it report every path state change and repath.
 type PathObserver interface {
 	PathChanged(c *Conn, ev PathEvent)
+}
+
+// Breakage is a set of deliberate protocol bugs (Config.Broken), each one
+// a conformance case must catch.
+type Breakage struct {
+	// IgnoreSACKBit: ACK records never report the PSN just below the
+	// highest (bit 0 of the bitvector stays clear).
+	IgnoreSACKBit bool
+	// AcceptBadCRC: packets are decoded without checking their CRC, so
+	// corrupt ones are placed.
+	AcceptBadCRC bool
+	// SkipKeyCheck: a WRITE with an unknown key is not refused: no NACK,
+	// and it is recorded as received (though not placed).
+	SkipKeyCheck bool
 }
 
 // Errors a connection can end with.
