@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/mroce/mroce/conformance"
+	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/engine"
+)
+
+func conformanceCommand() *cli.Command {
+	out := []cli.Flag{
+		&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
+		&cli.StringFlag{Name: "html", Usage: "also write the results as a static HTML page to this file"},
+		&cli.StringFlag{Name: "local", Value: "127.0.0.1", Usage: "the local address to probe from (on the responder's first plane)"},
+	}
+	return &cli.Command{
+		Name:  "conformance",
+		Usage: "check a responder against the wire specification, packet by packet",
+		Description: "conformance probes a responder with crafted packets (gaps, duplicates, bad keys,\n" +
+			"out-of-window DSNs, stale epochs, other versions, bad CRCs, wrapping PSNs) and checks its\n" +
+			"ACKs, bitvectors and NACKs against docs/spec.md. 'probe' tests any implementation that\n" +
+			"listens and grants remote write on a region (its key and length are the input);\n" +
+			"'self' tests this mroce. Exit status 1 when a case fails. docs/conformance.md lists\n" +
+			"every case and its pass criteria.",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "probe",
+				Usage: "probe the responder at --target",
+				Flags: append([]cli.Flag{
+					&cli.StringFlag{Name: "target", Required: true, Usage: "the responder's ADDR:PORT on its first plane"},
+					&cli.Uint64Flag{Name: "rkey", Required: true, Usage: "a key of a region the responder grants remote write on"},
+					&cli.Uint64Flag{Name: "len", Required: true, Usage: "that region's length, bytes (at least 4096)"},
+					&cli.IntFlag{Name: "streams", Value: 2, Usage: "streams to ask for"},
+					&cli.StringFlag{Name: "name", Value: "the target", Usage: "the implementation's name, for the report"},
+				}, out...),
+				Action: func(c *cli.Context) error {
+					addr, err := netip.ParseAddrPort(c.String("target"))
+					if err != nil {
+						return usagef(c, "conformance probe: --target %q: want ADDR:PORT", c.String("target"))
+					}
+					if c.Uint64("len") < 4096 || c.Int("streams") < 1 || c.Int("streams") > 65535 {
+						return usagef(c, "conformance probe: --len must be at least 4096, --streams 1 to 65535")
+					}
+					t := conformance.Target{Addr: addr, RKey: c.Uint64("rkey"), Len: c.Uint64("len"), Streams: c.Int("streams")}
+					return runConformance(c, c.String("name"), t)
+				},
+			},
+			{
+				Name:  "self",
+				Usage: "run this mroce as the responder, in this process, and probe it",
+				Flags: append([]cli.Flag{
+					&cli.StringFlag{Name: "listen", Value: "127.0.0.1", Usage: "the responder's address"},
+				}, out...),
+				Action: func(c *cli.Context) error {
+					a, err := netip.ParseAddr(c.String("listen"))
+					if err != nil {
+						return usagef(c, "conformance self: --listen %q: want an address", c.String("listen"))
+					}
+					host, t, err := selfResponder(a)
+					if err != nil {
+						return fmt.Errorf("conformance self: %w", err)
+					}
+					defer host.Close()
+					return runConformance(c, "mroce (this build)", t)
+				},
+			},
+		},
+	}
+}
+
+// selfResponder opens an mroce endpoint on addr that listens and grants
+// remote write on a 1 MiB region.
+func selfResponder(addr netip.Addr) (*endpoint.UDPHost, conformance.Target, error) {
+	var lastErr error
+	for try := 0; try < 20; try++ {
+		base := uint16(20000 + rand.IntN(40000))
+		host, err := endpoint.OpenUDP(engine.Config{Planes: []netip.Addr{addr}, Port: base, Paths: 8, Streams: 2,
+			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second})
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		dev := host.Device()
+		pd, _ := dev.AllocPD()
+		cq := dev.CreateCQ(64)
+		if _, err := pd.Listen(cq, cq, endpoint.QPOptions{}); err != nil {
+			host.Close()
+			return nil, conformance.Target{}, err
+		}
+		mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
+		if err != nil {
+			host.Close()
+			return nil, conformance.Target{}, err
+		}
+		return host, conformance.Target{Addr: netip.AddrPortFrom(addr, base), RKey: mr.RKey(), Len: 1 << 20, Streams: 2}, nil
+	}
+	return nil, conformance.Target{}, lastErr
+}
+
+func runConformance(c *cli.Context, name string, t conformance.Target) error {
+	local, err := netip.ParseAddr(c.String("local"))
+	if err != nil {
+		return usagef(c, "conformance: --local %q: want an address", c.String("local"))
+	}
+	rep := conformance.Report{Implementation: name, Target: t.Addr.String(), Started: time.Now()}
+	rep.Results = conformance.Run(conformance.Env{Target: t, Local: local}, conformance.Cases)
+	if c.Bool("json") {
+		err = rep.JSON(c.App.Writer)
+	} else {
+		err = rep.Text(c.App.Writer)
+	}
+	if err != nil {
+		return err
+	}
+	if path := c.String("html"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("conformance: --html: %w", err)
+		}
+		if err := rep.HTML(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if !rep.Passed() {
+		return exitStatus(1) // the report said which cases failed
+	}
+	return nil
+}
