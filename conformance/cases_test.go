@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +79,21 @@ func TestBrokenBuildsFailTheRightCases(t *testing.T) {
 		}
 		if fmt.Sprint(red) != fmt.Sprint(c.red) {
 			t.Errorf("a responder that %s fails %v, want %v", c.name, red, c.red)
+		}
+	}
+}
+
+// docs/conformance.md lists every case with its spec sections and pass
+// criteria, as the code has them.
+func TestDocsListEveryCase(t *testing.T) {
+	doc, err := os.ReadFile("../docs/conformance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Cases {
+		row := fmt.Sprintf("| `%s` | %s | %s |", c.Name, c.Spec, c.What)
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/conformance.md lacks the row %s", row)
 		}
 	}
 }
