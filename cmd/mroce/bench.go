@@ -12,7 +12,6 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/internal/bench"
-	"github.com/mroce/mroce/metrics"
 )
 
 func benchCommand() *cli.Command {
@@ -142,37 +141,11 @@ func benchHeader(w io.Writer, test string, o transferOptions, role string) {
 	fmt.Fprintln(w, rule)
 }
 
-// openBenchHost opens a bench side's host with its capture and metrics.
-func openBenchHost(planes []netip.Addr, port uint16, o transferOptions) (*endpoint.UDPHost, *metrics.Collector, func(), error) {
-	col, stopMetrics, err := serveMetrics(o.metrics)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("bench: %w", err)
-	}
-	uo, closeCapture, err := capture(o.pcap, o.log)
-	if err != nil {
-		stopMetrics()
-		return nil, nil, nil, fmt.Errorf("bench: %w", err)
-	}
-	host, err := openHost(planes, port, o, uo)
-	if err != nil {
-		stopMetrics()
-		closeCapture()
-		return nil, nil, nil, fmt.Errorf("bench: %w", err)
-	}
-	return host, col, func() {
-		host.Close()
-		stopMetrics()
-		if err := closeCapture(); err != nil {
-			o.log.Error("capture", "err", err)
-		}
-	}, nil
-}
-
 func runBenchServer(ctx context.Context, w io.Writer, test string, planes []netip.Addr, o transferOptions) error {
 	o.fill()
-	host, col, done, err := openBenchHost(planes, o.port, o)
+	host, col, done, err := openWithTools(planes, o.port, o)
 	if err != nil {
-		return err
+		return fmt.Errorf("bench: %w", err)
 	}
 	defer done()
 	dev := host.Device()
@@ -206,9 +179,9 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 
 func runBenchClient(ctx context.Context, w io.Writer, req bench.Request, local, to []netip.Addr, o transferOptions) error {
 	o.fill()
-	host, col, done, err := openBenchHost(local, 0, o)
+	host, col, done, err := openWithTools(local, 0, o)
 	if err != nil {
-		return err
+		return fmt.Errorf("bench: %w", err)
 	}
 	defer done()
 	dev := host.Device()

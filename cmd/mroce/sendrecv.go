@@ -625,28 +625,41 @@ func serveMetrics(addr string) (*metrics.Collector, func(), error) {
 	return col, func() { srv.Close() }, nil
 }
 
-func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr, src *source, o transferOptions) error {
-	o.fill()
+// openWithTools opens a host on planes (port 0: a free one) with what the
+// options ask beside it: the metrics server and the packet capture. done
+// closes all three.
+func openWithTools(planes []netip.Addr, port uint16, o transferOptions) (*endpoint.UDPHost, *metrics.Collector, func(), error) {
 	col, stopMetrics, err := serveMetrics(o.metrics)
 	if err != nil {
-		return fmt.Errorf("send: %w", err)
+		return nil, nil, nil, err
 	}
-	defer stopMetrics()
 	uo, closeCapture, err := capture(o.pcap, o.log)
 	if err != nil {
-		return fmt.Errorf("send: %w", err)
+		stopMetrics()
+		return nil, nil, nil, err
 	}
-	host, err := openHost(local, 0, o, uo)
+	host, err := openHost(planes, port, o, uo)
 	if err != nil {
+		stopMetrics()
 		closeCapture()
-		return fmt.Errorf("send: %w", err)
+		return nil, nil, nil, err
 	}
-	defer func() {
+	return host, col, func() {
 		host.Close()
+		stopMetrics()
 		if err := closeCapture(); err != nil {
 			o.log.Error("capture", "err", err)
 		}
-	}()
+	}, nil
+}
+
+func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr, src *source, o transferOptions) error {
+	o.fill()
+	host, col, done, err := openWithTools(local, 0, o)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	defer done()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
 	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
@@ -688,26 +701,11 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 
 func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, outPath string, o transferOptions) error {
 	o.fill()
-	col, stopMetrics, err := serveMetrics(o.metrics)
+	host, col, done, err := openWithTools(planes, o.port, o)
 	if err != nil {
 		return fmt.Errorf("recv: %w", err)
 	}
-	defer stopMetrics()
-	uo, closeCapture, err := capture(o.pcap, o.log)
-	if err != nil {
-		return fmt.Errorf("recv: %w", err)
-	}
-	host, err := openHost(planes, o.port, o, uo)
-	if err != nil {
-		closeCapture()
-		return fmt.Errorf("recv: %w", err)
-	}
-	defer func() {
-		host.Close()
-		if err := closeCapture(); err != nil {
-			o.log.Error("capture", "err", err)
-		}
-	}()
+	defer done()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
 	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}

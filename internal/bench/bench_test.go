@@ -2,55 +2,19 @@ package bench
 
 import (
 	"context"
-	"math/rand/v2"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/endpoint"
-	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/internal/xfer"
 )
 
-// pair opens two hosts on loopback and connects them: client and server.
-func pair(t *testing.T) (client, server Side) {
+// pair connects two hosts on loopback: the client's end and the server's.
+func pair(t *testing.T) (Side, Side) {
 	t.Helper()
-	open := func(addr string) *endpoint.UDPHost {
-		var lastErr error
-		for try := 0; try < 20; try++ {
-			base := uint16(20000 + rand.IntN(40000))
-			cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 2,
-				SourcePorts: []uint16{base + 1, base + 2, base + 3, base + 4}, NoProgress: 10 * time.Second}
-			h, err := endpoint.OpenUDP(cfg)
-			if err == nil {
-				t.Cleanup(func() { h.Close() })
-				return h
-			}
-			lastErr = err
-		}
-		t.Fatal(lastErr)
-		return nil
-	}
-	a, b := open("127.0.0.73"), open("127.0.0.74")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	adev, bdev := a.Device(), b.Device()
-	client.PD, _ = adev.AllocPD()
-	server.PD, _ = bdev.AllocPD()
-	client.Send, client.Recv = adev.CreateCQ(256), adev.CreateCQ(256)
-	server.Send, server.Recv = bdev.CreateCQ(256), bdev.CreateCQ(256)
-	lis, err := server.PD.Listen(server.Send, server.Recv, endpoint.QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if client.QP, err = client.PD.Connect(ctx, b.Remote(), client.Send, client.Recv, endpoint.QPOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if server.QP, err = lis.Accept(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return client, server
+	c, s := xfer.Loopback(t, "127.0.0.73", "127.0.0.74")
+	return Side(c), Side(s)
 }
 
 // Every test runs between a client and a server over real sockets and

@@ -8,55 +8,19 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/endpoint"
-	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/internal/xfer"
 )
 
-// pair opens two hosts on loopback and connects them: the sender's and
-// the receiver's side of one connection.
-func pair(t *testing.T) (snd, rcv Conn) {
+// pair connects two hosts on loopback: the client's end and the server's.
+func pair(t *testing.T) (Conn, Conn) {
 	t.Helper()
-	open := func(addr string) *endpoint.UDPHost {
-		var lastErr error
-		for try := 0; try < 20; try++ {
-			base := uint16(20000 + rand.IntN(40000))
-			cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 2,
-				SourcePorts: []uint16{base + 1, base + 2, base + 3, base + 4}, NoProgress: 10 * time.Second}
-			h, err := endpoint.OpenUDP(cfg)
-			if err == nil {
-				t.Cleanup(func() { h.Close() })
-				return h
-			}
-			lastErr = err
-		}
-		t.Fatal(lastErr)
-		return nil
-	}
-	a, b := open("127.0.0.71"), open("127.0.0.72")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	adev, bdev := a.Device(), b.Device()
-	snd.PD, _ = adev.AllocPD()
-	rcv.PD, _ = bdev.AllocPD()
-	snd.Send, snd.Recv = adev.CreateCQ(64), adev.CreateCQ(64)
-	rcv.Send, rcv.Recv = bdev.CreateCQ(64), bdev.CreateCQ(64)
-	lis, err := rcv.PD.Listen(rcv.Send, rcv.Recv, endpoint.QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if snd.QP, err = snd.PD.Connect(ctx, b.Remote(), snd.Send, snd.Recv, endpoint.QPOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if rcv.QP, err = lis.Accept(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return snd, rcv
+	c, s := xfer.Loopback(t, "127.0.0.71", "127.0.0.72")
+	return Conn(c), Conn(s)
 }
 
 // run sends data (as the reader r yields it, claiming size) and receives

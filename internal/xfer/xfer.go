@@ -15,9 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
+	"testing"
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/engine"
 )
 
 // Pair is a connection from one device to another, with a source region of
@@ -105,3 +108,55 @@ func (p *Pair) Write(ctx context.Context) (time.Duration, error) {
 
 // Gbps is size bytes over d in Gb/s.
 func Gbps(size int, d time.Duration) float64 { return float64(size) * 8 / d.Seconds() / 1e9 }
+
+// End is one side of a connection as the application protocols use it:
+// its QP, protection domain and completion queues.
+type End struct {
+	QP         *endpoint.QP
+	PD         *endpoint.PD
+	Send, Recv *endpoint.CQ
+}
+
+// Loopback opens two hosts on real UDP sockets at the loopback addresses
+// client and server (4 paths, 2 streams, on free ports), connects the
+// first to the second, and returns both ends; the hosts close when the
+// test ends.
+func Loopback(tb testing.TB, client, server string) (End, End) {
+	tb.Helper()
+	open := func(addr string) *endpoint.UDPHost {
+		var lastErr error
+		for try := 0; try < 20; try++ {
+			base := uint16(20000 + rand.IntN(40000))
+			cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 2,
+				SourcePorts: []uint16{base + 1, base + 2, base + 3, base + 4}, NoProgress: 10 * time.Second}
+			h, err := endpoint.OpenUDP(cfg)
+			if err == nil {
+				tb.Cleanup(func() { h.Close() })
+				return h
+			}
+			lastErr = err
+		}
+		tb.Fatal(lastErr)
+		return nil
+	}
+	a, b := open(client), open(server)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adev, bdev := a.Device(), b.Device()
+	var c, s End
+	c.PD, _ = adev.AllocPD()
+	s.PD, _ = bdev.AllocPD()
+	c.Send, c.Recv = adev.CreateCQ(256), adev.CreateCQ(256)
+	s.Send, s.Recv = bdev.CreateCQ(256), bdev.CreateCQ(256)
+	lis, err := s.PD.Listen(s.Send, s.Recv, endpoint.QPOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if c.QP, err = c.PD.Connect(ctx, b.Remote(), c.Send, c.Recv, endpoint.QPOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	if s.QP, err = lis.Accept(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return c, s
+}
