@@ -861,6 +861,7 @@ func (p *sendPath) tailProbe() {
 			continue
 		}
 		s.stats.TailProbes++
+		p.ctr.TailProbes++
 		s.transmit(r.dsn, d, p, true, true)
 		return
 	}

@@ -79,6 +79,7 @@ type Counters struct {
 	CEMarks                uint64 // CE marks the peer reported for this path
 	Acked                  uint64 // transmissions reported received
 	Repaths                uint64
+	TailProbes             uint64 // retransmissions of a path's last packet to elicit an ACK (of Retransmits)
 }
 
 // Telemetry is a read-only snapshot of one path.

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -30,6 +31,64 @@ func conformanceCommand() *cli.Command {
 			"'self' tests this mroce. Exit status 1 when a case fails. docs/conformance.md lists\n" +
 			"every case and its pass criteria.",
 		Subcommands: []*cli.Command{
+			{
+				Name:  "endpoint",
+				Usage: "be this mroce as an endpoint of the runner's contract (ROLE, TESTCASE, PLANES, PORT, PEER, SIZE, LOGDIR)",
+				Action: func(c *cli.Context) error {
+					code, err := contractEndpoint(c.Context)
+					if err != nil {
+						fmt.Fprintln(c.App.ErrWriter, "endpoint:", err)
+					}
+					if code != 0 {
+						return exitStatus(code)
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "run",
+				Usage: "run the two-endpoint cases through the emulator (the UDP relay: no root) with a requester and a responder",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "requester", Usage: "the requester's command line (default: this mroce)"},
+					&cli.StringFlag{Name: "responder", Usage: "the responder's command line (default: this mroce)"},
+					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for every case's logs and reports"},
+					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
+					&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a case may take"},
+					&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
+					&cli.StringFlag{Name: "html", Usage: "also write the results as a static HTML page to this file"},
+				},
+				Action: func(c *cli.Context) error {
+					self, err := os.Executable()
+					if err != nil {
+						return err
+					}
+					impl := func(flag string) conformance.Implementation {
+						if v := c.String(flag); v != "" {
+							return conformance.Implementation{Name: v, Cmd: strings.Fields(v)}
+						}
+						return conformance.Implementation{Name: "mroce", Cmd: []string{self, "conformance", "endpoint"}}
+					}
+					req, resp := impl("requester"), impl("responder")
+					cases := conformance.RunnerCases
+					if names := c.StringSlice("cases"); len(names) > 0 {
+						cases = nil
+						for _, n := range names {
+							found := false
+							for _, rc := range conformance.RunnerCases {
+								if rc.Name == n {
+									cases, found = append(cases, rc), true
+								}
+							}
+							if !found {
+								return usagef(c, "conformance run: no case %q", n)
+							}
+						}
+					}
+					rep := conformance.Report{Implementation: req.Name + " -> " + resp.Name, Target: "the relay emulator", Started: time.Now()}
+					rep.Results = conformance.RunMatrix(req, resp, cases, c.String("logs"), c.Duration("timeout"))
+					return writeConformance(c, rep)
+				},
+			},
 			{
 				Name:  "probe",
 				Usage: "probe the responder at --target",
@@ -111,6 +170,13 @@ func runConformance(c *cli.Context, name string, t conformance.Target) error {
 	}
 	rep := conformance.Report{Implementation: name, Target: t.Addr.String(), Started: time.Now()}
 	rep.Results = conformance.Run(conformance.Env{Target: t, Local: local}, conformance.Cases)
+	return writeConformance(c, rep)
+}
+
+// writeConformance prints a conformance report (text or JSON), writes its HTML page
+// if asked, and fails when a case failed.
+func writeConformance(c *cli.Context, rep conformance.Report) error {
+	var err error
 	if c.Bool("json") {
 		err = rep.JSON(c.App.Writer)
 	} else {

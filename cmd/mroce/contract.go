@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/mroce/mroce/conformance"
+	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/internal/filexfer"
+)
+
+// contractEndpoint is this mroce as an endpoint of the conformance
+// runner's contract (conformance/runner.go): it reads its role and case
+// from the environment, moves or checks the data, writes its report, and
+// returns its exit status.
+func contractEndpoint(ctx context.Context) (int, error) {
+	role, testcase, logdir := os.Getenv("ROLE"), os.Getenv("TESTCASE"), os.Getenv("LOGDIR")
+	known := false
+	for _, c := range conformance.RunnerCases {
+		known = known || c.Name == testcase
+	}
+	if !known {
+		return conformance.Unsupported, nil
+	}
+	planes, err := conformance.ParseAddrs(os.Getenv("PLANES"))
+	if err != nil || len(planes) == 0 {
+		return 1, fmt.Errorf("PLANES %q: %v", os.Getenv("PLANES"), err)
+	}
+	port, err := strconv.ParseUint(os.Getenv("PORT"), 10, 16)
+	if err != nil || port == 0 {
+		return 1, fmt.Errorf("PORT %q", os.Getenv("PORT"))
+	}
+	size, err := strconv.ParseInt(os.Getenv("SIZE"), 10, 64)
+	if err != nil || size < 0 {
+		return 1, fmt.Errorf("SIZE %q", os.Getenv("SIZE"))
+	}
+	o := transferOptions{port: uint16(port), paths: 8, sourcePorts: 16, chunk: 1 << 20, noProgress: 30 * time.Second}
+	o.fill()
+	rep := conformance.EndpointReport{Role: role}
+	switch role {
+	case "responder":
+		err = contractResponder(ctx, planes, o, &rep)
+	case "requester":
+		peer, perr := conformance.ParseAddrs(os.Getenv("PEER"))
+		if perr != nil || len(peer) != len(planes) {
+			return 1, fmt.Errorf("PEER %q: one address per plane of PLANES", os.Getenv("PEER"))
+		}
+		err = contractRequester(ctx, planes, peer, size, testcase, o, &rep)
+	default:
+		return 1, fmt.Errorf("ROLE %q: want requester or responder", role)
+	}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	if werr := os.WriteFile(filepath.Join(logdir, "report.json"), b, 0o644); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptions, rep *conformance.EndpointReport) error {
+	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	dev := host.Device()
+	pd, _ := dev.AllocPD()
+	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
+	lis, err := pd.Listen(conn.Send, conn.Recv, endpoint.QPOptions{})
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if conn.QP, err = lis.Accept(actx); err != nil {
+		return err
+	}
+	res, err := filexfer.ReceiveFile(actx, conn, 2*filexfer.DefaultDepth, 16<<20, func(filexfer.Header) (io.Writer, error) { return io.Discard, nil }, nil)
+	rep.Bytes, rep.SHA256 = res.Header.Size, res.SHA256
+	if err == nil {
+		rep.Completions = 1
+		// Wait for the requester to close, so that late duplicates find a
+		// connection (and are not counted as anything).
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int64, name string, o transferOptions, rep *conformance.EndpointReport) error {
+	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	dev := host.Device()
+	pd, _ := dev.AllocPD()
+	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: peer, Port: o.port}, conn.Send, conn.Recv, endpoint.QPOptions{})
+	cancel()
+	if err != nil {
+		return err
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	res, err := filexfer.SendFile(tctx, conn, conformance.Data(size), name, size, o.chunk, filexfer.DefaultDepth, nil)
+	rep.Bytes, rep.SHA256 = size, res.SHA256
+	for _, p := range conn.QP.Telemetry() {
+		rep.Packets += p.PacketsSent
+		rep.Retransmits += p.Retransmits
+		rep.CEMarks += p.CEMarks
+		rep.Timeouts += p.Timeouts
+		rep.Lost += p.Lost
+		rep.TailProbes += p.TailProbes
+	}
+	conn.QP.Close()
+	return err
+}

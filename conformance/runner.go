@@ -1,0 +1,324 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+	"github.com/mroce/mroce/relay"
+)
+
+// The endpoint contract: how the runner starts an implementation. It runs
+// the implementation's command with this environment:
+//
+//	ROLE      requester or responder
+//	TESTCASE  the case's name
+//	PLANES    the local addresses to bind, one per plane, comma-separated
+//	PORT      the responder's UDP port (the responder listens on it on every plane)
+//	PEER      for the requester: the responder's addresses, one per plane
+//	SIZE      bytes the requester moves
+//	LOGDIR    a directory for the endpoint's report.json and logs
+//
+// The requester moves SIZE bytes of the deterministic data Data(SIZE) to
+// the responder (WRITE or SEND: its choice); the responder checks them.
+// Each writes LOGDIR/report.json (EndpointReport) and exits 0 on success,
+// 127 for a case it does not support, anything else for a failure.
+
+// Data is the deterministic data a requester moves: the same bytes for
+// every implementation, so that a responder can be checked against them.
+func Data(size int64) io.Reader {
+	return io.LimitReader(rand.NewChaCha8([32]byte{'c', 'o', 'n', 'f', 'o', 'r', 'm'}), size)
+}
+
+// EndpointReport is what an endpoint writes to LOGDIR/report.json.
+type EndpointReport struct {
+	Role string `json:"role"`
+	// Bytes moved, and the SHA-256 (hex) of the data as sent or received.
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	// The requester's counters: data packets sent, of which
+	// retransmissions, and CE marks its peer reported.
+	Packets     uint64 `json:"packets"`
+	Retransmits uint64 `json:"retransmits"`
+	CEMarks     uint64 `json:"ce_marks"`
+	// Timeouts and Lost: the requester's retransmission timeouts and the
+	// packets it declared lost (informative).
+	Timeouts uint64 `json:"timeouts,omitempty"`
+	Lost     uint64 `json:"lost,omitempty"`
+	// TailProbes: of Retransmits, the resends of a path's last packet to
+	// elicit an ACK (spec section 6.6), which no loss caused.
+	TailProbes uint64 `json:"tail_probes,omitempty"`
+	// Completions the responder's application saw (1 for one message).
+	Completions int    `json:"completions,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Unsupported is the exit status of an endpoint that does not support a
+// case.
+const Unsupported = 127
+
+// RunnerCase is a case of two endpoints through the emulator.
+type RunnerCase struct {
+	Name, What string
+	Planes     int
+	Size       int
+	// Fabric adjusts the emulated network (loss, duplication, marking).
+	Fabric func(*netem.Config)
+	// Judge decides from the endpoints' reports and the emulator's counts.
+	Judge func(o Observed) error
+}
+
+// Observed is what a case's judge sees.
+type Observed struct {
+	Requester, Responder EndpointReport
+	// The emulator's counts: data packets it dropped, CE marks it made,
+	// bytes each plane delivered to the responder.
+	Dropped, Marked uint64
+	PerPlane        []uint64
+}
+
+func link1G() netem.LinkConfig {
+	return netem.LinkConfig{Rate: 1e9, Delay: 5 * time.Microsecond, Queue: netem.QueueConfig{Limit: 4 << 20, ECNThreshold: 100 << 10}}
+}
+
+// transferred checks the data arrived whole: the same SHA-256 both sides.
+func transferred(o Observed, size int) error {
+	if o.Responder.Bytes != int64(size) || o.Responder.SHA256 != o.Requester.SHA256 || o.Requester.SHA256 == "" {
+		return fmt.Errorf("the responder got %d bytes with SHA-256 %q; the requester sent %d with %q", o.Responder.Bytes,
+			o.Responder.SHA256, size, o.Requester.SHA256)
+	}
+	return nil
+}
+
+// RunnerCases are the cases the runner knows.
+var RunnerCases = []RunnerCase{
+	{Name: "transfer", What: "SIZE bytes arrive whole (the same SHA-256 both sides)", Planes: 1, Size: 8 << 20,
+		Judge: func(o Observed) error { return transferred(o, 8<<20) }},
+	{Name: "planes-4", What: "the transfer uses all 4 planes, each carrying at least 10% of the bytes", Planes: 4, Size: 32 << 20,
+		Judge: func(o Observed) error {
+			if err := transferred(o, 32<<20); err != nil {
+				return err
+			}
+			var sum uint64
+			for _, b := range o.PerPlane {
+				sum += b
+			}
+			for p, b := range o.PerPlane {
+				if b*10 < sum {
+					return fmt.Errorf("plane %d carried %d of %d bytes", p, b, sum)
+				}
+			}
+			return nil
+		}},
+	{Name: "loss-1", What: "at 1% random loss the data arrives whole; at most 1.05 x the packets lost (+3) are resent to repair losses, and tail probes are under 1% of the packets", Planes: 2, Size: 16 << 20,
+		Fabric: func(c *netem.Config) { c.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01} }, Judge: lossJudge(16 << 20)},
+	{Name: "loss-5", What: "at 5% random loss, the same", Planes: 2, Size: 8 << 20,
+		Fabric: func(c *netem.Config) { c.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.05} }, Judge: lossJudge(8 << 20)},
+	{Name: "duplication", What: "with 5% of packets duplicated, the data arrives whole and completes once", Planes: 2, Size: 8 << 20,
+		Fabric: func(c *netem.Config) { c.Downlink.Impair.Duplicate = 0.05 },
+		Judge: func(o Observed) error {
+			if err := transferred(o, 8<<20); err != nil {
+				return err
+			}
+			if o.Responder.Completions > 1 {
+				return fmt.Errorf("%d completions for one transfer", o.Responder.Completions)
+			}
+			return nil
+		}},
+	{Name: "corruption", What: "with 1% of packets corrupted, nothing corrupt is placed: the data arrives whole", Planes: 2, Size: 8 << 20,
+		Fabric: func(c *netem.Config) { c.Downlink.Impair.Corrupt = 0.01 }, Judge: func(o Observed) error { return transferred(o, 8<<20) }},
+	{Name: "ecn", What: "a plane marking CE at a small queue: the requester hears of the marks the emulator made", Planes: 2, Size: 16 << 20,
+		Fabric: func(c *netem.Config) {
+			slow := link1G()
+			slow.Rate, slow.Queue.ECNThreshold = 100e6, 32<<10
+			c.Overrides = append(c.Overrides, netem.Override{Plane: 1, Match: netem.LinkMatch{Kind: netem.Downlink, Host: -1, Leaf: -1, Spine: -1}, Link: slow})
+		},
+		Judge: func(o Observed) error {
+			if err := transferred(o, 16<<20); err != nil {
+				return err
+			}
+			if o.Marked == 0 || o.Requester.CEMarks == 0 || o.Requester.CEMarks > o.Marked {
+				return fmt.Errorf("the emulator marked %d packets, the requester heard of %d", o.Marked, o.Requester.CEMarks)
+			}
+			return nil
+		}},
+}
+
+func lossJudge(size int) func(Observed) error {
+	return func(o Observed) error {
+		if err := transferred(o, size); err != nil {
+			return err
+		}
+		if o.Dropped == 0 {
+			return errors.New("the emulator dropped nothing: the case did not test loss")
+		}
+		repairs := o.Requester.Retransmits - min(o.Requester.Retransmits, o.Requester.TailProbes)
+		if float64(repairs) > 1.05*float64(o.Dropped)+3 {
+			return fmt.Errorf("%d retransmissions (besides %d tail probes) for %d packets lost", repairs, o.Requester.TailProbes, o.Dropped)
+		}
+		if o.Requester.TailProbes*100 > o.Requester.Packets {
+			return fmt.Errorf("%d tail probes in %d packets: over 1%%", o.Requester.TailProbes, o.Requester.Packets)
+		}
+		return nil
+	}
+}
+
+// Implementation is a command that follows the endpoint contract.
+type Implementation struct {
+	Name string
+	Cmd  []string // the command and its arguments
+}
+
+// RunMatrix runs every case with requester and responder through the
+// relay emulator (no root needed), writing logs under dir, and returns a
+// result per case ("pass", "fail" or "unsupported").
+func RunMatrix(requester, responder Implementation, cases []RunnerCase, dir string, timeout time.Duration) []Result {
+	var out []Result
+	for _, c := range cases {
+		began := time.Now()
+		res, details := runCase(requester, responder, c, filepath.Join(dir, c.Name), timeout)
+		out = append(out, Result{Case: c.Name, Result: res, Details: details, Spec: "runner", Elapsed: time.Since(began)})
+	}
+	return out
+}
+
+func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Duration) (string, string) {
+	reqDir, respDir := filepath.Join(dir, "requester"), filepath.Join(dir, "responder")
+	for _, d := range []string{reqDir, respDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "fail", err.Error()
+		}
+	}
+	l := link1G()
+	fc := netem.Config{Seed: 1, Uplink: l, Downlink: l}
+	if c.Fabric != nil {
+		c.Fabric(&fc)
+	}
+	port := uint16(20000 + rand.IntN(30000))
+	var ports []uint16
+	for i := 0; i <= 32; i++ {
+		ports = append(ports, port+uint16(i))
+	}
+	r, err := relay.Start(relay.Config{Hosts: 2, Planes: c.Planes, Ports: ports, Fabric: fc})
+	if err != nil {
+		return "fail", "the emulator: " + err.Error()
+	}
+	defer r.Close()
+	var dropped uint64
+	r.Do(func(f *netem.Fabric) {
+		f.AddTap(func(e *netem.TapEvent) {
+			if e.Verdict == netem.Dropped && len(e.Datagram.Data) > 1 && proto.Type(e.Datagram.Data[1]).IsData() {
+				dropped++
+			}
+		})
+	})
+	addrs := func(virtual bool, h int) string {
+		var s []string
+		for p := 0; p < c.Planes; p++ {
+			a := relay.RealAddr(h, p)
+			if virtual {
+				a = relay.VirtualAddr(h, p)
+			}
+			s = append(s, a.String())
+		}
+		return strings.Join(s, ",")
+	}
+	env := func(role, planes, peer, logdir string) []string {
+		return append(os.Environ(), "ROLE="+role, "TESTCASE="+c.Name, "PLANES="+planes, "PEER="+peer,
+			fmt.Sprintf("PORT=%d", port), fmt.Sprintf("SIZE=%d", c.Size), "LOGDIR="+logdir)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := func(impl Implementation, e []string, logdir string) (*exec.Cmd, error) {
+		cmd := exec.CommandContext(ctx, impl.Cmd[0], impl.Cmd[1:]...)
+		cmd.Env = e
+		out, err := os.Create(filepath.Join(logdir, "output.log"))
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = out, out
+		return cmd, cmd.Start()
+	}
+	rcmd, err := start(resp, env("responder", addrs(false, 1), "", respDir), respDir)
+	if err != nil {
+		return "fail", "starting the responder: " + err.Error()
+	}
+	time.Sleep(300 * time.Millisecond) // until it listens
+	qcmd, err := start(req, env("requester", addrs(false, 0), addrs(true, 1), reqDir), reqDir)
+	if err != nil {
+		rcmd.Process.Kill()
+		return "fail", "starting the requester: " + err.Error()
+	}
+	qerr := qcmd.Wait()
+	rerr := rcmd.Wait()
+	if code(qerr) == Unsupported || code(rerr) == Unsupported {
+		return "unsupported", ""
+	}
+	if qerr != nil || rerr != nil {
+		return "fail", fmt.Sprintf("requester %v, responder %v (logs in %s)", qerr, rerr, dir)
+	}
+	var o Observed
+	if err := readReport(reqDir, &o.Requester); err != nil {
+		return "fail", err.Error()
+	}
+	if err := readReport(respDir, &o.Responder); err != nil {
+		return "fail", err.Error()
+	}
+	r.Do(func(f *netem.Fabric) {
+		o.PerPlane = f.BytesTo(2)
+		for _, l := range f.Links() {
+			o.Marked += l.Stats().CEMarks
+		}
+	})
+	o.Dropped = dropped
+	if err := c.Judge(o); err != nil {
+		return "fail", err.Error()
+	}
+	return "pass", ""
+}
+
+func code(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return 0
+}
+
+func readReport(dir string, into *EndpointReport) error {
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		return fmt.Errorf("no report: %w", err)
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, "report.json"), err)
+	}
+	return nil
+}
+
+// ParseAddrs reads a comma-separated list of addresses (PLANES, PEER).
+func ParseAddrs(s string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an address", f)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
