@@ -81,3 +81,26 @@ func TestHandshakeTimesOut(t *testing.T) {
 		}
 	}
 }
+
+// A sender's ring of DSNs in flight starts small and grows, up to the
+// window, only when it fills; the data arrives either way.
+func TestDSNRingGrowsOnDemand(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
+	pr := n.connect(0, 1)
+	if got := len(pr.a.snd.ring); got != initialRing {
+		t.Fatalf("a new connection's ring holds %d, want %d", got, initialRing)
+	}
+	const size = 8 << 20
+	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{Region: src, Length: size}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	n.run(time.Second, func() bool { return len(pr.ra.done) == 1 })
+	if len(pr.ra.done) != 1 || pr.ra.done[0].Status != StatusOK || digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatalf("completions %+v", pr.ra.done)
+	}
+	if got := len(pr.a.snd.ring); got <= initialRing || uint32(got) > 2*pr.a.snd.window {
+		t.Fatalf("the ring holds %d after a transfer (window %d)", got, pr.a.snd.window)
+	}
+}

@@ -155,8 +155,11 @@ func (s *sender) init(c *Conn) {
 	s.c = c
 	s.nextDSN, s.una = c.idsn, c.idsn
 	s.window = uint32(min(c.peerWindow, c.ep.cfg.MaxSendWindow))
+	// The ring of DSNs in flight starts small and doubles, up to the
+	// window, when it fills: thousands of connections that each have a
+	// few packets in flight must not each hold a window's worth.
 	n := 1
-	for n < int(s.window) {
+	for n < min(int(s.window), initialRing) {
 		n *= 2
 	}
 	s.ring, s.mask = make([]dsnRecord, n), uint32(n-1)
@@ -327,8 +330,26 @@ func (s *sender) sendOne() bool {
 	return true
 }
 
+// initialRing is the first size of a sender's DSN ring.
+const initialRing = 64
+
+// growRing doubles the DSN ring, moving the records in flight to their
+// places in the larger one. The window check before newDSN keeps the
+// ring within the window.
+func (s *sender) growRing() {
+	bigger := make([]dsnRecord, 2*len(s.ring))
+	mask := uint32(len(bigger) - 1)
+	for d := s.una; d != s.nextDSN; d++ {
+		bigger[d&mask] = s.ring[d&s.mask]
+	}
+	s.ring, s.mask = bigger, mask
+}
+
 // newDSN gives the next segment of m the next DSN and records it.
 func (s *sender) newDSN(m *message) *dsnRecord {
+	if s.nextDSN-s.una == uint32(len(s.ring)) {
+		s.growRing()
+	}
 	d := s.nextDSN
 	s.nextDSN++
 	n := min(m.seg, m.length-m.next)

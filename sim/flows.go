@@ -67,8 +67,8 @@ type FlowsResult struct {
 	// simulator's speed), WallTime what the run took, set-up included.
 	Packets  uint64
 	WallTime time.Duration
-	// HeapBytes is the Go heap in use at the end of the run (the
-	// simulator's memory, connections and regions included).
+	// HeapBytes is the live Go heap at the end of the run, the world
+	// still in it (the simulator's memory: connections, regions, fabric).
 	HeapBytes uint64
 }
 
@@ -234,9 +234,13 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		res.Packets += c.SenderStats().Packets
 	}
 	res.WallTime = time.Since(wallStart)
+	// The live heap with the world still in it (connections, regions,
+	// fabric): collected first, so that garbage does not count.
+	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	res.HeapBytes = ms.HeapInuse
+	res.HeapBytes = ms.HeapAlloc
+	runtime.KeepAlive(w)
 	return res, nil
 }
 
