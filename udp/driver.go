@@ -333,7 +333,7 @@ func (d *Driver) Start(r link.Receiver) {
 		batch := d.cfg.Batch
 		switch {
 		case s.local.Port() != d.cfg.Port:
-			batch = min(batch, 4)
+			batch = min(batch, 2) // replies to probes and CLOSEs only: few and small
 		case s.gro:
 			// Each message holds up to 64 KiB of joined datagrams.
 			batch = max(1, batch/2)

@@ -647,3 +647,37 @@ func TestSendsOfOneTurnGoTogether(t *testing.T) {
 		t.Fatalf("after a backlog of 32: %+v, want them sent at once", late)
 	}
 }
+
+// A source-port socket takes the small datagrams that come back to it (a
+// PROBE_REPLY, a CLOSE) and counts and drops anything longer than a few
+// hundred bytes: its buffers are small.
+func TestSourcePortsReadSmallDatagrams(t *testing.T) {
+	loop := runningLoop(t)
+	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.13"}), SourcePorts: []uint16{0}})
+	var mu sync.Mutex
+	var sizes []int
+	drv.Start(link.ReceiverFunc(func(d *link.Datagram, _ clock.Time) { mu.Lock(); sizes = append(sizes, len(d.Data)); mu.Unlock() }))
+	var sport netip.AddrPort
+	for ap, sock := range drv.socks {
+		if ap.Port() != drv.cfg.Port {
+			sport = sock.conn.LocalAddr().(*net.UDPAddr).AddrPort() // port 0 asked: the one the system gave
+		}
+	}
+	from, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 14)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	from.WriteToUDPAddrPort(make([]byte, 2000), sport)
+	from.WriteToUDPAddrPort(make([]byte, 44), sport)
+	if !waitFor(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) > 0 }) {
+		t.Fatal("nothing delivered")
+	}
+	var st Stats
+	onLoop(loop, func() { st = drv.Stats() })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 1 || sizes[0] != 44 || st.Truncated != 1 {
+		t.Fatalf("delivered %v, stats %+v: want the 44-byte one, and the long one counted", sizes, st)
+	}
+}

@@ -71,8 +71,11 @@ type inBatch struct {
 func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
 	b := &inBatch{d: d, s: s, r: r, msgs: make([]inMsg, size), done: make(chan struct{}, 1)}
 	bufSize := d.cfg.MaxDatagram
-	if s.gro {
+	switch {
+	case s.gro:
 		bufSize = groMax // the kernel joins up to 64 KiB
+	case s.local.Port() != d.cfg.Port:
+		bufSize = min(bufSize, sourcePortDatagram)
 	}
 	for i := range b.msgs {
 		b.msgs[i].buf = make([]byte, bufSize)
@@ -86,6 +89,14 @@ func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
 
 // groMax is a GRO receive buffer: the largest UDP payload.
 const groMax = 65535
+
+// sourcePortDatagram is the largest datagram a source-port socket takes.
+// Peers send everything to the receive port; what comes back to a source
+// port is a PROBE_REPLY or a CLOSE (tens of bytes), so its buffers are
+// small: a pool of hundreds of ports must not hold hundreds of full-size
+// batches. A longer datagram there is counted (Stats.Truncated) and
+// dropped.
+const sourcePortDatagram = 512
 
 // deliverNow runs on the loop goroutine. A receiver that can hold its
 // replies (link.BatchReceiver) sends them once for the whole batch.
@@ -131,7 +142,7 @@ func (b *inBatch) deliverMsg(m *inMsg, now clock.Time) {
 	if count > 1 {
 		st.Coalesced += uint64(count)
 	}
-	if m.trunc || seg > b.d.cfg.MaxDatagram || !m.src.IsValid() {
+	if m.trunc || seg > b.d.cfg.MaxDatagram || seg > len(m.buf) || !m.src.IsValid() {
 		st.Truncated += uint64(count) // longer than MaxDatagram: cut or refused, so dropped
 		return
 	}
