@@ -20,8 +20,9 @@
 // IPV6_TCLASS ancillary data, see sockopt_linux.go).
 //
 // Every socket has a reader goroutine: the receive port's reads big
-// batches, a source-port socket small ones (it gets only the replies to
-// PROBEs, which return over the probe's 5-tuple).
+// batches, a source-port socket small ones of small datagrams (it gets
+// only the replies to PROBEs, which return over the probe's 5-tuple, and
+// CLOSEs).
 //
 // Kernel drops (a receive buffer that overflowed) are counted from the
 // SO_RXQ_OVFL count the kernel attaches to each datagram.
