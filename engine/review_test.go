@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"math"
 	"net/netip"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -207,5 +209,43 @@ func TestRNRBacksOff(t *testing.T) {
 	pr.b.PostRecv(RecvWR{ID: 9, Local: SGE{dst, 0, 100}})
 	if !n.run(20*time.Millisecond, func() bool { return len(pr.rb.done) == 1 }) || !bytes.Equal(dst.Bytes(), src.Bytes()) {
 		t.Fatal("the SEND never landed")
+	}
+}
+
+// A path's tail probe and retransmission timeout wait, beyond the RTT, for
+// the connection's packets in flight to drain at the rate the receiver
+// granted: at 25 packets of 4,000 bytes in flight and a hint of 10^8
+// bytes/s, one millisecond. Without a hint the usual 2 SRTT rule stands,
+// and a hostile hint of one byte a second cannot stretch them past
+// RTOMax.
+func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
+	pr := n.connect(0, 1)
+	s := &pr.a.snd
+	cfg := pr.a.ep.cfg
+	p := s.paths[0]
+	p.rtt = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
+	s.mss = 4000 - packetOverhead
+	s.inflight = 25
+
+	s.hint = math.Inf(1)
+	if got, want := p.timeout(), max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin); got != want {
+		t.Errorf("no hint: tail probe after %v, want %v", got, want)
+	}
+	s.hint = 1e8
+	if got, want := p.timeout(), p.rtt.SRTT+time.Millisecond+cfg.AckDelay; got != want {
+		t.Errorf("hint 10^8 B/s: tail probe after %v, want %v", got, want)
+	}
+	p.probed = true // the probe went: next is the retransmission timeout
+	if got, want := p.timeout(), p.rtt.SRTT+time.Millisecond; got != want {
+		t.Errorf("hint 10^8 B/s: timeout after %v, want %v", got, want)
+	}
+	s.hint = 1
+	if got := p.timeout(); got > cfg.RTOMax {
+		t.Errorf("hint 1 B/s: timeout after %v, past RTOMax %v", got, cfg.RTOMax)
+	}
+	p.probed = false
+	if got, want := p.timeout(), p.rtt.SRTT+cfg.RTOMax+cfg.AckDelay; got != want {
+		t.Errorf("hint 1 B/s: tail probe after %v, want %v", got, want)
 	}
 }

@@ -136,6 +136,7 @@ type sender struct {
 	pacer    cc.Pacer
 	paceT    clock.Timer // wakes the sender when the pacer lets the next packet go
 	hint     float64     // the receiver's rate hint, bytes/s (+Inf: none)
+	inflight int         // packets sent on any path and not yet resolved
 	mss      float64     // payload bytes of a full packet
 	rateW    []float64   // scratch for the pacing rate: window bytes per path
 	rateRTT  []time.Duration
@@ -493,6 +494,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	p.next++
 	p.ring[psn&255] = sendRec{psn: psn, dsn: d, sentAt: now}
 	p.inflight++
+	s.inflight++
 	r.path, r.psn = uint8(p.id), psn
 	s.emitData(d, r, p, psn, retx, probe)
 }
@@ -643,7 +645,17 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		if hint > s.hint {
 			s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new one back
 		}
+		lower := hint < s.hint
 		s.hint = hint
+		if lower {
+			// What is in flight drains more slowly now (drainTime): the
+			// paths' timers, armed at the old share, are armed again.
+			for _, p := range s.paths {
+				if p.inflight > 0 {
+					p.armTimer(at)
+				}
+			}
+		}
 	}
 	cum := ack.CumDSN()
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
@@ -780,6 +792,7 @@ func (p *sendPath) advance() {
 func (p *sendPath) resolveAcked(r *sendRec) {
 	r.resolved = true
 	p.inflight--
+	p.s.inflight--
 	p.ctr.Acked++
 	p.s.ackDSN(r.dsn)
 }
@@ -790,6 +803,7 @@ func (p *sendPath) resolveAcked(r *sendRec) {
 func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
 	r.resolved = true
 	p.inflight--
+	p.s.inflight--
 	p.ctr.Lost++
 	s := p.s
 	d := s.record(r.dsn)
@@ -814,6 +828,9 @@ func (p *sendPath) armTimer(now clock.Time) {
 func (p *sendPath) rto() time.Duration {
 	cfg := &p.s.c.ep.cfg
 	rto := p.rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
+	if !p.s.c.isBaseline() {
+		rto = max(rto, p.rtt.SRTT+p.s.drainTime())
+	}
 	for i := 0; i < p.timeouts && rto < cfg.RTOMax; i++ {
 		rto *= 2
 	}
@@ -823,9 +840,26 @@ func (p *sendPath) rto() time.Duration {
 func (p *sendPath) timeout() time.Duration {
 	if !p.probed && p.rtt.Samples > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip) && !p.s.c.isBaseline() {
 		cfg := &p.s.c.ep.cfg
-		return max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin)
+		return max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, cfg.RTOMin)
 	}
 	return p.rto()
+}
+
+// drainTime is how long the receiver takes, at the rate it granted this
+// connection, to take everything the connection has in flight: no packet
+// is late before the ones sent with it could have been delivered. In an
+// N:1 incast the first round trip puts N initial windows in one queue; an
+// RTT sampled from the front of it says nothing of a packet at its back,
+// and a timer of twice that RTT would resend packets that are only
+// waiting their turn (and, resent, sit in the same queue again). At
+// line rate, alone, it is a fraction of a round trip and changes nothing.
+// It is at most RTOMax, whatever hint a peer sends.
+func (s *sender) drainTime() time.Duration {
+	if s.hint <= 0 || math.IsInf(s.hint, 1) {
+		return 0
+	}
+	d := float64(s.inflight) * (s.mss + packetOverhead) / s.hint
+	return time.Duration(min(d*float64(time.Second), float64(s.c.ep.cfg.RTOMax)))
 }
 
 func (p *sendPath) onTimer() {
@@ -1056,6 +1090,7 @@ func (s *sender) onNack(pkt *proto.Packet) {
 			if sr := &p.ring[psn&255]; !sr.resolved && sr.psn == psn && sr.dsn == n.DSN() {
 				sr.resolved = true
 				p.inflight--
+				s.inflight--
 				p.advance()
 			}
 		}

@@ -68,6 +68,9 @@ type IncastResult struct {
 	// Drops counts datagrams the fabric dropped, and DropsAfterFirstRTT
 	// those after the first base RTT.
 	Drops, DropsAfterFirstRTT int
+	// Retransmits counts the data packets the senders sent again (gap,
+	// tail probe, timeout or go-back-N), all senders together.
+	Retransmits uint64
 	// SlowestFCT over Ideal: the last sender's completion time against
 	// the wire bytes of all senders at the bottleneck plus one base RTT.
 	SlowestFCT, Ideal time.Duration
@@ -77,9 +80,9 @@ type IncastResult struct {
 }
 
 func (r IncastResult) String() string {
-	return fmt.Sprintf("N=%d %s %s: converge %.1f RTT (sending %.1f), Jain %.3f, peak queue %d KiB, drops %d (%d after 1st RTT), FCT/ideal %.3f",
+	return fmt.Sprintf("N=%d %s %s: converge %.1f RTT (sending %.1f), Jain %.3f, peak queue %d KiB, drops %d (%d after 1st RTT), resent %d, FCT/ideal %.3f",
 		r.Config.Senders, gbps(r.Config.LinkRate), r.Config.Mode(), r.Convergence, r.SendConvergence, r.Jain,
-		r.PeakQueue>>10, r.Drops, r.DropsAfterFirstRTT, r.FCTRatio)
+		r.PeakQueue>>10, r.Drops, r.DropsAfterFirstRTT, r.Retransmits, r.FCTRatio)
 }
 
 // Mode names the variant: our mode with or without hints, or the baseline
@@ -230,6 +233,9 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 		first = lastFirst // measure from the join
 	}
 	var last clock.Time
+	for s := range conns {
+		res.Retransmits += conns[s].SenderStats().Retransmits
+	}
 	for s, e := range evs {
 		if e.failed != nil {
 			return res, fmt.Errorf("sender %d: %w", s, e.failed)
