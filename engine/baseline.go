@@ -170,6 +170,7 @@ func (s *sender) ackedInOrder() {
 			}
 			r.resolved = true
 			p.inflight--
+			s.inflight--
 			p.ctr.Acked++
 		}
 		p.oldest++

@@ -249,3 +249,25 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 		t.Errorf("hint 1 B/s: tail probe after %v, want %v", got, want)
 	}
 }
+
+// A baseline connection with a LocalAckTimeout waits exactly that long,
+// whatever its RTT and however many timeouts came before, as RoCEv2's
+// local ACK timer does; without one it uses the adaptive RTO, doubled per
+// timeout in a row.
+func TestBaselineLocalAckTimeoutIsFixed(t *testing.T) {
+	const fixed = 16384 * time.Nanosecond
+	for _, lat := range []time.Duration{fixed, 0} {
+		n := newNet(t, twoHostFabric(1), Config{Paths: 1, Streams: 1, Mode: proto.ModeBaseline, LocalAckTimeout: lat})
+		pr := n.connect(0, 1)
+		p := pr.a.snd.paths[0]
+		p.rtt = pathmgr.RTT{SRTT: 40 * time.Microsecond, RTTVar: 10 * time.Microsecond, Min: 30 * time.Microsecond, Samples: 5}
+		p.timeouts = 2
+		want := fixed
+		if lat == 0 {
+			want = 4 * (40*time.Microsecond + 4*10*time.Microsecond)
+		}
+		if got := p.timeout(); got != want {
+			t.Errorf("LocalAckTimeout %v: the timer waits %v, want %v", lat, got, want)
+		}
+	}
+}

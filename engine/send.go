@@ -827,6 +827,9 @@ func (p *sendPath) armTimer(now clock.Time) {
 
 func (p *sendPath) rto() time.Duration {
 	cfg := &p.s.c.ep.cfg
+	if p.s.c.isBaseline() && cfg.LocalAckTimeout > 0 {
+		return cfg.LocalAckTimeout
+	}
 	rto := p.rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
 	if !p.s.c.isBaseline() {
 		rto = max(rto, p.rtt.SRTT+p.s.drainTime())

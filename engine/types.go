@@ -67,6 +67,11 @@ type Config struct {
 	// BaselineWindow is the go-back-N window in packets of a baseline
 	// connection: fixed before the run. Default 64.
 	BaselineWindow int
+	// LocalAckTimeout, when set, is a baseline connection's local ACK
+	// timeout, fixed as RoCEv2 configures it (4.096 µs x 2^n): no RTT
+	// estimate and no doubling. Zero (the default) uses the adaptive RTO
+	// (RTOMin, RTOMax), which real sockets with unknown delays need.
+	LocalAckTimeout time.Duration
 	// LineRate is the sending NIC's rate in bytes/s, where DCQCN starts.
 	// Default 12.5e9 (100 Gb/s).
 	LineRate float64

@@ -25,8 +25,11 @@ type TransferConfig struct {
 	Seed         uint64
 	// Baseline runs the connection in baseline mode (RoCEv2-like: one path,
 	// go-back-N with a window of BaselineWindow packets, DCQCN).
-	Baseline       bool
-	BaselineWindow int
+	// BaselineAckTimeout, when set, is its local ACK timeout, fixed
+	// (engine.Config.LocalAckTimeout; RoCEv2 sets it as 4.096 µs x 2^n).
+	Baseline           bool
+	BaselineWindow     int
+	BaselineAckTimeout time.Duration
 	// PFC makes the fabric lossless for congestion (the switch pauses the
 	// uplinks that feed it); random loss still drops.
 	PFC bool
@@ -62,6 +65,9 @@ func (r TransferResult) String() string {
 	mode := fmt.Sprintf("%d paths", r.Config.Paths)
 	if r.Config.Baseline {
 		mode = fmt.Sprintf("baseline (1 path, window %d)", r.Config.BaselineWindow)
+		if r.Config.BaselineAckTimeout > 0 {
+			mode = fmt.Sprintf("baseline (1 path, window %d, ACK timeout %v)", r.Config.BaselineWindow, r.Config.BaselineAckTimeout)
+		}
 	}
 	return fmt.Sprintf("%d MiB, %s on %d x %s, %.1f%% loss: %.1f Gb/s goodput, %.3f of the bottleneck; %d lost, %d resent",
 		r.Config.Bytes>>20, mode, r.Config.Planes, gbps(r.Config.LinkRate), 100*r.Config.Loss,
@@ -100,6 +106,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		}
 		if cfg.Baseline {
 			c.Mode, c.BaselineWindow = proto.ModeBaseline, cfg.BaselineWindow
+			c.RTOMin = 16 * time.Microsecond
 		}
 		return c
 	})

@@ -43,13 +43,15 @@ func simCommand() *cli.Command {
 					&cli.IntFlag{Name: "paths", Value: dl.Paths, Usage: "mroce's paths, 1 to 256"},
 					&cli.Float64Flag{Name: "rate-gbps", Value: float64(dl.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
 					&cli.IntFlag{Name: "window", Value: dl.BaselineWindow, Usage: "the baseline's go-back-N window, packets"},
+					&cli.DurationFlag{Name: "ack-timeout", Value: dl.BaselineAckTimeout, Usage: "the baseline's local ACK timeout, fixed (RoCEv2: 4.096µs x 2^n)"},
 					&cli.BoolFlag{Name: "burst", Usage: "lose packets in bursts (Gilbert-Elliott) of the same mean rate"},
 					&cli.Float64Flag{Name: "burst-len", Value: dl.BurstLen, Usage: "mean burst, packets"},
 				}, simOutputFlags("loss")...),
 				Action: func(c *cli.Context) error {
 					o := sim.LossOptions{Losses: c.Float64Slice("losses"), Bytes: c.Int("size-mib") << 20, Planes: c.Int("planes"),
 						Paths: c.Int("paths"), LinkRate: int64(c.Float64("rate-gbps") * 1e9), BaselineWindow: c.Int("window"),
-						Burst: c.Bool("burst"), BurstLen: c.Float64("burst-len"), Seed: c.Uint64("seed")}
+						BaselineAckTimeout: c.Duration("ack-timeout"),
+						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), Seed: c.Uint64("seed")}
 					switch {
 					case len(o.Losses) == 0:
 						return usagef(c, "sim loss: --losses: none")
@@ -61,6 +63,8 @@ func simCommand() *cli.Command {
 						return usagef(c, "sim loss: --rate-gbps must be 1 to 1600")
 					case o.BaselineWindow < 1 || o.BaselineWindow > 255 || o.BurstLen < 1:
 						return usagef(c, "sim loss: --window must be 1 to 255, --burst-len at least 1")
+					case o.BaselineAckTimeout < time.Microsecond || o.BaselineAckTimeout > time.Second:
+						return usagef(c, "sim loss: --ack-timeout must be 1µs to 1s")
 					}
 					for _, p := range o.Losses {
 						if !(p >= 0 && p <= 0.5) {
