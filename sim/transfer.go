@@ -56,6 +56,8 @@ type TransferResult struct {
 	// Lost counts data packets the fabric dropped; Retransmits the
 	// sender's resends.
 	Lost, Retransmits uint64
+	// Sender is the sender's counters at the end.
+	Sender engine.SenderStats
 }
 
 // Efficiency is Goodput over Bottleneck.
@@ -106,7 +108,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		}
 		if cfg.Baseline {
 			c.Mode, c.BaselineWindow = proto.ModeBaseline, cfg.BaselineWindow
-			c.RTOMin = 16 * time.Microsecond
+			c.LocalAckTimeout = cfg.BaselineAckTimeout // 0: the adaptive RTO
 		}
 		return c
 	})
@@ -125,7 +127,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		return res, err
 	}
 	res.Goodput = float64(cfg.Bytes) / took.Seconds()
-	res.Lost, res.Retransmits = *lost, conn.SenderStats().Retransmits
+	res.Lost, res.Retransmits, res.Sender = *lost, conn.SenderStats().Retransmits, conn.SenderStats()
 	return res, nil
 }
 
