@@ -67,6 +67,8 @@ type FlowsResult struct {
 	// simulator's speed), WallTime what the run took, set-up included.
 	Packets  uint64
 	WallTime time.Duration
+	// Retransmits, TailProbes and Timeouts sum the senders' counters.
+	Retransmits, TailProbes, Timeouts uint64
 	// HeapBytes is the live Go heap at the end of the run, the world
 	// still in it (the simulator's memory: connections, regions, fabric).
 	HeapBytes uint64
@@ -231,7 +233,11 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	}
 	res.Makespan = last.Sub(start)
 	for _, c := range conns {
-		res.Packets += c.SenderStats().Packets
+		st := c.SenderStats()
+		res.Packets += st.Packets
+		res.Retransmits += st.Retransmits
+		res.TailProbes += st.TailProbes
+		res.Timeouts += st.Timeouts
 	}
 	res.WallTime = time.Since(wallStart)
 	// The live heap with the world still in it (connections, regions,
