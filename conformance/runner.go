@@ -75,6 +75,9 @@ type RunnerCase struct {
 	Size       int
 	// Fabric adjusts the emulated network (loss, duplication, marking).
 	Fabric func(*netem.Config)
+	// Faults are applied to the emulated network, each At after the first
+	// data packet reaches the emulator.
+	Faults []netem.Fault
 	// Judge decides from the endpoints' reports and the emulator's counts.
 	Judge func(o Observed) error
 }
@@ -89,6 +92,9 @@ type Observed struct {
 	// emulator dropped: a lost last ACK calls for a tail probe.
 	DroppedControl uint64
 	PerPlane       []uint64
+	// AtFaults are the bytes each plane had delivered to the responder
+	// when each of the case's Faults took effect, in order.
+	AtFaults [][]uint64
 }
 
 func link1G() netem.LinkConfig {
@@ -156,6 +162,69 @@ var RunnerCases = []RunnerCase{
 			}
 			return nil
 		}},
+	{Name: "planes-8", What: "the transfer uses all 8 planes, each carrying at least half of an equal share of the bytes", Planes: 8, Size: 48 << 20,
+		Judge: func(o Observed) error {
+			if err := transferred(o, 48<<20); err != nil {
+				return err
+			}
+			return shares(o.PerPlane, 0.5)
+		}},
+	{Name: "burst-loss", What: "at 1% loss in bursts (Gilbert-Elliott, 4 packets on average) the data arrives whole, with the resends of loss-1", Planes: 2, Size: 16 << 20,
+		Fabric: func(c *netem.Config) {
+			c.Downlink.Impair.Loss = &netem.GilbertElliott{P: 0.01 * 0.25 / 0.99, R: 0.25, LossBad: 1}
+		}, Judge: lossJudge(16 << 20)},
+	{Name: "unequal-delay", What: "one plane of two 3 ms longer on each of its links (a 12 ms round trip against 0.1 ms): the data arrives whole and at most 1% of the packets are resent (nothing is lost)", Planes: 2, Size: 16 << 20,
+		Fabric: func(c *netem.Config) {
+			long := link1G()
+			long.Delay += 3 * time.Millisecond
+			for _, k := range []netem.LinkKind{netem.Uplink, netem.Downlink} {
+				c.Overrides = append(c.Overrides, netem.Override{Plane: 1, Match: netem.LinkMatch{Kind: k, Host: -1, Leaf: -1, Spine: -1}, Link: long})
+			}
+		},
+		Judge: func(o Observed) error {
+			if err := transferred(o, 16<<20); err != nil {
+				return err
+			}
+			if o.Requester.Retransmits*100 > o.Requester.Packets {
+				return fmt.Errorf("%d of %d packets resent (%d tail probes, %d timeouts) with nothing lost", o.Requester.Retransmits,
+					o.Requester.Packets, o.Requester.TailProbes, o.Requester.Timeouts)
+			}
+			return nil
+		}},
+	{Name: "blackhole", What: "plane 2 of 4 blackholed 30 ms into the transfer and repaired 50 ms later: the data arrives whole, the plane carries nothing while blackholed and carries traffic again after the repair", Planes: 4, Size: 96 << 20,
+		Faults: []netem.Fault{{At: 30 * time.Millisecond, Kind: netem.PlaneBlackhole, Plane: 2}, {At: 80 * time.Millisecond, Kind: netem.Repair, Plane: 2}},
+		Judge: func(o Observed) error {
+			if err := transferred(o, 96<<20); err != nil {
+				return err
+			}
+			if len(o.AtFaults) != 2 {
+				return fmt.Errorf("the transfer ended before the faults (%d of 2 took effect)", len(o.AtFaults))
+			}
+			before, during, after := o.AtFaults[0][2], o.AtFaults[1][2]-o.AtFaults[0][2], o.PerPlane[2]-o.AtFaults[1][2]
+			switch {
+			case before == 0:
+				return errors.New("plane 2 carried nothing before the blackhole")
+			case during != 0:
+				return fmt.Errorf("plane 2 delivered %d bytes while blackholed", during)
+			case after < 1<<20:
+				return fmt.Errorf("plane 2 carried %d bytes after the repair: not back in use", after)
+			}
+			return nil
+		}},
+}
+
+// shares checks every plane carried at least frac of an equal share.
+func shares(perPlane []uint64, frac float64) error {
+	var sum uint64
+	for _, b := range perPlane {
+		sum += b
+	}
+	for p, b := range perPlane {
+		if float64(b) < frac*float64(sum)/float64(len(perPlane)) {
+			return fmt.Errorf("plane %d carried %d of %d bytes", p, b, sum)
+		}
+	}
+	return nil
 }
 
 func lossJudge(size int) func(Observed) error {
@@ -220,12 +289,28 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 	}
 	defer r.Close()
 	var dropped, droppedControl uint64
+	var atFaults [][]uint64
+	faultsArmed := false
 	r.Do(func(f *netem.Fabric) {
 		f.AddTap(func(e *netem.TapEvent) {
-			if e.Verdict != netem.Dropped || len(e.Datagram.Data) < 2 {
+			if len(e.Datagram.Data) < 2 {
 				return
 			}
-			if proto.Type(e.Datagram.Data[1]).IsData() {
+			data := proto.Type(e.Datagram.Data[1]).IsData()
+			if data && !faultsArmed {
+				// The faults, timed from the first data packet; each
+				// notes what the planes had delivered when it hit.
+				faultsArmed = true
+				for _, ft := range c.Faults {
+					if err := f.ScheduleFault(time.Duration(e.At)+ft.At, ft); err == nil {
+						f.After(time.Duration(e.At)+ft.At, func() { atFaults = append(atFaults, f.BytesTo(2)) })
+					}
+				}
+			}
+			if e.Verdict != netem.Dropped {
+				return
+			}
+			if data {
 				dropped++
 			} else {
 				droppedControl++
@@ -290,7 +375,7 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 			o.Marked += l.Stats().CEMarks
 		}
 	})
-	o.Dropped, o.DroppedControl = dropped, droppedControl
+	r.Do(func(*netem.Fabric) { o.Dropped, o.DroppedControl, o.AtFaults = dropped, droppedControl, atFaults })
 	if err := c.Judge(o); err != nil {
 		return "fail", err.Error()
 	}

@@ -271,3 +271,44 @@ func TestBaselineLocalAckTimeoutIsFixed(t *testing.T) {
 		}
 	}
 }
+
+// Every ACK record travels on the plane its path's data came in on: over
+// two planes, the receiver's ACKs on plane p carry only the records of the
+// paths whose packets arrived on p, and every path is acknowledged.
+func TestAckRecordsGoBackOnTheirPlane(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
+	dataPlane := map[uint8]int{} // path -> the plane its data crossed
+	var wrong, records int
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		if e.Verdict != netem.Delivered || e.Link.Kind() != netem.Downlink {
+			return
+		}
+		var pkt proto.Packet
+		if pkt.Decode(e.Datagram.Data) != nil {
+			return
+		}
+		switch {
+		case pkt.Type().IsData():
+			dataPlane[pkt.Common.PathID()] = e.Link.Plane()
+		case pkt.Type() == proto.TypeAck:
+			for i := 0; i < int(pkt.Ack().RecordCount()); i++ {
+				records++
+				if p, ok := dataPlane[pkt.AckRecord(i).PathID()]; !ok || p != e.Link.Plane() {
+					wrong++
+				}
+			}
+		}
+	})
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 1<<20, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 1 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+		t.Fatal("the WRITE did not complete")
+	}
+	if records == 0 || wrong > 0 || len(dataPlane) != 4 {
+		t.Fatalf("%d of %d ACK records came back on another plane than their path's data (%d paths seen)", wrong, records, len(dataPlane))
+	}
+}

@@ -513,6 +513,15 @@ func (f *Fabric) notifyPlane(plane int, up bool) {
 	}
 }
 
+// After runs fn at time at (now if in the past) on the fabric's
+// goroutine, in order with the fabric's own events: to look at the
+// fabric when a fault takes effect, say.
+func (f *Fabric) After(at time.Duration, fn func()) { f.sched.At(clock.Time(at), funcEvent(fn)) }
+
+type funcEvent func()
+
+func (e funcEvent) Fire() { e() }
+
 // ScheduleFault adds a fault at time at (now if in the past).
 func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
 	if err := ft.validate(&f.cfg); err != nil {

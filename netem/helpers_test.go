@@ -112,3 +112,20 @@ func (p *pacer) Fire() {
 		p.sim.After(p.gap, p)
 	}
 }
+
+// After runs its function at the time given, in order with a fault
+// scheduled for the same time before it: it sees the fault in effect.
+func TestAfterRunsInOrderOnTheFabricClock(t *testing.T) {
+	f, sim := newTestFabric(t, Config{Hosts: 2, Planes: 2, Uplink: simpleLink(1e9, time.Microsecond), Downlink: simpleLink(1e9, time.Microsecond)})
+	at := 7 * time.Microsecond
+	if err := f.ScheduleFault(at, Fault{Kind: PlaneDown, Plane: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var ranAt clock.Time = -1
+	var up bool
+	f.After(at, func() { ranAt, up = sim.Now(), f.PlaneUp(1) })
+	sim.RunUntil(clock.Time(time.Millisecond))
+	if ranAt != clock.Time(at) || up {
+		t.Fatalf("ran at %v with plane 1 up %v; want at %v, plane down", ranAt, up, at)
+	}
+}

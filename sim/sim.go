@@ -105,11 +105,3 @@ func (w *world) listen(h int) {
 		return &events{sim: w.sim}, true
 	})
 }
-
-func (e *events) PathChanged(_ *engine.Conn, ev engine.PathEvent) {
-	if debugPaths {
-		fmt.Println("PATH", e.sim.Now(), ev.Path, ev.From, "->", ev.To, ev.Repath)
-	}
-}
-
-var debugPaths = false
