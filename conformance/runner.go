@@ -162,6 +162,20 @@ var RunnerCases = []RunnerCase{
 			}
 			return nil
 		}},
+	{Name: "write", What: "SIZE bytes in 1 MiB WRITEs into the responder's region (its key and length SENT first), then a SEND: the region holds the data", Planes: 2, Size: 16 << 20,
+		Judge: func(o Observed) error { return transferred(o, 16<<20) }},
+	{Name: "write-imm", What: "the same in WRITE_IMMs, immediate i on the i-th: the region holds the data and the responder's receives complete once each, immediates in order", Planes: 2, Size: 16 << 20,
+		Judge: func(o Observed) error {
+			if err := transferred(o, 16<<20); err != nil {
+				return err
+			}
+			if o.Responder.Completions != 16 {
+				return fmt.Errorf("%d WRITE_IMM completions for 16 WRITE_IMMs", o.Responder.Completions)
+			}
+			return nil
+		}},
+	{Name: "read", What: "the requester READs SIZE bytes of Data(SIZE) from the responder's region in 1 MiB READs, then SENDs: it read the data", Planes: 2, Size: 16 << 20,
+		Judge: func(o Observed) error { return transferred(o, 16<<20) }},
 	{Name: "planes-8", What: "the transfer uses all 8 planes, each carrying at least half of an equal share of the bytes", Planes: 8, Size: 48 << 20,
 		Judge: func(o Observed) error {
 			if err := transferred(o, 48<<20); err != nil {

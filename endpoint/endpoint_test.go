@@ -236,3 +236,42 @@ func TestReadSRQAndPathEventsThroughTheAPI(t *testing.T) {
 		t.Fatalf("%d paths reported DOWN on plane 1 (events %+v), want 2", down, evs)
 	}
 }
+
+// An acceptor that speaks first: after WaitEstablished its send goes, and
+// the initiator receives it.
+func TestAcceptorSpeaksFirst(t *testing.T) {
+	n := simNet(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	server, client := n.Device(1), n.Device(0)
+	spd, _ := server.AllocPD()
+	cpd, _ := client.AllocPD()
+	scq, ccq := server.CreateCQ(8), client.CreateCQ(8)
+	lis, err := spd.Listen(scq, scq, QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox, _ := cpd.RegisterMR(make([]byte, 64), LocalWrite)
+	if err := qp.PostRecv(5, 1, inbox.SGE(0, 64)); err != nil {
+		t.Fatal(err)
+	}
+	sqp, err := lis.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello, _ := spd.RegisterMR([]byte("hello"), LocalWrite)
+	if err := sqp.WaitEstablished(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sqp.PostSend(1, 1, hello.SGE(0, 5)); err != nil {
+		t.Fatalf("a send after WaitEstablished: %v", err)
+	}
+	buf := make([]Completion, 1)
+	if k, err := ccq.Wait(ctx, buf); err != nil || k != 1 || buf[0].ID != 5 || string(inbox.Bytes()[:buf[0].Bytes]) != "hello" {
+		t.Fatalf("the initiator's receive: %v %+v", err, buf)
+	}
+}

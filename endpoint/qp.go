@@ -117,6 +117,23 @@ func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 	return qp, err
 }
 
+// WaitEstablished waits until the connection is established: an accepted
+// connection takes receives at once, but it sends only once its handshake
+// is complete (the peer's third message or first packet), which an
+// acceptor that speaks first waits for here.
+func (qp *QP) WaitEstablished(ctx context.Context) error {
+	if err := qp.pd.dev.b.Progress(ctx, func() bool {
+		s, _ := qp.ConnState()
+		return s != engine.Connecting && s != engine.Accepting
+	}); err != nil {
+		return err
+	}
+	if s, err := qp.ConnState(); s != engine.Established {
+		return fmt.Errorf("endpoint: %v: %w", s, err)
+	}
+	return nil
+}
+
 // Post posts any send-side work request.
 func (qp *QP) Post(wr SendWR) error { return qp.pd.dev.b.PostSend(qp.h, wr) }
 

@@ -81,14 +81,14 @@ func TestLargeConformanceRunner(t *testing.T) {
 	bin := buildBinary(t)
 	logs := t.TempDir()
 	out, err := exec.Command(bin, "conformance", "run", "--logs", logs, "--json",
-		"--cases", "transfer,planes-4,planes-8,duplication,corruption,ecn,blackhole").CombinedOutput()
+		"--cases", "transfer,write,write-imm,read,planes-4,planes-8,duplication,corruption,ecn,blackhole").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	var rep struct {
 		Results []struct{ Case, Result, Details string }
 	}
-	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 7 {
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 10 {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	for _, r := range rep.Results {

@@ -44,15 +44,24 @@ func contractEndpoint(ctx context.Context) (int, error) {
 	o := transferOptions{port: uint16(port), paths: 8, sourcePorts: 16, chunk: 1 << 20, noProgress: 30 * time.Second}
 	o.fill()
 	rep := conformance.EndpointReport{Role: role}
+	op := testcase == "write" || testcase == "write-imm" || testcase == "read"
 	switch role {
 	case "responder":
-		err = contractResponder(ctx, planes, o, &rep)
+		if op {
+			err = contractOpResponder(ctx, planes, o, testcase, size, &rep)
+		} else {
+			err = contractResponder(ctx, planes, o, &rep)
+		}
 	case "requester":
 		peer, perr := conformance.ParseAddrs(os.Getenv("PEER"))
 		if perr != nil || len(peer) != len(planes) {
 			return 1, fmt.Errorf("PEER %q: one address per plane of PLANES", os.Getenv("PEER"))
 		}
-		err = contractRequester(ctx, planes, peer, size, testcase, o, &rep)
+		if op {
+			err = contractOpRequester(ctx, planes, peer, size, testcase, o, &rep)
+		} else {
+			err = contractRequester(ctx, planes, peer, size, testcase, o, &rep)
+		}
 	default:
 		return 1, fmt.Errorf("ROLE %q: want requester or responder", role)
 	}
