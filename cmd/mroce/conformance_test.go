@@ -106,3 +106,33 @@ func TestLargeConformanceRunner(t *testing.T) {
 		t.Fatalf("an unknown case: %v", err)
 	}
 }
+
+// Responders with a deliberate bug turn exactly the right runner cells red.
+func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: with the large tests")
+	}
+	bin := buildBinary(t)
+	for _, c := range []struct {
+		bug  string
+		fail map[string]bool
+	}{
+		{"responder:ignore-sack-bit", map[string]bool{"write": true}},
+		{"responder:accept-bad-crc", map[string]bool{"corruption": true}},
+	} {
+		cmd := exec.Command(bin, "conformance", "run", "--logs", t.TempDir(), "--json", "--cases", "write,read,corruption")
+		cmd.Env = append(os.Environ(), "MROCE_BREAK="+c.bug)
+		out, _ := cmd.Output() // exit 1: something failed
+		var rep struct {
+			Results []struct{ Case, Result, Details string }
+		}
+		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 3 {
+			t.Fatalf("%s: %v:\n%s", c.bug, err, out)
+		}
+		for _, r := range rep.Results {
+			if want := map[bool]string{true: "fail", false: "pass"}[c.fail[r.Case]]; r.Result != want {
+				t.Errorf("%s: %s %s (%s), want %s", c.bug, r.Case, r.Result, r.Details, want)
+			}
+		}
+	}
+}

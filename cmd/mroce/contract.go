@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/filexfer"
 )
 
@@ -43,6 +45,9 @@ func contractEndpoint(ctx context.Context) (int, error) {
 	}
 	o := transferOptions{port: uint16(port), paths: 8, sourcePorts: 16, chunk: 1 << 20, noProgress: 30 * time.Second}
 	o.fill()
+	if o.broken, err = breakage(os.Getenv("MROCE_BREAK"), role); err != nil {
+		return 1, err
+	}
 	rep := conformance.EndpointReport{Role: role}
 	op := testcase == "write" || testcase == "write-imm" || testcase == "read"
 	switch role {
@@ -136,4 +141,35 @@ func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int6
 	}
 	conn.QP.Close()
 	return err
+}
+
+// breakage reads MROCE_BREAK, the deliberate bugs the conformance suite's
+// self-test builds into one side: a comma-separated list of ROLE:BUG, BUG
+// one of ignore-sack-bit, accept-bad-crc, skip-key-check (engine.Breakage).
+// Only the entries for role apply. It is not a user's option.
+func breakage(spec, role string) (engine.Breakage, error) {
+	var b engine.Breakage
+	for _, f := range strings.Split(spec, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		r, bug, ok := strings.Cut(f, ":")
+		if !ok || (r != "requester" && r != "responder") {
+			return b, fmt.Errorf("MROCE_BREAK %q: want ROLE:BUG", f)
+		}
+		if r != role {
+			continue
+		}
+		switch bug {
+		case "ignore-sack-bit":
+			b.IgnoreSACKBit = true
+		case "accept-bad-crc":
+			b.AcceptBadCRC = true
+		case "skip-key-check":
+			b.SkipKeyCheck = true
+		default:
+			return b, fmt.Errorf("MROCE_BREAK %q: no such bug", f)
+		}
+	}
+	return b, nil
 }

@@ -68,6 +68,7 @@ type transferOptions struct {
 	metrics              string // address to serve /metrics at, or ""
 	pcap                 string // file to capture to, or ""
 	log                  *slog.Logger
+	broken               engine.Breakage // deliberate bugs: the conformance suite's self-test only
 }
 
 func parseTransferOptions(c *cli.Context) (transferOptions, error) {
@@ -154,7 +155,7 @@ func openHost(planes []netip.Addr, port uint16, o transferOptions, uo endpoint.U
 			p = uint16(20000 + rand.IntN(40000-o.sourcePorts))
 		}
 		cfg := engine.Config{Planes: planes, Port: p, Paths: o.paths, Streams: 2, MaxPacket: o.mtu,
-			InboundCapacity: o.inbound, NoProgress: o.noProgress}
+			InboundCapacity: o.inbound, NoProgress: o.noProgress, Broken: o.broken}
 		if o.baseline {
 			cfg.Mode = proto.ModeBaseline
 		}
