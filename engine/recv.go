@@ -22,7 +22,6 @@ type recvPath struct {
 	lastTS  uint32     // Timestamp of the latest arrival
 	lastAt  clock.Time // its arrival
 	dirty   bool       // recorded something since the last ACK
-	plane   uint8      // where its latest packet arrived: its ACKs go back there
 }
 
 // record notes PSN psn of epoch e; it reports whether the arrival calls for
@@ -109,9 +108,8 @@ type receiver struct {
 	paths    []recvPath
 	streams  []recvStream
 	dirty    []uint8
-	batch    []uint8 // scratch: the dirty paths of one plane
-	pending  []int   // per plane: data packets recorded since its last ACK
-	ackPlane int     // the plane of the packet being handled
+	pending  int // data packets since the last ACK
+	ackPlane int
 	ackPort  int
 	free     []*rxMessage
 	readsIn  int  // READs accepted and not yet fully answered
@@ -124,8 +122,6 @@ func (r *receiver) init(c *Conn) {
 	r.c = c
 	r.dsn = newDSNWindow(c.peerIDSN, c.ep.cfg.DSNWindow)
 	r.paths = make([]recvPath, c.paths)
-	r.batch = make([]uint8, 0, c.paths)
-	r.pending = make([]int, len(c.ep.cfg.Planes))
 	old := r.streams
 	r.streams = make([]recvStream, c.streams)
 	for i := range r.streams {
@@ -328,7 +324,6 @@ func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
 	path := &r.paths[h.PathID()]
 	urgent := path.record(h.Epoch(), h.PSN())
 	path.lastTS, path.lastAt = h.Timestamp(), at
-	path.plane = uint8(r.ackPlane)
 	if !path.dirty {
 		path.dirty = true
 		r.dirty = append(r.dirty, h.PathID())
@@ -435,19 +430,13 @@ func (r *receiver) hint() uint64 {
 	return max(1, uint64(a.Share(r.c.localID))) // 0 would mean stop
 }
 
-// noteArrival decides when to acknowledge a recorded data packet: at once
-// if it asks for it, when AckEvery packets have arrived on its plane since
-// that plane's last ACK (the ACK then reports that plane's paths), or
-// AckDelay after the first packet not yet acknowledged.
+// noteArrival decides when to acknowledge a recorded data packet.
 func (r *receiver) noteArrival(now bool, at clock.Time) {
 	c := r.c
-	q := r.ackPlane
-	r.pending[q]++
+	r.pending++
 	switch {
-	case now:
+	case now || r.pending >= c.ep.cfg.AckEvery:
 		r.ackNow()
-	case r.pending[q] >= c.ep.cfg.AckEvery:
-		r.ackPlanePaths(q)
 	case c.ackTimer.Deadline() == clock.Never || r.repeat:
 		r.repeat = false
 		c.ackTimer.Reset(at.Add(c.ep.cfg.AckDelay))
@@ -483,77 +472,23 @@ func (r *receiver) nack(pkt *proto.Packet, plane int, code proto.NackCode, strea
 // rnrRetryMicros is how long a sender refused with RNR waits, in µs.
 const rnrRetryMicros = 100
 
-// ackNow acknowledges everything recorded since the last ACKs.
 func (r *receiver) ackNow() { r.sendAck(r.ackPlane, true) }
 
-// sendAck with records sends the records of every path recorded since its
-// last ACK, each path's on the plane its latest packet arrived on, so that
-// an ACK comes back the way its data went: a path's RTT then measures one
-// plane, not whichever plane the ACK happened to take (planes of unequal
-// delay would otherwise see each other's delays in their samples, and
-// their timers fire early). With nothing recorded, or records unset (the
-// handshake's empty ACK on every plane), it sends one ACK without records
-// on plane.
+// sendAck sends ACKs carrying the records of every path that recorded data
+// since the last ACK (all of them with records unset: the handshake's empty
+// ACK).
 func (r *receiver) sendAck(plane int, records bool) {
-	if !records {
-		r.emitAck(plane, nil)
-		return
-	}
-	if len(r.dirty) == 0 {
-		r.emitAck(plane, nil)
-	}
-	for len(r.dirty) > 0 {
-		r.ackPlanePaths(int(r.paths[r.dirty[0]].plane))
-	}
-	clear(r.pending)
-	r.allAcked()
-}
-
-// ackPlanePaths sends the records of the dirty paths whose latest packet
-// arrived on plane q, on q.
-func (r *receiver) ackPlanePaths(q int) {
-	r.batch = r.batch[:0]
-	keep := r.dirty[:0]
-	for _, id := range r.dirty {
-		if int(r.paths[id].plane) == q {
-			r.batch = append(r.batch, id)
-		} else {
-			keep = append(keep, id)
-		}
-	}
-	r.dirty = keep
-	r.pending[q] = 0
-	if len(r.batch) > 0 {
-		r.emitAck(q, r.batch)
-	}
-	if len(r.dirty) == 0 {
-		r.allAcked()
-	}
-}
-
-// allAcked arms the ACK timer to repeat the records once more if the
-// sender goes quiet: an ACK lost at the tail of a transfer would otherwise
-// cost a tail probe, a resend of data that arrived. (repeatAck disarms
-// this for its own ACKs.) While some path is still unacknowledged, the
-// timer keeps the deadline AckDelay after its first packet.
-func (r *receiver) allAcked() {
-	c := r.c
-	c.ackTimer.Stop()
-	r.repeat = true
-	c.ackTimer.Reset(c.ep.clock.Now().Add(ackRepeatAfter * c.ep.cfg.AckDelay))
-}
-
-// emitAck sends ACKs on plane with the records of paths (as many ACKs as
-// they need; one with none when paths is empty), and marks them clean.
-func (r *receiver) emitAck(plane int, paths []uint8) {
 	c := r.c
 	if !c.remote[plane].IsValid() {
 		plane = c.firstPlane()
 	}
 	maxRecords := min(proto.MaxAckRecords, (c.maxPacket-proto.CommonHeaderLen-proto.AckHeaderLen-proto.TrailerLen)/proto.AckRecordLen)
 	now := c.ep.clock.Now()
-	for first := true; first || len(paths) > 0; first = false {
-		n := min(len(paths), maxRecords)
+	for first := true; first || records && len(r.dirty) > 0; first = false {
+		n := 0
+		if records {
+			n = min(len(r.dirty), maxRecords)
+		}
 		var pkt proto.Packet
 		c.build(&pkt, proto.TypeAck, n, 0)
 		pkt.Common.SetDstConnID(c.peerID)
@@ -561,7 +496,7 @@ func (r *receiver) emitAck(plane int, paths []uint8) {
 		ack.SetCumDSN(r.dsn.cum)
 		ack.SetRateHint(r.hint())
 		for i := 0; i < n; i++ {
-			id := paths[i]
+			id := r.dirty[i]
 			p := &r.paths[id]
 			p.dirty = false
 			rec := pkt.AckRecord(i)
@@ -577,12 +512,21 @@ func (r *receiver) emitAck(plane int, paths []uint8) {
 				bv[0] &^= 0x80 // the PSN below the highest, never reported (a deliberate bug)
 			}
 		}
-		paths = paths[n:]
+		r.dirty = r.dirty[:copy(r.dirty, r.dirty[n:])]
 		// Acks rotate over the source ports so that they spread over the
 		// plane's routes like the data they answer.
 		r.ackPort = (r.ackPort + 1) % len(c.ep.cfg.SourcePorts)
 		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[r.ackPort])
 		r.stats.AcksSent++
+	}
+	r.pending = 0
+	c.ackTimer.Stop()
+	if records {
+		// If the sender goes quiet, say it all once more: an ACK lost at the
+		// tail of a transfer would otherwise cost a tail probe, a resend of
+		// data that arrived. (repeatAck disarms this for its own ACK.)
+		r.repeat = true
+		c.ackTimer.Reset(now.Add(ackRepeatAfter * c.ep.cfg.AckDelay))
 	}
 }
 
