@@ -25,11 +25,23 @@ type QP struct {
 // The QP is its backend's Sink.
 
 func (qp *QP) Completion(wc Completion) {
+	qp.mu.Lock()
+	cq := qp.sendCQ
 	if wc.Op == OpRecv {
-		qp.recvCQ.push(wc)
-		return
+		cq = qp.recvCQ
 	}
-	qp.sendCQ.push(wc)
+	qp.mu.Unlock()
+	cq.push(wc)
+}
+
+// SetCQs sends the QP's completions to other queues from now on: an
+// accepted connection starts with its listener's, and a server that runs
+// each connection on its own gives it its own here, before it posts
+// anything.
+func (qp *QP) SetCQs(sendCQ, recvCQ *CQ) {
+	qp.mu.Lock()
+	qp.sendCQ, qp.recvCQ = sendCQ, recvCQ
+	qp.mu.Unlock()
 }
 
 func (qp *QP) State(s engine.ConnState, err error) {

@@ -412,6 +412,8 @@ func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot
 	if o.Baseline {
 		modes = append(modes, true)
 	}
+	speed := &report.Table{Title: "Simulator speed (wall time on this machine, set-up included: it varies from run to run)",
+		Columns: []string{"size MiB", "loss", "mode", "data packets", "wall s", "data packets/s", "heap MiB"}}
 	for _, size := range o.Sizes {
 		var flows []Flow
 		if name == "alltoall" {
@@ -431,6 +433,7 @@ func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot
 				if baseline {
 					mode = "baseline"
 				}
+				speed.Add(float64(size)/(1<<20), p, mode, r.Packets, r.WallTime.Seconds(), float64(r.Packets)/r.WallTime.Seconds(), float64(r.HeapBytes)/(1<<20))
 				alg := float64(size) / r.Makespan.Seconds()
 				bus := alg * factor
 				t.Add(float64(size)/(1<<20), p, mode, float64(r.Makespan.Microseconds()), alg*8/1e9, bus*8/1e9, bus/r.HostCapacity,
@@ -449,7 +452,7 @@ func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot
 	for _, k := range order {
 		pl.Series = append(pl.Series, *series[k])
 	}
-	return []*report.Table{t}, pl, nil
+	return []*report.Table{t, speed}, pl, nil
 }
 
 // PermutationOptions are the permutation scenario's settings.

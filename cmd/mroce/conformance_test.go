@@ -81,14 +81,14 @@ func TestLargeConformanceRunner(t *testing.T) {
 	bin := buildBinary(t)
 	logs := t.TempDir()
 	out, err := exec.Command(bin, "conformance", "run", "--logs", logs, "--json",
-		"--cases", "transfer,write,write-imm,read,planes-4,planes-8,duplication,corruption,ecn,blackhole").CombinedOutput()
+		"--cases", "transfer,write,write-imm,read,planes-4,planes-8,duplication,corruption,ecn,blackhole,incast-8,incast-32").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	var rep struct {
 		Results []struct{ Case, Result, Details string }
 	}
-	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 10 {
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 12 {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	for _, r := range rep.Results {
@@ -96,8 +96,10 @@ func TestLargeConformanceRunner(t *testing.T) {
 			t.Errorf("%s: %s %s", r.Case, r.Result, r.Details)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(logs, "transfer", "responder", "report.json")); err != nil {
-		t.Errorf("no responder report: %v", err)
+	for _, f := range []string{"transfer/responder", "incast-32/requester", "incast-32/requester-32"} {
+		if _, err := os.Stat(filepath.Join(logs, f, "report.json")); err != nil {
+			t.Errorf("no report: %v", err)
+		}
 	}
 	// A case the endpoint does not know: 127, reported as unsupported.
 	cmd := exec.Command(bin, "conformance", "endpoint")

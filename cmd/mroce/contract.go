@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -49,13 +50,19 @@ func contractEndpoint(ctx context.Context) (int, error) {
 		return 1, err
 	}
 	rep := conformance.EndpointReport{Role: role}
+	requesters := 1
+	if v := os.Getenv("REQUESTERS"); v != "" {
+		if requesters, err = strconv.Atoi(v); err != nil || requesters < 1 || requesters > 1000 {
+			return 1, fmt.Errorf("REQUESTERS %q: want 1 to 1000", v)
+		}
+	}
 	op := testcase == "write" || testcase == "write-imm" || testcase == "read"
 	switch role {
 	case "responder":
 		if op {
 			err = contractOpResponder(ctx, planes, o, testcase, size, &rep)
 		} else {
-			err = contractResponder(ctx, planes, o, &rep)
+			err = contractResponder(ctx, planes, o, requesters, &rep)
 		}
 	case "requester":
 		peer, perr := conformance.ParseAddrs(os.Getenv("PEER"))
@@ -83,7 +90,7 @@ func contractEndpoint(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
-func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptions, rep *conformance.EndpointReport) error {
+func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptions, requesters int, rep *conformance.EndpointReport) error {
 	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
 	if err != nil {
 		return err
@@ -91,25 +98,51 @@ func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptio
 	defer host.Close()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
-	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
-	lis, err := pd.Listen(conn.Send, conn.Recv, endpoint.QPOptions{})
+	lis, err := pd.Listen(dev.CreateCQ(64), dev.CreateCQ(64), endpoint.QPOptions{})
 	if err != nil {
 		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if conn.QP, err = lis.Accept(actx); err != nil {
-		return err
+	// Each requester's transfer on its own connection, with its own
+	// queues, all at once.
+	type result struct {
+		res filexfer.Result
+		err error
 	}
-	res, err := filexfer.ReceiveFile(actx, conn, 2*filexfer.DefaultDepth, 16<<20, func(filexfer.Header) (io.Writer, error) { return io.Discard, nil }, nil)
-	rep.Bytes, rep.SHA256 = res.Header.Size, res.SHA256
-	if err == nil {
-		rep.Completions = 1
-		// Wait for the requester to close, so that late duplicates find a
+	results := make(chan result, requesters)
+	for i := 0; i < requesters; i++ {
+		qp, err := lis.Accept(actx)
+		if err != nil {
+			return err
+		}
+		conn := filexfer.Conn{PD: pd, QP: qp, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
+		qp.SetCQs(conn.Send, conn.Recv)
+		go func() {
+			res, err := filexfer.ReceiveFile(actx, conn, 2*filexfer.DefaultDepth, 16<<20, func(filexfer.Header) (io.Writer, error) { return io.Discard, nil }, nil)
+			results <- result{res, err}
+		}()
+	}
+	var first error
+	for i := 0; i < requesters; i++ {
+		r := <-results
+		switch {
+		case r.err != nil:
+			first = cmp.Or(first, r.err)
+		case rep.SHA256 != "" && r.res.SHA256 != rep.SHA256:
+			first = cmp.Or(first, fmt.Errorf("two transfers of the same data arrived with SHA-256 %s and %s", rep.SHA256, r.res.SHA256))
+		default:
+			rep.Bytes += r.res.Header.Size
+			rep.SHA256 = r.res.SHA256
+			rep.Completions++
+		}
+	}
+	if first == nil {
+		// Wait for the requesters to close, so that late duplicates find a
 		// connection (and are not counted as anything).
 		time.Sleep(100 * time.Millisecond)
 	}
-	return err
+	return first
 }
 
 func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int64, name string, o transferOptions, rep *conformance.EndpointReport) error {
@@ -129,8 +162,9 @@ func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int6
 	}
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	began := time.Now()
 	res, err := filexfer.SendFile(tctx, conn, conformance.Data(size), name, size, o.chunk, filexfer.DefaultDepth, nil)
-	rep.Bytes, rep.SHA256 = size, res.SHA256
+	rep.Bytes, rep.SHA256, rep.ElapsedNS = size, res.SHA256, time.Since(began).Nanoseconds()
 	for _, p := range conn.QP.Telemetry() {
 		rep.Packets += p.PacketsSent
 		rep.Retransmits += p.Retransmits

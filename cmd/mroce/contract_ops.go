@@ -170,6 +170,7 @@ func contractOpRequester(ctx context.Context, planes, peer []netip.Addr, size in
 	if err != nil {
 		return err
 	}
+	began := time.Now()
 	for i := 0; i < n; i++ {
 		off := uint64(i) * opChunk
 		wr := endpoint.SendWR{ID: uint64(i), Stream: opStream, SGL: []endpoint.SGE{local.SGE(off, uint32(min(opChunk, uint64(size)-off)))},
@@ -199,7 +200,7 @@ func contractOpRequester(ctx context.Context, planes, peer []netip.Addr, size in
 		}
 	}
 	sum := sha256.Sum256(local.Bytes())
-	rep.Bytes, rep.SHA256 = size, hex.EncodeToString(sum[:])
+	rep.Bytes, rep.SHA256, rep.ElapsedNS = size, hex.EncodeToString(sum[:]), time.Since(began).Nanoseconds()
 	doneMsg, err := pd.RegisterMR([]byte("done"), endpoint.LocalWrite)
 	if err != nil {
 		return err
