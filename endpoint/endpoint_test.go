@@ -275,3 +275,47 @@ func TestAcceptorSpeaksFirst(t *testing.T) {
 		t.Fatalf("the initiator's receive: %v %+v", err, buf)
 	}
 }
+
+// Two accepted connections, each given its own queues with SetCQs: each
+// one's receive completes on its own queue, none on the listener's.
+func TestAcceptedConnectionsGetTheirOwnQueues(t *testing.T) {
+	n := simNet(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	server, client := n.Device(1), n.Device(0)
+	spd, _ := server.AllocPD()
+	cpd, _ := client.AllocPD()
+	shared := server.CreateCQ(8)
+	lis, err := spd.Listen(shared, shared, QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccq := client.CreateCQ(8)
+	msg, _ := cpd.RegisterMR([]byte("ab"), LocalWrite)
+	for i := 0; i < 2; i++ {
+		qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqp, err := lis.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own := server.CreateCQ(8)
+		sqp.SetCQs(own, own)
+		inbox, _ := spd.RegisterMR(make([]byte, 8), LocalWrite)
+		if err := sqp.PostRecv(uint64(10+i), 1, inbox.SGE(0, 8)); err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.PostSend(uint64(i), 1, msg.SGE(uint64(i), 1)); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]Completion, 1)
+		if k, err := own.Wait(ctx, buf); err != nil || k != 1 || buf[0].ID != uint64(10+i) || inbox.Bytes()[0] != "ab"[i] {
+			t.Fatalf("connection %d: its own queue gave %v %+v", i, err, buf)
+		}
+	}
+	if k, _ := shared.Poll(make([]Completion, 8)); k != 0 {
+		t.Fatalf("%d completions on the listener's queue", k)
+	}
+}
