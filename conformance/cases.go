@@ -31,6 +31,14 @@ type Result struct {
 	Details string        `json:"details,omitempty"`
 	Spec    string        `json:"spec"`
 	Elapsed time.Duration `json:"elapsed_ns"`
+	// For the runner's cases: the emulated network and its seed, the
+	// directory of the endpoints' logs and reports, and the capture of
+	// every datagram the emulator delivered (headers and the first bytes
+	// of data: a snap length of 1,200).
+	Scenario string `json:"scenario,omitempty"`
+	Seed     uint64 `json:"seed,omitempty"`
+	Logs     string `json:"logs,omitempty"`
+	Pcap     string `json:"pcap,omitempty"`
 }
 
 // Run runs cases against env, in order.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 )
@@ -60,11 +61,35 @@ var page = template.Must(template.New("page").Parse(`<!doctype html>
 .pass{background:#bfe8bf}.fail{background:#f4b6b6}</style></head><body>
 <h1>Conformance of {{.Implementation}}</h1>
 <p>Target {{.Target}}, started {{.Started.Format "2006-01-02 15:04:05 MST"}}. The cases and their pass criteria are in docs/conformance.md.</p>
-<table><tr><th>case</th><th>result</th><th>spec</th><th>details</th></tr>
-{{range .Results}}<tr><td>{{.Case}}</td><td class="{{.Result}}">{{.Result}}</td><td>{{.Spec}}</td><td>{{.Details}}</td></tr>
+<table><tr><th>case</th><th>result</th><th>spec</th><th>details</th><th>scenario</th><th>records</th></tr>
+{{range .Results}}<tr><td>{{.Case}}</td><td class="{{.Result}}">{{.Result}}</td><td>{{.Spec}}</td><td>{{.Details}}</td><td>{{.Scenario}}{{if .Seed}}, seed {{.Seed}}{{end}}</td>
+<td>{{if .Logs}}<a href="{{.Logs}}">logs</a>{{end}} {{if .Pcap}}<a href="{{.Pcap}}">pcap</a>{{end}}</td></tr>
 {{end}}</table></body></html>
 `))
 
 // HTML writes the results as a static page, a cell per case coloured by
-// its result.
+// its result, linking each runner case's logs and capture (paths as they
+// are in the results: RelativeTo makes them relative to the page).
 func (r Report) HTML(w io.Writer) error { return page.Execute(w, r) }
+
+// RelativeTo returns the report with every result's Logs and Pcap made
+// relative to dir (where an HTML page of it will be), when they can be.
+func (r Report) RelativeTo(dir string) Report {
+	out := r
+	out.Results = append([]Result(nil), r.Results...)
+	for i := range out.Results {
+		for _, p := range []*string{&out.Results[i].Logs, &out.Results[i].Pcap} {
+			if *p == "" {
+				continue
+			}
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				continue
+			}
+			if rel, err := filepath.Rel(dir, abs); err == nil {
+				*p = filepath.ToSlash(rel)
+			}
+		}
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
 	"github.com/mroce/mroce/relay"
@@ -320,6 +322,13 @@ func lossJudge(size int) func(Observed) error {
 	}
 }
 
+// runnerSeed seeds the emulator of every runner case.
+const runnerSeed = 1
+
+// captureSnap is how much of each datagram the case's capture keeps: every
+// header, an ACK's records, the start of a data packet's payload.
+const captureSnap = 1200
+
 // Implementation is a command that follows the endpoint contract.
 type Implementation struct {
 	Name string
@@ -333,8 +342,15 @@ func RunMatrix(requester, responder Implementation, cases []RunnerCase, dir stri
 	var out []Result
 	for _, c := range cases {
 		began := time.Now()
-		res, details := runCase(requester, responder, c, filepath.Join(dir, c.Name), timeout)
-		out = append(out, Result{Case: c.Name, Result: res, Details: details, Spec: "runner", Elapsed: time.Since(began)})
+		caseDir := filepath.Join(dir, c.Name)
+		res, details := runCase(requester, responder, c, caseDir, timeout)
+		r := Result{Case: c.Name, Result: res, Details: details, Spec: "runner", Elapsed: time.Since(began),
+			Scenario: fmt.Sprintf("relay emulator: %d planes of 1 Gb/s, %d requester(s) of %d MiB", c.Planes, max(1, c.Requesters), c.Size>>20),
+			Seed:     runnerSeed, Logs: caseDir}
+		if _, err := os.Stat(filepath.Join(caseDir, "emulator.pcap")); err == nil {
+			r.Pcap = filepath.Join(caseDir, "emulator.pcap")
+		}
+		out = append(out, r)
 	}
 	return out
 }
@@ -357,7 +373,7 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 		}
 	}
 	l := link1G()
-	fc := netem.Config{Seed: 1, Uplink: l, Downlink: l}
+	fc := netem.Config{Seed: runnerSeed, Uplink: l, Downlink: l}
 	if c.Fabric != nil {
 		c.Fabric(&fc)
 	}
@@ -371,11 +387,29 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 		return "fail", "the emulator: " + err.Error()
 	}
 	defer r.Close()
+	// Every datagram the emulator delivers, as it leaves the last link.
+	pcapFile, err := os.Create(filepath.Join(dir, "emulator.pcap"))
+	if err != nil {
+		return "fail", err.Error()
+	}
+	defer pcapFile.Close()
+	buffered := bufio.NewWriter(pcapFile)
+	capture, err := pcapio.NewWriterSnap(buffered, captureSnap)
+	if err != nil {
+		return "fail", err.Error()
+	}
+	capturing := true
+	defer r.Do(func(*netem.Fabric) { capturing = false; buffered.Flush() }) // on the emulator's goroutine, before the file closes
+	origin := time.Now()
 	var dropped, droppedControl uint64
 	var atFaults [][]uint64
 	faultsArmed := false
 	r.Do(func(f *netem.Fabric) {
 		f.AddTap(func(e *netem.TapEvent) {
+			if capturing && e.Verdict == netem.Sent && e.Link.Kind() == netem.Downlink {
+				d := e.Datagram
+				capture.WriteDatagram(origin.Add(time.Duration(e.At)), d.Src, d.Dst, d.DSCP, d.ECN, d.Data)
+			}
 			if len(e.Datagram.Data) < 2 {
 				return
 			}

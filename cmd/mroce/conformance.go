@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -190,7 +191,11 @@ func writeConformance(c *cli.Context, rep conformance.Report) error {
 		if err != nil {
 			return fmt.Errorf("conformance: --html: %w", err)
 		}
-		if err := rep.HTML(f); err != nil {
+		page := rep
+		if dir, err := filepath.Abs(filepath.Dir(path)); err == nil {
+			page = rep.RelativeTo(dir)
+		}
+		if err := page.HTML(f); err != nil {
 			f.Close()
 			return err
 		}

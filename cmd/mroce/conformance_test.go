@@ -86,7 +86,7 @@ func TestLargeConformanceRunner(t *testing.T) {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	var rep struct {
-		Results []struct{ Case, Result, Details string }
+		Results []struct{ Case, Result, Details, Logs, Pcap string }
 	}
 	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 12 {
 		t.Fatalf("%v:\n%s", err, out)
@@ -94,6 +94,9 @@ func TestLargeConformanceRunner(t *testing.T) {
 	for _, r := range rep.Results {
 		if r.Result != "pass" {
 			t.Errorf("%s: %s %s", r.Case, r.Result, r.Details)
+		}
+		if st, err := os.Stat(r.Pcap); err != nil || st.Size() < 10000 || r.Logs != filepath.Join(logs, r.Case) {
+			t.Errorf("%s: capture %q (%v), logs %q", r.Case, r.Pcap, err, r.Logs)
 		}
 	}
 	for _, f := range []string{"transfer/responder", "incast-32/requester", "incast-32/requester-32"} {

@@ -663,3 +663,25 @@ func TestWriterDatagrams(t *testing.T) {
 		}
 	}
 }
+
+// A writer with a snap length keeps the headers and the start of each
+// datagram, records its whole length, and reads back as truncated.
+func TestWriterSnapLength(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriterSnap(&buf, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte{0xcd}, 1000)
+	src, dst := netip.MustParseAddrPort("192.0.2.1:49152"), netip.MustParseAddrPort("192.0.2.2:4797")
+	if err := w.WriteDatagram(time.Unix(1, 0), src, dst, 26, ECT0, payload); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := readAll(t, buf.Bytes(), 4797)
+	if len(ds) != 1 {
+		t.Fatalf("%d datagrams", len(ds))
+	}
+	if d := ds[0]; !d.Truncated() || d.Length != 1000 || len(d.Payload) != 200-14-20-8 || !bytes.Equal(d.Payload, payload[:len(d.Payload)]) {
+		t.Fatalf("kept %d of %d bytes, Truncated %v", len(d.Payload), d.Length, d.Truncated())
+	}
+}

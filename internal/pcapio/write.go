@@ -94,17 +94,25 @@ func WritePackets(w io.Writer, payloads [][]byte) error {
 // with its own addresses, ports, DSCP and ECN: what a capture of one link of
 // the emulator needs.
 type Writer struct {
-	pw  *pcapgo.Writer
-	buf gopacket.SerializeBuffer
+	pw   *pcapgo.Writer
+	buf  gopacket.SerializeBuffer
+	snap int
 }
 
 // NewWriter writes the pcap file header to w.
-func NewWriter(w io.Writer) (*Writer, error) {
+func NewWriter(w io.Writer) (*Writer, error) { return NewWriterSnap(w, snaplen) }
+
+// NewWriterSnap is NewWriter keeping at most snap bytes of each frame (its
+// headers and the start of its payload), as a capture with a snap length
+// does: enough to dissect every header of a long run without storing its
+// data.
+func NewWriterSnap(w io.Writer, snap int) (*Writer, error) {
+	snap = min(max(snap, 64), snaplen)
 	pw := pcapgo.NewWriter(w)
-	if err := pw.WriteFileHeader(snaplen, layers.LinkTypeEthernet); err != nil {
+	if err := pw.WriteFileHeader(uint32(snap), layers.LinkTypeEthernet); err != nil {
 		return nil, fmt.Errorf("pcap header: %w", err)
 	}
-	return &Writer{pw: pw, buf: gopacket.NewSerializeBuffer()}, nil
+	return &Writer{pw: pw, buf: gopacket.NewSerializeBuffer(), snap: snap}, nil
 }
 
 // WriteDatagram writes one datagram. src and dst must both be IPv4 or both IPv6.
@@ -113,8 +121,9 @@ func (w *Writer) WriteDatagram(ts time.Time, src, dst netip.AddrPort, dscp uint8
 	if err != nil {
 		return err
 	}
-	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(frame), Length: len(frame)}
-	return w.pw.WritePacket(ci, frame)
+	kept := frame[:min(len(frame), w.snap)]
+	ci := gopacket.CaptureInfo{Timestamp: ts, CaptureLength: len(kept), Length: len(frame)}
+	return w.pw.WritePacket(ci, kept)
 }
 
 // encodeFrame lays out an Ethernet/IP/UDP frame around payload in buf and
