@@ -127,7 +127,7 @@ func (s *sender) sendBaseline() bool {
 			break
 		}
 		bl.resendPSN++
-		sr := &p.ring[psn&255]
+		sr := p.slot(psn)
 		r := s.record(sr.dsn)
 		if sr.resolved || r == nil || r.acked {
 			continue
@@ -163,7 +163,7 @@ func (s *sender) paceBaseline(bytes int) {
 func (s *sender) ackedInOrder() {
 	p := s.paths[0]
 	for p.oldest != p.next {
-		r := &p.ring[p.oldest&255]
+		r := p.slot(p.oldest)
 		if !r.resolved {
 			if d := s.record(r.dsn); d != nil && !d.acked {
 				return

@@ -79,7 +79,7 @@ type sendPath struct {
 	epochStart [4]uint32 // first PSN of each epoch value's latest use
 	next       uint32    // next PSN
 	oldest     uint32    // oldest PSN not resolved
-	ring       [256]sendRec
+	ring       []sendRec // PSN psn in slot psn & (len - 1): 16 slots, doubled as needed up to 256
 	inflight   int
 	window     int
 	rtt        pathmgr.RTT
@@ -186,7 +186,7 @@ func (s *sender) init(c *Conn) {
 			w := float64(cfg.BaselineWindow)
 			wp.Initial, wp.Min, wp.Max = w, w, w
 		}
-		p := &sendPath{s: s, id: i, lossAvg: -1, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
+		p := &sendPath{s: s, id: i, lossAvg: -1, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts), ring: make([]sendRec, minPathRing),
 			next: c.isn, oldest: c.isn, cwin: cc.NewWindow(wp, c.isn)}
 		p.window = p.cwin.Packets()
 		p.port = cfg.SourcePorts[p.portIndex]
@@ -448,7 +448,42 @@ func (s *sender) paced(bytes int) {
 
 // ringRoom reports whether the path can issue another PSN without reusing
 // the ring slot of an unresolved one.
-func (p *sendPath) ringRoom() bool { return p.next-p.oldest < uint32(len(p.ring)) }
+func (p *sendPath) ringRoom() bool {
+	if p.next-p.oldest < uint32(len(p.ring)) {
+		return true
+	}
+	if len(p.ring) < maxPathRing {
+		p.growRing()
+		return true
+	}
+	return false
+}
+
+// A path keeps the PSNs it has not resolved in a ring of send records.
+// 256 is the most the 256-bit bitvector can report; a path starts with 16
+// slots and doubles them when it has that many unresolved, so that the
+// thousands of connections of a large simulation (or a server) that send a
+// few packets per path do not each hold 6 KiB per path.
+const (
+	minPathRing = 16
+	maxPathRing = 256
+)
+
+// growRing doubles the ring, moving the unresolved PSNs to their slots in
+// it; the other slots hold no PSN (resolved).
+func (p *sendPath) growRing() {
+	ring := make([]sendRec, 2*len(p.ring))
+	for i := range ring {
+		ring[i].resolved = true
+	}
+	for psn := p.oldest; psn != p.next; psn++ {
+		ring[psn&uint32(len(ring)-1)] = *p.slot(psn)
+	}
+	p.ring = ring
+}
+
+// slot is PSN psn's send record (or the slot it would be in).
+func (p *sendPath) slot(psn uint32) *sendRec { return &p.ring[psn&uint32(len(p.ring)-1)] }
 
 // pickPath chooses a path for a packet. New data (lost < 0) is sprayed
 // round robin over the usable paths. A retransmission goes to the usable
@@ -492,7 +527,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	now := s.c.ep.clock.Now()
 	psn := p.next
 	p.next++
-	p.ring[psn&255] = sendRec{psn: psn, dsn: d, sentAt: now}
+	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now}
 	p.inflight++
 	s.inflight++
 	r.path, r.psn = uint8(p.id), psn
@@ -742,7 +777,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	ackedBefore := p.ctr.Acked
 	var gotten, missed int // this report's verdicts, for the loss measurement
 	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
-		r := &p.ring[psn&255]
+		r := p.slot(psn)
 		if r.resolved || r.psn != psn || proto.SeqLess(psn, es) {
 			continue // done, or sent in an earlier epoch: only a timeout resolves it
 		}
@@ -784,7 +819,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 }
 
 func (p *sendPath) advance() {
-	for p.oldest != p.next && p.ring[p.oldest&255].resolved {
+	for p.oldest != p.next && p.slot(p.oldest).resolved {
 		p.oldest++
 	}
 }
@@ -910,7 +945,7 @@ func (p *sendPath) tailProbe() {
 	s := p.s
 	p.probed = true
 	for psn := p.next - 1; psn != p.oldest-1; psn-- {
-		r := &p.ring[psn&255]
+		r := p.slot(psn)
 		if r.resolved {
 			continue
 		}
@@ -937,7 +972,7 @@ func (p *sendPath) onRTO() {
 	p.ctr.Timeouts++
 	s.stats.Timeouts++
 	for psn := p.oldest; psn != p.next; psn++ {
-		if r := &p.ring[psn&255]; !r.resolved {
+		if r := p.slot(psn); !r.resolved {
 			p.resolveLost(r, psn)
 		}
 	}
@@ -968,7 +1003,7 @@ func (p *sendPath) planeDown() {
 		return
 	}
 	for psn := p.oldest; psn != p.next; psn++ {
-		if r := &p.ring[psn&255]; !r.resolved && r.psn == psn {
+		if r := p.slot(psn); !r.resolved && r.psn == psn {
 			p.resolveLost(r, psn)
 		}
 	}
@@ -1090,7 +1125,7 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	if int(n.PathID()) < len(s.paths) {
 		p := s.paths[n.PathID()]
 		if psn := n.PSN(); psn-p.oldest < p.next-p.oldest {
-			if sr := &p.ring[psn&255]; !sr.resolved && sr.psn == psn && sr.dsn == n.DSN() {
+			if sr := p.slot(psn); !sr.resolved && sr.psn == psn && sr.dsn == n.DSN() {
 				sr.resolved = true
 				p.inflight--
 				s.inflight--
