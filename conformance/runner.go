@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,6 @@ import (
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
-	"github.com/mroce/mroce/relay"
 )
 
 // The endpoint contract: how the runner starts an implementation. It runs
@@ -336,16 +336,17 @@ type Implementation struct {
 }
 
 // RunMatrix runs every case with requester and responder through the
-// relay emulator (no root needed), writing logs under dir, and returns a
-// result per case ("pass", "fail" or "unsupported").
-func RunMatrix(requester, responder Implementation, cases []RunnerCase, dir string, timeout time.Duration) []Result {
+// emulator emu (Relay: no root needed; TUN: Linux and root), writing logs
+// under dir, and returns a result per case ("pass", "fail" or
+// "unsupported").
+func RunMatrix(emu string, requester, responder Implementation, cases []RunnerCase, dir string, timeout time.Duration) []Result {
 	var out []Result
 	for _, c := range cases {
 		began := time.Now()
 		caseDir := filepath.Join(dir, c.Name)
-		res, details := runCase(requester, responder, c, caseDir, timeout)
+		res, details := runCase(emu, requester, responder, c, caseDir, timeout)
 		r := Result{Case: c.Name, Result: res, Details: details, Spec: "runner", Elapsed: time.Since(began),
-			Scenario: fmt.Sprintf("relay emulator: %d planes of 1 Gb/s, %d requester(s) of %d MiB", c.Planes, max(1, c.Requesters), c.Size>>20),
+			Scenario: fmt.Sprintf("%s emulator: %d planes of 1 Gb/s, %d requester(s) of %d MiB", cmp.Or(emu, Relay), c.Planes, max(1, c.Requesters), c.Size>>20),
 			Seed:     runnerSeed, Logs: caseDir}
 		if _, err := os.Stat(filepath.Join(caseDir, "emulator.pcap")); err == nil {
 			r.Pcap = filepath.Join(caseDir, "emulator.pcap")
@@ -355,7 +356,7 @@ func RunMatrix(requester, responder Implementation, cases []RunnerCase, dir stri
 	return out
 }
 
-func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Duration) (string, string) {
+func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, timeout time.Duration) (string, string) {
 	n := max(1, c.Requesters)
 	// Host 1 is the responder; the requesters are hosts 0, 2, 3, ...
 	reqHosts := []int{0}
@@ -377,16 +378,12 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 	if c.Fabric != nil {
 		c.Fabric(&fc)
 	}
-	port := uint16(20000 + rand.IntN(30000))
-	var ports []uint16
-	for i := 0; i <= 32; i++ {
-		ports = append(ports, port+uint16(i))
-	}
-	r, err := relay.Start(relay.Config{Hosts: n + 1, Planes: c.Planes, Ports: ports, Fabric: fc})
+	r, err := startEmulator(emu, n+1, c.Planes, fc)
 	if err != nil {
 		return "fail", "the emulator: " + err.Error()
 	}
 	defer r.Close()
+	port := r.port()
 	// Every datagram the emulator delivers, as it leaves the last link.
 	pcapFile, err := os.Create(filepath.Join(dir, "emulator.pcap"))
 	if err != nil {
@@ -406,14 +403,15 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 	faultsArmed := false
 	r.Do(func(f *netem.Fabric) {
 		f.AddTap(func(e *netem.TapEvent) {
-			if capturing && e.Verdict == netem.Sent && e.Link.Kind() == netem.Downlink {
-				d := e.Datagram
-				capture.WriteDatagram(origin.Add(time.Duration(e.At)), d.Src, d.Dst, d.DSCP, d.ECN, d.Data)
-			}
-			if len(e.Datagram.Data) < 2 {
+			d := e.Datagram
+			pkt, ok := r.payload(d)
+			if !ok || len(pkt) < 2 {
 				return
 			}
-			data := proto.Type(e.Datagram.Data[1]).IsData()
+			if capturing && e.Verdict == netem.Sent && e.Link.Kind() == netem.Downlink {
+				capture.WriteDatagram(origin.Add(time.Duration(e.At)), d.Src, d.Dst, d.DSCP, d.ECN, pkt)
+			}
+			data := proto.Type(pkt[1]).IsData()
 			if data && !faultsArmed {
 				// The faults, timed from the first data packet; each
 				// notes what the planes had delivered when it hit.
@@ -434,12 +432,12 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 			}
 		})
 	})
-	addrs := func(virtual bool, h int) string {
+	addrs := func(reach bool, h int) string {
 		var s []string
 		for p := 0; p < c.Planes; p++ {
-			a := relay.RealAddr(h, p)
-			if virtual {
-				a = relay.VirtualAddr(h, p)
+			a := r.local(h, p)
+			if reach {
+				a = r.reach(h, p)
 			}
 			s = append(s, a.String())
 		}
@@ -451,8 +449,8 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	start := func(impl Implementation, e []string, logdir string) (*exec.Cmd, error) {
-		cmd := exec.CommandContext(ctx, impl.Cmd[0], impl.Cmd[1:]...)
+	start := func(impl Implementation, h int, e []string, logdir string) (*exec.Cmd, error) {
+		cmd := r.command(ctx, h, impl.Cmd)
 		cmd.Env = e
 		out, err := os.Create(filepath.Join(logdir, "output.log"))
 		if err != nil {
@@ -461,14 +459,14 @@ func runCase(req, resp Implementation, c RunnerCase, dir string, timeout time.Du
 		cmd.Stdout, cmd.Stderr = out, out
 		return cmd, cmd.Start()
 	}
-	rcmd, err := start(resp, env("responder", addrs(false, 1), "", respDir), respDir)
+	rcmd, err := start(resp, 1, env("responder", addrs(false, 1), "", respDir), respDir)
 	if err != nil {
 		return "fail", "starting the responder: " + err.Error()
 	}
 	time.Sleep(300 * time.Millisecond) // until it listens
 	var qcmds []*exec.Cmd
 	for i, h := range reqHosts {
-		qcmd, err := start(req, env("requester", addrs(false, h), addrs(true, 1), reqDirs[i]), reqDirs[i])
+		qcmd, err := start(req, h, env("requester", addrs(false, h), addrs(true, 1), reqDirs[i]), reqDirs[i])
 		if err != nil {
 			for _, q := range qcmds {
 				q.Process.Kill()

@@ -62,6 +62,21 @@ func parseIP(b []byte) (ipInfo, error) {
 	return in, nil
 }
 
+// UDPPayload is the payload of the UDP datagram in IPv4 packet b, as the
+// emulator's datagrams carry whole IP packets: for a tap that reads what a
+// UDP protocol sent. ok is false for anything else (TCP, fragments, bad
+// headers).
+func UDPPayload(b []byte) (payload []byte, ok bool) {
+	if _, err := parseIP(b); err != nil || b[9] != protoUDP || binary.BigEndian.Uint16(b[6:8])&0x3FFF != 0 {
+		return nil, false
+	}
+	ihl := int(b[0]&0x0F) * 4
+	if len(b) < ihl+8 {
+		return nil, false
+	}
+	return b[ihl+8:], true
+}
+
 // setECN writes ecn into an IPv4 packet's header (b parsed by parseIP)
 // and updates the header checksum incrementally (RFC 1624), so that the
 // receiving kernel sees the mark a queue set.

@@ -84,6 +84,9 @@ func FuzzParseIP(f *testing.F) {
 	f.Add(ipv4(protoUDP, netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:2"), 2, 0))
 	f.Add(ipv4(protoTCP, netip.MustParseAddrPort("10.2.0.1:80"), netip.MustParseAddrPort("10.2.0.2:443"), 0, 20))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if p, ok := UDPPayload(b); ok && (len(p) > len(b)-28 || b[9] != protoUDP) {
+			t.Fatalf("a UDP payload of %d bytes from a packet of %d (protocol %d)", len(p), len(b), b[9])
+		}
 		in, err := parseIP(b)
 		if err != nil {
 			return
@@ -98,4 +101,28 @@ func FuzzParseIP(f *testing.F) {
 			t.Fatal("a valid checksum went wrong")
 		}
 	})
+}
+
+// The UDP payload of a UDP packet, whatever its IP options; nothing from
+// TCP, fragments or a bad header.
+func TestUDPPayload(t *testing.T) {
+	src, dst := netip.MustParseAddrPort("10.1.0.1:50000"), netip.MustParseAddrPort("10.1.0.2:4797")
+	b := ipv4(protoUDP, src, dst, 0, 5)
+	copy(b[28:], "hello")
+	if p, ok := UDPPayload(b); !ok || string(p) != "hello" {
+		t.Fatalf("UDP: %q %v", p, ok)
+	}
+	if _, ok := UDPPayload(ipv4(protoTCP, src, dst, 0, 5)); ok {
+		t.Fatal("TCP gave a UDP payload")
+	}
+	frag := ipv4(protoUDP, src, dst, 0, 5)
+	binary.BigEndian.PutUint16(frag[6:], 0x2000) // more fragments
+	binary.BigEndian.PutUint16(frag[10:], 0)
+	binary.BigEndian.PutUint16(frag[10:], headerChecksum(frag[:20]))
+	if _, ok := UDPPayload(frag); ok {
+		t.Fatal("a first fragment gave a UDP payload")
+	}
+	if _, ok := UDPPayload(b[:27]); ok {
+		t.Fatal("a truncated packet gave a UDP payload")
+	}
 }

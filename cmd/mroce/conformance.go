@@ -48,8 +48,9 @@ func conformanceCommand() *cli.Command {
 			},
 			{
 				Name:  "run",
-				Usage: "run the two-endpoint cases through the emulator (the UDP relay: no root) with a requester and a responder",
+				Usage: "run the two-endpoint cases through the emulator (the UDP relay: no root; or the TUN emulator: root) with a requester and a responder",
 				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "emulator", Value: conformance.Relay, Usage: "relay (no root, loopback addresses) or tun (Linux and root: each endpoint in its own network namespace, on real kernel sockets)"},
 					&cli.StringFlag{Name: "requester", Usage: "the requester's command line (default: this mroce)"},
 					&cli.StringFlag{Name: "responder", Usage: "the responder's command line (default: this mroce)"},
 					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for every case's logs and reports"},
@@ -85,8 +86,12 @@ func conformanceCommand() *cli.Command {
 							}
 						}
 					}
-					rep := conformance.Report{Implementation: req.Name + " -> " + resp.Name, Target: "the relay emulator", Started: time.Now()}
-					rep.Results = conformance.RunMatrix(req, resp, cases, c.String("logs"), c.Duration("timeout"))
+					emu := c.String("emulator")
+					if emu != conformance.Relay && emu != conformance.TUN {
+						return usagef(c, "conformance run: --emulator %q: want relay or tun", emu)
+					}
+					rep := conformance.Report{Implementation: req.Name + " -> " + resp.Name, Target: "the " + emu + " emulator", Started: time.Now()}
+					rep.Results = conformance.RunMatrix(emu, req, resp, cases, c.String("logs"), c.Duration("timeout"))
 					return writeConformance(c, rep)
 				},
 			},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/tunnet"
 )
 
 // conformance self passes every case; its JSON lists them; the HTML page
@@ -138,6 +139,48 @@ func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 			if want := map[bool]string{true: "fail", false: "pass"}[c.fail[r.Case]]; r.Result != want {
 				t.Errorf("%s: %s %s (%s), want %s", c.bug, r.Case, r.Result, r.Details, want)
 			}
+		}
+	}
+}
+
+// The runner through the TUN emulator: each endpoint in its own network
+// namespace, on real kernel sockets. Needs root and ip; nothing is left
+// behind.
+func TestLargeConformanceRunnerTUN(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: with the large tests")
+	}
+	if _, err := exec.LookPath("ip"); os.Geteuid() != 0 || err != nil {
+		if os.Getenv("MROCE_REQUIRE_NETADMIN") != "" {
+			t.Fatal("needs root and ip (Debian package iproute2)")
+		}
+		t.Skip("needs root and ip (Debian package iproute2)")
+	}
+	bin := buildBinary(t)
+	logs := t.TempDir()
+	out, err := exec.Command(bin, "conformance", "run", "--emulator", "tun", "--logs", logs, "--json",
+		"--cases", "transfer,read,planes-4,ecn,blackhole,incast-8").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	var rep struct {
+		Results []struct{ Case, Result, Details, Scenario, Pcap string }
+	}
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 6 {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	for _, r := range rep.Results {
+		if r.Result != "pass" || !strings.HasPrefix(r.Scenario, "tun emulator") {
+			t.Errorf("%s: %s %s (%s)", r.Case, r.Result, r.Details, r.Scenario)
+		}
+		if st, err := os.Stat(r.Pcap); err != nil || st.Size() < 10000 {
+			t.Errorf("%s: capture %q: %v", r.Case, r.Pcap, err)
+		}
+	}
+	all, _ := tunnet.List("")
+	for _, ns := range all {
+		if strings.HasPrefix(ns, "mroce-conf") {
+			t.Errorf("a namespace left behind: %s", ns)
 		}
 	}
 }
