@@ -107,6 +107,11 @@ type Observed struct {
 	// AtFaults are the bytes each plane had delivered to the responder
 	// when each of the case's Faults took effect, in order.
 	AtFaults [][]uint64
+	// ReusedPSNs counts data packets an endpoint sent with a PSN it had
+	// already used on the same path of the same connection (spec section
+	// 6.2: never; every runner case is in multipath mode), as the
+	// emulator saw them enter its first link.
+	ReusedPSNs int
 }
 
 func link1G() netem.LinkConfig {
@@ -322,6 +327,13 @@ func lossJudge(size int) func(Observed) error {
 	}
 }
 
+// psnKey names a PSN of one path of one connection, as the wire shows it.
+type psnKey struct {
+	conn uint32
+	path uint8
+	psn  uint32
+}
+
 // runnerSeed seeds the emulator of every runner case.
 const runnerSeed = 1
 
@@ -400,6 +412,7 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 	origin := time.Now()
 	var dropped, droppedControl uint64
 	var atFaults [][]uint64
+	psnSeen, reused := map[psnKey]struct{}{}, 0
 	faultsArmed := false
 	r.Do(func(f *netem.Fabric) {
 		f.AddTap(func(e *netem.TapEvent) {
@@ -412,6 +425,14 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 				capture.WriteDatagram(origin.Add(time.Duration(e.At)), d.Src, d.Dst, d.DSCP, d.ECN, pkt)
 			}
 			data := proto.Type(pkt[1]).IsData()
+			if data && e.Verdict == netem.Queued && e.Link.Kind() == netem.Uplink && len(pkt) >= proto.CommonHeaderLen {
+				h := proto.CommonHeader(pkt[:proto.CommonHeaderLen])
+				k := psnKey{h.DstConnID(), h.PathID(), h.PSN()}
+				if _, seen := psnSeen[k]; seen {
+					reused++
+				}
+				psnSeen[k] = struct{}{}
+			}
 			if data && !faultsArmed {
 				// The faults, timed from the first data packet; each
 				// notes what the planes had delivered when it hit.
@@ -510,7 +531,10 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 			o.Marked += l.Stats().CEMarks
 		}
 	})
-	r.Do(func(*netem.Fabric) { o.Dropped, o.DroppedControl, o.AtFaults = dropped, droppedControl, atFaults })
+	r.Do(func(*netem.Fabric) { o.Dropped, o.DroppedControl, o.AtFaults, o.ReusedPSNs = dropped, droppedControl, atFaults, reused })
+	if o.ReusedPSNs > 0 {
+		return "fail", fmt.Sprintf("%d data packets reused a PSN of their path (spec section 6.2)", o.ReusedPSNs)
+	}
 	if err := c.Judge(o); err != nil {
 		return "fail", err.Error()
 	}

@@ -361,6 +361,10 @@ type Breakage struct {
 	// SkipKeyCheck: a WRITE with an unknown key is not refused: no NACK,
 	// and it is recorded as received (though not placed).
 	SkipKeyCheck bool
+	// ReusePSN: every 64th first transmission on a path goes out with the
+	// PSN of the packet before it on that path, used twice (spec section
+	// 6.2 forbids it); the sender's own records keep the right one.
+	ReusePSN bool
 }
 
 // Errors a connection can end with.

@@ -113,7 +113,7 @@ func TestLargeConformanceRunner(t *testing.T) {
 	}
 }
 
-// Responders with a deliberate bug turn exactly the right runner cells red.
+// Endpoints with a deliberate bug turn exactly the right runner cells red.
 func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary: with the large tests")
@@ -125,6 +125,9 @@ func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 	}{
 		{"responder:ignore-sack-bit", map[string]bool{"write": true}},
 		{"responder:accept-bad-crc", map[string]bool{"corruption": true}},
+		// Every case checks the PSNs on the wire; READ's requester sends
+		// too few packets (16 requests) for the bug to show.
+		{"requester:reuse-psn", map[string]bool{"write": true, "corruption": true}},
 	} {
 		cmd := exec.Command(bin, "conformance", "run", "--logs", t.TempDir(), "--json", "--cases", "write,read,corruption")
 		cmd.Env = append(os.Environ(), "MROCE_BREAK="+c.bug)

@@ -179,7 +179,7 @@ func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int6
 
 // breakage reads MROCE_BREAK, the deliberate bugs the conformance suite's
 // self-test builds into one side: a comma-separated list of ROLE:BUG, BUG
-// one of ignore-sack-bit, accept-bad-crc, skip-key-check (engine.Breakage).
+// one of ignore-sack-bit, accept-bad-crc, skip-key-check, reuse-psn (engine.Breakage).
 // Only the entries for role apply. It is not a user's option.
 func breakage(spec, role string) (engine.Breakage, error) {
 	var b engine.Breakage
@@ -201,6 +201,8 @@ func breakage(spec, role string) (engine.Breakage, error) {
 			b.AcceptBadCRC = true
 		case "skip-key-check":
 			b.SkipKeyCheck = true
+		case "reuse-psn":
+			b.ReusePSN = true
 		default:
 			return b, fmt.Errorf("MROCE_BREAK %q: no such bug", f)
 		}
