@@ -531,7 +531,9 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 			o.Marked += l.Stats().CEMarks
 		}
 	})
-	r.Do(func(*netem.Fabric) { o.Dropped, o.DroppedControl, o.AtFaults, o.ReusedPSNs = dropped, droppedControl, atFaults, reused })
+	r.Do(func(*netem.Fabric) {
+		o.Dropped, o.DroppedControl, o.AtFaults, o.ReusedPSNs = dropped, droppedControl, atFaults, reused
+	})
 	if o.ReusedPSNs > 0 {
 		return "fail", fmt.Sprintf("%d data packets reused a PSN of their path (spec section 6.2)", o.ReusedPSNs)
 	}
