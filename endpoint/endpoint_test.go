@@ -237,33 +237,56 @@ func TestReadSRQAndPathEventsThroughTheAPI(t *testing.T) {
 	}
 }
 
+// listening is a server listening on host 1 of a loss-free simulated
+// network, its accepted connections' completions on scq, and a client on
+// host 0 with its queue ccq.
+type listening struct {
+	n        *SimNetwork
+	spd, cpd *PD
+	scq, ccq *CQ
+	lis      *Listener
+}
+
+func listen(t *testing.T) *listening {
+	t.Helper()
+	l := &listening{n: simNet(t, 0)}
+	server, client := l.n.Device(1), l.n.Device(0)
+	l.spd, _ = server.AllocPD()
+	l.cpd, _ = client.AllocPD()
+	l.scq, l.ccq = server.CreateCQ(8), client.CreateCQ(8)
+	var err error
+	if l.lis, err = l.spd.Listen(l.scq, l.scq, QPOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// connect opens a client connection and accepts it.
+func (l *listening) connect(t *testing.T, ctx context.Context) (client, server *QP) {
+	t.Helper()
+	qp, err := l.cpd.Connect(ctx, l.n.Remote(1), l.ccq, l.ccq, QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqp, err := l.lis.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qp, sqp
+}
+
 // An acceptor that speaks first: after WaitEstablished its send goes, and
 // the initiator receives it.
 func TestAcceptorSpeaksFirst(t *testing.T) {
-	n := simNet(t, 0)
+	l := listen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	server, client := n.Device(1), n.Device(0)
-	spd, _ := server.AllocPD()
-	cpd, _ := client.AllocPD()
-	scq, ccq := server.CreateCQ(8), client.CreateCQ(8)
-	lis, err := spd.Listen(scq, scq, QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inbox, _ := cpd.RegisterMR(make([]byte, 64), LocalWrite)
+	qp, sqp := l.connect(t, ctx)
+	inbox, _ := l.cpd.RegisterMR(make([]byte, 64), LocalWrite)
 	if err := qp.PostRecv(5, 1, inbox.SGE(0, 64)); err != nil {
 		t.Fatal(err)
 	}
-	sqp, err := lis.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hello, _ := spd.RegisterMR([]byte("hello"), LocalWrite)
+	hello, _ := l.spd.RegisterMR([]byte("hello"), LocalWrite)
 	if err := sqp.WaitEstablished(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +294,7 @@ func TestAcceptorSpeaksFirst(t *testing.T) {
 		t.Fatalf("a send after WaitEstablished: %v", err)
 	}
 	buf := make([]Completion, 1)
-	if k, err := ccq.Wait(ctx, buf); err != nil || k != 1 || buf[0].ID != 5 || string(inbox.Bytes()[:buf[0].Bytes]) != "hello" {
+	if k, err := l.ccq.Wait(ctx, buf); err != nil || k != 1 || buf[0].ID != 5 || string(inbox.Bytes()[:buf[0].Bytes]) != "hello" {
 		t.Fatalf("the initiator's receive: %v %+v", err, buf)
 	}
 }
@@ -279,31 +302,15 @@ func TestAcceptorSpeaksFirst(t *testing.T) {
 // Two accepted connections, each given its own queues with SetCQs: each
 // one's receive completes on its own queue, none on the listener's.
 func TestAcceptedConnectionsGetTheirOwnQueues(t *testing.T) {
-	n := simNet(t, 0)
+	l := listen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	server, client := n.Device(1), n.Device(0)
-	spd, _ := server.AllocPD()
-	cpd, _ := client.AllocPD()
-	shared := server.CreateCQ(8)
-	lis, err := spd.Listen(shared, shared, QPOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ccq := client.CreateCQ(8)
-	msg, _ := cpd.RegisterMR([]byte("ab"), LocalWrite)
+	msg, _ := l.cpd.RegisterMR([]byte("ab"), LocalWrite)
 	for i := 0; i < 2; i++ {
-		qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sqp, err := lis.Accept(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		own := server.CreateCQ(8)
+		qp, sqp := l.connect(t, ctx)
+		own := l.n.Device(1).CreateCQ(8)
 		sqp.SetCQs(own, own)
-		inbox, _ := spd.RegisterMR(make([]byte, 8), LocalWrite)
+		inbox, _ := l.spd.RegisterMR(make([]byte, 8), LocalWrite)
 		if err := sqp.PostRecv(uint64(10+i), 1, inbox.SGE(0, 8)); err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +322,7 @@ func TestAcceptedConnectionsGetTheirOwnQueues(t *testing.T) {
 			t.Fatalf("connection %d: its own queue gave %v %+v", i, err, buf)
 		}
 	}
-	if k, _ := shared.Poll(make([]Completion, 8)); k != 0 {
+	if k, _ := l.scq.Poll(make([]Completion, 8)); k != 0 {
 		t.Fatalf("%d completions on the listener's queue", k)
 	}
 }

@@ -91,13 +91,11 @@ func contractEndpoint(ctx context.Context) (int, error) {
 }
 
 func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptions, requesters int, rep *conformance.EndpointReport) error {
-	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	host, dev, pd, err := contractHost(planes, o)
 	if err != nil {
 		return err
 	}
 	defer host.Close()
-	dev := host.Device()
-	pd, _ := dev.AllocPD()
 	lis, err := pd.Listen(dev.CreateCQ(64), dev.CreateCQ(64), endpoint.QPOptions{})
 	if err != nil {
 		return err
@@ -146,13 +144,11 @@ func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptio
 }
 
 func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int64, name string, o transferOptions, rep *conformance.EndpointReport) error {
-	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	host, dev, pd, err := contractHost(planes, o)
 	if err != nil {
 		return err
 	}
 	defer host.Close()
-	dev := host.Device()
-	pd, _ := dev.AllocPD()
 	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	conn.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: peer, Port: o.port}, conn.Send, conn.Recv, endpoint.QPOptions{})
@@ -165,7 +161,14 @@ func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int6
 	began := time.Now()
 	res, err := filexfer.SendFile(tctx, conn, conformance.Data(size), name, size, o.chunk, filexfer.DefaultDepth, nil)
 	rep.Bytes, rep.SHA256, rep.ElapsedNS = size, res.SHA256, time.Since(began).Nanoseconds()
-	for _, p := range conn.QP.Telemetry() {
+	reportPaths(conn.QP, rep)
+	conn.QP.Close()
+	return err
+}
+
+// reportPaths adds the requester's path counters to its report.
+func reportPaths(qp *endpoint.QP, rep *conformance.EndpointReport) {
+	for _, p := range qp.Telemetry() {
 		rep.Packets += p.PacketsSent
 		rep.Retransmits += p.Retransmits
 		rep.CEMarks += p.CEMarks
@@ -173,8 +176,22 @@ func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int6
 		rep.Lost += p.Lost
 		rep.TailProbes += p.TailProbes
 	}
-	conn.QP.Close()
-	return err
+}
+
+// contractHost opens this endpoint on its planes: the host (to close)
+// and a protection domain on it.
+func contractHost(planes []netip.Addr, o transferOptions) (*endpoint.UDPHost, *endpoint.Device, *endpoint.PD, error) {
+	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dev := host.Device()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		host.Close()
+		return nil, nil, nil, err
+	}
+	return host, dev, pd, nil
 }
 
 // breakage reads MROCE_BREAK, the deliberate bugs the conformance suite's

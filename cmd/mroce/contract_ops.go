@@ -34,13 +34,11 @@ const (
 func opChunks(size int64) int { return int((size + opChunk - 1) / opChunk) }
 
 func contractOpResponder(ctx context.Context, planes []netip.Addr, o transferOptions, testcase string, size int64, rep *conformance.EndpointReport) error {
-	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	host, dev, pd, err := contractHost(planes, o)
 	if err != nil {
 		return err
 	}
 	defer host.Close()
-	dev := host.Device()
-	pd, _ := dev.AllocPD()
 	send, recv := dev.CreateCQ(64), dev.CreateCQ(opChunks(size)+8)
 	lis, err := pd.Listen(send, recv, endpoint.QPOptions{})
 	if err != nil {
@@ -122,13 +120,11 @@ func contractOpResponder(ctx context.Context, planes []netip.Addr, o transferOpt
 }
 
 func contractOpRequester(ctx context.Context, planes, peer []netip.Addr, size int64, testcase string, o transferOptions, rep *conformance.EndpointReport) error {
-	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+	host, dev, pd, err := contractHost(planes, o)
 	if err != nil {
 		return err
 	}
 	defer host.Close()
-	dev := host.Device()
-	pd, _ := dev.AllocPD()
 	n := opChunks(size)
 	send, recv := dev.CreateCQ(n+8), dev.CreateCQ(8)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -214,13 +210,6 @@ func contractOpRequester(ctx context.Context, planes, peer []netip.Addr, size in
 	if c := wc[0]; c.Status != endpoint.StatusOK || c.ID != idDone {
 		return errors.New("the done message: " + c.Status.String())
 	}
-	for _, p := range qp.Telemetry() {
-		rep.Packets += p.PacketsSent
-		rep.Retransmits += p.Retransmits
-		rep.CEMarks += p.CEMarks
-		rep.Timeouts += p.Timeouts
-		rep.Lost += p.Lost
-		rep.TailProbes += p.TailProbes
-	}
+	reportPaths(qp, rep)
 	return nil
 }
