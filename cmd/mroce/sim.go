@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -19,6 +20,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 		&cli.BoolFlag{Name: "csv", Usage: "print the tables as CSV"},
 		&cli.StringFlag{Name: "plot", Value: "sim-" + scenario + ".svg", Usage: "write the main figure to this .svg or .png file (\"\": none)"},
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice: the same seed gives the same results"},
+		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof reads it)"},
 	}
 }
 
@@ -309,6 +311,17 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 func runScenario(c *cli.Context, name string, run func() ([]*report.Table, *report.Plot, error)) error {
 	if c.Bool("json") && c.Bool("csv") {
 		return usagef(c, "sim %s: --json or --csv, not both", name)
+	}
+	if path := c.String("cpuprofile"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("sim %s: --cpuprofile: %w", name, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("sim %s: --cpuprofile: %w", name, err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	began := time.Now()
 	tables, pl, err := run()

@@ -112,3 +112,17 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// --cpuprofile writes a CPU profile of the run (gzipped protobuf, as
+// runtime/pprof writes it).
+func TestSimCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	r := runCLI(t, "", "sim", "incast", "--senders", "8", "--rates-gbps", "100", "--plot", "", "--cpuprofile", path)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile %v: %d bytes", err, len(b))
+	}
+}
