@@ -96,6 +96,12 @@ func TestDocsListEveryCase(t *testing.T) {
 			t.Errorf("docs/conformance.md lacks the row %s", row)
 		}
 	}
+	for _, c := range SenderCases {
+		row := fmt.Sprintf("| `%s` | %s | %s |", c.Name, c.Spec, c.What)
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/conformance.md lacks the row %s", row)
+		}
+	}
 	for _, c := range RunnerCases {
 		row := fmt.Sprintf("| `%s` | %d | %d MiB | %s |", c.Name, c.Planes, c.Size>>20, c.What)
 		if !strings.Contains(string(doc), row) {

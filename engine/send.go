@@ -1145,6 +1145,9 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	// Back off: the receiver's RetryAfter, doubled for each refusal of
 	// the same content (at most 64 times it).
 	wait := time.Duration(n.RetryAfter()) * time.Microsecond << min(r.refusals, 6)
+	if s.c.ep.cfg.Broken.IgnoreRetryAfter {
+		wait = 0 // a deliberate bug: the refused packet goes again at once
+	}
 	r.refusals++
 	r.retryAt = now.Add(wait)
 	s.waiting = append(s.waiting, n.DSN())

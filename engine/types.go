@@ -365,6 +365,9 @@ type Breakage struct {
 	// PSN of the packet before it on that path, used twice (spec section
 	// 6.2 forbids it); the sender's own records keep the right one.
 	ReusePSN bool
+	// IgnoreRetryAfter: a packet refused with a retryable NACK (RNR,
+	// RESOURCE) is resent at once, whatever RetryAfter asked.
+	IgnoreRetryAfter bool
 }
 
 // Errors a connection can end with.

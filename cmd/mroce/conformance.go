@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -118,6 +119,52 @@ func conformanceCommand() *cli.Command {
 				},
 			},
 			{
+				Name:  "sender",
+				Usage: "test a requester (a sender of data) from the wire: this probe accepts its connection and answers with crafted ACKs and NACKs",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "requester", Usage: "the requester's command line, following the endpoint contract (default: this mroce)"},
+					&cli.StringFlag{Name: "probe", Value: "127.0.0.2", Usage: "the address the probe listens on (the requester binds 127.0.0.1)"},
+					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for the requester's logs"},
+					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
+					&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
+					&cli.StringFlag{Name: "html", Usage: "also write the results as a static HTML page to this file"},
+				},
+				Action: func(c *cli.Context) error {
+					probe, err := netip.ParseAddr(c.String("probe"))
+					if err != nil {
+						return usagef(c, "conformance sender: --probe %q: want an address", c.String("probe"))
+					}
+					self, err := os.Executable()
+					if err != nil {
+						return err
+					}
+					argv := []string{self, "conformance", "endpoint"}
+					name := "mroce"
+					if v := c.String("requester"); v != "" {
+						argv, name = strings.Fields(v), v
+					}
+					cases := conformance.SenderCases
+					if names := c.StringSlice("cases"); len(names) > 0 {
+						cases = nil
+						for _, n := range names {
+							found := false
+							for _, sc := range conformance.SenderCases {
+								if sc.Name == n {
+									cases, found = append(cases, sc), true
+								}
+							}
+							if !found {
+								return usagef(c, "conformance sender: no case %q", n)
+							}
+						}
+					}
+					env := conformance.SenderEnv{Local: probe, Start: contractRequesterStarter(argv, c.String("logs"))}
+					rep := conformance.Report{Implementation: name, Target: "the requester, through the sender probe", Started: time.Now()}
+					rep.Results = conformance.RunSender(env, cases)
+					return writeConformance(c, rep)
+				},
+			},
+			{
 				Name:  "self",
 				Usage: "run this mroce as the responder, in this process, and probe it",
 				Flags: append([]cli.Flag{
@@ -212,4 +259,36 @@ func writeConformance(c *cli.Context, rep conformance.Report) error {
 		return exitStatus(1) // the report said which cases failed
 	}
 	return nil
+}
+
+// contractRequesterStarter starts argv as a requester of the endpoint
+// contract that moves 64 MiB (more than any sender case waits for) to the
+// probe at peer, binding 127.0.0.1 and the probe's port there, its logs
+// under dir; the function it returns kills it.
+func contractRequesterStarter(argv []string, dir string) func(peer netip.AddrPort) (func(), error) {
+	n := 0
+	return func(peer netip.AddrPort) (func(), error) {
+		n++
+		logdir := filepath.Join(dir, fmt.Sprintf("sender-%d", n))
+		if err := os.MkdirAll(logdir, 0o755); err != nil {
+			return nil, err
+		}
+		out, err := os.Create(filepath.Join(logdir, "output.log"))
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), "ROLE=requester", "TESTCASE=transfer", "PLANES=127.0.0.1", "PEER="+peer.Addr().String(),
+			fmt.Sprintf("PORT=%d", peer.Port()), fmt.Sprintf("SIZE=%d", 64<<20), "REQUESTERS=1", "LOGDIR="+logdir)
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			out.Close()
+			return nil, err
+		}
+		return func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			out.Close()
+		}, nil
+	}
 }

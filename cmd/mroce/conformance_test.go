@@ -187,3 +187,14 @@ func TestLargeConformanceRunnerTUN(t *testing.T) {
 		}
 	}
 }
+
+// conformance sender refuses an unknown case and a bad probe address
+// before starting anything.
+func TestConformanceSenderBadFlags(t *testing.T) {
+	if r := runCLI(t, "", "conformance", "sender", "--cases", "teleport"); r.code != 2 || !strings.Contains(r.stderr, `no case "teleport"`) {
+		t.Errorf("an unknown case: exit %d, %q", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "conformance", "sender", "--probe", "nowhere"); r.code != 2 || !strings.Contains(r.stderr, "--probe") {
+		t.Errorf("a bad probe address: exit %d, %q", r.code, r.stderr)
+	}
+}

@@ -196,7 +196,8 @@ func contractHost(planes []netip.Addr, o transferOptions) (*endpoint.UDPHost, *e
 
 // breakage reads MROCE_BREAK, the deliberate bugs the conformance suite's
 // self-test builds into one side: a comma-separated list of ROLE:BUG, BUG
-// one of ignore-sack-bit, accept-bad-crc, skip-key-check, reuse-psn (engine.Breakage).
+// one of ignore-sack-bit, accept-bad-crc, skip-key-check, reuse-psn,
+// ignore-retry-after (engine.Breakage).
 // Only the entries for role apply. It is not a user's option.
 func breakage(spec, role string) (engine.Breakage, error) {
 	var b engine.Breakage
@@ -220,6 +221,8 @@ func breakage(spec, role string) (engine.Breakage, error) {
 			b.SkipKeyCheck = true
 		case "reuse-psn":
 			b.ReusePSN = true
+		case "ignore-retry-after":
+			b.IgnoreRetryAfter = true
 		default:
 			return b, fmt.Errorf("MROCE_BREAK %q: no such bug", f)
 		}

@@ -1,0 +1,573 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/proto"
+)
+
+// SenderProbe tests a requester, a sender of data, from the wire: it is
+// the acceptor of one connection, written directly against package proto.
+// It answers the requester's CONNECT, keeps what a receiver keeps (the
+// DSNs received, each path's highest PSN and bitvector) and sends the ACKs
+// and NACKs a case crafts, reading how the sender reacts.
+type SenderProbe struct {
+	conn    *net.UDPConn
+	start   time.Time
+	myID    uint32
+	peerID  uint32
+	connect proto.HandshakeHeader
+	peer    netip.AddrPort // the requester's first address and its ReplyPort
+	buf     []byte
+	cum     uint32          // the oldest DSN not received
+	got     map[uint32]bool // DSNs received at or after cum
+	paths   map[uint8]*probePath
+	hint    uint64 // RateHint of the ACKs sent
+	Timeout time.Duration
+}
+
+type probePath struct {
+	epoch   uint8
+	highest uint32
+	has     bool
+	psns    map[uint32]bool // received, within 256 below highest
+	lastTS  uint32
+}
+
+// ListenSender opens a SenderProbe on local (port 0: any).
+func ListenSender(local netip.AddrPort) (*SenderProbe, error) {
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(local))
+	if err != nil {
+		return nil, fmt.Errorf("conformance: %w", err)
+	}
+	return &SenderProbe{conn: c, start: time.Now(), myID: random32() | 1, buf: make([]byte, 65536),
+		got: map[uint32]bool{}, paths: map[uint8]*probePath{}, hint: proto.RateNoLimit, Timeout: 5 * time.Second}, nil
+}
+
+// Addr is where the probe listens.
+func (s *SenderProbe) Addr() netip.AddrPort { return s.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+// Close closes the probe's socket.
+func (s *SenderProbe) Close() error { return s.conn.Close() }
+
+func (s *SenderProbe) now() uint32 { return uint32(time.Since(s.start).Nanoseconds()) }
+
+// read returns the next packet for the probe's connection (a CONNECT
+// before there is one), decoded and CRC-checked, or ErrTimeout.
+func (s *SenderProbe) read(deadline time.Time) (*proto.Packet, netip.AddrPort, error) {
+	for {
+		s.conn.SetReadDeadline(deadline)
+		n, from, err := s.conn.ReadFromUDPAddrPort(s.buf)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil, from, ErrTimeout
+			}
+			return nil, from, err
+		}
+		var pkt proto.Packet
+		if pkt.Decode(append([]byte(nil), s.buf[:n]...)) != nil {
+			continue
+		}
+		if pkt.Type() == proto.TypeConnect || pkt.Common.DstConnID() == s.myID {
+			return &pkt, from, nil
+		}
+	}
+}
+
+// Accept waits for the requester's CONNECT and answers it with an ACCEPT
+// granting what it asks (at most 4 paths: a case's arithmetic stays
+// small), a window of 4,096 DSNs and no rate limit.
+func (s *SenderProbe) Accept() error {
+	deadline := time.Now().Add(s.Timeout)
+	for {
+		pkt, from, err := s.read(deadline)
+		if err != nil {
+			return fmt.Errorf("conformance: no CONNECT: %w", err)
+		}
+		if pkt.Type() != proto.TypeConnect {
+			continue
+		}
+		h := pkt.Handshake()
+		if _, ok := checkConnect(h); !ok {
+			return fmt.Errorf("conformance: a malformed CONNECT (paths %d, streams %d, MaxPacket %d, reply port %d, mode %d)",
+				h.Paths(), h.Streams(), h.MaxPacket(), h.ReplyPort(), h.Mode())
+		}
+		s.connect = append(proto.HandshakeHeader(nil), h...)
+		s.peerID = h.SrcConnID()
+		s.peer = netip.AddrPortFrom(from.Addr(), h.ReplyPort())
+		s.cum = h.InitialDSN()
+		var out proto.Packet
+		if err := proto.Build(&out, make([]byte, 256), proto.TypeAccept, 0, 0); err != nil {
+			return err
+		}
+		a := out.Handshake()
+		a.SetSrcConnID(s.myID)
+		a.SetInitialPSN(random32())
+		a.SetInitialDSN(random32())
+		a.SetDSNWindow(4096)
+		a.SetMaxPacket(h.MaxPacket())
+		a.SetPaths(min(h.Paths(), 4))
+		a.SetStreams(h.Streams())
+		a.SetReplyPort(s.Addr().Port())
+		a.SetMaxReadsOut(h.MaxReadsIn())
+		a.SetMaxReadsIn(h.MaxReadsOut())
+		a.SetInboundCapacity(proto.RateNoLimit)
+		out.Common.SetDstConnID(s.peerID)
+		out.Common.SetTimestamp(s.now())
+		_, err = s.conn.WriteToUDPAddrPort(out.Seal(), s.peer)
+		return err
+	}
+}
+
+// checkConnect applies the handshake's own rules (spec section 8.1) to a
+// CONNECT.
+func checkConnect(h proto.HandshakeHeader) (string, bool) {
+	switch {
+	case h.SrcConnID() == 0:
+		return "SrcConnID 0", false
+	case h.Paths() < 1 || h.Streams() < 1:
+		return "no paths or streams", false
+	case h.MaxPacket() < 256:
+		return "MaxPacket under 256", false
+	case h.ReplyPort() == 0:
+		return "reply port 0", false
+	case h.Mode() != proto.ModeMultipath:
+		return "not multipath mode", false
+	}
+	return "", true
+}
+
+// Arrival is a data packet the probe received.
+type Arrival struct {
+	At                time.Time
+	Type              proto.Type
+	Path, Epoch       uint8
+	PSN, DSN          uint32
+	Flags             proto.Flags
+	Timestamp, Length uint32
+}
+
+// NextData returns the next data packet within d, without recording it:
+// the case decides (Record, Refuse, or nothing: lost). Other packets of
+// the connection are dropped, except CLOSE, which ends it (ErrClosed).
+func (s *SenderProbe) NextData(d time.Duration) (Arrival, *proto.Packet, error) {
+	deadline := time.Now().Add(d)
+	for {
+		pkt, _, err := s.read(deadline)
+		if err != nil {
+			return Arrival{}, nil, err
+		}
+		switch t := pkt.Type(); {
+		case t == proto.TypeClose:
+			return Arrival{}, pkt, ErrPeerClosed
+		case t.IsData():
+			h := pkt.Common
+			return Arrival{At: time.Now(), Type: t, Path: h.PathID(), Epoch: h.Epoch(), PSN: h.PSN(), DSN: h.DSN(),
+				Flags: h.Flags(), Timestamp: h.Timestamp(), Length: uint32(len(pkt.Payload))}, pkt, nil
+		}
+	}
+}
+
+// ErrPeerClosed: the requester sent CLOSE.
+var ErrPeerClosed = errors.New("conformance: the requester closed the connection")
+
+// Record notes a data packet as received: its DSN, and its PSN on its
+// path.
+func (s *SenderProbe) Record(a Arrival) {
+	if proto.SeqLessEq(s.cum, a.DSN) {
+		s.got[a.DSN] = true
+		for s.got[s.cum] {
+			delete(s.got, s.cum)
+			s.cum++
+		}
+	}
+	p := s.paths[a.Path]
+	if p == nil {
+		p = &probePath{psns: map[uint32]bool{}}
+		s.paths[a.Path] = p
+	}
+	if !p.has || proto.SeqLess(p.highest, a.PSN) {
+		p.highest, p.epoch, p.has = a.PSN, a.Epoch, true
+	}
+	p.psns[a.PSN] = true
+	p.lastTS = a.Timestamp
+}
+
+// SetHint sets the RateHint of the ACKs from now on (bytes/s; 0: stop new
+// data; proto.RateNoLimit: none).
+func (s *SenderProbe) SetHint(h uint64) { s.hint = h }
+
+// Ack sends an ACK with CumDSN and a record for every path that has
+// received something.
+func (s *SenderProbe) Ack() error {
+	var pkt proto.Packet
+	n := len(s.paths)
+	if err := proto.Build(&pkt, make([]byte, 2048), proto.TypeAck, n, 0); err != nil {
+		return err
+	}
+	pkt.Common.SetDstConnID(s.peerID)
+	pkt.Common.SetTimestamp(s.now())
+	pkt.Ack().SetCumDSN(s.cum)
+	pkt.Ack().SetRateHint(s.hint)
+	i := 0
+	for id, p := range s.paths {
+		rec := pkt.AckRecord(i)
+		i++
+		rec.SetPathID(id)
+		rec.SetEpoch(p.epoch)
+		rec.SetHighestPSN(p.highest)
+		rec.SetEchoTimestamp(p.lastTS)
+		for psn := range p.psns {
+			if k := p.highest - 1 - psn; psn != p.highest && k < 256 {
+				rec.MarkReceived(int(k))
+			}
+		}
+	}
+	_, err := s.conn.WriteToUDPAddrPort(pkt.Seal(), s.peer)
+	return err
+}
+
+// Nack refuses data packet a with code (RetryAfter in µs for the
+// retryable codes): it is neither placed nor recorded.
+func (s *SenderProbe) Nack(a Arrival, pkt *proto.Packet, code proto.NackCode, retryAfter uint16) error {
+	var out proto.Packet
+	if err := proto.Build(&out, make([]byte, 256), proto.TypeNack, 0, 0); err != nil {
+		return err
+	}
+	out.Common.SetDstConnID(s.peerID)
+	out.Common.SetTimestamp(s.now())
+	n := out.Nack()
+	n.SetCode(code)
+	n.SetPathID(a.Path)
+	n.SetEpoch(a.Epoch)
+	n.SetPSN(a.PSN)
+	n.SetDSN(a.DSN)
+	n.SetRetryAfter(retryAfter)
+	switch {
+	case a.Type == proto.TypeSend:
+		n.SetStream(pkt.Send().Stream())
+		n.SetMSN(pkt.Send().MSN())
+	case a.Type == proto.TypeWrite || a.Type == proto.TypeWriteImm:
+		n.SetStream(pkt.Write().Stream())
+		n.SetMSN(pkt.Write().MSN())
+	}
+	_, err := s.conn.WriteToUDPAddrPort(out.Seal(), s.peer)
+	return err
+}
+
+// SenderEnv starts the requester under test against the probe at peer
+// (its first plane's address and port) and returns a function that stops
+// it. Local is the address the probe listens on.
+type SenderEnv struct {
+	Local netip.Addr
+	Start func(peer netip.AddrPort) (stop func(), err error)
+}
+
+// SenderCase is a case of the requester under test.
+type SenderCase struct {
+	Name, Spec, What string
+	Run              func(s *SenderProbe) error
+}
+
+// RunSender runs the sender cases, each with its own requester and probe.
+func RunSender(env SenderEnv, cases []SenderCase) []Result {
+	var out []Result
+	for _, c := range cases {
+		began := time.Now()
+		err := runSenderCase(env, c)
+		r := Result{Case: c.Name, Result: "pass", Spec: c.Spec, Elapsed: time.Since(began)}
+		if err != nil {
+			r.Result, r.Details = "fail", err.Error()
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func runSenderCase(env SenderEnv, c SenderCase) error {
+	s, err := ListenSender(netip.AddrPortFrom(env.Local, 0))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	stop, err := env.Start(s.Addr())
+	if err != nil {
+		return fmt.Errorf("starting the requester: %w", err)
+	}
+	defer stop()
+	if err := s.Accept(); err != nil {
+		return err
+	}
+	return c.Run(s)
+}
+
+// receive records and acknowledges data packets (every one) until n
+// have arrived, returning them.
+func (s *SenderProbe) receive(n int) ([]Arrival, error) {
+	var out []Arrival
+	for len(out) < n {
+		a, _, err := s.NextData(s.Timeout)
+		if err != nil {
+			return out, fmt.Errorf("after %d data packets: %w", len(out), err)
+		}
+		s.Record(a)
+		out = append(out, a)
+		if err := s.Ack(); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// SenderCases are the requester's cases.
+var SenderCases = []SenderCase{
+	{Name: "sender-sack-repair", Spec: "5.5, 6.4, 6.6", What: "after 8 packets acknowledged one by one, the requester sends while no ACK comes; then an ACK reports every packet of that burst but the first of a path that carried two: that one is resent at once (before the requester has sent twice the window the ACK freed as new data, and within 20 ms), with its DSN and a new PSN",
+		Run: sackRepair},
+	{Name: "sender-rnr", Spec: "7", What: "a packet refused with NACK RNR, RetryAfter 5 ms, is resent with its DSN and a new PSN no sooner than 5 ms later, and within 1 s",
+		Run: rnrRetry},
+	{Name: "sender-hint-zero", Spec: "5.5, 6.6", What: "after an ACK with RateHint 0 (and ACKs repeating it every millisecond, for 50 ms) at most 64 new DSNs arrive, what was in flight or queued; a hint with no limit brings new data back within 1 s",
+		Run: hintZero},
+	{Name: "sender-fatal-nack", Spec: "7, 8.3", What: "a packet refused with NACK BAD_KEY (fatal) makes the requester CLOSE the connection with reason FATAL and Detail 1 (within 1 s), and send no data after its CLOSE",
+		Run: fatalNack},
+}
+
+func sackRepair(s *SenderProbe) error {
+	// A few packets acknowledged one by one (the requester's transfer
+	// under way), then a burst: what it sends while no ACK comes, until a
+	// millisecond passes without a packet.
+	if _, err := s.receive(8); err != nil {
+		return err
+	}
+	var burst []Arrival
+	pair := func() bool {
+		for i := range burst {
+			for j := range burst {
+				if burst[i].Path == burst[j].Path && burst[i].PSN != burst[j].PSN {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	// Collected until 300 us after a path has carried two (sooner than a
+	// sender's probe timer fires, so that what follows answers the ACK).
+	deadline := time.Now().Add(s.Timeout)
+	var stop time.Time
+	for len(burst) < 64 {
+		if stop.IsZero() && pair() {
+			stop = time.Now().Add(300 * time.Microsecond)
+		}
+		wait := time.Until(deadline)
+		if !stop.IsZero() {
+			wait = time.Until(stop)
+		}
+		a, _, err := s.NextData(max(wait, time.Microsecond))
+		if errors.Is(err, ErrTimeout) && !stop.IsZero() {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("the burst (%d packets): %w", len(burst), err)
+		}
+		burst = append(burst, a)
+	}
+	// The victim: the first packet of a path with a later one in the burst.
+	var victim *Arrival
+	for i := range burst {
+		for j := range burst {
+			if victim == nil && burst[i].Path == burst[j].Path && proto.SeqLess(burst[i].PSN, burst[j].PSN) {
+				victim = &burst[i]
+			}
+		}
+	}
+	if victim == nil {
+		return fmt.Errorf("no path carried two packets in the burst (%d packets)", len(burst))
+	}
+	for _, b := range burst {
+		if b.DSN != victim.DSN {
+			s.Record(b)
+		}
+	}
+	if err := s.Ack(); err != nil {
+		return err
+	}
+	// What follows: the resend must come before the requester has sent
+	// twice the window the ACK freed as new data, and within 20 ms. A
+	// sender that waits for a timer keeps sending new data as the ACKs
+	// free its window; one that misreads the bitvector resends others and
+	// not this one. (Resends of packets the ACK reported are not held
+	// against it: a timer can have fired before the ACK came.)
+	until := time.Now().Add(20 * time.Millisecond)
+	for k := 0; ; k++ {
+		a, _, err := s.NextData(time.Until(until))
+		if errors.Is(err, ErrTimeout) {
+			return fmt.Errorf("DSN %d (path %d, PSN %d) not resent within 20 ms of the ACK that left it out", victim.DSN, victim.Path, victim.PSN)
+		}
+		if err != nil {
+			return err
+		}
+		s.Record(a)
+		switch {
+		case a.DSN == victim.DSN && a.PSN == victim.PSN && a.Path == victim.Path:
+			return fmt.Errorf("DSN %d resent with its old PSN %d", a.DSN, a.PSN)
+		case a.DSN == victim.DSN:
+			return nil
+		case k >= 2*len(burst):
+			return fmt.Errorf("DSN %d not resent before %d new packets, twice the window the ACK freed", victim.DSN, k+1)
+		}
+		if err := s.Ack(); err != nil {
+			return err
+		}
+	}
+}
+
+func rnrRetry(s *SenderProbe) error {
+	const retry = 5 * time.Millisecond
+	a, pkt, err := s.NextData(s.Timeout)
+	if err != nil {
+		return fmt.Errorf("no data packet: %w", err)
+	}
+	if err := s.Nack(a, pkt, proto.NackRNR, uint16(retry/time.Microsecond)); err != nil {
+		return err
+	}
+	nacked := time.Now()
+	until := nacked.Add(time.Second)
+	for {
+		b, _, err := s.NextData(time.Until(until))
+		if errors.Is(err, ErrTimeout) {
+			return fmt.Errorf("DSN %d, refused RNR, not resent within 1 s", a.DSN)
+		}
+		if err != nil {
+			return err
+		}
+		if b.DSN == a.DSN {
+			if after := b.At.Sub(nacked); after < retry {
+				return fmt.Errorf("DSN %d resent %v after the RNR NACK, before RetryAfter (%v)", a.DSN, after.Round(time.Microsecond), retry)
+			}
+			if b.PSN == a.PSN && b.Path == a.Path {
+				return fmt.Errorf("DSN %d resent with its old PSN %d", a.DSN, a.PSN)
+			}
+			return nil
+		}
+		s.Record(b)
+		if err := s.Ack(); err != nil {
+			return err
+		}
+	}
+}
+
+func hintZero(s *SenderProbe) error {
+	if _, err := s.receive(4); err != nil {
+		return err
+	}
+	seen := map[uint32]bool{}
+	s.SetHint(0)
+	if err := s.Ack(); err != nil {
+		return err
+	}
+	// For 50 ms, ACKs with the hint of 0, every millisecond and for every
+	// packet. What was in flight or queued when the hint came may still
+	// arrive: up to hintZeroGrace new DSNs; more is a sender that did not
+	// stop (one that ignores the hint, ACK-clocked here, sends thousands).
+	stopped := time.Now()
+	fresh := 0
+	next := time.Now().Add(time.Millisecond)
+	for time.Since(stopped) < 50*time.Millisecond {
+		wait := max(min(time.Until(next), 50*time.Millisecond-time.Since(stopped)), time.Microsecond)
+		a, _, err := s.NextData(wait)
+		switch {
+		case errors.Is(err, ErrTimeout):
+		case err != nil:
+			return err
+		default:
+			s.Record(a)
+			if a.Flags&proto.FlagRetransmit == 0 && !seen[a.DSN] {
+				seen[a.DSN] = true
+				if fresh++; fresh > hintZeroGrace {
+					return fmt.Errorf("%d new DSNs in the %v after a hint of 0", fresh, time.Since(stopped).Round(time.Millisecond))
+				}
+			}
+			if err := s.Ack(); err != nil {
+				return err
+			}
+		}
+		if time.Now().After(next) {
+			if err := s.Ack(); err != nil { // the hint of 0, repeated
+				return err
+			}
+			next = time.Now().Add(time.Millisecond)
+		}
+	}
+	// The hint lifted, repeated every millisecond (an ACK lost would
+	// otherwise leave the sender stopped, spec section 6.6).
+	s.SetHint(proto.RateNoLimit)
+	until := time.Now().Add(time.Second)
+	for {
+		if err := s.Ack(); err != nil {
+			return err
+		}
+		a, _, err := s.NextData(min(time.Millisecond, time.Until(until)))
+		if errors.Is(err, ErrTimeout) {
+			if time.Now().Before(until) {
+				continue
+			}
+			return errors.New("no new data within 1 s of a hint with no limit")
+		}
+		if err != nil {
+			return err
+		}
+		s.Record(a)
+		if a.Flags&proto.FlagRetransmit == 0 && !seen[a.DSN] {
+			return nil
+		}
+		if err := s.Ack(); err != nil {
+			return err
+		}
+	}
+}
+
+// hintZeroGrace is how many new DSNs a requester may send after a hint
+// of 0 reaches it: what it had in flight or had queued for the wire.
+const hintZeroGrace = 64
+
+func fatalNack(s *SenderProbe) error {
+	a, pkt, err := s.NextData(s.Timeout)
+	if err != nil {
+		return fmt.Errorf("no data packet: %w", err)
+	}
+	if err := s.Nack(a, pkt, proto.NackBadKey, 0); err != nil {
+		return err
+	}
+	until := time.Now().Add(time.Second)
+	for {
+		_, closing, err := s.NextData(time.Until(until))
+		switch {
+		case errors.Is(err, ErrTimeout):
+			return errors.New("no CLOSE within 1 s of a fatal NACK")
+		case errors.Is(err, ErrPeerClosed):
+			c := closing.Close()
+			if c.Reason() != proto.CloseFatal || c.Detail() != uint32(proto.NackBadKey) {
+				return fmt.Errorf("CLOSE with reason %v, detail %d: want FATAL, %d", c.Reason(), c.Detail(), proto.NackBadKey)
+			}
+			// Nothing sent after the CLOSE (by the sender's own clock, its
+			// Timestamp: packets from different source ports can arrive
+			// out of order): wait a little for stragglers.
+			closed := closing.Common.Timestamp()
+			for {
+				b, _, err := s.NextData(100 * time.Millisecond)
+				if err != nil {
+					return nil
+				}
+				if int32(b.Timestamp-closed) > 0 {
+					return fmt.Errorf("data (DSN %d) sent %d ns after the CLOSE", b.DSN, b.Timestamp-closed)
+				}
+			}
+		case err != nil:
+			return err
+		}
+	}
+}
