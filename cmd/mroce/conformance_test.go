@@ -198,3 +198,32 @@ func TestConformanceSenderBadFlags(t *testing.T) {
 		t.Errorf("a bad probe address: exit %d, %q", r.code, r.stderr)
 	}
 }
+
+// The requester cases against this mroce pass, and a requester built to
+// ignore RNR's RetryAfter fails exactly sender-rnr.
+func TestLargeConformanceSender(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: with the large tests")
+	}
+	bin := buildBinary(t)
+	for _, bug := range []string{"", "requester:ignore-retry-after"} {
+		cmd := exec.Command(bin, "conformance", "sender", "--logs", t.TempDir(), "--json")
+		cmd.Env = append(os.Environ(), "MROCE_BREAK="+bug)
+		out, _ := cmd.Output()
+		var rep struct {
+			Results []struct{ Case, Result, Details string }
+		}
+		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 4 {
+			t.Fatalf("%q: %v:\n%s", bug, err, out)
+		}
+		for _, r := range rep.Results {
+			want := "pass"
+			if bug != "" && r.Case == "sender-rnr" {
+				want = "fail"
+			}
+			if r.Result != want {
+				t.Errorf("%q: %s %s (%s), want %s", bug, r.Case, r.Result, r.Details, want)
+			}
+		}
+	}
+}
