@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,20 +73,9 @@ func conformanceCommand() *cli.Command {
 						return conformance.Implementation{Name: "mroce", Cmd: []string{self, "conformance", "endpoint"}}
 					}
 					req, resp := impl("requester"), impl("responder")
-					cases := conformance.RunnerCases
-					if names := c.StringSlice("cases"); len(names) > 0 {
-						cases = nil
-						for _, n := range names {
-							found := false
-							for _, rc := range conformance.RunnerCases {
-								if rc.Name == n {
-									cases, found = append(cases, rc), true
-								}
-							}
-							if !found {
-								return usagef(c, "conformance run: no case %q", n)
-							}
-						}
+					cases, unknown := selectCases(conformance.RunnerCases, func(rc conformance.RunnerCase) string { return rc.Name }, c.StringSlice("cases"))
+					if unknown != "" {
+						return usagef(c, "conformance run: no case %q", unknown)
 					}
 					emu := c.String("emulator")
 					if emu != conformance.Relay && emu != conformance.TUN {
@@ -143,20 +133,9 @@ func conformanceCommand() *cli.Command {
 					if v := c.String("requester"); v != "" {
 						argv, name = strings.Fields(v), v
 					}
-					cases := conformance.SenderCases
-					if names := c.StringSlice("cases"); len(names) > 0 {
-						cases = nil
-						for _, n := range names {
-							found := false
-							for _, sc := range conformance.SenderCases {
-								if sc.Name == n {
-									cases, found = append(cases, sc), true
-								}
-							}
-							if !found {
-								return usagef(c, "conformance sender: no case %q", n)
-							}
-						}
+					cases, unknown := selectCases(conformance.SenderCases, func(sc conformance.SenderCase) string { return sc.Name }, c.StringSlice("cases"))
+					if unknown != "" {
+						return usagef(c, "conformance sender: no case %q", unknown)
 					}
 					env := conformance.SenderEnv{Local: probe, Start: contractRequesterStarter(argv, c.String("logs"))}
 					rep := conformance.Report{Implementation: name, Target: "the requester, through the sender probe", Started: time.Now()}
@@ -291,4 +270,21 @@ func contractRequesterStarter(argv []string, dir string) func(peer netip.AddrPor
 			out.Close()
 		}, nil
 	}
+}
+
+// selectCases returns the cases of all that names names, in the order
+// named (all of them when names is empty), or the first name of no case.
+func selectCases[C any](all []C, name func(C) string, names []string) ([]C, string) {
+	if len(names) == 0 {
+		return all, ""
+	}
+	var out []C
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(c C) bool { return name(c) == n })
+		if i < 0 {
+			return nil, n
+		}
+		out = append(out, all[i])
+	}
+	return out, ""
 }
