@@ -188,6 +188,4 @@ func (r tappedReceiver) Receive(d *link.Datagram, at clock.Time) {
 	r.ep.Receive(d, at)
 }
 
-func (r tappedReceiver) BeginBatch()             { r.ep.BeginBatch() }
-func (r tappedReceiver) EndBatch()               { r.ep.EndBatch() }
 func (r tappedReceiver) TooBig(d *link.Datagram) { r.ep.TooBig(d) }

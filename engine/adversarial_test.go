@@ -301,55 +301,6 @@ func reseal(b []byte) []byte {
 	return b
 }
 
-// sendCounter counts a port's Send calls and the PROBE_REPLYs they carry.
-type sendCounter struct {
-	link.Port
-	calls, replies int
-}
-
-func (p *sendCounter) Send(batch []link.Datagram) {
-	p.calls++
-	for _, d := range batch {
-		if len(d.Data) > 1 && proto.Type(d.Data[1]) == proto.TypeProbeReply {
-			p.replies++
-		}
-	}
-	p.Port.Send(batch)
-}
-
-// Between BeginBatch and EndBatch the replies to every arrival wait, and
-// leave together; outside a batch each arrival's reply leaves at once.
-func TestBatchHoldsRepliesUntilItEnds(t *testing.T) {
-	p := newProber(t, Config{})
-	ep := p.n.hosts[1].ep
-	port := &sendCounter{Port: ep.port}
-	ep.port = port
-	probe := func() {
-		var pkt proto.Packet
-		if err := proto.Build(&pkt, make([]byte, 256), proto.TypeProbe, 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		pkt.Common.SetDstConnID(p.pr.a.peerID)
-		p.deliver(pkt.Seal())
-	}
-	ep.BeginBatch()
-	for i := 0; i < 5; i++ {
-		probe()
-	}
-	if port.calls != 0 {
-		t.Fatalf("%d sends inside the batch", port.calls)
-	}
-	ep.EndBatch()
-	if port.calls != 1 || port.replies != 5 {
-		t.Fatalf("%d sends carrying %d replies, want 1 carrying 5", port.calls, port.replies)
-	}
-	probe()
-	probe()
-	if port.calls != 3 || port.replies != 7 {
-		t.Fatalf("outside a batch: %d sends carrying %d replies, want 3 carrying 7", port.calls, port.replies)
-	}
-}
-
 // Connect refuses a remote address of another IP family than the local
 // plane it would be reached from.
 func TestConnectRefusesMixedFamilies(t *testing.T) {

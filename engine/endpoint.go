@@ -33,8 +33,6 @@ type Endpoint struct {
 	closed    map[uint32]*closedConn // recently closed ids, quarantined
 	closedKey map[acceptKey]clock.Time
 	batch     []link.Datagram
-	holding   bool // between BeginBatch and EndBatch: replies wait
-	flushing  bool
 	stats     EndpointStats
 	alloc     *cc.Allocator // shares InboundCapacity among senders; nil when unknown
 }
@@ -176,35 +174,18 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 	e.flush()
 }
 
-// BeginBatch holds what the endpoint sends until EndBatch: a port that
-// receives many datagrams at once hands them over between the two, and the
-// replies to all of them leave as one batch (link.BatchReceiver).
-func (e *Endpoint) BeginBatch() { e.holding = true }
-
-// EndBatch sends what BeginBatch held.
-func (e *Endpoint) EndBatch() {
-	e.holding = false
-	e.flush()
-}
-
 // send queues one datagram; flush hands the queue to the port. Everything a
-// call into the engine sends goes out as one batch, or, between BeginBatch
-// and EndBatch, everything the batch of arrivals caused; a queue of 64 goes
-// out at once either way.
+// call into the engine sends goes out as one batch (a queue of 64 at once).
+// A port that holds its sends to the end of its loop's turn (the UDP
+// driver) joins the batches of many calls.
 func (e *Endpoint) send(d link.Datagram) {
 	e.batch = append(e.batch, d)
 	if len(e.batch) >= 64 {
-		e.sendQueued()
+		e.flush()
 	}
 }
 
 func (e *Endpoint) flush() {
-	if !e.holding {
-		e.sendQueued()
-	}
-}
-
-func (e *Endpoint) sendQueued() {
 	if len(e.batch) == 0 {
 		return
 	}

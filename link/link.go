@@ -60,17 +60,6 @@ type Receiver interface {
 	Receive(d *Datagram, at clock.Time)
 }
 
-// BatchReceiver is a Receiver that can hold what it sends in reply until a
-// whole batch of arrivals has been handed to it, so that the replies leave
-// together. A port that receives in batches (the UDP driver) calls
-// BeginBatch, Receive for each datagram of the batch, then EndBatch, all on
-// one goroutine with nothing else in between.
-type BatchReceiver interface {
-	Receiver
-	BeginBatch()
-	EndBatch()
-}
-
 // TooBigHandler is a Receiver that wants to know when a datagram it sent
 // did not fit its path: the kernel refused it as larger than the path MTU
 // (DF is set, so nothing is fragmented). A port that can tell (the UDP

@@ -98,8 +98,8 @@ const groMax = 65535
 // dropped.
 const sourcePortDatagram = 512
 
-// deliverNow runs on the loop goroutine. A receiver that can hold its
-// replies (link.BatchReceiver) sends them once for the whole batch.
+// deliverNow runs on the loop goroutine: what the receiver sends in reply
+// to the whole batch waits in Send until the end of the loop's turn.
 func (b *inBatch) deliverNow() {
 	select {
 	case <-b.d.closed:
@@ -107,16 +107,9 @@ func (b *inBatch) deliverNow() {
 		return
 	default:
 	}
-	br, batching := b.r.(link.BatchReceiver)
-	if batching {
-		br.BeginBatch()
-	}
 	now := b.d.loop.Now()
 	for i := range b.msgs[:b.n] {
 		b.deliverMsg(&b.msgs[i], now)
-	}
-	if batching {
-		br.EndBatch()
 	}
 	b.done <- struct{}{}
 }
