@@ -76,7 +76,7 @@ func ackAfter(p *Prober, path uint8) (*proto.Packet, proto.AckRecord, Sent, erro
 	}
 	pkt, err := p.Expect(func(q *proto.Packet) bool {
 		r, ok := Record(q, path)
-		return q.Type() == proto.TypeAck && ok && r.HighestPSN() == s.PSN
+		return ok && r.HighestPSN() == s.PSN
 	})
 	if err != nil {
 		return nil, nil, s, fmt.Errorf("no ACK for PSN %d on path %d after AR: %w", s.PSN, path, err)
@@ -214,7 +214,7 @@ var Cases = []Case{
 				}
 				pkt, err := p.Expect(func(q *proto.Packet) bool {
 					r, ok := Record(q, 2)
-					return q.Type() == proto.TypeAck && ok && r.HighestPSN() == dup.PSN
+					return ok && r.HighestPSN() == dup.PSN
 				})
 				if err != nil {
 					return fmt.Errorf("the duplicate was not acknowledged (without AR): %w", err)
@@ -327,7 +327,7 @@ var Cases = []Case{
 				}
 				pkt, err := p.Expect(func(q *proto.Packet) bool {
 					r, ok := Record(q, path)
-					return q.Type() == proto.TypeAck && ok && r.Epoch() == 1
+					return ok && r.Epoch() == 1
 				})
 				if err != nil {
 					return fmt.Errorf("no ACK record of epoch 1: %w", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/proto"
 )
 
 // responder opens an mroce endpoint on addr that listens and grants remote
@@ -107,5 +108,33 @@ func TestDocsListEveryCase(t *testing.T) {
 		if !strings.Contains(string(doc), row) {
 			t.Errorf("docs/conformance.md lacks the row %s", row)
 		}
+	}
+}
+
+// Record finds an ACK's record for a path, and a packet that is not an ACK
+// (a CLOSE, whose header is shorter than a record) has none: the probe's
+// predicates see every packet a responder sends, whatever its type.
+func TestRecordOnlyReadsACKs(t *testing.T) {
+	buf := make([]byte, proto.MaxPacketLen)
+	var ack proto.Packet
+	if err := proto.Build(&ack, buf, proto.TypeAck, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	ack.AckRecord(0).SetPathID(3)
+	ack.AckRecord(1).SetPathID(5)
+	ack.AckRecord(1).SetHighestPSN(77)
+	if r, ok := Record(&ack, 5); !ok || r.HighestPSN() != 77 {
+		t.Fatalf("path 5's record: ok %v", ok)
+	}
+	if _, ok := Record(&ack, 4); ok {
+		t.Fatal("a record for path 4, which the ACK does not carry")
+	}
+	var cls proto.Packet
+	if err := proto.Build(&cls, make([]byte, proto.MaxPacketLen), proto.TypeClose, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	cls.Close().SetDetail(0xffffffff) // bytes an ACK would read as a record count
+	if _, ok := Record(&cls, 0); ok {
+		t.Fatal("a CLOSE read as an ACK record")
 	}
 }

@@ -278,23 +278,12 @@ func (p *Prober) ExpectWithin(d time.Duration, want func(*proto.Packet) bool) (*
 	}
 }
 
-// AckFor reports whether pkt is an ACK with a record for path.
-func AckFor(path uint8) func(*proto.Packet) bool {
-	return func(q *proto.Packet) bool {
-		if q.Type() != proto.TypeAck {
-			return false
-		}
-		for i := 0; i < int(q.Ack().RecordCount()); i++ {
-			if q.AckRecord(i).PathID() == path {
-				return true
-			}
-		}
-		return false
-	}
-}
-
-// Record returns pkt's ACK record for path.
+// Record returns pkt's ACK record for path; a packet that is not an ACK
+// has none.
 func Record(pkt *proto.Packet, path uint8) (proto.AckRecord, bool) {
+	if pkt.Type() != proto.TypeAck {
+		return nil, false
+	}
 	for i := 0; i < int(pkt.Ack().RecordCount()); i++ {
 		if r := pkt.AckRecord(i); r.PathID() == path {
 			return r, true
@@ -314,6 +303,5 @@ func Received(r proto.AckRecord, psn uint32) bool {
 	if k >= 256 {
 		return false
 	}
-	bv := r.Bitvector()
-	return bv[k/8]&(0x80>>(k%8)) != 0
+	return r.Received(int(k))
 }
