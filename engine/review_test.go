@@ -245,8 +245,8 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 		t.Errorf("hint 1 B/s: timeout after %v, past RTOMax %v", got, cfg.RTOMax)
 	}
 	p.probed = false
-	if got, want := p.timeout(), p.rtt.SRTT+cfg.RTOMax+cfg.AckDelay; got != want {
-		t.Errorf("hint 1 B/s: tail probe after %v, want %v", got, want)
+	if got, want := p.timeout(), cfg.RTOMax; got != want {
+		t.Errorf("hint 1 B/s: tail probe after %v, want RTOMax %v", got, want)
 	}
 }
 

@@ -881,7 +881,7 @@ func (p *sendPath) rto() time.Duration {
 func (p *sendPath) timeout() time.Duration {
 	if !p.probed && p.rtt.Samples > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip) && !p.s.c.isBaseline() {
 		cfg := &p.s.c.ep.cfg
-		return max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, cfg.RTOMin)
+		return min(max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, cfg.RTOMin), cfg.RTOMax)
 	}
 	return p.rto()
 }
