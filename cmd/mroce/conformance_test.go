@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/tunnet"
@@ -69,27 +70,22 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 	}
 }
 
-// The runner's two-endpoint cases, mroce against itself through the relay
-// emulator (separate processes: the built binary). The loss cases and
-// unequal-delay are left out: in real time on a busy machine the
-// requester's tail probes and spurious timeouts come and go
-// (docs/conformance.md); they pass in virtual time (engine's
-// TestTransferUnderImpairments).
+// Every one of the runner's two-endpoint cases, mroce against itself
+// through the relay emulator (separate processes: the built binary).
 func TestLargeConformanceRunner(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary: with the large tests")
 	}
 	bin := buildBinary(t)
 	logs := t.TempDir()
-	out, err := exec.Command(bin, "conformance", "run", "--logs", logs, "--json",
-		"--cases", "transfer,write,write-imm,read,planes-4,planes-8,duplication,corruption,ecn,blackhole,incast-8,incast-32").CombinedOutput()
+	out, err := exec.Command(bin, "conformance", "run", "--logs", logs, "--json").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	var rep struct {
 		Results []struct{ Case, Result, Details, Logs, Pcap string }
 	}
-	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 12 {
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != len(conformance.RunnerCases) {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	for _, r := range rep.Results {
