@@ -142,9 +142,9 @@ func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 	}
 }
 
-// The runner through the TUN emulator: each endpoint in its own network
-// namespace, on real kernel sockets. Needs root and ip; nothing is left
-// behind.
+// Every runner case through the TUN emulator: each endpoint in its own
+// network namespace, on real kernel sockets. Needs root and ip; nothing
+// is left behind.
 func TestLargeConformanceRunnerTUN(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary: with the large tests")
@@ -157,15 +157,14 @@ func TestLargeConformanceRunnerTUN(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	logs := t.TempDir()
-	out, err := exec.Command(bin, "conformance", "run", "--emulator", "tun", "--logs", logs, "--json",
-		"--cases", "transfer,read,planes-4,ecn,blackhole,incast-8").CombinedOutput()
+	out, err := exec.Command(bin, "conformance", "run", "--emulator", "tun", "--logs", logs, "--json").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	var rep struct {
 		Results []struct{ Case, Result, Details, Scenario, Pcap string }
 	}
-	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 6 {
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != len(conformance.RunnerCases) {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 	for _, r := range rep.Results {
