@@ -774,6 +774,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		marked = int(d)
 		p.ctr.CEMarks += uint64(d)
 		p.ce = rec.CECount()
+		if s.c.ep.cfg.Broken.IgnoreCE {
+			marked = 0
+		}
 	}
 	es := p.epochStart[e]
 	resolved := false

@@ -368,6 +368,13 @@ type Breakage struct {
 	// IgnoreRetryAfter: a packet refused with a retryable NACK (RNR,
 	// RESOURCE) is resent at once, whatever RetryAfter asked.
 	IgnoreRetryAfter bool
+	// IgnoreCE: a sender hears the CE marks its peer echoes (they are
+	// counted) but neither shrinks its paths' windows nor steers away
+	// from marked paths.
+	IgnoreCE bool
+	// MiscountCE: a receiver leaves out of its CECount the CE marks of
+	// data packets whose PSN is a multiple of 16.
+	MiscountCE bool
 }
 
 // Errors a connection can end with.

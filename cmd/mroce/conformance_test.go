@@ -116,22 +116,24 @@ func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	for _, c := range []struct {
-		bug  string
-		fail map[string]bool
+		bug, cases string
+		fail       map[string]bool
 	}{
-		{"responder:ignore-sack-bit", map[string]bool{"write": true}},
-		{"responder:accept-bad-crc", map[string]bool{"corruption": true}},
+		{"responder:ignore-sack-bit", "write,read,corruption", map[string]bool{"write": true}},
+		{"responder:accept-bad-crc", "write,read,corruption", map[string]bool{"corruption": true}},
 		// Every case checks the PSNs on the wire; READ's requester sends
 		// too few packets (16 requests) for the bug to show.
-		{"requester:reuse-psn", map[string]bool{"write": true, "corruption": true}},
+		{"requester:reuse-psn", "write,read,corruption", map[string]bool{"write": true, "corruption": true}},
+		{"requester:ignore-ce", "ecn,write", map[string]bool{"ecn": true}},
+		{"responder:miscount-ce", "ecn,write", map[string]bool{"ecn": true}},
 	} {
-		cmd := exec.Command(bin, "conformance", "run", "--logs", t.TempDir(), "--json", "--cases", "write,read,corruption")
+		cmd := exec.Command(bin, "conformance", "run", "--logs", t.TempDir(), "--json", "--cases", c.cases)
 		cmd.Env = append(os.Environ(), "MROCE_BREAK="+c.bug)
 		out, _ := cmd.Output() // exit 1: something failed
 		var rep struct {
 			Results []struct{ Case, Result, Details string }
 		}
-		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 3 {
+		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != strings.Count(c.cases, ",")+1 {
 			t.Fatalf("%s: %v:\n%s", c.bug, err, out)
 		}
 		for _, r := range rep.Results {

@@ -197,7 +197,7 @@ func contractHost(planes []netip.Addr, o transferOptions) (*endpoint.UDPHost, *e
 // breakage reads MROCE_BREAK, the deliberate bugs the conformance suite's
 // self-test builds into one side: a comma-separated list of ROLE:BUG, BUG
 // one of ignore-sack-bit, accept-bad-crc, skip-key-check, reuse-psn,
-// ignore-retry-after (engine.Breakage).
+// ignore-retry-after, ignore-ce, miscount-ce (engine.Breakage).
 // Only the entries for role apply. It is not a user's option.
 func breakage(spec, role string) (engine.Breakage, error) {
 	var b engine.Breakage
@@ -223,6 +223,10 @@ func breakage(spec, role string) (engine.Breakage, error) {
 			b.ReusePSN = true
 		case "ignore-retry-after":
 			b.IgnoreRetryAfter = true
+		case "ignore-ce":
+			b.IgnoreCE = true
+		case "miscount-ce":
+			b.MiscountCE = true
 		default:
 			return b, fmt.Errorf("MROCE_BREAK %q: no such bug", f)
 		}
