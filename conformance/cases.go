@@ -27,18 +27,21 @@ type Case struct {
 // Result is one case's outcome.
 type Result struct {
 	Case    string        `json:"case"`
-	Result  string        `json:"result"` // "pass" or "fail"
+	Result  string        `json:"result"` // "pass", "fail" or (runner cases) "unsupported"
 	Details string        `json:"details,omitempty"`
 	Spec    string        `json:"spec"`
 	Elapsed time.Duration `json:"elapsed_ns"`
-	// For the runner's cases: the emulated network and its seed, the
-	// directory of the endpoints' logs and reports, and the capture of
-	// every datagram the emulator delivered (headers and the first bytes
-	// of data: a snap length of 1,200).
-	Scenario string `json:"scenario,omitempty"`
-	Seed     uint64 `json:"seed,omitempty"`
-	Logs     string `json:"logs,omitempty"`
-	Pcap     string `json:"pcap,omitempty"`
+	// For the runner's cases: the implementations in each role, the
+	// emulated network and its seed, the directory of the endpoints' logs
+	// and reports, and the capture of every datagram the emulator
+	// delivered (headers and the first bytes of data: a snap length of
+	// 1,200).
+	Requester string `json:"requester,omitempty"`
+	Responder string `json:"responder,omitempty"`
+	Scenario  string `json:"scenario,omitempty"`
+	Seed      uint64 `json:"seed,omitempty"`
+	Logs      string `json:"logs,omitempty"`
+	Pcap      string `json:"pcap,omitempty"`
 }
 
 // Run runs cases against env, in order.

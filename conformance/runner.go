@@ -393,23 +393,42 @@ type Implementation struct {
 	Cmd  []string // the command and its arguments
 }
 
-// RunMatrix runs every case with requester and responder through the
+// RunPair runs every case with requester and responder through the
 // emulator emu (Relay: no root needed; TUN: Linux and root), writing logs
 // under dir, and returns a result per case ("pass", "fail" or
-// "unsupported").
-func RunMatrix(emu string, requester, responder Implementation, cases []RunnerCase, dir string, timeout time.Duration) []Result {
+// "unsupported"), naming the pair.
+func RunPair(emu string, requester, responder Implementation, cases []RunnerCase, dir string, timeout time.Duration) []Result {
 	var out []Result
 	for _, c := range cases {
 		began := time.Now()
 		caseDir := filepath.Join(dir, c.Name)
 		res, details := runCase(emu, requester, responder, c, caseDir, timeout)
 		r := Result{Case: c.Name, Result: res, Details: details, Spec: "runner", Elapsed: time.Since(began),
+			Requester: requester.Name, Responder: responder.Name,
 			Scenario: fmt.Sprintf("%s emulator: %d planes of 1 Gb/s, %d requester(s) of %d MiB", cmp.Or(emu, Relay), c.Planes, max(1, c.Requesters), c.Size>>20),
 			Seed:     runnerSeed, Logs: caseDir}
 		if _, err := os.Stat(filepath.Join(caseDir, "emulator.pcap")); err == nil {
 			r.Pcap = filepath.Join(caseDir, "emulator.pcap")
 		}
 		out = append(out, r)
+	}
+	return out
+}
+
+// RunMatrix is the interop matrix: every case for every ordered pair of
+// impls (each as requester against each as responder, itself included),
+// pair after pair. With one implementation the logs are under dir/CASE;
+// with more, under dir/REQUESTER-RESPONDER/CASE.
+func RunMatrix(emu string, impls []Implementation, cases []RunnerCase, dir string, timeout time.Duration) []Result {
+	var out []Result
+	for _, req := range impls {
+		for _, resp := range impls {
+			d := dir
+			if len(impls) > 1 {
+				d = filepath.Join(dir, req.Name+"-"+resp.Name)
+			}
+			out = append(out, RunPair(emu, req, resp, cases, d, timeout)...)
+		}
 	}
 	return out
 }
@@ -552,7 +571,16 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 	if err != nil {
 		return "fail", "starting the responder: " + err.Error()
 	}
-	time.Sleep(300 * time.Millisecond) // until it listens
+	respDone := make(chan error, 1)
+	go func() { respDone <- rcmd.Wait() }()
+	select {
+	case err := <-respDone:
+		if code(err) == Unsupported {
+			return "unsupported", ""
+		}
+		return "fail", fmt.Sprintf("the responder exited before the requesters started: %v (logs in %s)", err, dir)
+	case <-time.After(300 * time.Millisecond): // until it listens
+	}
 	var qcmds []*exec.Cmd
 	for i, h := range reqHosts {
 		qcmd, err := start(req, h, env("requester", addrs(false, h), addrs(true, 1), reqDirs[i]), reqDirs[i])
@@ -574,7 +602,10 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 			qerr = err
 		}
 	}
-	rerr := rcmd.Wait()
+	if unsupported || qerr != nil {
+		rcmd.Process.Kill() // nothing more is coming: it would wait for its own timeout
+	}
+	rerr := <-respDone
 	if unsupported || code(rerr) == Unsupported {
 		return "unsupported", ""
 	}

@@ -55,6 +55,7 @@ func conformanceCommand() *cli.Command {
 					&cli.StringFlag{Name: "emulator", Value: conformance.Relay, Usage: "relay (no root, loopback addresses) or tun (Linux and root: each endpoint in its own network namespace, on real kernel sockets)"},
 					&cli.StringFlag{Name: "requester", Usage: "the requester's command line (default: this mroce)"},
 					&cli.StringFlag{Name: "responder", Usage: "the responder's command line (default: this mroce)"},
+					&cli.StringSliceFlag{Name: "impl", Usage: "NAME=COMMAND: an implementation (its command line following the endpoint contract) for the interop matrix, which runs every case for every ordered pair of this mroce and the --impl ones; repeat for more"},
 					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for every case's logs and reports"},
 					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
 					&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a case may take"},
@@ -66,13 +67,11 @@ func conformanceCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					impl := func(flag string) conformance.Implementation {
-						if v := c.String(flag); v != "" {
-							return conformance.Implementation{Name: v, Cmd: strings.Fields(v)}
-						}
-						return conformance.Implementation{Name: "mroce", Cmd: []string{self, "conformance", "endpoint"}}
+					mroce := conformance.Implementation{Name: "mroce", Cmd: []string{self, "conformance", "endpoint"}}
+					impls, err := parseImpls(c, c.StringSlice("impl"))
+					if err != nil {
+						return err
 					}
-					req, resp := impl("requester"), impl("responder")
 					cases, unknown := selectCases(conformance.RunnerCases, func(rc conformance.RunnerCase) string { return rc.Name }, c.StringSlice("cases"))
 					if unknown != "" {
 						return usagef(c, "conformance run: no case %q", unknown)
@@ -81,8 +80,29 @@ func conformanceCommand() *cli.Command {
 					if emu != conformance.Relay && emu != conformance.TUN {
 						return usagef(c, "conformance run: --emulator %q: want relay or tun", emu)
 					}
-					rep := conformance.Report{Implementation: req.Name + " -> " + resp.Name, Target: "the " + emu + " emulator", Started: time.Now()}
-					rep.Results = conformance.RunMatrix(emu, req, resp, cases, c.String("logs"), c.Duration("timeout"))
+					rep := conformance.Report{Target: "the " + emu + " emulator", Started: time.Now()}
+					if len(impls) > 0 {
+						if c.IsSet("requester") || c.IsSet("responder") {
+							return usagef(c, "conformance run: --impl runs every pair: no --requester or --responder with it")
+						}
+						impls = append([]conformance.Implementation{mroce}, impls...)
+						var names []string
+						for _, im := range impls {
+							names = append(names, im.Name)
+						}
+						rep.Implementation = "the interop matrix of " + strings.Join(names, ", ")
+						rep.Results = conformance.RunMatrix(emu, impls, cases, c.String("logs"), c.Duration("timeout"))
+						return writeConformance(c, rep)
+					}
+					impl := func(flag string) conformance.Implementation {
+						if v := c.String(flag); v != "" {
+							return conformance.Implementation{Name: v, Cmd: strings.Fields(v)}
+						}
+						return mroce
+					}
+					req, resp := impl("requester"), impl("responder")
+					rep.Implementation = req.Name + " -> " + resp.Name
+					rep.Results = conformance.RunPair(emu, req, resp, cases, c.String("logs"), c.Duration("timeout"))
 					return writeConformance(c, rep)
 				},
 			},
@@ -203,6 +223,28 @@ func runConformance(c *cli.Context, name string, t conformance.Target) error {
 	rep := conformance.Report{Implementation: name, Target: t.Addr.String(), Started: time.Now()}
 	rep.Results = conformance.Run(conformance.Env{Target: t, Local: local}, conformance.Cases)
 	return writeConformance(c, rep)
+}
+
+// parseImpls reads --impl NAME=COMMAND values. A name is letters, digits,
+// '.', '_' and '-' (it names the pair's log directory), and not "mroce",
+// which is this one.
+func parseImpls(c *cli.Context, specs []string) ([]conformance.Implementation, error) {
+	var out []conformance.Implementation
+	seen := map[string]bool{"mroce": true}
+	for _, spec := range specs {
+		name, cmd, ok := strings.Cut(spec, "=")
+		argv := strings.Fields(cmd)
+		valid := name != "" && strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == ""
+		switch {
+		case !ok || !valid || len(argv) == 0:
+			return nil, usagef(c, "conformance run: --impl %q: want NAME=COMMAND, NAME of letters, digits, '.', '_' and '-'", spec)
+		case seen[name]:
+			return nil, usagef(c, "conformance run: --impl %q: the name %q is taken", spec, name)
+		}
+		seen[name] = true
+		out = append(out, conformance.Implementation{Name: name, Cmd: argv})
+	}
+	return out, nil
 }
 
 // writeConformance prints a conformance report (text or JSON), writes its HTML page

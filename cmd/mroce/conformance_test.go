@@ -144,6 +144,57 @@ func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 	}
 }
 
+// The interop matrix: every ordered pair of this mroce, one built to place
+// corrupt packets as a responder, and one that supports nothing (exit
+// 127). Each cell shows the implementation in the failing role: the
+// corruption case fails exactly where the broken one responds, and every
+// pair with the other is unsupported, not failed.
+func TestLargeConformanceInteropMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: with the large tests")
+	}
+	bin := buildBinary(t)
+	none := filepath.Join(t.TempDir(), "none.sh")
+	if err := os.WriteFile(none, []byte("#!/bin/sh\nexit 127\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logs := t.TempDir()
+	page := filepath.Join(logs, "index.html")
+	cmd := exec.Command(bin, "conformance", "run", "--logs", logs, "--json", "--html", page, "--cases", "corruption",
+		"--impl", "broken=env MROCE_BREAK=responder:accept-bad-crc "+bin+" conformance endpoint", "--impl", "none="+none)
+	out, err := cmd.Output()
+	if cmd.ProcessState.ExitCode() != 1 {
+		t.Fatalf("exit %v, want 1 (a case failed):\n%s", err, out)
+	}
+	var rep struct {
+		Results []struct{ Requester, Responder, Case, Result, Details, Logs string }
+	}
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 9 {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	want := func(req, resp string) string {
+		switch {
+		case req == "none" || resp == "none":
+			return "unsupported"
+		case resp == "broken":
+			return "fail"
+		}
+		return "pass"
+	}
+	for _, r := range rep.Results {
+		if w := want(r.Requester, r.Responder); r.Result != w {
+			t.Errorf("%s -> %s: %s %s, want %s", r.Requester, r.Responder, r.Result, r.Details, w)
+		}
+		if r.Logs != filepath.Join(logs, r.Requester+"-"+r.Responder, "corruption") {
+			t.Errorf("%s -> %s: logs in %s", r.Requester, r.Responder, r.Logs)
+		}
+	}
+	html, err := os.ReadFile(page)
+	if err != nil || !strings.Contains(string(html), "Interop matrix") || strings.Count(string(html), `<td class="fail">0/1 fail: corruption`) != 2 {
+		t.Errorf("the page (%v):\n%s", err, html)
+	}
+}
+
 // Every runner case through the TUN emulator: each endpoint in its own
 // network namespace, on real kernel sockets. Needs root and ip; nothing
 // is left behind.
