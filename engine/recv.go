@@ -508,8 +508,7 @@ func (r *receiver) sendAck(plane int, records bool) {
 			rec.SetServiceTime(uint32(min(now-p.lastAt, 1<<32-1)))
 			p.bits.write(rec)
 			if c.ep.cfg.Broken.IgnoreSACKBit {
-				bv := rec[20:]
-				bv[0] &^= 0x80 // the PSN below the highest, never reported (a deliberate bug)
+				rec.ClearReceived(0) // the PSN below the highest, never reported (a deliberate bug)
 			}
 		}
 		r.dirty = r.dirty[:copy(r.dirty, r.dirty[n:])]

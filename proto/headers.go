@@ -139,6 +139,9 @@ func (r AckRecord) Received(k int) bool { return r[20+k>>3]&(0x80>>(k&7)) != 0 }
 // MarkReceived sets bit k: PSN HighestPSN-1-k was received (k < 256).
 func (r AckRecord) MarkReceived(k int) { r[20+k>>3] |= 0x80 >> (k & 7) }
 
+// ClearReceived clears bit k: PSN HighestPSN-1-k was not received (k < 256).
+func (r AckRecord) ClearReceived(k int) { r[20+k>>3] &^= 0x80 >> (k & 7) }
+
 // NackHeader views the 20-byte extension of NACK.
 type NackHeader []byte
 

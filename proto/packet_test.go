@@ -257,3 +257,24 @@ func BenchmarkCRC32C4K(b *testing.B) {
 		Checksum(data)
 	}
 }
+
+// Bit k of a record's bitvector is PSN HighestPSN-1-k: bit 0 is the top
+// bit of the vector's first byte, bit 255 the low bit of its last. Marking
+// and clearing a bit touch that bit only.
+func TestAckRecordBits(t *testing.T) {
+	rec := make(AckRecord, AckRecordLen)
+	for _, k := range []int{0, 7, 8, 255} {
+		rec.MarkReceived(k)
+	}
+	bv := rec.Bitvector()
+	if bv[0] != 0x81 || bv[1] != 0x80 || bv[31] != 0x01 {
+		t.Fatalf("bitvector % x", bv)
+	}
+	rec.ClearReceived(7)
+	rec.ClearReceived(9) // not set: stays clear
+	for k := 0; k < 256; k++ {
+		if want := k == 0 || k == 8 || k == 255; rec.Received(k) != want {
+			t.Errorf("bit %d: %v", k, rec.Received(k))
+		}
+	}
+}

@@ -32,7 +32,7 @@ var viewTypes = map[string]reflect.Type{
 
 // bitHelpers are view methods that are not field accessors: they read and set
 // single bits of the Bitvector field, which has its own spec row.
-var bitHelpers = map[string]bool{"Received": true, "MarkReceived": true}
+var bitHelpers = map[string]bool{"Received": true, "MarkReceived": true, "ClearReceived": true}
 
 var (
 	layoutMarker = regexp.MustCompile(`^<!-- layout: (\w+) (\d+) -->$`)
