@@ -447,16 +447,10 @@ func (s *sender) paced(bytes int) {
 }
 
 // ringRoom reports whether the path can issue another PSN without reusing
-// the ring slot of an unresolved one.
+// the ring slot of an unresolved one: the ring has a free slot, or can
+// grow (transmit grows it).
 func (p *sendPath) ringRoom() bool {
-	if p.next-p.oldest < uint32(len(p.ring)) {
-		return true
-	}
-	if len(p.ring) < maxPathRing {
-		p.growRing()
-		return true
-	}
-	return false
+	return p.next-p.oldest < uint32(len(p.ring)) || len(p.ring) < maxPathRing
 }
 
 // A path keeps the PSNs it has not resolved in a ring of send records.
@@ -470,12 +464,10 @@ const (
 )
 
 // growRing doubles the ring, moving the unresolved PSNs to their slots in
-// it; the other slots hold no PSN (resolved).
+// it. Only the slots of PSNs from oldest to next are ever read, and
+// transmit writes each before it is.
 func (p *sendPath) growRing() {
 	ring := make([]sendRec, 2*len(p.ring))
-	for i := range ring {
-		ring[i].resolved = true
-	}
 	for psn := p.oldest; psn != p.next; psn++ {
 		ring[psn&uint32(len(ring)-1)] = *p.slot(psn)
 	}
@@ -526,6 +518,9 @@ func (s *sender) pickPath(lost int) *sendPath {
 func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool) {
 	now := s.c.ep.clock.Now()
 	psn := p.next
+	if psn-p.oldest == uint32(len(p.ring)) {
+		p.growRing() // full: ringRoom said it may grow
+	}
 	p.next++
 	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now}
 	p.inflight++
@@ -673,9 +668,8 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	ack := pkt.Ack()
 	before := s.una
-	if s.c.isBaseline() {
-		// The baseline ignores rate hints: DCQCN alone, as deployed.
-	} else {
+	lower := false         // the receiver's share fell
+	if !s.c.isBaseline() { // the baseline ignores rate hints: DCQCN alone, as deployed
 		hint := math.Inf(1)
 		if h := ack.RateHint(); h != proto.RateNoLimit {
 			hint = float64(h)
@@ -683,17 +677,8 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		if hint > s.hint {
 			s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new one back
 		}
-		lower := hint < s.hint
+		lower = hint < s.hint
 		s.hint = hint
-		if lower {
-			// What is in flight drains more slowly now (drainTime): the
-			// paths' timers, armed at the old share, are armed again.
-			for _, p := range s.paths {
-				if p.inflight > 0 {
-					p.armTimer(at)
-				}
-			}
-		}
 	}
 	cum := ack.CumDSN()
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
@@ -706,6 +691,15 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 			continue
 		}
 		s.paths[rec.PathID()].onRecord(rec, at)
+	}
+	if lower {
+		// What is still in flight drains more slowly now (drainTime):
+		// the paths' timers, armed at the old share, are armed again.
+		for _, p := range s.paths {
+			if p.inflight > 0 {
+				p.armTimer(at)
+			}
+		}
 	}
 	if s.c.isBaseline() {
 		s.ackedInOrder()
@@ -927,10 +921,8 @@ func (p *sendPath) onTimer() {
 		s.goBack(p.oldest)
 	case p.state == pathmgr.AssumedBad:
 		// A probe went unanswered: the route may be what failed. Move to a
-		// new source port (at most once per MPL), then probe again.
-		if p.ctr.Repaths == 0 || now.Sub(p.repathedAt) >= c.ep.cfg.MPL {
-			p.repath(now)
-		}
+		// new source port, then probe again.
+		p.repath(now)
 		p.sendProbe()
 		p.timeouts = min(p.timeouts+1, 16)
 	case p.inflight == 0:
@@ -1034,9 +1026,14 @@ func (p *sendPath) planeUp(now clock.Time) {
 }
 
 // repath gives the path another source port from the pool; its epoch
-// advances and its PSN space continues (spec section 6.3).
-func (p *sendPath) repath(now clock.Time) {
+// advances and its PSN space continues (spec section 6.3). A path moves at
+// most once per MPL: it reports false, and stays, when it moved more
+// recently.
+func (p *sendPath) repath(now clock.Time) bool {
 	cfg := &p.s.c.ep.cfg
+	if p.ctr.Repaths > 0 && now.Sub(p.repathedAt) < cfg.MPL {
+		return false
+	}
 	n := len(cfg.SourcePorts)
 	next := (p.portIndex + len(p.s.paths)) % n
 	if next == p.portIndex {
@@ -1049,6 +1046,7 @@ func (p *sendPath) repath(now clock.Time) {
 	p.epochStart[p.epoch] = p.next
 	p.ctr.Repaths++
 	p.setState(p.state, true)
+	return true
 }
 
 func (p *sendPath) sendProbe() {
@@ -1290,10 +1288,9 @@ func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	if n == 0 || p.lossAvg <= cfg.LossOutlierFactor*others/float64(n) {
 		return
 	}
-	if p.ctr.Repaths > 0 && now.Sub(p.repathedAt) < cfg.MPL {
-		return // at most once per MPL (spec section 6.3)
+	if !p.repath(now) {
+		return // it moved less than an MPL ago
 	}
-	p.repath(now)
 	p.s.stats.LossRepaths++
 	p.lossAvg = others / float64(n) // a new route starts from the connection's average
 }
