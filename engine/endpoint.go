@@ -160,13 +160,16 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 	if err := pkt.Decode(d.Data); err != nil {
 		return // not one of ours
 	}
-	for _, id := range e.connIDs() {
+	plane := e.planeOf(d.Src.Addr())
+	if plane < 0 {
+		return // not from one of our planes
+	}
+	for _, id := range e.connIDs() { // a refusal is rare: the sorted walk keeps failures in order
 		c := e.conns[id]
 		if c.state == Closed || c.peerID != pkt.Common.DstConnID() || c.peerPort != d.Dst.Port() {
 			continue
 		}
-		plane := e.planeOf(d.Src.Addr())
-		if plane < 0 || plane >= len(c.remote) || c.remote[plane] != d.Dst.Addr() {
+		if plane >= len(c.remote) || c.remote[plane] != d.Dst.Addr() {
 			continue
 		}
 		c.fail(&PathMTUError{Src: d.Src, Dst: d.Dst, Size: len(d.Data), MaxPacket: c.maxPacket}, StatusFlushed, true)

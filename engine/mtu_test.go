@@ -44,8 +44,16 @@ func TestPacketTooBigForThePathFailsTheConnection(t *testing.T) {
 	}
 	// Not ours: garbage, and a packet for a connection id nobody has.
 	n.hosts[0].ep.TooBig(&link.Datagram{Src: refused.Src, Dst: refused.Dst, Data: []byte{1, 2, 3}})
+	stranger := append([]byte(nil), refused.Data...)
+	var pkt proto.Packet
+	if err := pkt.Decode(stranger); err != nil {
+		t.Fatal(err)
+	}
+	pkt.Common.SetDstConnID(pkt.Common.DstConnID() + 1)
+	pkt.Seal()
+	n.hosts[0].ep.TooBig(&link.Datagram{Src: refused.Src, Dst: refused.Dst, Data: stranger})
 	if pr.a.State() != Established {
-		t.Fatal("garbage failed the connection")
+		t.Fatal("garbage, or a refused packet of another connection, failed the connection")
 	}
 	n.hosts[0].ep.TooBig(refused)
 	var mtu *PathMTUError
