@@ -67,6 +67,8 @@ var (
 		"A path's congestion window.", pathLabels, nil)
 	pathInFlight = prometheus.NewDesc("mroce_path_in_flight_packets",
 		"A path's packets sent and not yet resolved.", pathLabels, nil)
+	pathUtilization = prometheus.NewDesc("mroce_path_utilization_ratio",
+		"The share of its congestion window a path holds in flight (0 to 1): near 1 the window limits it, near 0 something else does.", pathLabels, nil)
 	pathState = prometheus.NewDesc("mroce_path_state",
 		"1 for a path's present state (GOOD, SKIP, ASSUMED_BAD, DOWN), 0 for the others.", append(pathLabels, "state"), nil)
 	connPaths = prometheus.NewDesc("mroce_connection_paths",
@@ -78,7 +80,7 @@ var states = []pathmgr.State{pathmgr.Good, pathmgr.Skip, pathmgr.AssumedBad, pat
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathCE, pathAcked,
-		pathRepaths, pathRTT, pathMinRTT, pathWindow, pathInFlight, pathState, connPaths} {
+		pathRepaths, pathRTT, pathMinRTT, pathWindow, pathInFlight, pathUtilization, pathState, connPaths} {
 		ch <- d
 	}
 }
@@ -115,6 +117,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(pathMinRTT, p.RTT.Min.Seconds())
 			gauge(pathWindow, float64(p.Window))
 			gauge(pathInFlight, float64(p.InFlight))
+			gauge(pathUtilization, p.Utilization())
 			for _, s := range states {
 				v := 0.0
 				if p.State == s {

@@ -65,6 +65,7 @@ mroce_path_rtt_seconds{conn="peer",path="1",plane="1",source_port="50002"} 0
 		`mroce_path_state{conn="peer",path="1",plane="1",source_port="50002",state="GOOD"} 0`,
 		`mroce_path_repaths_total{conn="peer",path="1",plane="1",source_port="50002"} 1`,
 		`mroce_connection_paths{conn="peer"} 2`,
+		`mroce_path_utilization_ratio{conn="peer",path="0",plane="0",source_port="50001"} 0.3125`,
 	} {
 		if !strings.Contains(string(body), line) {
 			t.Errorf("missing %s", line)
