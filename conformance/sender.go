@@ -119,9 +119,9 @@ func (s *SenderProbe) Accept() error {
 			continue
 		}
 		h := pkt.Handshake()
-		if _, ok := checkConnect(h); !ok {
-			return fmt.Errorf("conformance: a malformed CONNECT (paths %d, streams %d, MaxPacket %d, reply port %d, mode %d)",
-				h.Paths(), h.Streams(), h.MaxPacket(), h.ReplyPort(), h.Mode())
+		if reason := checkConnect(h); reason != "" {
+			return fmt.Errorf("conformance: a malformed CONNECT: %s (paths %d, streams %d, MaxPacket %d, reply port %d, mode %d)",
+				reason, h.Paths(), h.Streams(), h.MaxPacket(), h.ReplyPort(), h.Mode())
 		}
 		s.connect = append(proto.HandshakeHeader(nil), h...)
 		s.peerID = h.SrcConnID()
@@ -151,21 +151,21 @@ func (s *SenderProbe) Accept() error {
 }
 
 // checkConnect applies the handshake's own rules (spec section 8.1) to a
-// CONNECT.
-func checkConnect(h proto.HandshakeHeader) (string, bool) {
+// CONNECT: it returns what breaks them, or "".
+func checkConnect(h proto.HandshakeHeader) string {
 	switch {
 	case h.SrcConnID() == 0:
-		return "SrcConnID 0", false
+		return "SrcConnID 0"
 	case h.Paths() < 1 || h.Streams() < 1:
-		return "no paths or streams", false
+		return "no paths or streams"
 	case h.MaxPacket() < 256:
-		return "MaxPacket under 256", false
+		return "MaxPacket under 256"
 	case h.ReplyPort() == 0:
-		return "reply port 0", false
+		return "reply port 0"
 	case h.Mode() != proto.ModeMultipath:
-		return "not multipath mode", false
+		return "not multipath mode"
 	}
-	return "", true
+	return ""
 }
 
 // Arrival is a data packet the probe received.

@@ -56,8 +56,6 @@ func typeParts() (map[proto.Type][]string, error) {
 	return out, nil
 }
 
-func luaName(s string) string { return strings.ToLower(s) }
-
 func writeDissector(w io.Writer) error {
 	parts, err := typeParts()
 	if err != nil {
