@@ -17,9 +17,27 @@ type Event interface {
 type Sim struct {
 	now    Time
 	seq    uint64
-	events calendar    // one-shot events, by (at, seq)
-	timers []*SimTimer // armed timers: a min-heap by (at, seq), indexed for Reset/Stop
+	events calendar     // one-shot events, by (at, seq)
+	timers []timerEntry // a 4-ary min-heap by (at, seq), at most one entry a timer
+	armed  int          // timers armed
 	fired  uint64
+}
+
+// timerEntry is a timer's place in the heap. Its key is the timer's
+// deadline or earlier: a timer moved to a later deadline (a retransmission
+// timer pushed back by every acknowledgment: most Resets) or stopped keeps
+// its entry where it is, and the entry is moved or dropped only when it
+// comes to the top. A Reset that postpones or a Stop then costs O(1), not
+// two walks of a heap of tens of thousands of timers, and timers still
+// fire in order of (deadline, sequence) exactly as with an exact heap.
+type timerEntry struct {
+	at  Time
+	seq uint64
+	t   *SimTimer
+}
+
+func (a *timerEntry) less(b *timerEntry) bool {
+	return a.at < b.at || a.at == b.at && a.seq < b.seq
 }
 
 type eventEntry struct {
@@ -38,7 +56,7 @@ func (s *Sim) Now() Time { return s.now }
 func (s *Sim) Fired() uint64 { return s.fired }
 
 // Pending counts scheduled events and armed timers.
-func (s *Sim) Pending() int { return s.events.len() + len(s.timers) }
+func (s *Sim) Pending() int { return s.events.len() + s.armed }
 
 // At schedules ev to fire at time at (now, if at is in the past).
 func (s *Sim) At(at Time, ev Event) {
@@ -58,6 +76,7 @@ func (s *Sim) Next() Time {
 	if e, ok := s.events.peek(s.now); ok {
 		next = e.at
 	}
+	s.settleTimers()
 	if len(s.timers) > 0 && s.timers[0].at < next {
 		next = s.timers[0].at
 	}
@@ -68,11 +87,14 @@ func (s *Sim) Next() Time {
 // reports false when nothing is scheduled.
 func (s *Sim) Step() bool {
 	next, haveEvent := s.events.peek(s.now)
-	useTimer := len(s.timers) > 0 && (!haveEvent || s.timers[0].before(next.at, next.seq))
+	s.settleTimers()
+	useTimer := len(s.timers) > 0 && (!haveEvent || s.timers[0].at < next.at || s.timers[0].at == next.at && s.timers[0].seq < next.seq)
 	switch {
 	case useTimer:
-		t := s.timers[0]
-		s.removeTimer(0)
+		t := s.timers[0].t
+		s.popTimer()
+		t.armed = false
+		s.armed--
 		s.now = t.at
 		s.fired++
 		t.fire()
@@ -121,18 +143,15 @@ func (a eventEntry) less(b eventEntry) bool {
 type SimTimer struct {
 	sim   *Sim
 	fire  func()
-	at    Time
+	at    Time // the deadline, when armed
 	seq   uint64
-	index int // position in sim.timers, -1 when stopped
+	armed bool
+	index int // position of its entry in sim.timers, -1 when it has none
 }
 
 // NewTimer makes a stopped timer that calls fire on expiry.
 func (s *Sim) NewTimer(fire func()) Timer {
 	return &SimTimer{sim: s, fire: fire, index: -1}
-}
-
-func (t *SimTimer) before(at Time, seq uint64) bool {
-	return t.at < at || t.at == at && t.seq < seq
 }
 
 // Reset arms the timer for time at.
@@ -142,80 +161,115 @@ func (t *SimTimer) Reset(at Time) {
 		at = s.now
 	}
 	s.seq++
-	t.at, t.seq = at, s.seq
-	if t.index < 0 {
-		t.index = len(s.timers)
-		s.timers = append(s.timers, t)
-		s.timerUp(t.index)
-		return
+	if !t.armed {
+		s.armed++
 	}
-	s.timerUp(t.index)
-	s.timerDown(t.index)
+	t.at, t.seq, t.armed = at, s.seq, true
+	switch {
+	case t.index < 0:
+		s.timers = append(s.timers, timerEntry{at, t.seq, t})
+		s.timerUp(len(s.timers) - 1)
+	case at < s.timers[t.index].at:
+		e := &s.timers[t.index]
+		e.at, e.seq = at, t.seq
+		s.timerUp(t.index)
+	}
+	// Otherwise the entry is early: settleTimers moves it when it comes up.
 }
 
-// Stop disarms the timer.
+// Stop disarms the timer. Its entry, if any, is dropped when it comes up.
 func (t *SimTimer) Stop() bool {
-	if t.index < 0 {
+	if !t.armed {
 		return false
 	}
-	t.sim.removeTimer(t.index)
+	t.armed = false
+	t.sim.armed--
 	return true
 }
 
 // Deadline is when the timer fires, or Never.
 func (t *SimTimer) Deadline() Time {
-	if t.index < 0 {
+	if !t.armed {
 		return Never
 	}
 	return t.at
 }
 
-func (s *Sim) removeTimer(i int) {
-	h := s.timers
-	last := len(h) - 1
-	h[i].index = -1
-	if i != last {
-		h[i] = h[last]
-		h[i].index = i
-	}
-	h[last] = nil
-	s.timers = h[:last]
-	if i < last {
-		s.timerUp(i)
-		s.timerDown(i)
+// settleTimers makes the top of the heap an armed timer's entry at its
+// deadline: it drops the entries of stopped timers and moves those of
+// postponed ones to their deadlines, until the top is exact (or the heap
+// is empty). Entries below the top may still be early; none is late.
+func (s *Sim) settleTimers() {
+	for len(s.timers) > 0 {
+		e := &s.timers[0]
+		t := e.t
+		switch {
+		case !t.armed:
+			s.popTimer()
+		case e.at == t.at && e.seq == t.seq:
+			return
+		default:
+			e.at, e.seq = t.at, t.seq
+			s.timerDown(0)
+		}
 	}
 }
 
+// popTimer removes the top entry.
+func (s *Sim) popTimer() {
+	h := s.timers
+	h[0].t.index = -1
+	last := len(h) - 1
+	h[0] = h[last]
+	h[last] = timerEntry{}
+	s.timers = h[:last]
+	if last > 0 {
+		s.timerDown(0)
+	}
+}
+
+// The timer heap is 4-ary, as the calendar's far heap: half the depth of a
+// binary heap. Keys are in the entries, so comparisons do not visit the
+// timers.
+
 func (s *Sim) timerUp(i int) {
 	h := s.timers
+	e := h[i]
 	for i > 0 {
-		p := (i - 1) / 2
-		if !h[i].before(h[p].at, h[p].seq) {
+		p := (i - 1) / 4
+		if !e.less(&h[p]) {
 			break
 		}
-		h[i], h[p] = h[p], h[i]
-		h[i].index, h[p].index = i, p
+		h[i] = h[p]
+		h[i].t.index = i
 		i = p
 	}
+	h[i] = e
+	e.t.index = i
 }
 
 func (s *Sim) timerDown(i int) {
 	h := s.timers
 	n := len(h)
+	e := h[i]
 	for {
-		l := 2*i + 1
-		if l >= n {
-			return
+		c := 4*i + 1
+		if c >= n {
+			break
 		}
-		m := l
-		if r := l + 1; r < n && h[r].before(h[l].at, h[l].seq) {
-			m = r
+		m := c
+		for j := c + 1; j < min(c+4, n); j++ {
+			if h[j].less(&h[m]) {
+				m = j
+			}
 		}
-		if !h[m].before(h[i].at, h[i].seq) {
-			return
+		if !h[m].less(&e) {
+			break
 		}
-		h[i], h[m] = h[m], h[i]
-		h[i].index, h[m].index = i, m
+		h[i] = h[m]
+		h[i].t.index = i
 		i = m
 	}
+	h[i] = e
+	e.t.index = i
 }

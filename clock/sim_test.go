@@ -199,3 +199,26 @@ func TestSimCalendarWindowEdges(t *testing.T) {
 		t.Fatalf("fired at %v, want %v", got, want)
 	}
 }
+
+// A timer has at most one entry in the heap however often it is postponed,
+// stopped and armed again, and a postponed timer fires once, at its last
+// deadline.
+func TestSimTimerKeepsOneEntry(t *testing.T) {
+	s := NewSim()
+	fired := []Time{}
+	tm := s.NewTimer(func() { fired = append(fired, s.Now()) })
+	for i := 1; i <= 1000; i++ {
+		tm.Reset(Time(10 * i)) // later each time
+		if i%7 == 0 {
+			tm.Stop()
+			tm.Reset(Time(10*i - 5)) // armed again, earlier than the last deadline
+		}
+	}
+	if len(s.timers) != 1 || s.Pending() != 1 {
+		t.Fatalf("%d entries, %d pending for one timer", len(s.timers), s.Pending())
+	}
+	s.RunUntil(20000)
+	if !slices.Equal(fired, []Time{10000}) || s.Pending() != 0 || len(s.timers) != 0 {
+		t.Fatalf("fired at %v; %d pending, %d entries left", fired, s.Pending(), len(s.timers))
+	}
+}
