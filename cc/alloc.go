@@ -24,6 +24,7 @@ type Allocator struct {
 	flows      map[uint32]*flow
 	level      float64 // the water level: every active connection's hint
 	lastExpire int64
+	demands    []float64 // recompute's scratch
 }
 
 type flow struct {
@@ -111,12 +112,12 @@ func (a *Allocator) expire(now int64) bool {
 // L) <= Capacity. Every sender gets L as its hint; one that wants less
 // uses less, and the rest is what the others share.
 func (a *Allocator) recompute() bool {
-	demands := make([]float64, 0, len(a.flows))
+	a.demands = a.demands[:0]
 	for _, f := range a.flows {
 		f.used = f.demand
-		demands = append(demands, f.demand)
+		a.demands = append(a.demands, f.demand)
 	}
-	level := waterLevel(demands, a.p.Capacity)
+	level := waterLevel(a.demands, a.p.Capacity)
 	changed := level != a.level
 	a.level = level
 	return changed

@@ -270,3 +270,30 @@ func TestDCQCNIdleAndParams(t *testing.T) {
 		t.Fatalf("defaulted parameters: rate %v", r)
 	}
 }
+
+// A receiver recomputes its shares on the packets of senders whose demand
+// moves (a draining backlog does, packet by packet): without allocating.
+func TestAllocatorRecomputesWithoutAllocating(t *testing.T) {
+	// Every sender wants less than an equal share (1 MiB over the horizon
+	// is 10^10 bytes/s of 10^12): each move of a demand moves the level.
+	a := NewAllocator(AllocParams{Capacity: 1e12, Horizon: 100 * time.Microsecond})
+	for id := uint32(0); id < 64; id++ { // an all-to-all of 65 hosts
+		a.Observe(id, 1<<20, 4096, 0)
+	}
+	backlog := uint64(1 << 20)
+	recomputed := 0
+	if n := testing.AllocsPerRun(1000, func() {
+		backlog = backlog * 7 / 8 // a tenth and more below the last: recomputed
+		if backlog < 4096 {
+			backlog = 1 << 20
+		}
+		if a.Observe(3, backlog, 4096, 1) {
+			recomputed++
+		}
+	}); n != 0 {
+		t.Fatalf("%.1f allocations an observation", n)
+	}
+	if recomputed < 1000 {
+		t.Fatalf("the shares changed on %d observations of 1,001: the test did not recompute on each", recomputed)
+	}
+}
