@@ -142,11 +142,19 @@ type Plot struct {
 	LegendBottomLeft bool
 }
 
+// CheckPlotPath reports whether Save can write a plot to path: its
+// extension must be .svg or .png.
+func CheckPlotPath(path string) error {
+	if ext := strings.ToLower(filepath.Ext(path)); ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("report: plot %s: want a .svg or .png file", path)
+	}
+	return nil
+}
+
 // Save draws the plot to path: SVG or PNG by its extension.
 func (p *Plot) Save(path string) error {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext != ".svg" && ext != ".png" {
-		return fmt.Errorf("report: plot %s: want a .svg or .png file", path)
+	if err := CheckPlotPath(path); err != nil {
+		return err
 	}
 	pl := plot.New()
 	pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = p.Title, p.XLabel, p.YLabel

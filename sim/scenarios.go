@@ -21,7 +21,8 @@ type LossOptions struct {
 	Planes, Paths  int
 	LinkRate       int64
 	BaselineWindow int
-	// BaselineAckTimeout is the baseline's local ACK timeout, fixed.
+	// BaselineAckTimeout is the baseline's local ACK timeout, fixed (0: the
+	// adaptive retransmission timeout, doubled per timeout in a row).
 	BaselineAckTimeout time.Duration
 	Burst              bool    // loss in bursts (Gilbert-Elliott) of the same mean
 	BurstLen           float64 // mean burst, packets
@@ -64,9 +65,13 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 	if o.Burst {
 		kind = fmt.Sprintf("burst (mean %g packets)", o.BurstLen)
 	}
+	timeout := o.BaselineAckTimeout.String()
+	if o.BaselineAckTimeout == 0 {
+		timeout = "adaptive"
+	}
 	t := &report.Table{
-		Title: fmt.Sprintf("Goodput under %s loss on every downlink: %d MiB, mroce over %d paths on %d planes of %g Gb/s; baseline on one plane, window %d, ACK timeout %v",
-			kind, o.Bytes>>20, o.Paths, o.Planes, float64(o.LinkRate)/1e9, o.BaselineWindow, o.BaselineAckTimeout),
+		Title: fmt.Sprintf("Goodput under %s loss on every downlink: %d MiB, mroce over %d paths on %d planes of %g Gb/s; baseline on one plane, window %d, ACK timeout %s",
+			kind, o.Bytes>>20, o.Paths, o.Planes, float64(o.LinkRate)/1e9, o.BaselineWindow, timeout),
 		Columns: []string{"loss", "mroce Gb/s", "mroce/0%", "target", "lost", "resent", "baseline lossy Gb/s", "baseline/0%", "model 1/(1+pW)", "go-back-N (1-p)/(1-p+pW)", "baseline PFC Gb/s", "PFC/0%"},
 	}
 	pl := &report.Plot{Title: "Goodput under loss, as a share of each one's loss-free goodput", XLabel: "loss rate (%)", YLabel: "of loss-free goodput", YMin: 0, YMax: 1.05, LegendBottomLeft: true}
@@ -80,7 +85,7 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 			return nil, nil, fmt.Errorf("mroce at %g: %w", p, err)
 		}
 		bl := base
-		bl.Bytes = max(o.Bytes/4, 1<<20) // one plane: a quarter of the bytes in the same time
+		bl.Bytes = max(o.Bytes/o.Planes, 1<<20) // one plane: its share of the bytes in the same time
 		bl.Baseline, bl.BaselineWindow, bl.BaselineAckTimeout = true, o.BaselineWindow, o.BaselineAckTimeout
 		b, err := Transfer(bl)
 		if err != nil {
@@ -433,7 +438,7 @@ func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot
 				if baseline {
 					mode = "baseline"
 				}
-				speed.Add(float64(size)/(1<<20), p, mode, r.Packets, r.WallTime.Seconds(), float64(r.Packets)/r.WallTime.Seconds(), float64(r.HeapBytes)/(1<<20))
+				speed.Add(float64(size)/(1<<20), p, mode, r.Packets, r.WallTime.Seconds(), r.PacketRate(), float64(r.HeapBytes)/(1<<20))
 				alg := float64(size) / r.Makespan.Seconds()
 				bus := alg * factor
 				t.Add(float64(size)/(1<<20), p, mode, float64(r.Makespan.Microseconds()), alg*8/1e9, bus*8/1e9, bus/r.HostCapacity,
@@ -541,8 +546,9 @@ func FlowsScenario(t Traffic) ([]*report.Table, *report.Plot, error) {
 		mode = "baseline (one path per connection)"
 	}
 	sum := &report.Table{
-		Title:   fmt.Sprintf("%d flows on %d hosts, %d planes of %g Gb/s, %s", len(t.Flows), f.Hosts, f.Planes, float64(f.LinkRate)/1e9, mode),
-		Columns: []string{"flows", "connections", "bytes", "makespan µs", "aggregate Gb/s", "FCT p50 µs", "FCT p99 µs", "FCT max µs", "lost"},
+		Title: fmt.Sprintf("%d flows on %d hosts, %d planes of %g Gb/s, %s", len(t.Flows), f.Hosts, f.Planes, float64(f.LinkRate)/1e9, mode),
+		Columns: []string{"flows", "connections", "bytes", "makespan µs", "aggregate Gb/s", "FCT p50 µs", "FCT p99 µs", "FCT max µs", "lost",
+			"data packets", "resent", "tail probes", "timeouts"},
 	}
 	var bytes int
 	for _, fl := range t.Flows {
@@ -550,7 +556,7 @@ func FlowsScenario(t Traffic) ([]*report.Table, *report.Plot, error) {
 	}
 	sum.Add(len(t.Flows), r.Connections, bytes, float64(r.Makespan.Microseconds()), r.Goodput(t.Flows)*8/1e9,
 		float64(Percentile(r.FCT, 0.5).Microseconds()), float64(Percentile(r.FCT, 0.99).Microseconds()),
-		float64(Percentile(r.FCT, 1).Microseconds()), r.Failed)
+		float64(Percentile(r.FCT, 1).Microseconds()), r.Failed, r.Packets, r.Retransmits, r.TailProbes, r.Timeouts)
 	each := &report.Table{Title: "Every flow (FCT from when it was posted)", Columns: []string{"flow", "src", "dst", "bytes", "start µs", "FCT µs"}}
 	for i, fl := range t.Flows {
 		each.Add(i, fl.Src, fl.Dst, fl.Bytes, float64(fl.Start.Microseconds()), float64(r.FCT[i].Nanoseconds())/1e3)

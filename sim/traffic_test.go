@@ -102,3 +102,27 @@ func FuzzParseTraffic(f *testing.F) {
 		}
 	})
 }
+
+// A traffic file's summary counts what the senders resent: nothing on a
+// clean fabric, the losses (and their tail probes) on a lossy one.
+func TestFlowsScenarioCountsResends(t *testing.T) {
+	for _, loss := range []string{"0", "0.02"} {
+		tr, err := ParseTraffic(strings.NewReader("hosts 2\nplanes 2\nloss " + loss + "\n0->1 start 0 size 4MiB\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables, _, err := FlowsScenario(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := tables[0]
+		row := map[string]any{}
+		for i, c := range sum.Columns {
+			row[c] = sum.Rows[0][i]
+		}
+		packets, resent, probes := row["data packets"].(uint64), row["resent"].(uint64), row["tail probes"].(uint64)
+		if packets < 1000 || (loss == "0") != (resent == 0) || probes > resent {
+			t.Errorf("loss %s: %d data packets, %d resent, %d tail probes", loss, packets, resent, probes)
+		}
+	}
+}

@@ -56,8 +56,6 @@ type TransferResult struct {
 	// Lost counts data packets the fabric dropped; Retransmits the
 	// sender's resends.
 	Lost, Retransmits uint64
-	// Sender is the sender's counters at the end.
-	Sender engine.SenderStats
 }
 
 // Efficiency is Goodput over Bottleneck.
@@ -127,7 +125,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		return res, err
 	}
 	res.Goodput = float64(cfg.Bytes) / took.Seconds()
-	res.Lost, res.Retransmits, res.Sender = *lost, conn.SenderStats().Retransmits, conn.SenderStats()
+	res.Lost, res.Retransmits = *lost, conn.SenderStats().Retransmits
 	return res, nil
 }
 

@@ -21,6 +21,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 		&cli.StringFlag{Name: "plot", Value: "sim-" + scenario + ".svg", Usage: "write the main figure to this .svg or .png file (\"\": none)"},
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice: the same seed gives the same results"},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof reads it)"},
+		&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile of what the last run of flows holds live at its end to this file (go tool pprof reads it; the scenarios with a speed table)"},
 	}
 }
 
@@ -40,12 +41,12 @@ func simCommand() *cli.Command {
 				Usage: "goodput against random (or burst) loss: mroce beside the baseline on lossy and PFC fabrics",
 				Flags: append([]cli.Flag{
 					&cli.Float64SliceFlag{Name: "losses", Value: cli.NewFloat64Slice(dl.Losses...), Usage: "loss rates on every downlink, 0 to 0.5"},
-					&cli.IntFlag{Name: "size-mib", Value: dl.Bytes >> 20, Usage: "MiB mroce moves (the baseline, on one plane, a quarter)"},
+					&cli.IntFlag{Name: "size-mib", Value: dl.Bytes >> 20, Usage: "MiB mroce moves (the baseline, on one plane, its share: this over --planes)"},
 					&cli.IntFlag{Name: "planes", Value: dl.Planes, Usage: "planes, 1 to 8"},
 					&cli.IntFlag{Name: "paths", Value: dl.Paths, Usage: "mroce's paths, 1 to 256"},
 					&cli.Float64Flag{Name: "rate-gbps", Value: float64(dl.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
 					&cli.IntFlag{Name: "window", Value: dl.BaselineWindow, Usage: "the baseline's go-back-N window, packets"},
-					&cli.DurationFlag{Name: "ack-timeout", Value: dl.BaselineAckTimeout, Usage: "the baseline's local ACK timeout, fixed (RoCEv2: 4.096µs x 2^n)"},
+					&cli.DurationFlag{Name: "ack-timeout", Value: dl.BaselineAckTimeout, Usage: "the baseline's local ACK timeout, fixed (RoCEv2: 4.096µs x 2^n); 0: an adaptive timeout from the RTT, doubled per timeout"},
 					&cli.BoolFlag{Name: "burst", Usage: "lose packets in bursts (Gilbert-Elliott) of the same mean rate"},
 					&cli.Float64Flag{Name: "burst-len", Value: dl.BurstLen, Usage: "mean burst, packets"},
 				}, simOutputFlags("loss")...),
@@ -65,8 +66,8 @@ func simCommand() *cli.Command {
 						return usagef(c, "sim loss: --rate-gbps must be 1 to 1600")
 					case o.BaselineWindow < 1 || o.BaselineWindow > 255 || o.BurstLen < 1:
 						return usagef(c, "sim loss: --window must be 1 to 255, --burst-len at least 1")
-					case o.BaselineAckTimeout < time.Microsecond || o.BaselineAckTimeout > time.Second:
-						return usagef(c, "sim loss: --ack-timeout must be 1µs to 1s")
+					case o.BaselineAckTimeout != 0 && (o.BaselineAckTimeout < time.Microsecond || o.BaselineAckTimeout > time.Second):
+						return usagef(c, "sim loss: --ack-timeout must be 0 (adaptive) or 1µs to 1s")
 					}
 					for _, p := range o.Losses {
 						if !(p >= 0 && p <= 0.5) {
@@ -312,6 +313,11 @@ func runScenario(c *cli.Context, name string, run func() ([]*report.Table, *repo
 	if c.Bool("json") && c.Bool("csv") {
 		return usagef(c, "sim %s: --json or --csv, not both", name)
 	}
+	if path := c.String("plot"); path != "" {
+		if err := report.CheckPlotPath(path); err != nil {
+			return usagef(c, "sim %s: --plot: %v", name, err) // before a run that may take minutes
+		}
+	}
 	if path := c.String("cpuprofile"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
@@ -323,6 +329,8 @@ func runScenario(c *cli.Context, name string, run func() ([]*report.Table, *repo
 		}
 		defer pprof.StopCPUProfile()
 	}
+	sim.HeapProfile = c.String("memprofile")
+	defer func() { sim.HeapProfile = "" }()
 	began := time.Now()
 	tables, pl, err := run()
 	if err != nil {

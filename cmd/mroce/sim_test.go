@@ -104,12 +104,26 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "allreduce", "--sizes-mib", "2048"}, "2048 is not 1 to 1024"},
 		{[]string{"sim", "permutation", "--hosts", "8", "--shift", "16"}, "--shift not a multiple of --hosts"},
 		{[]string{"sim", "planes", "--paths", "0"}, "--paths must be 1 to 256"},
+		{[]string{"sim", "loss", "--ack-timeout", "500ns"}, "--ack-timeout must be 0 (adaptive) or 1µs to 1s"},
 		{[]string{"sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "x.gif"}, "want a .svg or .png file"},
 	} {
 		r := runCLI(t, "", c.args...)
 		if r.code == 0 || !strings.Contains(r.stderr, c.msg) {
 			t.Errorf("%v: exit %d, %q; want %q", c.args, r.code, r.stderr, c.msg)
 		}
+	}
+}
+
+// --memprofile writes a heap profile of a run of flows (gzipped protobuf).
+func TestSimMemProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "heap.prof")
+	r := runCLI(t, "", "sim", "planes", "--planes", "1", "--hosts", "4", "--plot", "", "--memprofile", path)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile %v: %d bytes", err, len(b))
 	}
 }
 
