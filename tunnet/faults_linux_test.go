@@ -115,7 +115,7 @@ func TestBlackholedPlaneIsLeftAndRejoined(t *testing.T) {
 			time.Sleep(500 * time.Microsecond)
 		}
 	}
-	start := watch("before", func(sent uint64, states string) bool { return sent > 200 })
+	watch("before", func(sent uint64, states string) bool { return sent > 200 }) // the plane carries data first
 	n.Do(func(f *netem.Fabric) { f.ScheduleFault(0, netem.Fault{Kind: netem.PlaneBlackhole, Plane: plane}) })
 	watch("blackholed", func(_ uint64, states string) bool { return !strings.ContainsAny(states, "GS") })
 	var otherBefore uint64
@@ -138,9 +138,6 @@ func TestBlackholedPlaneIsLeftAndRejoined(t *testing.T) {
 	n.Do(func(f *netem.Fabric) { f.ScheduleFault(0, netem.Fault{Kind: netem.Repair, Plane: plane}) })
 	watch("repaired", func(sent uint64, states string) bool { return strings.Count(states, "G") == 2 && sent > held+200 })
 	w.drain()
-	if start == 0 {
-		t.Fatal("the plane carried nothing before the fault")
-	}
 	t.Logf("plane %d's paths (G good, S skip, A assumed bad):\n%s", plane, strings.Join(steps, "\n"))
 }
 
