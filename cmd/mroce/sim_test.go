@@ -114,29 +114,21 @@ func TestSimOutputsAndErrors(t *testing.T) {
 	}
 }
 
-// --memprofile writes a heap profile of a run of flows (gzipped protobuf).
-func TestSimMemProfile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "heap.prof")
-	r := runCLI(t, "", "sim", "planes", "--planes", "1", "--hosts", "4", "--plot", "", "--memprofile", path)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
-		t.Fatalf("profile %v: %d bytes", err, len(b))
-	}
-}
-
-// --cpuprofile writes a CPU profile of the run (gzipped protobuf, as
-// runtime/pprof writes it).
-func TestSimCPUProfile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cpu.prof")
-	r := runCLI(t, "", "sim", "incast", "--senders", "8", "--rates-gbps", "100", "--plot", "", "--cpuprofile", path)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
-		t.Fatalf("profile %v: %d bytes", err, len(b))
+// --cpuprofile writes a CPU profile of the run, --memprofile a heap profile
+// of a run of flows (gzipped protobuf, as runtime/pprof writes them).
+func TestSimProfiles(t *testing.T) {
+	for _, args := range [][]string{
+		{"sim", "incast", "--senders", "8", "--rates-gbps", "100", "--plot", "", "--cpuprofile"},
+		{"sim", "planes", "--planes", "1", "--hosts", "4", "--plot", "", "--memprofile"},
+	} {
+		path := filepath.Join(t.TempDir(), "prof")
+		r := runCLI(t, "", append(args, path)...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Fatalf("%v: profile %v: %d bytes", args, err, len(b))
+		}
 	}
 }
