@@ -143,6 +143,25 @@ func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptio
 	return first
 }
 
+// waitStart waits, connected, for the time in START (Unix nanoseconds),
+// when the runner asks many requesters to begin together.
+func waitStart(ctx context.Context) error {
+	v := os.Getenv("START")
+	if v == "" {
+		return nil
+	}
+	ns, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return fmt.Errorf("START %q: want Unix nanoseconds", v)
+	}
+	select {
+	case <-time.After(time.Until(time.Unix(0, ns))):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int64, name string, o transferOptions, rep *conformance.EndpointReport) error {
 	host, dev, pd, err := contractHost(planes, o)
 	if err != nil {
@@ -154,6 +173,9 @@ func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int6
 	conn.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: peer, Port: o.port}, conn.Send, conn.Recv, endpoint.QPOptions{})
 	cancel()
 	if err != nil {
+		return err
+	}
+	if err := waitStart(ctx); err != nil {
 		return err
 	}
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
