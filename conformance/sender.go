@@ -26,7 +26,8 @@ type SenderProbe struct {
 	cum     uint32          // the oldest DSN not received
 	got     map[uint32]bool // DSNs received at or after cum
 	paths   map[uint8]*probePath
-	hint    uint64 // RateHint of the ACKs sent
+	hint    uint64         // RateHint of the ACKs sent
+	marking map[uint8]bool // paths whose data packets count as arrived with CE
 	Timeout time.Duration
 }
 
@@ -36,6 +37,7 @@ type probePath struct {
 	has     bool
 	psns    map[uint32]bool // received, within 256 below highest
 	lastTS  uint32
+	ce      uint32 // CECount: data packets counted as arrived with CE
 }
 
 // ListenSender opens a SenderProbe on local (port 0: any).
@@ -222,6 +224,19 @@ func (s *SenderProbe) Record(a Arrival) {
 	}
 	p.psns[a.PSN] = true
 	p.lastTS = a.Timestamp
+	if s.marking[a.Path] {
+		p.ce++
+	}
+}
+
+// MarkCE makes every data packet recorded on path from now on count as
+// having arrived with CE: the ACKs' CECount for it rises with each, as
+// if a queue on its route were past its marking threshold.
+func (s *SenderProbe) MarkCE(path uint8) {
+	if s.marking == nil {
+		s.marking = map[uint8]bool{}
+	}
+	s.marking[path] = true
 }
 
 // SetHint sets the RateHint of the ACKs from now on (bytes/s; 0: stop new
@@ -248,6 +263,7 @@ func (s *SenderProbe) Ack() error {
 		rec.SetEpoch(p.epoch)
 		rec.SetHighestPSN(p.highest)
 		rec.SetEchoTimestamp(p.lastTS)
+		rec.SetCECount(p.ce)
 		for psn := range p.psns {
 			if k := p.highest - 1 - psn; psn != p.highest && k < 256 {
 				rec.MarkReceived(int(k))
@@ -358,6 +374,8 @@ var SenderCases = []SenderCase{
 		Run: rnrRetry},
 	{Name: "sender-hint-zero", Spec: "5.5, 6.6", What: "after an ACK with RateHint 0 (and ACKs repeating it every millisecond, for 50 ms) at most 64 new DSNs arrive, what was in flight or queued; a hint with no limit brings new data back within 1 s",
 		Run: hintZero},
+	{Name: "sender-ecn", Spec: "5.5, 6.6", What: "with every packet acknowledged at once, 64 packets show how the requester spreads new data over its paths; then every packet on the path that carried most is echoed as marked CE: among the last 128 of the next 256 packets, that path carries less than half its earlier share of the new DSNs",
+		Run: ecnSlows},
 	{Name: "sender-fatal-nack", Spec: "7, 8.3", What: "a packet refused with NACK BAD_KEY (fatal) makes the requester CLOSE the connection with reason FATAL and Detail 1 (within 1 s), and send no data after its CLOSE",
 		Run: fatalNack},
 }
@@ -491,6 +509,52 @@ func rnrRetry(s *SenderProbe) error {
 			return err
 		}
 	}
+}
+
+func ecnSlows(s *SenderProbe) error {
+	before, err := s.receive(64)
+	if err != nil {
+		return err
+	}
+	per := map[uint8]int{}
+	for _, a := range before {
+		per[a.Path]++
+	}
+	marked := uint8(0)
+	for p, n := range per {
+		if n > per[marked] || n == per[marked] && p < marked {
+			marked = p
+		}
+	}
+	share := float64(per[marked]) / float64(len(before))
+	s.MarkCE(marked)
+	after, err := s.receive(256)
+	if err != nil {
+		return err
+	}
+	fresh, onMarked := 0, 0
+	seen := map[uint32]bool{}
+	for _, a := range before {
+		seen[a.DSN] = true
+	}
+	for _, a := range after[128:] {
+		if seen[a.DSN] {
+			continue // a resend
+		}
+		seen[a.DSN] = true
+		fresh++
+		if a.Path == marked {
+			onMarked++
+		}
+	}
+	if fresh < 64 {
+		return fmt.Errorf("only %d new DSNs among the last 128 packets", fresh)
+	}
+	if got := float64(onMarked) / float64(fresh); got >= share/2 {
+		return fmt.Errorf("path %d, every packet of it echoed as CE, still carried %.0f%% of the new DSNs (%d of %d), against %.0f%% before the marks",
+			marked, 100*got, onMarked, fresh, 100*share)
+	}
+	return nil
 }
 
 func hintZero(s *SenderProbe) error {

@@ -254,23 +254,27 @@ func TestLargeConformanceSender(t *testing.T) {
 		t.Skip("runs the binary: with the large tests")
 	}
 	bin := buildBinary(t)
-	for _, bug := range []string{"", "requester:ignore-retry-after"} {
+	for _, c := range []struct{ bug, fails string }{
+		{"", ""},
+		{"requester:ignore-retry-after", "sender-rnr"},
+		{"requester:ignore-ce", "sender-ecn"},
+	} {
 		cmd := exec.Command(bin, "conformance", "sender", "--logs", t.TempDir(), "--json")
-		cmd.Env = append(os.Environ(), "MROCE_BREAK="+bug)
+		cmd.Env = append(os.Environ(), "MROCE_BREAK="+c.bug)
 		out, _ := cmd.Output()
 		var rep struct {
 			Results []struct{ Case, Result, Details string }
 		}
-		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 4 {
-			t.Fatalf("%q: %v:\n%s", bug, err, out)
+		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != len(conformance.SenderCases) {
+			t.Fatalf("%q: %v:\n%s", c.bug, err, out)
 		}
 		for _, r := range rep.Results {
 			want := "pass"
-			if bug != "" && r.Case == "sender-rnr" {
+			if r.Case == c.fails {
 				want = "fail"
 			}
 			if r.Result != want {
-				t.Errorf("%q: %s %s (%s), want %s", bug, r.Case, r.Result, r.Details, want)
+				t.Errorf("%q: %s %s (%s), want %s", c.bug, r.Case, r.Result, r.Details, want)
 			}
 		}
 	}
