@@ -20,15 +20,21 @@ type Report struct {
 	Results        []Result  `json:"results"`
 }
 
-// Passed reports whether no case failed (an unsupported case is not a
-// failure: the implementation said it does not do it).
+// Passed reports whether no case failed and at least one passed (an
+// unsupported case is not a failure: the implementation said it does not
+// do it; but a run in which nothing passed tested nothing, as when a
+// wrapper's command is not found, which a shell also reports as 127).
 func (r Report) Passed() bool {
+	passed := false
 	for _, x := range r.Results {
-		if x.Result == "fail" {
+		switch x.Result {
+		case "fail":
 			return false
+		case "pass":
+			passed = true
 		}
 	}
-	return true
+	return passed
 }
 
 // Cell is one pair's results in the interop matrix.
@@ -61,14 +67,19 @@ func (c Cell) Summary() string {
 	return s
 }
 
-// Class is the cell's colour on the HTML page.
+// Class is the cell's colour on the HTML page: fail if a case failed,
+// unsupported if none passed, pass otherwise.
 func (c Cell) Class() string {
+	class := "unsupported"
 	for _, x := range c.Results {
-		if x.Result == "fail" {
+		switch x.Result {
+		case "fail":
 			return "fail"
+		case "pass":
+			class = "pass"
 		}
 	}
-	return "pass"
+	return class
 }
 
 // InteropMatrix is the runner's results by pair: a row per requester and
@@ -78,8 +89,9 @@ type InteropMatrix struct {
 	Cells                  [][]Cell // [row][column]
 }
 
-// Matrix arranges the results by pair. It is empty when no result names a
-// pair (the packet-level cases).
+// Matrix arranges the results by pair. It is empty unless the results
+// name more than one pair (one pair is a column of cases, which the case
+// table shows).
 func (r Report) Matrix() InteropMatrix {
 	var requesters, responders []string
 	var cells [][]Cell
@@ -105,6 +117,9 @@ func (r Report) Matrix() InteropMatrix {
 			cells[i] = append(cells[i], Cell{req, resp, found[at{i, j}]})
 		}
 	}
+	if len(requesters)*len(responders) < 2 {
+		return InteropMatrix{}
+	}
 	return InteropMatrix{requesters, responders, cells}
 }
 
@@ -115,7 +130,8 @@ func (r Report) Text(w io.Writer) error {
 	fmt.Fprintf(w, "conformance of %s (%s)\n", r.Implementation, r.Target)
 	m := r.Matrix()
 	requesters, responders, cells := m.Requesters, m.Responders, m.Cells
-	if len(cells) > 0 {
+	pairs := len(cells) > 0
+	if pairs {
 		fmt.Fprintln(w, "interop matrix: a row per requester, a column per responder; cases passed of those run")
 		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 		fmt.Fprintf(tw, "requester \\ responder\t%s\n", strings.Join(responders, "\t"))
@@ -129,7 +145,6 @@ func (r Report) Text(w io.Writer) error {
 		tw.Flush()
 		fmt.Fprintln(w)
 	}
-	pairs := len(requesters)*len(responders) > 1
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	if pairs {
 		fmt.Fprintln(tw, "requester\tresponder\tcase\tresult\tspec\tdetails")

@@ -47,6 +47,17 @@ func TestReportMatrix(t *testing.T) {
 	if !only.Passed() {
 		t.Error("an unsupported case failed the report")
 	}
+	if len(only.Matrix().Cells) != 0 {
+		t.Error("one pair made a matrix")
+	}
+	nothing := Report{Results: []Result{res("a", "b", "write", "unsupported")}}
+	if nothing.Passed() {
+		t.Error("a report in which nothing passed passed")
+	}
+	none := Report{Results: []Result{res("a", "a", "write", "pass"), res("a", "b", "write", "unsupported")}}
+	if c := none.Matrix().Cells[0][1]; c.Class() != "unsupported" {
+		t.Errorf("a cell with nothing passed is %q", c.Class())
+	}
 	if probe := (Report{Results: []Result{{Case: "handshake", Result: "pass"}}}); len(probe.Matrix().Cells) != 0 {
 		t.Error("packet-level results made a matrix")
 	}

@@ -116,10 +116,8 @@ type Observed struct {
 	// the data packets the emulator delivered to the responder marked CE,
 	// and the CECount of the last ACK record for the path the responder
 	// sent (spec section 5.5: once everything is acknowledged, the two
-	// agree). Connections counts the connections data reached the
-	// responder on; the per-path counts are meaningful for one.
+	// agree); meaningful for one connection (see DeliveredByConn).
 	CEDelivered, CEEchoed map[uint8]uint32
-	Connections           int
 	// DataPackets counts the data packets the endpoints sent into the
 	// emulator (retransmissions too).
 	DataPackets uint64
@@ -323,8 +321,8 @@ func ecnJudge(size int) func(Observed) error {
 		if err := transferred(o, size); err != nil {
 			return err
 		}
-		if o.Connections != 1 {
-			return fmt.Errorf("data reached the responder on %d connections: the case checks one", o.Connections)
+		if len(o.DeliveredByConn) != 1 {
+			return fmt.Errorf("data reached the responder on %d connections: the case checks one", len(o.DeliveredByConn))
 		}
 		var delivered uint32
 		for _, p := range slices.Sorted(maps.Keys(o.CEDelivered)) {
@@ -430,14 +428,14 @@ func RunPair(emu string, requester, responder Implementation, cases []RunnerCase
 // RunMatrix is the interop matrix: every case for every ordered pair of
 // impls (each as requester against each as responder, itself included),
 // pair after pair. With one implementation the logs are under dir/CASE;
-// with more, under dir/REQUESTER-RESPONDER/CASE.
+// with more, under dir/REQUESTER/RESPONDER/CASE.
 func RunMatrix(emu string, impls []Implementation, cases []RunnerCase, dir string, timeout time.Duration) []Result {
 	var out []Result
 	for _, req := range impls {
 		for _, resp := range impls {
 			d := dir
 			if len(impls) > 1 {
-				d = filepath.Join(dir, req.Name+"-"+resp.Name)
+				d = filepath.Join(dir, req.Name, resp.Name)
 			}
 			out = append(out, RunPair(emu, req, resp, cases, d, timeout)...)
 		}
@@ -535,7 +533,11 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 				if ack.Decode(pkt) == nil {
 					for i := range int(ack.Ack().RecordCount()) {
 						rec := ack.AckRecord(i)
-						ceEchoed[rec.PathID()] = rec.CECount()
+						// ACKs may come back out of order (over either plane): the
+						// count only rises, so the highest is the latest.
+						if cur, ok := ceEchoed[rec.PathID()]; !ok || proto.SeqLess(cur, rec.CECount()) {
+							ceEchoed[rec.PathID()] = rec.CECount()
+						}
 					}
 				}
 			}
@@ -604,13 +606,13 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 	}
 	// Many requesters are processes started one after another: they are
 	// told when to begin, late enough for the last to have connected.
-	var startAt []string
+	startAt := "START=" // empty: begin at once (whatever the runner's own environment says)
 	if n > 1 {
-		startAt = []string{fmt.Sprintf("START=%d", time.Now().Add(300*time.Millisecond+time.Duration(n)*40*time.Millisecond).UnixNano())}
+		startAt = fmt.Sprintf("START=%d", time.Now().Add(300*time.Millisecond+time.Duration(n)*40*time.Millisecond).UnixNano())
 	}
 	var qcmds []*exec.Cmd
 	for i, h := range reqHosts {
-		qcmd, err := start(req, h, append(env("requester", addrs(false, h), addrs(true, 1), reqDirs[i]), startAt...), reqDirs[i])
+		qcmd, err := start(req, h, append(env("requester", addrs(false, h), addrs(true, 1), reqDirs[i]), startAt), reqDirs[i])
 		if err != nil {
 			for _, q := range qcmds {
 				q.Process.Kill()
@@ -659,7 +661,7 @@ func runCase(emu string, req, resp Implementation, c RunnerCase, dir string, tim
 		}
 		o.Dropped, o.DroppedControl, o.AtFaults = dropped, droppedControl, atFaults
 		reusedPSNs = reused
-		o.CEDelivered, o.CEEchoed, o.Connections, o.DataPackets = ceDelivered, ceEchoed, len(deliveredByConn), dataPackets
+		o.CEDelivered, o.CEEchoed, o.DataPackets = ceDelivered, ceEchoed, dataPackets
 		o.DeliveredByConn = deliveredByConn
 	})
 	// Data packets an endpoint sent with a PSN it had already used on the

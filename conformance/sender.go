@@ -537,6 +537,9 @@ func ecnSlows(s *SenderProbe) error {
 	for _, a := range before {
 		seen[a.DSN] = true
 	}
+	for _, a := range after[:128] {
+		seen[a.DSN] = true
+	}
 	for _, a := range after[128:] {
 		if seen[a.DSN] {
 			continue // a resend

@@ -185,7 +185,7 @@ func TestLargeConformanceInteropMatrix(t *testing.T) {
 		if w := want(r.Requester, r.Responder); r.Result != w {
 			t.Errorf("%s -> %s: %s %s, want %s", r.Requester, r.Responder, r.Result, r.Details, w)
 		}
-		if r.Logs != filepath.Join(logs, r.Requester+"-"+r.Responder, "corruption") {
+		if r.Logs != filepath.Join(logs, r.Requester, r.Responder, "corruption") {
 			t.Errorf("%s -> %s: logs in %s", r.Requester, r.Responder, r.Logs)
 		}
 	}
