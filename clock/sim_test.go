@@ -222,3 +222,24 @@ func TestSimTimerKeepsOneEntry(t *testing.T) {
 		t.Fatalf("fired at %v; %d pending, %d entries left", fired, s.Pending(), len(s.timers))
 	}
 }
+
+// A timer armed earlier than its entry moves the entry up, stopped or not:
+// it fires before a timer due after it, once, and keeps one entry.
+func TestSimTimerMovedEarlier(t *testing.T) {
+	s := NewSim()
+	var order []string
+	a := s.NewTimer(func() { order = append(order, "a@"+s.Now().String()) })
+	b := s.NewTimer(func() { order = append(order, "b@"+s.Now().String()) })
+	b.Reset(40)
+	a.Reset(100)
+	a.Reset(50) // earlier than its entry: the entry moves
+	a.Stop()
+	a.Reset(30) // stopped, then earlier still
+	if len(s.timers) != 2 {
+		t.Fatalf("%d entries for two timers", len(s.timers))
+	}
+	s.RunUntil(200)
+	if !slices.Equal(order, []string{"a@30ns", "b@40ns"}) {
+		t.Fatalf("fired %v", order)
+	}
+}
