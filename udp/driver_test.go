@@ -545,17 +545,24 @@ func (failingConn) WriteBatch([]ipv4.Message, int) (int, error) { return 0, sysc
 func TestTruncatedDatagramIsDropped(t *testing.T) {
 	loop := runningLoop(t)
 	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.6"}), MaxDatagram: 1000})
+	checkLongDropped(t, loop, drv, "127.0.0.7", drv.LocalPorts()[0], 1500, 500)
+}
+
+// checkLongDropped sends a long datagram, then a short one, from fromIP to
+// the driver's socket at to: only the short one is delivered, and the long
+// one is counted as truncated.
+func checkLongDropped(t *testing.T, loop *clock.Loop, drv *Driver, fromIP string, to netip.AddrPort, long, short int) {
+	t.Helper()
 	var mu sync.Mutex
 	var sizes []int
 	drv.Start(link.ReceiverFunc(func(d *link.Datagram, _ clock.Time) { mu.Lock(); sizes = append(sizes, len(d.Data)); mu.Unlock() }))
-	from, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 7)})
+	from, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(fromIP), 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer from.Close()
-	to := net.UDPAddrFromAddrPort(drv.LocalPorts()[0])
-	from.WriteToUDP(make([]byte, 1500), to)
-	from.WriteToUDP(make([]byte, 500), to)
+	from.WriteToUDPAddrPort(make([]byte, long), to)
+	from.WriteToUDPAddrPort(make([]byte, short), to)
 	if !waitFor(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) > 0 }) {
 		t.Fatal("nothing delivered")
 	}
@@ -563,13 +570,11 @@ func TestTruncatedDatagramIsDropped(t *testing.T) {
 	onLoop(loop, func() { st = drv.Stats() })
 	mu.Lock()
 	defer mu.Unlock()
-	if len(sizes) != 1 || sizes[0] != 500 || st.Truncated != 1 {
-		t.Fatalf("delivered %v, stats %+v: want only the 500-byte one, 1 truncated", sizes, st)
+	if len(sizes) != 1 || sizes[0] != short || st.Truncated != 1 {
+		t.Fatalf("delivered %v, stats %+v: want only the %d-byte one, and the %d-byte one counted as truncated", sizes, st, short, long)
 	}
 }
 
-// Planes must be plain IPv4 or IPv6 addresses; Close may be called twice
-// at once.
 func TestConfigAndClose(t *testing.T) {
 	if _, err := New(Config{Planes: addrs([]string{"::ffff:127.0.0.1"}), Port: 4797}, clock.NewLoop()); err == nil || !strings.Contains(err.Error(), "v4-mapped") {
 		t.Errorf("a v4-mapped plane: %v", err)
@@ -654,30 +659,11 @@ func TestSendsOfOneTurnGoTogether(t *testing.T) {
 func TestSourcePortsReadSmallDatagrams(t *testing.T) {
 	loop := runningLoop(t)
 	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.13"}), SourcePorts: []uint16{0}})
-	var mu sync.Mutex
-	var sizes []int
-	drv.Start(link.ReceiverFunc(func(d *link.Datagram, _ clock.Time) { mu.Lock(); sizes = append(sizes, len(d.Data)); mu.Unlock() }))
 	var sport netip.AddrPort
 	for ap, sock := range drv.socks {
 		if ap.Port() != drv.cfg.Port {
 			sport = sock.conn.LocalAddr().(*net.UDPAddr).AddrPort() // port 0 asked: the one the system gave
 		}
 	}
-	from, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 14)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer from.Close()
-	from.WriteToUDPAddrPort(make([]byte, 2000), sport)
-	from.WriteToUDPAddrPort(make([]byte, 44), sport)
-	if !waitFor(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) > 0 }) {
-		t.Fatal("nothing delivered")
-	}
-	var st Stats
-	onLoop(loop, func() { st = drv.Stats() })
-	mu.Lock()
-	defer mu.Unlock()
-	if len(sizes) != 1 || sizes[0] != 44 || st.Truncated != 1 {
-		t.Fatalf("delivered %v, stats %+v: want the 44-byte one, and the long one counted", sizes, st)
-	}
+	checkLongDropped(t, loop, drv, "127.0.0.14", sport, 2000, 44)
 }
