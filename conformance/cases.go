@@ -48,15 +48,20 @@ type Result struct {
 func Run(env Env, cases []Case) []Result {
 	var out []Result
 	for _, c := range cases {
-		began := time.Now()
-		err := c.Run(env)
-		r := Result{Case: c.Name, Result: "pass", Spec: c.Spec, Elapsed: time.Since(began)}
-		if err != nil {
-			r.Result, r.Details = "fail", err.Error()
-		}
-		out = append(out, r)
+		out = append(out, judged(c.Name, c.Spec, func() error { return c.Run(env) }))
 	}
 	return out
+}
+
+// judged runs one case: pass, or fail with the error it returned.
+func judged(name, spec string, run func() error) Result {
+	began := time.Now()
+	err := run()
+	r := Result{Case: name, Result: "pass", Spec: spec, Elapsed: time.Since(began)}
+	if err != nil {
+		r.Result, r.Details = "fail", err.Error()
+	}
+	return r
 }
 
 // withProber dials, runs f, and closes.

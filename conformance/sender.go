@@ -320,13 +320,7 @@ type SenderCase struct {
 func RunSender(env SenderEnv, cases []SenderCase) []Result {
 	var out []Result
 	for _, c := range cases {
-		began := time.Now()
-		err := runSenderCase(env, c)
-		r := Result{Case: c.Name, Result: "pass", Spec: c.Spec, Elapsed: time.Since(began)}
-		if err != nil {
-			r.Result, r.Details = "fail", err.Error()
-		}
-		out = append(out, r)
+		out = append(out, judged(c.Name, c.Spec, func() error { return runSenderCase(env, c) }))
 	}
 	return out
 }
