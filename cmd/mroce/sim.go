@@ -107,15 +107,10 @@ func simCommand() *cli.Command {
 			{
 				Name:  "planes",
 				Usage: "all-to-all throughput with 1, 2, 4, 8 planes (NIC ports per host), thousands of connections",
-				Flags: append([]cli.Flag{
+				Flags: append(simFabricFlags(dp.Fabric, true), append([]cli.Flag{
 					&cli.IntSliceFlag{Name: "planes", Value: cli.NewIntSlice(dp.Planes...), Usage: "plane counts, each 1 to 8"},
-					&cli.IntFlag{Name: "hosts", Value: dp.Fabric.Hosts, Usage: "hosts, 2 to 256 (all to all: hosts x (hosts - 1) connections)"},
-					&cli.IntFlag{Name: "size-kib", Value: dp.FlowBytes >> 10, Usage: "KiB from every host to every other"},
-					&cli.IntFlag{Name: "paths", Value: dp.Fabric.Paths, Usage: "paths per connection"},
-					&cli.Float64Flag{Name: "rate-gbps", Value: float64(dp.Fabric.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
-					&cli.IntFlag{Name: "hosts-per-leaf", Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
-					&cli.IntFlag{Name: "spines", Value: 4, Usage: "spines per plane, with --hosts-per-leaf"},
-				}, simOutputFlags("planes")...),
+					&cli.IntFlag{Name: "size-kib", Value: dp.FlowBytes >> 10, Usage: "KiB from every host to every other (all to all: hosts x (hosts - 1) connections)"},
+				}, simOutputFlags("planes")...)...),
 				Action: func(c *cli.Context) error {
 					o := dp
 					o.Planes, o.FlowBytes = c.IntSlice("planes"), c.Int("size-kib")<<10
@@ -136,19 +131,14 @@ func simCommand() *cli.Command {
 			{
 				Name:  "planefail",
 				Usage: "one plane fails mid-run (blackhole, or down as the hosts see it), then recovers: throughput over time",
-				Flags: append([]cli.Flag{
+				Flags: append(simFabricFlags(df.Fabric, true), append([]cli.Flag{
 					&cli.IntFlag{Name: "planes", Value: df.Fabric.Planes, Usage: "planes, 2 to 8"},
-					&cli.IntFlag{Name: "hosts", Value: df.Fabric.Hosts, Usage: "hosts, 2 to 256 (each sends to the next)"},
-					&cli.IntFlag{Name: "size-mib", Value: df.FlowBytes >> 20, Usage: "MiB each host sends"},
-					&cli.IntFlag{Name: "paths", Value: df.Fabric.Paths, Usage: "paths per connection"},
-					&cli.Float64Flag{Name: "rate-gbps", Value: float64(df.Fabric.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
-					&cli.IntFlag{Name: "hosts-per-leaf", Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
-					&cli.IntFlag{Name: "spines", Value: 4, Usage: "spines per plane, with --hosts-per-leaf"},
+					&cli.IntFlag{Name: "size-mib", Value: df.FlowBytes >> 20, Usage: "MiB each host sends (to the next)"},
 					&cli.IntFlag{Name: "plane", Usage: "the plane that fails"},
 					&cli.DurationFlag{Name: "fail-at", Value: df.FailAt, Usage: "when it fails, from the flows' start"},
 					&cli.DurationFlag{Name: "repair-at", Value: df.RepairAt, Usage: "when it is repaired (0: never)"},
 					&cli.BoolFlag{Name: "down", Usage: "the hosts see the plane go down (a link-down event); else it is a blackhole"},
-				}, simOutputFlags("planefail")...),
+				}, simOutputFlags("planefail")...)...),
 				Action: func(c *cli.Context) error {
 					o := df
 					o.FlowBytes, o.Plane, o.FailAt, o.RepairAt, o.Down = c.Int("size-mib")<<20, c.Int("plane"), c.Duration("fail-at"), c.Duration("repair-at"), c.Bool("down")
