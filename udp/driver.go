@@ -71,7 +71,8 @@ import (
 // sender's first window in an incast: 32 requesters starting at once
 // through 1 Gb/s links queue 19 ms of them, and with 10 ms every path of
 // every requester timed out once and the senders' shares of the receiver
-// went uneven (Jain 0.53-0.98 over 5 runs); with 100 ms, 0.987-0.996. It
+// went uneven (Jain's index of the bytes delivered over the time all were
+// sending: 0.53-0.98 in 5 runs); with 100 ms, 0.987-0.996. It
 // is the engine's RTOMax as well: before its first sample a path retries
 // every 100 ms, without backing off further. The engine's defaults are for
 // a data-center fabric in virtual time.
