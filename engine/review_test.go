@@ -271,3 +271,32 @@ func TestBaselineLocalAckTimeoutIsFixed(t *testing.T) {
 		}
 	}
 }
+
+// A stream whose receiver refused a packet (RNR: no receive posted) sends
+// no new data until a refused packet is accepted, since it would be
+// refused too: a SEND of 64 packets to a receiver with nothing posted
+// costs the first window, each of its packets retried at its backed-off
+// times (100 µs x 1, 2, 4, 8: 5 sends in 2 ms), not all 64 in every round
+// (315 refusals in 2 ms without the hold). When the receive comes, the
+// SEND lands.
+func TestRNRHoldsTheStream(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 4, Streams: 1})
+	pr := n.connect(0, 1)
+	const size = 64 * 4000
+	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpSend, Local: SGE{src, 0, size}})
+	n.run(2*time.Millisecond, func() bool { return false })
+	rnr := pr.b.ReceiverStats().Nacks[proto.NackRNR]
+	st := pr.a.SenderStats()
+	fresh := st.Packets - st.Retransmits
+	// The first window (16 packets) goes before the first refusal comes
+	// back; then only those are retried, each at its own backed-off time.
+	if fresh > 16 || rnr > 5*fresh {
+		t.Fatalf("%d new packets sent and %d refused in 2 ms with no receive posted: the stream did not wait", fresh, rnr)
+	}
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite)
+	pr.b.PostRecv(RecvWR{ID: 9, Local: SGE{dst, 0, size}})
+	if !n.run(50*time.Millisecond, func() bool { return len(pr.rb.done) == 1 }) || !bytes.Equal(dst.Bytes(), src.Bytes()) {
+		t.Fatal("the SEND never landed")
+	}
+}

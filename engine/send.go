@@ -107,6 +107,12 @@ type sendStream struct {
 	queue    []*message // from head: not yet completed
 	head     int
 	sendIdx  int // first message with bytes never sent
+	// refused counts the stream's DSNs the receiver refused (RNR,
+	// RESOURCE) and has not acknowledged since. While there are any, the
+	// stream sends no new data, which would be refused for the same reason
+	// (no receive posted, no room): the refused packets, resent after the
+	// receiver's RetryAfter, find out when it is ready.
+	refused int
 }
 
 // SenderStats counts a connection's sending.
@@ -390,7 +396,7 @@ func (s *sender) nextMessage() *message {
 	for i := 0; i < len(s.streams); i++ {
 		k := (s.rrStream + i) % len(s.streams)
 		st := &s.streams[k]
-		if st.sendIdx < len(st.queue) {
+		if st.sendIdx < len(st.queue) && st.refused == 0 {
 			m := st.queue[st.sendIdx]
 			if m.typ == proto.TypeReadReq && s.readsActive >= s.c.readsOut {
 				continue
@@ -718,6 +724,9 @@ func (s *sender) ackDSN(d uint32) {
 	}
 	r.acked = true
 	m := r.msg
+	if r.refusals > 0 {
+		s.streams[s.streamOf(m)].refused-- // accepted at last: the stream may send again
+	}
 	m.unacked--
 	if m.finished() {
 		m.done = true
@@ -1148,6 +1157,9 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	wait := time.Duration(n.RetryAfter()) * time.Microsecond << min(r.refusals, 6)
 	if s.c.ep.cfg.Broken.IgnoreRetryAfter {
 		wait = 0 // a deliberate bug: the refused packet goes again at once
+	}
+	if r.refusals == 0 {
+		s.streams[s.streamOf(r.msg)].refused++
 	}
 	r.refusals++
 	r.retryAt = now.Add(wait)
