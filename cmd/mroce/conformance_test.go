@@ -70,6 +70,49 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 	}
 }
 
+// runnerResult is one case of mroce conformance run --json.
+type runnerResult struct{ Case, Result, Details, Logs, Pcap, Scenario string }
+
+// runMatrix runs mroce conformance run with args (and --logs, --json) and
+// returns every case's result. The cases judge timing in real time, on a
+// machine that also runs this test: a case that fails is run once more,
+// its first result logged, and the second one stands. An implementation
+// that is wrong fails both (the broken builds fail every time they run);
+// a scheduling stall longer than the real-socket timers (docs/udp.md)
+// seldom comes twice in a row.
+func runMatrix(t *testing.T, bin, logs string, args ...string) []runnerResult {
+	t.Helper()
+	run := func(extra ...string) []runnerResult {
+		out, _ := exec.Command(bin, append(append([]string{"conformance", "run", "--logs", logs, "--json"}, args...), extra...)...).Output()
+		var rep struct{ Results []runnerResult }
+		if err := json.Unmarshal(out, &rep); err != nil {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		return rep.Results
+	}
+	results := run()
+	var failed []string
+	for _, r := range results {
+		if r.Result == "fail" {
+			failed = append(failed, r.Case)
+			t.Logf("%s failed once, run again: %s", r.Case, r.Details)
+		}
+	}
+	if len(failed) == 0 {
+		return results
+	}
+	again := map[string]runnerResult{}
+	for _, r := range run("--cases", strings.Join(failed, ",")) {
+		again[r.Case] = r
+	}
+	for i, r := range results {
+		if a, ok := again[r.Case]; ok {
+			results[i] = a
+		}
+	}
+	return results
+}
+
 // Every one of the runner's two-endpoint cases, mroce against itself
 // through the relay emulator (separate processes: the built binary).
 func TestLargeConformanceRunner(t *testing.T) {
@@ -78,17 +121,11 @@ func TestLargeConformanceRunner(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	logs := t.TempDir()
-	out, err := exec.Command(bin, "conformance", "run", "--logs", logs, "--json").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v:\n%s", err, out)
+	results := runMatrix(t, bin, logs)
+	if len(results) != len(conformance.RunnerCases) {
+		t.Fatalf("%d results for %d cases", len(results), len(conformance.RunnerCases))
 	}
-	var rep struct {
-		Results []struct{ Case, Result, Details, Logs, Pcap string }
-	}
-	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != len(conformance.RunnerCases) {
-		t.Fatalf("%v:\n%s", err, out)
-	}
-	for _, r := range rep.Results {
+	for _, r := range results {
 		if r.Result != "pass" {
 			t.Errorf("%s: %s %s", r.Case, r.Result, r.Details)
 		}
@@ -210,17 +247,11 @@ func TestLargeConformanceRunnerTUN(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	logs := t.TempDir()
-	out, err := exec.Command(bin, "conformance", "run", "--emulator", "tun", "--logs", logs, "--json").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v:\n%s", err, out)
+	results := runMatrix(t, bin, logs, "--emulator", "tun")
+	if len(results) != len(conformance.RunnerCases) {
+		t.Fatalf("%d results for %d cases", len(results), len(conformance.RunnerCases))
 	}
-	var rep struct {
-		Results []struct{ Case, Result, Details, Scenario, Pcap string }
-	}
-	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != len(conformance.RunnerCases) {
-		t.Fatalf("%v:\n%s", err, out)
-	}
-	for _, r := range rep.Results {
+	for _, r := range results {
 		if r.Result != "pass" || !strings.HasPrefix(r.Scenario, "tun emulator") {
 			t.Errorf("%s: %s %s (%s)", r.Case, r.Result, r.Details, r.Scenario)
 		}
@@ -259,22 +290,32 @@ func TestLargeConformanceSender(t *testing.T) {
 		{"requester:ignore-retry-after", "sender-rnr"},
 		{"requester:ignore-ce", "sender-ecn"},
 	} {
-		cmd := exec.Command(bin, "conformance", "sender", "--logs", t.TempDir(), "--json")
-		cmd.Env = append(os.Environ(), "MROCE_BREAK="+c.bug)
-		out, _ := cmd.Output()
-		var rep struct {
-			Results []struct{ Case, Result, Details string }
-		}
-		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != len(conformance.SenderCases) {
-			t.Fatalf("%q: %v:\n%s", c.bug, err, out)
-		}
-		for _, r := range rep.Results {
-			want := "pass"
-			if r.Case == c.fails {
-				want = "fail"
+		run := func(cases ...string) []runnerResult {
+			args := []string{"conformance", "sender", "--logs", t.TempDir(), "--json"}
+			if len(cases) > 0 {
+				args = append(args, "--cases", strings.Join(cases, ","))
 			}
-			if r.Result != want {
-				t.Errorf("%q: %s %s (%s), want %s", c.bug, r.Case, r.Result, r.Details, want)
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), "MROCE_BREAK="+c.bug)
+			out, _ := cmd.Output()
+			var rep struct{ Results []runnerResult }
+			if err := json.Unmarshal(out, &rep); err != nil {
+				t.Fatalf("%q: %v:\n%s", c.bug, err, out)
+			}
+			return rep.Results
+		}
+		want := func(r runnerResult) string { return map[bool]string{true: "fail", false: "pass"}[r.Case == c.fails] }
+		results := run()
+		if len(results) != len(conformance.SenderCases) {
+			t.Fatalf("%q: %d results for %d cases", c.bug, len(results), len(conformance.SenderCases))
+		}
+		for _, r := range results {
+			if r.Result != want(r) {
+				// Real time, as the runner's cases: once more (runMatrix).
+				t.Logf("%q: %s %s (%s), want %s: run again", c.bug, r.Case, r.Result, r.Details, want(r))
+				if again := run(r.Case); len(again) != 1 || again[0].Result != want(r) {
+					t.Errorf("%q: %s %v, want %s", c.bug, r.Case, again, want(r))
+				}
 			}
 		}
 	}
