@@ -359,7 +359,12 @@ type pathRow struct {
 	Share       float64 `json:"share"`
 	Packets     uint64  `json:"packets"`
 	Retransmits uint64  `json:"retransmits"`
-	Repaths     uint64  `json:"repaths"`
+	// Of Retransmits: declared lost (a gap in an ACK's bitvector, or a
+	// timeout), tail probes; the rest were refused (RNR) and resent.
+	Lost       uint64 `json:"lost"`
+	TailProbes uint64 `json:"tail_probes"`
+	Timeouts   uint64 `json:"timeouts"`
+	Repaths    uint64 `json:"repaths"`
 }
 
 // totals sums what the paths report.
@@ -388,7 +393,7 @@ func pathRows(tel []pathmgr.Telemetry) []pathRow {
 	for i, p := range tel {
 		rows[i] = pathRow{Path: p.Path, Plane: p.Plane, SourcePort: p.SrcPort, State: p.State.String(),
 			RTTMicros: float64(p.RTT.SRTT.Microseconds()), ECNPercent: 100 * p.ECNFraction(), Packets: p.PacketsSent,
-			Retransmits: p.Retransmits, Repaths: p.Repaths}
+			Retransmits: p.Retransmits, Lost: p.Lost, TailProbes: p.TailProbes, Timeouts: p.Timeouts, Repaths: p.Repaths}
 		if all > 0 {
 			rows[i].Share = float64(p.BytesSent) / float64(all)
 		}
