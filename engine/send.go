@@ -110,9 +110,14 @@ type sendStream struct {
 	// refused counts the stream's DSNs the receiver refused (RNR,
 	// RESOURCE) and has not acknowledged since. While there are any, the
 	// stream sends no new data, which would be refused for the same reason
-	// (no receive posted, no room): the refused packets, resent after the
-	// receiver's RetryAfter, find out when it is ready.
+	// (no receive posted, no room). One of them, probe, is resent after
+	// the receiver's RetryAfter (backed off) to find out when it is ready;
+	// the others wait (retryAt Never) until it is accepted, as RoCE's RNR
+	// retry goes back to the one refused PSN: a receiver that stays unready
+	// costs one packet per retry, not one per refused packet.
 	refused int
+	probing bool
+	probe   uint32
 }
 
 // SenderStats counts a connection's sending.
@@ -725,7 +730,12 @@ func (s *sender) ackDSN(d uint32) {
 	r.acked = true
 	m := r.msg
 	if r.refusals > 0 {
-		s.streams[s.streamOf(m)].refused-- // accepted at last: the stream may send again
+		st := &s.streams[s.streamOf(m)]
+		st.refused-- // accepted at last: the stream may send again when none is left
+		if st.probing && st.probe == d {
+			st.probing = false
+			s.releaseRefused(uint16(s.streamOf(m)))
+		}
 	}
 	m.unacked--
 	if m.finished() {
@@ -1158,16 +1168,38 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	if s.c.ep.cfg.Broken.IgnoreRetryAfter {
 		wait = 0 // a deliberate bug: the refused packet goes again at once
 	}
+	st := &s.streams[s.streamOf(r.msg)]
 	if r.refusals == 0 {
-		s.streams[s.streamOf(r.msg)].refused++
+		st.refused++
 	}
 	r.refusals++
 	r.retryAt = now.Add(wait)
+	switch {
+	case !st.probing:
+		st.probing, st.probe = true, n.DSN()
+	case st.probe != n.DSN():
+		r.retryAt = clock.Never // waits for the probe: see sendStream.refused
+	}
 	s.waiting = append(s.waiting, n.DSN())
 	if s.retry.Deadline() == clock.Never || r.retryAt < s.retry.Deadline() {
 		s.retry.Reset(r.retryAt)
 	}
 	s.pump()
+}
+
+// releaseRefused resends now the refused DSNs of stream that waited for
+// its probe: the receiver accepted that, so it is ready again.
+func (s *sender) releaseRefused(stream uint16) {
+	now := s.c.ep.clock.Now()
+	released := false
+	for _, d := range s.waiting {
+		if r := s.record(d); r != nil && !r.acked && r.waiting && r.retryAt == clock.Never && uint16(s.streamOf(r.msg)) == stream {
+			r.retryAt, released = now, true
+		}
+	}
+	if released {
+		s.retry.Reset(now)
+	}
 }
 
 // onRetry moves refused DSNs whose wait is over to the retransmit queue.
