@@ -300,3 +300,33 @@ func TestRNRHoldsTheStream(t *testing.T) {
 		t.Fatal("the SEND never landed")
 	}
 }
+
+// Refusals that come back out of order (one plane much slower than the
+// other) do not leave the stream retrying a later message's packet while
+// the earlier one, whose receive the application posts first, waits: a
+// one-packet SEND on the slow plane's path, then a longer one, both
+// refused; receives posted one at a time, each after the SEND before it
+// completed: both land.
+func TestRNRRetriesTheOldestRefusal(t *testing.T) {
+	fc := twoHostFabric(2)
+	slow := link100()
+	slow.Delay = 200 * time.Microsecond // the receiver's NACKs on plane 0 come back late
+	fc.Overrides = append(fc.Overrides, netem.Override{Plane: 0, Match: netem.LinkMatch{Kind: netem.Uplink, Host: 1, Leaf: -1, Spine: -1}, Link: slow})
+	n := newNet(t, fc, Config{Paths: 4, Streams: 1})
+	pr := n.connect(0, 1)
+	const first, second = 100, 8 * 4000
+	src := pr.ha.region(t, first+second, 1, memreg.LocalWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpSend, Local: SGE{src, 0, first}})
+	pr.a.Post(SendWR{ID: 2, Op: OpSend, Local: SGE{src, first, second}})
+	n.run(3*time.Millisecond, func() bool { return false })
+	dst := pr.hb.region(t, first+second, 0, memreg.LocalWrite)
+	for i, r := range []SGE{{dst, 0, first}, {dst, first, second}} {
+		pr.b.PostRecv(RecvWR{ID: uint64(10 + i), Local: r})
+		if !n.run(50*time.Millisecond, func() bool { return len(pr.rb.done) == i+1 }) {
+			t.Fatalf("SEND %d never landed once its receive was posted (completions %+v)", i+1, pr.rb.done)
+		}
+	}
+	if !bytes.Equal(dst.Bytes(), src.Bytes()) {
+		t.Fatal("the SENDs landed wrong")
+	}
+}

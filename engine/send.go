@@ -110,11 +110,11 @@ type sendStream struct {
 	// refused counts the stream's DSNs the receiver refused (RNR,
 	// RESOURCE) and has not acknowledged since. While there are any, the
 	// stream sends no new data, which would be refused for the same reason
-	// (no receive posted, no room). One of them, probe, is resent after
-	// the receiver's RetryAfter (backed off) to find out when it is ready;
-	// the others wait (retryAt Never) until it is accepted, as RoCE's RNR
-	// retry goes back to the one refused PSN: a receiver that stays unready
-	// costs one packet per retry, not one per refused packet.
+	// (no receive posted, no room). The oldest of them, probe, is resent
+	// after the receiver's RetryAfter (backed off) to find out when it is
+	// ready; the others wait (retryAt Never) until it is accepted, as
+	// RoCE's RNR retry goes back to the oldest refused PSN: a receiver that
+	// stays unready costs one packet per retry, not one per refused packet.
 	refused int
 	probing bool
 	probe   uint32
@@ -1177,11 +1177,19 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	switch {
 	case !st.probing:
 		st.probing, st.probe = true, n.DSN()
+	case proto.SeqLess(n.DSN(), st.probe):
+		// An older packet refused (its NACK came by a slower path): it is
+		// the one to retry, as its receive is the one the application
+		// posts first; the later one waits.
+		if old := s.record(st.probe); old != nil && !old.acked && old.waiting {
+			old.retryAt = clock.Never
+		}
+		st.probe = n.DSN()
 	case st.probe != n.DSN():
 		r.retryAt = clock.Never // waits for the probe: see sendStream.refused
 	}
 	s.waiting = append(s.waiting, n.DSN())
-	if s.retry.Deadline() == clock.Never || r.retryAt < s.retry.Deadline() {
+	if r.retryAt != clock.Never && (s.retry.Deadline() == clock.Never || r.retryAt < s.retry.Deadline()) {
 		s.retry.Reset(r.retryAt)
 	}
 	s.pump()
