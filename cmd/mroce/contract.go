@@ -218,11 +218,14 @@ func contractHost(planes []netip.Addr, o transferOptions) (*endpoint.UDPHost, *e
 
 // breakage reads MROCE_BREAK, the deliberate bugs the conformance suite's
 // self-test builds into one side: a comma-separated list of ROLE:BUG, BUG
-// one of ignore-sack-bit, accept-bad-crc, skip-key-check, reuse-psn,
-// ignore-retry-after, ignore-ce, miscount-ce (engine.Breakage).
-// Only the entries for role apply. It is not a user's option.
+// a name of bugsByName (engine.Breakage). Only the entries for role
+// apply. It is not a user's option.
 func breakage(spec, role string) (engine.Breakage, error) {
 	var b engine.Breakage
+	bugsByName := map[string]*bool{
+		"ignore-sack-bit": &b.IgnoreSACKBit, "accept-bad-crc": &b.AcceptBadCRC, "skip-key-check": &b.SkipKeyCheck,
+		"reuse-psn": &b.ReusePSN, "ignore-retry-after": &b.IgnoreRetryAfter, "ignore-ce": &b.IgnoreCE, "miscount-ce": &b.MiscountCE,
+	}
 	for _, f := range strings.Split(spec, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
@@ -234,24 +237,11 @@ func breakage(spec, role string) (engine.Breakage, error) {
 		if r != role {
 			continue
 		}
-		switch bug {
-		case "ignore-sack-bit":
-			b.IgnoreSACKBit = true
-		case "accept-bad-crc":
-			b.AcceptBadCRC = true
-		case "skip-key-check":
-			b.SkipKeyCheck = true
-		case "reuse-psn":
-			b.ReusePSN = true
-		case "ignore-retry-after":
-			b.IgnoreRetryAfter = true
-		case "ignore-ce":
-			b.IgnoreCE = true
-		case "miscount-ce":
-			b.MiscountCE = true
-		default:
+		flag, known := bugsByName[bug]
+		if !known {
 			return b, fmt.Errorf("MROCE_BREAK %q: no such bug", f)
 		}
+		*flag = true
 	}
 	return b, nil
 }
