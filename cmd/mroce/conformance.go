@@ -19,11 +19,14 @@ import (
 )
 
 func conformanceCommand() *cli.Command {
-	out := []cli.Flag{
+	// report: how every subcommand writes its results (writeConformance).
+	report := []cli.Flag{
 		&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
 		&cli.StringFlag{Name: "html", Usage: "also write the results as a static HTML page to this file"},
-		&cli.StringFlag{Name: "local", Value: "127.0.0.1", Usage: "the local address to probe from (on the responder's first plane)"},
 	}
+	out := append([]cli.Flag{
+		&cli.StringFlag{Name: "local", Value: "127.0.0.1", Usage: "the local address to probe from (on the responder's first plane)"},
+	}, report...)
 	return &cli.Command{
 		Name:  "conformance",
 		Usage: "check a responder against the wire specification, packet by packet",
@@ -51,7 +54,7 @@ func conformanceCommand() *cli.Command {
 			{
 				Name:  "run",
 				Usage: "run the two-endpoint cases through the emulator (the UDP relay: no root; or the TUN emulator: root) with a requester and a responder",
-				Flags: []cli.Flag{
+				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "emulator", Value: conformance.Relay, Usage: "relay (no root, loopback addresses) or tun (Linux and root: each endpoint in its own network namespace, on real kernel sockets)"},
 					&cli.StringFlag{Name: "requester", Usage: "the requester's command line (default: this mroce)"},
 					&cli.StringFlag{Name: "responder", Usage: "the responder's command line (default: this mroce)"},
@@ -59,15 +62,12 @@ func conformanceCommand() *cli.Command {
 					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for every case's logs and reports"},
 					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
 					&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a case may take"},
-					&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
-					&cli.StringFlag{Name: "html", Usage: "also write the results as a static HTML page to this file"},
-				},
+				}, report...),
 				Action: func(c *cli.Context) error {
-					self, err := os.Executable()
+					mroce, err := thisEndpoint()
 					if err != nil {
 						return err
 					}
-					mroce := conformance.Implementation{Name: "mroce", Cmd: []string{self, "conformance", "endpoint"}}
 					impls, err := parseImpls(c, c.StringSlice("impl"))
 					if err != nil {
 						return err
@@ -131,28 +131,25 @@ func conformanceCommand() *cli.Command {
 			{
 				Name:  "sender",
 				Usage: "test a requester (a sender of data) from the wire: this probe accepts its connection and answers with crafted ACKs and NACKs",
-				Flags: []cli.Flag{
+				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "requester", Usage: "the requester's command line, following the endpoint contract (default: this mroce)"},
 					&cli.StringFlag{Name: "probe", Value: "127.0.0.2", Usage: "the address the probe listens on (the requester binds 127.0.0.1)"},
 					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for the requester's logs"},
 					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
-					&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
-					&cli.StringFlag{Name: "html", Usage: "also write the results as a static HTML page to this file"},
-				},
+				}, report...),
 				Action: func(c *cli.Context) error {
 					probe, err := netip.ParseAddr(c.String("probe"))
 					if err != nil {
 						return usagef(c, "conformance sender: --probe %q: want an address", c.String("probe"))
 					}
-					self, err := os.Executable()
+					req, err := thisEndpoint()
 					if err != nil {
 						return err
 					}
-					argv := []string{self, "conformance", "endpoint"}
-					name := "mroce"
 					if v := c.String("requester"); v != "" {
-						argv, name = strings.Fields(v), v
+						req = conformance.Implementation{Name: v, Cmd: strings.Fields(v)}
 					}
+					argv, name := req.Cmd, req.Name
 					cases, unknown := selectCases(conformance.SenderCases, func(sc conformance.SenderCase) string { return sc.Name }, c.StringSlice("cases"))
 					if unknown != "" {
 						return usagef(c, "conformance sender: no case %q", unknown)
@@ -282,6 +279,16 @@ func writeConformance(c *cli.Context, rep conformance.Report) error {
 	return nil
 }
 
+// thisEndpoint is this mroce as an implementation of the endpoint
+// contract: its own binary, conformance endpoint.
+func thisEndpoint() (conformance.Implementation, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return conformance.Implementation{}, err
+	}
+	return conformance.Implementation{Name: "mroce", Cmd: []string{self, "conformance", "endpoint"}}, nil
+}
+
 // contractRequesterStarter starts argv as a requester of the endpoint
 // contract that moves 64 MiB (more than any sender case waits for) to the
 // probe at peer, binding 127.0.0.1 and the probe's port there, its logs
@@ -300,7 +307,8 @@ func contractRequesterStarter(argv []string, dir string) func(peer netip.AddrPor
 		}
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), "ROLE=requester", "TESTCASE=transfer", "PLANES=127.0.0.1", "PEER="+peer.Addr().String(),
-			fmt.Sprintf("PORT=%d", peer.Port()), fmt.Sprintf("SIZE=%d", 64<<20), "REQUESTERS=1", "LOGDIR="+logdir)
+			fmt.Sprintf("PORT=%d", peer.Port()), fmt.Sprintf("SIZE=%d", 64<<20), "REQUESTERS=1", "LOGDIR="+logdir,
+			"START=") // at once, whatever this process's environment says
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			out.Close()

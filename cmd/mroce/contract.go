@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,11 +26,7 @@ import (
 // returns its exit status.
 func contractEndpoint(ctx context.Context) (int, error) {
 	role, testcase, logdir := os.Getenv("ROLE"), os.Getenv("TESTCASE"), os.Getenv("LOGDIR")
-	known := false
-	for _, c := range conformance.RunnerCases {
-		known = known || c.Name == testcase
-	}
-	if !known {
+	if !slices.ContainsFunc(conformance.RunnerCases, func(c conformance.RunnerCase) bool { return c.Name == testcase }) {
 		return conformance.Unsupported, nil
 	}
 	planes, err := conformance.ParseAddrs(os.Getenv("PLANES"))
