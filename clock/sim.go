@@ -88,7 +88,7 @@ func (s *Sim) Next() Time {
 func (s *Sim) Step() bool {
 	next, haveEvent := s.events.peek(s.now)
 	s.settleTimers()
-	useTimer := len(s.timers) > 0 && (!haveEvent || s.timers[0].at < next.at || s.timers[0].at == next.at && s.timers[0].seq < next.seq)
+	useTimer := len(s.timers) > 0 && (!haveEvent || s.timers[0].less(&timerEntry{at: next.at, seq: next.seq}))
 	switch {
 	case useTimer:
 		t := s.timers[0].t

@@ -170,7 +170,6 @@ func (s *sender) ackedInOrder() {
 			}
 			r.resolved = true
 			p.inflight--
-			s.inflight--
 			p.ctr.Acked++
 		}
 		p.oldest++

@@ -147,7 +147,6 @@ type sender struct {
 	pacer    cc.Pacer
 	paceT    clock.Timer // wakes the sender when the pacer lets the next packet go
 	hint     float64     // the receiver's rate hint, bytes/s (+Inf: none)
-	inflight int         // packets sent on any path and not yet resolved
 	mss      float64     // payload bytes of a full packet
 	rateW    []float64   // scratch for the pacing rate: window bytes per path
 	rateRTT  []time.Duration
@@ -535,7 +534,6 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	p.next++
 	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now}
 	p.inflight++
-	s.inflight++
 	r.path, r.psn = uint8(p.id), psn
 	s.emitData(d, r, p, psn, retx, probe)
 }
@@ -552,7 +550,7 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	h.SetEpoch(p.epoch)
 	h.SetDstConnID(c.peerID)
 	h.SetPSN(psn)
-	if c.ep.cfg.Broken.ReusePSN && !retx && p.ctr.PacketsSent > 0 && p.ctr.PacketsSent%64 == 63 {
+	if c.ep.cfg.Broken.ReusePSN && !retx && p.ctr.PacketsSent%64 == 63 {
 		h.SetPSN(psn - 1) // a deliberate bug: the PSN the path used last, again
 	}
 	h.SetDSN(d)
@@ -730,11 +728,12 @@ func (s *sender) ackDSN(d uint32) {
 	r.acked = true
 	m := r.msg
 	if r.refusals > 0 {
-		st := &s.streams[s.streamOf(m)]
+		k := s.streamOf(m)
+		st := &s.streams[k]
 		st.refused-- // accepted at last: the stream may send again when none is left
 		if st.probing && st.probe == d {
 			st.probing = false
-			s.releaseRefused(uint16(s.streamOf(m)))
+			s.releaseRefused(k)
 		}
 	}
 	m.unacked--
@@ -846,7 +845,6 @@ func (p *sendPath) advance() {
 func (p *sendPath) resolveAcked(r *sendRec) {
 	r.resolved = true
 	p.inflight--
-	p.s.inflight--
 	p.ctr.Acked++
 	p.s.ackDSN(r.dsn)
 }
@@ -857,7 +855,6 @@ func (p *sendPath) resolveAcked(r *sendRec) {
 func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
 	r.resolved = true
 	p.inflight--
-	p.s.inflight--
 	p.ctr.Lost++
 	s := p.s
 	d := s.record(r.dsn)
@@ -915,7 +912,11 @@ func (s *sender) drainTime() time.Duration {
 	if s.hint <= 0 || math.IsInf(s.hint, 1) {
 		return 0
 	}
-	d := float64(s.inflight) * (s.mss + packetOverhead) / s.hint
+	inflight := 0 // packets sent on any path and not yet resolved
+	for _, p := range s.paths {
+		inflight += p.inflight
+	}
+	d := float64(inflight) * (s.mss + packetOverhead) / s.hint
 	return time.Duration(min(d*float64(time.Second), float64(s.c.ep.cfg.RTOMax)))
 }
 
@@ -1151,7 +1152,6 @@ func (s *sender) onNack(pkt *proto.Packet) {
 			if sr := p.slot(psn); !sr.resolved && sr.psn == psn && sr.dsn == n.DSN() {
 				sr.resolved = true
 				p.inflight--
-				s.inflight--
 				p.advance()
 			}
 		}
@@ -1197,11 +1197,11 @@ func (s *sender) onNack(pkt *proto.Packet) {
 
 // releaseRefused resends now the refused DSNs of stream that waited for
 // its probe: the receiver accepted that, so it is ready again.
-func (s *sender) releaseRefused(stream uint16) {
+func (s *sender) releaseRefused(stream int) {
 	now := s.c.ep.clock.Now()
 	released := false
 	for _, d := range s.waiting {
-		if r := s.record(d); r != nil && !r.acked && r.waiting && r.retryAt == clock.Never && uint16(s.streamOf(r.msg)) == stream {
+		if r := s.record(d); r != nil && !r.acked && r.waiting && r.retryAt == clock.Never && s.streamOf(r.msg) == stream {
 			r.retryAt, released = now, true
 		}
 	}

@@ -361,9 +361,10 @@ type Breakage struct {
 	// SkipKeyCheck: a WRITE with an unknown key is not refused: no NACK,
 	// and it is recorded as received (though not placed).
 	SkipKeyCheck bool
-	// ReusePSN: every 64th first transmission on a path goes out with the
-	// PSN of the packet before it on that path, used twice (spec section
-	// 6.2 forbids it); the sender's own records keep the right one.
+	// ReusePSN: a first transmission that is a path's 64th, 128th, ...
+	// packet (retransmissions counted) goes out with the PSN of the packet
+	// before it on that path, used twice (spec section 6.2 forbids it); the
+	// sender's own records keep the right one.
 	ReusePSN bool
 	// IgnoreRetryAfter: a packet refused with a retryable NACK (RNR,
 	// RESOURCE) is resent at once, whatever RetryAfter asked.
