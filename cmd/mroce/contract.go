@@ -159,6 +159,14 @@ func waitStart(ctx context.Context) error {
 	}
 }
 
+// contractDial connects to the responder at peer (one address per plane),
+// giving the handshake 10 s.
+func contractDial(ctx context.Context, pd *endpoint.PD, peer []netip.Addr, port uint16, send, recv *endpoint.CQ) (*endpoint.QP, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return pd.Connect(cctx, endpoint.Remote{Planes: peer, Port: port}, send, recv, endpoint.QPOptions{})
+}
+
 func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int64, name string, o transferOptions, rep *conformance.EndpointReport) error {
 	host, dev, pd, err := contractHost(planes, o)
 	if err != nil {
@@ -166,9 +174,7 @@ func contractRequester(ctx context.Context, planes, peer []netip.Addr, size int6
 	}
 	defer host.Close()
 	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: peer, Port: o.port}, conn.Send, conn.Recv, endpoint.QPOptions{})
-	cancel()
+	conn.QP, err = contractDial(ctx, pd, peer, o.port, conn.Send, conn.Recv)
 	if err != nil {
 		return err
 	}

@@ -127,9 +127,7 @@ func contractOpRequester(ctx context.Context, planes, peer []netip.Addr, size in
 	defer host.Close()
 	n := opChunks(size)
 	send, recv := dev.CreateCQ(n+8), dev.CreateCQ(8)
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	qp, err := pd.Connect(cctx, endpoint.Remote{Planes: peer, Port: o.port}, send, recv, endpoint.QPOptions{})
-	cancel()
+	qp, err := contractDial(ctx, pd, peer, o.port, send, recv)
 	if err != nil {
 		return err
 	}
