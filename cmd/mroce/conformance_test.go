@@ -71,7 +71,22 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 }
 
 // runnerResult is one case of mroce conformance run --json.
-type runnerResult struct{ Case, Result, Details, Logs, Pcap, Scenario string }
+type runnerResult struct{ Requester, Responder, Case, Result, Details, Logs, Pcap, Scenario string }
+
+// conformanceJSON runs bin conformance ARGS (which include --json), with
+// env added to this process's environment, and returns its results and
+// exit status.
+func conformanceJSON(t *testing.T, bin string, env []string, args ...string) ([]runnerResult, int) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"conformance"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, _ := cmd.Output() // exit 1 when a case failed
+	var rep struct{ Results []runnerResult }
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("%v %v: %v:\n%s", env, args, err, out)
+	}
+	return rep.Results, cmd.ProcessState.ExitCode()
+}
 
 // runMatrix runs mroce conformance run with args (and --logs, --json) and
 // returns every case's result. The cases judge timing in real time, on a
@@ -84,12 +99,8 @@ type runnerResult struct{ Case, Result, Details, Logs, Pcap, Scenario string }
 func runMatrix(t *testing.T, bin, logs string, args ...string) []runnerResult {
 	t.Helper()
 	run := func(dir string, extra ...string) []runnerResult {
-		out, _ := exec.Command(bin, append(append([]string{"conformance", "run", "--logs", dir, "--json"}, args...), extra...)...).Output()
-		var rep struct{ Results []runnerResult }
-		if err := json.Unmarshal(out, &rep); err != nil {
-			t.Fatalf("%v:\n%s", err, out)
-		}
-		return rep.Results
+		results, _ := conformanceJSON(t, bin, nil, append(append([]string{"run", "--logs", dir, "--json"}, args...), extra...)...)
+		return results
 	}
 	results := run(logs)
 	var failed []string
@@ -165,16 +176,11 @@ func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 		{"requester:ignore-ce", "ecn,write", map[string]bool{"ecn": true}},
 		{"responder:miscount-ce", "ecn,write", map[string]bool{"ecn": true}},
 	} {
-		cmd := exec.Command(bin, "conformance", "run", "--logs", t.TempDir(), "--json", "--cases", c.cases)
-		cmd.Env = append(os.Environ(), "MROCE_BREAK="+c.bug)
-		out, _ := cmd.Output() // exit 1: something failed
-		var rep struct {
-			Results []struct{ Case, Result, Details string }
+		results, _ := conformanceJSON(t, bin, []string{"MROCE_BREAK=" + c.bug}, "run", "--logs", t.TempDir(), "--json", "--cases", c.cases)
+		if len(results) != strings.Count(c.cases, ",")+1 {
+			t.Fatalf("%s: %d results for %s", c.bug, len(results), c.cases)
 		}
-		if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != strings.Count(c.cases, ",")+1 {
-			t.Fatalf("%s: %v:\n%s", c.bug, err, out)
-		}
-		for _, r := range rep.Results {
+		for _, r := range results {
 			if want := map[bool]string{true: "fail", false: "pass"}[c.fail[r.Case]]; r.Result != want {
 				t.Errorf("%s: %s %s (%s), want %s", c.bug, r.Case, r.Result, r.Details, want)
 			}
@@ -198,17 +204,10 @@ func TestLargeConformanceInteropMatrix(t *testing.T) {
 	}
 	logs := t.TempDir()
 	page := filepath.Join(logs, "index.html")
-	cmd := exec.Command(bin, "conformance", "run", "--logs", logs, "--json", "--html", page, "--cases", "corruption",
+	results, code := conformanceJSON(t, bin, nil, "run", "--logs", logs, "--json", "--html", page, "--cases", "corruption",
 		"--impl", "broken=env MROCE_BREAK=responder:accept-bad-crc "+bin+" conformance endpoint", "--impl", "none="+none)
-	out, err := cmd.Output()
-	if cmd.ProcessState.ExitCode() != 1 {
-		t.Fatalf("exit %v, want 1 (a case failed):\n%s", err, out)
-	}
-	var rep struct {
-		Results []struct{ Requester, Responder, Case, Result, Details, Logs string }
-	}
-	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 9 {
-		t.Fatalf("%v:\n%s", err, out)
+	if code != 1 || len(results) != 9 {
+		t.Fatalf("exit %d (want 1: a case failed), %d results: %+v", code, len(results), results)
 	}
 	want := func(req, resp string) string {
 		switch {
@@ -219,7 +218,7 @@ func TestLargeConformanceInteropMatrix(t *testing.T) {
 		}
 		return "pass"
 	}
-	for _, r := range rep.Results {
+	for _, r := range results {
 		if w := want(r.Requester, r.Responder); r.Result != w {
 			t.Errorf("%s -> %s: %s %s, want %s", r.Requester, r.Responder, r.Result, r.Details, w)
 		}
@@ -292,18 +291,12 @@ func TestLargeConformanceSender(t *testing.T) {
 		{"requester:ignore-ce", "sender-ecn"},
 	} {
 		run := func(cases ...string) []runnerResult {
-			args := []string{"conformance", "sender", "--logs", t.TempDir(), "--json"}
+			args := []string{"sender", "--logs", t.TempDir(), "--json"}
 			if len(cases) > 0 {
 				args = append(args, "--cases", strings.Join(cases, ","))
 			}
-			cmd := exec.Command(bin, args...)
-			cmd.Env = append(os.Environ(), "MROCE_BREAK="+c.bug)
-			out, _ := cmd.Output()
-			var rep struct{ Results []runnerResult }
-			if err := json.Unmarshal(out, &rep); err != nil {
-				t.Fatalf("%q: %v:\n%s", c.bug, err, out)
-			}
-			return rep.Results
+			results, _ := conformanceJSON(t, bin, []string{"MROCE_BREAK=" + c.bug}, args...)
+			return results
 		}
 		want := func(r runnerResult) string { return map[bool]string{true: "fail", false: "pass"}[r.Case == c.fails] }
 		results := run()
