@@ -66,3 +66,23 @@ func TestLoopRunsTurnEndAfterTheTurnsWork(t *testing.T) {
 		t.Fatalf("order %q, want a b c end d end", got)
 	}
 }
+
+// How late a Go timer fires for a short wait: the loop sleeps on one
+// between events (docs/udp.md: real-socket timers are set above this).
+// go test ./clock -run '^$' -bench GoTimerLateness
+func BenchmarkGoTimerLateness(b *testing.B) {
+	const wait = 100 * time.Microsecond
+	tm := time.NewTimer(time.Hour)
+	defer tm.Stop()
+	var sum, worst time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		tm.Reset(wait)
+		<-tm.C
+		late := time.Since(start) - wait
+		sum += late
+		worst = max(worst, late)
+	}
+	b.ReportMetric(float64(sum.Microseconds())/float64(b.N), "µs-late/op")
+	b.ReportMetric(float64(worst.Microseconds()), "µs-worst")
+}
