@@ -16,9 +16,11 @@ type AllocParams struct {
 	Horizon time.Duration
 }
 
-// Allocator is a receiver's max-min fair share of its inbound capacity
-// among the connections sending to it. The share of connection id is the
-// rate hint its ACKs carry.
+// Allocator is a max-min fair share of a capacity among connections. A
+// receiver's shares its inbound capacity among the connections sending to
+// it (demands from their declared backlogs; the share is the rate hint
+// their ACKs carry); a sender's shares its NIC among its connections with
+// data to send (each wanting the rate its windows and hint allow).
 type Allocator struct {
 	p          AllocParams
 	flows      map[uint32]*flow
@@ -40,14 +42,21 @@ func NewAllocator(p AllocParams) *Allocator {
 }
 
 // Observe notes a data packet from connection id declaring backlog bytes
-// still to send, at now (ns). It reports whether the allocation changed.
-//
-// The allocation is recomputed only when it can change: a sender appears
-// or leaves, turns from greedy (wanting at least the level) to not or back,
-// or, not greedy, changes its demand by more than a tenth. Each packet of a
-// greedy sender costs a map lookup.
+// still to send, at now (ns): its demand is the backlog over the horizon.
+// It reports whether the allocation changed.
 func (a *Allocator) Observe(id uint32, backlog uint64, bytes int, now int64) bool {
-	d := math.Min(float64(backlog)/a.p.Horizon.Seconds(), a.p.Capacity)
+	return a.ObserveDemand(id, float64(backlog)/a.p.Horizon.Seconds(), bytes, now)
+}
+
+// ObserveDemand notes a packet of bytes from connection id wanting demand
+// bytes/s, at now (ns). It reports whether the allocation changed.
+//
+// The allocation is recomputed only when it can change: a connection
+// appears or leaves, turns from greedy (wanting at least the level) to not
+// or back, or, not greedy, changes its demand by more than a tenth. Each
+// packet of a greedy connection costs a map lookup.
+func (a *Allocator) ObserveDemand(id uint32, demand float64, bytes int, now int64) bool {
+	d := math.Min(demand, a.p.Capacity)
 	f := a.flows[id]
 	dirty := false
 	switch {

@@ -110,6 +110,15 @@ func TestRate(t *testing.T) {
 	if got := Rate([]float64{40000}, []time.Duration{0}, math.Inf(1)); !math.IsInf(got, 1) {
 		t.Fatalf("no RTT sample: %v", got)
 	}
+	if got := Rate([]float64{40000}, []time.Duration{0}, 1e9); got != 1e9 {
+		t.Fatalf("no RTT sample, hinted: %v, want the hint", got)
+	}
+	// A path without a sample yet counts at the fastest sampled path's RTT,
+	// not as nothing: 4e9 + 4e9 + 2e9 B/s.
+	got = Rate([]float64{40000, 40000, 40000}, []time.Duration{10 * time.Microsecond, 0, 20 * time.Microsecond}, math.Inf(1))
+	if !near(got, 12.5e9) {
+		t.Fatalf("a path not yet sampled: rate %v, want 12.5e9", got)
+	}
 }
 
 // Max-min fair shares against hand-computed values.
@@ -183,6 +192,25 @@ func TestAllocatorFollowsDrift(t *testing.T) {
 	}
 	if lv := a.Share(1); lv > 60e6 {
 		t.Fatalf("level %v after sender 2's demand rose to ~45e6 in 5%% steps: want about 55e6", lv)
+	}
+}
+
+// A sender's NIC shared by demands given as rates: one connection held
+// below the equal share by its receiver leaves the rest to the others.
+func TestAllocatorObserveDemand(t *testing.T) {
+	a := NewAllocator(AllocParams{Capacity: 100, Horizon: time.Second})
+	a.ObserveDemand(1, math.Inf(1), 4096, 0) // no limit of its own: the capacity
+	a.ObserveDemand(2, 1000, 4096, 0)
+	a.ObserveDemand(3, 10, 4096, 0)
+	if !near(a.Share(1), 45) || !near(a.Share(2), 45) {
+		t.Fatalf("shares %v %v, want 45: connection 3 uses 10", a.Share(1), a.Share(2))
+	}
+	if a.ObserveDemand(3, 1000, 4096, 1) == false || !near(a.Share(1), 100.0/3) {
+		t.Fatalf("connection 3 greedy too: %v, want a third", a.Share(1))
+	}
+	a.Leave(2)
+	if !near(a.Share(1), 50) {
+		t.Fatalf("connection 2 left: %v, want half", a.Share(1))
 	}
 }
 

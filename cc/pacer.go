@@ -56,23 +56,34 @@ const PacingGain = 1.25
 
 // Rate is a sender's pacing rate: PacingGain times the sum over its paths
 // of window bytes per RTT, capped by the receiver's hint (bytes/s;
-// +Inf for none), which is a rate to keep, not to exceed. Paths without an
-// RTT sample do not count; with none at all the windows alone hold the
-// sender back (+Inf, or the hint).
+// +Inf for none), which is a rate to keep, not to exceed. A path without
+// an RTT sample yet counts at the fastest sampled path's RTT (the paths
+// of a connection join the same two hosts): counted as nothing, it would
+// hold the sender to the rate of the paths its first ACKs happened to
+// come back on, in the round trips when every path's window is still
+// open. With no sample at all the windows alone hold the sender back
+// (+Inf, or the hint).
 //
 // The RTT to give is each path's minimum: a smoothed RTT lags behind a
 // queue that drains, and pacing by it would slow the sender just when the
 // path clears.
 func Rate(windowBytes []float64, rtt []time.Duration, hint float64) float64 {
-	r, sampled := 0.0, false
-	for i, w := range windowBytes {
-		if rtt[i] > 0 {
-			r += w / rtt[i].Seconds()
-			sampled = true
+	var fastest time.Duration
+	for _, t := range rtt {
+		if t > 0 && (fastest == 0 || t < fastest) {
+			fastest = t
 		}
 	}
-	if !sampled {
-		r = math.Inf(1)
+	if fastest == 0 {
+		return hint
+	}
+	r := 0.0
+	for i, w := range windowBytes {
+		t := rtt[i]
+		if t == 0 {
+			t = fastest
+		}
+		r += w / t.Seconds()
 	}
 	return math.Min(PacingGain*r, hint)
 }

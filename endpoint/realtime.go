@@ -90,7 +90,7 @@ type UDPOptions struct {
 
 // OpenUDP binds cfg's sockets (its Planes, Port and SourcePorts) and starts
 // its engine in real time. Timer settings left at zero get what real
-// sockets want (udp.RTOMin, udp.RTOInitial), and MaxPacket, when zero, the
+// sockets want (udp.RTOMin, also as ProbeMin, and udp.RTOInitial), and MaxPacket, when zero, the
 // largest datagram the planes' interfaces carry. Close stops it.
 func OpenUDP(cfg engine.Config) (*UDPHost, error) { return OpenUDPWith(cfg, UDPOptions{}) }
 
@@ -101,6 +101,9 @@ func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 	}
 	if cfg.RTOMin == 0 {
 		cfg.RTOMin = udp.RTOMin
+	}
+	if cfg.ProbeMin == 0 {
+		cfg.ProbeMin = udp.RTOMin
 	}
 	if cfg.RTOInitial == 0 {
 		cfg.RTOInitial = udp.RTOInitial

@@ -35,6 +35,7 @@ type Endpoint struct {
 	batch     []link.Datagram
 	stats     EndpointStats
 	alloc     *cc.Allocator // shares InboundCapacity among senders; nil when unknown
+	outAlloc  *cc.Allocator // shares OutboundCapacity among this endpoint's senders; nil when not set
 }
 
 type acceptKey struct {
@@ -68,6 +69,9 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 	}
 	if cfg.InboundCapacity > 0 && !cfg.NoRateHints {
 		e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.InboundCapacity, Horizon: cfg.HintHorizon})
+	}
+	if cfg.OutboundCapacity > 0 {
+		e.outAlloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.OutboundCapacity, Horizon: cfg.HintHorizon})
 	}
 	return e, nil
 }
@@ -402,6 +406,9 @@ func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail u
 	delete(e.conns, c.localID)
 	if e.alloc != nil {
 		e.alloc.Leave(c.localID)
+	}
+	if e.outAlloc != nil {
+		e.outAlloc.Leave(c.localID)
 	}
 	now := e.clock.Now()
 	if !c.initiator {

@@ -214,8 +214,8 @@ func TestRNRBacksOff(t *testing.T) {
 
 // A path's tail probe and retransmission timeout wait, beyond the RTT, for
 // the connection's packets in flight to drain at the rate the receiver
-// granted: at 25 packets of 4,000 bytes in flight and a hint of 10^8
-// bytes/s, one millisecond. Without a hint the usual 2 SRTT rule stands,
+// granted: at 25 packets of 4,000 bytes of payload in flight and a hint
+// of 10^8 bytes of payload a second, one millisecond. Without a hint the usual 2 SRTT rule stands,
 // and a hostile hint of one byte a second cannot stretch them past
 // RTOMax.
 func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
@@ -225,11 +225,11 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	cfg := pr.a.ep.cfg
 	p := s.paths[0]
 	p.rtt = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
-	s.mss = 4000 - packetOverhead
+	s.mss = 4000
 	p.inflight = 25
 
 	s.hint = math.Inf(1)
-	if got, want := p.timeout(), max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin); got != want {
+	if got, want := p.timeout(), max(2*p.rtt.SRTT+cfg.AckDelay, cfg.ProbeMin); got != want {
 		t.Errorf("no hint: tail probe after %v, want %v", got, want)
 	}
 	s.hint = 1e8

@@ -337,7 +337,7 @@ func (s *sender) sendOne() bool {
 	}
 	r := s.newDSN(m)
 	s.transmit(s.nextDSN-1, r, p, false, false)
-	s.paced(int(r.n) + packetOverhead)
+	s.paced(int(r.n)) // the hint is a rate of payload: so is the budget
 	return true
 }
 
@@ -453,7 +453,20 @@ func (s *sender) paced(bytes int) {
 			s.rateW[i], s.rateRTT[i] = p.cwin.Value()*s.mss, p.rtt.Min
 		}
 	}
-	s.pacer.Sent(int64(s.c.ep.clock.Now()), bytes, cc.Rate(s.rateW, s.rateRTT, s.hint))
+	now := int64(s.c.ep.clock.Now())
+	rate := cc.Rate(s.rateW, s.rateRTT, s.hint)
+	if a := s.c.ep.outAlloc; a != nil {
+		// The endpoint's NIC is shared: this connection wants its own
+		// rate and gets at most the max-min share of the NIC. One with
+		// nothing more to send leaves the share to the others.
+		if s.unsent == 0 {
+			a.Leave(s.c.localID)
+		} else {
+			a.ObserveDemand(s.c.localID, rate, bytes, now)
+			rate = min(rate, a.Share(s.c.localID))
+		}
+	}
+	s.pacer.Sent(now, bytes, rate)
 }
 
 // ringRoom reports whether the path can issue another PSN without reusing
@@ -894,7 +907,7 @@ func (p *sendPath) rto() time.Duration {
 func (p *sendPath) timeout() time.Duration {
 	if !p.probed && p.rtt.Samples > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip) && !p.s.c.isBaseline() {
 		cfg := &p.s.c.ep.cfg
-		return min(max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, cfg.RTOMin), cfg.RTOMax)
+		return min(max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, cfg.ProbeMin), cfg.RTOMax)
 	}
 	return p.rto()
 }
@@ -916,7 +929,7 @@ func (s *sender) drainTime() time.Duration {
 	for _, p := range s.paths {
 		inflight += p.inflight
 	}
-	d := float64(inflight) * (s.mss + packetOverhead) / s.hint
+	d := float64(inflight) * s.mss / s.hint
 	return time.Duration(min(d*float64(time.Second), float64(s.c.ep.cfg.RTOMax)))
 }
 

@@ -42,10 +42,17 @@ type Config struct {
 	// moves each path's window below it (starting at min(16, PathWindow)).
 	// Default 64, at most 255.
 	PathWindow int
-	// InboundCapacity is the rate this endpoint can receive, in bytes/s:
-	// what its rate hints share among the connections sending to it.
-	// 0: unknown, and ACKs carry no limit.
+	// InboundCapacity is the rate this endpoint can receive, in bytes of
+	// payload a second: what its rate hints share among the connections
+	// sending to it. 0: unknown, and ACKs carry no limit.
 	InboundCapacity float64
+	// OutboundCapacity is the rate this endpoint's NIC can send, in bytes
+	// of payload a second over all its planes: its connections with data
+	// to send share it max-min, each wanting what its windows and its
+	// receiver's hint allow. Without it (0) every connection paces on its
+	// own, and together they may ask more of the NIC than it has: a queue
+	// at the host's own port, which every connection's packets wait in.
+	OutboundCapacity float64
 	// HintHorizon turns a sender's declared backlog into its demand
 	// (backlog / horizon) and is how long a silent sender keeps its share.
 	// Default 20 µs: a few round trips of a data-center fabric.
@@ -84,6 +91,11 @@ type Config struct {
 	// timeout. Defaults 1 ms, 50 µs and 100 ms. Real sockets want an RTOMin
 	// that survives scheduling and GC pauses (milliseconds).
 	RTOInitial, RTOMin, RTOMax time.Duration
+	// ProbeMin is the floor of a path's tail-probe timer. Default a fifth
+	// of RTOMin (10 µs): a probe is one packet, and a lost last packet
+	// that nothing follows waits this long to be found. Real sockets want
+	// it at RTOMin, for the same reason as that.
+	ProbeMin time.Duration
 	// NoProgress is how long a connection may go without forward progress
 	// while it has work outstanding before it fails. Default 1 s.
 	NoProgress time.Duration
@@ -138,6 +150,7 @@ func (c *Config) fill() error {
 	setDur(&c.RTOInitial, time.Millisecond)
 	setDur(&c.RTOMin, 50*time.Microsecond)
 	setDur(&c.RTOMax, 100*time.Millisecond)
+	setDur(&c.ProbeMin, c.RTOMin/5)
 	setDur(&c.NoProgress, time.Second)
 	setDur(&c.ConnectTimeout, time.Second)
 	setDur(&c.MPL, 100*time.Millisecond)

@@ -186,7 +186,7 @@ func newSide(loop *clock.Loop, planes []string, paths int) (*side, error) {
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + mrand.IntN(40000))
 		cfg := engine.Config{Planes: addrs(planes), Port: base, Paths: paths, Streams: 1, MaxPacket: 4160,
-			PathWindow: 64, NoProgress: 10 * time.Second, RTOMin: udp.RTOMin, RTOInitial: udp.RTOInitial}
+			PathWindow: 64, NoProgress: 10 * time.Second, RTOMin: udp.RTOMin, ProbeMin: udp.RTOMin, RTOInitial: udp.RTOInitial}
 		for i := 1; i <= paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, base+uint16(i))
 		}

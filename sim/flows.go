@@ -97,6 +97,11 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: netem.QueueConfig{Limit: o.Buffer, ECNThreshold: o.ECNThreshold}}
 	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines,
 		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: maxPacket}
+	// A host's uplink is its NIC's port: its connections share it by the
+	// endpoint's OutboundCapacity, and it marks nothing (ECN marks come
+	// from switch ports). Marked, a queue the host's own connections make
+	// would cut their windows for what no other host caused.
+	fc.Uplink.Queue.ECNThreshold = 0
 	if o.Loss > 0 {
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: o.Loss}
 	}
@@ -108,6 +113,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	w, err := newWorld(fc, o.Seed, func(h int) engine.Config {
 		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
 			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * res.HostCapacity, MaxAccepting: 4096}
+		c.OutboundCapacity = res.HostCapacity
 		if o.Baseline {
 			c.Mode = proto.ModeBaseline
 		}

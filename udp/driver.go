@@ -57,7 +57,8 @@ import (
 
 // RTOMin and RTOInitial are the engine's retransmission timeout floor
 // and its value before the first RTT sample that real sockets want
-// (engine.Config.RTOMin, RTOInitial); the floor is also the tail probe's.
+// (engine.Config.RTOMin, RTOInitial); the floor is also the tail probe's
+// (ProbeMin).
 // It must be above the host's scheduling noise, so that an ACK that is
 // late, not lost, is not taken for a loss: on a 2-core machine running
 // the relay emulator and two endpoints, the kernel's time slicing stopped
