@@ -178,14 +178,16 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 	return []*report.Table{t}, pl, nil
 }
 
-// AllToAll is every host WRITEing bytes to every other, all at once.
+// AllToAll is every host WRITEing bytes to every other, all at once, each
+// host's flows in pairwise order (to h+1, h+2, ...): every receiver is
+// some host's first, as a pairwise all-to-all goes. In host order, every
+// host's first window went to host 0 (the first 25 us of a 48-host
+// all-to-all delivered 0.2 of capacity; in pairwise order, 0.95).
 func AllToAll(hosts, bytes int) []Flow {
 	var flows []Flow
 	for a := 0; a < hosts; a++ {
-		for b := 0; b < hosts; b++ {
-			if a != b {
-				flows = append(flows, Flow{Src: a, Dst: b, Bytes: bytes})
-			}
+		for i := 1; i < hosts; i++ {
+			flows = append(flows, Flow{Src: a, Dst: (a + i) % hosts, Bytes: bytes})
 		}
 	}
 	return flows
