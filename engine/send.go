@@ -152,9 +152,13 @@ type sender struct {
 	rateRTT  []time.Duration
 	rrStream int
 	rrPath   int
-	msgs     int    // messages posted and not completed
-	unsent   uint64 // bytes posted and never sent: the Backlog field
-	stats    SenderStats
+	// newestAcked is the send time of the newest transmission an ACK being
+	// applied reported received, on any path, and newestRTT its round trip.
+	newestAcked clock.Time
+	newestRTT   time.Duration
+	msgs        int    // messages posted and not completed
+	unsent      uint64 // bytes posted and never sent: the Backlog field
+	stats       SenderStats
 
 	reads       map[uint32]*message // READs outstanding as requester, by tag
 	nextTag     uint32
@@ -702,6 +706,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		lower = hint < s.hint
 		s.hint = hint
 	}
+	s.newestAcked = 0
 	cum := ack.CumDSN()
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
 		s.ackDSN(s.una)
@@ -722,6 +727,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 				p.armTimer(at)
 			}
 		}
+	}
+	if s.newestAcked > 0 && s.unsent == 0 && s.hint > 0 && !math.IsInf(s.hint, 1) {
+		s.probeOverdue(at) // with a hint: the baseline's ACKs carry none
 	}
 	if s.c.isBaseline() {
 		s.ackedInOrder()
@@ -857,6 +865,9 @@ func (p *sendPath) advance() {
 
 func (p *sendPath) resolveAcked(r *sendRec) {
 	r.resolved = true
+	if r.sentAt > p.s.newestAcked {
+		p.s.newestAcked, p.s.newestRTT = r.sentAt, p.s.c.ep.clock.Now().Sub(r.sentAt)
+	}
 	p.inflight--
 	p.ctr.Acked++
 	p.s.ackDSN(r.dsn)
@@ -910,6 +921,35 @@ func (p *sendPath) timeout() time.Duration {
 		return min(max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, cfg.ProbeMin), cfg.RTOMax)
 	}
 	return p.rto()
+}
+
+// probeOverdue brings forward the tail probes of a connection with nothing
+// new to send. A lost last packet of a path is followed by nothing on that
+// path, and its timer, twice a smoothed RTT that a busy fabric's queues
+// inflate, runs from the path's last ACK, which came a window of packets
+// before the lost one was sent. Here a path's oldest packet in flight is
+// overdue, counted from when it was sent, after the round trip of the
+// newest packet an ACK reported received on any path (how long one takes
+// now) or the path's own smoothed RTT, whichever is longer, plus half of
+// it (at least ProbeMin: the planes' queues differ most at the tail),
+// plus the drain time (an incast's packets wait their turn in one queue).
+// Without a receiver's hint there is no drain time to wait for, and the
+// tail's own queue can hold a packet past the margin: the path's timer
+// alone decides.
+func (s *sender) probeOverdue(now clock.Time) {
+	cfg := &s.c.ep.cfg
+	d := s.drainTime()
+	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, cfg.ProbeMin) }
+	for _, p := range s.paths {
+		if p.inflight == 0 || p.probed || p.rtt.Samples == 0 || p.state != pathmgr.Good && p.state != pathmgr.Skip {
+			continue
+		}
+		sent := p.slot(p.oldest).sentAt
+		due := sent.Add(max(late(s.newestRTT), late(p.rtt.SRTT)) + d + cfg.AckDelay)
+		if due < p.timer.Deadline() {
+			p.timer.Reset(max(due, now))
+		}
+	}
 }
 
 // drainTime is how long the receiver takes, at the rate it granted this
@@ -987,6 +1027,19 @@ func (p *sendPath) tailProbe() {
 		s.stats.TailProbes++
 		p.ctr.TailProbes++
 		s.transmit(r.dsn, d, p, true, true)
+		if s.unsent == 0 {
+			// Nothing follows the probe: lost, it would leave the path to
+			// its retransmission timeout. A copy goes on a path of another
+			// plane (the receiver takes whichever comes first).
+			for i := 1; i < len(s.paths); i++ {
+				q := s.paths[(p.id+i)%len(s.paths)]
+				if q.plane != p.plane && (q.state == pathmgr.Good || q.state == pathmgr.Skip) && q.ringRoom() && s.c.remote[q.plane].IsValid() {
+					s.transmit(r.dsn, d, q, true, true)
+					q.armTimer(s.c.ep.clock.Now())
+					break
+				}
+			}
+		}
 		return
 	}
 }

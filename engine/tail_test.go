@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// tailFinish WRITEs 256 KiB over two planes of 10 µs links (a round trip
+// of ~42 µs) to a receiver that grants 2.5 GB/s, losing the first
+// transmission of the data packets numbered in drop (from 1, in the order
+// sent), and returns when the WRITE completed and the sender's counters.
+func tailFinish(t *testing.T, drop ...int) (time.Duration, SenderStats) {
+	t.Helper()
+	l := link100()
+	l.Delay = 10 * time.Microsecond
+	fc := netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}
+	n := newNet(t, fc, Config{Paths: 2, Streams: 1, MaxPacket: 4160, InboundCapacity: 2.5e9})
+	pr := n.connect(0, 1)
+	data := 0
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		if proto.Type(d.Data[1]).IsData() {
+			data++
+			return slices.Contains(drop, data)
+		}
+		return false
+	}}
+	const size = 64 * 4096
+	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	start := n.sim.Now()
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+		t.Fatal("the WRITE did not complete")
+	}
+	return n.sim.Now().Sub(start), pr.a.SenderStats()
+}
+
+// The last packet of a WRITE, lost, is found about one and a half round
+// trips after it was sent (the round trip the packets sent with it took),
+// not two smoothed RTTs after its path's previous ACK, which came back
+// before it was sent. Nothing is resent without a loss.
+func TestLostLastPacketFoundSoon(t *testing.T) {
+	clean, st := tailFinish(t)
+	if st.Retransmits != 0 {
+		t.Fatalf("no loss, yet %+v", st)
+	}
+	lossy, st := tailFinish(t, 64)
+	if st.Retransmits == 0 {
+		t.Fatalf("the last packet was dropped, yet nothing was resent: %+v", st)
+	}
+	const rtt = 42 * time.Microsecond
+	if late := lossy - clean; late > 5*rtt/2 {
+		t.Fatalf("the lost last packet cost %v (done after %v, %v without the loss): want under 2.5 round trips", late, lossy, clean)
+	}
+}
+
+// A tail probe with nothing behind it goes twice, the copy on another
+// plane: the last packet and its probe both lost, the copy finds it,
+// with no retransmission timeout.
+func TestTailProbeHasACopy(t *testing.T) {
+	clean, _ := tailFinish(t)
+	lossy, st := tailFinish(t, 64, 65) // the last packet, then its probe
+	if st.Timeouts != 0 || st.TailProbes != 1 {
+		t.Fatalf("the last packet and its probe lost: %+v, want one probe and no timeout", st)
+	}
+	const rtt = 42 * time.Microsecond
+	if late := lossy - clean; late > 5*rtt/2 {
+		t.Fatalf("the lost last packet and probe cost %v (done after %v, %v without the loss): want under 2.5 round trips", late, lossy, clean)
+	}
+}
