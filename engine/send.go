@@ -85,6 +85,7 @@ type sendPath struct {
 	rtt        pathmgr.RTT
 	timer      clock.Timer
 	probed     bool // a tail probe went out since the last acknowledgment
+	overdue    bool // the timer runs to the time probeOverdue set
 	timeouts   int  // consecutive retransmission timeouts
 	repathedAt clock.Time
 	// Loss as the path's own ACKs report it, over rounds of lossRound
@@ -893,6 +894,7 @@ func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
 // has an RTT sample), then the retransmission timeout, doubled per
 // consecutive timeout. A path in ASSUMED_BAD is probed at its timeout.
 func (p *sendPath) armTimer(now clock.Time) {
+	p.overdue = false
 	if p.inflight == 0 && p.state != pathmgr.AssumedBad {
 		p.timer.Stop()
 		return
@@ -941,13 +943,14 @@ func (s *sender) probeOverdue(now clock.Time) {
 	d := s.drainTime()
 	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, cfg.ProbeMin) }
 	for _, p := range s.paths {
-		if p.inflight == 0 || p.probed || p.rtt.Samples == 0 || p.state != pathmgr.Good && p.state != pathmgr.Skip {
+		if p.inflight == 0 || p.probed || p.state != pathmgr.Good && p.state != pathmgr.Skip {
 			continue
 		}
 		sent := p.slot(p.oldest).sentAt
 		due := sent.Add(max(late(s.newestRTT), late(p.rtt.SRTT)) + d + cfg.AckDelay)
 		if due < p.timer.Deadline() {
 			p.timer.Reset(max(due, now))
+			p.overdue = true
 		}
 	}
 }
@@ -1000,7 +1003,9 @@ func (p *sendPath) onTimer() {
 		p.timeouts = min(p.timeouts+1, 16)
 	case p.inflight == 0:
 		return
-	case !p.probed && p.rtt.Samples > 0:
+	case !p.probed && (p.rtt.Samples > 0 || p.overdue):
+		// A path not yet sampled is probed too when its packets are
+		// overdue by the round trips of its connection's other paths.
 		p.tailProbe()
 	default:
 		p.onRTO()

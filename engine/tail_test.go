@@ -11,11 +11,11 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// tailFinish WRITEs 256 KiB over two planes of 10 µs links (a round trip
+// tailFinish WRITEs packets of 4 KiB over two planes of 10 µs links (a round trip
 // of ~42 µs) to a receiver that grants 2.5 GB/s, losing the first
 // transmission of the data packets numbered in drop (from 1, in the order
 // sent), and returns when the WRITE completed and the sender's counters.
-func tailFinish(t *testing.T, drop ...int) (time.Duration, SenderStats) {
+func tailFinish(t *testing.T, packets int, drop ...int) (time.Duration, SenderStats) {
 	t.Helper()
 	l := link100()
 	l.Delay = 10 * time.Microsecond
@@ -30,11 +30,11 @@ func tailFinish(t *testing.T, drop ...int) (time.Duration, SenderStats) {
 		}
 		return false
 	}}
-	const size = 64 * 4096
+	size := packets * 4096
 	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
 	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
 	start := n.sim.Now()
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
 		t.Fatal(err)
 	}
 	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
@@ -48,11 +48,11 @@ func tailFinish(t *testing.T, drop ...int) (time.Duration, SenderStats) {
 // not two smoothed RTTs after its path's previous ACK, which came back
 // before it was sent. Nothing is resent without a loss.
 func TestLostLastPacketFoundSoon(t *testing.T) {
-	clean, st := tailFinish(t)
+	clean, st := tailFinish(t, 64)
 	if st.Retransmits != 0 {
 		t.Fatalf("no loss, yet %+v", st)
 	}
-	lossy, st := tailFinish(t, 64)
+	lossy, st := tailFinish(t, 64, 64)
 	if st.Retransmits == 0 {
 		t.Fatalf("the last packet was dropped, yet nothing was resent: %+v", st)
 	}
@@ -66,13 +66,28 @@ func TestLostLastPacketFoundSoon(t *testing.T) {
 // plane: the last packet and its probe both lost, the copy finds it,
 // with no retransmission timeout.
 func TestTailProbeHasACopy(t *testing.T) {
-	clean, _ := tailFinish(t)
-	lossy, st := tailFinish(t, 64, 65) // the last packet, then its probe
+	clean, _ := tailFinish(t, 64)
+	lossy, st := tailFinish(t, 64, 64, 65) // the last packet, then its probe
 	if st.Timeouts != 0 || st.TailProbes != 1 {
 		t.Fatalf("the last packet and its probe lost: %+v, want one probe and no timeout", st)
 	}
 	const rtt = 42 * time.Microsecond
 	if late := lossy - clean; late > 5*rtt/2 {
 		t.Fatalf("the lost last packet and probe cost %v (done after %v, %v without the loss): want under 2.5 round trips", late, lossy, clean)
+	}
+}
+
+// A path whose only packets are lost has no RTT sample, and its timer
+// would wait for RTOInitial (1 ms); the round trips of the connection's
+// other path show sooner that they are overdue, and the path is probed.
+func TestUnsampledPathProbedWhenOverdue(t *testing.T) {
+	clean, _ := tailFinish(t, 4)
+	lossy, st := tailFinish(t, 4, 2, 4) // packets alternate between the paths: all of path 1's
+	if st.Timeouts != 0 || st.TailProbes == 0 {
+		t.Fatalf("path 1's packets lost: %+v, want a probe and no timeout", st)
+	}
+	const rtt = 42 * time.Microsecond
+	if late := lossy - clean; late > 4*rtt {
+		t.Fatalf("losing a path's only packets cost %v (done after %v, %v without the loss): want under 4 round trips", late, lossy, clean)
 	}
 }
