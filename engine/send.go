@@ -907,14 +907,34 @@ func (p *sendPath) rto() time.Duration {
 	if p.s.c.isBaseline() && cfg.LocalAckTimeout > 0 {
 		return cfg.LocalAckTimeout
 	}
-	rto := p.rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
+	rtt := p.rtt
+	if rtt.Samples == 0 && !p.s.c.isBaseline() {
+		rtt = p.s.slowestRTT()
+	}
+	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
 	if !p.s.c.isBaseline() {
-		rto = max(rto, p.rtt.SRTT+p.s.drainTime())
+		rto = max(rto, rtt.SRTT+p.s.drainTime())
 	}
 	for i := 0; i < p.timeouts && rto < cfg.RTOMax; i++ {
 		rto *= 2
 	}
 	return min(rto, cfg.RTOMax)
+}
+
+// slowestRTT is the RTT estimate of the connection's sampled path with the
+// largest smoothed RTT (no samples: none has one). A path not yet sampled
+// times out by it rather than by RTOInitial: its connection's paths join
+// the same two hosts, and with its first packets lost a path would hold
+// their DSNs, and soon the whole DSN window, for RTOInitial (1 ms, two
+// hundred round trips of a data-center fabric).
+func (s *sender) slowestRTT() pathmgr.RTT {
+	var r pathmgr.RTT
+	for _, p := range s.paths {
+		if p.rtt.Samples > 0 && (r.Samples == 0 || p.rtt.SRTT > r.SRTT) {
+			r = p.rtt
+		}
+	}
+	return r
 }
 
 func (p *sendPath) timeout() time.Duration {

@@ -17,6 +17,13 @@ import (
 // sent), and returns when the WRITE completed and the sender's counters.
 func tailFinish(t *testing.T, packets int, drop ...int) (time.Duration, SenderStats) {
 	t.Helper()
+	return tailFinishWatching(t, packets, nil, drop...)
+}
+
+// tailFinishWatching is tailFinish calling watch, if set, with the time
+// since the post and the sender's counters after every event.
+func tailFinishWatching(t *testing.T, packets int, watch func(time.Duration, SenderStats), drop ...int) (time.Duration, SenderStats) {
+	t.Helper()
 	l := link100()
 	l.Delay = 10 * time.Microsecond
 	fc := netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}
@@ -37,7 +44,12 @@ func tailFinish(t *testing.T, packets int, drop ...int) (time.Duration, SenderSt
 	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
 		t.Fatal(err)
 	}
-	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+	if !n.run(time.Second, func() bool {
+		if watch != nil {
+			watch(n.sim.Now().Sub(start), pr.a.SenderStats())
+		}
+		return len(pr.ra.done) == 1
+	}) {
 		t.Fatal("the WRITE did not complete")
 	}
 	return n.sim.Now().Sub(start), pr.a.SenderStats()
@@ -89,5 +101,24 @@ func TestUnsampledPathProbedWhenOverdue(t *testing.T) {
 	const rtt = 42 * time.Microsecond
 	if late := lossy - clean; late > 4*rtt {
 		t.Fatalf("losing a path's only packets cost %v (done after %v, %v without the loss): want under 4 round trips", late, lossy, clean)
+	}
+}
+
+// A path whose whole first window is lost has no RTT sample of its own;
+// it times out by its connection's other path's estimate, well within
+// the 2 MiB WRITE, not after RTOInitial (1 ms), while the rest of the
+// message waits for those DSNs.
+func TestUnsampledPathTimesOutByItsConnection(t *testing.T) {
+	var at time.Duration // when the first timeout came
+	_, st := tailFinishWatching(t, 512, func(now time.Duration, st SenderStats) {
+		if at == 0 && st.Timeouts > 0 {
+			at = now
+		}
+	}, 2, 4, 6, 8, 10, 12, 14, 16) // path 1's first window of 8
+	if st.Timeouts == 0 {
+		t.Fatalf("path 1's first window lost: %+v, want its timeout", st)
+	}
+	if at > 300*time.Microsecond {
+		t.Fatalf("path 1 timed out %v after the WRITE was posted: want well under RTOInitial", at)
 	}
 }
