@@ -914,6 +914,9 @@ func (p *sendPath) rto() time.Duration {
 	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
 	if !p.s.c.isBaseline() {
 		rto = max(rto, rtt.SRTT+p.s.drainTime())
+		if p.rtt.Samples == 0 && rtt.Samples > 0 {
+			rto *= 2
+		}
 	}
 	for i := 0; i < p.timeouts && rto < cfg.RTOMax; i++ {
 		rto *= 2
@@ -923,10 +926,12 @@ func (p *sendPath) rto() time.Duration {
 
 // slowestRTT is the RTT estimate of the connection's sampled path with the
 // largest smoothed RTT (no samples: none has one). A path not yet sampled
-// times out by it rather than by RTOInitial: its connection's paths join
-// the same two hosts, and with its first packets lost a path would hold
-// their DSNs, and soon the whole DSN window, for RTOInitial (1 ms, two
-// hundred round trips of a data-center fabric).
+// times out by twice the timeout it gives rather than by RTOInitial: its
+// connection's paths join the same two hosts, and with its first packets
+// lost a path would hold their DSNs, and soon the whole DSN window, for
+// RTOInitial (1 ms, two hundred round trips of a data-center fabric).
+// Twice, because a first window waits behind every other connection's in
+// the sending host's own queue, which no sample has measured yet.
 func (s *sender) slowestRTT() pathmgr.RTT {
 	var r pathmgr.RTT
 	for _, p := range s.paths {

@@ -118,7 +118,7 @@ func TestUnsampledPathTimesOutByItsConnection(t *testing.T) {
 	if st.Timeouts == 0 {
 		t.Fatalf("path 1's first window lost: %+v, want its timeout", st)
 	}
-	if at > 300*time.Microsecond {
+	if at > 500*time.Microsecond { // RTOInitial is 1 ms
 		t.Fatalf("path 1 timed out %v after the WRITE was posted: want well under RTOInitial", at)
 	}
 }
