@@ -55,22 +55,33 @@ func tailFinishWatching(t *testing.T, packets int, watch func(time.Duration, Sen
 	return n.sim.Now().Sub(start), pr.a.SenderStats()
 }
 
+// tailRTT is the round trip of tailFinish's fabric.
+const tailRTT = 42 * time.Microsecond
+
+// lossCost is how much later tailFinish's WRITE of packets completes when
+// the data packets numbered in drop are lost than without, and the
+// sender's counters with the loss.
+func lossCost(t *testing.T, packets int, drop ...int) (time.Duration, SenderStats) {
+	t.Helper()
+	clean, st := tailFinish(t, packets)
+	if st.Retransmits != 0 {
+		t.Fatalf("no loss, yet %+v", st)
+	}
+	lossy, st := tailFinish(t, packets, drop...)
+	return lossy - clean, st
+}
+
 // The last packet of a WRITE, lost, is found about one and a half round
 // trips after it was sent (the round trip the packets sent with it took),
 // not two smoothed RTTs after its path's previous ACK, which came back
 // before it was sent. Nothing is resent without a loss.
 func TestLostLastPacketFoundSoon(t *testing.T) {
-	clean, st := tailFinish(t, 64)
-	if st.Retransmits != 0 {
-		t.Fatalf("no loss, yet %+v", st)
-	}
-	lossy, st := tailFinish(t, 64, 64)
+	late, st := lossCost(t, 64, 64)
 	if st.Retransmits == 0 {
 		t.Fatalf("the last packet was dropped, yet nothing was resent: %+v", st)
 	}
-	const rtt = 42 * time.Microsecond
-	if late := lossy - clean; late > 5*rtt/2 {
-		t.Fatalf("the lost last packet cost %v (done after %v, %v without the loss): want under 2.5 round trips", late, lossy, clean)
+	if late > 5*tailRTT/2 {
+		t.Fatalf("the lost last packet cost %v: want under 2.5 round trips", late)
 	}
 }
 
@@ -78,14 +89,12 @@ func TestLostLastPacketFoundSoon(t *testing.T) {
 // plane: the last packet and its probe both lost, the copy finds it,
 // with no retransmission timeout.
 func TestTailProbeHasACopy(t *testing.T) {
-	clean, _ := tailFinish(t, 64)
-	lossy, st := tailFinish(t, 64, 64, 65) // the last packet, then its probe
+	late, st := lossCost(t, 64, 64, 65) // the last packet, then its probe
 	if st.Timeouts != 0 || st.TailProbes != 1 {
 		t.Fatalf("the last packet and its probe lost: %+v, want one probe and no timeout", st)
 	}
-	const rtt = 42 * time.Microsecond
-	if late := lossy - clean; late > 5*rtt/2 {
-		t.Fatalf("the lost last packet and probe cost %v (done after %v, %v without the loss): want under 2.5 round trips", late, lossy, clean)
+	if late > 5*tailRTT/2 {
+		t.Fatalf("the lost last packet and probe cost %v: want under 2.5 round trips", late)
 	}
 }
 
@@ -93,14 +102,12 @@ func TestTailProbeHasACopy(t *testing.T) {
 // would wait for RTOInitial (1 ms); the round trips of the connection's
 // other path show sooner that they are overdue, and the path is probed.
 func TestUnsampledPathProbedWhenOverdue(t *testing.T) {
-	clean, _ := tailFinish(t, 4)
-	lossy, st := tailFinish(t, 4, 2, 4) // packets alternate between the paths: all of path 1's
+	late, st := lossCost(t, 4, 2, 4) // packets alternate between the paths: all of path 1's
 	if st.Timeouts != 0 || st.TailProbes == 0 {
 		t.Fatalf("path 1's packets lost: %+v, want a probe and no timeout", st)
 	}
-	const rtt = 42 * time.Microsecond
-	if late := lossy - clean; late > 4*rtt {
-		t.Fatalf("losing a path's only packets cost %v (done after %v, %v without the loss): want under 4 round trips", late, lossy, clean)
+	if late > 4*tailRTT {
+		t.Fatalf("losing a path's only packets cost %v: want under 4 round trips", late)
 	}
 }
 
