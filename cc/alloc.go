@@ -14,6 +14,12 @@ type AllocParams struct {
 	// bytes left wants B / Horizon bytes/s (a greedy sender, more than its
 	// share). A sender silent for a Horizon has left.
 	Horizon time.Duration
+	// Quiet, when set, is how long a connection may go without a packet
+	// before it is forgotten, in place of the rule for senders to a
+	// receiver (the horizon, or eight of its packets at the level). A
+	// host's own connections leave by Leave; a long Quiet only forgets
+	// one that stalled without saying so.
+	Quiet time.Duration
 }
 
 // Allocator is a max-min fair share of a capacity among connections. A
@@ -109,6 +115,9 @@ func (a *Allocator) expire(now int64) bool {
 	gone := false
 	for id, f := range a.flows {
 		quiet := max(int64(a.p.Horizon), int64(8*float64(f.bytes)/a.level*1e9))
+		if a.p.Quiet > 0 {
+			quiet = int64(a.p.Quiet)
+		}
 		if now-f.lastSeen > quiet {
 			delete(a.flows, id)
 			gone = true

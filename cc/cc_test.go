@@ -214,6 +214,23 @@ func TestAllocatorObserveDemand(t *testing.T) {
 	}
 }
 
+// With Quiet set (a host's own NIC), a connection paced far below the level
+// is not forgotten between two of its packets, as a receiver would forget
+// a sender, only after Quiet.
+func TestAllocatorQuiet(t *testing.T) {
+	a := NewAllocator(AllocParams{Capacity: 1e9, Horizon: time.Microsecond, Quiet: time.Millisecond})
+	a.ObserveDemand(1, 1e6, 4096, 0) // a 4 KiB packet every 4 ms
+	a.ObserveDemand(2, 1e9, 4096, 0)
+	a.ObserveDemand(2, 1e9, 4096, 500_000) // 0.5 ms on
+	if a.Senders() != 2 {
+		t.Fatalf("connection 1 forgotten after 0.5 ms of a 1 ms Quiet: %d left", a.Senders())
+	}
+	a.ObserveDemand(2, 1e9, 4096, 2_000_000)
+	if a.Senders() != 1 {
+		t.Fatalf("connection 1 kept after 2 ms of a 1 ms Quiet: %d left", a.Senders())
+	}
+}
+
 // DCQCN's rules against hand-computed values.
 func TestDCQCN(t *testing.T) {
 	p := DefaultDCQCN(100e9 / 8) // 12.5 GB/s

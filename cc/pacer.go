@@ -68,6 +68,14 @@ const PacingGain = 1.25
 // queue that drains, and pacing by it would slow the sender just when the
 // path clears.
 func Rate(windowBytes []float64, rtt []time.Duration, hint float64) float64 {
+	return math.Min(PacingGain*WindowRate(windowBytes, rtt), hint)
+}
+
+// WindowRate is the rate a sender's windows deliver, without the pacing
+// gain: the sum over its paths of window bytes per RTT (each path's
+// minimum; a path without a sample at the fastest sampled path's), +Inf
+// before any sample.
+func WindowRate(windowBytes []float64, rtt []time.Duration) float64 {
 	var fastest time.Duration
 	for _, t := range rtt {
 		if t > 0 && (fastest == 0 || t < fastest) {
@@ -75,7 +83,7 @@ func Rate(windowBytes []float64, rtt []time.Duration, hint float64) float64 {
 		}
 	}
 	if fastest == 0 {
-		return hint
+		return math.Inf(1)
 	}
 	r := 0.0
 	for i, w := range windowBytes {
@@ -85,5 +93,5 @@ func Rate(windowBytes []float64, rtt []time.Duration, hint float64) float64 {
 		}
 		r += w / t.Seconds()
 	}
-	return math.Min(PacingGain*r, hint)
+	return r
 }

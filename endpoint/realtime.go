@@ -103,7 +103,7 @@ func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 		cfg.RTOMin = udp.RTOMin
 	}
 	if cfg.ProbeMin == 0 {
-		cfg.ProbeMin = udp.RTOMin
+		cfg.ProbeMin = cfg.RTOMin // the same host noise
 	}
 	if cfg.RTOInitial == 0 {
 		cfg.RTOInitial = udp.RTOInitial

@@ -71,7 +71,11 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.InboundCapacity, Horizon: cfg.HintHorizon})
 	}
 	if cfg.OutboundCapacity > 0 {
-		e.outAlloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.OutboundCapacity, Horizon: cfg.HintHorizon})
+		// Its connections join with their first packet and leave when they
+		// have nothing more to send (or close); one paced far below the
+		// level must not be forgotten between two of its packets.
+		e.outAlloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.OutboundCapacity, Horizon: cfg.HintHorizon,
+			Quiet: 50 * cfg.HintHorizon})
 	}
 	return e, nil
 }

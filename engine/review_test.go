@@ -229,7 +229,7 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	p.inflight = 25
 
 	s.hint = math.Inf(1)
-	if got, want := p.timeout(), max(2*p.rtt.SRTT+cfg.AckDelay, cfg.ProbeMin); got != want {
+	if got, want := p.timeout(), max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin); got != want { // without a hint, the timeout's floor
 		t.Errorf("no hint: tail probe after %v, want %v", got, want)
 	}
 	s.hint = 1e8

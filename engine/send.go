@@ -85,7 +85,6 @@ type sendPath struct {
 	rtt        pathmgr.RTT
 	timer      clock.Timer
 	probed     bool // a tail probe went out since the last acknowledgment
-	overdue    bool // the timer runs to the time probeOverdue set
 	timeouts   int  // consecutive retransmission timeouts
 	repathedAt clock.Time
 	// Loss as the path's own ACKs report it, over rounds of lossRound
@@ -459,15 +458,17 @@ func (s *sender) paced(bytes int) {
 		}
 	}
 	now := int64(s.c.ep.clock.Now())
-	rate := cc.Rate(s.rateW, s.rateRTT, s.hint)
+	wr := cc.WindowRate(s.rateW, s.rateRTT)
+	rate := math.Min(cc.PacingGain*wr, s.hint) // cc.Rate
 	if a := s.c.ep.outAlloc; a != nil {
-		// The endpoint's NIC is shared: this connection wants its own
-		// rate and gets at most the max-min share of the NIC. One with
-		// nothing more to send leaves the share to the others.
+		// The endpoint's NIC is shared: this connection wants what its
+		// windows and its receiver allow (not the pacing gain, which only
+		// spaces packets) and gets at most the max-min share of the NIC.
+		// One with nothing more to send leaves the share to the others.
 		if s.unsent == 0 {
 			a.Leave(s.c.localID)
 		} else {
-			a.ObserveDemand(s.c.localID, rate, bytes, now)
+			a.ObserveDemand(s.c.localID, math.Min(wr, s.hint), bytes, now)
 			rate = min(rate, a.Share(s.c.localID))
 		}
 	}
@@ -729,7 +730,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 			}
 		}
 	}
-	if s.newestAcked > 0 && s.unsent == 0 && s.hint > 0 && !math.IsInf(s.hint, 1) {
+	if s.newestAcked > 0 && s.unsent == 0 && s.hinted() {
 		s.probeOverdue(at) // with a hint: the baseline's ACKs carry none
 	}
 	if s.c.isBaseline() {
@@ -824,7 +825,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		k := h - 1 - psn
 		switch {
 		case psn == h || k < 256 && rec.Received(int(k)):
-			p.resolveAcked(r)
+			p.resolveAcked(r, at)
 			gotten++
 		case s.c.isBaseline():
 			continue // in order: what is not acknowledged is resent by go-back-N
@@ -864,10 +865,10 @@ func (p *sendPath) advance() {
 	}
 }
 
-func (p *sendPath) resolveAcked(r *sendRec) {
+func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	r.resolved = true
 	if r.sentAt > p.s.newestAcked {
-		p.s.newestAcked, p.s.newestRTT = r.sentAt, p.s.c.ep.clock.Now().Sub(r.sentAt)
+		p.s.newestAcked, p.s.newestRTT = r.sentAt, at.Sub(r.sentAt)
 	}
 	p.inflight--
 	p.ctr.Acked++
@@ -890,11 +891,11 @@ func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
 	s.retx = append(s.retx, r.dsn)
 }
 
-// armTimer sets the path's timer: a tail probe after 2 SRTT (once the path
-// has an RTT sample), then the retransmission timeout, doubled per
+// armTimer sets the path's timer from now: a tail probe (timeout: once the
+// path has an RTT sample), then the retransmission timeout, doubled per
 // consecutive timeout. A path in ASSUMED_BAD is probed at its timeout.
+// probeOverdue may bring the timer forward.
 func (p *sendPath) armTimer(now clock.Time) {
-	p.overdue = false
 	if p.inflight == 0 && p.state != pathmgr.AssumedBad {
 		p.timer.Stop()
 		return
@@ -908,7 +909,7 @@ func (p *sendPath) rto() time.Duration {
 		return cfg.LocalAckTimeout
 	}
 	rtt := p.rtt
-	if rtt.Samples == 0 && !p.s.c.isBaseline() {
+	if rtt.Samples == 0 && p.s.hinted() {
 		rtt = p.s.slowestRTT()
 	}
 	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
@@ -923,6 +924,12 @@ func (p *sendPath) rto() time.Duration {
 	}
 	return min(rto, cfg.RTOMax)
 }
+
+// hinted reports whether the receiver has granted a rate: the drain time,
+// and the timers that lean on it, need one. The first hinted ACK re-arms
+// every path's timer (the hint fell from none), so a path not yet sampled
+// is then armed by its connection's estimate.
+func (s *sender) hinted() bool { return s.hint > 0 && !math.IsInf(s.hint, 1) }
 
 // slowestRTT is the RTT estimate of the connection's sampled path with the
 // largest smoothed RTT (no samples: none has one). A path not yet sampled
@@ -945,7 +952,15 @@ func (s *sender) slowestRTT() pathmgr.RTT {
 func (p *sendPath) timeout() time.Duration {
 	if !p.probed && p.rtt.Samples > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip) && !p.s.c.isBaseline() {
 		cfg := &p.s.c.ep.cfg
-		return min(max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, cfg.ProbeMin), cfg.RTOMax)
+		floor := cfg.RTOMin
+		if p.s.hinted() {
+			// The drain time keeps the probe behind the queue the packets
+			// wait in; without a hint nothing does, and the timeout's
+			// floor stands (a floor of ProbeMin resent packets that were
+			// only late in an incast without hints).
+			floor = cfg.ProbeMin
+		}
+		return min(max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, floor), cfg.RTOMax)
 	}
 	return p.rto()
 }
@@ -975,7 +990,6 @@ func (s *sender) probeOverdue(now clock.Time) {
 		due := sent.Add(max(late(s.newestRTT), late(p.rtt.SRTT)) + d + cfg.AckDelay)
 		if due < p.timer.Deadline() {
 			p.timer.Reset(max(due, now))
-			p.overdue = true
 		}
 	}
 }
@@ -990,7 +1004,7 @@ func (s *sender) probeOverdue(now clock.Time) {
 // line rate, alone, it is a fraction of a round trip and changes nothing.
 // It is at most RTOMax, whatever hint a peer sends.
 func (s *sender) drainTime() time.Duration {
-	if s.hint <= 0 || math.IsInf(s.hint, 1) {
+	if !s.hinted() {
 		return 0
 	}
 	inflight := 0 // packets sent on any path and not yet resolved
@@ -1008,6 +1022,9 @@ func (p *sendPath) onTimer() {
 		return
 	}
 	now := c.ep.clock.Now()
+	if p.state != pathmgr.Down && !c.isBaseline() {
+		p.settleMoot()
+	}
 	switch {
 	case p.state == pathmgr.Down:
 		return
@@ -1028,9 +1045,7 @@ func (p *sendPath) onTimer() {
 		p.timeouts = min(p.timeouts+1, 16)
 	case p.inflight == 0:
 		return
-	case !p.probed && (p.rtt.Samples > 0 || p.overdue):
-		// A path not yet sampled is probed too when its packets are
-		// overdue by the round trips of its connection's other paths.
+	case !p.probed && p.rtt.Samples > 0:
 		p.tailProbe()
 	default:
 		p.onRTO()
@@ -1038,6 +1053,25 @@ func (p *sendPath) onTimer() {
 	p.armTimer(now)
 	s.pump()
 	c.ep.flush()
+}
+
+// settleMoot resolves, without counting them lost, the path's packets in
+// flight whose DSN another transmission delivered (a probe's copy on
+// another plane, a resend): no report of them matters any more, and a
+// timeout for them would cut a working path's window to one packet.
+func (p *sendPath) settleMoot() {
+	s := p.s
+	for psn := p.oldest; psn != p.next; psn++ {
+		r := p.slot(psn)
+		if r.resolved || r.psn != psn {
+			continue
+		}
+		if d := s.record(r.dsn); d == nil || d.acked {
+			r.resolved = true
+			p.inflight--
+		}
+	}
+	p.advance()
 }
 
 // tailProbe resends the newest unresolved packet of the path, asking for an
@@ -1065,7 +1099,11 @@ func (p *sendPath) tailProbe() {
 				q := s.paths[(p.id+i)%len(s.paths)]
 				if q.plane != p.plane && (q.state == pathmgr.Good || q.state == pathmgr.Skip) && q.ringRoom() && s.c.remote[q.plane].IsValid() {
 					s.transmit(r.dsn, d, q, true, true)
-					q.armTimer(s.c.ep.clock.Now())
+					// The copy is q's newest packet: q's timer runs to a
+					// timeout after it, unless it is due sooner.
+					if at := s.c.ep.clock.Now().Add(q.timeout()); at < q.timer.Deadline() {
+						q.timer.Reset(at)
+					}
 					break
 				}
 			}

@@ -43,7 +43,7 @@ func bindSideWith(t *testing.T, loop *clock.Loop, planes []netip.Addr, paths int
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + rand.IntN(40000))
 		cfg := engine.Config{Planes: planes, Port: base, Paths: paths, Streams: 2, NoProgress: 10 * time.Second,
-			RTOMin: RTOMin, RTOInitial: RTOInitial}
+			RTOMin: RTOMin, ProbeMin: RTOMin, RTOInitial: RTOInitial}
 		for i := 1; i <= paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, base+uint16(i))
 		}
