@@ -326,6 +326,11 @@ func (s *sender) sendOne() bool {
 		// hint) budgets new data, and a packet lost before the bottleneck
 		// took none of it. The windows still bound what is in flight.
 		s.transmit(d, r, p, true, false)
+		if s.unsent == 0 && s.newestRTT > 0 && s.hinted() {
+			// A resend at the tail may be the last packet its path
+			// carries: it is overdue as the others would be.
+			s.probeOverdue(s.c.ep.clock.Now())
+		}
 		return true
 	}
 	if s.nextDSN-s.una >= s.window || s.hint <= 0 {
@@ -730,8 +735,10 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 			}
 		}
 	}
-	if s.newestAcked > 0 && s.unsent == 0 && s.hinted() {
-		s.probeOverdue(at) // with a hint: the baseline's ACKs carry none
+	if (s.newestAcked > 0 || lower) && s.newestRTT > 0 && s.unsent == 0 && s.hinted() {
+		// With a hint (the baseline's ACKs carry none). After a fall of
+		// the hint too: the paths' timers were just armed again from now.
+		s.probeOverdue(at)
 	}
 	if s.c.isBaseline() {
 		s.ackedInOrder()

@@ -146,3 +146,15 @@ func TestUnsampledPathTimesOutByItsConnection(t *testing.T) {
 		t.Fatalf("path 1 timed out %v after the WRITE was posted: want well under RTOInitial", at)
 	}
 }
+
+// A resend at the tail that is lost too is found as soon as the others:
+// the packet before the last lost, then its resend (on the other path).
+func TestLostTailResendFoundSoon(t *testing.T) {
+	late, st := lossCost(t, 64, 62, 65)
+	if st.Retransmits < 2 {
+		t.Fatalf("a packet and its resend dropped, yet %+v", st)
+	}
+	if late > 11*tailRTT/4 { // 109 us here; 128 when the resend waited for its path's timer
+		t.Fatalf("the lost packet and its lost resend cost %v: want under 2.75 round trips", late)
+	}
+}
