@@ -54,27 +54,22 @@ func (p *Pacer) Faster(rate float64) {
 // congestion avoidance for the same reason).
 const PacingGain = 1.25
 
-// Rate is a sender's pacing rate: PacingGain times the sum over its paths
-// of window bytes per RTT, capped by the receiver's hint (bytes/s;
-// +Inf for none), which is a rate to keep, not to exceed. A path without
-// an RTT sample yet counts at the fastest sampled path's RTT (the paths
-// of a connection join the same two hosts): counted as nothing, it would
-// hold the sender to the rate of the paths its first ACKs happened to
-// come back on, in the round trips when every path's window is still
-// open. With no sample at all the windows alone hold the sender back
-// (+Inf, or the hint).
+// Rate is a sender's pacing rate: PacingGain times its windows' rate
+// (WindowRate), capped by the receiver's hint (bytes/s; +Inf for none),
+// which is a rate to keep, not to exceed.
+func Rate(windowRate, hint float64) float64 { return math.Min(PacingGain*windowRate, hint) }
+
+// WindowRate is the rate a sender's windows deliver: the sum over its
+// paths of window bytes per RTT. A path without an RTT sample yet counts
+// at the fastest sampled path's RTT (the paths of a connection join the
+// same two hosts): counted as nothing, it would hold the sender to the
+// rate of the paths its first ACKs happened to come back on, in the round
+// trips when every path's window is still open. With no sample at all it
+// is +Inf: the windows alone hold the sender back.
 //
 // The RTT to give is each path's minimum: a smoothed RTT lags behind a
 // queue that drains, and pacing by it would slow the sender just when the
 // path clears.
-func Rate(windowBytes []float64, rtt []time.Duration, hint float64) float64 {
-	return math.Min(PacingGain*WindowRate(windowBytes, rtt), hint)
-}
-
-// WindowRate is the rate a sender's windows deliver, without the pacing
-// gain: the sum over its paths of window bytes per RTT (each path's
-// minimum; a path without a sample at the fastest sampled path's), +Inf
-// before any sample.
 func WindowRate(windowBytes []float64, rtt []time.Duration) float64 {
 	var fastest time.Duration
 	for _, t := range rtt {

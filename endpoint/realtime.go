@@ -90,8 +90,9 @@ type UDPOptions struct {
 
 // OpenUDP binds cfg's sockets (its Planes, Port and SourcePorts) and starts
 // its engine in real time. Timer settings left at zero get what real
-// sockets want (udp.RTOMin, also as ProbeMin, and udp.RTOInitial), and MaxPacket, when zero, the
-// largest datagram the planes' interfaces carry. Close stops it.
+// sockets want (udp.RTOMin, also as ProbeMin, and udp.RTOInitial), and
+// MaxPacket, when zero, the largest datagram the planes' interfaces carry.
+// Close stops it.
 func OpenUDP(cfg engine.Config) (*UDPHost, error) { return OpenUDPWith(cfg, UDPOptions{}) }
 
 // OpenUDPWith is OpenUDP with the host's own settings.

@@ -215,9 +215,9 @@ func TestRNRBacksOff(t *testing.T) {
 // A path's tail probe and retransmission timeout wait, beyond the RTT, for
 // the connection's packets in flight to drain at the rate the receiver
 // granted: at 25 packets of 4,000 bytes of payload in flight and a hint
-// of 10^8 bytes of payload a second, one millisecond. Without a hint the usual 2 SRTT rule stands,
-// and a hostile hint of one byte a second cannot stretch them past
-// RTOMax.
+// of 10^8 bytes of payload a second, one millisecond. Without a hint the
+// usual 2 SRTT rule stands (with RTOMin's floor), and a hostile hint of
+// one byte a second cannot stretch them past RTOMax.
 func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
 	pr := n.connect(0, 1)

@@ -326,11 +326,7 @@ func (s *sender) sendOne() bool {
 		// hint) budgets new data, and a packet lost before the bottleneck
 		// took none of it. The windows still bound what is in flight.
 		s.transmit(d, r, p, true, false)
-		if s.unsent == 0 && s.newestRTT > 0 && s.hinted() {
-			// A resend at the tail may be the last packet its path
-			// carries: it is overdue as the others would be.
-			s.probeOverdue(s.c.ep.clock.Now())
-		}
+		s.probeOverdue(s.c.ep.clock.Now()) // at the tail it may be its path's last packet
 		return true
 	}
 	if s.nextDSN-s.una >= s.window || s.hint <= 0 {
@@ -464,7 +460,7 @@ func (s *sender) paced(bytes int) {
 	}
 	now := int64(s.c.ep.clock.Now())
 	wr := cc.WindowRate(s.rateW, s.rateRTT)
-	rate := math.Min(cc.PacingGain*wr, s.hint) // cc.Rate
+	rate := cc.Rate(wr, s.hint)
 	if a := s.c.ep.outAlloc; a != nil {
 		// The endpoint's NIC is shared: this connection wants what its
 		// windows and its receiver allow (not the pacing gain, which only
@@ -735,10 +731,8 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 			}
 		}
 	}
-	if (s.newestAcked > 0 || lower) && s.newestRTT > 0 && s.unsent == 0 && s.hinted() {
-		// With a hint (the baseline's ACKs carry none). After a fall of
-		// the hint too: the paths' timers were just armed again from now.
-		s.probeOverdue(at)
+	if s.newestAcked > 0 || lower {
+		s.probeOverdue(at) // after a fall of the hint too: the timers were just armed from now
 	}
 	if s.c.isBaseline() {
 		s.ackedInOrder()
@@ -910,6 +904,13 @@ func (p *sendPath) armTimer(now clock.Time) {
 	p.timer.Reset(now.Add(p.timeout()))
 }
 
+// fireBy brings the path's timer forward to at, if it is due later.
+func (p *sendPath) fireBy(at clock.Time) {
+	if at < p.timer.Deadline() {
+		p.timer.Reset(at)
+	}
+}
+
 func (p *sendPath) rto() time.Duration {
 	cfg := &p.s.c.ep.cfg
 	if p.s.c.isBaseline() && cfg.LocalAckTimeout > 0 {
@@ -984,8 +985,12 @@ func (p *sendPath) timeout() time.Duration {
 // plus the drain time (an incast's packets wait their turn in one queue).
 // Without a receiver's hint there is no drain time to wait for, and the
 // tail's own queue can hold a packet past the margin: the path's timer
-// alone decides.
+// alone decides (the baseline's ACKs carry no hint). It is reckoned on
+// ACKs, after resends, and when the hint falls.
 func (s *sender) probeOverdue(now clock.Time) {
+	if s.unsent != 0 || s.newestRTT == 0 || !s.hinted() {
+		return
+	}
 	cfg := &s.c.ep.cfg
 	d := s.drainTime()
 	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, cfg.ProbeMin) }
@@ -994,10 +999,7 @@ func (s *sender) probeOverdue(now clock.Time) {
 			continue
 		}
 		sent := p.slot(p.oldest).sentAt
-		due := sent.Add(max(late(s.newestRTT), late(p.rtt.SRTT)) + d + cfg.AckDelay)
-		if due < p.timer.Deadline() {
-			p.timer.Reset(max(due, now))
-		}
+		p.fireBy(max(sent.Add(max(late(s.newestRTT), late(p.rtt.SRTT))+d+cfg.AckDelay), now))
 	}
 }
 
@@ -1106,11 +1108,7 @@ func (p *sendPath) tailProbe() {
 				q := s.paths[(p.id+i)%len(s.paths)]
 				if q.plane != p.plane && (q.state == pathmgr.Good || q.state == pathmgr.Skip) && q.ringRoom() && s.c.remote[q.plane].IsValid() {
 					s.transmit(r.dsn, d, q, true, true)
-					// The copy is q's newest packet: q's timer runs to a
-					// timeout after it, unless it is due sooner.
-					if at := s.c.ep.clock.Now().Add(q.timeout()); at < q.timer.Deadline() {
-						q.timer.Reset(at)
-					}
+					q.fireBy(s.c.ep.clock.Now().Add(q.timeout())) // the copy is q's newest packet
 					break
 				}
 			}

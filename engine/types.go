@@ -91,10 +91,11 @@ type Config struct {
 	// timeout. Defaults 1 ms, 50 µs and 100 ms. Real sockets want an RTOMin
 	// that survives scheduling and GC pauses (milliseconds).
 	RTOInitial, RTOMin, RTOMax time.Duration
-	// ProbeMin is the floor of a path's tail-probe timer. Default a fifth
-	// of RTOMin (10 µs): a probe is one packet, and a lost last packet
-	// that nothing follows waits this long to be found. Real sockets want
-	// it at RTOMin, for the same reason as that.
+	// ProbeMin is the floor of a path's tail-probe timer once the
+	// receiver has granted a rate (without a hint the floor is RTOMin).
+	// Default a fifth of RTOMin (10 µs): a probe declares nothing lost, and
+	// a lost last packet that nothing follows waits this long to be found.
+	// Real sockets want it at RTOMin, for the same reason as that.
 	ProbeMin time.Duration
 	// NoProgress is how long a connection may go without forward progress
 	// while it has work outstanding before it fails. Default 1 s.
