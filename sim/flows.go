@@ -112,8 +112,8 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * payloadShare
 	w, err := newWorld(fc, o.Seed, func(h int) engine.Config {
 		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
-			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * res.HostCapacity, MaxAccepting: 4096}
-		c.OutboundCapacity = res.HostCapacity
+			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * res.HostCapacity, OutboundCapacity: res.HostCapacity,
+			MaxAccepting: 4096}
 		if o.Baseline {
 			c.Mode = proto.ModeBaseline
 		}
