@@ -90,25 +90,32 @@ type UDPOptions struct {
 
 // OpenUDP binds cfg's sockets (its Planes, Port and SourcePorts) and starts
 // its engine in real time. Timer settings left at zero get what real
-// sockets want (udp.RTOMin, also as ProbeMin, and udp.RTOInitial), and
-// MaxPacket, when zero, the largest datagram the planes' interfaces carry.
-// Close stops it.
+// sockets want (RealTimeTimers), and MaxPacket, when zero, the largest
+// datagram the planes' interfaces carry. Close stops it.
 func OpenUDP(cfg engine.Config) (*UDPHost, error) { return OpenUDPWith(cfg, UDPOptions{}) }
+
+// RealTimeTimers is cfg with the timer settings left at zero set to what
+// real sockets want: udp.RTOMin (also as ProbeMin: the same host noise)
+// and udp.RTOInitial.
+func RealTimeTimers(cfg engine.Config) engine.Config {
+	if cfg.RTOMin == 0 {
+		cfg.RTOMin = udp.RTOMin
+	}
+	if cfg.ProbeMin == 0 {
+		cfg.ProbeMin = cfg.RTOMin
+	}
+	if cfg.RTOInitial == 0 {
+		cfg.RTOInitial = udp.RTOInitial
+	}
+	return cfg
+}
 
 // OpenUDPWith is OpenUDP with the host's own settings.
 func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 	if len(cfg.Planes) == 0 || cfg.Port == 0 {
 		return nil, errors.New("endpoint: a UDP host needs planes and a port")
 	}
-	if cfg.RTOMin == 0 {
-		cfg.RTOMin = udp.RTOMin
-	}
-	if cfg.ProbeMin == 0 {
-		cfg.ProbeMin = cfg.RTOMin // the same host noise
-	}
-	if cfg.RTOInitial == 0 {
-		cfg.RTOInitial = udp.RTOInitial
-	}
+	cfg = RealTimeTimers(cfg)
 	loop := clock.NewLoop()
 	drv, err := udp.New(udp.Config{Planes: cfg.Planes, Port: cfg.Port, SourcePorts: cfg.SourcePorts, MaxDatagram: cfg.MaxPacket}, loop)
 	if err != nil {

@@ -56,27 +56,13 @@ import (
 )
 
 // RTOMin and RTOInitial are the engine's retransmission timeout floor
-// and its value before the first RTT sample that real sockets want
-// (engine.Config.RTOMin, RTOInitial); the floor is also the tail probe's
-// (ProbeMin).
-// It must be above the host's scheduling noise, so that an ACK that is
-// late, not lost, is not taken for a loss: on a 2-core machine running
-// the relay emulator and two endpoints, the kernel's time slicing stopped
-// an endpoint's loop for up to 8.7 ms and the emulator's for up to 3.5 ms,
-// and a Go timer for 100 µs fires 0.7-1.1 ms late on average. With a 2 ms
-// floor a lossless 8 MiB conformance transfer sent 2-17 spurious tail
-// probes a run; with 10 ms, none in 28 runs of 30 (docs/udp.md). A loss
-// at the tail of a burst waits that long for its probe; losses inside a
-// burst are repaired from the bitvector, whatever the floor. RTOInitial
-// waits for a path's first sample, which queues behind every other
-// sender's first window in an incast: 32 requesters starting at once
-// through 1 Gb/s links queue 19 ms of them, and with 10 ms every path of
-// every requester timed out once and the senders' shares of the receiver
-// went uneven (Jain's index of the bytes delivered over the time all were
-// sending: 0.53-0.98 in 5 runs); with 100 ms, 0.987-0.996. It
-// is the engine's RTOMax as well: before its first sample a path retries
-// every 100 ms, without backing off further. The engine's defaults are for
-// a data-center fabric in virtual time.
+// (also the tail probe's, ProbeMin) and its value before a connection's
+// first RTT sample that real sockets want (engine.Config.RTOMin,
+// RTOInitial; endpoint.RealTimeTimers sets them). The floor must be above
+// the host's scheduling noise, so that an ACK that is late, not lost, is
+// not taken for a loss; RTOInitial must outlast the first windows an
+// incast queues. docs/udp.md gives the measurements. The engine's
+// defaults are for a data-center fabric in virtual time.
 const (
 	RTOMin     = 10 * time.Millisecond
 	RTOInitial = 100 * time.Millisecond
