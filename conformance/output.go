@@ -24,18 +24,7 @@ type Report struct {
 // unsupported case is not a failure: the implementation said it does not
 // do it; but a run in which nothing passed tested nothing, as when a
 // wrapper's command is not found, which a shell also reports as 127).
-func (r Report) Passed() bool {
-	passed := false
-	for _, x := range r.Results {
-		switch x.Result {
-		case "fail":
-			return false
-		case "pass":
-			passed = true
-		}
-	}
-	return passed
-}
+func (r Report) Passed() bool { return Cell{Results: r.Results}.Class() == "pass" }
 
 // Cell is one pair's results in the interop matrix.
 type Cell struct {

@@ -39,7 +39,7 @@ func conformanceCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:  "endpoint",
-				Usage: "be this mroce as an endpoint of the runner's contract (ROLE, TESTCASE, PLANES, PORT, PEER, SIZE, LOGDIR)",
+				Usage: "be this mroce as an endpoint of the runner's contract (ROLE, TESTCASE, PLANES, PORT, PEER, SIZE, LOGDIR, REQUESTERS, START)",
 				Action: func(c *cli.Context) error {
 					code, err := contractEndpoint(c.Context)
 					if err != nil {
@@ -96,7 +96,7 @@ func conformanceCommand() *cli.Command {
 					}
 					impl := func(flag string) conformance.Implementation {
 						if v := c.String(flag); v != "" {
-							return conformance.Implementation{Name: v, Cmd: strings.Fields(v)}
+							return commandImpl(v)
 						}
 						return mroce
 					}
@@ -147,7 +147,7 @@ func conformanceCommand() *cli.Command {
 						return err
 					}
 					if v := c.String("requester"); v != "" {
-						req = conformance.Implementation{Name: v, Cmd: strings.Fields(v)}
+						req = commandImpl(v)
 					}
 					argv, name := req.Cmd, req.Name
 					cases, unknown := selectCases(conformance.SenderCases, func(sc conformance.SenderCase) string { return sc.Name }, c.StringSlice("cases"))
@@ -220,6 +220,11 @@ func runConformance(c *cli.Context, name string, t conformance.Target) error {
 	rep := conformance.Report{Implementation: name, Target: t.Addr.String(), Started: time.Now()}
 	rep.Results = conformance.Run(conformance.Env{Target: t, Local: local}, conformance.Cases)
 	return writeConformance(c, rep)
+}
+
+// commandImpl is the implementation a command line runs, named by it.
+func commandImpl(cmd string) conformance.Implementation {
+	return conformance.Implementation{Name: cmd, Cmd: strings.Fields(cmd)}
 }
 
 // parseImpls reads --impl NAME=COMMAND values. A name is letters, digits,

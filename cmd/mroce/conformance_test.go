@@ -279,7 +279,8 @@ func TestConformanceSenderBadFlags(t *testing.T) {
 }
 
 // The requester cases against this mroce pass, and a requester built to
-// ignore RNR's RetryAfter fails exactly sender-rnr.
+// ignore RNR's RetryAfter fails exactly sender-rnr, one built to ignore
+// CE echoes exactly sender-ecn.
 func TestLargeConformanceSender(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary: with the large tests")
