@@ -358,9 +358,13 @@ type pathRow struct {
 	ECNPercent  float64 `json:"ecn_pct"`
 	Share       float64 `json:"share"`
 	Packets     uint64  `json:"packets"`
-	Retransmits uint64  `json:"retransmits"`
-	// Of Retransmits: declared lost (a gap in an ACK's bitvector, or a
-	// timeout), tail probes; the rest were refused (RNR) and resent.
+	Retransmits uint64  `json:"retransmits"` // transmissions on this path of content sent before
+	// Lost counts this path's transmissions declared lost (a gap in an
+	// ACK's bitvector, or a timeout; each is resent on whichever path is
+	// free, not necessarily this one); TailProbes its tail probes (of
+	// Retransmits); Timeouts its retransmission timeouts. Summed over the
+	// paths, Retransmits less Lost and TailProbes is about the packets the
+	// receiver refused (RNR) and that were resent.
 	Lost       uint64 `json:"lost"`
 	TailProbes uint64 `json:"tail_probes"`
 	Timeouts   uint64 `json:"timeouts"`
