@@ -181,7 +181,7 @@ func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
 		Dst:  netip.AddrPortFrom(c.remote[plane], c.peerPort),
 		ECN:  ecn,
 		DSCP: proto.DefaultDSCP(t),
-		Data: pkt.Seal(),
+		Data: c.ep.seal(pkt),
 	})
 }
 

@@ -126,13 +126,7 @@ func (e *Endpoint) planeOf(a netip.Addr) int {
 // Receive is the entry of every datagram for this endpoint.
 func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 	var pkt proto.Packet
-	var err error
-	if e.cfg.Broken.AcceptBadCRC {
-		err = pkt.DecodeNoCRC(d.Data) // a deliberate bug
-	} else {
-		err = pkt.Decode(d.Data)
-	}
-	if err != nil {
+	if err := e.decode(&pkt, d.Data); err != nil {
 		e.stats.Decode[err.(proto.Error)]++
 		return
 	}
@@ -159,6 +153,27 @@ func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 	e.flush()
 }
 
+// decode parses and checks a datagram's packet as this endpoint's packets
+// are sealed (seal).
+func (e *Endpoint) decode(pkt *proto.Packet, b []byte) error {
+	switch {
+	case e.cfg.Broken.AcceptBadCRC:
+		return pkt.DecodeNoCRC(b) // a deliberate bug
+	case e.cfg.PlaceholderPayloads:
+		return pkt.DecodeHeaders(b)
+	}
+	return pkt.Decode(b)
+}
+
+// seal writes a finished packet's CRC: over the headers only when its
+// payload is a placeholder (Config.PlaceholderPayloads).
+func (e *Endpoint) seal(pkt *proto.Packet) []byte {
+	if e.cfg.PlaceholderPayloads {
+		return pkt.SealHeaders()
+	}
+	return pkt.Seal()
+}
+
 // TooBig is told by the port that a datagram this endpoint sent did not
 // fit its path: the kernel refused it as larger than the path MTU (DF is
 // set; link.TooBigHandler). The connection that sent it cannot carry its
@@ -167,7 +182,7 @@ func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 // beforehand, with padded PROBEs, is not built.)
 func (e *Endpoint) TooBig(d *link.Datagram) {
 	var pkt proto.Packet
-	if err := pkt.Decode(d.Data); err != nil {
+	if err := e.decode(&pkt, d.Data); err != nil {
 		return // not one of ours
 	}
 	plane := e.planeOf(d.Src.Addr())
@@ -378,7 +393,7 @@ func (e *Endpoint) sendClose(plane int, dst netip.AddrPort, peerID uint32, reaso
 		Src:  netip.AddrPortFrom(e.cfg.Planes[plane], e.cfg.SourcePorts[0]),
 		Dst:  dst,
 		DSCP: proto.DefaultDSCP(proto.TypeClose),
-		Data: pkt.Seal(),
+		Data: e.seal(&pkt),
 	})
 }
 

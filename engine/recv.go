@@ -287,9 +287,12 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	}
 	// Step 17: place and record.
 	var err error
-	if recv != nil {
+	switch {
+	case c.ep.cfg.PlaceholderPayloads:
+		// Checked as any payload (steps 13-16), placed nowhere.
+	case recv != nil:
 		err = recv.scatter(msgOff, payload)
-	} else {
+	default:
 		err = region.Place(dst, payload)
 	}
 	if err != nil {
@@ -562,7 +565,7 @@ func (r *receiver) onProbe(pkt *proto.Packet, d *link.Datagram, plane int, at cl
 		Src:  netip.AddrPortFrom(c.ep.cfg.Planes[plane], d.Dst.Port()),
 		Dst:  d.Src,
 		DSCP: proto.DefaultDSCP(proto.TypeProbeReply),
-		Data: out.Seal(),
+		Data: c.ep.seal(&out),
 	})
 }
 

@@ -658,10 +658,14 @@ func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
 		if err != nil {
 			panic("engine: a READ response left its region: " + err.Error()) // checked at the READ_REQ
 		}
-		copy(payload, src)
+		if !s.c.ep.cfg.PlaceholderPayloads {
+			copy(payload, src)
+		}
 		return true
 	}
-	m.list.gather(r.off, payload)
+	if !s.c.ep.cfg.PlaceholderPayloads {
+		m.list.gather(r.off, payload)
+	}
 	return true
 }
 
@@ -675,8 +679,10 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 	if length != m.length {
 		return proto.NackBounds
 	}
-	if err := m.list.scatter(off, payload); err != nil {
-		return proto.NackBounds // checked at post; a bug if it happens
+	if !s.c.ep.cfg.PlaceholderPayloads { // else nothing to place: the decoder held off+len within length
+		if err := m.list.scatter(off, payload); err != nil {
+			return proto.NackBounds // checked at post; a bug if it happens
+		}
 	}
 	m.readGot += uint32(len(payload))
 	if m.readGot >= length && !m.readDone {

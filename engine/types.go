@@ -66,6 +66,15 @@ type Config struct {
 	NoRateHints bool
 	// NoPacing sends as the windows allow, without spacing packets.
 	NoPacing bool
+	// PlaceholderPayloads is for simulations where the bytes moved do not
+	// matter: data packets keep their full length (they take as long to
+	// cross a link and are checked against their regions and receives as
+	// always) but nothing copies their payload out of or into memory, and
+	// their CRC covers the headers only (proto.SealHeaders). Every protocol
+	// decision is the one real payloads get, as long as nothing corrupts
+	// payload bytes in flight (that would go unseen). Both ends must set
+	// it; a peer without it rejects every data packet's CRC.
+	PlaceholderPayloads bool
 	// Mode is the transport of the connections this endpoint opens:
 	// proto.ModeMultipath (this spec's), or proto.ModeBaseline (RoCEv2-like,
 	// spec section 10: one path, go-back-N, DCQCN). An acceptor serves

@@ -20,6 +20,9 @@ type CrossConfig struct {
 	LinkRate   int64
 	CrossShare float64
 	Seed       uint64
+	// RealPayloads makes the engines copy and checksum every payload byte,
+	// as on a real wire; by default payloads are placeholders (newWorld).
+	RealPayloads bool
 }
 
 // CrossResult is what the run measured.
@@ -68,7 +71,7 @@ func Cross(cfg CrossConfig) (CrossResult, error) {
 	payloadShare := float64(maxPacket-64) / wireBytes
 	planeRate := float64(cfg.LinkRate) / 8 * payloadShare
 	res.Left = planeRate * (float64(cfg.Planes) - cfg.CrossShare)
-	w, err := newWorld(fc, cfg.Seed, func(h int) engine.Config {
+	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
 		c := engine.Config{Paths: cfg.Planes, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second}
 		if h == 1 {
 			c.InboundCapacity = 0.98 * planeRate * float64(cfg.Planes)

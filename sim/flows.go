@@ -31,6 +31,9 @@ type FabricOptions struct {
 	// connections are set up).
 	Faults []netem.Fault
 	Seed   uint64
+	// RealPayloads makes the engines copy and checksum every payload byte,
+	// as on a real wire; by default payloads are placeholders (newWorld).
+	RealPayloads bool
 }
 
 // DefaultFabric is 64 hosts on planes of 100 Gb/s, one switch each.
@@ -110,7 +113,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	}
 	payloadShare := float64(maxPacket-64) / wireBytes
 	res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * payloadShare
-	w, err := newWorld(fc, o.Seed, func(h int) engine.Config {
+	w, err := newWorld(fc, o.Seed, o.RealPayloads, func(h int) engine.Config {
 		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
 			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * res.HostCapacity, OutboundCapacity: res.HostCapacity,
 			MaxAccepting: 4096}

@@ -36,6 +36,9 @@ type IncastConfig struct {
 	// last sender's first packet.
 	Stagger time.Duration
 	Seed    uint64
+	// RealPayloads makes the engines copy and checksum every payload byte,
+	// as on a real wire; by default payloads are placeholders (newWorld).
+	RealPayloads bool
 	// Trace, when set, sees every sampled rate window from the first data
 	// packet on: its start in base RTTs, every sender's delivered rate and
 	// the fair share (bytes/s).
@@ -122,7 +125,7 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 	}
 	capacity := float64(cfg.LinkRate) / 8 // bytes/s on the wire
 	payloadShare := float64(maxPacket-64) / wireBytes
-	w, err := newWorld(fc, cfg.Seed, func(h int) engine.Config {
+	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
 		c := engine.Config{Paths: 8, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
 			LineRate: float64(cfg.LinkRate) / 8}
 		if cfg.Baseline {

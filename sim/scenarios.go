@@ -27,6 +27,9 @@ type LossOptions struct {
 	Burst              bool    // loss in bursts (Gilbert-Elliott) of the same mean
 	BurstLen           float64 // mean burst, packets
 	Seed               uint64
+	// RealPayloads makes the engines copy and checksum every payload byte,
+	// as on a real wire; by default payloads are placeholders (newWorld).
+	RealPayloads bool
 }
 
 // DefaultLoss is the loss scenario of docs/results.md. The baseline is
@@ -79,7 +82,8 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 	var m0, b0, p0 float64
 	for _, p := range o.Losses {
 		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Delay: time.Microsecond,
-			Loss: p, ECNThreshold: 200 << 10, Buffer: 16 << 20, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen}
+			Loss: p, ECNThreshold: 200 << 10, Buffer: 16 << 20, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen,
+			RealPayloads: o.RealPayloads}
 		m, err := Transfer(base)
 		if err != nil {
 			return nil, nil, fmt.Errorf("mroce at %g: %w", p, err)
@@ -121,6 +125,9 @@ type IncastOptions struct {
 	Rates   []int64
 	Bytes   int
 	Seed    uint64
+	// RealPayloads makes the engines copy and checksum every payload byte,
+	// as on a real wire; by default payloads are placeholders (newWorld).
+	RealPayloads bool
 }
 
 // DefaultIncastScenario is the incast scenario of docs/results.md.
@@ -152,7 +159,7 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 		for ri, rate := range o.Rates {
 			for vi, v := range variants {
 				cfg := DefaultIncast(n, rate)
-				cfg.Bytes, cfg.Seed = o.Bytes, o.Seed
+				cfg.Bytes, cfg.Seed, cfg.RealPayloads = o.Bytes, o.Seed, o.RealPayloads
 				cfg.NoRateHints, cfg.Baseline, cfg.PFC = v.NoRateHints, v.Baseline, v.PFC
 				if n == nMax && ri == 0 && vi == 0 {
 					cfg.Trace = func(start float64, rates []float64, fair float64) {

@@ -34,9 +34,18 @@ type world struct {
 }
 
 // newWorld builds the fabric and an endpoint per host (endpoint's
-// simulated network); cfgFor gives each host's engine configuration.
-func newWorld(fc netem.Config, seed uint64, cfgFor func(h int) engine.Config) (*world, error) {
-	n, err := endpoint.NewSimNetworkFor(fc, seed, cfgFor)
+// simulated network); cfgFor gives each host's engine configuration. The
+// engines carry placeholder payloads (engine.Config.PlaceholderPayloads:
+// the same decisions without copying or checksumming the bytes) unless
+// realPayloads is set or a link corrupts bits, which only real payloads
+// and their CRC would notice.
+func newWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config) (*world, error) {
+	placeholders := !realPayloads && !corrupts(fc)
+	n, err := endpoint.NewSimNetworkFor(fc, seed, func(h int) engine.Config {
+		c := cfgFor(h)
+		c.PlaceholderPayloads = placeholders
+		return c
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -46,6 +55,16 @@ func newWorld(fc netem.Config, seed uint64, cfgFor func(h int) engine.Config) (*
 		w.hosts = append(w.hosts, &host{ep: b.Endpoint(), reg: b.Registry(), pd: b.Registry().NewDomain()})
 	}
 	return w, nil
+}
+
+// corrupts reports whether any of fc's links flips bits.
+func corrupts(fc netem.Config) bool {
+	for _, l := range []netem.LinkConfig{fc.Uplink, fc.Downlink, fc.FabricUp, fc.FabricDown} {
+		if l.Impair.Corrupt > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // events records a connection's completions and state.

@@ -23,6 +23,9 @@ type TransferConfig struct {
 	ECNThreshold int
 	Buffer       int
 	Seed         uint64
+	// RealPayloads makes the engines copy and checksum every payload byte,
+	// as on a real wire; by default payloads are placeholders (newWorld).
+	RealPayloads bool
 	// Baseline runs the connection in baseline mode (RoCEv2-like: one path,
 	// go-back-N with a window of BaselineWindow packets, DCQCN).
 	// BaselineAckTimeout, when set, is its local ACK timeout, fixed
@@ -98,7 +101,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		planes = 1 // one path: one plane carries it all
 	}
 	res.Bottleneck = float64(planes) * float64(cfg.LinkRate) / 8 * payloadShare
-	w, err := newWorld(fc, cfg.Seed, func(h int) engine.Config {
+	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
 		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
 			LineRate: float64(cfg.LinkRate) / 8}
 		if h == 1 {

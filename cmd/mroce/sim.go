@@ -20,6 +20,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 		&cli.BoolFlag{Name: "csv", Usage: "print the tables as CSV"},
 		&cli.StringFlag{Name: "plot", Value: "sim-" + scenario + ".svg", Usage: "write the main figure to this .svg or .png file (\"\": none)"},
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice: the same seed gives the same results"},
+		&cli.BoolFlag{Name: "real-payloads", Usage: "copy and checksum every payload byte as on a real wire (slower; the results are the same: by default payloads are placeholders of their length)"},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile of what the last run of flows holds live at its end to this file (go tool pprof reads it; the scenarios with a speed table)"},
 	}
@@ -54,7 +55,8 @@ func simCommand() *cli.Command {
 					o := sim.LossOptions{Losses: c.Float64Slice("losses"), Bytes: c.Int("size-mib") << 20, Planes: c.Int("planes"),
 						Paths: c.Int("paths"), LinkRate: int64(c.Float64("rate-gbps") * 1e9), BaselineWindow: c.Int("window"),
 						BaselineAckTimeout: c.Duration("ack-timeout"),
-						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), Seed: c.Uint64("seed")}
+						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), Seed: c.Uint64("seed"),
+						RealPayloads: c.Bool("real-payloads")}
 					switch {
 					case len(o.Losses) == 0:
 						return usagef(c, "sim loss: --losses: none")
@@ -86,7 +88,8 @@ func simCommand() *cli.Command {
 					&cli.IntFlag{Name: "size-kib", Value: di.Bytes >> 10, Usage: "KiB each sender WRITEs"},
 				}, simOutputFlags("incast")...),
 				Action: func(c *cli.Context) error {
-					o := sim.IncastOptions{Senders: c.IntSlice("senders"), Bytes: c.Int("size-kib") << 10, Seed: c.Uint64("seed")}
+					o := sim.IncastOptions{Senders: c.IntSlice("senders"), Bytes: c.Int("size-kib") << 10, Seed: c.Uint64("seed"),
+						RealPayloads: c.Bool("real-payloads")}
 					for _, r := range c.Float64Slice("rates-gbps") {
 						if r < 1 || r > 1600 {
 							return usagef(c, "sim incast: --rates-gbps: %g is not 1 to 1600", r)
@@ -176,6 +179,7 @@ func simCommand() *cli.Command {
 					if c.IsSet("seed") {
 						t.Fabric.Seed = c.Uint64("seed")
 					}
+					t.Fabric.RealPayloads = c.Bool("real-payloads")
 					return runScenario(c, "flows", func() ([]*report.Table, *report.Plot, error) { return sim.FlowsScenario(t) })
 				},
 			},
@@ -280,7 +284,7 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 			f.Paths = c.Int("paths")
 		}
 	}
-	f.HostsPerLeaf, f.Seed = c.Int("hosts-per-leaf"), c.Uint64("seed")
+	f.HostsPerLeaf, f.Seed, f.RealPayloads = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads")
 	if f.HostsPerLeaf > 0 {
 		f.Spines = c.Int("spines")
 	}

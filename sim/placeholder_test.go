@@ -1,0 +1,57 @@
+package sim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/netem"
+)
+
+// TestPlaceholderPayloadsChangeNoResult: an all-to-all under loss gives
+// the same result, to the last counter and nanosecond, whether the engines
+// move real payloads or placeholders (the default); only the wall time
+// and the heap differ.
+func TestPlaceholderPayloadsChangeNoResult(t *testing.T) {
+	o := DefaultFabric(2)
+	o.Hosts, o.Loss = 6, 0.01
+	flows := AllToAll(o.Hosts, 256<<10)
+	var got [2]string
+	for i, realPayloads := range []bool{true, false} {
+		o.RealPayloads = realPayloads
+		r, err := RunFlows(o, flows, 10*time.Microsecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Retransmits == 0 {
+			t.Fatal("nothing resent: the loss did not bite")
+		}
+		r.WallTime, r.HeapBytes = 0, 0
+		got[i] = fmt.Sprintf("%+v", r)
+	}
+	if got[0] != got[1] {
+		t.Fatalf("real payloads:\n%s\nplaceholders:\n%s", got[0], got[1])
+	}
+}
+
+// TestWhenPayloadsAreReal: the engines carry placeholder payloads unless
+// asked for real ones or a link flips bits (only a CRC over the payload
+// would notice).
+func TestWhenPayloadsAreReal(t *testing.T) {
+	clean := netem.Config{Hosts: 2, Planes: 1, Uplink: netem.LinkConfig{Rate: 100e9}, Downlink: netem.LinkConfig{Rate: 100e9}}
+	corrupting := clean
+	corrupting.FabricDown.Impair.Corrupt = 0.01
+	for _, c := range []struct {
+		fc                 netem.Config
+		realPayloads, want bool
+	}{{clean, false, true}, {clean, true, false}, {corrupting, false, false}} {
+		w, err := newWorld(c.fc, 1, c.realPayloads, func(int) engine.Config { return engine.Config{Paths: 1, Streams: 1} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := w.hosts[0].ep.Config().PlaceholderPayloads; got != c.want {
+			t.Fatalf("corrupting %v, real payloads asked %v: placeholders %v", corrupts(c.fc), c.realPayloads, got)
+		}
+	}
+}
