@@ -109,22 +109,35 @@ func (c *calendar) nearMin(now Time) int {
 	panic("clock: calendar count and bitmap disagree")
 }
 
-// peek returns the earliest event without removing it.
-func (c *calendar) peek(now Time) (eventEntry, bool) {
+// Where the earliest event is, as peek finds it for take.
+const (
+	inFar  = -1 // the far heap's top
+	noneAt = -2 // nowhere: the calendar is empty
+)
+
+// peek returns the earliest event without removing it, and where it is:
+// its bucket, inFar or noneAt. take(where) removes it, as long as nothing
+// was pushed in between.
+func (c *calendar) peek(now Time) (eventEntry, int) {
 	b := c.nearMin(now)
 	switch {
 	case b >= 0 && (len(c.far) == 0 || c.nodes[c.head[b]].e.less(c.far[0])):
-		return c.nodes[c.head[b]].e, true
+		return c.nodes[c.head[b]].e, b
 	case len(c.far) > 0:
-		return c.far[0], true
+		return c.far[0], inFar
 	}
-	return eventEntry{}, false
+	return eventEntry{}, noneAt
 }
 
 // pop removes and returns the earliest event.
 func (c *calendar) pop(now Time) eventEntry {
-	b := c.nearMin(now)
-	if b >= 0 && (len(c.far) == 0 || c.nodes[c.head[b]].e.less(c.far[0])) {
+	_, where := c.peek(now)
+	return c.take(where)
+}
+
+// take removes the earliest event from where peek found it.
+func (c *calendar) take(b int) eventEntry {
+	if b >= 0 {
 		n := c.head[b]
 		e := c.nodes[n].e
 		c.head[b] = c.nodes[n].next

@@ -73,7 +73,7 @@ func (s *Sim) After(d time.Duration, ev Event) { s.At(s.now.Add(d), ev) }
 // Next returns the time of the next event or timer, or Never.
 func (s *Sim) Next() Time {
 	next := Never
-	if e, ok := s.events.peek(s.now); ok {
+	if e, where := s.events.peek(s.now); where != noneAt {
 		next = e.at
 	}
 	s.settleTimers()
@@ -85,21 +85,37 @@ func (s *Sim) Next() Time {
 
 // Step fires the next event or timer, advancing the clock to its time. It
 // reports false when nothing is scheduled.
-func (s *Sim) Step() bool {
-	next, haveEvent := s.events.peek(s.now)
+func (s *Sim) Step() bool { return s.StepUntil(Never) }
+
+// StepUntil is Step for an event or timer due at or before end: it reports
+// false, firing nothing, when the next one is later or there is none. (It
+// is Next and Step in one look at the queues: what a run to a deadline
+// does once per event.)
+func (s *Sim) StepUntil(end Time) bool {
+	next, where := s.events.peek(s.now)
 	s.settleTimers()
-	useTimer := len(s.timers) > 0 && (!haveEvent || s.timers[0].less(&timerEntry{at: next.at, seq: next.seq}))
+	useTimer := len(s.timers) > 0 && (where == noneAt || s.timers[0].less(&timerEntry{at: next.at, seq: next.seq}))
 	switch {
 	case useTimer:
+		if s.timers[0].at > end {
+			return false
+		}
+		// The entry stays on top while the timer fires (its key is now,
+		// below anything the callback can arm) and settleTimers drops it
+		// or, when the callback re-armed the timer (a pacer's next
+		// packet), moves it down from the top: one walk of the heap, not a
+		// pop and a push.
 		t := s.timers[0].t
-		s.popTimer()
 		t.armed = false
 		s.armed--
 		s.now = t.at
 		s.fired++
 		t.fire()
-	case haveEvent:
-		e := s.events.pop(s.now)
+	case where != noneAt:
+		if next.at > end {
+			return false
+		}
+		e := s.events.take(where)
 		s.now = e.at
 		s.fired++
 		e.ev.Fire()
@@ -112,8 +128,7 @@ func (s *Sim) Step() bool {
 // RunUntil fires everything scheduled up to and including time end, then
 // sets the clock to end.
 func (s *Sim) RunUntil(end Time) {
-	for s.Next() <= end {
-		s.Step()
+	for s.StepUntil(end) {
 	}
 	if end > s.now {
 		s.now = end

@@ -265,3 +265,80 @@ func TestSimTimerMovedEarlier(t *testing.T) {
 		t.Fatalf("fired %v", order)
 	}
 }
+
+// TestSimStepUntilWithTimersReArmedInCallbacks: timers that re-arm
+// themselves when they fire (a pacer), some at once, among events and
+// stops, fire one at a time in (time, arming order) as a reference queue
+// says, and StepUntil fires nothing due after its end.
+func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
+	type ref struct {
+		at  Time
+		seq int
+		id  int
+	}
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		s := NewSim()
+		var model []ref
+		seq, fired := 0, -1
+		arm := func(at Time, id int) {
+			seq++
+			model = slices.DeleteFunc(model, func(r ref) bool { return r.id == id })
+			model = append(model, ref{at, seq, id})
+		}
+		timers := make([]Timer, 20)
+		for i := range timers {
+			id := 1000 + i
+			timers[i] = s.NewTimer(func() {
+				fired = id
+				model = slices.DeleteFunc(model, func(r ref) bool { return r.id == id })
+				if rng.IntN(3) > 0 { // re-armed from its own callback, often at once
+					at := s.Now() + Time(rng.IntN(3)*rng.IntN(40))
+					timers[id-1000].Reset(at)
+					arm(at, id)
+				}
+				if j := rng.IntN(len(timers)); rng.IntN(4) == 0 { // another timer stopped
+					timers[j].Stop()
+					model = slices.DeleteFunc(model, func(r ref) bool { return r.id == 1000+j })
+				}
+			})
+		}
+		for op := 0; op < 300; op++ {
+			if rng.IntN(2) == 0 {
+				i := rng.IntN(len(timers))
+				at := s.Now() + Time(rng.IntN(100))
+				timers[i].Reset(at)
+				arm(at, 1000+i)
+			} else {
+				id, at := op, s.Now()+Time(rng.IntN(100))
+				s.At(at, fireFunc(func() { fired = id }))
+				seq++
+				model = append(model, ref{at, seq, id})
+			}
+			end := s.Now() + Time(rng.IntN(60))
+			for {
+				slices.SortFunc(model, func(a, b ref) int {
+					if a.at != b.at {
+						return int(a.at - b.at)
+					}
+					return a.seq - b.seq
+				})
+				due := len(model) > 0 && model[0].at <= end
+				want := -1
+				if due {
+					want = model[0].id
+					if want < 1000 {
+						model = model[1:] // an event: a timer's callback updates the model itself
+					}
+				}
+				fired = -1
+				if s.StepUntil(end) != due || fired != want {
+					t.Fatalf("seed %d op %d: fired %d, want %d (due %v)", seed, op, fired, want, due)
+				}
+				if !due {
+					break
+				}
+			}
+		}
+	}
+}

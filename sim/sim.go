@@ -111,7 +111,7 @@ func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
 func (w *world) run(d time.Duration, cond func() bool) bool {
 	end := w.sim.Now().Add(d)
 	for !cond() {
-		if w.sim.Next() > end || !w.sim.Step() {
+		if !w.sim.StepUntil(end) {
 			return cond()
 		}
 	}
