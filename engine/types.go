@@ -70,10 +70,10 @@ type Config struct {
 	// matter: data packets keep their full length (they take as long to
 	// cross a link and are checked against their regions and receives as
 	// always) but nothing copies their payload out of or into memory, and
-	// their CRC covers the headers only (proto.SealHeaders). Every protocol
-	// decision is the one real payloads get, as long as nothing corrupts
-	// payload bytes in flight (that would go unseen). Both ends must set
-	// it; a peer without it rejects every data packet's CRC.
+	// no packet carries a CRC (proto.Packet.Unsealed, DecodeNoCRC). Every
+	// protocol decision is the one real payloads get, as long as nothing
+	// corrupts packets in flight (that would go unseen). Both ends must
+	// set it; a peer without it rejects every packet's CRC.
 	PlaceholderPayloads bool
 	// Mode is the transport of the connections this endpoint opens:
 	// proto.ModeMultipath (this spec's), or proto.ModeBaseline (RoCEv2-like,

@@ -116,25 +116,6 @@ func (p *Packet) DecodeNoCRC(b []byte) error {
 	return p.decodeChecked(b)
 }
 
-// DecodeHeaders is Decode for a packet sealed by SealHeaders: the CRC in
-// its trailer covers the headers only, and the payload's bytes are whatever
-// the buffer held. Every other check runs as in Decode.
-func (p *Packet) DecodeHeaders(b []byte) error {
-	if len(b) < MinPacketLen {
-		return ErrTruncated
-	}
-	var q Packet
-	if err := q.decodeChecked(b); err != nil {
-		return err
-	}
-	n := len(b) - TrailerLen
-	if Checksum(b[:len(b)-len(q.Payload)-TrailerLen]) != be.Uint32(b[n:]) {
-		return ErrBadCRC
-	}
-	*p = q
-	return nil
-}
-
 // decodeChecked runs steps 3-6 on b, known to be at least MinPacketLen long.
 func (p *Packet) decodeChecked(b []byte) error {
 	c := CommonHeader(b)
@@ -225,21 +206,15 @@ func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
 	return nil
 }
 
+// Unsealed returns the packet with its trailer as the buffer held it, no
+// CRC written: for a simulation whose packets nothing corrupts, read with
+// DecodeNoCRC. No receiver that follows the spec accepts it.
+func (p *Packet) Unsealed() []byte { return p.raw }
+
 // Seal writes the CRC32C trailer over everything before it and returns the
 // finished packet. Call it after the last field and payload byte are set.
 func (p *Packet) Seal() []byte {
 	n := len(p.raw) - TrailerLen
 	be.PutUint32(p.raw[n:], Checksum(p.raw[:n]))
-	return p.raw
-}
-
-// SealHeaders is Seal with a CRC over the headers only, for a simulation
-// whose payload bytes are placeholders: the packet keeps its length, so it
-// takes as long to cross a link, but nothing reads or writes its payload.
-// Only DecodeHeaders accepts it; a peer that follows this spec rejects it
-// (its CRC covers the payload too).
-func (p *Packet) SealHeaders() []byte {
-	n := len(p.raw) - TrailerLen
-	be.PutUint32(p.raw[n:], Checksum(p.raw[:n-len(p.Payload)]))
 	return p.raw
 }

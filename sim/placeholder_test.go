@@ -36,8 +36,7 @@ func TestPlaceholderPayloadsChangeNoResult(t *testing.T) {
 }
 
 // TestWhenPayloadsAreReal: the engines carry placeholder payloads unless
-// asked for real ones or a link flips bits (only a CRC over the payload
-// would notice).
+// asked for real ones or a link flips bits (only a CRC would notice).
 func TestWhenPayloadsAreReal(t *testing.T) {
 	clean := netem.Config{Hosts: 2, Planes: 1, Uplink: netem.LinkConfig{Rate: 100e9}, Downlink: netem.LinkConfig{Rate: 100e9}}
 	corrupting := clean

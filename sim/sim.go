@@ -37,8 +37,8 @@ type world struct {
 // simulated network); cfgFor gives each host's engine configuration. The
 // engines carry placeholder payloads (engine.Config.PlaceholderPayloads:
 // the same decisions without copying or checksumming the bytes) unless
-// realPayloads is set or a link corrupts bits, which only real payloads
-// and their CRC would notice.
+// realPayloads is set or a link corrupts bits, which only a CRC would
+// notice.
 func newWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config) (*world, error) {
 	placeholders := !realPayloads && !corrupts(fc)
 	n, err := endpoint.NewSimNetworkFor(fc, seed, func(h int) engine.Config {
