@@ -147,14 +147,77 @@ func TestUnsampledPathTimesOutByItsConnection(t *testing.T) {
 	}
 }
 
-// A resend at the tail that is lost too is found as soon as the others:
-// the packet before the last lost, then its resend (on the other path).
-func TestLostTailResendFoundSoon(t *testing.T) {
-	late, st := lossCost(t, 64, 62, 65)
-	if st.Retransmits < 2 {
-		t.Fatalf("a packet and its resend dropped, yet %+v", st)
+// A resend at the tail goes twice, the copy on another plane, as a probe
+// does: the packet before the last lost, then its resend or the copy,
+// costs about what losing the packet alone does (a round trip here, 46 us;
+// 109 us when the resend went once and its loss was found by probing), and
+// with both lost the connection probes, without a timeout.
+func TestTailResendHasACopy(t *testing.T) {
+	alone, st := lossCost(t, 64, 62)
+	if st.TailCopies != 1 || st.Retransmits != 2 {
+		t.Fatalf("a packet lost at the tail: %+v, want its resend and one copy", st)
 	}
-	if late > 11*tailRTT/4 { // 109 us here; 128 when the resend waited for its path's timer
-		t.Fatalf("the lost packet and its lost resend cost %v: want under 2.75 round trips", late)
+	for _, c := range []struct {
+		what string
+		drop []int
+	}{
+		{"the packet and its resend", []int{62, 65}},
+		{"the packet and the resend's copy", []int{62, 66}},
+	} {
+		late, st := lossCost(t, 64, c.drop...)
+		if st.Timeouts != 0 || st.TailProbes != 0 {
+			t.Errorf("%s lost: %+v, want no probe and no timeout", c.what, st)
+		}
+		if late > alone+tailRTT/4 {
+			t.Errorf("%s lost: it cost %v, the packet alone %v", c.what, late, alone)
+		}
+	}
+	late, st := lossCost(t, 64, 62, 65, 66)
+	if st.Timeouts != 0 || late > 11*tailRTT/4 {
+		t.Errorf("the packet, its resend and the copy lost: it cost %v (%+v), want under 2.75 round trips and no timeout", late, st)
+	}
+}
+
+// With no more than tailPackets in flight at the tail, a path's smoothed
+// RTT, which remembers the queues of the busy part of a transfer, no
+// longer holds its probe back: the newest round trip alone sets it. With
+// more in flight the longer of the two does.
+func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
+	for _, packets := range []int{tailPackets, tailPackets + 4} {
+		l := link100()
+		l.Delay = 10 * time.Microsecond
+		n := newNet(t, netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}, Config{Paths: 2, Streams: 1})
+		pr := n.connect(0, 1)
+		size := packets * 4096
+		src := pr.ha.region(t, size, 1, memreg.LocalWrite)
+		dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		s := pr.a.snd
+		if !n.run(time.Millisecond, func() bool { return s.unsent == 0 }) || s.inflight() != packets {
+			t.Fatalf("%d packets: not all sent before the first ACK (%d in flight)", packets, s.inflight())
+		}
+		// What a long busy phase leaves: a stale smoothed RTT, a fresh
+		// newest round trip, a receiver's grant.
+		const stale, fresh = 500 * time.Microsecond, 12 * time.Microsecond
+		s.hint, s.newestRTT = 2.5e9, fresh
+		for _, p := range s.paths {
+			p.rtt.SRTT = stale
+			p.timer.Reset(n.sim.Now().Add(time.Second))
+		}
+		now := n.sim.Now()
+		s.probeOverdue(now)
+		cfg := &pr.a.ep.cfg
+		for _, p := range s.paths {
+			margin := fresh + max(fresh/2, cfg.ProbeMin)
+			if packets > tailPackets {
+				margin = stale + stale/2
+			}
+			want := max(p.slot(p.oldest).sentAt.Add(margin+s.drainTime()+cfg.AckDelay), now)
+			if got := p.timer.Deadline(); got != want {
+				t.Errorf("%d in flight: path %d probes at %v, want %v", packets, p.id, got, want)
+			}
+		}
 	}
 }
