@@ -996,10 +996,12 @@ func (p *sendPath) timeout() time.Duration {
 // now) or the path's own smoothed RTT, whichever is longer, plus half of
 // it (at least ProbeMin: the planes' queues differ most at the tail),
 // plus the drain time (an incast's packets wait their turn in one queue).
-// Once no more than tailPackets are in flight the path's smoothed RTT no
-// longer counts: it remembers the queues of the busy part of a transfer,
-// and waiting it out costs the completion more than a probe sent early
-// costs the network. Without a receiver's hint there is no drain time to
+// Once no more than tailPackets are in flight, the margin is the newest
+// round trip and ProbeMin: the path's smoothed RTT remembers the queues of
+// the busy part of a transfer, and half a round trip more is what the
+// planes' queues could differ by then; waiting either out costs the
+// completion more than a probe sent early costs the network (a packet,
+// and its copy). Without a receiver's hint there is no drain time to
 // wait for, and the tail's own queue can hold a packet past the margin:
 // the path's timer alone decides (the baseline's ACKs carry no hint). It
 // is reckoned on ACKs, after resends, and when the hint falls.
@@ -1015,9 +1017,9 @@ func (s *sender) probeOverdue(now clock.Time) {
 		if p.inflight == 0 || p.probed || p.state != pathmgr.Good && p.state != pathmgr.Skip {
 			continue
 		}
-		margin := late(s.newestRTT)
-		if !last {
-			margin = max(margin, late(p.rtt.SRTT))
+		margin := max(late(s.newestRTT), late(p.rtt.SRTT))
+		if last {
+			margin = s.newestRTT + cfg.ProbeMin
 		}
 		sent := p.slot(p.oldest).sentAt
 		p.fireBy(max(sent.Add(margin+d+cfg.AckDelay), now))
@@ -1026,9 +1028,10 @@ func (s *sender) probeOverdue(now clock.Time) {
 
 // tailPackets is how few packets in flight make the last of a transfer
 // (probeOverdue). In the 64-host all-to-all at 1% loss, with tail resends
-// copied, 4 keeps 0.895-0.900 of capacity over seeds 1-4 (0.868-0.878 with
-// the smoothed RTT always counting and no copies); 6 keeps no more
-// (0.896-0.899) and sends more packets twice.
+// copied, the margin of the last 4 at the newest round trip and ProbeMin
+// keeps 0.913-0.929 of capacity over seeds 1-4; at 1.5 round trips
+// 0.895-0.900, and with the smoothed RTT counting too and no copies
+// 0.868-0.878. (At 1.5 round trips, 6 kept no more than 4.)
 const tailPackets = 4
 
 // inflight is the packets sent on any path and not yet resolved.

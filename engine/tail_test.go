@@ -180,8 +180,9 @@ func TestTailResendHasACopy(t *testing.T) {
 
 // With no more than tailPackets in flight at the tail, a path's smoothed
 // RTT, which remembers the queues of the busy part of a transfer, no
-// longer holds its probe back: the newest round trip alone sets it. With
-// more in flight the longer of the two does.
+// longer holds its probe back: the newest round trip and ProbeMin set it.
+// With more in flight the longer of the two round trips, and half of it,
+// does.
 func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
 	for _, packets := range []int{tailPackets, tailPackets + 4} {
 		l := link100()
@@ -210,7 +211,7 @@ func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
 		s.probeOverdue(now)
 		cfg := &pr.a.ep.cfg
 		for _, p := range s.paths {
-			margin := fresh + max(fresh/2, cfg.ProbeMin)
+			margin := fresh + cfg.ProbeMin
 			if packets > tailPackets {
 				margin = stale + stale/2
 			}
