@@ -125,7 +125,7 @@ type SenderStats struct {
 	Packets     uint64 // data packets sent, retransmissions included
 	Retransmits uint64 // of which retransmissions (gap, timeout, tail probe, retry, copy)
 	TailProbes  uint64
-	TailCopies  uint64 // retransmissions sent twice at a transfer's tail: the second, on another plane
+	Copies      uint64 // retransmissions sent twice (a transfer's tail, the DSN holding the window): the second, on another plane
 	Timeouts    uint64
 	LossRepaths uint64 // paths moved to a new source port because their loss stood out
 	Nacks       uint64 // retryable NACKs received
@@ -331,7 +331,7 @@ func (s *sender) sendOne() bool {
 			// At the tail nothing follows the resend either: lost, it
 			// would cost another round of probing. A copy goes on another
 			// plane, as a probe's does.
-			s.tailCopy(d, r, p, false)
+			s.copyOnOtherPlane(d, r, p, false)
 		}
 		s.probeOverdue(s.c.ep.clock.Now()) // at the tail it may be its path's last packet
 		return true
@@ -532,13 +532,25 @@ func (s *sender) pickPath(lost int) *sendPath {
 			}
 			continue
 		}
+		// Losses on a plane come together (a burst on one of its links, a
+		// link failing): a resend goes to another plane when one can take
+		// it, the path with the shortest RTT there.
 		var best *sendPath
-		for _, p := range s.paths {
-			if p.id == lost || !s.usable(p, skip) {
-				continue
+		lostPlane := -1
+		if lost < len(s.paths) {
+			lostPlane = s.paths[lost].plane
+		}
+		for _, otherPlane := range [2]bool{true, false} {
+			for _, p := range s.paths {
+				if p.id == lost || !s.usable(p, skip) || otherPlane && p.plane == lostPlane {
+					continue
+				}
+				if best == nil || p.rtt.Samples > 0 && (best.rtt.Samples == 0 || p.rtt.SRTT < best.rtt.SRTT) {
+					best = p
+				}
 			}
-			if best == nil || p.rtt.Samples > 0 && (best.rtt.Samples == 0 || p.rtt.SRTT < best.rtt.SRTT) {
-				best = p
+			if best != nil {
+				break
 			}
 		}
 		if best == nil && lost < len(s.paths) && s.usable(s.paths[lost], skip) {
@@ -754,6 +766,28 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		s.c.madeProgress(true)
 	}
 	s.pump()
+	if !s.c.isBaseline() && s.nextDSN-s.una >= s.window/2 {
+		s.copyHead(at)
+	}
+}
+
+// copyHead sends the oldest DSN not acknowledged once more, on a path of
+// another plane, when half of the receive window waits behind it and its
+// latest transmission is overdue by the margin of a tail probe: lost with
+// its resend (a burst takes both), it would hold the whole connection
+// once the window filled, for as long as its path took to find out.
+// Each transmission of it is copied at most once.
+func (s *sender) copyHead(now clock.Time) {
+	r := s.record(s.una)
+	if r == nil || r.acked || r.queued || r.waiting || int(r.path) >= len(s.paths) {
+		return
+	}
+	p := s.paths[r.path]
+	if latest := p.slot(r.psn); latest.psn != r.psn || latest.resolved ||
+		now.Sub(latest.sentAt) < s.overdueMargin(p)+s.c.ep.cfg.AckDelay {
+		return
+	}
+	s.copyOnOtherPlane(s.una, r, p, false)
 }
 
 // ackDSN marks DSN d acknowledged and completes what that finishes.
@@ -1011,19 +1045,27 @@ func (s *sender) probeOverdue(now clock.Time) {
 	}
 	cfg := &s.c.ep.cfg
 	d := s.drainTime()
-	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, cfg.ProbeMin) }
 	last := s.inflight() <= tailPackets
 	for _, p := range s.paths {
 		if p.inflight == 0 || p.probed || p.state != pathmgr.Good && p.state != pathmgr.Skip {
 			continue
 		}
-		margin := max(late(s.newestRTT), late(p.rtt.SRTT))
+		margin := s.overdueMargin(p)
 		if last {
 			margin = s.newestRTT + cfg.ProbeMin
 		}
 		sent := p.slot(p.oldest).sentAt
 		p.fireBy(max(sent.Add(margin+d+cfg.AckDelay), now))
 	}
+}
+
+// overdueMargin is how long after it was sent a packet on path p is
+// overdue: the newest round trip or the path's smoothed RTT, whichever is
+// longer, and half of it more (at least ProbeMin: the planes' queues can
+// differ by that much).
+func (s *sender) overdueMargin(p *sendPath) time.Duration {
+	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, s.c.ep.cfg.ProbeMin) }
+	return max(late(s.newestRTT), late(p.rtt.SRTT))
 }
 
 // tailPackets is how few packets in flight make the last of a transfer
@@ -1119,16 +1161,16 @@ func (p *sendPath) settleMoot() {
 	p.advance()
 }
 
-// tailCopy sends DSN dsn, just sent on path p, once more on a path of
+// copyOnOtherPlane sends DSN dsn, sent on path p, once more on a path of
 // another plane, when one can take it: the receiver takes whichever comes
 // first, and a transmission the other delivered is settled without a loss
 // (settleMoot).
-func (s *sender) tailCopy(dsn uint32, d *dsnRecord, p *sendPath, probe bool) {
+func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, probe bool) {
 	for i := 1; i < len(s.paths); i++ {
 		q := s.paths[(p.id+i)%len(s.paths)]
 		if q.plane != p.plane && (q.state == pathmgr.Good || q.state == pathmgr.Skip) && q.ringRoom() && s.c.remote[q.plane].IsValid() {
 			s.transmit(dsn, d, q, true, probe)
-			s.stats.TailCopies++
+			s.stats.Copies++
 			q.fireBy(s.c.ep.clock.Now().Add(q.timeout())) // the copy is q's newest packet
 			return
 		}
@@ -1155,7 +1197,7 @@ func (p *sendPath) tailProbe() {
 		if s.unsent == 0 {
 			// Nothing follows the probe: lost, it would leave the path to
 			// its retransmission timeout. A copy goes on another plane.
-			s.tailCopy(r.dsn, d, p, true)
+			s.copyOnOtherPlane(r.dsn, d, p, true)
 		}
 		return
 	}

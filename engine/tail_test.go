@@ -154,7 +154,7 @@ func TestUnsampledPathTimesOutByItsConnection(t *testing.T) {
 // with both lost the connection probes, without a timeout.
 func TestTailResendHasACopy(t *testing.T) {
 	alone, st := lossCost(t, 64, 62)
-	if st.TailCopies != 1 || st.Retransmits != 2 {
+	if st.Copies != 1 || st.Retransmits != 2 {
 		t.Fatalf("a packet lost at the tail: %+v, want its resend and one copy", st)
 	}
 	for _, c := range []struct {

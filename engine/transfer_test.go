@@ -133,8 +133,8 @@ func dataDropCounter(f *netem.Fabric) *uint64 {
 
 // Random loss on every downlink (data and acks alike), burst loss,
 // duplication and corruption: every transfer completes, byte for byte, and
-// only what was lost is resent (and, at the tail, copied once on another
-// plane).
+// only what was lost is resent (and, at the tail or holding the window,
+// copied once on another plane).
 func TestTransferUnderImpairments(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -166,17 +166,18 @@ func TestTransferUnderImpairments(t *testing.T) {
 				x.check(t, pr)
 				st := pr.a.SenderStats()
 				if c.ratioOK && *lost > 0 {
-					// The copies a tail sends on a second plane are
-					// redundancy by design, not resends of what arrived.
-					resent := st.Retransmits - st.TailCopies
+					// The copies sent on a second plane (at the tail, of
+					// the DSN holding the window) are redundancy by
+					// design, not resends of what arrived.
+					resent := st.Retransmits - st.Copies
 					ratio := float64(resent) / float64(*lost)
-					t.Logf("%d data packets lost, %d retransmitted (%.3f) and %d tail copies, %d tail probes, %d timeouts",
-						*lost, resent, ratio, st.TailCopies, st.TailProbes, st.Timeouts)
+					t.Logf("%d data packets lost, %d retransmitted (%.3f) and %d copies, %d tail probes, %d timeouts",
+						*lost, resent, ratio, st.Copies, st.TailProbes, st.Timeouts)
 					if ratio > 1.05 {
 						t.Errorf("%d retransmissions for %d lost data packets: %.3f > 1.05", resent, *lost, ratio)
 					}
-					if st.TailCopies > st.TailProbes+uint64(*lost) {
-						t.Errorf("%d tail copies: more than the %d probes and %d losses they copy", st.TailCopies, st.TailProbes, *lost)
+					if st.Copies > st.TailProbes+uint64(*lost) {
+						t.Errorf("%d copies: more than the %d probes and %d losses they copy", st.Copies, st.TailProbes, *lost)
 					}
 				}
 			})

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// sentData is a data packet host 0 sent: its DSN counted from the
+// connection's first, whether it is a retransmission, and its plane.
+type sentData struct {
+	dsn   uint32
+	retx  bool
+	plane int
+}
+
+// writeThrough WRITEs packets of 4 KiB from host 0 to host 1 over two
+// planes of 10 µs links, plane 1's of 15 µs, with cfg; drop decides,
+// for each data packet host 0 sends, whether the fabric loses it. It
+// returns how long the WRITE took and the sender's counters.
+func writeThrough(t *testing.T, packets int, cfg Config, drop func(sentData) bool) (time.Duration, SenderStats) {
+	t.Helper()
+	l := link100()
+	l.Delay = 10 * time.Microsecond
+	slow := l
+	slow.Delay = 15 * time.Microsecond
+	n := newNet(t, netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l,
+		Overrides: []netem.Override{{Plane: 1, Match: netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}, Link: slow}}}, cfg)
+	pr := n.connect(0, 1)
+	first, seen := uint32(0), false
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		var pkt proto.Packet
+		if pkt.DecodeNoCRC(d.Data) != nil || !pkt.Type().IsData() {
+			return false
+		}
+		if !seen {
+			first, seen = pkt.Common.DSN(), true
+		}
+		return drop(sentData{dsn: pkt.Common.DSN() - first, retx: pkt.Common.Flags()&proto.FlagRetransmit != 0, plane: int(d.Src.Addr().As4()[1])})
+	}}
+	size := packets * 4096
+	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	start := n.sim.Now()
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+		t.Fatal("the WRITE did not complete")
+	}
+	return n.sim.Now().Sub(start), pr.a.SenderStats()
+}
+
+// A packet lost on a plane is resent on the other plane, though a path of
+// its own plane has the shorter RTT (plane 1's links are slower; the packet
+// is lost on plane 0): losses on a plane come together.
+func TestResendGoesToAnotherPlane(t *testing.T) {
+	lostOn, lostDSN := -1, uint32(0)
+	var resends []int
+	writeThrough(t, 256, Config{Paths: 4, Streams: 1, InboundCapacity: 0.5e9}, func(d sentData) bool {
+		switch {
+		case lostOn < 0 && d.dsn >= 100 && d.plane == 0 && !d.retx:
+			lostOn, lostDSN = d.plane, d.dsn
+			return true
+		case lostOn >= 0 && d.dsn == lostDSN && d.retx:
+			resends = append(resends, d.plane)
+		}
+		return false
+	})
+	if len(resends) == 0 {
+		t.Fatal("the lost packet was not resent")
+	}
+	for _, p := range resends {
+		if p == lostOn {
+			t.Fatalf("lost on plane %d, resent on planes %v", lostOn, resends)
+		}
+	}
+}
+
+// The oldest DSN not acknowledged holds the receive window: once its
+// latest transmission is overdue it is copied on a path of another plane
+// (the copy is then its latest transmission), and not before.
+func TestHeadOfWindowCopied(t *testing.T) {
+	l := link100()
+	l.Delay = 10 * time.Microsecond
+	n := newNet(t, netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}, Config{Paths: 4, Streams: 1, DSNWindow: 16})
+	pr := n.connect(0, 1)
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		return proto.Type(d.Data[1]).IsData() // nothing arrives: the window fills and stays full
+	}}
+	size := 64 * 4096
+	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	s := pr.a.snd
+	if !n.run(time.Millisecond, func() bool { return s.nextDSN-s.una == s.window }) {
+		t.Fatalf("the window did not fill: %d of %d", s.nextDSN-s.una, s.window)
+	}
+	head := s.record(s.una)
+	first := s.paths[head.path]
+	now := n.sim.Now()
+	s.copyHead(now)
+	if s.stats.Copies != 0 {
+		t.Fatalf("copied as soon as sent: %+v", s.stats)
+	}
+	s.copyHead(now.Add(s.overdueMargin(first) + pr.a.ep.cfg.AckDelay + time.Nanosecond))
+	if s.stats.Copies != 1 || s.paths[head.path].plane == first.plane {
+		t.Fatalf("overdue: %+v, the head's latest transmission on plane %d (first on %d), want one copy on the other plane",
+			s.stats, s.paths[head.path].plane, first.plane)
+	}
+}
