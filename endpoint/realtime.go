@@ -115,6 +115,11 @@ func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 	if len(cfg.Planes) == 0 || cfg.Port == 0 {
 		return nil, errors.New("endpoint: a UDP host needs planes and a port")
 	}
+	if cfg.PlaceholderPayloads {
+		// No CRC, and payload bytes left over from other packets: only a
+		// simulation may send those.
+		return nil, errors.New("endpoint: placeholder payloads are for simulations, not sockets")
+	}
 	cfg = RealTimeTimers(cfg)
 	loop := clock.NewLoop()
 	drv, err := udp.New(udp.Config{Planes: cfg.Planes, Port: cfg.Port, SourcePorts: cfg.SourcePorts, MaxDatagram: cfg.MaxPacket}, loop)

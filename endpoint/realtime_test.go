@@ -119,3 +119,12 @@ func TestUDPHostTap(t *testing.T) {
 		t.Fatalf("the tap saw %d sent, %d received", s, r)
 	}
 }
+
+// Placeholder payloads carry no CRC and stale bytes: a socket refuses them.
+func TestOpenUDPRefusesPlaceholderPayloads(t *testing.T) {
+	cfg := engine.Config{Port: 29999, Planes: []netip.Addr{netip.MustParseAddr("127.0.0.65")}, PlaceholderPayloads: true}
+	if h, err := OpenUDP(cfg); err == nil {
+		h.Close()
+		t.Fatal("a UDP host opened with placeholder payloads")
+	}
+}

@@ -83,11 +83,12 @@ func TestResendGoesToAnotherPlane(t *testing.T) {
 
 // The oldest DSN not acknowledged holds the receive window: once its
 // latest transmission is overdue it is copied on a path of another plane
-// (the copy is then its latest transmission), and not before.
+// (the copy is then its latest transmission), and not before; not on a
+// closed connection either.
 func TestHeadOfWindowCopied(t *testing.T) {
 	l := link100()
 	l.Delay = 10 * time.Microsecond
-	n := newNet(t, netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}, Config{Paths: 4, Streams: 1, DSNWindow: 16})
+	n := newNet(t, netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}, Config{Paths: 4, Streams: 1, DSNWindow: 8})
 	pr := n.connect(0, 1)
 	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
 		return proto.Type(d.Data[1]).IsData() // nothing arrives: the window fills and stays full
@@ -109,9 +110,27 @@ func TestHeadOfWindowCopied(t *testing.T) {
 	if s.stats.Copies != 0 {
 		t.Fatalf("copied as soon as sent: %+v", s.stats)
 	}
-	s.copyHead(now.Add(s.overdueMargin(first) + pr.a.ep.cfg.AckDelay + time.Nanosecond))
+	s.copyHead(now.Add(s.overdueMargin(first) + s.drainTime() + pr.a.ep.cfg.AckDelay + time.Nanosecond))
 	if s.stats.Copies != 1 || s.paths[head.path].plane == first.plane {
 		t.Fatalf("overdue: %+v, the head's latest transmission on plane %d (first on %d), want one copy on the other plane",
 			s.stats, s.paths[head.path].plane, first.plane)
+	}
+	pr.a.Close()
+	sent := s.stats.Packets
+	s.copyHead(now.Add(time.Second))
+	if s.stats.Packets != sent {
+		t.Fatalf("closed, yet the head was copied: %+v", s.stats)
+	}
+}
+
+// The last packets of a WRITE are probed by the newest round trip, but
+// not before their own path's shortest one: with plane 1's links slower,
+// nothing is lost and nothing is resent or probed.
+func TestSlowPlaneNotProbedEarly(t *testing.T) {
+	for _, packets := range []int{16, 64} {
+		_, st := writeThrough(t, packets, Config{Paths: 4, Streams: 1, InboundCapacity: 2.5e9}, func(sentData) bool { return false })
+		if st.Retransmits != 0 || st.TailProbes != 0 {
+			t.Errorf("%d packets, no loss: %+v, want nothing resent", packets, st)
+		}
 	}
 }

@@ -321,6 +321,10 @@ func (s *sender) sendOne() bool {
 		if p == nil {
 			return false
 		}
+		lostOn := -1
+		if int(r.path) < len(s.paths) {
+			lostOn = s.paths[r.path].plane
+		}
 		s.popRetx()
 		r.queued = false
 		// Resends are not charged to the pacer: the rate (and the receiver's
@@ -330,8 +334,9 @@ func (s *sender) sendOne() bool {
 		if s.unsent == 0 && !s.c.isBaseline() {
 			// At the tail nothing follows the resend either: lost, it
 			// would cost another round of probing. A copy goes on another
-			// plane, as a probe's does.
-			s.copyOnOtherPlane(d, r, p, false)
+			// plane, as a probe's does (not the one it was lost on, if it
+			// can).
+			s.copyOnOtherPlane(d, r, p, lostOn, false)
 		}
 		s.probeOverdue(s.c.ep.clock.Now()) // at the tail it may be its path's last packet
 		return true
@@ -776,18 +781,20 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 // latest transmission is overdue by the margin of a tail probe: lost with
 // its resend (a burst takes both), it would hold the whole connection
 // once the window filled, for as long as its path took to find out.
-// Each transmission of it is copied at most once.
+// Each transmission of it is copied at most once. Like a probe it waits
+// out the drain time: in an incast a packet at the back of the queue is
+// not late.
 func (s *sender) copyHead(now clock.Time) {
 	r := s.record(s.una)
-	if r == nil || r.acked || r.queued || r.waiting || int(r.path) >= len(s.paths) {
-		return
+	if s.c.state != Established || r == nil || r.acked || r.queued || r.waiting || int(r.path) >= len(s.paths) {
+		return // (an ACK's completion may have closed the connection)
 	}
 	p := s.paths[r.path]
 	if latest := p.slot(r.psn); latest.psn != r.psn || latest.resolved ||
-		now.Sub(latest.sentAt) < s.overdueMargin(p)+s.c.ep.cfg.AckDelay {
+		now.Sub(latest.sentAt) < s.overdueMargin(p)+s.drainTime()+s.c.ep.cfg.AckDelay {
 		return
 	}
-	s.copyOnOtherPlane(s.una, r, p, false)
+	s.copyOnOtherPlane(s.una, r, p, -1, false)
 }
 
 // ackDSN marks DSN d acknowledged and completes what that finishes.
@@ -1052,7 +1059,9 @@ func (s *sender) probeOverdue(now clock.Time) {
 		}
 		margin := s.overdueMargin(p)
 		if last {
-			margin = s.newestRTT + cfg.ProbeMin
+			// Not before the path's own shortest round trip: a slower
+			// plane's packet is not late by a faster plane's RTT.
+			margin = max(s.newestRTT, p.rtt.Min) + cfg.ProbeMin
 		}
 		sent := p.slot(p.oldest).sentAt
 		p.fireBy(max(sent.Add(margin+d+cfg.AckDelay), now))
@@ -1162,16 +1171,24 @@ func (p *sendPath) settleMoot() {
 }
 
 // copyOnOtherPlane sends DSN dsn, sent on path p, once more on a path of
-// another plane, when one can take it: the receiver takes whichever comes
-// first, and a transmission the other delivered is settled without a loss
-// (settleMoot).
-func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, probe bool) {
-	for i := 1; i < len(s.paths); i++ {
-		q := s.paths[(p.id+i)%len(s.paths)]
-		if q.plane != p.plane && (q.state == pathmgr.Good || q.state == pathmgr.Skip) && q.ringRoom() && s.c.remote[q.plane].IsValid() {
+// another plane whose window has room, when one has: the receiver takes
+// whichever comes first, and a transmission the other delivered is
+// settled without a loss (settleMoot). A path of plane avoid (where the
+// DSN was lost; -1: none) is taken only when no other has room.
+func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid int, probe bool) {
+	for _, shun := range [2]bool{true, false} {
+		for i := 1; i < len(s.paths); i++ {
+			q := s.paths[(p.id+i)%len(s.paths)]
+			if q.plane == p.plane || shun && q.plane == avoid || q.state != pathmgr.Good && q.state != pathmgr.Skip ||
+				q.inflight >= q.window || !q.ringRoom() || !s.c.remote[q.plane].IsValid() {
+				continue
+			}
 			s.transmit(dsn, d, q, true, probe)
 			s.stats.Copies++
 			q.fireBy(s.c.ep.clock.Now().Add(q.timeout())) // the copy is q's newest packet
+			return
+		}
+		if avoid < 0 {
 			return
 		}
 	}
@@ -1197,7 +1214,7 @@ func (p *sendPath) tailProbe() {
 		if s.unsent == 0 {
 			// Nothing follows the probe: lost, it would leave the path to
 			// its retransmission timeout. A copy goes on another plane.
-			s.copyOnOtherPlane(r.dsn, d, p, true)
+			s.copyOnOtherPlane(r.dsn, d, p, -1, true)
 		}
 		return
 	}

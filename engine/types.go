@@ -73,7 +73,9 @@ type Config struct {
 	// no packet carries a CRC (proto.Packet.Unsealed, DecodeNoCRC). Every
 	// protocol decision is the one real payloads get, as long as nothing
 	// corrupts packets in flight (that would go unseen). Both ends must
-	// set it; a peer without it rejects every packet's CRC.
+	// set it; a peer without it rejects every packet's CRC. Never on a
+	// real network: the payload would be whatever the buffer last held,
+	// and nothing would be checked (endpoint.OpenUDP refuses it).
 	PlaceholderPayloads bool
 	// Mode is the transport of the connections this endpoint opens:
 	// proto.ModeMultipath (this spec's), or proto.ModeBaseline (RoCEv2-like,

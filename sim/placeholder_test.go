@@ -41,10 +41,14 @@ func TestWhenPayloadsAreReal(t *testing.T) {
 	clean := netem.Config{Hosts: 2, Planes: 1, Uplink: netem.LinkConfig{Rate: 100e9}, Downlink: netem.LinkConfig{Rate: 100e9}}
 	corrupting := clean
 	corrupting.FabricDown.Impair.Corrupt = 0.01
+	oneLink := clean
+	flips := netem.LinkConfig{Rate: 100e9}
+	flips.Impair.Corrupt = 0.01
+	oneLink.Overrides = []netem.Override{{Plane: 0, Match: netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}, Link: flips}}
 	for _, c := range []struct {
 		fc                 netem.Config
 		realPayloads, want bool
-	}{{clean, false, true}, {clean, true, false}, {corrupting, false, false}} {
+	}{{clean, false, true}, {clean, true, false}, {corrupting, false, false}, {oneLink, false, false}} {
 		w, err := newWorld(c.fc, 1, c.realPayloads, func(int) engine.Config { return engine.Config{Paths: 1, Streams: 1} })
 		if err != nil {
 			t.Fatal(err)

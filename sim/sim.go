@@ -59,7 +59,11 @@ func newWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int
 
 // corrupts reports whether any of fc's links flips bits.
 func corrupts(fc netem.Config) bool {
-	for _, l := range []netem.LinkConfig{fc.Uplink, fc.Downlink, fc.FabricUp, fc.FabricDown} {
+	links := []netem.LinkConfig{fc.Uplink, fc.Downlink, fc.FabricUp, fc.FabricDown}
+	for _, o := range fc.Overrides {
+		links = append(links, o.Link)
+	}
+	for _, l := range links {
 		if l.Impair.Corrupt > 0 {
 			return true
 		}
