@@ -267,9 +267,11 @@ func TestSimTimerMovedEarlier(t *testing.T) {
 }
 
 // TestSimStepUntilWithTimersReArmedInCallbacks: timers that re-arm
-// themselves when they fire (a pacer), some at once, among events and
-// stops, fire one at a time in (time, arming order) as a reference queue
-// says, and StepUntil fires nothing due after its end.
+// themselves when they fire (a pacer), some at once, among events, stops
+// and other timers armed from a callback (moving their entries up toward
+// the firing one's, still on top), fire one at a time in (time, arming
+// order) as a reference queue says, and StepUntil fires nothing due after
+// its end.
 func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
 	type ref struct {
 		at  Time
@@ -300,6 +302,11 @@ func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
 				if j := rng.IntN(len(timers)); rng.IntN(4) == 0 { // another timer stopped
 					timers[j].Stop()
 					model = slices.DeleteFunc(model, func(r ref) bool { return r.id == 1000+j })
+				}
+				if k := rng.IntN(len(timers)); k != id-1000 && rng.IntN(4) == 0 { // another armed sooner, often at once
+					at := s.Now() + Time(rng.IntN(2)*rng.IntN(20))
+					timers[k].Reset(at)
+					arm(at, 1000+k)
 				}
 			})
 		}

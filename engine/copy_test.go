@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/link"
-	"github.com/mroce/mroce/memreg"
-	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -21,18 +19,11 @@ type sentData struct {
 // writeThrough WRITEs packets of 4 KiB from host 0 to host 1 over two
 // planes of 10 µs links, plane 1's of 15 µs, with cfg; drop decides,
 // for each data packet host 0 sends, whether the fabric loses it. It
-// returns how long the WRITE took and the sender's counters.
+// returns what twoPlanes' write does.
 func writeThrough(t *testing.T, packets int, cfg Config, drop func(sentData) bool) (time.Duration, SenderStats) {
 	t.Helper()
-	l := link100()
-	l.Delay = 10 * time.Microsecond
-	slow := l
-	slow.Delay = 15 * time.Microsecond
-	n := newNet(t, netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l,
-		Overrides: []netem.Override{{Plane: 1, Match: netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}, Link: slow}}}, cfg)
-	pr := n.connect(0, 1)
 	first, seen := uint32(0), false
-	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+	return twoPlanes(t, cfg, 15*time.Microsecond).write(t, packets, func(d *link.Datagram) bool {
 		var pkt proto.Packet
 		if pkt.DecodeNoCRC(d.Data) != nil || !pkt.Type().IsData() {
 			return false
@@ -41,18 +32,7 @@ func writeThrough(t *testing.T, packets int, cfg Config, drop func(sentData) boo
 			first, seen = pkt.Common.DSN(), true
 		}
 		return drop(sentData{dsn: pkt.Common.DSN() - first, retx: pkt.Common.Flags()&proto.FlagRetransmit != 0, plane: int(d.Src.Addr().As4()[1])})
-	}}
-	size := packets * 4096
-	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
-	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	start := n.sim.Now()
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
-		t.Fatal(err)
-	}
-	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
-		t.Fatal("the WRITE did not complete")
-	}
-	return n.sim.Now().Sub(start), pr.a.SenderStats()
+	}, nil)
 }
 
 // A packet lost on a plane is resent on the other plane, though a path of
@@ -86,19 +66,12 @@ func TestResendGoesToAnotherPlane(t *testing.T) {
 // (the copy is then its latest transmission), and not before; not on a
 // closed connection either.
 func TestHeadOfWindowCopied(t *testing.T) {
-	l := link100()
-	l.Delay = 10 * time.Microsecond
-	n := newNet(t, netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}, Config{Paths: 4, Streams: 1, DSNWindow: 8})
+	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8}, 10*time.Microsecond)
 	pr := n.connect(0, 1)
 	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
 		return proto.Type(d.Data[1]).IsData() // nothing arrives: the window fills and stays full
 	}}
-	size := 64 * 4096
-	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
-	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
-		t.Fatal(err)
-	}
+	pr.postWrite(t, 64)
 	s := pr.a.snd
 	if !n.run(time.Millisecond, func() bool { return s.nextDSN-s.una == s.window }) {
 		t.Fatalf("the window did not fill: %d of %d", s.nextDSN-s.una, s.window)

@@ -25,26 +25,58 @@ func tailFinish(t *testing.T, packets int, drop ...int) (time.Duration, SenderSt
 // since the post and the sender's counters after every event.
 func tailFinishWatching(t *testing.T, packets int, watch func(time.Duration, SenderStats), drop ...int) (time.Duration, SenderStats) {
 	t.Helper()
-	l := link100()
-	l.Delay = 10 * time.Microsecond
-	fc := netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}
-	n := newNet(t, fc, Config{Paths: 2, Streams: 1, MaxPacket: 4160, InboundCapacity: 2.5e9})
-	pr := n.connect(0, 1)
+	n := twoPlanes(t, Config{Paths: 2, Streams: 1, MaxPacket: 4160, InboundCapacity: 2.5e9}, 10*time.Microsecond)
 	data := 0
-	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+	return n.write(t, packets, func(d *link.Datagram) bool {
 		if proto.Type(d.Data[1]).IsData() {
 			data++
 			return slices.Contains(drop, data)
 		}
 		return false
-	}}
+	}, watch)
+}
+
+// twoPlanes is two hosts on two planes of 100 Gb/s links of 10 µs (a round
+// trip of ~42 µs), plane 1's of plane1Delay, the endpoints set by cfg.
+func twoPlanes(t *testing.T, cfg Config, plane1Delay time.Duration) *testNet {
+	t.Helper()
+	l := link100()
+	l.Delay = 10 * time.Microsecond
+	fc := netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}
+	if plane1Delay != l.Delay {
+		slow := l
+		slow.Delay = plane1Delay
+		fc.Overrides = []netem.Override{{Plane: 1, Match: netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}, Link: slow}}
+	}
+	return newNet(t, fc, cfg)
+}
+
+// postWrite registers packets x 4 KiB at both ends and posts their WRITE
+// (ID 1) from the pair's initiator.
+func (pr *pair) postWrite(t testing.TB, packets int) {
+	t.Helper()
 	size := packets * 4096
 	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
 	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	start := n.sim.Now()
 	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// write connects host 0 to host 1, loses the datagrams host 0 sends that
+// drop picks (none if nil), WRITEs packets of 4 KiB, calling watch (if
+// set) with the time since the post and the sender's counters after every
+// event, and returns how long the WRITE took and the sender's counters
+// 5 ms after it completed: what was still in flight has settled, and a
+// timeout for it counts.
+func (n *testNet) write(t *testing.T, packets int, drop func(*link.Datagram) bool, watch func(time.Duration, SenderStats)) (time.Duration, SenderStats) {
+	t.Helper()
+	pr := n.connect(0, 1)
+	if drop != nil {
+		n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: drop}
+	}
+	start := n.sim.Now()
+	pr.postWrite(t, packets)
 	if !n.run(time.Second, func() bool {
 		if watch != nil {
 			watch(n.sim.Now().Sub(start), pr.a.SenderStats())
@@ -54,8 +86,6 @@ func tailFinishWatching(t *testing.T, packets int, watch func(time.Duration, Sen
 		t.Fatal("the WRITE did not complete")
 	}
 	took := n.sim.Now().Sub(start)
-	// The counters a while after: what was still in flight has settled,
-	// and a timeout for it would count.
 	n.run(5*time.Millisecond, func() bool { return false })
 	return took, pr.a.SenderStats()
 }
@@ -185,16 +215,9 @@ func TestTailResendHasACopy(t *testing.T) {
 // does.
 func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
 	for _, packets := range []int{tailPackets, tailPackets + 4} {
-		l := link100()
-		l.Delay = 10 * time.Microsecond
-		n := newNet(t, netem.Config{Seed: 1, Hosts: 2, Planes: 2, Uplink: l, Downlink: l}, Config{Paths: 2, Streams: 1})
+		n := twoPlanes(t, Config{Paths: 2, Streams: 1}, 10*time.Microsecond)
 		pr := n.connect(0, 1)
-		size := packets * 4096
-		src := pr.ha.region(t, size, 1, memreg.LocalWrite)
-		dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
-			t.Fatal(err)
-		}
+		pr.postWrite(t, packets)
 		s := pr.a.snd
 		if !n.run(time.Millisecond, func() bool { return s.unsent == 0 }) || s.inflight() != packets {
 			t.Fatalf("%d packets: not all sent before the first ACK (%d in flight)", packets, s.inflight())
