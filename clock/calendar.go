@@ -129,12 +129,6 @@ func (c *calendar) peek(now Time) (eventEntry, int) {
 	return eventEntry{}, noneAt
 }
 
-// pop removes and returns the earliest event.
-func (c *calendar) pop(now Time) eventEntry {
-	_, where := c.peek(now)
-	return c.take(where)
-}
-
 // take removes the earliest event from where peek found it.
 func (c *calendar) take(b int) eventEntry {
 	if b >= 0 {

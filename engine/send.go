@@ -1051,8 +1051,9 @@ func (s *sender) probeOverdue(now clock.Time) {
 		return
 	}
 	cfg := &s.c.ep.cfg
-	d := s.drainTime()
-	last := s.inflight() <= tailPackets
+	inflight := s.inflight()
+	d := s.drainFor(inflight)
+	last := inflight <= tailPackets
 	for _, p := range s.paths {
 		if p.inflight == 0 || p.probed || p.state != pathmgr.Good && p.state != pathmgr.Skip {
 			continue
@@ -1103,11 +1104,14 @@ func (s *sender) inflight() int {
 // waiting their turn (and, resent, sit in the same queue again). At
 // line rate, alone, it is a fraction of a round trip and changes nothing.
 // It is at most RTOMax, whatever hint a peer sends.
-func (s *sender) drainTime() time.Duration {
+func (s *sender) drainTime() time.Duration { return s.drainFor(s.inflight()) }
+
+// drainFor is drainTime for packets in flight.
+func (s *sender) drainFor(packets int) time.Duration {
 	if !s.hinted() {
 		return 0
 	}
-	d := float64(s.inflight()) * s.mss / s.hint
+	d := float64(packets) * s.mss / s.hint
 	return time.Duration(min(d*float64(time.Second), float64(s.c.ep.cfg.RTOMax)))
 }
 
@@ -1179,8 +1183,7 @@ func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid i
 	for _, shun := range [2]bool{true, false} {
 		for i := 1; i < len(s.paths); i++ {
 			q := s.paths[(p.id+i)%len(s.paths)]
-			if q.plane == p.plane || shun && q.plane == avoid || q.state != pathmgr.Good && q.state != pathmgr.Skip ||
-				q.inflight >= q.window || !q.ringRoom() || !s.c.remote[q.plane].IsValid() {
+			if q.plane == p.plane || shun && q.plane == avoid || !s.usable(q, true) {
 				continue
 			}
 			s.transmit(dsn, d, q, true, probe)
