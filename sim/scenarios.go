@@ -27,9 +27,7 @@ type LossOptions struct {
 	Burst              bool    // loss in bursts (Gilbert-Elliott) of the same mean
 	BurstLen           float64 // mean burst, packets
 	Seed               uint64
-	// RealPayloads makes the engines copy and checksum every payload byte,
-	// as on a real wire; by default payloads are placeholders (newWorld).
-	RealPayloads bool
+	RealPayloads       bool // as TransferConfig's
 }
 
 // DefaultLoss is the loss scenario of docs/results.md. The baseline is
@@ -121,13 +119,11 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 
 // IncastOptions are the incast scenario's settings.
 type IncastOptions struct {
-	Senders []int
-	Rates   []int64
-	Bytes   int
-	Seed    uint64
-	// RealPayloads makes the engines copy and checksum every payload byte,
-	// as on a real wire; by default payloads are placeholders (newWorld).
-	RealPayloads bool
+	Senders      []int
+	Rates        []int64
+	Bytes        int
+	Seed         uint64
+	RealPayloads bool // as IncastConfig's
 }
 
 // DefaultIncastScenario is the incast scenario of docs/results.md.
