@@ -189,6 +189,12 @@ func (s *sender) init(c *Conn) {
 	hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)
 	s.mss = float64(c.maxPacket - hlen - proto.TrailerLen)
 	cfg := &c.ep.cfg
+	// A packet's pacing and path choice look at every path: their state,
+	// windows and first ring slots are each one allocation, side by side,
+	// not one per path.
+	paths := make([]sendPath, c.paths)
+	windows := make([]cc.Window, c.paths)
+	rings := make([]sendRec, c.paths*minPathRing)
 	for i := 0; i < c.paths; i++ {
 		// The connection starts with DefaultWindow.Initial packets in all,
 		// spread over its paths: a burst of one window, not one per path,
@@ -201,8 +207,10 @@ func (s *sender) init(c *Conn) {
 			w := float64(cfg.BaselineWindow)
 			wp.Initial, wp.Min, wp.Max = w, w, w
 		}
-		p := &sendPath{s: s, id: i, lossAvg: -1, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts), ring: make([]sendRec, minPathRing),
-			next: c.isn, oldest: c.isn, cwin: cc.NewWindow(wp, c.isn)}
+		windows[i] = *cc.NewWindow(wp, c.isn)
+		p := &paths[i]
+		*p = sendPath{s: s, id: i, lossAvg: -1, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
+			ring: rings[i*minPathRing : (i+1)*minPathRing : (i+1)*minPathRing], next: c.isn, oldest: c.isn, cwin: &windows[i]}
 		p.window = p.cwin.Packets()
 		p.port = cfg.SourcePorts[p.portIndex]
 		p.epochStart[0] = c.isn
