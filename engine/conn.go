@@ -160,10 +160,24 @@ func (c *Conn) firstPlane() int {
 	return 0
 }
 
-// build lays out a packet of type t in a fresh buffer from the port.
+// build lays out a packet of type t in a fresh buffer from the port. When
+// the port pads (padPort), a placeholder payload is left out and the
+// packet takes a header buffer, as does any other packet that fits one.
 func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
-	buf := c.ep.port.Buffer()
-	if err := proto.Build(pkt, buf[:cap(buf)], t, records, payload); err != nil {
+	var err error
+	hlen, _ := proto.HeaderLen(t, records)
+	switch pp := c.ep.padPort; {
+	case pp != nil && payload > 0:
+		buf := pp.HeaderBuffer()
+		err = proto.BuildPlaceholder(pkt, buf[:cap(buf)], t, payload)
+	case pp != nil && hlen+payload+proto.TrailerLen <= link.HeaderBufferLen:
+		buf := pp.HeaderBuffer()
+		err = proto.Build(pkt, buf[:cap(buf)], t, records, payload)
+	default:
+		buf := c.ep.port.Buffer()
+		err = proto.Build(pkt, buf[:cap(buf)], t, records, payload)
+	}
+	if err != nil {
 		panic("engine: building a packet: " + err.Error()) // sizes are ours: a bug
 	}
 	pkt.Common.SetTimestamp(uint32(c.ep.clock.Now()))
@@ -182,6 +196,7 @@ func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
 		ECN:  ecn,
 		DSCP: proto.DefaultDSCP(t),
 		Data: c.ep.seal(pkt),
+		Pad:  pkt.Pad(),
 	})
 }
 

@@ -24,6 +24,7 @@ type Endpoint struct {
 	cfg       Config
 	clock     clock.Clock
 	port      link.Port
+	padPort   link.PadPort // the port, when placeholder payloads travel as its padding
 	random    io.Reader
 	conns     map[uint32]*Conn           // by local connection id
 	accepted  map[acceptKey]*Conn        // CONNECTs answered, by (source, initiator's id)
@@ -66,6 +67,11 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		cfg: cfg, clock: clk, port: port, random: r,
 		conns: map[uint32]*Conn{}, accepted: map[acceptKey]*Conn{},
 		closed: map[uint32]*closedConn{}, closedKey: map[acceptKey]clock.Time{},
+	}
+	if pp, ok := port.(link.PadPort); ok && cfg.PlaceholderPayloads {
+		// A placeholder's payload need not take a full-size buffer: its
+		// datagram carries the header, and the rest as padding.
+		e.padPort = pp
 	}
 	if cfg.InboundCapacity > 0 && !cfg.NoRateHints {
 		e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.InboundCapacity, Horizon: cfg.HintHorizon})
@@ -126,7 +132,7 @@ func (e *Endpoint) planeOf(a netip.Addr) int {
 // Receive is the entry of every datagram for this endpoint.
 func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 	var pkt proto.Packet
-	if err := e.decode(&pkt, d.Data); err != nil {
+	if err := e.decode(&pkt, d); err != nil {
 		e.stats.Decode[err.(proto.Error)]++
 		return
 	}
@@ -155,13 +161,18 @@ func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 
 // decode parses and checks a datagram's packet as this endpoint's packets
 // are sealed (seal).
-func (e *Endpoint) decode(pkt *proto.Packet, b []byte) error {
-	if e.cfg.Broken.AcceptBadCRC || e.cfg.PlaceholderPayloads {
+func (e *Endpoint) decode(pkt *proto.Packet, d *link.Datagram) error {
+	switch {
+	case d.Pad != 0 && e.cfg.PlaceholderPayloads:
+		return pkt.DecodePlaceholder(d.Data, d.Pad) // a placeholder: its datagram is padded
+	case d.Pad != 0:
+		return proto.ErrTruncated // the bytes are not there
+	case e.cfg.Broken.AcceptBadCRC || e.cfg.PlaceholderPayloads:
 		// A deliberate bug; or a simulation's packets, which carry no CRC
 		// (nothing there flips their bits).
-		return pkt.DecodeNoCRC(b)
+		return pkt.DecodeNoCRC(d.Data)
 	}
-	return pkt.Decode(b)
+	return pkt.Decode(d.Data)
 }
 
 // seal finishes a packet: its CRC, unless its payload is a placeholder
@@ -181,7 +192,7 @@ func (e *Endpoint) seal(pkt *proto.Packet) []byte {
 // beforehand, with padded PROBEs, is not built.)
 func (e *Endpoint) TooBig(d *link.Datagram) {
 	var pkt proto.Packet
-	if err := e.decode(&pkt, d.Data); err != nil {
+	if err := e.decode(&pkt, d); err != nil {
 		return // not one of ours
 	}
 	plane := e.planeOf(d.Src.Addr())
@@ -196,7 +207,7 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 		if plane >= len(c.remote) || c.remote[plane] != d.Dst.Addr() {
 			continue
 		}
-		c.fail(&PathMTUError{Src: d.Src, Dst: d.Dst, Size: len(d.Data), MaxPacket: c.maxPacket}, StatusFlushed, true)
+		c.fail(&PathMTUError{Src: d.Src, Dst: d.Dst, Size: d.Size(), MaxPacket: c.maxPacket}, StatusFlushed, true)
 	}
 	e.flush()
 }

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
 )
 
 // mixedRun is what a run of placeholderWorkload did: everything an
@@ -16,6 +18,9 @@ import (
 type mixedRun struct {
 	transcript []string // completions with their times, then counters
 	placed     [][]byte // the WRITE, SEND and READ destinations
+	// Datagrams with a payload the fabric delivered, and of them those
+	// whose payload was padding in a header buffer.
+	data, padded int
 }
 
 // placeholderWorkload runs WRITEs, WRITEs with immediate, SENDs and READs
@@ -28,6 +33,16 @@ func placeholderWorkload(t *testing.T, placeholders bool) mixedRun {
 	pr := n.connect(0, 1)
 	rng := rand.New(rand.NewPCG(7, 1))
 	var run mixedRun
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		d := e.Datagram
+		if t := proto.Type(d.Data[1]); e.Verdict != netem.Delivered || !t.IsData() || t == proto.TypeReadReq {
+			return
+		}
+		run.data++
+		if d.Pad > 0 && cap(d.Data) == link.HeaderBufferLen {
+			run.padded++
+		}
+	})
 	posted, recvs := 0, 0
 	for id := uint64(1); id <= 48; id++ {
 		size := 1 + rng.IntN(60000)
@@ -84,9 +99,14 @@ func placeholderWorkload(t *testing.T, placeholders bool) mixedRun {
 // engine makes every decision it makes with real ones (the same
 // completions in the same order, ending at the same virtual time, the
 // same counters at both ends and on every link, under loss) while placing
-// no byte anywhere; with real payloads every destination holds its data.
+// no byte anywhere and carrying data packets as headers with padding; with
+// real payloads every destination holds its data.
 func TestPlaceholderPayloadsDecideAlike(t *testing.T) {
 	real, placeholder := placeholderWorkload(t, false), placeholderWorkload(t, true)
+	if placeholder.data == 0 || placeholder.padded != placeholder.data || real.padded != 0 {
+		t.Fatalf("padded data datagrams: %d of %d with placeholders, %d of %d with real payloads",
+			placeholder.padded, placeholder.data, real.padded, real.data)
+	}
 	if len(real.transcript) != len(placeholder.transcript) {
 		t.Fatalf("%d lines with real payloads, %d with placeholders", len(real.transcript), len(placeholder.transcript))
 	}

@@ -159,7 +159,7 @@ func (r *receiver) postRecv(wr RecvWR) error {
 func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
 	c := r.c
 	h := pkt.Common
-	if len(d.Data) > c.maxPacket || int(h.PathID()) >= len(r.paths) {
+	if d.Size() > c.maxPacket || int(h.PathID()) >= len(r.paths) {
 		r.stats.BadPath++
 		return
 	}
@@ -300,7 +300,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	}
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(dsn)
-	r.observe(h, len(d.Data), at)
+	r.observe(h, d.Size(), at)
 	c.bl.expected++
 	if m == nil {
 		m = r.newMessage()

@@ -39,7 +39,30 @@ type Datagram struct {
 	ECN      ECN
 	DSCP     uint8 // 0..63
 	Data     []byte
+	// Pad is how many bytes the datagram carries on the wire after Data
+	// without their being materialized: a simulation's placeholder
+	// payload (and trailer), which only the emulator carries (a PadPort).
+	// Zero on every other port.
+	Pad int
 }
+
+// Size is the datagram's length on the wire: Data and Pad.
+func (d *Datagram) Size() int { return len(d.Data) + d.Pad }
+
+// A PadPort carries datagrams with Pad bytes (the emulator): what it
+// delivers keeps the sender's Pad, and HeaderBuffer hands out the small
+// buffers such datagrams need, so that thousands of them in flight do not
+// each hold a full-size buffer.
+type PadPort interface {
+	Port
+	// HeaderBuffer returns an empty buffer (length 0) with capacity for
+	// HeaderBufferLen bytes, owned as Buffer's are.
+	HeaderBuffer() []byte
+}
+
+// HeaderBufferLen is the capacity of a PadPort's header buffers: room for
+// any header of a data packet, or an ACK of up to four records.
+const HeaderBufferLen = 256
 
 // Port sends datagrams on behalf of one host.
 type Port interface {

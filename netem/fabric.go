@@ -29,6 +29,7 @@ type Fabric struct {
 	planes []plane
 
 	freeBufs    [][]byte
+	freeHeaders [][]byte // link.HeaderBufferLen each
 	freePackets []*packet
 	freePFC     []*pfcEvent
 	nextPacket  uint64
@@ -353,6 +354,10 @@ func (h *Host) Attach(r link.Receiver) { h.recv = r }
 // Buffer returns an empty buffer with capacity Config.MaxDatagram.
 func (h *Host) Buffer() []byte { return h.fab.buffer() }
 
+// HeaderBuffer returns an empty buffer with capacity link.HeaderBufferLen,
+// for a datagram whose payload is padding (link.PadPort).
+func (h *Host) HeaderBuffer() []byte { return h.fab.headerBuffer() }
+
 // Send injects datagrams from this host. Each Src must be one of this host's
 // addresses; it picks the plane. Send takes ownership of every Data buffer.
 // Datagrams larger than MaxDatagram, or with a source that is not this
@@ -364,7 +369,7 @@ func (h *Host) Send(batch []link.Datagram) {
 		d := &batch[i]
 		p, sh, ok1 := f.locate(d.Src.Addr())
 		q, dh, ok2 := f.locate(d.Dst.Addr())
-		if !ok1 || !ok2 || sh != h.id || p != q || len(d.Data) > f.cfg.MaxDatagram {
+		if !ok1 || !ok2 || sh != h.id || p != q || d.Size() > f.cfg.MaxDatagram || d.Pad < 0 {
 			f.nextPacket++
 			f.noRoute++
 			f.recycle(d.Data)
@@ -386,9 +391,21 @@ func (f *Fabric) buffer() []byte {
 	return make([]byte, 0, f.cfg.MaxDatagram)
 }
 
+func (f *Fabric) headerBuffer() []byte {
+	if n := len(f.freeHeaders); n > 0 {
+		b := f.freeHeaders[n-1]
+		f.freeHeaders = f.freeHeaders[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, link.HeaderBufferLen)
+}
+
 func (f *Fabric) recycle(b []byte) {
-	if cap(b) >= f.cfg.MaxDatagram {
+	switch {
+	case cap(b) >= f.cfg.MaxDatagram:
 		f.freeBufs = append(f.freeBufs, b[:0])
+	case cap(b) == link.HeaderBufferLen:
+		f.freeHeaders = append(f.freeHeaders, b[:0])
 	}
 }
 
@@ -431,7 +448,11 @@ func (f *Fabric) clone(pkt *packet) *packet {
 	id := c.id
 	*c = *pkt
 	c.id = id
-	c.d.Data = append(f.buffer(), pkt.d.Data...)
+	buf := f.buffer()
+	if cap(pkt.d.Data) == link.HeaderBufferLen {
+		buf = f.headerBuffer()
+	}
+	c.d.Data = append(buf, pkt.d.Data...)
 	return c
 }
 

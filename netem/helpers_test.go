@@ -129,3 +129,8 @@ func TestAfterRunsInOrderOnTheFabricClock(t *testing.T) {
 		t.Fatalf("ran at %v with plane 1 up %v; want at %v, plane down", ranAt, up, at)
 	}
 }
+
+// receiverFunc is a link.Receiver of one function.
+type receiverFunc func(d *link.Datagram, at clock.Time)
+
+func (f receiverFunc) Receive(d *link.Datagram, at clock.Time) { f(d, at) }

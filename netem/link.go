@@ -145,7 +145,7 @@ func (l *Link) setState(s linkState) {
 	}
 	for l.queue.len() > 0 {
 		pkt := l.queue.pop()
-		l.queueBytes -= len(pkt.d.Data)
+		l.queueBytes -= pkt.d.Size()
 		l.leaveNode(pkt)
 		l.drop(pkt, cause)
 	}
@@ -197,7 +197,7 @@ func (l *Link) enqueue(pkt *packet) {
 // admit applies the queue discipline and queues the datagram.
 func (l *Link) admit(pkt *packet) {
 	q := &l.cfg.Queue
-	size := len(pkt.d.Data)
+	size := pkt.d.Size()
 	if q.Limit > 0 && l.queueBytes+size > q.Limit {
 		l.drop(pkt, DropQueueFull)
 		return
@@ -280,8 +280,9 @@ func (l *Link) serialization(size int) time.Duration {
 // an event per datagram on a link that is not backlogged.
 func (l *Link) startTx(now clock.Time) {
 	pkt := l.queue.pop()
-	l.queueBytes -= len(pkt.d.Data)
-	end := now.Add(l.serialization(len(pkt.d.Data)))
+	size := pkt.d.Size()
+	l.queueBytes -= size
+	end := now.Add(l.serialization(size))
 	l.wireFree = end
 	if l.queue.len() > 0 || pkt.ingress != nil && pkt.ingress.pfc {
 		l.tx = pkt
@@ -296,7 +297,7 @@ func (l *Link) startTx(now clock.Time) {
 // its arrival at the far node.
 func (l *Link) depart(pkt *packet, end clock.Time) {
 	l.stats.Packets++
-	l.stats.Bytes += uint64(len(pkt.d.Data))
+	l.stats.Bytes += uint64(pkt.d.Size())
 	l.fab.record(l, pkt, Sent, 0, end)
 	l.fab.sched.At(l.arrival(end), pkt)
 }
@@ -308,7 +309,7 @@ func (l *Link) leaveNode(pkt *packet) {
 	if in == nil || !in.pfc {
 		return
 	}
-	in.ingressBytes -= len(pkt.d.Data)
+	in.ingressBytes -= pkt.d.Size()
 	if in.pauseAsked && in.ingressBytes <= in.cfg.Queue.PFC.XOn {
 		in.pauseAsked = false
 		l.fab.schedulePFC(in, false)

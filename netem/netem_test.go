@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,43 @@ func TestDeliveryTime(t *testing.T) {
 // A link delivers its rate in virtual time: the remainder of every
 // serialization is carried, so there is no drift even at 400 Gb/s where a
 // datagram takes a fractional number of nanoseconds.
+// A padded datagram (a header and Pad bytes not materialized) is its whole
+// size on the wire: serialized, queued and counted as one of that many
+// bytes, delivered with its padding; too large with it, it has no route.
+// Its header buffer goes back to the header pool.
+func TestPaddedDatagramIsItsWholeSize(t *testing.T) {
+	f, sim := newTestFabric(t, twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, 2*time.Microsecond)))
+	var got []link.Datagram
+	f.Host(1).Attach(receiverFunc(func(d *link.Datagram, at clock.Time) {
+		if at != clock.Time(1000+1000+1000+2000) { // as TestDeliveryTime's 1184 bytes
+			t.Errorf("arrived at %v", at)
+		}
+		got = append(got, link.Datagram{Data: slices.Clone(d.Data), Pad: d.Pad})
+	}))
+	header := f.Host(0).HeaderBuffer()
+	if cap(header) != link.HeaderBufferLen {
+		t.Fatalf("header buffer of %d bytes", cap(header))
+	}
+	d := datagram(f, 0, 1, 0, 50000, 0, 0, link.ECT0)
+	f.recycle(d.Data)
+	d.Data, d.Pad = append(header, 1, 2, 3), 1181
+	tooBig := d
+	tooBig.Data, tooBig.Pad = f.Host(0).HeaderBuffer()[:10], f.cfg.MaxDatagram-9
+	negative := d
+	negative.Data, negative.Pad = f.Host(0).HeaderBuffer()[:10], -1
+	f.Host(0).Send([]link.Datagram{d, tooBig, negative})
+	sim.RunUntil(clock.Time(time.Second))
+	if len(got) != 1 || got[0].Pad != 1181 || !slices.Equal(got[0].Data, []byte{1, 2, 3}) || f.NoRoute() != 2 {
+		t.Fatalf("delivered %+v, %d without a route", got, f.NoRoute())
+	}
+	if st := f.Uplink(0, 0).Stats(); st.Bytes != 1184 {
+		t.Errorf("uplink counted %d bytes", st.Bytes)
+	}
+	if again := f.Host(0).HeaderBuffer(); cap(again) != link.HeaderBufferLen || &again[:1][0] != &header[:1][0] {
+		t.Errorf("the header buffer was not recycled as one")
+	}
+}
+
 func TestLinkRateExact(t *testing.T) {
 	for _, rate := range []int64{10 * gbps, 100 * gbps, 400 * gbps} {
 		const n, size = 20000, 4096

@@ -74,12 +74,18 @@ func (c *Capture) Packets() int { return c.n }
 // as it leaves the link (ECN as marked), stamped origin + its virtual time.
 func (f *Fabric) CaptureLink(l *Link, w DatagramWriter, origin time.Time) *Capture {
 	c := &Capture{}
+	var padded []byte
 	f.AddTap(func(e *TapEvent) {
 		if e.Link != l || e.Verdict != Sent || c.err != nil {
 			return
 		}
 		d := e.Datagram
-		c.err = w.WriteDatagram(origin.Add(time.Duration(e.At)), d.Src, d.Dst, d.DSCP, d.ECN, d.Data)
+		data := d.Data
+		if d.Pad > 0 { // written with zeros where a placeholder has no bytes
+			padded = append(append(padded[:0], d.Data...), make([]byte, d.Pad)...)
+			data = padded
+		}
+		c.err = w.WriteDatagram(origin.Add(time.Duration(e.At)), d.Src, d.Dst, d.DSCP, d.ECN, data)
 		c.n++
 	})
 	return c

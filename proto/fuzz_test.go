@@ -9,11 +9,21 @@ import "testing"
 func FuzzDecode(f *testing.F) {
 	for _, g := range loadGolden(f) {
 		f.Add(g.wire)
+		// The packet as a placeholder: its padding in two bytes, then its header.
+		var p Packet
+		if p.Decode(g.wire) == nil && p.Type() != TypeAck {
+			hlen, _ := HeaderLen(p.Type(), 0)
+			pad := len(g.wire) - hlen
+			f.Add(append([]byte{byte(pad >> 8), byte(pad)}, g.wire[:hlen]...))
+		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p Packet
 		_ = p.Decode(b)
 		_ = p.DecodeNoCRC(b)
+		if len(b) >= 2 { // the first two bytes as a placeholder's padding, the rest its header
+			checkPlaceholder(t, b[2:], int(b[0])<<8|int(b[1]))
+		}
 		b = reseal(append([]byte(nil), b...))
 		if err := p.Decode(b); err != nil {
 			if _, ok := err.(Error); !ok {
@@ -57,4 +67,23 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkPlaceholder decodes header with pad bytes of padding and checks what
+// an accepted placeholder promises.
+func checkPlaceholder(t *testing.T, header []byte, pad int) {
+	var p Packet
+	if err := p.DecodePlaceholder(header, pad); err != nil {
+		if _, ok := err.(Error); !ok {
+			t.Fatalf("DecodePlaceholder returned %T, not a proto.Error", err)
+		}
+		return
+	}
+	hlen, err := HeaderLen(p.Type(), 0)
+	if err != nil || len(p.Bytes()) != len(header) || hlen != len(header) || len(p.Payload)+TrailerLen != pad || p.Pad() != pad {
+		t.Fatalf("accepted placeholder: header %d of %d, payload %d, pad %d (%v)", hlen, len(header), len(p.Payload), pad, err)
+	}
+	if off, n, ok := p.MsgBounds(); ok && uint64(off)+uint64(len(p.Payload)) > uint64(n) {
+		t.Fatalf("accepted placeholder payload beyond its message")
+	}
 }

@@ -93,6 +93,97 @@ func TestDecodeNoCRCSkipsOnlyTheCRC(t *testing.T) {
 	}
 }
 
+// A placeholder is a packet's header with its payload and trailer left as
+// padding: decoded, it has the fields and payload length of the whole
+// packet; built again from those fields, the same header.
+func TestPlaceholderRoundTrip(t *testing.T) {
+	whole := golden(t, "01-write.hex")
+	var p, ph Packet
+	if err := p.Decode(whole); err != nil {
+		t.Fatal(err)
+	}
+	hlen, _ := HeaderLen(TypeWrite, 0)
+	pad := len(whole) - hlen
+	if err := ph.DecodePlaceholder(whole[:hlen], pad); err != nil {
+		t.Fatalf("DecodePlaceholder: %v", err)
+	}
+	if ph.Pad() != pad || len(ph.Payload) != len(p.Payload) || string(ph.Bytes()) != string(whole[:hlen]) ||
+		ph.Write().RKey() != p.Write().RKey() || ph.Write().MsgOffset() != p.Write().MsgOffset() {
+		t.Fatalf("placeholder: pad %d, payload %d, header %x; whole packet: payload %d, header %x",
+			ph.Pad(), len(ph.Payload), ph.Bytes(), len(p.Payload), whole[:hlen])
+	}
+	var q Packet
+	if err := BuildPlaceholder(&q, make([]byte, 200), TypeWrite, len(p.Payload)); err != nil {
+		t.Fatalf("BuildPlaceholder: %v", err)
+	}
+	copy(q.Bytes()[CommonHeaderLen:], whole[CommonHeaderLen:hlen])
+	copy(q.Bytes()[:CommonHeaderLen], whole[:CommonHeaderLen])
+	if string(q.Bytes()) != string(whole[:hlen]) || q.Pad() != pad || len(q.Payload) != len(p.Payload) {
+		t.Fatalf("built placeholder: %x pad %d, want %x pad %d", q.Bytes(), q.Pad(), whole[:hlen], pad)
+	}
+	if p.Pad() != 0 {
+		t.Errorf("a whole packet's Pad is %d", p.Pad())
+	}
+}
+
+func TestPlaceholderRejectsMalformed(t *testing.T) {
+	whole := golden(t, "01-write.hex")
+	hlen, _ := HeaderLen(TypeWrite, 0)
+	header := func() []byte { return append([]byte(nil), whole[:hlen]...) }
+	pad := len(whole) - hlen
+	readReq := golden(t, "04-read-req.hex")
+	rlen, _ := HeaderLen(TypeReadReq, 0)
+	for _, c := range []struct {
+		name   string
+		header []byte
+		pad    int
+		want   Error
+	}{
+		{"no trailer", header(), TrailerLen - 1, ErrTruncated},
+		{"negative", header(), -1, ErrTruncated},
+		{"longer than a datagram", header(), MaxPacketLen, ErrTruncated},
+		{"no header", nil, pad, ErrTruncated},
+		{"header cut", header()[:hlen-4], pad, ErrHeaderLength},
+		{"header and payload", whole[:hlen+4], pad - 4, ErrHeaderLength},
+		{"version 1", func() []byte { b := header(); b[0] = 0x10; return b }(), pad, ErrVersion},
+		{"type 0", func() []byte { b := header(); b[1] = 0; return b }(), pad, ErrUnknownType},
+		{"an ACK", golden(t, "06-ack.hex")[:CommonHeaderLen+AckHeaderLen], TrailerLen, ErrHeaderLength},
+		{"payload past MsgLen", header(), pad + 4, ErrPayload},
+		{"payload on READ_REQ", readReq[:rlen], TrailerLen + 4, ErrPayload},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var p Packet
+			if err := p.DecodePlaceholder(c.header, c.pad); !errors.Is(err, c.want) {
+				t.Fatalf("DecodePlaceholder = %v, want %v", err, c.want)
+			}
+			if p.Bytes() != nil {
+				t.Errorf("a failed DecodePlaceholder changed the packet view")
+			}
+		})
+	}
+	if err := (&Packet{}).DecodePlaceholder(readReq[:rlen], TrailerLen); err != nil {
+		t.Errorf("a READ_REQ with nothing padded but its trailer: %v", err)
+	}
+	var p Packet
+	for _, c := range []struct {
+		name string
+		t    Type
+		buf  int
+		n    int
+		want Error
+	}{
+		{"ACK", TypeAck, 200, 0, ErrPayload},
+		{"payload on READ_REQ", TypeReadReq, 200, 4, ErrPayload},
+		{"negative payload", TypeWrite, 200, -1, ErrPayload},
+		{"buffer short of the header", TypeWrite, hlen - 1, 10, ErrBufferSize},
+		{"longer than a datagram", TypeWrite, 200, MaxPacketLen, ErrBufferSize},
+	} {
+		if err := BuildPlaceholder(&p, make([]byte, c.buf), c.t, c.n); !errors.Is(err, c.want) {
+			t.Errorf("%s: BuildPlaceholder = %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
 func TestBuildChecksArguments(t *testing.T) {
 	var p Packet
 	buf := make([]byte, 100)

@@ -178,7 +178,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 			for len(res.Delivered) <= i {
 				res.Delivered = append(res.Delivered, 0)
 			}
-			res.Delivered[i] += float64(len(d.Data))
+			res.Delivered[i] += float64(d.Size())
 		})
 	}
 	pending := len(flows)

@@ -184,10 +184,10 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 				first = e.At
 			}
 			src := int(d.Src.Addr().As4()[2])<<8 | int(d.Src.Addr().As4()[3])
-			samples = append(samples, sample{e.At, src, len(d.Data)})
+			samples = append(samples, sample{e.At, src, d.Size()})
 		case e.Verdict == netem.Sent:
 			if s, ok := uplinks[e.Link]; ok {
-				sent = append(sent, sample{e.At, s, len(d.Data)})
+				sent = append(sent, sample{e.At, s, d.Size()})
 			}
 		}
 	})

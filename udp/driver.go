@@ -194,6 +194,9 @@ type Stats struct {
 	// NoSocket counts datagrams whose Src is not one of the driver's
 	// sockets: dropped.
 	NoSocket uint64
+	// Padded counts datagrams with link.Datagram.Pad set, bytes a socket
+	// has nothing to send for (a simulation's placeholders): dropped.
+	Padded uint64
 	// Coalesced counts the datagrams of Received that arrived joined by
 	// the kernel (GRO), several in one message.
 	Coalesced uint64
@@ -390,7 +393,13 @@ func (d *Driver) Buffer() []byte {
 // that everything the engine sends in one turn goes out together: fewer
 // system calls, and longer runs for GSO to join.
 func (d *Driver) Send(batch []link.Datagram) {
-	d.pending = append(d.pending, batch...)
+	for i := range batch {
+		if batch[i].Pad != 0 {
+			d.stats.Padded++
+			continue
+		}
+		d.pending = append(d.pending, batch[i])
+	}
 	if len(d.pending) >= 4*d.cfg.Batch {
 		d.Flush()
 	}

@@ -517,6 +517,22 @@ func TestWrongFamilyIsDropped(t *testing.T) {
 	}
 }
 
+// A padded datagram (a simulation's placeholder) has bytes a socket
+// cannot send: dropped and counted, the others of the batch sent.
+func TestPaddedDatagramIsDropped(t *testing.T) {
+	s, peer := senderAndPeer(t)
+	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	src := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), s.cfg.SourcePorts[0])
+	s.drv.Send([]link.Datagram{
+		{Src: src, Dst: dst, Data: append(s.drv.Buffer(), 1), Pad: 1000},
+		{Src: src, Dst: dst, Data: append(s.drv.Buffer(), 2)},
+	})
+	s.drv.Flush()
+	if st := s.drv.Stats(); st.Padded != 1 || st.Sent != 1 {
+		t.Fatalf("stats %+v: want 1 padded, 1 sent", st)
+	}
+}
+
 // A GSO message refused along with each of its datagrams alone is not the
 // kernel failing to segment: GSO stays on and the datagrams are counted.
 func TestGSOStaysOnWhenSinglesFailToo(t *testing.T) {
