@@ -39,7 +39,8 @@ type flow struct {
 	demand   float64 // bytes/s: the declared backlog over the horizon, at most the capacity
 	used     float64 // the demand the last recompute used
 	lastSeen int64
-	bytes    int // the last packet's size
+	bytes    int  // the last packet's size
+	in       bool // in flows: false once it expired or left (a Member may still hold it)
 }
 
 // NewAllocator returns an allocator with no senders.
@@ -62,12 +63,18 @@ func (a *Allocator) Observe(id uint32, backlog uint64, bytes int, now int64) boo
 // or back, or, not greedy, changes its demand by more than a tenth. Each
 // packet of a greedy connection costs a map lookup.
 func (a *Allocator) ObserveDemand(id uint32, demand float64, bytes int, now int64) bool {
+	_, changed := a.observe(a.flows[id], id, demand, bytes, now)
+	return changed
+}
+
+// observe is ObserveDemand given id's entry f (nil: it has none); it
+// returns the entry.
+func (a *Allocator) observe(f *flow, id uint32, demand float64, bytes int, now int64) (*flow, bool) {
 	d := math.Min(demand, a.p.Capacity)
-	f := a.flows[id]
 	dirty := false
 	switch {
 	case f == nil:
-		f = &flow{used: d}
+		f = &flow{used: d, in: true}
 		a.flows[id] = f
 		dirty = true
 	case (d >= a.level) != (f.used >= a.level):
@@ -83,16 +90,71 @@ func (a *Allocator) ObserveDemand(id uint32, demand float64, bytes int, now int6
 		}
 	}
 	if dirty {
-		return a.recompute()
+		return f, a.recompute()
 	}
-	return false
+	return f, false
 }
 
 // Leave removes connection id (it closed).
 func (a *Allocator) Leave(id uint32) {
-	if _, ok := a.flows[id]; ok {
-		delete(a.flows, id)
+	if f, ok := a.flows[id]; ok {
+		a.remove(id, f)
 		a.recompute()
+	}
+}
+
+func (a *Allocator) remove(id uint32, f *flow) {
+	delete(a.flows, id)
+	f.in = false
+}
+
+// A Member is connection id's entry in the allocation, for the connection
+// to keep: its methods are the allocator's for id, without looking id up
+// (with thousands of connections, each lookup is a cache miss). A
+// connection with a Member goes through it only, not through the id-based
+// methods.
+type Member struct {
+	a  *Allocator
+	id uint32
+	f  *flow // id's entry when it last had one (see flow.in)
+}
+
+// Member returns connection id's handle.
+func (a *Allocator) Member(id uint32) *Member { return &Member{a: a, id: id} }
+
+// entry is the member's entry, or nil when it has none.
+func (m *Member) entry() *flow {
+	if m.f == nil || !m.f.in {
+		return nil // never joined, left or expired
+	}
+	return m.f
+}
+
+// Observe is Allocator.Observe for the member.
+func (m *Member) Observe(backlog uint64, bytes int, now int64) bool {
+	return m.ObserveDemand(float64(backlog)/m.a.p.Horizon.Seconds(), bytes, now)
+}
+
+// ObserveDemand is Allocator.ObserveDemand for the member.
+func (m *Member) ObserveDemand(demand float64, bytes int, now int64) bool {
+	var changed bool
+	m.f, changed = m.a.observe(m.entry(), m.id, demand, bytes, now)
+	return changed
+}
+
+// Share is Allocator.Share for the member.
+func (m *Member) Share() float64 {
+	if m.entry() == nil {
+		return m.a.p.Capacity
+	}
+	return m.a.level
+}
+
+// Leave is Allocator.Leave for the member.
+func (m *Member) Leave() {
+	if f := m.entry(); f != nil {
+		m.a.remove(m.id, f)
+		m.a.recompute()
 	}
 }
 
@@ -119,7 +181,7 @@ func (a *Allocator) expire(now int64) bool {
 			quiet = int64(a.p.Quiet)
 		}
 		if now-f.lastSeen > quiet {
-			delete(a.flows, id)
+			a.remove(id, f)
 			gone = true
 		}
 	}

@@ -231,6 +231,51 @@ func TestAllocatorQuiet(t *testing.T) {
 	}
 }
 
+// A Member is its id without the lookups: two allocators fed the same
+// packets, one by id and one through members, give the same shares at
+// every step, through joining, expiring, joining again and leaving.
+func TestAllocatorMemberIsItsID(t *testing.T) {
+	byID := NewAllocator(AllocParams{Capacity: 1e9, Horizon: time.Microsecond})
+	byMember := NewAllocator(AllocParams{Capacity: 1e9, Horizon: time.Microsecond})
+	members := []*Member{byMember.Member(0), byMember.Member(1), byMember.Member(2)}
+	step := func(what string, id, bytes int, now int64, leave bool) {
+		t.Helper()
+		m := members[id]
+		var a, b bool
+		switch {
+		case leave:
+			byID.Leave(uint32(id))
+			m.Leave()
+		default:
+			a = byID.Observe(uint32(id), uint64(bytes), 4096, now)
+			b = m.Observe(uint64(bytes), 4096, now)
+		}
+		if a != b || byID.Senders() != byMember.Senders() {
+			t.Fatalf("%s: changed %v / %v, senders %d / %d", what, a, b, byID.Senders(), byMember.Senders())
+		}
+		for i, m := range members {
+			if x, y := byID.Share(uint32(i)), m.Share(); x != y {
+				t.Fatalf("%s: connection %d's share %v by id, %v as a member", what, i, x, y)
+			}
+		}
+	}
+	if members[0].Share() != 1e9 {
+		t.Fatal("a member that never joined: not the whole capacity")
+	}
+	step("0 joins", 0, 1<<20, 0, false)
+	step("1 joins", 1, 1<<20, 100, false)
+	step("2 wants little", 2, 100, 200, false)
+	step("2 greedy", 2, 1<<20, 300, false)
+	step("0 and 1 expire", 2, 1<<20, 300_000, false)
+	if byMember.Senders() != 1 {
+		t.Fatalf("%d senders after two went silent", byMember.Senders())
+	}
+	step("0 joins again", 0, 1<<20, 300_100, false)
+	step("2 leaves", 2, 0, 300_200, true)
+	step("2 leaves again", 2, 0, 300_300, true)
+	step("2 joins again", 2, 1<<20, 300_400, false)
+}
+
 // DCQCN's rules against hand-computed values.
 func TestDCQCN(t *testing.T) {
 	p := DefaultDCQCN(100e9 / 8) // 12.5 GB/s

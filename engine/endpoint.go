@@ -433,11 +433,11 @@ const (
 // tell is set, sends its CLOSE and keeps resending it.
 func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail uint32) {
 	delete(e.conns, c.localID)
-	if e.alloc != nil {
-		e.alloc.Leave(c.localID)
+	if m := c.rcv.share; m != nil {
+		m.Leave()
 	}
-	if e.outAlloc != nil {
-		e.outAlloc.Leave(c.localID)
+	if m := c.snd.nicShare; m != nil {
+		m.Leave()
 	}
 	now := e.clock.Now()
 	if !c.initiator {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -112,14 +113,18 @@ type receiver struct {
 	ackPlane int
 	ackPort  int
 	free     []*rxMessage
-	readsIn  int  // READs accepted and not yet fully answered
-	repeat   bool // the ack timer is set to repeat the last ACK
-	srq      *SRQ // where receives come from, when shared
+	readsIn  int        // READs accepted and not yet fully answered
+	repeat   bool       // the ack timer is set to repeat the last ACK
+	srq      *SRQ       // where receives come from, when shared
+	share    *cc.Member // in the endpoint's InboundCapacity allocation (its rate hints); nil without one
 	stats    ReceiverStats
 }
 
 func (r *receiver) init(c *Conn) {
 	r.c = c
+	if a := c.ep.alloc; a != nil {
+		r.share = a.Member(c.localID)
+	}
 	r.dsn = newDSNWindow(c.peerIDSN, c.ep.cfg.DSNWindow)
 	r.paths = make([]recvPath, c.paths)
 	old := r.streams
@@ -419,18 +424,17 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 // observe feeds the sender's declared backlog to the endpoint's allocator,
 // whose share is the rate hint of this connection's ACKs.
 func (r *receiver) observe(h proto.CommonHeader, size int, at clock.Time) {
-	if a := r.c.ep.alloc; a != nil && !r.c.isBaseline() {
-		a.Observe(r.c.localID, proto.DecodeBacklog(h.Backlog()), size, int64(at))
+	if r.share != nil && !r.c.isBaseline() {
+		r.share.Observe(proto.DecodeBacklog(h.Backlog()), size, int64(at))
 	}
 }
 
 // hint is the rate hint for this connection's ACKs (spec section 5.5).
 func (r *receiver) hint() uint64 {
-	a := r.c.ep.alloc
-	if a == nil || r.c.isBaseline() {
+	if r.share == nil || r.c.isBaseline() {
 		return proto.RateNoLimit // the baseline sends all-ones (spec section 10)
 	}
-	return max(1, uint64(a.Share(r.c.localID))) // 0 would mean stop
+	return max(1, uint64(r.share.Share())) // 0 would mean stop
 }
 
 // noteArrival decides when to acknowledge a recorded data packet.

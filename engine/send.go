@@ -147,6 +147,7 @@ type sender struct {
 	retry    clock.Timer
 	pacer    cc.Pacer
 	paceT    clock.Timer // wakes the sender when the pacer lets the next packet go
+	nicShare *cc.Member  // in the endpoint's OutboundCapacity allocation; nil without one
 	hint     float64     // the receiver's rate hint, bytes/s (+Inf: none)
 	mss      float64     // payload bytes of a full packet
 	rateW    []float64   // scratch for the pacing rate: window bytes per path
@@ -184,6 +185,9 @@ func (s *sender) init(c *Conn) {
 	s.reads = map[uint32]*message{}
 	s.retry = c.ep.clock.NewTimer(s.onRetry)
 	s.paceT = c.ep.clock.NewTimer(s.onPace)
+	if a := c.ep.outAlloc; a != nil {
+		s.nicShare = a.Member(c.localID)
+	}
 	s.hint = math.Inf(1)
 	s.rateW, s.rateRTT = make([]float64, c.paths), make([]time.Duration, c.paths)
 	hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)
@@ -481,16 +485,16 @@ func (s *sender) paced(bytes int) {
 	now := int64(s.c.ep.clock.Now())
 	wr := cc.WindowRate(s.rateW, s.rateRTT)
 	rate := cc.Rate(wr, s.hint)
-	if a := s.c.ep.outAlloc; a != nil {
+	if m := s.nicShare; m != nil {
 		// The endpoint's NIC is shared: this connection wants what its
 		// windows and its receiver allow (not the pacing gain, which only
 		// spaces packets) and gets at most the max-min share of the NIC.
 		// One with nothing more to send leaves the share to the others.
 		if s.unsent == 0 {
-			a.Leave(s.c.localID)
+			m.Leave()
 		} else {
-			a.ObserveDemand(s.c.localID, math.Min(wr, s.hint), bytes, now)
-			rate = min(rate, a.Share(s.c.localID))
+			m.ObserveDemand(math.Min(wr, s.hint), bytes, now)
+			rate = min(rate, m.Share())
 		}
 	}
 	s.pacer.Sent(now, bytes, rate)
