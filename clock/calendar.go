@@ -2,12 +2,13 @@ package clock
 
 import "math/bits"
 
-// calendar is the Sim's queue of one-shot events: a calendar queue (a ring
-// of time buckets) for the near future, which is where an emulator schedules
-// almost everything (serializations and propagation delays of micro- and
-// nanoseconds), and a 4-ary heap for the rest. A bucket is a linked list of
-// its events sorted by (time, sequence); most arrive in that order and are
-// appended at its tail. Push and pop cost O(1) for near events instead of
+// calendar is the Sim's queue of events and timer entries: a calendar
+// queue (a ring of time buckets) for the near future, which is where an
+// emulator schedules almost everything (serializations, propagation delays,
+// pacing and acknowledgment timers of micro- and nanoseconds), and a 4-ary
+// heap for the rest. A bucket is a linked list of its events sorted by
+// (time, sequence); a bucket is one nanosecond, so events arrive in that
+// order (sequences grow) and are appended at its tail. Push and pop cost O(1) for near events instead of
 // O(log n), and list nodes come from a pool that grows only when more events
 // are pending than ever before, so a steady run allocates nothing.
 //
@@ -32,8 +33,8 @@ type calNode struct {
 }
 
 const (
-	bucketShift     = 1 // 2 ns per bucket
-	calendarBuckets = 1 << 15
+	bucketShift     = 0 // 1 ns per bucket: a bucket holds one time
+	calendarBuckets = 1 << 16
 	calendarSpan    = calendarBuckets << bucketShift // 65.5 µs
 )
 

@@ -14,30 +14,22 @@ type Event interface {
 // things in the same order fire them in the same order: runs are
 // deterministic. Sim is not safe for concurrent use: one goroutine drives it,
 // and every callback runs on that goroutine.
+//
+// Timers share the events' queue: an armed timer has an entry there keyed
+// by its deadline or earlier. A timer moved to a later deadline (a
+// retransmission timer pushed back by every acknowledgment: most Resets)
+// or stopped keeps its entry where it is; the entry is put back at the
+// deadline, or dropped, only when it comes up. A Reset that postpones or a
+// Stop costs O(1), a Reset to an earlier deadline pushes a new entry (the
+// old one is dropped when it comes up), and timers still fire in order of
+// (deadline, sequence) with the events, exactly as with an exact queue.
 type Sim struct {
-	now    Time
-	seq    uint64
-	events calendar     // one-shot events, by (at, seq)
-	timers []timerEntry // a 4-ary min-heap by (at, seq), at most one entry a timer
-	armed  int          // timers armed
-	fired  uint64
-}
-
-// timerEntry is a timer's place in the heap. Its key is the timer's
-// deadline or earlier: a timer moved to a later deadline (a retransmission
-// timer pushed back by every acknowledgment: most Resets) or stopped keeps
-// its entry where it is, and the entry is moved or dropped only when it
-// comes to the top. A Reset that postpones or a Stop then costs O(1), not
-// two walks of a heap of tens of thousands of timers, and timers still
-// fire in order of (deadline, sequence) exactly as with an exact heap.
-type timerEntry struct {
-	at  Time
-	seq uint64
-	t   *SimTimer
-}
-
-func (a *timerEntry) less(b *timerEntry) bool {
-	return a.at < b.at || a.at == b.at && a.seq < b.seq
+	now          Time
+	seq          uint64
+	events       calendar // events and timer entries, by (at, seq)
+	timerEntries int      // timer entries in events, live or not
+	armed        int      // timers armed
+	fired        uint64
 }
 
 type eventEntry struct {
@@ -56,7 +48,7 @@ func (s *Sim) Now() Time { return s.now }
 func (s *Sim) Fired() uint64 { return s.fired }
 
 // Pending counts scheduled events and armed timers.
-func (s *Sim) Pending() int { return s.events.len() + s.armed }
+func (s *Sim) Pending() int { return s.events.len() - s.timerEntries + s.armed }
 
 // At schedules ev to fire at time at (now, if at is in the past).
 func (s *Sim) At(at Time, ev Event) {
@@ -72,15 +64,38 @@ func (s *Sim) After(d time.Duration, ev Event) { s.At(s.now.Add(d), ev) }
 
 // Next returns the time of the next event or timer, or Never.
 func (s *Sim) Next() Time {
-	next := Never
-	if e, where := s.events.peek(s.now); where != noneAt {
-		next = e.at
+	if e, where := s.peek(); where != noneAt {
+		return e.at
 	}
-	s.settleTimers()
-	if len(s.timers) > 0 && s.timers[0].at < next {
-		next = s.timers[0].at
+	return Never
+}
+
+// peek is the queue's first entry that fires: timer entries ahead of it
+// that are stale, or early for a postponed timer, are dropped or put back
+// at their timer's deadline first.
+func (s *Sim) peek() (eventEntry, int) {
+	for {
+		e, where := s.events.peek(s.now)
+		if where == noneAt {
+			return e, where
+		}
+		m, ok := e.ev.(*timerMark)
+		if !ok {
+			return e, where
+		}
+		t := (*SimTimer)(m)
+		if t.armed && e.seq == t.qSeq && t.qSeq == t.seq {
+			return e, where // the live entry, at the deadline
+		}
+		s.events.take(where)
+		s.timerEntries--
+		if e.seq == t.qSeq { // the live entry, early or of a stopped timer
+			t.queued = false
+			if t.armed {
+				s.pushTimer(t)
+			}
+		}
 	}
-	return next
 }
 
 // Step fires the next event or timer, advancing the clock to its time. It
@@ -89,39 +104,25 @@ func (s *Sim) Step() bool { return s.StepUntil(Never) }
 
 // StepUntil is Step for an event or timer due at or before end: it reports
 // false, firing nothing, when the next one is later or there is none. (It
-// is Next and Step in one look at the queues: what a run to a deadline
-// does once per event.)
+// is Next and Step in one look at the queue: what a run to a deadline does
+// once per event.)
 func (s *Sim) StepUntil(end Time) bool {
-	next, where := s.events.peek(s.now)
-	s.settleTimers()
-	useTimer := len(s.timers) > 0 && (where == noneAt || s.timers[0].less(&timerEntry{at: next.at, seq: next.seq}))
-	switch {
-	case useTimer:
-		if s.timers[0].at > end {
-			return false
-		}
-		// The entry stays on top while the timer fires (its key is now,
-		// below anything the callback can arm) and settleTimers drops it
-		// or, when the callback re-armed the timer (a pacer's next
-		// packet), moves it down from the top: one walk of the heap, not a
-		// pop and a push.
-		t := s.timers[0].t
-		t.armed = false
-		s.armed--
-		s.now = t.at
-		s.fired++
-		t.fire()
-	case where != noneAt:
-		if next.at > end {
-			return false
-		}
-		e := s.events.take(where)
-		s.now = e.at
-		s.fired++
-		e.ev.Fire()
-	default:
+	next, where := s.peek()
+	if where == noneAt || next.at > end {
 		return false
 	}
+	e := s.events.take(where)
+	s.now = e.at
+	s.fired++
+	if m, ok := e.ev.(*timerMark); ok {
+		t := (*SimTimer)(m)
+		s.timerEntries--
+		t.queued, t.armed = false, false
+		s.armed--
+		t.fire()
+		return true
+	}
+	e.ev.Fire()
 	return true
 }
 
@@ -161,12 +162,23 @@ type SimTimer struct {
 	at    Time // the deadline, when armed
 	seq   uint64
 	armed bool
-	index int // position of its entry in sim.timers, -1 when it has none
+	// queued: the timer's live entry is in the queue, with sequence
+	// qSeq at time qAt (at or before the deadline). Other entries of the
+	// timer there are stale.
+	queued bool
+	qAt    Time
+	qSeq   uint64
 }
+
+// timerMark is a SimTimer as the queue holds it: an entry the Sim
+// recognizes and fires itself.
+type timerMark SimTimer
+
+func (*timerMark) Fire() { panic("clock: a timer entry fired as an event") }
 
 // NewTimer makes a stopped timer that calls fire on expiry.
 func (s *Sim) NewTimer(fire func()) Timer {
-	return &SimTimer{sim: s, fire: fire, index: -1}
+	return &SimTimer{sim: s, fire: fire}
 }
 
 // Reset arms the timer for time at.
@@ -180,16 +192,17 @@ func (t *SimTimer) Reset(at Time) {
 		s.armed++
 	}
 	t.at, t.seq, t.armed = at, s.seq, true
-	switch {
-	case t.index < 0:
-		s.timers = append(s.timers, timerEntry{at, t.seq, t})
-		s.timerUp(len(s.timers) - 1)
-	case at < s.timers[t.index].at:
-		e := &s.timers[t.index]
-		e.at, e.seq = at, t.seq
-		s.timerUp(t.index)
+	if !t.queued || at < t.qAt {
+		s.pushTimer(t)
 	}
-	// Otherwise the entry is early: settleTimers moves it when it comes up.
+	// Otherwise the live entry is early: peek puts it back when it comes up.
+}
+
+// pushTimer queues a live entry of t at its deadline.
+func (s *Sim) pushTimer(t *SimTimer) {
+	t.queued, t.qAt, t.qSeq = true, t.at, t.seq
+	s.timerEntries++
+	s.events.push(eventEntry{t.at, t.seq, (*timerMark)(t)}, s.now)
 }
 
 // Stop disarms the timer. Its entry, if any, is dropped when it comes up.
@@ -208,83 +221,4 @@ func (t *SimTimer) Deadline() Time {
 		return Never
 	}
 	return t.at
-}
-
-// settleTimers makes the top of the heap an armed timer's entry at its
-// deadline: it drops the entries of stopped timers and moves those of
-// postponed ones to their deadlines, until the top is exact (or the heap
-// is empty). Entries below the top may still be early; none is late.
-func (s *Sim) settleTimers() {
-	for len(s.timers) > 0 {
-		e := &s.timers[0]
-		t := e.t
-		switch {
-		case !t.armed:
-			s.popTimer()
-		case e.at == t.at && e.seq == t.seq:
-			return
-		default:
-			e.at, e.seq = t.at, t.seq
-			s.timerDown(0)
-		}
-	}
-}
-
-// popTimer removes the top entry.
-func (s *Sim) popTimer() {
-	h := s.timers
-	h[0].t.index = -1
-	last := len(h) - 1
-	h[0] = h[last]
-	h[last] = timerEntry{}
-	s.timers = h[:last]
-	if last > 0 {
-		s.timerDown(0)
-	}
-}
-
-// The timer heap is 4-ary, as the calendar's far heap: half the depth of a
-// binary heap. Keys are in the entries, so comparisons do not visit the
-// timers.
-
-func (s *Sim) timerUp(i int) {
-	h := s.timers
-	e := h[i]
-	for i > 0 {
-		p := (i - 1) / 4
-		if !e.less(&h[p]) {
-			break
-		}
-		h[i] = h[p]
-		h[i].t.index = i
-		i = p
-	}
-	h[i] = e
-	e.t.index = i
-}
-
-func (s *Sim) timerDown(i int) {
-	h := s.timers
-	n := len(h)
-	e := h[i]
-	for {
-		c := 4*i + 1
-		if c >= n {
-			break
-		}
-		m := c
-		for j := c + 1; j < min(c+4, n); j++ {
-			if h[j].less(&h[m]) {
-				m = j
-			}
-		}
-		if !h[m].less(&e) {
-			break
-		}
-		h[i] = h[m]
-		h[i].t.index = i
-		i = m
-	}
-	h[i] = e
-	e.t.index = i
 }

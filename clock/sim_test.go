@@ -179,8 +179,8 @@ func BenchmarkSimEventChurn(b *testing.B) {
 }
 
 // A retransmission timer pushed back by every acknowledgment, among many
-// armed timers: the postponement keeps the timer's heap entry (timerEntry)
-// and costs the same with 1,000 or 64,000 timers armed.
+// armed timers: the postponement keeps the timer's entry in the queue and
+// costs the same with 1,000 or 64,000 timers armed.
 func BenchmarkSimTimerPostpone(b *testing.B) {
 	for _, n := range []int{1000, 64000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
@@ -222,9 +222,9 @@ func TestSimCalendarWindowEdges(t *testing.T) {
 	}
 }
 
-// A timer has at most one entry in the heap however often it is postponed,
-// stopped and armed again, and a postponed timer fires once, at its last
-// deadline.
+// A timer has one entry in the queue however often it is postponed,
+// stopped and armed again later than its entry, and a postponed timer fires
+// once, at its last deadline.
 func TestSimTimerKeepsOneEntry(t *testing.T) {
 	s := NewSim()
 	fired := []Time{}
@@ -236,17 +236,18 @@ func TestSimTimerKeepsOneEntry(t *testing.T) {
 			tm.Reset(Time(10*i - 5)) // armed again, earlier than the last deadline
 		}
 	}
-	if len(s.timers) != 1 || s.Pending() != 1 {
-		t.Fatalf("%d entries, %d pending for one timer", len(s.timers), s.Pending())
+	if s.timerEntries != 1 || s.events.len() != 1 || s.Pending() != 1 {
+		t.Fatalf("%d entries, %d pending for one timer", s.timerEntries, s.Pending())
 	}
 	s.RunUntil(20000)
-	if !slices.Equal(fired, []Time{10000}) || s.Pending() != 0 || len(s.timers) != 0 {
-		t.Fatalf("fired at %v; %d pending, %d entries left", fired, s.Pending(), len(s.timers))
+	if !slices.Equal(fired, []Time{10000}) || s.Pending() != 0 || s.timerEntries != 0 || s.events.len() != 0 {
+		t.Fatalf("fired at %v; %d pending, %d entries left", fired, s.Pending(), s.timerEntries)
 	}
 }
 
-// A timer armed earlier than its entry moves the entry up, stopped or not:
-// it fires before a timer due after it, once, and keeps one entry.
+// A timer armed earlier than its entry, stopped or not, gets a new entry:
+// it fires before a timer due after it, once, and the entries it left
+// behind are dropped as they come up.
 func TestSimTimerMovedEarlier(t *testing.T) {
 	s := NewSim()
 	var order []string
@@ -257,12 +258,12 @@ func TestSimTimerMovedEarlier(t *testing.T) {
 	a.Reset(50) // earlier than its entry: the entry moves
 	a.Stop()
 	a.Reset(30) // stopped, then earlier still
-	if len(s.timers) != 2 {
-		t.Fatalf("%d entries for two timers", len(s.timers))
+	if s.Pending() != 2 {
+		t.Fatalf("%d pending for two timers", s.Pending())
 	}
 	s.RunUntil(200)
-	if !slices.Equal(order, []string{"a@30ns", "b@40ns"}) {
-		t.Fatalf("fired %v", order)
+	if !slices.Equal(order, []string{"a@30ns", "b@40ns"}) || s.timerEntries != 0 || s.events.len() != 0 {
+		t.Fatalf("fired %v; %d entries left", order, s.events.len())
 	}
 }
 
