@@ -28,6 +28,7 @@ type LossOptions struct {
 	BurstLen           float64 // mean burst, packets
 	Seed               uint64
 	RealPayloads       bool // as TransferConfig's
+	Jobs               int  // runs at once (runEach)
 }
 
 // DefaultLoss is the loss scenario of docs/results.md. The baseline is
@@ -77,28 +78,33 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 	}
 	pl := &report.Plot{Title: "Goodput under loss, as a share of each one's loss-free goodput", XLabel: "loss rate (%)", YLabel: "of loss-free goodput", YMin: 0, YMax: 1.05, LegendBottomLeft: true}
 	series := []report.Series{{Name: "mroce"}, {Name: "baseline, lossy fabric"}, {Name: "baseline, PFC fabric"}, {Name: "go-back-N model 1/(1+pW)"}, {Name: "limit 1 - p"}}
-	var m0, b0, p0 float64
+	// Three runs a loss rate: mroce, the baseline lossy, the baseline on PFC.
+	var runs []TransferConfig
 	for _, p := range o.Losses {
 		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Delay: time.Microsecond,
 			Loss: p, ECNThreshold: 200 << 10, Buffer: 16 << 20, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen,
 			RealPayloads: o.RealPayloads}
-		m, err := Transfer(base)
-		if err != nil {
-			return nil, nil, fmt.Errorf("mroce at %g: %w", p, err)
-		}
 		bl := base
 		bl.Bytes = max(o.Bytes/o.Planes, 1<<20) // one plane: its share of the bytes in the same time
 		bl.Baseline, bl.BaselineWindow, bl.BaselineAckTimeout = true, o.BaselineWindow, o.BaselineAckTimeout
-		b, err := Transfer(bl)
+		bp := bl
+		bp.PFC = true
+		runs = append(runs, base, bl, bp)
+	}
+	results, err := runEach(o.Jobs, len(runs), func(i int) (TransferResult, error) {
+		r, err := Transfer(runs[i])
 		if err != nil {
-			return nil, nil, fmt.Errorf("baseline at %g: %w", p, err)
+			err = fmt.Errorf("%s at %g: %w", [3]string{"mroce", "baseline", "baseline on PFC"}[i%3], runs[i].Loss, err)
 		}
-		bl.PFC = true
-		bp, err := Transfer(bl)
-		if err != nil {
-			return nil, nil, fmt.Errorf("baseline on PFC at %g: %w", p, err)
-		}
-		if p == o.Losses[0] {
+		return r, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var m0, b0, p0 float64
+	for k, p := range o.Losses {
+		m, b, bp := results[3*k], results[3*k+1], results[3*k+2]
+		if k == 0 {
 			m0, b0, p0 = m.Goodput, b.Goodput, bp.Goodput
 		}
 		model := GoBackNModel(p, o.BaselineWindow)
@@ -124,6 +130,7 @@ type IncastOptions struct {
 	Bytes        int
 	Seed         uint64
 	RealPayloads bool // as IncastConfig's
+	Jobs         int  // runs at once (runEach)
 }
 
 // DefaultIncastScenario is the incast scenario of docs/results.md.
@@ -151,13 +158,14 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 		XLabel: "base RTTs from the first data packet (window start)", YLabel: "rate / fair share"}
 	series := []report.Series{{Name: "slowest sender"}, {Name: "mean"}, {Name: "fastest sender"}}
 	variants := []IncastConfig{{}, {NoRateHints: true}, {Baseline: true, PFC: true}, {Baseline: true}}
+	var runs []IncastConfig
 	for _, n := range o.Senders {
 		for ri, rate := range o.Rates {
 			for vi, v := range variants {
 				cfg := DefaultIncast(n, rate)
 				cfg.Bytes, cfg.Seed, cfg.RealPayloads = o.Bytes, o.Seed, o.RealPayloads
 				cfg.NoRateHints, cfg.Baseline, cfg.PFC = v.NoRateHints, v.Baseline, v.PFC
-				if n == nMax && ri == 0 && vi == 0 {
+				if n == nMax && ri == 0 && vi == 0 { // the plot's run: only it writes the series
 					cfg.Trace = func(start float64, rates []float64, fair float64) {
 						lo, hi, sum := math.Inf(1), 0.0, 0.0
 						for _, r := range rates {
@@ -169,13 +177,24 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 						}
 					}
 				}
-				r, err := Incast(cfg)
-				if err != nil {
-					return nil, nil, fmt.Errorf("incast %d at %g Gb/s, %s: %w", n, float64(rate)/1e9, cfg.Mode(), err)
-				}
-				t.Add(n, float64(rate)/1e9, cfg.Mode(), r.Convergence, r.Jain, r.PeakQueue>>10, r.Drops, r.DropsAfterFirstRTT, r.Retransmits, r.FCTRatio)
+				runs = append(runs, cfg)
 			}
 		}
+	}
+	results, err := runEach(o.Jobs, len(runs), func(i int) (IncastResult, error) {
+		cfg := runs[i]
+		r, err := Incast(cfg)
+		if err != nil {
+			err = fmt.Errorf("incast %d at %g Gb/s, %s: %w", cfg.Senders, float64(cfg.LinkRate)/1e9, cfg.Mode(), err)
+		}
+		return r, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, r := range results {
+		cfg := runs[i]
+		t.Add(cfg.Senders, float64(cfg.LinkRate)/1e9, cfg.Mode(), r.Convergence, r.Jain, r.PeakQueue>>10, r.Drops, r.DropsAfterFirstRTT, r.Retransmits, r.FCTRatio)
 	}
 	pl.Series = series
 	return []*report.Table{t}, pl, nil
@@ -211,6 +230,7 @@ type PlanesOptions struct {
 	Planes    []int
 	Fabric    FabricOptions // its Planes is set for each run
 	FlowBytes int           // every host to every other
+	Jobs      int           // runs at once (runEach)
 }
 
 // DefaultPlanes is the planes scenario of docs/results.md: 64 hosts, all
@@ -238,13 +258,22 @@ func Planes(o PlanesOptions) ([]*report.Table, *report.Plot, error) {
 	pl := &report.Plot{Title: "All-to-all throughput against planes", XLabel: "planes (NIC ports per host)", YLabel: "aggregate goodput (Tb/s)"}
 	got, ideal := report.Series{Name: "mroce"}, report.Series{Name: "linear from one plane"}
 	byPlanes := map[int]float64{}
-	for _, p := range o.Planes {
+	results, err := runEach(o.Jobs, len(o.Planes), func(i int) (FlowsResult, error) {
 		f := o.Fabric
-		f.Planes = p
+		f.Planes = o.Planes[i]
 		r, err := RunFlows(f, flows, 0)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%d planes: %w", p, err)
+			err = fmt.Errorf("%d planes: %w", o.Planes[i], err)
 		}
+		return r, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, r := range results {
+		p := o.Planes[i]
+		f := o.Fabric
+		f.Planes = p
 		g := r.Goodput(flows)
 		byPlanes[p] = g
 		var vsHalf any
@@ -253,7 +282,7 @@ func Planes(o PlanesOptions) ([]*report.Table, *report.Plot, error) {
 		}
 		t.Add(p, r.Connections, g*8/1e9, g/(float64(f.Hosts)*r.HostCapacity), vsHalf,
 			float64(Percentile(r.FCT, 0.5).Microseconds()), float64(Percentile(r.FCT, 0.99).Microseconds()), r.Failed)
-		speed.Add(p, r.Packets, r.WallTime.Seconds(), r.PacketRate(), float64(r.HeapBytes)/(1<<20))
+		speed.Add(p, r.Packets, r.WallTime.Seconds(), r.PacketRate(), heapMiB(r, o.Jobs))
 		got.X, got.Y = append(got.X, float64(p)), append(got.Y, g*8/1e12)
 	}
 	if len(got.Y) > 0 {
@@ -391,6 +420,7 @@ type CollectiveOptions struct {
 	// Slices is how many pieces each all-reduce step's chunk goes in
 	// (pipelined, as NCCL's slices).
 	Slices int
+	Jobs   int // runs at once (runEach)
 }
 
 // DefaultCollective is the collectives' scenario of docs/results.md: 16
@@ -428,40 +458,57 @@ func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot
 	}
 	speed := &report.Table{Title: "Simulator speed (wall time on this machine, set-up included: it varies from run to run)",
 		Columns: []string{"size MiB", "loss", "mode", "data packets", "wall s", "data packets/s", "heap MiB"}}
+	type run struct {
+		size     int
+		loss     float64
+		baseline bool
+	}
+	var runs []run
 	for _, size := range o.Sizes {
-		var flows []Flow
-		if name == "alltoall" {
-			flows = AllToAll(h, max(1, size/h))
-		} else {
-			flows = RingAllReduce(h, size, o.Slices)
-		}
 		for _, p := range o.Losses {
 			for _, baseline := range modes {
-				f := o.Fabric
-				f.Loss, f.Baseline = p, baseline
-				r, err := RunFlows(f, flows, 0)
-				if err != nil {
-					return nil, nil, fmt.Errorf("%s of %d bytes at %g: %w", name, size, p, err)
-				}
-				mode := "mroce"
-				if baseline {
-					mode = "baseline"
-				}
-				speed.Add(float64(size)/(1<<20), p, mode, r.Packets, r.WallTime.Seconds(), r.PacketRate(), float64(r.HeapBytes)/(1<<20))
-				alg := float64(size) / r.Makespan.Seconds()
-				bus := alg * factor
-				t.Add(float64(size)/(1<<20), p, mode, float64(r.Makespan.Microseconds()), alg*8/1e9, bus*8/1e9, bus/r.HostCapacity,
-					float64(Percentile(r.FCT, 0.5).Microseconds()), float64(Percentile(r.FCT, 0.99).Microseconds()), r.Failed)
-				key := fmt.Sprintf("%s, %g%% loss", mode, 100*p)
-				s := series[key]
-				if s == nil {
-					s = &report.Series{Name: key}
-					series[key] = s
-					order = append(order, key)
-				}
-				s.X, s.Y = append(s.X, math.Log2(float64(size)/(1<<20))), append(s.Y, bus/r.HostCapacity)
+				runs = append(runs, run{size, p, baseline})
 			}
 		}
+	}
+	flowsOf := func(size int) []Flow {
+		if name == "alltoall" {
+			return AllToAll(h, max(1, size/h))
+		}
+		return RingAllReduce(h, size, o.Slices)
+	}
+	results, err := runEach(o.Jobs, len(runs), func(i int) (FlowsResult, error) {
+		rn := runs[i]
+		f := o.Fabric
+		f.Loss, f.Baseline = rn.loss, rn.baseline
+		r, err := RunFlows(f, flowsOf(rn.size), 0)
+		if err != nil {
+			err = fmt.Errorf("%s of %d bytes at %g: %w", name, rn.size, rn.loss, err)
+		}
+		return r, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, r := range results {
+		size, p, baseline := runs[i].size, runs[i].loss, runs[i].baseline
+		mode := "mroce"
+		if baseline {
+			mode = "baseline"
+		}
+		speed.Add(float64(size)/(1<<20), p, mode, r.Packets, r.WallTime.Seconds(), r.PacketRate(), heapMiB(r, o.Jobs))
+		alg := float64(size) / r.Makespan.Seconds()
+		bus := alg * factor
+		t.Add(float64(size)/(1<<20), p, mode, float64(r.Makespan.Microseconds()), alg*8/1e9, bus*8/1e9, bus/r.HostCapacity,
+			float64(Percentile(r.FCT, 0.5).Microseconds()), float64(Percentile(r.FCT, 0.99).Microseconds()), r.Failed)
+		key := fmt.Sprintf("%s, %g%% loss", mode, 100*p)
+		s := series[key]
+		if s == nil {
+			s = &report.Series{Name: key}
+			series[key] = s
+			order = append(order, key)
+		}
+		s.X, s.Y = append(s.X, math.Log2(float64(size)/(1<<20))), append(s.Y, bus/r.HostCapacity)
 	}
 	for _, k := range order {
 		pl.Series = append(pl.Series, *series[k])
@@ -476,6 +523,7 @@ type PermutationOptions struct {
 	Shift     int   // host h sends to h + Shift
 	Paths     []int // mroce runs once with each count of paths per connection
 	Baseline  bool
+	Jobs      int // runs at once (runEach)
 }
 
 // DefaultPermutationScenario: 64 hosts, 8 per leaf, 8 spines per plane (no
@@ -516,14 +564,19 @@ func PermutationScenario(o PermutationOptions) ([]*report.Table, *report.Plot, e
 	if o.Baseline {
 		runs = append(runs, run{baseline: true, paths: 1})
 	}
-	for _, rn := range runs {
+	results, err := runEach(o.Jobs, len(runs), func(i int) (FlowsResult, error) {
+		f := o.Fabric
+		f.Baseline, f.Paths = runs[i].baseline, runs[i].paths
+		return RunFlows(f, flows, 0)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, r := range results {
+		rn := runs[i]
 		baseline := rn.baseline
 		f := o.Fabric
 		f.Baseline, f.Paths = baseline, rn.paths
-		r, err := RunFlows(f, flows, 0)
-		if err != nil {
-			return nil, nil, err
-		}
 		mode, paths := "mroce", f.Paths
 		if baseline {
 			mode, paths = "baseline", 1

@@ -26,6 +26,23 @@ func simOutputFlags(scenario string) []cli.Flag {
 	}
 }
 
+// jobsFlag is the setting of the scenarios of several runs.
+var jobsFlag = &cli.IntFlag{Name: "jobs", Value: 1, Usage: "runs of the scenario at once, each on its own core (0: one per core); the results are the same for any, the speed tables' wall times are not each run's own, and their heap is left out"}
+
+// simJobs reads --jobs as the scenarios take it (below 0: one per core).
+func simJobs(c *cli.Context) (int, error) {
+	switch n := c.Int("jobs"); {
+	case n < 0:
+		return 0, usagef(c, "sim %s: --jobs must not be negative", c.Command.Name)
+	case n != 1 && c.String("memprofile") != "":
+		return 0, usagef(c, "sim %s: --memprofile wants --jobs 1 (the heap of one run)", c.Command.Name)
+	case n == 0:
+		return -1, nil
+	default:
+		return n, nil
+	}
+}
+
 func simCommand() *cli.Command {
 	dl, di, dp, df := sim.DefaultLoss(), sim.DefaultIncastScenario(), sim.DefaultPlanes(), sim.DefaultPlaneFail()
 	dc, dm := sim.DefaultCollective(), sim.DefaultPermutationScenario()
@@ -50,6 +67,7 @@ func simCommand() *cli.Command {
 					&cli.DurationFlag{Name: "ack-timeout", Value: dl.BaselineAckTimeout, Usage: "the baseline's local ACK timeout, fixed (RoCEv2: 4.096µs x 2^n); 0: an adaptive timeout from the RTT, doubled per timeout"},
 					&cli.BoolFlag{Name: "burst", Usage: "lose packets in bursts (Gilbert-Elliott) of the same mean rate"},
 					&cli.Float64Flag{Name: "burst-len", Value: dl.BurstLen, Usage: "mean burst, packets"},
+					jobsFlag,
 				}, simOutputFlags("loss")...),
 				Action: func(c *cli.Context) error {
 					o := sim.LossOptions{Losses: c.Float64Slice("losses"), Bytes: c.Int("size-mib") << 20, Planes: c.Int("planes"),
@@ -57,6 +75,10 @@ func simCommand() *cli.Command {
 						BaselineAckTimeout: c.Duration("ack-timeout"),
 						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), Seed: c.Uint64("seed"),
 						RealPayloads: c.Bool("real-payloads")}
+					var err error
+					if o.Jobs, err = simJobs(c); err != nil {
+						return err
+					}
 					switch {
 					case len(o.Losses) == 0:
 						return usagef(c, "sim loss: --losses: none")
@@ -86,10 +108,15 @@ func simCommand() *cli.Command {
 					&cli.IntSliceFlag{Name: "senders", Value: cli.NewIntSlice(di.Senders...), Usage: "N, senders to one receiver, 1 to 64"},
 					&cli.Float64SliceFlag{Name: "rates-gbps", Value: cli.NewFloat64Slice(100, 400), Usage: "link rates, Gb/s"},
 					&cli.IntFlag{Name: "size-kib", Value: di.Bytes >> 10, Usage: "KiB each sender WRITEs"},
+					jobsFlag,
 				}, simOutputFlags("incast")...),
 				Action: func(c *cli.Context) error {
 					o := sim.IncastOptions{Senders: c.IntSlice("senders"), Bytes: c.Int("size-kib") << 10, Seed: c.Uint64("seed"),
 						RealPayloads: c.Bool("real-payloads")}
+					var err error
+					if o.Jobs, err = simJobs(c); err != nil {
+						return err
+					}
 					for _, r := range c.Float64Slice("rates-gbps") {
 						if r < 1 || r > 1600 {
 							return usagef(c, "sim incast: --rates-gbps: %g is not 1 to 1600", r)
@@ -113,11 +140,16 @@ func simCommand() *cli.Command {
 				Flags: append(simFabricFlags(dp.Fabric, true), append([]cli.Flag{
 					&cli.IntSliceFlag{Name: "planes", Value: cli.NewIntSlice(dp.Planes...), Usage: "plane counts, each 1 to 8"},
 					&cli.IntFlag{Name: "size-kib", Value: dp.FlowBytes >> 10, Usage: "KiB from every host to every other (all to all: hosts x (hosts - 1) connections)"},
+					jobsFlag,
 				}, simOutputFlags("planes")...)...),
 				Action: func(c *cli.Context) error {
 					o := dp
 					o.Planes, o.FlowBytes = c.IntSlice("planes"), c.Int("size-kib")<<10
 					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
+						return err
+					}
+					var err error
+					if o.Jobs, err = simJobs(c); err != nil {
 						return err
 					}
 					for _, p := range o.Planes {
@@ -194,12 +226,17 @@ func simCommand() *cli.Command {
 					&cli.IntFlag{Name: "size-mib", Value: dm.FlowBytes >> 20, Usage: "MiB each host sends"},
 					&cli.IntFlag{Name: "shift", Value: dm.Shift, Usage: "host h sends to h + shift"},
 					&cli.BoolFlag{Name: "no-baseline", Usage: "run mroce only"},
+					jobsFlag,
 				}, simOutputFlags("permutation")...)...),
 				Action: func(c *cli.Context) error {
 					o := dm
 					o.Fabric.Planes, o.FlowBytes, o.Shift, o.Baseline = c.Int("planes"), c.Int("size-mib")<<20, c.Int("shift"), !c.Bool("no-baseline")
 					o.Paths = c.IntSlice("paths")
 					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
+						return err
+					}
+					var err error
+					if o.Jobs, err = simJobs(c); err != nil {
 						return err
 					}
 					for _, p := range o.Paths {
@@ -247,6 +284,7 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 			&cli.Float64SliceFlag{Name: "losses", Value: cli.NewFloat64Slice(d.Losses...), Usage: "random loss rates on every downlink, 0 to 0.5"},
 			&cli.BoolFlag{Name: "no-baseline", Usage: "run mroce only"},
 			&cli.IntFlag{Name: "slices", Value: d.Slices, Usage: "all-reduce: pieces each step's chunk goes in, pipelined (1 to 64)"},
+			jobsFlag,
 		}, simOutputFlags(name)...)...),
 		Action: func(c *cli.Context) error {
 			o := d
@@ -255,6 +293,10 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 				return usagef(c, "sim %s: --slices must be 1 to 64", name)
 			}
 			if err := fabricFlagsInto(c, &o.Fabric); err != nil {
+				return err
+			}
+			var err error
+			if o.Jobs, err = simJobs(c); err != nil {
 				return err
 			}
 			for _, m := range c.Int64Slice("sizes-mib") {

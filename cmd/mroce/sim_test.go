@@ -56,7 +56,11 @@ func TestSimScenarios(t *testing.T) {
 			t.Errorf("%v: plot %v", c.args, err)
 		}
 		// The same seed, the same results (the first table: a second one, if
-		// any, is the simulator's wall-clock speed).
+		// any, is the simulator's wall-clock speed), however many runs go at
+		// once.
+		if c.args[1] != "planefail" { // one run: no --jobs
+			args = append(args, "--jobs", "3")
+		}
 		again := runCLI(t, "", args...)
 		var doc2 struct{ Tables []json.RawMessage }
 		var doc1 struct{ Tables []json.RawMessage }
@@ -104,6 +108,8 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "allreduce", "--sizes-mib", "2048"}, "2048 is not 1 to 1024"},
 		{[]string{"sim", "permutation", "--hosts", "8", "--shift", "16"}, "--shift not a multiple of --hosts"},
 		{[]string{"sim", "planes", "--paths", "0"}, "--paths must be 1 to 256"},
+		{[]string{"sim", "alltoall", "--jobs", "-1"}, "--jobs must not be negative"},
+		{[]string{"sim", "planes", "--jobs", "2", "--memprofile", "x"}, "--memprofile wants --jobs 1"},
 		{[]string{"sim", "loss", "--ack-timeout", "500ns"}, "--ack-timeout must be 0 (adaptive) or 1µs to 1s"},
 		{[]string{"sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "x.gif"}, "want a .svg or .png file"},
 	} {

@@ -1,0 +1,58 @@
+package sim
+
+import (
+	"runtime"
+	"sync"
+)
+
+// runEach runs run(0) to run(n-1), jobs of them at once (jobs 0 or 1: one
+// after the other on the caller's goroutine; below 0: one per core), and
+// returns their results in order of i; the error is that of the first run
+// (by i) that failed. A scenario's runs share nothing (each builds its own
+// fabric, engines and clock), so their results are the same for any jobs;
+// only their wall times, and the heap a run can measure, are not its own
+// when others run beside it.
+func runEach[T any](jobs, n int, run func(i int) (T, error)) ([]T, error) {
+	if jobs < 0 {
+		jobs = runtime.GOMAXPROCS(0)
+	}
+	out := make([]T, n)
+	errs := make([]error, n)
+	if jobs <= 1 {
+		for i := range n {
+			if out[i], errs[i] = run(i); errs[i] != nil {
+				return nil, errs[i]
+			}
+		}
+		return out, nil
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(jobs, n) {
+		wg.Go(func() {
+			for i := range next {
+				out[i], errs[i] = run(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// heapMiB is a run's live heap for a speed table, in MiB; nil (shown as
+// "-") when other runs shared the heap with it.
+func heapMiB(r FlowsResult, jobs int) any {
+	if jobs > 1 || jobs < 0 {
+		return nil
+	}
+	return float64(r.HeapBytes) / (1 << 20)
+}
