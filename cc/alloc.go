@@ -61,7 +61,8 @@ func (a *Allocator) Observe(id uint32, backlog uint64, bytes int, now int64) boo
 // The allocation is recomputed only when it can change: a connection
 // appears or leaves, turns from greedy (wanting at least the level) to not
 // or back, or, not greedy, changes its demand by more than a tenth. Each
-// packet of a greedy connection costs a map lookup.
+// packet of a greedy connection costs a map lookup (through its Member,
+// none).
 func (a *Allocator) ObserveDemand(id uint32, demand float64, bytes int, now int64) bool {
 	_, changed := a.observe(a.flows[id], id, demand, bytes, now)
 	return changed
