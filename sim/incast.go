@@ -335,9 +335,20 @@ func jain(x []float64) float64 {
 	return s * s / (float64(len(x)) * s2)
 }
 
-// region registers size bytes on the host.
+// region registers size bytes on the host: its own, or with placeholder
+// payloads a view of the world's memory.
 func (h *host) region(size int, access memreg.Access) *memreg.Region {
-	g, err := h.pd.Register(make([]byte, size), access)
+	var b []byte
+	switch {
+	case h.memory == nil:
+		b = make([]byte, size)
+	case len(*h.memory) < size:
+		*h.memory = make([]byte, size)
+		fallthrough
+	default:
+		b = (*h.memory)[:size:size]
+	}
+	g, err := h.pd.Register(b, access)
 	if err != nil {
 		panic(err) // sizes and access are ours
 	}

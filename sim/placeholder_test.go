@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 )
 
@@ -36,7 +37,8 @@ func TestPlaceholderPayloadsChangeNoResult(t *testing.T) {
 }
 
 // TestWhenPayloadsAreReal: the engines carry placeholder payloads unless
-// asked for real ones or a link flips bits (only a CRC would notice).
+// asked for real ones or a link flips bits (only a CRC would notice); with
+// placeholders, every host's regions are views of one allocation.
 func TestWhenPayloadsAreReal(t *testing.T) {
 	clean := netem.Config{Hosts: 2, Planes: 1, Uplink: netem.LinkConfig{Rate: 100e9}, Downlink: netem.LinkConfig{Rate: 100e9}}
 	corrupting := clean
@@ -55,6 +57,10 @@ func TestWhenPayloadsAreReal(t *testing.T) {
 		}
 		if got := w.hosts[0].ep.Config().PlaceholderPayloads; got != c.want {
 			t.Fatalf("corrupting %v, real payloads asked %v: placeholders %v", corrupts(c.fc), c.realPayloads, got)
+		}
+		a, b := w.hosts[0].region(4096, memreg.LocalWrite), w.hosts[1].region(100, memreg.LocalWrite|memreg.RemoteWrite)
+		if shared := &a.Bytes()[0] == &b.Bytes()[0]; shared != c.want || len(a.Bytes()) != 4096 || len(b.Bytes()) != 100 {
+			t.Fatalf("placeholders %v: regions share memory %v (%d and %d bytes)", c.want, shared, len(a.Bytes()), len(b.Bytes()))
 		}
 	}
 }

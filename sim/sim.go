@@ -24,6 +24,12 @@ type host struct {
 	ep  *engine.Endpoint
 	reg *memreg.Registry
 	pd  *memreg.Domain
+	// memory, with placeholder payloads, is the world's one allocation
+	// that every host's regions are views of: no byte of them is read or
+	// written, and a run of large messages on many hosts would otherwise
+	// hold hosts x 2 x the message in heap it never touches. Nil with
+	// real payloads.
+	memory *[]byte
 }
 
 // world is a fabric and its hosts.
@@ -50,9 +56,13 @@ func newWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int
 		return nil, err
 	}
 	w := &world{sim: n.Sim, fab: n.Fabric}
+	var memory *[]byte
+	if placeholders {
+		memory = new([]byte)
+	}
 	for h := 0; h < fc.Hosts; h++ {
 		b := n.Backend(h)
-		w.hosts = append(w.hosts, &host{ep: b.Endpoint(), reg: b.Registry(), pd: b.Registry().NewDomain()})
+		w.hosts = append(w.hosts, &host{ep: b.Endpoint(), reg: b.Registry(), pd: b.Registry().NewDomain(), memory: memory})
 	}
 	return w, nil
 }
