@@ -32,7 +32,26 @@ func NewSimNetworkFor(fc netem.Config, seed uint64, cfgFor func(host int) engine
 	if err != nil {
 		return nil, err
 	}
-	n := &SimNetwork{Sim: sim, Fabric: fab}
+	return newSimNetwork(fc, seed, cfgFor, fab, func(int) *clock.Sim { return sim })
+}
+
+// NewSimNetworkGrouped is NewSimNetworkFor over the processes of g, a host
+// each (netem.NewGrouped): every host's engine runs on its process's clock,
+// g.LP(h), and the network runs with g.RunWhile. Sim is nil.
+func NewSimNetworkGrouped(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config, g *clock.Group) (*SimNetwork, error) {
+	fab, err := netem.NewGrouped(fc, g)
+	if err != nil {
+		return nil, err
+	}
+	return newSimNetwork(fc, seed, cfgFor, fab, g.LP)
+}
+
+// newSimNetwork puts an engine on each of fab's hosts, host h's on clockOf(h).
+func newSimNetwork(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config, fab *netem.Fabric, clockOf func(int) *clock.Sim) (*SimNetwork, error) {
+	n := &SimNetwork{Fabric: fab}
+	if s := clockOf(0); s == clockOf(fc.Hosts-1) {
+		n.Sim = s
+	}
 	for h := 0; h < fc.Hosts; h++ {
 		cfg := cfgFor(h)
 		cfg.Planes = nil
@@ -40,15 +59,16 @@ func NewSimNetworkFor(fc netem.Config, seed uint64, cfgFor func(host int) engine
 			cfg.Planes = append(cfg.Planes, netem.Addr(p, h))
 		}
 		cfg.Random = newSeeded(seed, uint64(2*h))
-		ep, err := engine.NewEndpoint(cfg, sim, fab.Host(h))
+		ep, err := engine.NewEndpoint(cfg, clockOf(h), fab.Host(h))
 		if err != nil {
 			return nil, err
 		}
 		fab.Host(h).Attach(ep)
 		reg := NewRegistry(newSeeded(seed, uint64(2*h+1)))
-		n.hosts = append(n.hosts, NewSoftware(ep, reg, SimRunner{sim}))
+		n.hosts = append(n.hosts, NewSoftware(ep, reg, SimRunner{clockOf(h)}))
 	}
-	// Every host's NIC sees a plane's link state change.
+	// Every host's NIC sees a plane's link state change (no faults over
+	// processes).
 	fab.OnPlaneChange(func(plane int, up bool) {
 		for _, h := range n.hosts {
 			h.ep.SetPlaneUp(plane, up)

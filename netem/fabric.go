@@ -1,6 +1,7 @@
 package netem
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -23,21 +24,37 @@ type Scheduler interface {
 // Scheduler.
 type Fabric struct {
 	cfg    Config
-	sched  Scheduler
+	sched  Scheduler // procs[0]'s: faults, PFC and After run there
 	hosts  []*Host
 	links  []*Link
 	planes []plane
+	procs  []*proc
+	group  *clock.Group // nil: one process
 
+	freePFC []*pfcEvent
+	// The pools' surplus, over processes (rebalance).
+	sparePackets []*packet
+	spareBufs    [][]byte
+	spareHeaders [][]byte
+	trace        uint64
+	taps         []func(*TapEvent)
+	planeWatch   []func(plane int, up bool)
+	singleUp     []*Link // [host], single-port hosts only
+	singleDown   []*Link
+}
+
+// proc is the part of a fabric one logical process of a clock.Group owns
+// (NewGrouped: a host, its NIC's uplinks and the switch ports that feed
+// it), with its own pools and counters; a fabric on one Scheduler has one.
+// A datagram crossing to another process's link is sent there a link
+// delay ahead.
+type proc struct {
+	idx         int
+	sched       Scheduler
 	freeBufs    [][]byte
 	freeHeaders [][]byte // link.HeaderBufferLen each
 	freePackets []*packet
-	freePFC     []*pfcEvent
 	nextPacket  uint64
-	trace       uint64
-	taps        []func(*TapEvent)
-	planeWatch  []func(plane int, up bool)
-	singleUp    []*Link // [host], single-port hosts only
-	singleDown  []*Link
 	noRoute     uint64
 	delivered   uint64
 }
@@ -62,9 +79,9 @@ func New(cfg Config, sched Scheduler) (*Fabric, error) {
 	if cfg.MaxDatagram == 0 {
 		cfg.MaxDatagram = defaultMaxDatagram
 	}
-	f := &Fabric{cfg: cfg, sched: sched, trace: fnvOffset}
+	f := &Fabric{cfg: cfg, sched: sched, trace: fnvOffset, procs: []*proc{{sched: sched}}}
 	for h := 0; h < cfg.Hosts; h++ {
-		f.hosts = append(f.hosts, &Host{fab: f, id: h})
+		f.hosts = append(f.hosts, &Host{fab: f, id: h, p: f.procs[0]})
 	}
 	seeds := rand.New(rand.NewPCG(cfg.Seed, 0x6d726f6365)) // "mroce"
 	if cfg.SinglePort {
@@ -114,7 +131,7 @@ func (f *Fabric) leafOf(host int) int {
 
 func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	l := &Link{
-		fab: f, id: len(f.links), kind: kind, plane: p, from: from, to: to, factor: 1,
+		fab: f, p: f.procs[0], id: len(f.links), kind: kind, plane: p, from: from, to: to, factor: 1,
 		rng: rand.New(rand.NewPCG(f.cfg.Seed, uint64(len(f.links))+1)),
 	}
 	for _, o := range f.cfg.Overrides {
@@ -141,6 +158,78 @@ func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	}
 	f.links = append(f.links, l)
 	return l
+}
+
+// NewGrouped builds a fabric whose hosts are the processes of g, one each
+// (g.Len() == cfg.Hosts): host h's engine runs on g.LP(h), and so do its
+// NIC's uplinks and the switch ports that feed it, so that a datagram
+// crosses from one process to another on an uplink, a link delay (at least
+// g's lookahead) after it left. One switch per plane, no faults, no PFC, no
+// taps or trace: each would share state between processes.
+func NewGrouped(cfg Config, g *clock.Group) (*Fabric, error) {
+	switch {
+	case g.Len() != cfg.Hosts:
+		return nil, fmt.Errorf("netem: %d processes for %d hosts", g.Len(), cfg.Hosts)
+	case cfg.HostsPerLeaf > 0 || cfg.SinglePort || len(cfg.Faults) > 0 || cfg.Trace:
+		return nil, errors.New("netem: a fabric over processes has one switch per plane, no single-port hosts, no faults and no trace")
+	}
+	f, err := New(cfg, g.LP(0))
+	if err != nil {
+		return nil, err
+	}
+	f.group = g
+	g.Between(f.rebalance)
+	f.procs = nil
+	for h, host := range f.hosts {
+		host.p = &proc{idx: h, sched: g.LP(h)}
+		f.procs = append(f.procs, host.p)
+	}
+	for _, l := range f.links {
+		switch {
+		case l.pfc:
+			return nil, errors.New("netem: a fabric over processes has no PFC")
+		case l.kind == Uplink && l.cfg.Delay < g.Lookahead():
+			return nil, fmt.Errorf("netem: uplink delay %v is shorter than the processes' lookahead %v", l.cfg.Delay, g.Lookahead())
+		case l.kind == Uplink:
+			l.p = f.hosts[l.from].p
+		default:
+			l.p = f.hosts[l.to].p
+		}
+	}
+	return f, nil
+}
+
+// rebalance evens out the processes' pools between windows: datagrams are
+// taken from the pool of the process that sends them and given back to
+// that of the one they reach, so a process that receives more than it
+// sends would keep what another has to make anew. A pool above
+// poolHigh gives all but poolLow to the fabric's spare; one below poolLow
+// takes from it up to poolLow (a window's worth of a host's sending, and
+// more).
+func (f *Fabric) rebalance() {
+	for _, p := range f.procs {
+		p.freePackets = balance(p.freePackets, &f.sparePackets)
+		p.freeBufs = balance(p.freeBufs, &f.spareBufs)
+		p.freeHeaders = balance(p.freeHeaders, &f.spareHeaders)
+	}
+}
+
+const poolLow, poolHigh = 1024, 4096
+
+func balance[T any](pool []T, spare *[]T) []T {
+	switch n := len(pool); {
+	case n > poolHigh:
+		*spare = append(*spare, pool[poolLow:]...)
+		clear(pool[poolLow:])
+		return pool[:poolLow]
+	case n < poolLow && len(*spare) > 0:
+		k := min(poolLow-n, len(*spare))
+		s := *spare
+		pool = append(pool, s[len(s)-k:]...)
+		clear(s[len(s)-k:])
+		*spare = s[:len(s)-k]
+	}
+	return pool
 }
 
 // Config returns the fabric's configuration, defaults filled in.
@@ -284,16 +373,26 @@ func (f *Fabric) route(pkt *packet, p, sh, dh int) {
 
 // NoRoute counts datagrams dropped at a host because their addresses name no
 // host, or hosts on different planes.
-func (f *Fabric) NoRoute() uint64 { return f.noRoute }
+func (f *Fabric) NoRoute() uint64 { return f.sum(func(p *proc) uint64 { return p.noRoute }) }
 
 // Delivered counts datagrams pushed to receivers.
-func (f *Fabric) Delivered() uint64 { return f.delivered }
+func (f *Fabric) Delivered() uint64 { return f.sum(func(p *proc) uint64 { return p.delivered }) }
 
 // InFlight counts datagrams inside the fabric (queued, on the wire).
-func (f *Fabric) InFlight() uint64 { return f.nextPacket - f.delivered - f.dropped() }
+func (f *Fabric) InFlight() uint64 {
+	return f.sum(func(p *proc) uint64 { return p.nextPacket }) - f.Delivered() - f.dropped()
+}
+
+func (f *Fabric) sum(of func(*proc) uint64) uint64 {
+	var n uint64
+	for _, p := range f.procs {
+		n += of(p)
+	}
+	return n
+}
 
 func (f *Fabric) dropped() uint64 {
-	n := f.noRoute
+	n := f.NoRoute()
 	for _, l := range f.links {
 		n += l.stats.dropsTotal()
 	}
@@ -338,6 +437,7 @@ func (f *Fabric) record(l *Link, pkt *packet, v Verdict, cause DropCause, at clo
 type Host struct {
 	fab  *Fabric
 	id   int
+	p    *proc
 	recv link.Receiver
 }
 
@@ -352,11 +452,11 @@ func (h *Host) Addr(p int) netip.Addr { return Addr(p, h.id) }
 func (h *Host) Attach(r link.Receiver) { h.recv = r }
 
 // Buffer returns an empty buffer with capacity Config.MaxDatagram.
-func (h *Host) Buffer() []byte { return h.fab.buffer() }
+func (h *Host) Buffer() []byte { return h.fab.buffer(h.p) }
 
 // HeaderBuffer returns an empty buffer with capacity link.HeaderBufferLen,
 // for a datagram whose payload is padding (link.PadPort).
-func (h *Host) HeaderBuffer() []byte { return h.fab.headerBuffer() }
+func (h *Host) HeaderBuffer() []byte { return h.p.headerBuffer() }
 
 // Send injects datagrams from this host. Each Src must be one of this host's
 // addresses; it picks the plane. Send takes ownership of every Data buffer.
@@ -370,42 +470,42 @@ func (h *Host) Send(batch []link.Datagram) {
 		p, sh, ok1 := f.locate(d.Src.Addr())
 		q, dh, ok2 := f.locate(d.Dst.Addr())
 		if !ok1 || !ok2 || sh != h.id || p != q || d.Size() > f.cfg.MaxDatagram || d.Pad < 0 {
-			f.nextPacket++
-			f.noRoute++
-			f.recycle(d.Data)
+			h.p.nextPacket++
+			h.p.noRoute++
+			f.recycle(h.p, d.Data)
 			continue
 		}
-		pkt := f.newPacket()
+		pkt := f.newPacket(h.p)
 		pkt.d = *d
 		f.route(pkt, p, sh, dh)
 		pkt.route[0].enqueue(pkt)
 	}
 }
 
-func (f *Fabric) buffer() []byte {
-	if n := len(f.freeBufs); n > 0 {
-		b := f.freeBufs[n-1]
-		f.freeBufs = f.freeBufs[:n-1]
+func (f *Fabric) buffer(p *proc) []byte {
+	if n := len(p.freeBufs); n > 0 {
+		b := p.freeBufs[n-1]
+		p.freeBufs = p.freeBufs[:n-1]
 		return b[:0]
 	}
 	return make([]byte, 0, f.cfg.MaxDatagram)
 }
 
-func (f *Fabric) headerBuffer() []byte {
-	if n := len(f.freeHeaders); n > 0 {
-		b := f.freeHeaders[n-1]
-		f.freeHeaders = f.freeHeaders[:n-1]
+func (p *proc) headerBuffer() []byte {
+	if n := len(p.freeHeaders); n > 0 {
+		b := p.freeHeaders[n-1]
+		p.freeHeaders = p.freeHeaders[:n-1]
 		return b[:0]
 	}
 	return make([]byte, 0, link.HeaderBufferLen)
 }
 
-func (f *Fabric) recycle(b []byte) {
+func (f *Fabric) recycle(p *proc, b []byte) {
 	switch {
 	case cap(b) >= f.cfg.MaxDatagram:
-		f.freeBufs = append(f.freeBufs, b[:0])
+		p.freeBufs = append(p.freeBufs, b[:0])
 	case cap(b) == link.HeaderBufferLen:
-		f.freeHeaders = append(f.freeHeaders, b[:0])
+		p.freeHeaders = append(p.freeHeaders, b[:0])
 	}
 }
 
@@ -420,40 +520,49 @@ type packet struct {
 	ingress *Link // the link it arrived on at its current node, for PFC
 }
 
-func (f *Fabric) newPacket() *packet {
+func (f *Fabric) newPacket(p *proc) *packet {
 	var pkt *packet
-	if n := len(f.freePackets); n > 0 {
-		pkt = f.freePackets[n-1]
-		f.freePackets = f.freePackets[:n-1]
+	if n := len(p.freePackets); n > 0 {
+		pkt = p.freePackets[n-1]
+		p.freePackets = p.freePackets[:n-1]
 	} else {
 		pkt = &packet{fab: f}
 	}
-	f.nextPacket++
-	pkt.id = f.nextPacket
+	p.nextPacket++
+	pkt.id = uint64(p.idx)<<40 | p.nextPacket
 	pkt.hop = 0
 	pkt.ingress = nil
 	return pkt
 }
 
-func (f *Fabric) freePacket(pkt *packet) {
-	f.recycle(pkt.d.Data)
+func (f *Fabric) freePacket(p *proc, pkt *packet) {
+	f.recycle(p, pkt.d.Data)
 	pkt.d = link.Datagram{}
 	pkt.route = [4]*Link{}
-	f.freePackets = append(f.freePackets, pkt)
+	p.freePackets = append(p.freePackets, pkt)
 }
 
 // clone copies a packet for duplication: its own buffer, its own id.
-func (f *Fabric) clone(pkt *packet) *packet {
-	c := f.newPacket()
+func (f *Fabric) clone(p *proc, pkt *packet) *packet {
+	c := f.newPacket(p)
 	id := c.id
 	*c = *pkt
 	c.id = id
-	buf := f.buffer()
+	buf := f.buffer(p)
 	if cap(pkt.d.Data) == link.HeaderBufferLen {
-		buf = f.headerBuffer()
+		buf = p.headerBuffer()
 	}
 	c.d.Data = append(buf, pkt.d.Data...)
 	return c
+}
+
+// next is the process the packet arrives in at the far end of route[hop]:
+// the next link's, or the destination host's.
+func (pkt *packet) next() *proc {
+	if pkt.hop+1 < pkt.hops {
+		return pkt.route[pkt.hop+1].p
+	}
+	return pkt.fab.hosts[pkt.route[pkt.hop].to].p
 }
 
 // Fire is the packet's arrival at the far end of route[hop].
@@ -465,13 +574,14 @@ func (pkt *packet) Fire() {
 	}
 	pkt.hop++
 	if pkt.hop == pkt.hops {
-		f.record(from, pkt, Delivered, 0, f.sched.Now())
-		f.delivered++
 		h := f.hosts[from.to]
+		now := h.p.sched.Now()
+		f.record(from, pkt, Delivered, 0, now)
+		h.p.delivered++
 		if h.recv != nil {
-			h.recv.Receive(&pkt.d, f.sched.Now())
+			h.recv.Receive(&pkt.d, now)
 		}
-		f.freePacket(pkt)
+		f.freePacket(h.p, pkt)
 		return
 	}
 	pkt.ingress = from
@@ -537,7 +647,12 @@ func (f *Fabric) notifyPlane(plane int, up bool) {
 // After runs fn at time at (now if in the past) on the fabric's
 // goroutine, in order with the fabric's own events: to look at the
 // fabric when a fault takes effect, say.
-func (f *Fabric) After(at time.Duration, fn func()) { f.sched.At(clock.Time(at), funcEvent(fn)) }
+func (f *Fabric) After(at time.Duration, fn func()) {
+	if f.group != nil {
+		panic("netem: After on a fabric over processes: on which?")
+	}
+	f.sched.At(clock.Time(at), funcEvent(fn))
+}
 
 type funcEvent func()
 
@@ -545,6 +660,9 @@ func (e funcEvent) Fire() { e() }
 
 // ScheduleFault adds a fault at time at (now if in the past).
 func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
+	if f.group != nil {
+		return errors.New("netem: no faults on a fabric over processes")
+	}
 	if err := ft.validate(&f.cfg); err != nil {
 		return fmt.Errorf("netem: %w", err)
 	}

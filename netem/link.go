@@ -63,6 +63,7 @@ const (
 // link's rate, and the propagation delay to the far node.
 type Link struct {
 	fab               *Fabric
+	p                 *proc // the process that owns it
 	id                int
 	kind              LinkKind
 	plane, from, to   int // from, to: host, leaf or spine index, by kind
@@ -103,7 +104,7 @@ func (l *Link) To() int        { return l.to }
 func (l *Link) Stats() LinkStats {
 	s := l.stats
 	if l.paused {
-		s.PauseTime += l.fab.sched.Now().Sub(l.pauseStart)
+		s.PauseTime += l.p.sched.Now().Sub(l.pauseStart)
 	}
 	return s
 }
@@ -167,8 +168,8 @@ func (l *Link) dropIfFailed(pkt *packet) bool {
 
 func (l *Link) drop(pkt *packet, cause DropCause) {
 	l.stats.Drops[cause]++
-	l.fab.record(l, pkt, Dropped, cause, l.fab.sched.Now())
-	l.fab.freePacket(pkt)
+	l.fab.record(l, pkt, Dropped, cause, l.p.sched.Now())
+	l.fab.freePacket(l.p, pkt)
 }
 
 // enqueue is a datagram arriving at the link's input: impairments, then the
@@ -189,7 +190,7 @@ func (l *Link) enqueue(pkt *packet) {
 	}
 	if im.Duplicate > 0 && l.rng.Float64() < im.Duplicate {
 		l.stats.Duplicated++
-		l.admit(l.fab.clone(pkt))
+		l.admit(l.fab.clone(l.p, pkt))
 	}
 	l.admit(pkt)
 }
@@ -223,7 +224,7 @@ func (l *Link) admit(pkt *packet) {
 		l.stats.CEMarks++
 	}
 	l.stats.Enqueued++
-	l.fab.record(l, pkt, v, 0, l.fab.sched.Now())
+	l.fab.record(l, pkt, v, 0, l.p.sched.Now())
 	l.queue.push(pkt)
 	l.queueBytes += size
 	l.stats.QueueHighWater = max(l.stats.QueueHighWater, l.queueBytes)
@@ -244,10 +245,10 @@ func (l *Link) kick() {
 	if l.paused || l.eventPending || l.queue.len() == 0 {
 		return
 	}
-	now := l.fab.sched.Now()
+	now := l.p.sched.Now()
 	if now < l.wireFree {
 		l.eventPending = true
-		l.fab.sched.At(l.wireFree, l)
+		l.p.sched.At(l.wireFree, l)
 		return
 	}
 	l.startTx(now)
@@ -287,7 +288,7 @@ func (l *Link) startTx(now clock.Time) {
 	if l.queue.len() > 0 || pkt.ingress != nil && pkt.ingress.pfc {
 		l.tx = pkt
 		l.eventPending = true
-		l.fab.sched.At(end, l)
+		l.p.sched.At(end, l)
 		return
 	}
 	l.depart(pkt, end)
@@ -299,7 +300,11 @@ func (l *Link) depart(pkt *packet, end clock.Time) {
 	l.stats.Packets++
 	l.stats.Bytes += uint64(pkt.d.Size())
 	l.fab.record(l, pkt, Sent, 0, end)
-	l.fab.sched.At(l.arrival(end), pkt)
+	if next := pkt.next(); next == l.p {
+		l.p.sched.At(l.arrival(end), pkt)
+	} else {
+		l.fab.group.Send(l.p.idx, next.idx, l.arrival(end), pkt)
+	}
 }
 
 // leaveNode is the PFC bookkeeping of a datagram leaving the far node of
@@ -323,7 +328,7 @@ func (l *Link) Fire() {
 	if pkt := l.tx; pkt != nil {
 		l.tx = nil
 		l.leaveNode(pkt)
-		l.depart(pkt, l.fab.sched.Now())
+		l.depart(pkt, l.p.sched.Now())
 	}
 	l.kick()
 }

@@ -54,7 +54,7 @@ func TestPaddedDatagramIsItsWholeSize(t *testing.T) {
 		t.Fatalf("header buffer of %d bytes", cap(header))
 	}
 	d := datagram(f, 0, 1, 0, 50000, 0, 0, link.ECT0)
-	f.recycle(d.Data)
+	f.recycle(f.procs[0], d.Data)
 	d.Data, d.Pad = append(header, 1, 2, 3), 1181
 	tooBig := d
 	tooBig.Data, tooBig.Pad = f.Host(0).HeaderBuffer()[:10], f.cfg.MaxDatagram-9

@@ -51,7 +51,12 @@ type TapEvent struct {
 // goroutine. Taps are how tests and judges read the emulator's records
 // (which datagrams a link dropped, marked or carried) without touching its
 // state.
-func (f *Fabric) AddTap(tap func(*TapEvent)) { f.taps = append(f.taps, tap) }
+func (f *Fabric) AddTap(tap func(*TapEvent)) {
+	if f.group != nil {
+		panic("netem: taps on a fabric over processes would run on every core at once")
+	}
+	f.taps = append(f.taps, tap)
+}
 
 // DatagramWriter is where a capture writes; internal/pcapio's Writer is one.
 type DatagramWriter interface {

@@ -34,6 +34,25 @@ type FabricOptions struct {
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire; by default payloads are placeholders (newWorld).
 	RealPayloads bool
+	// Workers is the cores one run takes (0: one per core) when it runs
+	// over processes, a host each (newGroupedWorld): when no flow waits
+	// for another and the fabric has one switch per plane, a delay, no
+	// PFC, no faults and no delivery sampling. Its results are the same
+	// for any Workers.
+	Workers int
+}
+
+// grouped reports whether a run of flows on o goes over processes.
+func (o FabricOptions) grouped(flows []Flow, bucket time.Duration) bool {
+	if o.PFC || len(o.Faults) > 0 || bucket > 0 || o.HostsPerLeaf > 0 || o.Delay <= 0 {
+		return false
+	}
+	for _, f := range flows {
+		if len(f.After) > 0 {
+			return false // a flow would learn of another host's completion at once
+		}
+	}
+	return true
 }
 
 // DefaultFabric is 64 hosts on planes of 100 Gb/s, one switch each.
@@ -113,7 +132,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	}
 	payloadShare := float64(maxPacket-64) / wireBytes
 	res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * payloadShare
-	w, err := newWorld(fc, o.Seed, o.RealPayloads, func(h int) engine.Config {
+	cfgFor := func(h int) engine.Config {
 		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
 			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * res.HostCapacity, OutboundCapacity: res.HostCapacity,
 			MaxAccepting: 4096}
@@ -121,7 +140,14 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 			c.Mode = proto.ModeBaseline
 		}
 		return c
-	})
+	}
+	var w *world
+	var err error
+	if o.grouped(flows, bucket) {
+		w, err = newGroupedWorld(fc, o.Seed, o.RealPayloads, cfgFor, o.Workers)
+	} else {
+		w, err = newWorld(fc, o.Seed, o.RealPayloads, cfgFor)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -144,15 +170,22 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		src[h] = w.hosts[h].region(largest, memreg.LocalWrite)
 		dst[h] = w.hosts[h].region(largest, memreg.LocalWrite|memreg.RemoteWrite)
 	}
-	// One connection per pair, set up before any flow starts.
+	// One connection per pair, set up before any flow starts: one after
+	// the other on one clock, all at once over processes.
 	type pair struct{ a, b int }
 	conns := map[pair]*engine.Conn{}
 	evs := map[pair]*flowEvents{}
 	var order []pair
 	for _, f := range flows {
 		if p := (pair{f.Src, f.Dst}); conns[p] == nil {
-			ev := &flowEvents{sim: w.sim, started: map[uint64]clock.Time{}, done: map[uint64]clock.Time{}}
-			c, err := w.connect(f.Src, f.Dst, ev)
+			ev := &flowEvents{sim: w.hosts[f.Src].clk, started: map[uint64]clock.Time{}, done: map[uint64]clock.Time{}}
+			var c *engine.Conn
+			var err error
+			if w.group != nil {
+				c, err = w.dial(f.Src, f.Dst, ev)
+			} else {
+				c, err = w.connect(f.Src, f.Dst, ev)
+			}
 			if err != nil {
 				return res, err
 			}
@@ -160,9 +193,24 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 			order = append(order, p)
 		}
 	}
+	if w.group != nil {
+		w.run(time.Second, func() bool {
+			for _, p := range order {
+				if conns[p].State() == engine.Connecting {
+					return false
+				}
+			}
+			return true
+		})
+		for _, p := range order {
+			if c := conns[p]; c.State() != engine.Established {
+				return res, fmt.Errorf("connection %d->%d: %v", p.a, p.b, c.Err())
+			}
+		}
+	}
 	res.Connections = len(conns)
 	// Measure what the downlinks deliver from the first start.
-	start := w.sim.Now()
+	start := w.now()
 	for _, ft := range o.Faults {
 		if err := w.fab.ScheduleFault(time.Duration(start)+ft.At, ft); err != nil {
 			return res, err
@@ -181,7 +229,13 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 			res.Delivered[i] += float64(d.Size())
 		})
 	}
-	pending := len(flows)
+	// pending counts the flows not yet done, by source host: over
+	// processes, each host's process counts its own.
+	pending := make([]int, o.Hosts)
+	for _, f := range flows {
+		pending[f.Src]++
+	}
+	postFailed := make([]bool, len(flows))
 	// waiting counts what each flow waits for: its start time (1, until
 	// its timer fires) and the flows of its After list.
 	waiting := make([]int, len(flows))
@@ -200,12 +254,12 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		f := flows[i]
 		p := pair{f.Src, f.Dst}
 		c, ev := conns[p], evs[p]
-		ev.started[uint64(i)] = w.sim.Now()
+		ev.started[uint64(i)] = ev.sim.Now()
 		err := c.Post(engine.SendWR{ID: uint64(i), Op: engine.OpWrite, Local: engine.SGE{Region: src[f.Src], Length: uint32(f.Bytes)},
 			RKey: dst[f.Dst].Key()})
 		if err != nil {
-			res.Failed++
-			pending--
+			postFailed[i] = true
+			pending[f.Src]--
 			for _, d := range dependents[i] {
 				ready(d)
 			}
@@ -213,11 +267,12 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	}
 	ready = func(i int) {
 		if waiting[i]--; waiting[i] == 0 {
-			w.sim.NewTimer(func() { post(i) }).Reset(w.sim.Now()) // not from inside the engine's callback
+			clk := w.hosts[flows[i].Src].clk
+			clk.NewTimer(func() { post(i) }).Reset(clk.Now()) // not from inside the engine's callback
 		}
 	}
 	for _, p := range order {
-		evs[p].pending = &pending
+		evs[p].pending = &pending[p.a]
 		evs[p].finished = func(id uint64) {
 			for _, d := range dependents[id] {
 				ready(d)
@@ -228,12 +283,24 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		if f.Start == 0 {
 			ready(i)
 		} else {
-			w.sim.NewTimer(func() { ready(i) }).Reset(start.Add(f.Start))
+			w.hosts[f.Src].clk.NewTimer(func() { ready(i) }).Reset(start.Add(f.Start))
 		}
 	}
+	left := func() int {
+		n := 0
+		for _, p := range pending {
+			n += p
+		}
+		return n
+	}
 	last := start
-	if !w.run(time.Minute, func() bool { return pending == 0 }) {
-		return res, fmt.Errorf("%d flows did not finish in a minute of virtual time", pending)
+	if !w.run(time.Minute, func() bool { return left() == 0 }) {
+		return res, fmt.Errorf("%d flows did not finish in a minute of virtual time", left())
+	}
+	for _, failed := range postFailed {
+		if failed {
+			res.Failed++
+		}
 	}
 	for _, p := range order {
 		for id, at := range evs[p].done {

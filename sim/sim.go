@@ -24,6 +24,7 @@ type host struct {
 	ep  *engine.Endpoint
 	reg *memreg.Registry
 	pd  *memreg.Domain
+	clk *clock.Sim // its engine's: the world's, or its process's
 	// memory, with placeholder payloads, is the world's one allocation
 	// that every host's regions are views of: no byte of them is read or
 	// written, and a run of large messages on many hosts would otherwise
@@ -32,9 +33,11 @@ type host struct {
 	memory *[]byte
 }
 
-// world is a fabric and its hosts.
+// world is a fabric and its hosts, on one clock or over the processes of a
+// group (newGroupedWorld).
 type world struct {
-	sim   *clock.Sim
+	sim   *clock.Sim   // nil over processes
+	group *clock.Group // nil on one clock
 	fab   *netem.Fabric
 	hosts []*host
 }
@@ -46,23 +49,48 @@ type world struct {
 // realPayloads is set or a link corrupts bits, which only a CRC would
 // notice.
 func newWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config) (*world, error) {
+	return buildWorld(fc, seed, realPayloads, cfgFor, nil)
+}
+
+// newGroupedWorld is newWorld over a group of processes, one a host
+// (endpoint.NewSimNetworkGrouped), run on workers cores (0: one per core)
+// in windows of the links' delay. Its runs are the same for any workers.
+func newGroupedWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config, workers int) (*world, error) {
+	return buildWorld(fc, seed, realPayloads, cfgFor, clock.NewGroup(fc.Hosts, fc.Uplink.Delay, workers))
+}
+
+func buildWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config, g *clock.Group) (*world, error) {
 	placeholders := !realPayloads && !corrupts(fc)
-	n, err := endpoint.NewSimNetworkFor(fc, seed, func(h int) engine.Config {
+	withPlaceholders := func(h int) engine.Config {
 		c := cfgFor(h)
 		c.PlaceholderPayloads = placeholders
 		return c
-	})
+	}
+	var n *endpoint.SimNetwork
+	var err error
+	if g != nil {
+		n, err = endpoint.NewSimNetworkGrouped(fc, seed, withPlaceholders, g)
+	} else {
+		n, err = endpoint.NewSimNetworkFor(fc, seed, withPlaceholders)
+	}
 	if err != nil {
 		return nil, err
 	}
-	w := &world{sim: n.Sim, fab: n.Fabric}
+	w := &world{sim: n.Sim, group: g, fab: n.Fabric}
+	if g != nil {
+		w.sim = nil
+	}
 	var memory *[]byte
 	if placeholders {
 		memory = new([]byte)
 	}
 	for h := 0; h < fc.Hosts; h++ {
 		b := n.Backend(h)
-		w.hosts = append(w.hosts, &host{ep: b.Endpoint(), reg: b.Registry(), pd: b.Registry().NewDomain(), memory: memory})
+		clk := w.sim
+		if g != nil {
+			clk = g.LP(h)
+		}
+		w.hosts = append(w.hosts, &host{ep: b.Endpoint(), reg: b.Registry(), pd: b.Registry().NewDomain(), memory: memory, clk: clk})
 	}
 	return w, nil
 }
@@ -106,11 +134,7 @@ func (e *events) State(_ *engine.Conn, s engine.ConnState, err error) {
 // connect opens a connection from host a to host b (which must listen) and
 // runs until it is established.
 func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
-	var remote []netip.Addr
-	for p := 0; p < w.fab.Config().Planes; p++ {
-		remote = append(remote, netem.Addr(p, b))
-	}
-	c, err := w.hosts[a].ep.Connect(remote, proto.DefaultPort, w.hosts[a].pd, ev)
+	c, err := w.dial(a, b, ev)
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +145,31 @@ func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
 	return c, nil
 }
 
-// run runs the world until cond holds or d of virtual time passes.
+// now is the world's time (between windows, over processes).
+func (w *world) now() clock.Time {
+	if w.group != nil {
+		return w.group.Now()
+	}
+	return w.sim.Now()
+}
+
+// dial opens a connection from host a to host b (which must listen).
+func (w *world) dial(a, b int, ev engine.Events) (*engine.Conn, error) {
+	var remote []netip.Addr
+	for p := 0; p < w.fab.Config().Planes; p++ {
+		remote = append(remote, netem.Addr(p, b))
+	}
+	return w.hosts[a].ep.Connect(remote, proto.DefaultPort, w.hosts[a].pd, ev)
+}
+
+// run runs the world until cond holds or d of virtual time passes. Over
+// processes, cond is looked at between windows: it must read only what
+// the processes do not write while they run, or what is theirs alone.
 func (w *world) run(d time.Duration, cond func() bool) bool {
+	if g := w.group; g != nil {
+		g.RunWhile(g.Now().Add(d), func() bool { return !cond() })
+		return cond()
+	}
 	end := w.sim.Now().Add(d)
 	for !cond() {
 		if !w.sim.StepUntil(end) {
@@ -135,6 +182,6 @@ func (w *world) run(d time.Duration, cond func() bool) bool {
 // listen makes host h accept every connection with fresh events.
 func (w *world) listen(h int) {
 	w.hosts[h].ep.Listen(w.hosts[h].pd, func(*engine.Conn) (engine.Events, bool) {
-		return &events{sim: w.sim}, true
+		return &events{sim: w.hosts[h].clk}, true
 	})
 }

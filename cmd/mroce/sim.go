@@ -262,6 +262,7 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.Float64Flag{Name: "rate-gbps", Value: float64(d.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
 		&cli.IntFlag{Name: "hosts-per-leaf", Value: d.HostsPerLeaf, Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
 		&cli.IntFlag{Name: "spines", Value: max(d.Spines, 4), Usage: "spines per plane, with --hosts-per-leaf"},
+		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none, one switch per plane, no faults or PFC; 0: one per core); the results are the same for any"},
 	}
 	if paths {
 		flags = append(flags, &cli.IntFlag{Name: "paths", Value: d.Paths, Usage: "paths per connection"})
@@ -326,7 +327,7 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 			f.Paths = c.Int("paths")
 		}
 	}
-	f.HostsPerLeaf, f.Seed, f.RealPayloads = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads")
+	f.HostsPerLeaf, f.Seed, f.RealPayloads, f.Workers = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads"), c.Int("workers")
 	if f.HostsPerLeaf > 0 {
 		f.Spines = c.Int("spines")
 	}
@@ -337,6 +338,8 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		return usagef(c, "sim %s: --paths must be 1 to 256", c.Command.Name)
 	case f.LinkRate < 1e9 || f.LinkRate > 1600e9:
 		return usagef(c, "sim %s: --rate-gbps must be 1 to 1600", c.Command.Name)
+	case f.Workers < 0:
+		return usagef(c, "sim %s: --workers must not be negative", c.Command.Name)
 	case f.HostsPerLeaf < 0 || f.HostsPerLeaf > 0 && (f.Spines < 1 || f.Spines > 64):
 		return usagef(c, "sim %s: --hosts-per-leaf must not be negative, --spines 1 to 64", c.Command.Name)
 	}

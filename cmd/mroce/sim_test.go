@@ -29,6 +29,10 @@ func TestSimScenarios(t *testing.T) {
 	for _, c := range cases {
 		plot := filepath.Join(t.TempDir(), "p.svg")
 		args := append(append([]string{}, c.args...), "--json", "--plot", plot)
+		fabric := c.args[1] != "loss" && c.args[1] != "incast" // the scenarios with --workers
+		if fabric {
+			args = append(args, "--workers", "1")
+		}
 		first := runCLI(t, "", args...)
 		if first.code != 0 {
 			t.Fatalf("%v: exit %d: %s", c.args, first.code, first.stderr)
@@ -57,9 +61,12 @@ func TestSimScenarios(t *testing.T) {
 		}
 		// The same seed, the same results (the first table: a second one, if
 		// any, is the simulator's wall-clock speed), however many runs go at
-		// once.
+		// once and however many cores a run takes.
 		if c.args[1] != "planefail" { // one run: no --jobs
 			args = append(args, "--jobs", "3")
+		}
+		if fabric {
+			args = append(args, "--workers", "3")
 		}
 		again := runCLI(t, "", args...)
 		var doc2 struct{ Tables []json.RawMessage }
@@ -109,6 +116,7 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "permutation", "--hosts", "8", "--shift", "16"}, "--shift not a multiple of --hosts"},
 		{[]string{"sim", "planes", "--paths", "0"}, "--paths must be 1 to 256"},
 		{[]string{"sim", "alltoall", "--jobs", "-1"}, "--jobs must not be negative"},
+		{[]string{"sim", "planes", "--workers", "-1"}, "--workers must not be negative"},
 		{[]string{"sim", "planes", "--jobs", "2", "--memprofile", "x"}, "--memprofile wants --jobs 1"},
 		{[]string{"sim", "loss", "--ack-timeout", "500ns"}, "--ack-timeout must be 0 (adaptive) or 1µs to 1s"},
 		{[]string{"sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "x.gif"}, "want a .svg or .png file"},

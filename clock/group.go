@@ -1,0 +1,184 @@
+package clock
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Group runs logical processes, each a Sim of its own, in parallel: a
+// simulation split over the cores. Processes share no state; one reaches
+// another only by Send, with an event at least the group's lookahead after
+// its own time (for a network, a link delay). The group runs them window
+// by window, a lookahead long: every process runs to the end of the window
+// (on some core), then the events they sent one another are delivered, in
+// order of (sending process, sending), and the next window starts at the
+// earliest event of any. Nothing any process does in a window can reach
+// another before the window ends, so the run is the same, event for event,
+// for any number of cores.
+type Group struct {
+	lps       []*Sim
+	outbox    [][]message // by sending process
+	lookahead time.Duration
+	workers   int
+	now       Time
+	last      Time         // the end of the window being run
+	windows   atomic.Int64 // windows started: the helpers' signal to run one
+	finished  atomic.Int64 // helpers done with the current window
+	between   []func()
+}
+
+// Between calls fn after every window, on the caller's goroutine while no
+// process runs: where what the processes keep apart may be evened out.
+func (g *Group) Between(fn func()) { g.between = append(g.between, fn) }
+
+type message struct {
+	to int
+	at Time
+	ev Event
+}
+
+// NewGroup makes n processes whose clocks start at 0, run on workers cores
+// (0: one per core).
+func NewGroup(n int, lookahead time.Duration, workers int) *Group {
+	if lookahead <= 0 {
+		panic("clock: a group needs a positive lookahead")
+	}
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	g := &Group{lookahead: lookahead, workers: min(workers, n), outbox: make([][]message, n)}
+	for range n {
+		g.lps = append(g.lps, NewSim())
+	}
+	return g
+}
+
+// Len is the number of processes.
+func (g *Group) Len() int { return len(g.lps) }
+
+// LP is process i's clock.
+func (g *Group) LP(i int) *Sim { return g.lps[i] }
+
+// Now is the group's time: where every process's clock is between windows.
+func (g *Group) Now() Time { return g.now }
+
+// Lookahead is the least delay of an event sent to another process.
+func (g *Group) Lookahead() time.Duration { return g.lookahead }
+
+// Send schedules ev on process to, at time at, from an event of process
+// from; at is at least the lookahead after from's time (a bug otherwise).
+func (g *Group) Send(from, to int, at Time, ev Event) {
+	if from == to {
+		g.lps[to].At(at, ev)
+		return
+	}
+	if at < g.lps[from].now.Add(g.lookahead) {
+		panic("clock: an event for another process sooner than the lookahead")
+	}
+	g.outbox[from] = append(g.outbox[from], message{to, at, ev})
+}
+
+// RunWhile runs windows while cond holds (it is checked between windows)
+// and something is scheduled before end; it reports whether cond still
+// holds. Every clock is then at the end of the last window run.
+func (g *Group) RunWhile(end Time, cond func() bool) bool {
+	if g.workers > 1 {
+		defer g.startHelpers()()
+	}
+	for cond() {
+		g.deliver()
+		next := Never
+		for _, lp := range g.lps {
+			next = min(next, lp.Next())
+		}
+		if next == Never || next > end {
+			return true // nothing left, or nothing before end
+		}
+		last := min(next.Add(g.lookahead-1), end)
+		g.window(last)
+		g.now = last
+		for _, fn := range g.between {
+			fn()
+		}
+	}
+	return false
+}
+
+// deliver schedules the events sent since the last window (or before the
+// first: set-up code sends too) on their processes, in order of sending
+// process, then sending.
+func (g *Group) deliver() {
+	for from, box := range g.outbox {
+		for i, m := range box {
+			g.lps[m.to].At(m.at, m.ev)
+			box[i] = message{}
+		}
+		g.outbox[from] = box[:0]
+	}
+}
+
+// A window is short (a link delay: a few hundred events of each process)
+// and there are thousands of them, so the helpers that run the processes
+// of workers 1, 2, ... wait for the next by spinning on the window's
+// number, not on a channel (waking a thread costs tens of microseconds on
+// a virtual machine), and yield once a wait grows long. They stop when
+// RunWhile returns.
+const helperSpins = 1 << 12
+
+// startHelpers starts the helpers for a run of windows and returns what
+// stops them.
+func (g *Group) startHelpers() (stop func()) {
+	var quit atomic.Bool
+	var wg sync.WaitGroup
+	seen := g.windows.Load()
+	for w := 1; w < g.workers; w++ {
+		wg.Go(func() {
+			seen := seen
+			for spins := 0; ; spins++ {
+				if n := g.windows.Load(); n != seen {
+					seen, spins = n, 0
+					g.run(w)
+					g.finished.Add(1)
+					continue
+				}
+				if quit.Load() {
+					return
+				}
+				if spins > helperSpins {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	return func() {
+		quit.Store(true)
+		wg.Wait()
+	}
+}
+
+// window runs every process to time last: worker 0 (the caller) and the
+// helpers each take processes w, w + workers, ...
+func (g *Group) window(last Time) {
+	g.last = last
+	if g.workers <= 1 {
+		g.run(0)
+		return
+	}
+	g.finished.Store(0)
+	g.windows.Add(1)
+	g.run(0)
+	for spins := 0; g.finished.Load() != int64(g.workers-1); spins++ {
+		if spins > helperSpins {
+			runtime.Gosched()
+		}
+	}
+}
+
+// run runs worker w's processes to the window's end.
+func (g *Group) run(w int) {
+	for i := w; i < len(g.lps); i += g.workers {
+		g.lps[i].RunUntil(g.last)
+	}
+}

@@ -1,0 +1,98 @@
+package clock
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// pinger is an event of process lp: it logs itself, and sends on to a
+// random process a random delay (at least the lookahead) ahead, or stays.
+type pinger struct {
+	g    *Group
+	lp   int
+	id   int
+	hops int
+	rng  *rand.Rand
+	logs [][]string
+}
+
+func (p *pinger) Fire() {
+	s := p.g.LP(p.lp)
+	p.logs[p.lp] = append(p.logs[p.lp], fmt.Sprintf("%d@%d", p.id, s.Now()))
+	if p.hops--; p.hops == 0 {
+		return
+	}
+	to, d := p.rng.IntN(p.g.Len()), Time(p.rng.IntN(3)*50)
+	if to == p.lp {
+		s.At(s.Now()+d, p) // a local event, sooner than the lookahead
+		return
+	}
+	from := p.lp
+	p.lp = to
+	p.g.Send(from, to, s.Now()+100+d, p)
+}
+
+// A group's processes exchange events a lookahead ahead: each process sees
+// the same events at the same times in the same order for any number of
+// cores, ties between processes included, and every event fires at its
+// time.
+func TestGroupSameForAnyWorkers(t *testing.T) {
+	run := func(workers int) [][]string {
+		g := NewGroup(7, 100, workers)
+		logs := make([][]string, g.Len())
+		for i := range 40 {
+			p := &pinger{g: g, lp: i % g.Len(), id: i, hops: 60, rng: rand.New(rand.NewPCG(uint64(i), 9)), logs: logs}
+			g.LP(p.lp).At(Time(i%5*10), p) // ties at 0, 10, ... across processes
+		}
+		if g.RunWhile(Never, func() bool { return true }) != true {
+			t.Fatal("RunWhile reported its condition false")
+		}
+		return logs
+	}
+	want := run(1)
+	n := 0
+	for _, l := range want {
+		n += len(l)
+	}
+	if n != 40*60 {
+		t.Fatalf("%d events fired, want %d", n, 40*60)
+	}
+	for _, workers := range []int{2, 3, 7, 0} {
+		got := run(workers)
+		for lp := range want {
+			if !slices.Equal(got[lp], want[lp]) {
+				t.Fatalf("%d workers: process %d saw %v, one worker %v", workers, lp, got[lp], want[lp])
+			}
+		}
+	}
+}
+
+// RunWhile stops between windows once its condition fails, with every
+// clock at the window's end; an event for another process sooner than the
+// lookahead is refused.
+func TestGroupRunWhileAndLookahead(t *testing.T) {
+	g := NewGroup(2, 100, 2)
+	fired := 0
+	var ev funcEvent = func() { fired++ }
+	for i := range 10 {
+		g.LP(i%2).At(Time(i*100), ev)
+	}
+	if g.RunWhile(Never, func() bool { return fired < 3 }) {
+		t.Fatal("RunWhile reported the condition true")
+	}
+	if fired != 3 || g.Now() != 299 || g.LP(0).Now() != 299 || g.LP(1).Now() != 299 {
+		t.Fatalf("fired %d, group at %v, processes at %v and %v", fired, g.Now(), g.LP(0).Now(), g.LP(1).Now())
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("an event 99 ns ahead for another process was accepted")
+		}
+	}()
+	g.Send(0, 1, g.Now()+99, ev)
+}
+
+type funcEvent func()
+
+func (f funcEvent) Fire() { f() }
