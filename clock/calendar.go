@@ -23,6 +23,7 @@ type calendar struct {
 	nodes      []calNode
 	free       int32 // first free node, -1 when none
 	near       int   // events in buckets
+	floor      Time  // no near event is earlier: where nearMin's scan starts
 	far        []eventEntry
 	ready      bool
 }
@@ -69,6 +70,9 @@ func (c *calendar) push(e eventEntry, now Time) {
 	if !c.ready {
 		c.init()
 	}
+	if c.near == 0 || e.at < c.floor {
+		c.floor = e.at
+	}
 	i := int(e.at>>bucketShift) & (calendarBuckets - 1)
 	n := c.newNode(e)
 	switch h := c.head[i]; {
@@ -92,17 +96,23 @@ func (c *calendar) push(e eventEntry, now Time) {
 	c.near++
 }
 
-// nearMin returns the bucket holding the earliest near event, or -1.
+// nearMin returns the bucket holding the earliest near event, or -1. It
+// scans the bitmap from the floor (or now), and moves the floor to what it
+// finds: a queue whose next event is far off (a process of a clock.Group,
+// looked at every window) scans the gap once, not at every look.
 func (c *calendar) nearMin(now Time) int {
 	if c.near == 0 {
 		return -1
 	}
-	start := int(now>>bucketShift) & (calendarBuckets - 1)
+	from := max(now, c.floor)
+	start := int(from>>bucketShift) & (calendarBuckets - 1)
 	w := start / 64
 	word := c.nonEmpty[w] &^ (1<<(start%64) - 1) // buckets at or after start in this word
 	for n := 0; n <= len(c.nonEmpty); n++ {
 		if word != 0 {
-			return w*64 + bits.TrailingZeros64(word)
+			b := w*64 + bits.TrailingZeros64(word)
+			c.floor = (from>>bucketShift + Time((b-start)&(calendarBuckets-1))) << bucketShift // the bucket's start
+			return b
 		}
 		w = (w + 1) % len(c.nonEmpty)
 		word = c.nonEmpty[w]

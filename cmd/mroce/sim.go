@@ -262,7 +262,7 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.Float64Flag{Name: "rate-gbps", Value: float64(d.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
 		&cli.IntFlag{Name: "hosts-per-leaf", Value: d.HostsPerLeaf, Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
 		&cli.IntFlag{Name: "spines", Value: max(d.Spines, 4), Usage: "spines per plane, with --hosts-per-leaf"},
-		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none, one switch per plane, no faults or PFC; 0: one per core); the results are the same for any"},
+		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none, one switch per plane, no faults or PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
 	}
 	if paths {
 		flags = append(flags, &cli.IntFlag{Name: "paths", Value: d.Paths, Usage: "paths per connection"})
@@ -328,6 +328,9 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		}
 	}
 	f.HostsPerLeaf, f.Seed, f.RealPayloads, f.Workers = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads"), c.Int("workers")
+	if !c.IsSet("workers") && c.IsSet("jobs") && c.Int("jobs") != 1 {
+		f.Workers = 1 // the cores go to the runs side by side (--jobs)
+	}
 	if f.HostsPerLeaf > 0 {
 		f.Spines = c.Int("spines")
 	}
