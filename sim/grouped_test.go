@@ -1,9 +1,6 @@
 package sim
 
-import (
-	"fmt"
-	"testing"
-)
+import "testing"
 
 // A run of flows that wait for none goes over processes, a host each, and
 // gives the same result to the last counter and nanosecond on any number
@@ -18,15 +15,7 @@ func TestGroupedRunSameForAnyWorkers(t *testing.T) {
 	var want string
 	for _, workers := range []int{1, 2, 3} {
 		o.Workers = workers
-		r, err := RunFlows(o, flows, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Retransmits == 0 || r.Failed != 0 {
-			t.Fatalf("%d workers: %d resent, %d failed: the loss did not bite, or flows failed", workers, r.Retransmits, r.Failed)
-		}
-		r.WallTime, r.HeapBytes = 0, 0
-		got := fmt.Sprintf("%+v", r)
+		got := lossyRun(t, o, flows, 0)
 		if want == "" {
 			want = got
 		} else if got != want {

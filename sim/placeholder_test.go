@@ -21,19 +21,27 @@ func TestPlaceholderPayloadsChangeNoResult(t *testing.T) {
 	var got [2]string
 	for i, realPayloads := range []bool{true, false} {
 		o.RealPayloads = realPayloads
-		r, err := RunFlows(o, flows, 10*time.Microsecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Retransmits == 0 {
-			t.Fatal("nothing resent: the loss did not bite")
-		}
-		r.WallTime, r.HeapBytes = 0, 0
-		got[i] = fmt.Sprintf("%+v", r)
+		got[i] = lossyRun(t, o, flows, 10*time.Microsecond)
 	}
 	if got[0] != got[1] {
 		t.Fatalf("real payloads:\n%s\nplaceholders:\n%s", got[0], got[1])
 	}
+}
+
+// lossyRun runs flows on o under loss and returns all it measured but the
+// wall time and the heap, which differ from run to run, as text; it fails
+// t when nothing was resent (the loss did not bite) or a flow failed.
+func lossyRun(t *testing.T, o FabricOptions, flows []Flow, bucket time.Duration) string {
+	t.Helper()
+	r, err := RunFlows(o, flows, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Retransmits == 0 || r.Failed != 0 {
+		t.Fatalf("%d resent, %d failed: the loss did not bite, or flows failed", r.Retransmits, r.Failed)
+	}
+	r.WallTime, r.HeapBytes = 0, 0
+	return fmt.Sprintf("%+v", r)
 }
 
 // TestWhenPayloadsAreReal: the engines carry placeholder payloads unless
