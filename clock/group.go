@@ -27,6 +27,7 @@ type Group struct {
 	windows   atomic.Int64 // windows started: the helpers' signal to run one
 	finished  atomic.Int64 // helpers done with the current window
 	between   []func()
+	panicked  atomic.Pointer[any] // what a helper's process panicked with
 }
 
 // Between calls fn after every window, on the caller's goroutine while no
@@ -45,8 +46,8 @@ func NewGroup(n int, lookahead time.Duration, workers int) *Group {
 	if lookahead <= 0 {
 		panic("clock: a group needs a positive lookahead")
 	}
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+	if workers <= 0 || workers > runtime.GOMAXPROCS(0) {
+		workers = runtime.GOMAXPROCS(0) // more would spin against one another
 	}
 	g := &Group{lookahead: lookahead, workers: min(workers, n), outbox: make([][]message, n)}
 	for range n {
@@ -112,6 +113,9 @@ func (g *Group) RunWhile(end Time, cond func() bool) bool {
 func (g *Group) deliver() {
 	for from, box := range g.outbox {
 		for i, m := range box {
+			if m.at <= g.lps[m.to].now {
+				panic("clock: an event for a process that has run past it") // a process stepped on its own
+			}
 			g.lps[m.to].At(m.at, m.ev)
 			box[i] = message{}
 		}
@@ -139,7 +143,7 @@ func (g *Group) startHelpers() (stop func()) {
 			for spins := 0; ; spins++ {
 				if n := g.windows.Load(); n != seen {
 					seen, spins = n, 0
-					g.run(w)
+					g.runCaught(w)
 					g.finished.Add(1)
 					continue
 				}
@@ -174,6 +178,20 @@ func (g *Group) window(last Time) {
 			runtime.Gosched()
 		}
 	}
+	if p := g.panicked.Load(); p != nil {
+		panic(*p) // a helper's process panicked: on the caller's goroutine, as with one worker
+	}
+}
+
+// runCaught is run on a helper: a panic of one of its processes is kept
+// for the caller to raise, not the end of the program.
+func (g *Group) runCaught(w int) {
+	defer func() {
+		if p := recover(); p != nil {
+			g.panicked.CompareAndSwap(nil, &p)
+		}
+	}()
+	g.run(w)
 }
 
 // run runs worker w's processes to the window's end.

@@ -93,6 +93,35 @@ func TestGroupRunWhileAndLookahead(t *testing.T) {
 	g.Send(0, 1, g.Now()+99, ev)
 }
 
+// A process's panic on a helper's core reaches the caller of RunWhile, as
+// it does with one worker, and the helpers stop.
+func TestGroupPanicReachesTheCaller(t *testing.T) {
+	g := NewGroup(2, 100, 2)
+	var boom funcEvent = func() { panic("boom") }
+	g.LP(1).At(10, boom) // process 1: the helper's
+	defer func() {
+		if p := recover(); p != "boom" {
+			t.Fatalf("recovered %v, want the process's panic", p)
+		}
+	}()
+	g.RunWhile(Never, func() bool { return true })
+	t.Fatal("RunWhile returned")
+}
+
+// An event for a process that ran past it on its own (not by the group)
+// is a bug, not an event moved to that process's present.
+func TestGroupRefusesAProcessRunAlone(t *testing.T) {
+	g := NewGroup(2, 100, 1)
+	g.LP(1).RunUntil(1000)
+	g.Send(0, 1, 100, funcEvent(func() {}))
+	defer func() {
+		if recover() == nil {
+			t.Fatal("an event in a process's past delivered")
+		}
+	}()
+	g.RunWhile(Never, func() bool { return true })
+}
+
 type funcEvent func()
 
 func (f funcEvent) Fire() { f() }

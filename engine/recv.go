@@ -414,7 +414,7 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	}
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(h.DSN())
-	r.observe(h, len(pkt.Bytes()), at)
+	r.observe(h, len(pkt.Bytes())+pkt.Pad(), at) // its whole size, a placeholder's too
 	c.bl.expected++
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(pkt.Payload))

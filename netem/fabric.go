@@ -190,6 +190,8 @@ func NewGrouped(cfg Config, g *clock.Group) (*Fabric, error) {
 			return nil, errors.New("netem: a fabric over processes has no PFC")
 		case l.kind == Uplink && l.cfg.Delay < g.Lookahead():
 			return nil, fmt.Errorf("netem: uplink delay %v is shorter than the processes' lookahead %v", l.cfg.Delay, g.Lookahead())
+		case l.kind == Uplink && l.cfg.Impair.Jitter > 0:
+			return nil, errors.New("netem: no jitter on uplinks over processes (a datagram could arrive sooner than the lookahead)")
 		case l.kind == Uplink:
 			l.p = f.hosts[l.from].p
 		default:
@@ -469,7 +471,7 @@ func (h *Host) Send(batch []link.Datagram) {
 		d := &batch[i]
 		p, sh, ok1 := f.locate(d.Src.Addr())
 		q, dh, ok2 := f.locate(d.Dst.Addr())
-		if !ok1 || !ok2 || sh != h.id || p != q || d.Size() > f.cfg.MaxDatagram || d.Pad < 0 {
+		if !ok1 || !ok2 || sh != h.id || p != q || d.Pad < 0 || d.Pad > f.cfg.MaxDatagram-len(d.Data) {
 			h.p.nextPacket++
 			h.p.noRoute++
 			f.recycle(h.p, d.Data)

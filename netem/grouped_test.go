@@ -45,6 +45,7 @@ func TestGroupedRefuses(t *testing.T) {
 		{"trace", "no trace", func(c *Config) { c.Trace = true }, 2},
 		{"PFC", "no PFC", func(c *Config) { c.Uplink.Queue.PFC = &PFC{XOff: 2, XOn: 1} }, 2},
 		{"fast uplink", "shorter than the processes' lookahead", func(c *Config) { c.Uplink.Delay = 999 }, 2},
+		{"uplink jitter", "no jitter on uplinks", func(c *Config) { c.Uplink.Impair.Jitter = 500 }, 2},
 		{"processes", "3 processes for 2 hosts", func(*Config) {}, 3},
 	} {
 		cfg := good

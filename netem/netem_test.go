@@ -60,9 +60,11 @@ func TestPaddedDatagramIsItsWholeSize(t *testing.T) {
 	tooBig.Data, tooBig.Pad = f.Host(0).HeaderBuffer()[:10], f.cfg.MaxDatagram-9
 	negative := d
 	negative.Data, negative.Pad = f.Host(0).HeaderBuffer()[:10], -1
-	f.Host(0).Send([]link.Datagram{d, tooBig, negative})
+	huge := d // its size would overflow an int
+	huge.Data, huge.Pad = f.Host(0).HeaderBuffer()[:10], math.MaxInt-5
+	f.Host(0).Send([]link.Datagram{d, tooBig, negative, huge})
 	sim.RunUntil(clock.Time(time.Second))
-	if len(got) != 1 || got[0].Pad != 1181 || !slices.Equal(got[0].Data, []byte{1, 2, 3}) || f.NoRoute() != 2 {
+	if len(got) != 1 || got[0].Pad != 1181 || !slices.Equal(got[0].Data, []byte{1, 2, 3}) || f.NoRoute() != 3 {
 		t.Fatalf("delivered %+v, %d without a route", got, f.NoRoute())
 	}
 	if st := f.Uplink(0, 0).Stats(); st.Bytes != 1184 {

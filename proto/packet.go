@@ -132,7 +132,7 @@ var placeholderPayload [MaxPacketLen]byte
 // Payload is a read-only view of pad - TrailerLen bytes that are not the
 // packet's. No receiver that follows the spec accepts a placeholder.
 func (p *Packet) DecodePlaceholder(b []byte, pad int) error {
-	if pad < TrailerLen || len(b) < CommonHeaderLen || len(b)+pad > MaxPacketLen {
+	if pad < TrailerLen || len(b) < CommonHeaderLen || pad > MaxPacketLen-len(b) {
 		return ErrTruncated
 	}
 	c := CommonHeader(b)

@@ -2,6 +2,7 @@ package proto
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -142,6 +143,7 @@ func TestPlaceholderRejectsMalformed(t *testing.T) {
 		{"no trailer", header(), TrailerLen - 1, ErrTruncated},
 		{"negative", header(), -1, ErrTruncated},
 		{"longer than a datagram", header(), MaxPacketLen, ErrTruncated},
+		{"longer than an int", header(), math.MaxInt - 10, ErrTruncated},
 		{"no header", nil, pad, ErrTruncated},
 		{"header cut", header()[:hlen-4], pad, ErrHeaderLength},
 		{"header and payload", whole[:hlen+4], pad - 4, ErrHeaderLength},

@@ -396,6 +396,9 @@ func (d *Driver) Send(batch []link.Datagram) {
 	for i := range batch {
 		if batch[i].Pad != 0 {
 			d.stats.Padded++
+			if cap(batch[i].Data) >= d.cfg.MaxDatagram { // one of Buffer's: reuse it
+				d.free = append(d.free, batch[i].Data)
+			}
 			continue
 		}
 		d.pending = append(d.pending, batch[i])
