@@ -53,6 +53,15 @@ type Conn struct {
 // ID is the connection's local id (the DstConnID its peer sends to).
 func (c *Conn) ID() uint32 { return c.localID }
 
+// RemoteAddr is the peer's address on plane p, or the zero Addr while it
+// is not known.
+func (c *Conn) RemoteAddr(p int) netip.Addr {
+	if p < 0 || p >= len(c.remote) {
+		return netip.Addr{}
+	}
+	return c.remote[p]
+}
+
 // PeerID is the peer's id for this connection.
 func (c *Conn) PeerID() uint32 { return c.peerID }
 

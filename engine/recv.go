@@ -362,7 +362,11 @@ func (r *receiver) complete(stream uint16) {
 			// the READ sees them (spec section 6.5).
 			r.c.snd.queueResponse(m.rkey, m.roff, m.msgLen, m.rsn)
 			r.c.snd.pump()
-		} else if m.typ != proto.TypeWrite {
+		} else if m.typ == proto.TypeWrite {
+			if o, ok := r.c.events.(WriteObserver); ok {
+				o.WritePlaced(r.c, stream, m.msgLen)
+			}
+		} else {
 			if m.rsn != st.base || st.head >= len(st.recvs) {
 				r.c.fail(errors.New("engine: the peer consumed receives out of order"), StatusFlushed, true)
 				return

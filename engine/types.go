@@ -368,6 +368,15 @@ type PathEvent struct {
 	At          clock.Time
 }
 
+// WriteObserver is an optional interface of Events: a connection whose
+// Events implement it tells when each WRITE it received (without
+// immediate) is placed whole, in its stream's order. An RDMA application
+// learns nothing of such a WRITE; a simulation starts what waits for the
+// data's arrival with it.
+type WriteObserver interface {
+	WritePlaced(c *Conn, stream uint16, bytes uint32)
+}
+
 // PathObserver is an optional interface of Events: connections whose
 // Events implement it report every path state change and repath.
 type PathObserver interface {

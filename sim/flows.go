@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -48,8 +49,10 @@ func (o FabricOptions) grouped(flows []Flow, bucket time.Duration) bool {
 		return false
 	}
 	for _, f := range flows {
-		if len(f.After) > 0 {
-			return false // a flow would learn of another host's completion at once
+		for _, d := range f.After {
+			if d < 0 || d >= len(flows) || flows[d].Dst != f.Src {
+				return false // it would learn of another host's completion at once
+			}
 		}
 	}
 	return true
@@ -63,8 +66,11 @@ func DefaultFabric(planes int) FabricOptions {
 
 // Flow is one WRITE of Bytes from host Src to host Dst, posted at Start
 // (virtual time from the run's start) once every flow in After (indices
-// in the list) has completed; flows from the same Src to the same Dst
-// share a connection and a stream, in list order.
+// in the list) is done: for a flow of After that ends at this flow's Src,
+// when its data has all arrived there (as a collective's step waits for
+// what it receives); for another, when its sender's WRITE completes.
+// Flows from the same Src to the same Dst share a connection and a
+// stream, and are posted in list order.
 type Flow struct {
 	Src, Dst, Bytes int
 	Start           time.Duration
@@ -73,9 +79,9 @@ type Flow struct {
 
 // FlowsResult is what a many-flow run measured.
 type FlowsResult struct {
-	// FCT is each flow's completion time from its Start (0 for a flow that
-	// failed).
-	FCT []time.Duration
+	// FCT is each flow's completion time from its posting (0 for a flow
+	// that failed), and Started when it was posted, from the run's start.
+	FCT, Started []time.Duration
 	// Makespan runs from the first Start to the last completion.
 	Makespan time.Duration
 	// Failed counts flows whose connection failed: "connections lost".
@@ -115,7 +121,7 @@ func (r FlowsResult) PacketRate() float64 { return float64(r.Packets) / r.WallTi
 // and samples what the downlinks deliver every bucket.
 func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult, error) {
 	wallStart := time.Now()
-	res := FlowsResult{FCT: make([]time.Duration, len(flows)), Bucket: bucket}
+	res := FlowsResult{FCT: make([]time.Duration, len(flows)), Started: make([]time.Duration, len(flows)), Bucket: bucket}
 	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: netem.QueueConfig{Limit: o.Buffer, ECNThreshold: o.ECNThreshold}}
 	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines,
 		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: maxPacket}
@@ -151,8 +157,67 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	if err != nil {
 		return res, err
 	}
+	// The flows of each pair, in list order: the order they are posted in
+	// (post), so the order their WRITEs are placed at the receiver.
+	type pair struct{ a, b int }
+	pairOf := map[pair]int{}
+	var pairFlows [][]int
+	for i, f := range flows {
+		k, ok := pairOf[pair{f.Src, f.Dst}]
+		if !ok {
+			k = len(pairFlows)
+			pairOf[pair{f.Src, f.Dst}] = k
+			pairFlows = append(pairFlows, nil)
+		}
+		pairFlows[k] = append(pairFlows[k], i)
+	}
+	// waiting counts what each flow waits for: its start time (1, until
+	// its timer fires) and the flows of its After list.
+	waiting := make([]int, len(flows))
+	dependents := make([][]int, len(flows))
+	for i, f := range flows {
+		waiting[i] = 1 + len(f.After)
+		for _, d := range f.After {
+			if d < 0 || d >= len(flows) || d == i {
+				return res, fmt.Errorf("flow %d waits for flow %d: no such other flow", i, d)
+			}
+			dependents[d] = append(dependents[d], i)
+		}
+	}
+	var ready func(i int)
+	// release readies what waits for flow id: arrived, what starts at its
+	// destination; completed (at its source), the others; failed, all on
+	// one clock, and over processes those on its source's.
+	release := func(id int, arrived, completed, failed bool) {
+		for _, d := range dependents[id] {
+			atDst := flows[d].Src == flows[id].Dst
+			if arrived && atDst || completed && !atDst || failed && (w.group == nil || flows[d].Src == flows[id].Src) {
+				ready(d)
+			}
+		}
+	}
+	hostAt := map[netip.Addr]int{}
 	for h := range w.hosts {
-		w.listen(h)
+		for p := 0; p < o.Planes; p++ {
+			hostAt[netem.Addr(p, h)] = h
+		}
+	}
+	placed := make([]int, len(pairFlows)) // by pair: WRITEs placed, counted by the receiver's process
+	for h := range w.hosts {
+		w.hosts[h].ep.Listen(w.hosts[h].pd, func(*engine.Conn) (engine.Events, bool) {
+			return &arrivals{events: events{sim: w.hosts[h].clk}, placed: func(c *engine.Conn) {
+				src := -1
+				for p := 0; p < o.Planes && src < 0; p++ {
+					if a := c.RemoteAddr(p); a.IsValid() {
+						src = hostAt[a]
+					}
+				}
+				k := pairOf[pair{src, h}]
+				id := pairFlows[k][placed[k]]
+				placed[k]++
+				release(id, true, false, false)
+			}}, true
+		})
 	}
 	// Regions: one source and one target per host, as large as the
 	// largest flow; flows to one host overlap in its target (nothing here
@@ -172,7 +237,6 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	}
 	// One connection per pair, set up before any flow starts: one after
 	// the other on one clock, all at once over processes.
-	type pair struct{ a, b int }
 	conns := map[pair]*engine.Conn{}
 	evs := map[pair]*flowEvents{}
 	var order []pair
@@ -236,20 +300,6 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		pending[f.Src]++
 	}
 	postFailed := make([]bool, len(flows))
-	// waiting counts what each flow waits for: its start time (1, until
-	// its timer fires) and the flows of its After list.
-	waiting := make([]int, len(flows))
-	dependents := make([][]int, len(flows))
-	for i, f := range flows {
-		waiting[i] = 1 + len(f.After)
-		for _, d := range f.After {
-			if d < 0 || d >= len(flows) || d == i {
-				return res, fmt.Errorf("flow %d waits for flow %d: no such other flow", i, d)
-			}
-			dependents[d] = append(dependents[d], i)
-		}
-	}
-	var ready func(i int)
 	post := func(i int) {
 		f := flows[i]
 		p := pair{f.Src, f.Dst}
@@ -260,24 +310,28 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		if err != nil {
 			postFailed[i] = true
 			pending[f.Src]--
-			for _, d := range dependents[i] {
-				ready(d)
-			}
+			release(i, false, false, true)
 		}
 	}
+	// A ready flow is posted once the flows listed before it on its pair
+	// are: in list order.
+	readyToPost := make([]bool, len(flows))
+	nextPost := make([]int, len(pairFlows)) // by pair, counted by the sender's process
 	ready = func(i int) {
-		if waiting[i]--; waiting[i] == 0 {
-			clk := w.hosts[flows[i].Src].clk
-			clk.NewTimer(func() { post(i) }).Reset(clk.Now()) // not from inside the engine's callback
+		if waiting[i]--; waiting[i] != 0 {
+			return
+		}
+		readyToPost[i] = true
+		k := pairOf[pair{flows[i].Src, flows[i].Dst}]
+		clk := w.hosts[flows[i].Src].clk
+		for ; nextPost[k] < len(pairFlows[k]) && readyToPost[pairFlows[k][nextPost[k]]]; nextPost[k]++ {
+			j := pairFlows[k][nextPost[k]]
+			clk.NewTimer(func() { post(j) }).Reset(clk.Now()) // not from inside the engine's callback
 		}
 	}
 	for _, p := range order {
 		evs[p].pending = &pending[p.a]
-		evs[p].finished = func(id uint64) {
-			for _, d := range dependents[id] {
-				ready(d)
-			}
-		}
+		evs[p].finished = func(id uint64, ok bool) { release(int(id), false, ok, !ok) }
 	}
 	for i, f := range flows {
 		if f.Start == 0 {
@@ -303,6 +357,9 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		}
 	}
 	for _, p := range order {
+		for id, at := range evs[p].started {
+			res.Started[id] = at.Sub(start)
+		}
 		for id, at := range evs[p].done {
 			res.FCT[id] = at.Sub(evs[p].started[id])
 			last = max(last, at)
@@ -358,7 +415,7 @@ type flowEvents struct {
 	done     map[uint64]clock.Time
 	failed   int
 	pending  *int
-	finished func(id uint64) // a flow completed (or failed): what waits for it may go
+	finished func(id uint64, ok bool) // a flow completed (or failed): what waits for it may go
 }
 
 func (e *flowEvents) Completion(_ *engine.Conn, wc engine.Completion) {
@@ -371,9 +428,18 @@ func (e *flowEvents) Completion(_ *engine.Conn, wc engine.Completion) {
 		*e.pending--
 	}
 	if e.finished != nil {
-		e.finished(wc.ID)
+		e.finished(wc.ID, wc.Status == engine.StatusOK)
 	}
 }
+
+// arrivals are a receiver's events in a run of flows: placed is told of
+// every WRITE placed whole (engine.WriteObserver).
+type arrivals struct {
+	events
+	placed func(c *engine.Conn)
+}
+
+func (a *arrivals) WritePlaced(c *engine.Conn, _ uint16, _ uint32) { a.placed(c) }
 
 func (e *flowEvents) State(*engine.Conn, engine.ConnState, error) {}
 
