@@ -81,12 +81,19 @@ func newNet(t testing.TB, fc netem.Config, ec Config) *testNet {
 
 // recorder collects a connection's events.
 type recorder struct {
-	done   []Completion
-	states []ConnState
-	err    error
+	done     []Completion
+	states   []ConnState
+	err      error
+	onPlaced func(bytes uint32) // a WRITE received was placed whole (WriteObserver)
 }
 
 func (r *recorder) Completion(_ *Conn, wc Completion) { r.done = append(r.done, wc) }
+
+func (r *recorder) WritePlaced(_ *Conn, _ uint16, bytes uint32) {
+	if r.onPlaced != nil {
+		r.onPlaced(bytes)
+	}
+}
 func (r *recorder) State(_ *Conn, s ConnState, err error) {
 	r.states = append(r.states, s)
 	if err != nil {

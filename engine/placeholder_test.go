@@ -124,3 +124,45 @@ func TestPlaceholderPayloadsDecideAlike(t *testing.T) {
 		}
 	}
 }
+
+// A receiver's WriteObserver hears of every WRITE (without immediate) once
+// it is placed whole, in the stream's order, under loss that reorders what
+// arrives, and before the sender's completion of it; of nothing else.
+func TestWritePlacedInOrderBeforeItsCompletion(t *testing.T) {
+	fc := fourPlanes()
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.05}
+	n := newNet(t, fc, Config{Paths: 8, Streams: 1})
+	pr := n.connect(0, 1)
+	var sizes, placed []uint32
+	var completedWhenPlaced []int
+	pr.rb.onPlaced = func(bytes uint32) {
+		placed = append(placed, bytes)
+		completedWhenPlaced = append(completedWhenPlaced, len(pr.ra.done))
+	}
+	dst := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	for id := uint64(1); id <= 12; id++ {
+		size := uint32(1000 + 37_000*id)
+		src := pr.ha.region(t, int(size), id, memreg.LocalWrite)
+		wr := SendWR{ID: id, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}
+		if id%4 == 0 { // a WRITE with immediate: a receive completion, not a placement
+			wr.Op, wr.Imm = OpWriteImm, 7
+			pr.b.PostRecv(RecvWR{ID: id, Local: SGE{dst, 0, 1}})
+		} else {
+			sizes = append(sizes, size)
+		}
+		if err := pr.a.Post(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !n.run(10*time.Second, func() bool { return len(pr.ra.done) == 12 }) {
+		t.Fatalf("%d of 12 completed: %v", len(pr.ra.done), pr.a.Err())
+	}
+	if !slices.Equal(placed, sizes) || pr.a.SenderStats().Retransmits == 0 {
+		t.Fatalf("placed %v, want the plain WRITEs' sizes %v in order (%d resent)", placed, sizes, pr.a.SenderStats().Retransmits)
+	}
+	for k, c := range completedWhenPlaced {
+		if c > k+k/3 { // the k-th plain WRITE is the (k + k/3)-th posted
+			t.Fatalf("plain WRITE %d placed after %d completions at its sender", k, c)
+		}
+	}
+}
