@@ -22,7 +22,8 @@ import (
 // One setting per line (name, then value; "baseline" alone). A flow line
 // is SRC->DST, then "start T" (a Go duration), "size S" (bytes, or with
 // KiB, MiB or GiB) and, optionally, "after I,J" (the numbers of earlier
-// flow lines, from 0, that must complete first). Settings not given keep
+// flow lines, from 0, that must be done first: arrived, if they end at
+// this flow's source; else completed at theirs; see Flow). Settings not given keep
 // DefaultFabric(4)'s values.
 
 // Traffic is a parsed traffic file.
