@@ -212,7 +212,10 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 						src = hostAt[a]
 					}
 				}
-				k := pairOf[pair{src, h}]
+				k, ok := pairOf[pair{src, h}]
+				if !ok || placed[k] == len(pairFlows[k]) {
+					return // not a connection of the flows' (none other is made)
+				}
 				id := pairFlows[k][placed[k]]
 				placed[k]++
 				release(id, true, false, false)
