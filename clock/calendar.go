@@ -13,13 +13,15 @@ import "math/bits"
 // are pending than ever before, so a steady run allocates nothing.
 //
 // Every event in a bucket lies in the window [now rounded down to a bucket,
-// + calendarSpan), so a bucket never mixes two laps of the ring, and the
+// + the buckets' span: calendarSpan unless the Sim is a group's process),
+// so a bucket never mixes two laps of the ring, and the
 // first non-empty bucket at or after now's holds the earliest near event.
 // Far events stay in the heap even when the window reaches them; pop
 // compares the two.
 type calendar struct {
-	head, tail [calendarBuckets]int32 // node indexes; -1 when empty (head)
-	nonEmpty   [calendarBuckets / 64]uint64
+	head, tail []int32 // node indexes, by bucket; -1 when empty (head)
+	nonEmpty   []uint64
+	mask       int // buckets - 1; set before the first push for other than calendarBuckets
 	nodes      []calNode
 	free       int32 // first free node, -1 when none
 	near       int   // events in buckets
@@ -40,6 +42,12 @@ const (
 )
 
 func (c *calendar) init() {
+	buckets := c.mask + 1
+	if c.mask == 0 {
+		buckets = calendarBuckets
+	}
+	c.mask = buckets - 1
+	c.head, c.tail, c.nonEmpty = make([]int32, buckets), make([]int32, buckets), make([]uint64, buckets/64)
 	for i := range c.head {
 		c.head[i] = -1
 	}
@@ -62,18 +70,18 @@ func (c *calendar) newNode(e eventEntry) int32 {
 
 // push adds e; now is the Sim's current time (e.at >= now).
 func (c *calendar) push(e eventEntry, now Time) {
-	if (e.at>>bucketShift)-(now>>bucketShift) >= calendarBuckets {
+	if !c.ready {
+		c.init()
+	}
+	if int64(e.at>>bucketShift)-int64(now>>bucketShift) > int64(c.mask) {
 		c.far = append(c.far, e)
 		heapUp(c.far, len(c.far)-1)
 		return
 	}
-	if !c.ready {
-		c.init()
-	}
 	if c.near == 0 || e.at < c.floor {
 		c.floor = e.at
 	}
-	i := int(e.at>>bucketShift) & (calendarBuckets - 1)
+	i := int(e.at>>bucketShift) & c.mask
 	n := c.newNode(e)
 	switch h := c.head[i]; {
 	case h < 0:
@@ -105,13 +113,13 @@ func (c *calendar) nearMin(now Time) int {
 		return -1
 	}
 	from := max(now, c.floor)
-	start := int(from>>bucketShift) & (calendarBuckets - 1)
+	start := int(from>>bucketShift) & c.mask
 	w := start / 64
 	word := c.nonEmpty[w] &^ (1<<(start%64) - 1) // buckets at or after start in this word
 	for n := 0; n <= len(c.nonEmpty); n++ {
 		if word != 0 {
 			b := w*64 + bits.TrailingZeros64(word)
-			c.floor = (from>>bucketShift + Time((b-start)&(calendarBuckets-1))) << bucketShift // the bucket's start
+			c.floor = (from>>bucketShift + Time((b-start)&c.mask)) << bucketShift // the bucket's start
 			return b
 		}
 		w = (w + 1) % len(c.nonEmpty)

@@ -46,6 +46,10 @@ func TestGroupSameForAnyWorkers(t *testing.T) {
 			p := &pinger{g: g, lp: i % g.Len(), id: i, hops: 60, rng: rand.New(rand.NewPCG(uint64(i), 9)), logs: logs}
 			g.LP(p.lp).At(Time(i%5*10), p) // ties at 0, 10, ... across processes
 		}
+		for lp := range g.Len() { // beyond a process's calendar window: in its heap
+			far := &pinger{g: g, lp: lp, id: 100 + lp, hops: 1, logs: logs}
+			g.LP(lp).At(Time(3*processBuckets+lp), far)
+		}
 		if g.RunWhile(Never, func() bool { return true }) != true {
 			t.Fatal("RunWhile reported its condition false")
 		}
@@ -56,8 +60,8 @@ func TestGroupSameForAnyWorkers(t *testing.T) {
 	for _, l := range want {
 		n += len(l)
 	}
-	if n != 40*60 {
-		t.Fatalf("%d events fired, want %d", n, 40*60)
+	if n != 40*60+7 {
+		t.Fatalf("%d events fired, want %d", n, 40*60+7)
 	}
 	for _, workers := range []int{2, 3, 7, 0} {
 		got := run(workers)
