@@ -22,7 +22,6 @@ type Group struct {
 	outbox    [][]message // by sending process
 	lookahead time.Duration
 	workers   int
-	now       Time
 	last      Time         // the end of the window being run
 	windows   atomic.Int64 // windows started: the helpers' signal to run one
 	finished  atomic.Int64 // helpers done with the current window
@@ -71,7 +70,7 @@ func (g *Group) Len() int { return len(g.lps) }
 func (g *Group) LP(i int) *Sim { return g.lps[i] }
 
 // Now is the group's time: where every process's clock is between windows.
-func (g *Group) Now() Time { return g.now }
+func (g *Group) Now() Time { return g.lps[0].now }
 
 // Lookahead is the least delay of an event sent to another process.
 func (g *Group) Lookahead() time.Duration { return g.lookahead }
@@ -107,7 +106,6 @@ func (g *Group) RunWhile(end Time, cond func() bool) bool {
 		}
 		last := min(next.Add(g.lookahead-1), end)
 		g.window(last)
-		g.now = last
 		for _, fn := range g.between {
 			fn()
 		}

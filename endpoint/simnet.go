@@ -32,7 +32,11 @@ func NewSimNetworkFor(fc netem.Config, seed uint64, cfgFor func(host int) engine
 	if err != nil {
 		return nil, err
 	}
-	return newSimNetwork(fc, seed, cfgFor, fab, func(int) *clock.Sim { return sim })
+	n := &SimNetwork{Sim: sim, Fabric: fab}
+	if err := n.addHosts(fc, seed, cfgFor, func(int) *clock.Sim { return sim }); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // NewSimNetworkGrouped is NewSimNetworkFor over the processes of g, a host
@@ -43,15 +47,17 @@ func NewSimNetworkGrouped(fc netem.Config, seed uint64, cfgFor func(host int) en
 	if err != nil {
 		return nil, err
 	}
-	return newSimNetwork(fc, seed, cfgFor, fab, g.LP)
+	n := &SimNetwork{Fabric: fab}
+	if err := n.addHosts(fc, seed, cfgFor, g.LP); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
-// newSimNetwork puts an engine on each of fab's hosts, host h's on clockOf(h).
-func newSimNetwork(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config, fab *netem.Fabric, clockOf func(int) *clock.Sim) (*SimNetwork, error) {
-	n := &SimNetwork{Fabric: fab}
-	if s := clockOf(0); s == clockOf(fc.Hosts-1) {
-		n.Sim = s
-	}
+// addHosts puts an engine on each of the fabric's hosts, host h's on
+// clockOf(h).
+func (n *SimNetwork) addHosts(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config, clockOf func(int) *clock.Sim) error {
+	fab := n.Fabric
 	for h := 0; h < fc.Hosts; h++ {
 		cfg := cfgFor(h)
 		cfg.Planes = nil
@@ -61,7 +67,7 @@ func newSimNetwork(fc netem.Config, seed uint64, cfgFor func(host int) engine.Co
 		cfg.Random = newSeeded(seed, uint64(2*h))
 		ep, err := engine.NewEndpoint(cfg, clockOf(h), fab.Host(h))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		fab.Host(h).Attach(ep)
 		reg := NewRegistry(newSeeded(seed, uint64(2*h+1)))
@@ -74,7 +80,7 @@ func newSimNetwork(fc netem.Config, seed uint64, cfgFor func(host int) engine.Co
 			h.ep.SetPlaneUp(plane, up)
 		}
 	})
-	return n, nil
+	return nil
 }
 
 // Device opens host h's device.

@@ -24,7 +24,6 @@ type Scheduler interface {
 // Scheduler.
 type Fabric struct {
 	cfg    Config
-	sched  Scheduler // procs[0]'s: faults, PFC and After run there
 	hosts  []*Host
 	links  []*Link
 	planes []plane
@@ -79,7 +78,7 @@ func New(cfg Config, sched Scheduler) (*Fabric, error) {
 	if cfg.MaxDatagram == 0 {
 		cfg.MaxDatagram = defaultMaxDatagram
 	}
-	f := &Fabric{cfg: cfg, sched: sched, trace: fnvOffset, procs: []*proc{{sched: sched}}}
+	f := &Fabric{cfg: cfg, trace: fnvOffset, procs: []*proc{{sched: sched}}}
 	for h := 0; h < cfg.Hosts; h++ {
 		f.hosts = append(f.hosts, &Host{fab: f, id: h, p: f.procs[0]})
 	}
@@ -653,7 +652,7 @@ func (f *Fabric) After(at time.Duration, fn func()) {
 	if f.group != nil {
 		panic("netem: After on a fabric over processes: on which?")
 	}
-	f.sched.At(clock.Time(at), funcEvent(fn))
+	f.procs[0].sched.At(clock.Time(at), funcEvent(fn))
 }
 
 type funcEvent func()
@@ -668,6 +667,6 @@ func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
 	if err := ft.validate(&f.cfg); err != nil {
 		return fmt.Errorf("netem: %w", err)
 	}
-	f.sched.At(clock.Time(at), &faultEvent{f, ft})
+	f.procs[0].sched.At(clock.Time(at), &faultEvent{f, ft})
 	return nil
 }

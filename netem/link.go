@@ -375,14 +375,14 @@ func (f *Fabric) schedulePFC(l *Link, pause bool) {
 		e = &pfcEvent{}
 	}
 	e.link, e.pause = l, pause
-	f.sched.At(f.sched.Now().Add(l.cfg.Delay), e)
+	l.p.sched.At(l.p.sched.Now().Add(l.cfg.Delay), e) // PFC: one process
 }
 
 func (e *pfcEvent) Fire() {
 	l, pause := e.link, e.pause
 	f := l.fab
 	f.freePFC = append(f.freePFC, e)
-	now := f.sched.Now()
+	now := l.p.sched.Now()
 	switch {
 	case pause && !l.paused:
 		l.paused = true

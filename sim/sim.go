@@ -77,9 +77,6 @@ func buildWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h i
 		return nil, err
 	}
 	w := &world{sim: n.Sim, group: g, fab: n.Fabric}
-	if g != nil {
-		w.sim = nil
-	}
 	var memory *[]byte
 	if placeholders {
 		memory = new([]byte)
