@@ -159,6 +159,10 @@ func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	return l
 }
 
+// ErrNotGrouped is NewGrouped's refusal of a configuration a fabric over
+// processes cannot carry: the caller may build it on one clock instead.
+var ErrNotGrouped = errors.New("netem: not a fabric over processes")
+
 // NewGrouped builds a fabric whose hosts are the processes of g, one each
 // (g.Len() == cfg.Hosts): host h's engine runs on g.LP(h), and so do its
 // NIC's uplinks and the switch ports that feed it, so that a datagram
@@ -170,7 +174,7 @@ func NewGrouped(cfg Config, g *clock.Group) (*Fabric, error) {
 	case g.Len() != cfg.Hosts:
 		return nil, fmt.Errorf("netem: %d processes for %d hosts", g.Len(), cfg.Hosts)
 	case cfg.HostsPerLeaf > 0 || cfg.SinglePort || len(cfg.Faults) > 0 || cfg.Trace:
-		return nil, errors.New("netem: a fabric over processes has one switch per plane, no single-port hosts, no faults and no trace")
+		return nil, fmt.Errorf("%w: it has one switch per plane, no single-port hosts, no faults and no trace", ErrNotGrouped)
 	}
 	f, err := New(cfg, g.LP(0))
 	if err != nil {
@@ -186,11 +190,11 @@ func NewGrouped(cfg Config, g *clock.Group) (*Fabric, error) {
 	for _, l := range f.links {
 		switch {
 		case l.pfc:
-			return nil, errors.New("netem: a fabric over processes has no PFC")
+			return nil, fmt.Errorf("%w: it has no PFC", ErrNotGrouped)
 		case l.kind == Uplink && l.cfg.Delay < g.Lookahead():
-			return nil, fmt.Errorf("netem: uplink delay %v is shorter than the processes' lookahead %v", l.cfg.Delay, g.Lookahead())
+			return nil, fmt.Errorf("%w: uplink delay %v is shorter than the processes' lookahead %v", ErrNotGrouped, l.cfg.Delay, g.Lookahead())
 		case l.kind == Uplink && l.cfg.Impair.Jitter > 0:
-			return nil, errors.New("netem: no jitter on uplinks over processes (a datagram could arrive sooner than the lookahead)")
+			return nil, fmt.Errorf("%w: it has no jitter on uplinks (a datagram could arrive sooner than the lookahead)", ErrNotGrouped)
 		case l.kind == Uplink:
 			l.p = f.hosts[l.from].p
 		default:

@@ -1,6 +1,7 @@
 package netem
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -51,8 +52,8 @@ func TestGroupedRefuses(t *testing.T) {
 		cfg := good
 		c.edit(&cfg)
 		_, err := NewGrouped(cfg, clock.NewGroup(c.procs, time.Microsecond, 1))
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %v, want one mentioning %q", c.name, err, c.want)
+		if err == nil || !strings.Contains(err.Error(), c.want) || errors.Is(err, ErrNotGrouped) != (c.procs == cfg.Hosts) {
+			t.Errorf("%s: error %v, want one mentioning %q (ErrNotGrouped: a configuration one clock can run)", c.name, err, c.want)
 		}
 	}
 	f, err := NewGrouped(good, clock.NewGroup(2, time.Microsecond, 1))

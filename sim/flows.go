@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -43,9 +44,11 @@ type FabricOptions struct {
 	Workers int
 }
 
-// grouped reports whether a run of flows on o goes over processes.
+// grouped reports whether a run of flows on o may go over processes, as
+// far as the flows and the run go; the fabric has its say too
+// (netem.NewGrouped: one switch per plane, a delay, no PFC).
 func (o FabricOptions) grouped(flows []Flow, bucket time.Duration) bool {
-	if o.PFC || len(o.Faults) > 0 || bucket > 0 || o.HostsPerLeaf > 0 || o.Delay <= 0 {
+	if len(o.Faults) > 0 || bucket > 0 { // faults are scheduled, deliveries sampled, on one clock
 		return false
 	}
 	for _, f := range flows {
@@ -148,10 +151,11 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		return c
 	}
 	var w *world
-	var err error
+	err := netem.ErrNotGrouped
 	if o.grouped(flows, bucket) {
 		w, err = newGroupedWorld(fc, o.Seed, o.RealPayloads, cfgFor, o.Workers)
-	} else {
+	}
+	if errors.Is(err, netem.ErrNotGrouped) {
 		w, err = newWorld(fc, o.Seed, o.RealPayloads, cfgFor)
 	}
 	if err != nil {

@@ -56,6 +56,9 @@ func newWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int
 // (endpoint.NewSimNetworkGrouped), run on workers cores (0: one per core)
 // in windows of the links' delay. Its runs are the same for any workers.
 func newGroupedWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config, workers int) (*world, error) {
+	if fc.Uplink.Delay <= 0 {
+		return nil, fmt.Errorf("%w: no link delay to run windows of", netem.ErrNotGrouped)
+	}
 	return buildWorld(fc, seed, realPayloads, cfgFor, clock.NewGroup(fc.Hosts, fc.Uplink.Delay, workers))
 }
 
