@@ -29,18 +29,20 @@ func simOutputFlags(scenario string) []cli.Flag {
 // jobsFlag is the setting of the scenarios of several runs.
 var jobsFlag = &cli.IntFlag{Name: "jobs", Value: 1, Usage: "runs of the scenario at once, each on its own core (0: one per core); the results are the same for any, the speed tables' wall times are not each run's own, and their heap is left out"}
 
-// simJobs reads --jobs as the scenarios take it (below 0: one per core).
-func simJobs(c *cli.Context) (int, error) {
+// simJobs reads --jobs into jobs as the scenarios take it (below 0: one
+// per core).
+func simJobs(c *cli.Context, jobs *int) error {
 	switch n := c.Int("jobs"); {
 	case n < 0:
-		return 0, usagef(c, "sim %s: --jobs must not be negative", c.Command.Name)
+		return usagef(c, "sim %s: --jobs must not be negative", c.Command.Name)
 	case n != 1 && c.String("memprofile") != "":
-		return 0, usagef(c, "sim %s: --memprofile wants --jobs 1 (the heap of one run)", c.Command.Name)
+		return usagef(c, "sim %s: --memprofile wants --jobs 1 (the heap of one run)", c.Command.Name)
 	case n == 0:
-		return -1, nil
+		*jobs = -1
 	default:
-		return n, nil
+		*jobs = n
 	}
+	return nil
 }
 
 func simCommand() *cli.Command {
@@ -75,8 +77,7 @@ func simCommand() *cli.Command {
 						BaselineAckTimeout: c.Duration("ack-timeout"),
 						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), Seed: c.Uint64("seed"),
 						RealPayloads: c.Bool("real-payloads")}
-					var err error
-					if o.Jobs, err = simJobs(c); err != nil {
+					if err := simJobs(c, &o.Jobs); err != nil {
 						return err
 					}
 					switch {
@@ -113,8 +114,7 @@ func simCommand() *cli.Command {
 				Action: func(c *cli.Context) error {
 					o := sim.IncastOptions{Senders: c.IntSlice("senders"), Bytes: c.Int("size-kib") << 10, Seed: c.Uint64("seed"),
 						RealPayloads: c.Bool("real-payloads")}
-					var err error
-					if o.Jobs, err = simJobs(c); err != nil {
+					if err := simJobs(c, &o.Jobs); err != nil {
 						return err
 					}
 					for _, r := range c.Float64Slice("rates-gbps") {
@@ -148,8 +148,7 @@ func simCommand() *cli.Command {
 					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
 						return err
 					}
-					var err error
-					if o.Jobs, err = simJobs(c); err != nil {
+					if err := simJobs(c, &o.Jobs); err != nil {
 						return err
 					}
 					for _, p := range o.Planes {
@@ -235,8 +234,7 @@ func simCommand() *cli.Command {
 					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
 						return err
 					}
-					var err error
-					if o.Jobs, err = simJobs(c); err != nil {
+					if err := simJobs(c, &o.Jobs); err != nil {
 						return err
 					}
 					for _, p := range o.Paths {
@@ -296,8 +294,7 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 			if err := fabricFlagsInto(c, &o.Fabric); err != nil {
 				return err
 			}
-			var err error
-			if o.Jobs, err = simJobs(c); err != nil {
+			if err := simJobs(c, &o.Jobs); err != nil {
 				return err
 			}
 			for _, m := range c.Int64Slice("sizes-mib") {
