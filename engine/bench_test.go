@@ -150,27 +150,30 @@ func TestEngineSteadyStateAllocatesNothing(t *testing.T) {
 
 // A whole transfer, engine and emulator together, allocates nothing per
 // data packet in steady state: measured over stretches of a 256 MiB WRITE
-// on 8 paths over 4 planes with 1% loss (so recovery is in the loop too).
+// on 8 paths over 4 planes with 1% loss (so recovery is in the loop too),
+// with real payloads and with placeholders (header buffers and padding).
 func TestTransferOverNetemAllocatesNothing(t *testing.T) {
-	fc := fourPlanes()
-	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
-	fc.MaxDatagram = 4160
-	n := newNet(t, fc, Config{Paths: 8})
-	pr := n.connect(0, 1)
-	const size = 256 << 20
-	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
-	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
-	// Warm up: buffer and event pools grow to the most ever in flight,
-	// rings and queues to their working size.
-	n.run(2*time.Millisecond, func() bool { return false })
-	before := pr.a.SenderStats().Packets
-	allocs := testing.AllocsPerRun(50, func() { n.run(20*time.Microsecond, func() bool { return false }) })
-	moved := pr.a.SenderStats().Packets - before
-	if moved < 10000 || len(pr.ra.done) != 0 {
-		t.Fatalf("moved %d packets (done %d): not a steady stretch", moved, len(pr.ra.done))
-	}
-	if allocs != 0 {
-		t.Fatalf("%.2f allocations per 20 µs stretch (%d packets in all)", allocs, moved)
+	for _, placeholders := range []bool{false, true} {
+		fc := fourPlanes()
+		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
+		fc.MaxDatagram = 4160
+		n := newNet(t, fc, Config{Paths: 8, PlaceholderPayloads: placeholders})
+		pr := n.connect(0, 1)
+		const size = 256 << 20
+		src := pr.ha.region(t, size, 1, memreg.LocalWrite)
+		dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+		// Warm up: buffer and event pools grow to the most ever in flight,
+		// rings and queues to their working size.
+		n.run(2*time.Millisecond, func() bool { return false })
+		before := pr.a.SenderStats().Packets
+		allocs := testing.AllocsPerRun(50, func() { n.run(20*time.Microsecond, func() bool { return false }) })
+		moved := pr.a.SenderStats().Packets - before
+		if moved < 10000 || len(pr.ra.done) != 0 {
+			t.Fatalf("placeholders %v: moved %d packets (done %d): not a steady stretch", placeholders, moved, len(pr.ra.done))
+		}
+		if allocs != 0 {
+			t.Fatalf("placeholders %v: %.2f allocations per 20 µs stretch (%d packets in all)", placeholders, allocs, moved)
+		}
 	}
 }
