@@ -150,10 +150,16 @@ type sender struct {
 	nicShare *cc.Member  // in the endpoint's OutboundCapacity allocation; nil without one
 	hint     float64     // the receiver's rate hint, bytes/s (+Inf: none)
 	mss      float64     // payload bytes of a full packet
-	rateW    []float64   // scratch for the pacing rate: window bytes per path
-	rateRTT  []time.Duration
-	rrStream int
-	rrPath   int
+	// The pacing rate's inputs, per path (window bytes, minimum RTT; 0 for
+	// a path out of use), kept as the paths change so that a packet's
+	// pacing reads two short arrays, not every path's state; and the rate
+	// they give, computed again only after one of them changed.
+	rateW      []float64
+	rateRTT    []time.Duration
+	windowRate float64
+	rateStale  bool
+	rrStream   int
+	rrPath     int
 	// newestAcked is the send time of the newest transmission an ACK being
 	// applied reported received, on any path, and newestRTT its round trip.
 	newestAcked clock.Time
@@ -190,6 +196,7 @@ func (s *sender) init(c *Conn) {
 	}
 	s.hint = math.Inf(1)
 	s.rateW, s.rateRTT = make([]float64, c.paths), make([]time.Duration, c.paths)
+	s.rateStale = true
 	hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)
 	s.mss = float64(c.maxPacket - hlen - proto.TrailerLen)
 	cfg := &c.ep.cfg
@@ -220,6 +227,7 @@ func (s *sender) init(c *Conn) {
 		p.epochStart[0] = c.isn
 		p.timer = c.ep.clock.NewTimer(p.onTimer)
 		s.paths = append(s.paths, p)
+		p.rateChanged()
 	}
 }
 
@@ -476,14 +484,11 @@ func (s *sender) paced(bytes int) {
 	if s.c.ep.cfg.NoPacing {
 		return
 	}
-	for i, p := range s.paths {
-		s.rateW[i], s.rateRTT[i] = 0, 0
-		if p.state != pathmgr.Down && p.state != pathmgr.AssumedBad {
-			s.rateW[i], s.rateRTT[i] = p.cwin.Value()*s.mss, p.rtt.Min
-		}
+	if s.rateStale {
+		s.windowRate, s.rateStale = cc.WindowRate(s.rateW, s.rateRTT), false
 	}
 	now := int64(s.c.ep.clock.Now())
-	wr := cc.WindowRate(s.rateW, s.rateRTT)
+	wr := s.windowRate
 	rate := cc.Rate(wr, s.hint)
 	if m := s.nicShare; m != nil {
 		// The endpoint's NIC is shared: this connection wants what its
@@ -498,6 +503,31 @@ func (s *sender) paced(bytes int) {
 		}
 	}
 	s.pacer.Sent(now, bytes, rate)
+}
+
+// rateChanged notes the path's window, minimum RTT or state for the
+// pacing rate. Whatever changes one of them calls it.
+func (p *sendPath) rateChanged() {
+	s := p.s
+	w, rtt := 0.0, time.Duration(0)
+	if p.state != pathmgr.Down && p.state != pathmgr.AssumedBad {
+		w, rtt = p.cwin.Value()*s.mss, p.rtt.Min
+	}
+	if s.rateW[p.id] != w || s.rateRTT[p.id] != rtt {
+		s.rateW[p.id], s.rateRTT[p.id], s.rateStale = w, rtt, true
+	}
+}
+
+// windowChanged follows a change of the path's congestion window.
+func (p *sendPath) windowChanged() {
+	p.window = p.cwin.Packets()
+	p.rateChanged()
+}
+
+// rttSample adds an RTT sample to the path's estimate.
+func (p *sendPath) rttSample(sample time.Duration) {
+	p.rtt.Update(sample)
+	p.rateChanged()
 }
 
 // ringRoom reports whether the path can issue another PSN without reusing
@@ -869,7 +899,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	}
 	now32 := uint32(at)
 	if sample := now32 - rec.EchoTimestamp() - rec.ServiceTime(); sample < 1<<31 {
-		p.rtt.Update(time.Duration(sample))
+		p.rttSample(time.Duration(sample))
 	}
 	marked := 0
 	if d := rec.CECount() - p.ce; d != 0 && d < 1<<31 {
@@ -904,7 +934,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	}
 	p.advance()
 	p.cwin.OnAck(int(p.ctr.Acked-ackedBefore), marked, h, p.next)
-	p.window = p.cwin.Packets()
+	p.windowChanged()
 	if resolved {
 		p.probed, p.timeouts = false, 0
 		if p.state == pathmgr.AssumedBad {
@@ -1242,7 +1272,7 @@ func (p *sendPath) tailProbe() {
 func (p *sendPath) onRTO() {
 	s := p.s
 	p.cwin.OnTimeout() // this path only
-	p.window = p.cwin.Packets()
+	p.windowChanged()
 	p.timeouts++
 	p.ctr.Timeouts++
 	s.stats.Timeouts++
@@ -1260,6 +1290,7 @@ func (p *sendPath) onRTO() {
 func (p *sendPath) setState(st pathmgr.State, repath bool) {
 	from := p.state
 	p.state = st
+	p.rateChanged()
 	c := p.s.c
 	if o, ok := c.events.(PathObserver); ok && (from != st || repath) {
 		o.PathChanged(c, PathEvent{Path: p.id, Plane: p.plane, From: from, To: st, Repath: repath,
@@ -1353,7 +1384,7 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 		return // an old probe's reply
 	}
 	if sample := uint32(at) - r.EchoTimestamp() - r.ServiceTime(); sample < 1<<31 {
-		p.rtt.Update(time.Duration(sample))
+		p.rttSample(time.Duration(sample))
 	}
 	if p.state == pathmgr.AssumedBad {
 		p.setState(pathmgr.Good, false)

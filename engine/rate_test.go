@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/cc"
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/pathmgr"
+)
+
+// The pacing rate's per-path inputs are kept as the paths change, not read
+// from every path at every packet: after every event of a run with ECN
+// marks, random loss and a plane that blackholes and comes back, each
+// sender's inputs are what its paths say, and the rate it paces by is what
+// they give.
+func TestPacingRateFollowsThePaths(t *testing.T) {
+	fc := netem.Config{Seed: 3, Hosts: 3, Planes: 4, Uplink: link100(), Downlink: link100()}
+	fc.Downlink.Queue.ECNThreshold = 32 << 10 // two senders into one host: marks
+	fc.Downlink.Impair = netem.Impairments{Loss: &netem.RandomLoss{P: 0.01}}
+	fc.Faults = []netem.Fault{{At: 200 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 2},
+		{At: 600 * time.Microsecond, Kind: netem.Repair, Plane: 2}}
+	n := newNet(t, fc, Config{Paths: 8, MPL: 100 * time.Microsecond})
+	const size = 32 << 20
+	var senders []*sender
+	for src := range 2 {
+		pr := n.connect(src, 2)
+		from := pr.ha.region(t, size, uint64(src+1), memreg.LocalWrite)
+		to := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{from, 0, size}, RKey: to.Key()})
+		senders = append(senders, &pr.a.snd)
+	}
+	var changes, outOfUse, marked int
+	last := make([][]float64, len(senders))
+	for i, s := range senders {
+		last[i] = append([]float64(nil), s.rateW...)
+	}
+	for n.sim.Step() {
+		for i, s := range senders {
+			for id, p := range s.paths {
+				w, rtt := p.cwin.Value()*s.mss, p.rtt.Min
+				if p.state == pathmgr.Down || p.state == pathmgr.AssumedBad {
+					w, rtt = 0, 0
+					outOfUse++
+				}
+				if s.rateW[id] != w || s.rateRTT[id] != rtt {
+					t.Fatalf("at %v, sender %d path %d (%v): pacing inputs %g B, %v; the path has %g B, %v",
+						n.sim.Now(), i, id, p.state, s.rateW[id], s.rateRTT[id], w, rtt)
+				}
+				if s.rateW[id] != last[i][id] {
+					changes++
+					last[i][id] = s.rateW[id]
+				}
+				marked += int(p.ctr.CEMarks)
+			}
+			if !s.rateStale && s.windowRate != cc.WindowRate(s.rateW, s.rateRTT) {
+				t.Fatalf("at %v, sender %d paces by %g B/s, its paths give %g", n.sim.Now(), i, s.windowRate, cc.WindowRate(s.rateW, s.rateRTT))
+			}
+		}
+		if n.sim.Now() > clock.Time(2*time.Millisecond) {
+			break
+		}
+	}
+	if changes < 100 || outOfUse == 0 || marked == 0 {
+		t.Fatalf("the run did not exercise the inputs: %d window changes, %d path-events out of use, CE marks %d", changes, outOfUse, marked)
+	}
+	t.Logf("%d changes of a path's window bytes checked", changes)
+}
