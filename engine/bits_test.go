@@ -59,3 +59,46 @@ func TestDSNWindow(t *testing.T) {
 		t.Fatalf("cum %#x after the hole filled, want 0x20", w.cum)
 	}
 }
+
+// A stream's ring of messages in progress reads as a map of MSNs within the
+// window from next, as next advances over completed messages, wraps the
+// 32-bit MSN space and the ring grows.
+func TestMsgRingMatchesMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const window = 200
+	for trial := 0; trial < 50; trial++ {
+		next := -uint32(rng.IntN(1000)) // near the wrap
+		var ring msgRing
+		model := map[uint32]*rxMessage{}
+		for step := 0; step < 2000; step++ {
+			switch msn := next + uint32(rng.IntN(window)); rng.IntN(4) {
+			case 0, 1:
+				if model[msn] == nil {
+					m := &rxMessage{rsn: msn}
+					model[msn] = m
+					ring.put(next, msn, m)
+				}
+			case 2: // the next message completes
+				if m := ring.get(next, next); m != model[next] {
+					t.Fatalf("trial %d: message %d is %v, want %v", trial, next, m, model[next])
+				} else if m != nil {
+					ring.put(next, next, nil)
+					delete(model, next)
+					next++
+				}
+			default:
+				if ring.get(next, next-1-uint32(rng.IntN(5))) != nil {
+					t.Fatalf("trial %d: a message before next %d", trial, next)
+				}
+			}
+			for msn := next; msn != next+window; msn++ {
+				if got := ring.get(next, msn); got != model[msn] {
+					t.Fatalf("trial %d step %d: message %d is %v, want %v", trial, step, msn, got, model[msn])
+				}
+			}
+		}
+		if len(ring) > 256 {
+			t.Fatalf("ring of %d slots for a window of %d", len(ring), window)
+		}
+	}
+}

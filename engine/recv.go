@@ -65,10 +65,48 @@ type rxMessage struct {
 // recvStream is one stream's receive side.
 type recvStream struct {
 	next  uint32 // the next MSN to complete
-	msgs  map[uint32]*rxMessage
+	msgs  msgRing
 	recvs []recvEntry // posted receives, from head: RSN base, base+1, ...
 	head  int
 	base  uint32
+}
+
+// msgRing holds a stream's messages in progress by MSN, from the stream's
+// next: MSN msn in slot msn & (len - 1). It starts empty and doubles when a
+// message arrives further ahead than it reaches, which the DSN window
+// bounds. A slice, not a map: every data packet looks its message up.
+type msgRing []*rxMessage
+
+// initialMsgRing is a stream's first ring of messages.
+const initialMsgRing = 4
+
+// get is message msn, or nil.
+func (q msgRing) get(next, msn uint32) *rxMessage {
+	if msn-next >= uint32(len(q)) {
+		return nil
+	}
+	return q[msn&uint32(len(q)-1)]
+}
+
+// put sets message msn (msn - next less than the DSN window).
+func (q *msgRing) put(next, msn uint32, m *rxMessage) {
+	if msn-next >= uint32(len(*q)) {
+		q.grow(next, msn-next+1)
+	}
+	(*q)[msn&uint32(len(*q)-1)] = m
+}
+
+// grow doubles the ring until it reaches reach messages from next.
+func (q *msgRing) grow(next, reach uint32) {
+	n := max(len(*q), initialMsgRing)
+	for uint32(n) < reach {
+		n *= 2
+	}
+	ring := make(msgRing, n)
+	for i := range uint32(len(*q)) {
+		ring[(next+i)&uint32(n-1)] = q.get(next, next+i)
+	}
+	*q = ring
 }
 
 // recvEntry is a posted receive: its id and buffers.
@@ -130,7 +168,6 @@ func (r *receiver) init(c *Conn) {
 	old := r.streams
 	r.streams = make([]recvStream, c.streams)
 	for i := range r.streams {
-		r.streams[i].msgs = map[uint32]*rxMessage{}
 		if i < len(old) {
 			r.streams[i].recvs = old[i].recvs
 		}
@@ -227,7 +264,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 			r.stats.Inconsistent++
 			return
 		}
-		if m = st.msgs[msn]; m != nil && (m.typ != f.typ || m.msgLen != f.msgLen || m.rkey != f.rkey ||
+		if m = st.msgs.get(st.next, msn); m != nil && (m.typ != f.typ || m.msgLen != f.msgLen || m.rkey != f.rkey ||
 			m.roff != f.roff || m.rsn != f.rsn || m.imm != f.imm) {
 			r.stats.Inconsistent++
 			return
@@ -310,7 +347,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	if m == nil {
 		m = r.newMessage()
 		*m = f
-		st.msgs[msn] = m
+		st.msgs.put(st.next, msn, m)
 	}
 	m.placed += uint32(len(payload))
 	if f.typ == proto.TypeReadReq {
@@ -353,7 +390,7 @@ func (r *receiver) newMessage() *rxMessage {
 func (r *receiver) complete(stream uint16) {
 	st := &r.streams[stream]
 	for {
-		m := st.msgs[st.next]
+		m := st.msgs.get(st.next, st.next)
 		if m == nil || m.placed < m.msgLen {
 			return
 		}
@@ -384,7 +421,7 @@ func (r *receiver) complete(stream uint16) {
 			r.c.report(Completion{ID: rw.id, Op: OpRecv, Stream: stream, Bytes: m.msgLen,
 				Imm: m.imm, HasImm: m.typ == proto.TypeWriteImm, Solicited: m.solicited})
 		}
-		delete(st.msgs, st.next)
+		st.msgs.put(st.next, st.next, nil)
 		*m = rxMessage{}
 		r.free = append(r.free, m)
 		st.next++
