@@ -19,16 +19,20 @@ import "math/bits"
 // Far events stay in the heap even when the window reaches them; pop
 // compares the two.
 type calendar struct {
-	head, tail []int32 // node indexes, by bucket; -1 when empty (head)
-	nonEmpty   []uint64
-	mask       int // buckets - 1; set before the first push for other than calendarBuckets
-	nodes      []calNode
-	free       int32 // first free node, -1 when none
-	near       int   // events in buckets
-	floor      Time  // no near event is earlier: where nearMin's scan starts
-	far        []eventEntry
-	ready      bool
+	buckets  []bucket
+	nonEmpty []uint64
+	mask     int // buckets - 1; set before the first push for other than calendarBuckets
+	nodes    []calNode
+	free     int32 // first free node, -1 when none
+	near     int   // events in buckets
+	floor    Time  // no near event is earlier: where nearMin's scan starts
+	far      []eventEntry
+	ready    bool
 }
+
+// bucket is a bucket's list: node indexes, head -1 when empty. Head and
+// tail side by side: a push or pop touches one line of the ring, not two.
+type bucket struct{ head, tail int32 }
 
 type calNode struct {
 	e    eventEntry
@@ -47,9 +51,9 @@ func (c *calendar) init() {
 		buckets = calendarBuckets
 	}
 	c.mask = buckets - 1
-	c.head, c.tail, c.nonEmpty = make([]int32, buckets), make([]int32, buckets), make([]uint64, buckets/64)
-	for i := range c.head {
-		c.head[i] = -1
+	c.buckets, c.nonEmpty = make([]bucket, buckets), make([]uint64, buckets/64)
+	for i := range c.buckets {
+		c.buckets[i].head = -1
 	}
 	c.free = -1
 	c.ready = true
@@ -83,18 +87,18 @@ func (c *calendar) push(e eventEntry, now Time) {
 	}
 	i := int(e.at>>bucketShift) & c.mask
 	n := c.newNode(e)
-	switch h := c.head[i]; {
-	case h < 0:
-		c.head[i], c.tail[i] = n, n
+	switch bk := &c.buckets[i]; {
+	case bk.head < 0:
+		bk.head, bk.tail = n, n
 		c.nonEmpty[i/64] |= 1 << (i % 64)
-	case !e.less(c.nodes[c.tail[i]].e): // in order: the usual case
-		c.nodes[c.tail[i]].next = n
-		c.tail[i] = n
-	case e.less(c.nodes[h].e):
-		c.nodes[n].next = h
-		c.head[i] = n
+	case !e.less(c.nodes[bk.tail].e): // in order: the usual case
+		c.nodes[bk.tail].next = n
+		bk.tail = n
+	case e.less(c.nodes[bk.head].e):
+		c.nodes[n].next = bk.head
+		bk.head = n
 	default: // between head and tail
-		p := h
+		p := bk.head
 		for !e.less(c.nodes[c.nodes[p].next].e) {
 			p = c.nodes[p].next
 		}
@@ -140,8 +144,8 @@ const (
 func (c *calendar) peek(now Time) (eventEntry, int) {
 	b := c.nearMin(now)
 	switch {
-	case b >= 0 && (len(c.far) == 0 || c.nodes[c.head[b]].e.less(c.far[0])):
-		return c.nodes[c.head[b]].e, b
+	case b >= 0 && (len(c.far) == 0 || c.nodes[c.buckets[b].head].e.less(c.far[0])):
+		return c.nodes[c.buckets[b].head].e, b
 	case len(c.far) > 0:
 		return c.far[0], inFar
 	}
@@ -151,10 +155,11 @@ func (c *calendar) peek(now Time) (eventEntry, int) {
 // take removes the earliest event from where peek found it.
 func (c *calendar) take(b int) eventEntry {
 	if b >= 0 {
-		n := c.head[b]
+		bk := &c.buckets[b]
+		n := bk.head
 		e := c.nodes[n].e
-		c.head[b] = c.nodes[n].next
-		if c.head[b] < 0 {
+		bk.head = c.nodes[n].next
+		if bk.head < 0 {
 			c.nonEmpty[b/64] &^= 1 << (b % 64)
 		}
 		c.nodes[n] = calNode{next: c.free}
