@@ -9,6 +9,7 @@ import (
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/proto"
 )
 
 // pathLog is Events that also records path events.
@@ -79,5 +80,61 @@ func TestPlaneFailureIsSurvived(t *testing.T) {
 			}
 			t.Logf("%v: %v of virtual time; %+v", kind, n.sim.Now(), pr.a.SenderStats())
 		})
+	}
+}
+
+// A blackholed plane is probed, each path at most BadProbeMax apart however
+// long the outage lasts (not at a timeout that doubles without end), so
+// that once it is repaired its paths carry data again within that and a
+// round trip.
+func TestBlackholedPlaneProbedAtMostBadProbeMaxApart(t *testing.T) {
+	fc := fourPlanes()
+	const repairAt = 2 * time.Millisecond
+	fc.Faults = []netem.Fault{{At: 50 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 1},
+		{At: repairAt, Kind: netem.Repair, Plane: 1}}
+	n := newNet(t, fc, Config{Paths: 8})
+	probes := map[int][]time.Duration{} // by path, when each left
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		d := e.Datagram
+		if e.Link.Kind() == netem.Uplink && (e.Verdict == netem.Sent || e.Verdict == netem.Dropped) && len(d.Data) > 1 && proto.Type(d.Data[1]) == proto.TypeProbe {
+			var pkt proto.Packet
+			if pkt.DecodeNoCRC(d.Data) == nil {
+				path := int(pkt.Common.PathID())
+				probes[path] = append(probes[path], time.Duration(e.At))
+			}
+		}
+	})
+	log := &pathLog{}
+	pr := n.connect(0, 1)
+	pr.a.events = log
+	const size = 256 << 20 // about 6 ms
+	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+	if !n.run(time.Second, func() bool { return len(log.done) == 1 || pr.a.State() == Closed }) || log.done[0].Status != StatusOK {
+		t.Fatalf("not complete: %v %+v", pr.a.Err(), log.done)
+	}
+	limit := pr.a.ep.cfg.BadProbeMax
+	for _, path := range []int{1, 5} { // the paths on plane 1
+		times := probes[path]
+		if len(times) < 5 {
+			t.Fatalf("path %d: %d probes in a 2 ms outage", path, len(times))
+		}
+		for i := 1; i < len(times); i++ {
+			if gap := times[i] - times[i-1]; times[i] < repairAt && gap > limit+time.Microsecond {
+				t.Errorf("path %d: probes %v apart (%v, then %v), more than BadProbeMax %v", path, gap, times[i-1], times[i], limit)
+			}
+		}
+		var back time.Duration
+		for _, ev := range log.events {
+			if ev.Path == path && ev.To == pathmgr.Good && time.Duration(ev.At) > repairAt {
+				back = time.Duration(ev.At)
+				break
+			}
+		}
+		if back == 0 || back > repairAt+limit+20*time.Microsecond {
+			t.Errorf("path %d GOOD again at %v: the plane was repaired at %v", path, back, repairAt)
+		}
+		t.Logf("path %d: %d probes, GOOD again %v after the repair", path, len(times), back-repairAt)
 	}
 }

@@ -1007,7 +1007,11 @@ func (p *sendPath) fireBy(at clock.Time) {
 	}
 }
 
-func (p *sendPath) rto() time.Duration {
+// rto is the path's retransmission timeout, doubled per timeout in a row.
+func (p *sendPath) rto() time.Duration { return p.rtoAfter(p.timeouts) }
+
+// rtoAfter is the retransmission timeout after timeouts in a row.
+func (p *sendPath) rtoAfter(timeouts int) time.Duration {
 	cfg := &p.s.c.ep.cfg
 	if p.s.c.isBaseline() && cfg.LocalAckTimeout > 0 {
 		return cfg.LocalAckTimeout
@@ -1023,7 +1027,7 @@ func (p *sendPath) rto() time.Duration {
 			rto *= 2
 		}
 	}
-	for i := 0; i < p.timeouts && rto < cfg.RTOMax; i++ {
+	for i := 0; i < timeouts && rto < cfg.RTOMax; i++ {
 		rto *= 2
 	}
 	return min(rto, cfg.RTOMax)
@@ -1065,6 +1069,11 @@ func (p *sendPath) timeout() time.Duration {
 			floor = cfg.ProbeMin
 		}
 		return min(max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, floor), cfg.RTOMax)
+	}
+	if p.state == pathmgr.AssumedBad && !p.s.c.isBaseline() {
+		// Probing: the wait doubles, but only so far: what failed may be
+		// repaired, and it is a small packet per path.
+		return min(p.rto(), max(p.s.c.ep.cfg.BadProbeMax, p.rtoAfter(0)))
 	}
 	return p.rto()
 }

@@ -108,6 +108,13 @@ type Config struct {
 	// a lost last packet that nothing follows waits this long to be found.
 	// Real sockets want it at RTOMin, for the same reason as that.
 	ProbeMin time.Duration
+	// BadProbeMax bounds how long a path in ASSUMED_BAD waits between
+	// probes: each unanswered probe doubles the wait, from the path's
+	// retransmission timeout up to this (never below that timeout, which a
+	// reply needs to come back in). Default 4 RTOMin (200 µs): a
+	// blackholed plane that is repaired carries data again within that and
+	// a round trip, for a probe per path per interval while it is out.
+	BadProbeMax time.Duration
 	// NoProgress is how long a connection may go without forward progress
 	// while it has work outstanding before it fails. Default 1 s.
 	NoProgress time.Duration
@@ -163,6 +170,7 @@ func (c *Config) fill() error {
 	setDur(&c.RTOMin, 50*time.Microsecond)
 	setDur(&c.RTOMax, 100*time.Millisecond)
 	setDur(&c.ProbeMin, c.RTOMin/5)
+	setDur(&c.BadProbeMax, 4*c.RTOMin)
 	setDur(&c.NoProgress, time.Second)
 	setDur(&c.ConnectTimeout, time.Second)
 	setDur(&c.MPL, 100*time.Millisecond)
