@@ -167,7 +167,8 @@ func simCommand() *cli.Command {
 				Usage: "one plane fails mid-run (blackhole, or down as the hosts see it), then recovers: throughput over time",
 				Flags: append(simFabricFlags(df.Fabric, true), append([]cli.Flag{
 					&cli.IntFlag{Name: "planes", Value: df.Fabric.Planes, Usage: "planes, 2 to 8"},
-					&cli.IntFlag{Name: "size-mib", Value: df.FlowBytes >> 20, Usage: "MiB each host sends (to the next)"},
+					&cli.IntFlag{Name: "size-mib", Value: df.FlowBytes >> 20, Usage: "MiB each host sends to the next (or to each other host, with --all-to-all)"},
+					&cli.BoolFlag{Name: "all-to-all", Usage: "every host sends to every other (hosts x (hosts - 1) connections: 4,032 with --hosts 64), not to the next"},
 					&cli.IntFlag{Name: "plane", Usage: "the plane that fails"},
 					&cli.DurationFlag{Name: "fail-at", Value: df.FailAt, Usage: "when it fails, from the flows' start"},
 					&cli.DurationFlag{Name: "repair-at", Value: df.RepairAt, Usage: "when it is repaired (0: never)"},
@@ -176,6 +177,7 @@ func simCommand() *cli.Command {
 				Action: func(c *cli.Context) error {
 					o := df
 					o.FlowBytes, o.Plane, o.FailAt, o.RepairAt, o.Down = c.Int("size-mib")<<20, c.Int("plane"), c.Duration("fail-at"), c.Duration("repair-at"), c.Bool("down")
+					o.AllToAll = c.Bool("all-to-all")
 					o.Fabric.Planes = c.Int("planes")
 					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
 						return err

@@ -1,0 +1,46 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A plane of 8 blackholed under an all-to-all (56 connections here; 4,032
+// in docs/results.md) loses no connection, keeps at least 0.95 x 7/8 of
+// all planes' capacity over the measured window, and after the repair the
+// plane carries data again: more than 7/8.
+func TestPlaneFailAllToAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("56 connections, 900 MiB: run without -short")
+	}
+	o := DefaultPlaneFail()
+	o.AllToAll, o.FlowBytes = true, 16<<20
+	o.FailAt, o.RepairAt = 20*time.Microsecond, 600*time.Microsecond
+	tables, _, err := PlaneFail(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := tables[0]
+	window, target, after := tb.Rows[1][1].(float64), tb.Rows[1][2].(float64), tb.Rows[3][1].(float64)
+	if window < target {
+		t.Errorf("%.3f of capacity over the window, target %.3f", window, target)
+	}
+	if after <= 7.0/8 {
+		t.Errorf("%.3f of capacity after the repair: the plane is not back", after)
+	}
+	if want := fmt.Sprintf("Connections lost: 0 of %d.", 8*7); !strings.Contains(tb.Notes[0], want) {
+		t.Errorf("%q, want %q", tb.Notes[0], want)
+	}
+}
+
+// A repair inside the window the target is measured over is refused: the
+// figure would mix the failure with the recovery.
+func TestPlaneFailRefusesRepairInTheWindow(t *testing.T) {
+	o := DefaultPlaneFail()
+	o.RepairAt = o.FailAt + 50*baseRTT(o.Fabric)
+	if _, _, err := PlaneFail(o); err == nil || !strings.Contains(err.Error(), "falls in the window") {
+		t.Fatalf("repair at %v: %v", o.RepairAt, err)
+	}
+}
