@@ -210,9 +210,13 @@ func (k LinkKind) String() string {
 	return "any"
 }
 
+// DefaultOverhead is what a link adds to each datagram's size unless
+// LinkConfig.Overhead says otherwise: IPv4 and UDP headers, Ethernet
+// header and FCS, preamble and inter-frame gap.
+const DefaultOverhead = 20 + 8 + 14 + 4 + 8 + 12
+
 const (
 	defaultMaxDatagram = 9000
-	defaultOverhead    = 66
 	defaultREDWeight   = 0.002
 	maxHosts           = 1 << 16
 	maxPlanes          = 8

@@ -141,7 +141,7 @@ func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	l.cfg, l.rate = lc, lc.Rate
 	switch {
 	case lc.Overhead == 0:
-		l.overhead = defaultOverhead
+		l.overhead = DefaultOverhead
 	case lc.Overhead > 0:
 		l.overhead = lc.Overhead
 	}

@@ -90,7 +90,7 @@ func TestLinkRateExact(t *testing.T) {
 		// Back to back on the downlink: n-1 serializations between the first
 		// and last arrival.
 		elapsed := float64(s.got[n-1].at - s.got[0].at)
-		wireBits := float64((n - 1) * (size + defaultOverhead) * 8)
+		wireBits := float64((n - 1) * (size + DefaultOverhead) * 8)
 		got := wireBits / elapsed * 1e9
 		if e := math.Abs(got-float64(rate)) / float64(rate); e > 0.001 {
 			t.Errorf("%d b/s link delivered %.0f b/s (error %.4f%%)", rate, got, 100*e)

@@ -67,12 +67,12 @@ func Cross(cfg CrossConfig) (CrossResult, error) {
 	res := CrossResult{Config: cfg}
 	l := netem.LinkConfig{Rate: cfg.LinkRate, Delay: time.Microsecond,
 		Queue: netem.QueueConfig{Limit: 16 << 20, ECNThreshold: 200 << 10}}
-	fc := netem.Config{Seed: cfg.Seed, Hosts: 3, Planes: cfg.Planes, Uplink: l, Downlink: l, MaxDatagram: maxPacket}
-	payloadShare := float64(maxPacket-64) / wireBytes
-	planeRate := float64(cfg.LinkRate) / 8 * payloadShare
+	ps := sizeFor(DefaultMTU)
+	fc := netem.Config{Seed: cfg.Seed, Hosts: 3, Planes: cfg.Planes, Uplink: l, Downlink: l, MaxDatagram: ps.maxPacket()}
+	planeRate := float64(cfg.LinkRate) / 8 * ps.payloadShare()
 	res.Left = planeRate * (float64(cfg.Planes) - cfg.CrossShare)
 	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
-		c := engine.Config{Paths: cfg.Planes, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second}
+		c := engine.Config{Paths: cfg.Planes, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second}
 		if h == 1 {
 			c.InboundCapacity = 0.98 * planeRate * float64(cfg.Planes)
 		}
@@ -88,10 +88,9 @@ func Cross(cfg CrossConfig) (CrossResult, error) {
 		return res, err
 	}
 	crossed := cfg.Planes - 1
-	wire := float64(maxPacket + 66)
 	b := &blaster{w: w, src: netip.AddrPortFrom(netem.Addr(crossed, 2), 40000),
-		dst: netip.AddrPortFrom(netem.Addr(crossed, 1), 9), size: maxPacket,
-		gap:   time.Duration(wire * 8 / (cfg.CrossShare * float64(cfg.LinkRate)) * 1e9),
+		dst: netip.AddrPortFrom(netem.Addr(crossed, 1), 9), size: ps.maxPacket(),
+		gap:   time.Duration(float64(ps.wire()) * 8 / (cfg.CrossShare * float64(cfg.LinkRate)) * 1e9),
 		until: clock.Never}
 	w.sim.At(w.sim.Now(), b)
 	w.run(100*time.Microsecond, func() bool { return false }) // the cross traffic settles in

@@ -24,11 +24,10 @@ type FabricOptions struct {
 	// per plane).
 	HostsPerLeaf, Spines int
 	LinkRate             int64
-	Delay                time.Duration
-	Loss                 float64 // random loss on every downlink
-	ECNThreshold, Buffer int
-	Paths                int // per connection
-	Baseline, PFC        bool
+	Links
+	Loss          float64 // random loss on every downlink
+	Paths         int     // per connection
+	Baseline, PFC bool
 	// Faults are played at their times from the flows' start (after the
 	// connections are set up).
 	Faults []netem.Fault
@@ -63,8 +62,7 @@ func (o FabricOptions) grouped(flows []Flow, bucket time.Duration) bool {
 
 // DefaultFabric is 64 hosts on planes of 100 Gb/s, one switch each.
 func DefaultFabric(planes int) FabricOptions {
-	return FabricOptions{Hosts: 64, Planes: planes, LinkRate: 100e9, Delay: time.Microsecond, ECNThreshold: 200 << 10,
-		Buffer: 16 << 20, Paths: 8, Seed: 1}
+	return FabricOptions{Hosts: 64, Planes: planes, LinkRate: 100e9, Links: DefaultLinks(), Paths: 8, Seed: 1}
 }
 
 // Flow is one WRITE of Bytes from host Src to host Dst, posted at Start
@@ -125,9 +123,10 @@ func (r FlowsResult) PacketRate() float64 { return float64(r.Packets) / r.WallTi
 func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult, error) {
 	wallStart := time.Now()
 	res := FlowsResult{FCT: make([]time.Duration, len(flows)), Started: make([]time.Duration, len(flows)), Bucket: bucket}
+	ps := sizeFor(o.MTU)
 	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: netem.QueueConfig{Limit: o.Buffer, ECNThreshold: o.ECNThreshold}}
 	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines,
-		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: maxPacket}
+		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: ps.maxPacket()}
 	// A host's uplink is its NIC's port: its connections share it by the
 	// endpoint's OutboundCapacity, and it marks nothing (ECN marks come
 	// from switch ports). Marked, a queue the host's own connections make
@@ -139,10 +138,9 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	if o.PFC {
 		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
 	}
-	payloadShare := float64(maxPacket-64) / wireBytes
-	res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * payloadShare
+	res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * ps.payloadShare()
 	cfgFor := func(h int) engine.Config {
-		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
+		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * res.HostCapacity, OutboundCapacity: res.HostCapacity,
 			MaxAccepting: 4096}
 		if o.Baseline {

@@ -19,11 +19,13 @@ type IncastConfig struct {
 	Senders int
 	Bytes   int
 	// LinkRate (bits/s) and Delay of every link; ECNThreshold (DCTCP step
-	// marking at K, bytes) and Buffer (bytes) of every queue.
+	// marking at K, bytes) and Buffer (bytes) of every queue; MTU the
+	// largest payload of a data packet (0: DefaultMTU).
 	LinkRate     int64
 	Delay        time.Duration
 	ECNThreshold int
 	Buffer       int
+	MTU          int
 	// NoRateHints: the receiver sends no rate hints (the senders' windows
 	// alone).
 	NoRateHints bool
@@ -104,29 +106,23 @@ func (c IncastConfig) Mode() string {
 
 func gbps(r int64) string { return fmt.Sprintf("%g Gb/s", float64(r)/1e9) }
 
-// maxPacket is the largest packet the scenarios send: 4 KiB of payload.
-const maxPacket = 4160
-
-// wireBytes is what a packet of maxPacket takes on a link (netem's
-// default per-datagram overhead: headers, preamble, gap).
-const wireBytes = maxPacket + 66
-
 // Incast runs one N:1 incast.
 func Incast(cfg IncastConfig) (IncastResult, error) {
 	res := IncastResult{Config: cfg}
 	n := cfg.Senders
 	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay,
 		Queue: netem.QueueConfig{Limit: cfg.Buffer, ECNThreshold: cfg.ECNThreshold}}
-	fc := netem.Config{Seed: cfg.Seed, Hosts: n + 1, Planes: 1, Uplink: link, Downlink: link, MaxDatagram: maxPacket}
+	ps := sizeFor(cfg.MTU)
+	fc := netem.Config{Seed: cfg.Seed, Hosts: n + 1, Planes: 1, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket()}
 	if cfg.PFC {
 		// Lossless: the switch pauses an uplink past 64 KiB of its bytes
 		// waiting, resumes it at 32 KiB; a host's own queue is its memory.
 		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
 	}
 	capacity := float64(cfg.LinkRate) / 8 // bytes/s on the wire
-	payloadShare := float64(maxPacket-64) / wireBytes
+	payloadShare := ps.payloadShare()
 	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
-		c := engine.Config{Paths: 8, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
+		c := engine.Config{Paths: 8, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(cfg.LinkRate) / 8}
 		if cfg.Baseline {
 			c.Mode = proto.ModeBaseline
@@ -154,8 +150,8 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 	}
 	// Base RTT: two links each way, a full packet out and an ACK back.
 	ser := func(bytes int) time.Duration { return time.Duration(float64(bytes*8) / float64(cfg.LinkRate) * 1e9) }
-	res.BaseRTT = 4*cfg.Delay + 2*ser(wireBytes) + 2*ser(44+52+66)
-	res.Window = max(res.BaseRTT, time.Duration(10*float64(n)*wireBytes/capacity*1e9))
+	res.BaseRTT = 4*cfg.Delay + 2*ser(ps.wire()) + 2*ser(44+52+66)
+	res.Window = max(res.BaseRTT, time.Duration(10*float64(n)*float64(ps.wire())/capacity*1e9))
 
 	// Record what the receiver's downlink delivers, by sender, and drops.
 	down := w.fab.Downlink(0, rx)
@@ -246,7 +242,7 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 		last = max(last, e.at)
 	}
 	res.SlowestFCT = last.Sub(start)
-	res.Ideal = time.Duration(float64(n*cfg.Bytes)/(float64(maxPacket-64))*wireBytes/capacity*1e9) + res.BaseRTT
+	res.Ideal = time.Duration(float64(n*cfg.Bytes)/float64(ps.mtu)*float64(ps.wire())/capacity*1e9) + res.BaseRTT
 	res.FCTRatio = float64(res.SlowestFCT) / float64(res.Ideal)
 	res.Goodput = float64(n*cfg.Bytes) / res.SlowestFCT.Seconds()
 	res.PeakQueue = down.Stats().QueueHighWater

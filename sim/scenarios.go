@@ -16,10 +16,11 @@ import (
 
 // LossOptions are the loss scenario's settings.
 type LossOptions struct {
-	Losses         []float64 // random loss rates on every downlink
-	Bytes          int
-	Planes, Paths  int
-	LinkRate       int64
+	Losses        []float64 // random loss rates on every downlink
+	Bytes         int
+	Planes, Paths int
+	LinkRate      int64
+	Links
 	BaselineWindow int
 	// BaselineAckTimeout is the baseline's local ACK timeout, fixed (0: the
 	// adaptive retransmission timeout, doubled per timeout in a row).
@@ -39,7 +40,7 @@ type LossOptions struct {
 // timeout RoCEv2 offers that does not fire early here, 4.096 µs x 2^2.
 func DefaultLoss() LossOptions {
 	return LossOptions{Losses: []float64{0, 0.001, 0.01, 0.02, 0.05, 0.1}, Bytes: 64 << 20, Planes: 4, Paths: 8,
-		LinkRate: 100e9, BaselineWindow: 24, BaselineAckTimeout: BaselineAckTimeout, BurstLen: 4, Seed: 1}
+		LinkRate: 100e9, Links: DefaultLinks(), BaselineWindow: 24, BaselineAckTimeout: BaselineAckTimeout, BurstLen: 4, Seed: 1}
 }
 
 // GoBackNModel is the first-order go-back-N model of goodput under random
@@ -76,13 +77,14 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 			kind, o.Bytes>>20, o.Paths, o.Planes, float64(o.LinkRate)/1e9, o.BaselineWindow, timeout),
 		Columns: []string{"loss", "mroce Gb/s", "mroce/0%", "target", "lost", "resent", "baseline lossy Gb/s", "baseline/0%", "model 1/(1+pW)", "go-back-N (1-p)/(1-p+pW)", "baseline PFC Gb/s", "PFC/0%"},
 	}
+	t.Notes = append(t.Notes, o.Links.notes()...)
 	pl := &report.Plot{Title: "Goodput under loss, as a share of each one's loss-free goodput", XLabel: "loss rate (%)", YLabel: "of loss-free goodput", YMin: 0, YMax: 1.05, LegendBottomLeft: true}
 	series := []report.Series{{Name: "mroce"}, {Name: "baseline, lossy fabric"}, {Name: "baseline, PFC fabric"}, {Name: "go-back-N model 1/(1+pW)"}, {Name: "limit 1 - p"}}
 	// Three runs a loss rate: mroce, the baseline lossy, the baseline on PFC.
 	var runs []TransferConfig
 	for _, p := range o.Losses {
-		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Delay: time.Microsecond,
-			Loss: p, ECNThreshold: 200 << 10, Buffer: 16 << 20, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen,
+		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Delay: o.Delay,
+			Loss: p, ECNThreshold: o.ECNThreshold, Buffer: o.Buffer, MTU: o.MTU, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen,
 			RealPayloads: o.RealPayloads}
 		bl := base
 		bl.Bytes = max(o.Bytes/o.Planes, 1<<20) // one plane: its share of the bytes in the same time
@@ -125,9 +127,10 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 
 // IncastOptions are the incast scenario's settings.
 type IncastOptions struct {
-	Senders      []int
-	Rates        []int64
-	Bytes        int
+	Senders []int
+	Rates   []int64
+	Bytes   int
+	Links
 	Seed         uint64
 	RealPayloads bool // as IncastConfig's
 	Jobs         int  // runs at once (runEach)
@@ -135,7 +138,7 @@ type IncastOptions struct {
 
 // DefaultIncastScenario is the incast scenario of docs/results.md.
 func DefaultIncastScenario() IncastOptions {
-	return IncastOptions{Senders: []int{8, 64}, Rates: []int64{100e9, 400e9}, Bytes: 2 << 20, Seed: 1}
+	return IncastOptions{Senders: []int{8, 64}, Rates: []int64{100e9, 400e9}, Bytes: 2 << 20, Links: DefaultLinks(), Seed: 1}
 }
 
 // IncastScenario runs N:1 incasts side by side: mroce, mroce without the
@@ -145,11 +148,12 @@ func DefaultIncastScenario() IncastOptions {
 // window.
 func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 	t := &report.Table{
-		Title:   fmt.Sprintf("N:1 incast, %d MiB from each sender, 4 KiB packets, DCTCP marking at 200 KiB", o.Bytes>>20),
+		Title:   fmt.Sprintf("N:1 incast, %d MiB from each sender, %s packets, DCTCP marking at %d KiB", o.Bytes>>20, sizeFor(o.MTU), o.ECNThreshold>>10),
 		Columns: []string{"N", "Gb/s", "variant", "converged (base RTTs)", "Jain after 10 RTTs", "peak queue KiB", "drops", "after 1st RTT", "resent", "slowest FCT/ideal"},
 		Notes: []string{"Converged: from the first data packet until every sender's delivered rate stays within 10% of its fair share (targets: 2 base RTTs at N = 8, 4 at N = 64).",
 			"Resent: data packets sent again, all senders together; beyond the drops, they were only late."},
 	}
+	t.Notes = append(t.Notes, o.Links.notes()...)
 	nMax := 0
 	for _, n := range o.Senders {
 		nMax = max(nMax, n)
@@ -164,6 +168,7 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 			for vi, v := range variants {
 				cfg := DefaultIncast(n, rate)
 				cfg.Bytes, cfg.Seed, cfg.RealPayloads = o.Bytes, o.Seed, o.RealPayloads
+				cfg.Delay, cfg.ECNThreshold, cfg.Buffer, cfg.MTU = o.Delay, o.ECNThreshold, o.Buffer, o.MTU
 				cfg.NoRateHints, cfg.Baseline, cfg.PFC = v.NoRateHints, v.Baseline, v.PFC
 				if n == nMax && ri == 0 && vi == 0 { // the plot's run: only it writes the series
 					cfg.Trace = func(start float64, rates []float64, fair float64) {
@@ -253,6 +258,7 @@ func Planes(o PlanesOptions) ([]*report.Table, *report.Plot, error) {
 		Columns: []string{"planes", "connections", "aggregate Gb/s", "of capacity", "vs half the planes", "FCT p50 µs", "FCT p99 µs", "connections lost"},
 		Notes:   []string{"Capacity: every host's payload rate over all its planes. The target for 8 planes over 4 is 2.0 +- 3%."},
 	}
+	t.Notes = append(t.Notes, o.Fabric.Links.notes()...)
 	speed := &report.Table{Title: "Simulator speed (wall time on this machine: it varies from run to run)",
 		Columns: []string{"planes", "data packets", "wall s", "data packets/s", "heap MiB"}}
 	pl := &report.Plot{Title: "All-to-all throughput against planes", XLabel: "planes (NIC ports per host)", YLabel: "aggregate goodput (Tb/s)"}
@@ -318,7 +324,7 @@ func DefaultPlaneFail() PlaneFailOptions {
 // baseRTT is a fabric's round trip for a full data packet and its ACK
 // through one switch, queues empty: the unit of the planefail window.
 func baseRTT(f FabricOptions) time.Duration {
-	return 4*f.Delay + 2*time.Duration(float64(wireBytes*8)/float64(f.LinkRate)*1e9)
+	return 4*f.Delay + 2*time.Duration(float64(sizeFor(f.MTU).wire()*8)/float64(f.LinkRate)*1e9)
 }
 
 // The target of a plane failure is measured over the 100 base RTTs from 10
@@ -385,6 +391,7 @@ func PlaneFail(o PlaneFailOptions) ([]*report.Table, *report.Plot, error) {
 		Notes: []string{fmt.Sprintf("Base RTT %v. Target after the failure: 0.95 x %d/%d = %.3f, averaged over the %d base RTTs starting %d after it (%v to %v). Connections lost: %d of %d.",
 			rtt, f.Planes-1, f.Planes, 0.95*left, failWindowTo-failWindowFrom, failWindowFrom, windowFrom, windowTo, r.Failed, r.Connections)},
 	}
+	t.Notes = append(t.Notes, f.Links.notes()...)
 	if r.Makespan < windowTo {
 		t.Notes = append(t.Notes, fmt.Sprintf("The flows ended at %v, before the window did: its figure covers only what was sent in it.", r.Makespan))
 	}
@@ -474,6 +481,7 @@ func Collective(name string, o CollectiveOptions) ([]*report.Table, *report.Plot
 		Columns: []string{"size MiB", "loss", "mode", "time µs", "algbw Gb/s", "busbw Gb/s", "busbw / host capacity", "FCT p50 µs", "FCT p99 µs", "lost conns"},
 		Notes:   []string{"algbw = size / time; busbw = algbw x " + fmt.Sprintf("%.3f", factor) + " (NCCL's bus bandwidth); host capacity: one host's payload rate over all its planes. Target: busbw >= 0.9 of it at >= 64 MiB."},
 	}
+	t.Notes = append(t.Notes, o.Fabric.Links.notes()...)
 	pl := &report.Plot{Title: what + ": bus bandwidth against size", XLabel: "size (MiB, log2)", YLabel: "busbw / host capacity", YMin: 0, YMax: 1.05}
 	series := map[string]*report.Series{}
 	var order []string
@@ -577,6 +585,7 @@ func PermutationScenario(o PermutationOptions) ([]*report.Table, *report.Plot, e
 		Columns: []string{"mode", "paths", "aggregate Gb/s", "of capacity", "FCT p50 µs", "FCT p99 µs", "slowest / fastest"},
 		Notes:   []string{"Capacity: every host's payload rate over all its planes (the baseline uses one plane: at most 1/planes of it)."},
 	}
+	t.Notes = append(t.Notes, o.Fabric.Links.notes()...)
 	pl := &report.Plot{Title: "Permutation: completion times, sorted", XLabel: "flows (sorted)", YLabel: "FCT (µs)"}
 	type run struct {
 		baseline bool
@@ -636,6 +645,7 @@ func FlowsScenario(t Traffic) ([]*report.Table, *report.Plot, error) {
 		Title: fmt.Sprintf("%d flows on %d hosts, %d planes of %g Gb/s, %s", len(t.Flows), f.Hosts, f.Planes, float64(f.LinkRate)/1e9, mode),
 		Columns: []string{"flows", "connections", "bytes", "makespan µs", "aggregate Gb/s", "FCT p50 µs", "FCT p99 µs", "FCT max µs", "lost",
 			"data packets", "resent", "tail probes", "timeouts"},
+		Notes: f.Links.notes(),
 	}
 	var bytes int
 	for _, fl := range t.Flows {

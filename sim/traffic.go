@@ -15,7 +15,8 @@ import (
 //	# a comment; blank lines are skipped
 //	hosts 16               planes 4            hosts-per-leaf 8    spines 8
 //	rate-gbps 100          delay 1us           ecn-kib 200         buffer-kib 16384
-//	paths 8                loss 0.01           seed 7              baseline
+//	mtu 4096               paths 8             loss 0.01           seed 7
+//	baseline
 //	0->1 start 0 size 1MiB
 //	3->7 start 10us size 64KiB after 0
 //
@@ -115,6 +116,8 @@ func (t *Traffic) parseSetting(f []string) error {
 		err := intIn(&k, 1, 1<<20)
 		o.Buffer = k << 10
 		return err
+	case "mtu":
+		return intIn(&o.MTU, MinMTU, MaxMTU)
 	case "rate-gbps":
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(x >= 1 && x <= 1600) {

@@ -12,6 +12,7 @@ planes 2
 rate-gbps 100
 delay 2us   # per link
 ecn-kib 100
+mtu 2048
 paths 4
 loss 0.001
 0->1 start 0 size 1MiB
@@ -26,7 +27,7 @@ func TestParseTraffic(t *testing.T) {
 	}
 	f := tr.Fabric
 	if f.Hosts != 4 || f.Planes != 2 || f.LinkRate != 100e9 || f.Delay != 2*time.Microsecond || f.ECNThreshold != 100<<10 ||
-		f.Paths != 4 || f.Loss != 0.001 || f.Baseline {
+		f.MTU != 2048 || f.Paths != 4 || f.Loss != 0.001 || f.Baseline {
 		t.Fatalf("fabric %+v", f)
 	}
 	want := []Flow{{Src: 0, Dst: 1, Bytes: 1 << 20}, {Src: 1, Dst: 2, Bytes: 64 << 10, Start: 5 * time.Microsecond, After: []int{0}}, {Src: 3, Dst: 0, Bytes: 4096}}
@@ -51,6 +52,7 @@ func TestParseTrafficErrors(t *testing.T) {
 		{"0->1 size 5TiB", "size \"5TiB\": want 1 byte to 1 GiB"},
 		{"0->1 size 1 after 0", "line 1: after \"0\": want the numbers of earlier flows"},
 		{"speed 9", "line 1: unknown setting \"speed\""},
+		{"mtu 128\n0->1 size 1", "line 1: mtu \"128\": want 256 to 8192"},
 		{"hosts 4\n\n0->9 size 1", "flow 0: 0->9, but there are 4 hosts"},
 		{"0->1 size 1 start -1s", "start \"-1s\""},
 		{"0->1 size", "has no value"},

@@ -22,6 +22,7 @@ type TransferConfig struct {
 	Loss         float64
 	ECNThreshold int
 	Buffer       int
+	MTU          int // the largest payload of a data packet (0: DefaultMTU)
 	Seed         uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire; by default payloads are placeholders (newWorld).
@@ -82,7 +83,8 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	res := TransferResult{Config: cfg}
 	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay,
 		Queue: netem.QueueConfig{Limit: cfg.Buffer, ECNThreshold: cfg.ECNThreshold}}
-	fc := netem.Config{Seed: cfg.Seed, Hosts: 2, Planes: cfg.Planes, Uplink: link, Downlink: link, MaxDatagram: maxPacket}
+	ps := sizeFor(cfg.MTU)
+	fc := netem.Config{Seed: cfg.Seed, Hosts: 2, Planes: cfg.Planes, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket()}
 	switch {
 	case cfg.Loss > 0 && cfg.Burst:
 		// Mean loss P / (P + R) with every packet lost in the bad state; a
@@ -95,14 +97,13 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	if cfg.PFC {
 		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
 	}
-	payloadShare := float64(maxPacket-64) / wireBytes
 	planes := cfg.Planes
 	if cfg.Baseline {
 		planes = 1 // one path: one plane carries it all
 	}
-	res.Bottleneck = float64(planes) * float64(cfg.LinkRate) / 8 * payloadShare
+	res.Bottleneck = float64(planes) * float64(cfg.LinkRate) / 8 * ps.payloadShare()
 	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
-		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: maxPacket, NoProgress: time.Second,
+		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(cfg.LinkRate) / 8}
 		if h == 1 {
 			c.InboundCapacity = 0.98 * res.Bottleneck

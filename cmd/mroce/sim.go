@@ -70,13 +70,16 @@ func simCommand() *cli.Command {
 					&cli.BoolFlag{Name: "burst", Usage: "lose packets in bursts (Gilbert-Elliott) of the same mean rate"},
 					&cli.Float64Flag{Name: "burst-len", Value: dl.BurstLen, Usage: "mean burst, packets"},
 					jobsFlag,
-				}, simOutputFlags("loss")...),
+				}, append(simLinkFlags(dl.Links), simOutputFlags("loss")...)...),
 				Action: func(c *cli.Context) error {
 					o := sim.LossOptions{Losses: c.Float64Slice("losses"), Bytes: c.Int("size-mib") << 20, Planes: c.Int("planes"),
 						Paths: c.Int("paths"), LinkRate: int64(c.Float64("rate-gbps") * 1e9), BaselineWindow: c.Int("window"),
 						BaselineAckTimeout: c.Duration("ack-timeout"),
 						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), Seed: c.Uint64("seed"),
 						RealPayloads: c.Bool("real-payloads")}
+					if err := linkFlagsInto(c, &o.Links); err != nil {
+						return err
+					}
 					if err := simJobs(c, &o.Jobs); err != nil {
 						return err
 					}
@@ -110,10 +113,13 @@ func simCommand() *cli.Command {
 					&cli.Float64SliceFlag{Name: "rates-gbps", Value: cli.NewFloat64Slice(100, 400), Usage: "link rates, Gb/s"},
 					&cli.IntFlag{Name: "size-kib", Value: di.Bytes >> 10, Usage: "KiB each sender WRITEs"},
 					jobsFlag,
-				}, simOutputFlags("incast")...),
+				}, append(simLinkFlags(di.Links), simOutputFlags("incast")...)...),
 				Action: func(c *cli.Context) error {
 					o := sim.IncastOptions{Senders: c.IntSlice("senders"), Bytes: c.Int("size-kib") << 10, Seed: c.Uint64("seed"),
 						RealPayloads: c.Bool("real-payloads")}
+					if err := linkFlagsInto(c, &o.Links); err != nil {
+						return err
+					}
 					if err := simJobs(c, &o.Jobs); err != nil {
 						return err
 					}
@@ -267,7 +273,32 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 	if paths {
 		flags = append(flags, &cli.IntFlag{Name: "paths", Value: d.Paths, Usage: "paths per connection"})
 	}
-	return flags
+	return append(flags, simLinkFlags(d.Links)...)
+}
+
+// simLinkFlags are the links and queues every scenario takes, with the
+// defaults of d.
+func simLinkFlags(d sim.Links) []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "mtu", Value: d.MTU, Usage: fmt.Sprintf("the largest payload of a data packet, bytes (RoCE's path MTU; %d to %d): a WRITE's packet is 64 bytes more, its frame 66 more than that", sim.MinMTU, sim.MaxMTU)},
+		&cli.DurationFlag{Name: "delay", Value: d.Delay, Usage: "every link's propagation delay (0 to 1s)"},
+		&cli.IntFlag{Name: "ecn-kib", Value: d.ECNThreshold >> 10, Usage: "every switch queue's DCTCP marking threshold, KiB (0: no marking)"},
+		&cli.IntFlag{Name: "buffer-kib", Value: d.Buffer >> 10, Usage: "every queue's buffer, KiB"},
+	}
+}
+
+// linkFlagsInto reads the link flags.
+func linkFlagsInto(c *cli.Context, l *sim.Links) error {
+	l.MTU, l.Delay, l.ECNThreshold, l.Buffer = c.Int("mtu"), c.Duration("delay"), c.Int("ecn-kib")<<10, c.Int("buffer-kib")<<10
+	switch name := c.Command.Name; {
+	case l.MTU < sim.MinMTU || l.MTU > sim.MaxMTU:
+		return usagef(c, "sim %s: --mtu must be %d to %d", name, sim.MinMTU, sim.MaxMTU)
+	case l.Delay < 0 || l.Delay > time.Second:
+		return usagef(c, "sim %s: --delay must be 0 to 1s", name)
+	case l.ECNThreshold < 0 || l.ECNThreshold > 1<<30 || l.Buffer < 1<<10 || l.Buffer > 1<<30:
+		return usagef(c, "sim %s: --ecn-kib must be 0 to 1048576, --buffer-kib 1 to 1048576", name)
+	}
+	return nil
 }
 
 // collectiveCommand is sim allreduce or sim alltoall.
@@ -327,6 +358,9 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		}
 	}
 	f.HostsPerLeaf, f.Seed, f.RealPayloads, f.Workers = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads"), c.Int("workers")
+	if err := linkFlagsInto(c, &f.Links); err != nil {
+		return err
+	}
 	if !c.IsSet("workers") && c.IsSet("jobs") && c.Int("jobs") != 1 {
 		f.Workers = 1 // the cores go to the runs side by side (--jobs)
 	}

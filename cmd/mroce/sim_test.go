@@ -93,6 +93,41 @@ func TestSimFlowsFile(t *testing.T) {
 	}
 }
 
+// The link flags reach the fabric and the engines, and the table says
+// what they were: a quarter of the MTU takes four times the packets.
+func TestSimLinkFlags(t *testing.T) {
+	packets := func(args ...string) (uint64, []string) {
+		t.Helper()
+		r := runCLI(t, "", append([]string{"sim", "planes", "--planes", "1", "--hosts", "3", "--size-kib", "256", "--json", "--plot", ""}, args...)...)
+		var doc struct {
+			Tables []struct {
+				Rows  [][]float64
+				Notes []string
+			}
+		}
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &doc) != nil || len(doc.Tables) != 2 {
+			t.Fatalf("%v: exit %d: %s %s", args, r.code, r.stdout, r.stderr)
+		}
+		return uint64(doc.Tables[1].Rows[0][1]), doc.Tables[0].Notes
+	}
+	base, notes := packets()
+	if strings.Contains(strings.Join(notes, " "), "Links:") {
+		t.Errorf("default links noted: %q", notes)
+	}
+	small, notes := packets("--mtu", "1024", "--delay", "3us", "--ecn-kib", "100", "--buffer-kib", "4096")
+	if small < 4*base-8 || small > 4*base+8 {
+		t.Errorf("%d data packets at MTU 1024, %d at 4096: want four times", small, base)
+	}
+	want := "Links: 3µs of delay, DCTCP marking at 100 KiB, 4096 KiB buffers, 1 KiB packets"
+	if !strings.Contains(strings.Join(notes, " "), want) {
+		t.Errorf("notes %q, want %q", notes, want)
+	}
+	r := runCLI(t, "", "sim", "incast", "--senders", "2", "--rates-gbps", "100", "--size-kib", "64", "--mtu", "2048", "--plot", "")
+	if r.code != 0 || !strings.Contains(r.stdout, "2 KiB packets") {
+		t.Fatalf("incast --mtu 2048: exit %d: %s %s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // Text and CSV, and bad flags.
 func TestSimOutputsAndErrors(t *testing.T) {
 	r := runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "")
@@ -116,6 +151,9 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "allreduce", "--sizes-mib", "2048"}, "2048 is not 1 to 1024"},
 		{[]string{"sim", "permutation", "--hosts", "8", "--shift", "16"}, "--shift not a multiple of --hosts"},
 		{[]string{"sim", "planes", "--paths", "0"}, "--paths must be 1 to 256"},
+		{[]string{"sim", "alltoall", "--mtu", "100"}, "--mtu must be 256 to 8192"},
+		{[]string{"sim", "loss", "--delay", "-1us"}, "--delay must be 0 to 1s"},
+		{[]string{"sim", "incast", "--buffer-kib", "0"}, "--buffer-kib 1 to 1048576"},
 		{[]string{"sim", "alltoall", "--jobs", "-1"}, "--jobs must not be negative"},
 		{[]string{"sim", "planes", "--workers", "-1"}, "--workers must not be negative"},
 		{[]string{"sim", "planes", "--jobs", "2", "--memprofile", "x"}, "--memprofile wants --jobs 1"},

@@ -1,0 +1,88 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// Links are a scenario's links and queues, as its flags or traffic file
+// set them: every link's propagation delay, every switch queue's DCTCP
+// marking threshold and buffer, and the largest payload a data packet
+// carries.
+type Links struct {
+	Delay        time.Duration
+	ECNThreshold int // bytes (0: no marking)
+	Buffer       int // bytes
+	MTU          int // bytes (0: DefaultMTU)
+}
+
+// DefaultLinks are the links of every scenario in docs/results.md: 1 µs,
+// marking at 200 KiB, 16 MiB buffers, 4 KiB packets.
+func DefaultLinks() Links {
+	return Links{Delay: time.Microsecond, ECNThreshold: 200 << 10, Buffer: 16 << 20, MTU: DefaultMTU}
+}
+
+// notes says what the links are when they are not the defaults, for a
+// scenario's table: nothing when they are.
+func (l Links) notes() []string {
+	if l.MTU == 0 {
+		l.MTU = DefaultMTU
+	}
+	if l == DefaultLinks() {
+		return nil
+	}
+	return []string{fmt.Sprintf("Links: %v of delay, DCTCP marking at %d KiB, %d KiB buffers, %s packets (the defaults: 1µs, 200 KiB, 16384 KiB, 4 KiB).",
+		l.Delay, l.ECNThreshold>>10, l.Buffer>>10, sizeFor(l.MTU))}
+}
+
+// DefaultMTU is the largest payload a data packet carries unless a
+// scenario is told otherwise: 4 KiB, RoCE's path MTU of 4096.
+const DefaultMTU = 4096
+
+// MinMTU and MaxMTU bound a scenario's MTU: RoCE's smallest path MTU, and
+// the largest payload a 9,000-byte jumbo frame carries as a WRITE.
+const (
+	MinMTU = 256
+	MaxMTU = 8192
+)
+
+// String names the packets by their payload: "4 KiB" for 4096 bytes.
+func (p packetSize) String() string {
+	if p.mtu%1024 == 0 {
+		return fmt.Sprintf("%d KiB", p.mtu>>10)
+	}
+	return fmt.Sprintf("%d-byte", p.mtu)
+}
+
+// writeOverhead is what a WRITE packet adds to its payload: the mroce
+// header and the trailer.
+var writeOverhead = func() int {
+	h, _ := proto.HeaderLen(proto.TypeWrite, 0)
+	return h + proto.TrailerLen
+}()
+
+// packetSize is what a scenario's MTU makes of its packets.
+type packetSize struct{ mtu int }
+
+// sizeFor is the packets of an MTU (0: DefaultMTU).
+func sizeFor(mtu int) packetSize {
+	if mtu == 0 {
+		mtu = DefaultMTU
+	}
+	return packetSize{mtu}
+}
+
+// maxPacket is the largest packet, a full WRITE (the engines' MaxPacket,
+// the fabric's largest datagram).
+func (p packetSize) maxPacket() int { return p.mtu + writeOverhead }
+
+// wire is what a full packet takes on a link: with netem's per-datagram
+// overhead (headers, preamble, gap).
+func (p packetSize) wire() int { return p.maxPacket() + netem.DefaultOverhead }
+
+// payloadShare is the part of a link's rate that full packets' payload
+// takes.
+func (p packetSize) payloadShare() float64 { return float64(p.mtu) / float64(p.wire()) }
