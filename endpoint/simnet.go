@@ -73,13 +73,9 @@ func (n *SimNetwork) addHosts(fc netem.Config, seed uint64, cfgFor func(host int
 		reg := NewRegistry(newSeeded(seed, uint64(2*h+1)))
 		n.hosts = append(n.hosts, NewSoftware(ep, reg, SimRunner{clockOf(h)}))
 	}
-	// Every host's NIC sees a plane's link state change (no faults over
-	// processes).
-	fab.OnPlaneChange(func(plane int, up bool) {
-		for _, h := range n.hosts {
-			h.ep.SetPlaneUp(plane, up)
-		}
-	})
+	// Every host's NIC sees a plane's link state change (over processes,
+	// on the host's own).
+	fab.OnPlaneChange(func(h, plane int, up bool) { n.hosts[h].ep.SetPlaneUp(plane, up) })
 	return nil
 }
 

@@ -71,11 +71,7 @@ func newNet(t testing.TB, fc netem.Config, ec Config) *testNet {
 		reg := memreg.NewRegistry(seeded(uint64(2000 + h)))
 		n.hosts = append(n.hosts, &host{ep: ep, reg: reg, pd: reg.NewDomain()})
 	}
-	fab.OnPlaneChange(func(plane int, up bool) {
-		for _, h := range n.hosts {
-			h.ep.SetPlaneUp(plane, up)
-		}
-	})
+	fab.OnPlaneChange(func(h, plane int, up bool) { n.hosts[h].ep.SetPlaneUp(plane, up) })
 	return n
 }
 

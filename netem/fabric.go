@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -37,7 +38,8 @@ type Fabric struct {
 	spareHeaders [][]byte
 	trace        uint64
 	taps         []func(*TapEvent)
-	planeWatch   []func(plane int, up bool)
+	hostTaps     []func(host int, e *TapEvent)
+	planeWatch   []func(host, plane int, up bool)
 	singleUp     []*Link // [host], single-port hosts only
 	singleDown   []*Link
 }
@@ -56,6 +58,7 @@ type proc struct {
 	nextPacket  uint64
 	noRoute     uint64
 	delivered   uint64
+	planeDown   [maxPlanes]bool // as its hosts' NICs see each plane (PlaneDown, Repair)
 }
 
 // plane is one plane's links and state.
@@ -66,7 +69,6 @@ type plane struct {
 	leafUp    [][]*Link // [leaf][spine], leaf-spine only
 	spineDown [][]*Link // [spine][leaf]
 	ecmpKey   uint64
-	down      bool
 }
 
 // New builds a fabric on sched. Every datagram's random choices come from
@@ -114,11 +116,31 @@ func New(cfg Config, sched Scheduler) (*Fabric, error) {
 		}
 		f.planes = append(f.planes, pl)
 	}
-	for i := range cfg.Faults {
-		fault := cfg.Faults[i]
-		sched.At(clock.Time(fault.At), &faultEvent{f, fault})
-	}
+	f.scheduleFaults(cfg.Faults)
 	return f, nil
+}
+
+// scheduleFaults schedules faults already validated: on every process,
+// each applying the fault to the links it runs. Over processes, the links
+// note the changes to come too (Link.changes).
+func (f *Fabric) scheduleFaults(faults []Fault) {
+	for _, ft := range faults {
+		for _, p := range f.procs {
+			p.sched.At(clock.Time(ft.At), &faultEvent{f, ft, p})
+		}
+		if s, ok := ft.Kind.linkState(); ok && f.group != nil {
+			at := max(clock.Time(ft.At), f.group.Now())
+			for _, l := range f.links {
+				if l.plane == ft.Plane && l.matches(ft.Link) {
+					i := len(l.changes)
+					for i > 0 && l.changes[i-1].at > at {
+						i--
+					}
+					l.changes = slices.Insert(l.changes, i, stateChange{at, s})
+				}
+			}
+		}
+	}
 }
 
 func (f *Fabric) leafOf(host int) int {
@@ -130,8 +152,14 @@ func (f *Fabric) leafOf(host int) int {
 
 func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	l := &Link{
-		fab: f, p: f.procs[0], id: len(f.links), kind: kind, plane: p, from: from, to: to, factor: 1,
+		fab: f, p: f.procs[0], id: len(f.links), kind: kind, plane: p, from: from, to: to, owner: -1, factor: 1,
 		rng: rand.New(rand.NewPCG(f.cfg.Seed, uint64(len(f.links))+1)),
+	}
+	switch kind {
+	case Uplink:
+		l.owner = from
+	case Downlink:
+		l.owner = to
 	}
 	for _, o := range f.cfg.Overrides {
 		if (o.Plane < 0 || o.Plane == p) && l.matches(&o.Match) {
@@ -167,19 +195,24 @@ var ErrNotGrouped = errors.New("netem: not a fabric over processes")
 // (g.Len() == cfg.Hosts): host h's engine runs on g.LP(h), and so do its
 // NIC's uplinks and the switch ports that feed it, so that a datagram
 // crosses from one process to another on an uplink, a link delay (at least
-// g's lookahead) after it left. One switch per plane, no faults, no PFC, no
-// taps or trace: each would share state between processes.
+// g's lookahead) after it left. A fault is played on every process, each
+// changing the links it runs at the fault's time. One switch per plane, no
+// PFC, no trace or taps but host taps: each would share state between
+// processes.
 func NewGrouped(cfg Config, g *clock.Group) (*Fabric, error) {
 	switch {
 	case g.Len() != cfg.Hosts:
 		return nil, fmt.Errorf("netem: %d processes for %d hosts", g.Len(), cfg.Hosts)
-	case cfg.HostsPerLeaf > 0 || cfg.SinglePort || len(cfg.Faults) > 0 || cfg.Trace:
-		return nil, fmt.Errorf("%w: it has one switch per plane, no single-port hosts, no faults and no trace", ErrNotGrouped)
+	case cfg.HostsPerLeaf > 0 || cfg.SinglePort || cfg.Trace:
+		return nil, fmt.Errorf("%w: it has one switch per plane, no single-port hosts and no trace", ErrNotGrouped)
 	}
+	faults := cfg.Faults
+	cfg.Faults = nil // scheduled once the processes are the hosts'
 	f, err := New(cfg, g.LP(0))
 	if err != nil {
 		return nil, err
 	}
+	f.cfg.Faults = faults
 	f.group = g
 	g.Between(f.rebalance)
 	f.procs = nil
@@ -195,12 +228,11 @@ func NewGrouped(cfg Config, g *clock.Group) (*Fabric, error) {
 			return nil, fmt.Errorf("%w: uplink delay %v is shorter than the processes' lookahead %v", ErrNotGrouped, l.cfg.Delay, g.Lookahead())
 		case l.kind == Uplink && l.cfg.Impair.Jitter > 0:
 			return nil, fmt.Errorf("%w: it has no jitter on uplinks (a datagram could arrive sooner than the lookahead)", ErrNotGrouped)
-		case l.kind == Uplink:
-			l.p = f.hosts[l.from].p
 		default:
-			l.p = f.hosts[l.to].p
+			l.p = f.hosts[l.owner].p
 		}
 	}
+	f.scheduleFaults(faults)
 	return f, nil
 }
 
@@ -284,8 +316,9 @@ func (f *Fabric) FabricLink(p, leaf, spine int, up bool) *Link {
 }
 
 // PlaneUp reports whether plane p is up, as a host's NIC sees its port
-// state: a PlaneDown fault takes it down, a blackhole does not.
-func (f *Fabric) PlaneUp(p int) bool { return !f.planes[p].down }
+// state: a PlaneDown fault takes it down, a blackhole does not. (Over
+// processes, as host 0's sees it: between windows, every host's does.)
+func (f *Fabric) PlaneUp(p int) bool { return !f.procs[0].planeDown[p] }
 
 // Addr is host h's address on plane p: 10.p.(h/256).(h%256).
 func Addr(plane, host int) netip.Addr {
@@ -416,10 +449,13 @@ const (
 
 // record is every link event: it feeds the trace hash and the taps.
 func (f *Fabric) record(l *Link, pkt *packet, v Verdict, cause DropCause, at clock.Time) {
-	if len(f.taps) > 0 {
+	if len(f.taps)+len(f.hostTaps) > 0 {
 		e := TapEvent{At: at, Link: l, ID: pkt.id, Datagram: &pkt.d, Verdict: v, Cause: cause}
 		for _, tap := range f.taps {
 			tap(&e)
+		}
+		for _, tap := range f.hostTaps {
+			tap(l.owner, &e)
 		}
 	}
 	if !f.cfg.Trace {
@@ -523,6 +559,9 @@ type packet struct {
 	hops    int
 	hop     int   // index in route of the link it is on, or arriving from
 	ingress *Link // the link it arrived on at its current node, for PFC
+	// crossed: it arrives in another process than its link's, which
+	// decided when it left that the link would not fail under it.
+	crossed bool
 }
 
 func (f *Fabric) newPacket(p *proc) *packet {
@@ -537,6 +576,7 @@ func (f *Fabric) newPacket(p *proc) *packet {
 	pkt.id = uint64(p.idx)<<40 | p.nextPacket
 	pkt.hop = 0
 	pkt.ingress = nil
+	pkt.crossed = false
 	return pkt
 }
 
@@ -574,7 +614,9 @@ func (pkt *packet) next() *proc {
 func (pkt *packet) Fire() {
 	f := pkt.fab
 	from := pkt.route[pkt.hop]
-	if from.dropIfFailed(pkt) { // the link failed while the datagram was on its wire
+	if pkt.crossed {
+		pkt.crossed = false // from is another process's: not to be read here
+	} else if from.dropIfFailed(pkt) { // the link failed while the datagram was on its wire
 		return
 	}
 	pkt.hop++
@@ -593,31 +635,33 @@ func (pkt *packet) Fire() {
 	pkt.route[pkt.hop].enqueue(pkt)
 }
 
-// faultEvent plays one scheduled fault.
+// faultEvent plays one scheduled fault on one process.
 type faultEvent struct {
 	fab   *Fabric
 	fault Fault
+	p     *proc
 }
 
-func (e *faultEvent) Fire() { e.fab.apply(e.fault) }
+func (e *faultEvent) Fire() { e.fab.apply(e.fault, e.p) }
 
-// apply changes link and plane state for a fault.
-func (f *Fabric) apply(ft Fault) {
-	pl := &f.planes[ft.Plane]
-	wasDown := pl.down
+// apply changes, for a fault, the state of the links process p runs and of
+// the plane as its hosts see it.
+func (f *Fabric) apply(ft Fault, p *proc) {
+	down := &p.planeDown[ft.Plane]
+	wasDown := *down
 	switch ft.Kind {
 	case PlaneDown:
-		pl.down = true
+		*down = true
 	case Repair:
 		if ft.Link == nil {
-			pl.down = false
+			*down = false
 		}
 	}
-	if pl.down != wasDown {
-		defer f.notifyPlane(ft.Plane, !pl.down)
+	if *down != wasDown {
+		defer f.notifyPlane(p, ft.Plane, !*down)
 	}
 	for _, l := range f.links {
-		if l.plane != ft.Plane || !l.matches(ft.Link) {
+		if l.p != p || l.plane != ft.Plane || !l.matches(ft.Link) {
 			continue
 		}
 		switch ft.Kind {
@@ -636,16 +680,22 @@ func (f *Fabric) apply(ft Fault) {
 	}
 }
 
-// OnPlaneChange calls fn when a plane goes down or comes back (PlaneDown,
-// Repair): what every host's NIC sees as its port's link state. A
-// blackholed plane does not look down, so fn is not called for it.
-func (f *Fabric) OnPlaneChange(fn func(plane int, up bool)) {
+// OnPlaneChange calls fn for every host, in host order, when a plane goes
+// down or comes back (PlaneDown, Repair): what the host's NIC sees as its
+// port's link state. Over processes it is called on the host's process.
+// A blackholed plane does not look down, so fn is not called for it.
+func (f *Fabric) OnPlaneChange(fn func(host, plane int, up bool)) {
 	f.planeWatch = append(f.planeWatch, fn)
 }
 
-func (f *Fabric) notifyPlane(plane int, up bool) {
+// notifyPlane tells the hosts of process p.
+func (f *Fabric) notifyPlane(p *proc, plane int, up bool) {
 	for _, fn := range f.planeWatch {
-		fn(plane, up)
+		for _, h := range f.hosts {
+			if h.p == p {
+				fn(h.id, plane, up)
+			}
+		}
 	}
 }
 
@@ -663,14 +713,25 @@ type funcEvent func()
 
 func (e funcEvent) Fire() { e() }
 
-// ScheduleFault adds a fault at time at (now if in the past).
+// ScheduleFault adds a fault at time at (now if in the past). Over
+// processes, call it between windows, at least an uplink's delay ahead:
+// what is on an uplink's wire already decided whether it arrives.
 func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
-	if f.group != nil {
-		return errors.New("netem: no faults on a fabric over processes")
-	}
 	if err := ft.validate(&f.cfg); err != nil {
 		return fmt.Errorf("netem: %w", err)
 	}
-	f.procs[0].sched.At(clock.Time(at), &faultEvent{f, ft})
+	if g := f.group; g != nil {
+		var wire time.Duration // the longest an uplink's datagrams are on its wire
+		for _, l := range f.links {
+			if l.kind == Uplink {
+				wire = max(wire, l.cfg.Delay)
+			}
+		}
+		if clock.Time(at) < g.Now().Add(wire) {
+			return fmt.Errorf("netem: a fault at %v over processes: want one at least the uplinks' delay %v after now (%v)", at, wire, g.Now())
+		}
+	}
+	ft.At = at
+	f.scheduleFaults([]Fault{ft})
 	return nil
 }

@@ -2,6 +2,7 @@ package netem
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -32,8 +33,8 @@ func TestGroupedDeliveryTime(t *testing.T) {
 }
 
 // What a fabric over processes cannot share between them is refused: a
-// leaf-spine, faults, PFC, a trace, taps, an uplink faster than the
-// processes' lookahead, a count of processes that is not the hosts'.
+// leaf-spine, PFC, a trace, taps (but host taps), an uplink faster than
+// the processes' lookahead, a count of processes that is not the hosts'.
 func TestGroupedRefuses(t *testing.T) {
 	good := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, time.Microsecond))
 	for _, c := range []struct {
@@ -42,7 +43,6 @@ func TestGroupedRefuses(t *testing.T) {
 		procs      int
 	}{
 		{"leaf-spine", "one switch per plane", func(c *Config) { *c = leafSpine(1, 2, 1, 1, 1) }, 2},
-		{"fault", "no faults", func(c *Config) { c.Faults = []Fault{{Kind: PlaneDown}} }, 2},
 		{"trace", "no trace", func(c *Config) { c.Trace = true }, 2},
 		{"PFC", "no PFC", func(c *Config) { c.Uplink.Queue.PFC = &PFC{XOff: 2, XOn: 1} }, 2},
 		{"fast uplink", "shorter than the processes' lookahead", func(c *Config) { c.Uplink.Delay = 999 }, 2},
@@ -60,15 +60,80 @@ func TestGroupedRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.ScheduleFault(0, Fault{Kind: PlaneDown}) == nil {
-		t.Error("a fault scheduled over processes")
-	}
 	defer func() {
 		if recover() == nil {
 			t.Error("a tap added over processes")
 		}
 	}()
 	f.AddTap(func(*TapEvent) {})
+}
+
+// Faults over processes: each process changes its own links at the
+// fault's time, and its hosts hear of a plane going down and coming back
+// on their own process; host taps see their host's links. A datagram sent
+// on the plane before the fault arrives; one on its uplink's wire when the
+// fault comes is lost there (the uplink decided so when it left, its far
+// end being another process's); one sent while the plane is down is
+// dropped at its sender's uplink; one sent after the repair arrives. All
+// of it as on one clock, and the same on any number of cores.
+func TestGroupedFaults(t *testing.T) {
+	run := func(workers int) string {
+		cfg := Config{Seed: 1, Hosts: 3, Planes: 2, Uplink: simpleLink(10*gbps, time.Microsecond), Downlink: simpleLink(10*gbps, time.Microsecond)}
+		cfg.Faults = []Fault{{At: 5 * time.Microsecond, Kind: PlaneDown, Plane: 1}}
+		var f *Fabric
+		var err error
+		var lp func(h int) Scheduler
+		if workers == 0 { // one clock
+			sim := clock.NewSim()
+			f, err = New(cfg, sim)
+			lp = func(int) Scheduler { return sim }
+		} else {
+			g := clock.NewGroup(3, time.Microsecond, workers)
+			f, err = NewGrouped(cfg, g)
+			lp = func(h int) Scheduler { return g.LP(h) }
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.ScheduleFault(20*time.Microsecond, Fault{Kind: Repair, Plane: 1}); err != nil {
+			t.Fatal(err)
+		}
+		logs := make([][]string, 3) // by host: only its process writes it
+		f.OnPlaneChange(func(h, plane int, up bool) {
+			logs[h] = append(logs[h], fmt.Sprintf("plane %d up %v at %v", plane, up, lp(h).Now()))
+		})
+		f.AddHostTap(func(h int, e *TapEvent) {
+			if e.Verdict == Delivered || e.Verdict == Dropped {
+				logs[h] = append(logs[h], fmt.Sprintf("%v #%d on %v at %v", e.Verdict, e.Datagram.Data[3], e.Link.Kind(), e.At))
+			}
+		})
+		for h := range 3 {
+			f.Host(h).Attach(receiverFunc(func(*link.Datagram, clock.Time) {}))
+		}
+		for i, at := range []time.Duration{0, 4500 * time.Nanosecond, 10 * time.Microsecond, 30 * time.Microsecond} {
+			lp(0).At(clock.Time(at), funcEvent(func() {
+				f.Host(0).Send([]link.Datagram{datagram(f, 0, 2, 1, 50000, 1000, uint32(i), link.ECT0)})
+			}))
+		}
+		if workers == 0 {
+			lp(0).(*clock.Sim).RunUntil(clock.Time(time.Millisecond))
+		} else {
+			f.group.RunWhile(clock.Time(time.Millisecond), func() bool { return true })
+		}
+		var all []string
+		for h, l := range logs {
+			all = append(all, fmt.Sprintf("host %d: %s", h, strings.Join(l, "; ")))
+		}
+		return strings.Join(all, "\n")
+	}
+	want := "host 0: plane 1 up false at 5µs; dropped #1 on up at 6.353µs; dropped #2 on up at 10µs; plane 1 up true at 20µs\n" +
+		"host 1: plane 1 up false at 5µs; plane 1 up true at 20µs\n" +
+		"host 2: delivered #0 on down at 3.704µs; plane 1 up false at 5µs; plane 1 up true at 20µs; delivered #3 on down at 33.706µs"
+	for _, workers := range []int{0, 1, 3} {
+		if got := run(workers); got != want {
+			t.Fatalf("%d workers (0: one clock):\n%s\nwant\n%s", workers, got, want)
+		}
+	}
 }
 
 // One host sending to another over processes, in steady state, allocates

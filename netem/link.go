@@ -62,26 +62,32 @@ const (
 // Link is one direction of a link: an output queue, a serializer at the
 // link's rate, and the propagation delay to the far node.
 type Link struct {
-	fab               *Fabric
-	p                 *proc // the process that owns it
-	id                int
-	kind              LinkKind
-	plane, from, to   int // from, to: host, leaf or spine index, by kind
-	cfg               LinkConfig
-	rate              int64 // bits/s now (a slowdown lowers it)
-	factor            float64
-	overhead          int
-	rng               *rand.Rand
-	loss              LossModel
-	state             linkState
-	queue             ring
-	queueBytes        int
-	tx                *packet    // being serialized, with its completion event pending
-	wireFree          clock.Time // when the datagram on the wire finishes serialization
-	eventPending      bool       // the link's completion event is scheduled
-	pfc               bool       // the node this link feeds may pause it
-	txRemainder       int64      // bit-nanoseconds carried between datagrams, so rates do not drift
-	lastArrival       clock.Time
+	fab             *Fabric
+	p               *proc // the process that owns it
+	id              int
+	kind            LinkKind
+	plane, from, to int // from, to: host, leaf or spine index, by kind
+	owner           int // the host whose uplink or downlink it is; -1 for a link between switches
+	cfg             LinkConfig
+	rate            int64 // bits/s now (a slowdown lowers it)
+	factor          float64
+	overhead        int
+	rng             *rand.Rand
+	loss            LossModel
+	state           linkState
+	queue           ring
+	queueBytes      int
+	tx              *packet    // being serialized, with its completion event pending
+	wireFree        clock.Time // when the datagram on the wire finishes serialization
+	eventPending    bool       // the link's completion event is scheduled
+	pfc             bool       // the node this link feeds may pause it
+	txRemainder     int64      // bit-nanoseconds carried between datagrams, so rates do not drift
+	lastArrival     clock.Time
+	// changes are the state changes scheduled for the link and not yet
+	// made, in time order: over processes, an uplink decides when a
+	// datagram leaves whether the link will have failed when it arrives at
+	// the far end, which another process runs (crossed).
+	changes           []stateChange
 	redAvg, redWeight float64
 	paused            bool // PFC: the far node paused this link
 	pauseStart        clock.Time
@@ -134,7 +140,43 @@ func (l *Link) matches(m *LinkMatch) bool {
 	}
 }
 
+// linkState is the state a fault of kind k leaves its links in; ok is
+// false for a kind that changes no state (a slowdown).
+func (k FaultKind) linkState() (s linkState, ok bool) {
+	switch k {
+	case PlaneDown:
+		return linkDown, true
+	case PlaneBlackhole:
+		return linkBlackhole, true
+	case Repair:
+		return linkUp, true
+	}
+	return 0, false
+}
+
+// stateChange is a scheduled change of a link's state.
+type stateChange struct {
+	at    clock.Time
+	state linkState
+}
+
+// stateAt is the link's state at time at, its scheduled changes made.
+func (l *Link) stateAt(at clock.Time) linkState {
+	s := l.state
+	for _, c := range l.changes {
+		if c.at > at {
+			break
+		}
+		s = c.state
+	}
+	return s
+}
+
 func (l *Link) setState(s linkState) {
+	now := l.p.sched.Now()
+	for len(l.changes) > 0 && l.changes[0].at <= now {
+		l.changes = l.changes[1:] // made (apply is what makes them)
+	}
 	l.state = s
 	if s == linkUp {
 		return
@@ -300,10 +342,14 @@ func (l *Link) depart(pkt *packet, end clock.Time) {
 	l.stats.Packets++
 	l.stats.Bytes += uint64(pkt.d.Size())
 	l.fab.record(l, pkt, Sent, 0, end)
-	if next := pkt.next(); next == l.p {
-		l.p.sched.At(l.arrival(end), pkt)
+	at := l.arrival(end)
+	if next := pkt.next(); next == l.p || l.stateAt(at) != linkUp {
+		// Its own process, or lost on the wire (the link will have
+		// failed when it arrives): the arrival drops it here.
+		l.p.sched.At(at, pkt)
 	} else {
-		l.fab.group.Send(l.p.idx, next.idx, l.arrival(end), pkt)
+		pkt.crossed = true
+		l.fab.group.Send(l.p.idx, next.idx, at, pkt)
 	}
 }
 

@@ -681,9 +681,9 @@ func TestOnPlaneChange(t *testing.T) {
 		{At: 30, Kind: Repair, Plane: 1}, {At: 40, Kind: Repair, Plane: 0}}
 	f, sim := newTestFabric(t, cfg)
 	var seen []string
-	f.OnPlaneChange(func(p int, up bool) { seen = append(seen, fmt.Sprintf("%d:%v@%d", p, up, sim.Now())) })
+	f.OnPlaneChange(func(h, p int, up bool) { seen = append(seen, fmt.Sprintf("host %d %d:%v@%d", h, p, up, sim.Now())) })
 	sim.RunUntil(100)
-	if got := strings.Join(seen, " "); got != "1:false@10 1:true@30" {
+	if got := strings.Join(seen, " "); got != "host 0 1:false@10 host 1 1:false@10 host 0 1:true@30 host 1 1:true@30" {
 		t.Fatalf("plane changes seen: %s", got)
 	}
 }

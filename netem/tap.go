@@ -58,6 +58,15 @@ func (f *Fabric) AddTap(tap func(*TapEvent)) {
 	f.taps = append(f.taps, tap)
 }
 
+// AddHostTap calls tap for every link event from now on with the host
+// whose uplink or downlink the link is (-1 for a link between switches).
+// Over processes it is called on that host's process, on any core, beside
+// the others': tap must touch only what is that host's (a count or a
+// sample of its own, say), and be added before the run.
+func (f *Fabric) AddHostTap(tap func(host int, e *TapEvent)) {
+	f.hostTaps = append(f.hostTaps, tap)
+}
+
 // DatagramWriter is where a capture writes; internal/pcapio's Writer is one.
 type DatagramWriter interface {
 	WriteDatagram(ts time.Time, src, dst netip.AddrPort, dscp uint8, ecn link.ECN, payload []byte) error

@@ -29,7 +29,8 @@ type FabricOptions struct {
 	Paths         int     // per connection
 	Baseline, PFC bool
 	// Faults are played at their times from the flows' start (after the
-	// connections are set up).
+	// connections are set up); one sooner than Delay keeps the run on one
+	// clock.
 	Faults []netem.Fault
 	Seed   uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
@@ -37,18 +38,19 @@ type FabricOptions struct {
 	RealPayloads bool
 	// Workers is the cores one run takes (0: one per core) when it runs
 	// over processes, a host each (newGroupedWorld): when no flow waits
-	// for another and the fabric has one switch per plane, a delay, no
-	// PFC, no faults and no delivery sampling. Its results are the same
-	// for any Workers.
+	// for one that ends at another host and the fabric has one switch per
+	// plane, a delay and no PFC. Its results are the same for any Workers.
 	Workers int
 }
 
 // grouped reports whether a run of flows on o may go over processes, as
-// far as the flows and the run go; the fabric has its say too
+// far as the flows and the faults go; the fabric has its say too
 // (netem.NewGrouped: one switch per plane, a delay, no PFC).
-func (o FabricOptions) grouped(flows []Flow, bucket time.Duration) bool {
-	if len(o.Faults) > 0 || bucket > 0 { // faults are scheduled, deliveries sampled, on one clock
-		return false
+func grouped(o FabricOptions, flows []Flow) bool {
+	for _, ft := range o.Faults {
+		if ft.At < o.Delay {
+			return false // over processes a fault comes at least a link delay ahead (netem.Fabric.ScheduleFault)
+		}
 	}
 	for _, f := range flows {
 		for _, d := range f.After {
@@ -150,7 +152,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	}
 	var w *world
 	err := netem.ErrNotGrouped
-	if o.grouped(flows, bucket) {
+	if grouped(o, flows) {
 		w, err = newGroupedWorld(fc, o.Seed, o.RealPayloads, cfgFor, o.Workers)
 	}
 	if errors.Is(err, netem.ErrNotGrouped) {
@@ -285,17 +287,21 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 			return res, err
 		}
 	}
+	// Each host's downlinks are sampled into its own buckets (over
+	// processes, by its own process), summed after the run: whole bytes,
+	// so in any order the same sums.
+	delivered := make([][]float64, o.Hosts)
 	if bucket > 0 {
-		w.fab.AddTap(func(e *netem.TapEvent) {
+		w.fab.AddHostTap(func(h int, e *netem.TapEvent) {
 			d := e.Datagram
 			if e.Verdict != netem.Sent || e.Link.Kind() != netem.Downlink || len(d.Data) < 2 || !proto.Type(d.Data[1]).IsData() {
 				return
 			}
 			i := int(e.At.Sub(start) / bucket)
-			for len(res.Delivered) <= i {
-				res.Delivered = append(res.Delivered, 0)
+			for len(delivered[h]) <= i {
+				delivered[h] = append(delivered[h], 0)
 			}
-			res.Delivered[i] += float64(d.Size())
+			delivered[h][i] += float64(d.Size())
 		})
 	}
 	// pending counts the flows not yet done, by source host: over
@@ -372,6 +378,14 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		res.Failed += evs[p].failed
 	}
 	res.Makespan = last.Sub(start)
+	for _, d := range delivered {
+		for len(res.Delivered) < len(d) {
+			res.Delivered = append(res.Delivered, 0)
+		}
+		for i, b := range d {
+			res.Delivered[i] += b
+		}
+	}
 	for _, c := range conns {
 		st := c.SenderStats()
 		res.Packets += st.Packets

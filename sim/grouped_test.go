@@ -1,25 +1,43 @@
 package sim
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/netem"
+)
 
 // A run of flows goes over processes, a host each, when no flow waits for
 // one that ends elsewhere than at its own source, and gives the same
 // result to the last counter and nanosecond on any number of cores, under
-// loss: an all-to-all, and a ring all-reduce whose steps wait for the data
-// they receive.
+// loss: an all-to-all, a ring all-reduce whose steps wait for the data
+// they receive, and an all-to-all through a plane that is blackholed and
+// repaired, and one that goes down (the hosts told) and comes back, its
+// deliveries sampled.
 func TestGroupedRunSameForAnyWorkers(t *testing.T) {
 	o := DefaultFabric(4)
 	o.Hosts, o.Loss = 8, 0.01
 	a2a, ring := AllToAll(o.Hosts, 256<<10), RingAllReduce(o.Hosts, 2<<20, 2)
 	elsewhere := []Flow{{Src: 0, Dst: 1, Bytes: 1}, {Src: 2, Dst: 3, Bytes: 1, After: []int{0}}}
-	if !o.grouped(a2a, 0) || !o.grouped(ring, 0) || o.grouped(elsewhere, 0) || o.grouped(a2a, 10) {
-		t.Fatal("which runs go over processes: an all-to-all and a ring all-reduce do; a flow waiting for another host's, and a sampled run, do not")
+	blackhole, down, soon := o, o, o
+	soon.Faults = []netem.Fault{{At: o.Delay / 2, Kind: netem.PlaneDown}}
+	if !grouped(o, a2a) || !grouped(o, ring) || grouped(o, elsewhere) || grouped(soon, a2a) {
+		t.Fatal("which runs go over processes: an all-to-all and a ring all-reduce do; a flow waiting for another host's, and a fault sooner than a link delay, do not")
 	}
-	for _, flows := range [][]Flow{a2a, ring} {
+	blackhole.Faults = []netem.Fault{{At: 20 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 1},
+		{At: 150 * time.Microsecond, Kind: netem.Repair, Plane: 1}}
+	down.Faults = []netem.Fault{{At: 20 * time.Microsecond, Kind: netem.PlaneDown, Plane: 2},
+		{At: 150 * time.Microsecond, Kind: netem.Repair, Plane: 2}}
+	for _, c := range []struct {
+		o      FabricOptions
+		flows  []Flow
+		bucket time.Duration
+	}{{o, a2a, 0}, {o, ring, 0}, {blackhole, AllToAll(o.Hosts, 1<<20), 5 * time.Microsecond}, {down, AllToAll(o.Hosts, 1<<20), 5 * time.Microsecond}} {
 		var want string
 		for _, workers := range []int{1, 2, 3} {
+			o := c.o
 			o.Workers = workers
-			got := lossyRun(t, o, flows, 0)
+			got := lossyRun(t, o, c.flows, c.bucket)
 			if want == "" {
 				want = got
 			} else if got != want {

@@ -268,7 +268,7 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.Float64Flag{Name: "rate-gbps", Value: float64(d.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
 		&cli.IntFlag{Name: "hosts-per-leaf", Value: d.HostsPerLeaf, Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
 		&cli.IntFlag{Name: "spines", Value: max(d.Spines, 4), Usage: "spines per plane, with --hosts-per-leaf"},
-		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none, one switch per plane, no faults or PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
+		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none or for data arriving at their own host, one switch per plane, no PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
 	}
 	if paths {
 		flags = append(flags, &cli.IntFlag{Name: "paths", Value: d.Paths, Usage: "paths per connection"})
