@@ -3,12 +3,14 @@ package sim
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // runEach runs run(0) to run(n-1), jobs of them at once (jobs 0 or 1: one
 // after the other on the caller's goroutine; below 0: one per core), and
 // returns their results in order of i; the error is that of the first run
-// (by i) that failed. A scenario's runs share nothing (each builds its own
+// (by i) that failed, and once one has, no other starts (the scenario
+// fails: minutes of runs would be for nothing). A scenario's runs share nothing (each builds its own
 // fabric, engines and clock), so their results are the same for any jobs;
 // only their wall times, and the heap a run can measure, are not its own
 // when others run beside it.
@@ -27,15 +29,18 @@ func runEach[T any](jobs, n int, run func(i int) (T, error)) ([]T, error) {
 		return out, nil
 	}
 	var wg sync.WaitGroup
+	var failed atomic.Bool
 	next := make(chan int)
 	for range min(jobs, n) {
 		wg.Go(func() {
 			for i := range next {
-				out[i], errs[i] = run(i)
+				if out[i], errs[i] = run(i); errs[i] != nil {
+					failed.Store(true)
+				}
 			}
 		})
 	}
-	for i := range n {
+	for i := 0; i < n && !failed.Load(); i++ {
 		next <- i
 	}
 	close(next)
