@@ -221,7 +221,7 @@ func (l *Link) enqueue(pkt *packet) {
 		return
 	}
 	im := &l.cfg.Impair
-	if l.loss != nil && l.loss.Lose(l.rng) {
+	if l.loss != nil && l.loss.Lose(l.rng, l.p.sched.Now()) {
 		l.drop(pkt, DropLoss)
 		return
 	}

@@ -2,15 +2,19 @@ package netem
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"time"
+
+	"github.com/mroce/mroce/clock"
 )
 
 // LossModel decides, packet by packet, whether a link loses it. Models keep
 // state (burst models do); each link has its own copy and its own random
 // stream.
 type LossModel interface {
-	// Lose reports whether the next packet is lost.
-	Lose(rng *rand.Rand) bool
+	// Lose reports whether the next packet, arriving at now, is lost.
+	Lose(rng *rand.Rand, now clock.Time) bool
 	// Rate is the long-run fraction of packets lost.
 	Rate() float64
 	validate() error
@@ -20,23 +24,25 @@ type LossModel interface {
 // RandomLoss loses each packet independently with probability P (Bernoulli).
 type RandomLoss struct{ P float64 }
 
-func (m *RandomLoss) Lose(rng *rand.Rand) bool { return m.P > 0 && rng.Float64() < m.P }
-func (m *RandomLoss) Rate() float64            { return m.P }
-func (m *RandomLoss) clone() LossModel         { c := *m; return &c }
-func (m *RandomLoss) validate() error          { return checkProb("random loss P", m.P) }
+func (m *RandomLoss) Lose(rng *rand.Rand, _ clock.Time) bool { return m.P > 0 && rng.Float64() < m.P }
+func (m *RandomLoss) Rate() float64                          { return m.P }
+func (m *RandomLoss) clone() LossModel                       { c := *m; return &c }
+func (m *RandomLoss) validate() error                        { return checkProb("random loss P", m.P) }
 
 // GilbertElliott is the two-state burst loss model: a Good and a Bad state,
 // Good->Bad with probability P and Bad->Good with probability R per packet;
 // a packet is lost with probability LossGood in Good and LossBad in Bad (Linux
 // netem's "gemodel p r 1-h 1-k" has LossBad = 1-h, LossGood = 1-k). With
 // LossBad = 1 and LossGood = 0 (the simple Gilbert model) the mean burst of
-// consecutive losses is 1/R packets and the loss rate P/(P+R).
+// consecutive losses is 1/R packets and the loss rate P/(P+R). Its state
+// moves only with packets: a link that carries none stays in its burst
+// (TimedBursts is the model whose bursts last a time).
 type GilbertElliott struct {
 	P, R, LossGood, LossBad float64
 	bad                     bool
 }
 
-func (m *GilbertElliott) Lose(rng *rand.Rand) bool {
+func (m *GilbertElliott) Lose(rng *rand.Rand, _ clock.Time) bool {
 	// The state moves first, then the packet meets the new state.
 	if m.bad {
 		if rng.Float64() < m.R {
@@ -65,6 +71,85 @@ func (m *GilbertElliott) validate() error {
 	return checkProbs("Gilbert-Elliott", prob{"P", m.P}, prob{"R", m.R}, prob{"LossGood", m.LossGood}, prob{"LossBad", m.LossBad})
 }
 
+// TimedBursts is the two-state burst model in time: the link is Good, then
+// Bad, then Good again, each state lasting an exponentially distributed
+// time (means GoodTime and BadTime), and a packet is lost with probability
+// LossGood in Good and LossBad in Bad. Its bursts end on time whether
+// packets come or not, as a fading link's or a flapping port's do; with
+// LossBad = 1 and LossGood = 0 it loses the fraction BadTime / (GoodTime +
+// BadTime) of what a steady stream sends.
+type TimedBursts struct {
+	GoodTime, BadTime time.Duration
+	LossGood, LossBad float64
+	bad               bool
+	until             clock.Time // when the current state ends
+	started           bool
+}
+
+func (m *TimedBursts) Lose(rng *rand.Rand, now clock.Time) bool {
+	if !m.started {
+		// The link was in its stationary state all along: Bad with the
+		// probability of being found there (and an exponential state's
+		// time left is exponential with the same mean).
+		m.started = true
+		m.bad = rng.Float64() < m.badShare()
+		m.until = now + m.draw(rng)
+	}
+	if now >= m.until {
+		// The state flipped at until. From there to now the link moves as
+		// a two-state Markov chain, whose state after a time d has a
+		// closed form (however many flips d holds: a quiet link costs
+		// nothing), and what is left of that state is again exponential.
+		m.bad = !m.bad
+		stay := 0.0
+		if m.bad {
+			stay = 1
+		}
+		b := m.badShare()
+		rate := 1/float64(m.GoodTime) + 1/float64(m.BadTime)
+		pBad := b + (stay-b)*math.Exp(-rate*float64(now-m.until))
+		m.bad = rng.Float64() < pBad
+		m.until = now + m.draw(rng)
+	}
+	if m.bad {
+		return rng.Float64() < m.LossBad
+	}
+	return m.LossGood > 0 && rng.Float64() < m.LossGood
+}
+
+// draw is the length of the current state.
+func (m *TimedBursts) draw(rng *rand.Rand) clock.Time {
+	mean := m.GoodTime
+	if m.bad {
+		mean = m.BadTime
+	}
+	return clock.Time(max(1, rng.ExpFloat64()*float64(mean)))
+}
+
+func (m *TimedBursts) badShare() float64 {
+	return float64(m.BadTime) / float64(m.GoodTime+m.BadTime)
+}
+
+// Rate is the loss of a steady stream of packets: the time in each state
+// weighs its loss.
+func (m *TimedBursts) Rate() float64 {
+	b := m.badShare()
+	return b*m.LossBad + (1-b)*m.LossGood
+}
+
+func (m *TimedBursts) clone() LossModel {
+	c := *m
+	c.bad, c.until, c.started = false, 0, false
+	return &c
+}
+
+func (m *TimedBursts) validate() error {
+	if m.GoodTime <= 0 || m.BadTime <= 0 {
+		return fmt.Errorf("netem: timed bursts: GoodTime %v and BadTime %v must be positive", m.GoodTime, m.BadTime)
+	}
+	return checkProbs("timed bursts", prob{"LossGood", m.LossGood}, prob{"LossBad", m.LossBad})
+}
+
 // FourState is the 4-state Markov loss model of Linux netem ("loss state p13
 // p31 p32 p23 p14"): state 1 delivers (gap period), 2 delivers inside a burst
 // period, 3 loses inside a burst period, 4 is an isolated loss. From 1: to 4
@@ -76,7 +161,7 @@ type FourState struct {
 	state                   uint8
 }
 
-func (m *FourState) Lose(rng *rand.Rand) bool {
+func (m *FourState) Lose(rng *rand.Rand, _ clock.Time) bool {
 	if m.state == 0 {
 		m.state = 1
 	}

@@ -138,7 +138,7 @@ func TestLossModelRates(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(i), 9))
 		lost := 0
 		for j := 0; j < n; j++ {
-			if m.Lose(rng) {
+			if m.Lose(rng, 0) {
 				lost++
 			}
 		}
@@ -151,6 +151,52 @@ func TestLossModelRates(t *testing.T) {
 	}
 }
 
+// Timed bursts: a steady stream loses BadTime / (GoodTime + BadTime) of
+// its packets, in bursts that last BadTime on average; and a burst ends on
+// time on a link that carries nothing (a packet after a long quiet spell
+// is lost with the stationary probability, where a Gilbert-Elliott link
+// left in its bad state would still lose it).
+func TestTimedBursts(t *testing.T) {
+	m := &TimedBursts{GoodTime: 9 * time.Microsecond, BadTime: time.Microsecond, LossBad: 1}
+	rng := rand.New(rand.NewPCG(5, 6))
+	const gap = 100 * time.Nanosecond
+	lost, bursts, inBurst := 0, 0, false
+	const n = 2_000_000
+	for i := range n {
+		l := m.Lose(rng, clock.Time(i)*clock.Time(gap))
+		if l {
+			lost++
+		}
+		if l && !inBurst {
+			bursts++
+		}
+		inBurst = l
+	}
+	rate, burst := float64(lost)/n, time.Duration(float64(lost)/float64(bursts)*float64(gap))
+	if math.Abs(rate-m.Rate()) > 0.05*m.Rate() || burst < 900*time.Nanosecond || burst > 1100*time.Nanosecond {
+		t.Errorf("loss %.4f (formula %.4f), mean burst %v (BadTime %v)", rate, m.Rate(), burst, m.BadTime)
+	}
+	quietLost := 0
+	const trials = 4000
+	for i := range trials {
+		q := m.clone().(*TimedBursts)
+		r := rand.New(rand.NewPCG(7, uint64(i)))
+		at := clock.Time(0)
+		for !q.Lose(r, at) { // into a burst
+			at += clock.Time(gap)
+		}
+		if q.Lose(r, at+clock.Time(time.Second)) {
+			quietLost++
+		}
+	}
+	if got := float64(quietLost) / trials; math.Abs(got-0.1) > 0.02 {
+		t.Errorf("after a quiet second in a burst, %.3f of packets lost: want the stationary 0.1", got)
+	}
+	if (&TimedBursts{GoodTime: time.Microsecond}).validate() == nil {
+		t.Error("a zero BadTime accepted")
+	}
+}
+
 // In the simple Gilbert model (LossBad 1, LossGood 0) loss bursts are
 // geometric with mean 1/R.
 func TestGilbertElliottBurstLength(t *testing.T) {
@@ -159,7 +205,7 @@ func TestGilbertElliottBurstLength(t *testing.T) {
 		rng := rand.New(rand.NewPCG(42, uint64(r*100)))
 		bursts, lostTotal, run := 0, 0, 0
 		for i := 0; i < 2_000_000; i++ {
-			if m.Lose(rng) {
+			if m.Lose(rng, 0) {
 				run++
 				lostTotal++
 				continue

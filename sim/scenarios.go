@@ -25,8 +25,9 @@ type LossOptions struct {
 	// BaselineAckTimeout is the baseline's local ACK timeout, fixed (0: the
 	// adaptive retransmission timeout, doubled per timeout in a row).
 	BaselineAckTimeout time.Duration
-	Burst              bool    // loss in bursts (Gilbert-Elliott) of the same mean
-	BurstLen           float64 // mean burst, packets
+	Burst              bool          // loss in bursts of the same mean
+	BurstLen           float64       // mean burst, packets (Gilbert-Elliott)
+	BurstTime          time.Duration // or, when set, mean burst in time (netem.TimedBursts)
 	Seed               uint64
 	RealPayloads       bool // as TransferConfig's
 	Jobs               int  // runs at once (runEach)
@@ -67,6 +68,9 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 	kind := "random"
 	if o.Burst {
 		kind = fmt.Sprintf("burst (mean %g packets)", o.BurstLen)
+		if o.BurstTime > 0 {
+			kind = fmt.Sprintf("burst (mean %v, timed)", o.BurstTime)
+		}
 	}
 	timeout := o.BaselineAckTimeout.String()
 	if o.BaselineAckTimeout == 0 {
@@ -84,7 +88,7 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 	var runs []TransferConfig
 	for _, p := range o.Losses {
 		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Delay: o.Delay,
-			Loss: p, ECNThreshold: o.ECNThreshold, Buffer: o.Buffer, MTU: o.MTU, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen,
+			Loss: p, ECNThreshold: o.ECNThreshold, Buffer: o.Buffer, MTU: o.MTU, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen, BurstTime: o.BurstTime,
 			RealPayloads: o.RealPayloads}
 		bl := base
 		bl.Bytes = max(o.Bytes/o.Planes, 1<<20) // one plane: its share of the bytes in the same time

@@ -37,10 +37,13 @@ type TransferConfig struct {
 	// PFC makes the fabric lossless for congestion (the switch pauses the
 	// uplinks that feed it); random loss still drops.
 	PFC bool
-	// Burst makes the loss come in bursts (Gilbert-Elliott, a mean burst
-	// of BurstLen packets) with the same mean rate Loss.
-	Burst    bool
-	BurstLen float64
+	// Burst makes the loss come in bursts with the same mean rate Loss:
+	// Gilbert-Elliott, a mean burst of BurstLen packets, or with BurstTime
+	// set, bursts that last that long on average whether packets come or
+	// not (netem.TimedBursts).
+	Burst     bool
+	BurstLen  float64
+	BurstTime time.Duration
 }
 
 // DefaultTransfer is a 64 MiB WRITE over 8 paths on 4 planes of 100 Gb/s.
@@ -86,6 +89,11 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	ps := sizeFor(cfg.MTU)
 	fc := netem.Config{Seed: cfg.Seed, Hosts: 2, Planes: cfg.Planes, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket()}
 	switch {
+	case cfg.Loss > 0 && cfg.Burst && cfg.BurstTime > 0:
+		// Bad for BurstTime, good for long enough that a steady stream
+		// loses Loss of its packets.
+		good := time.Duration(float64(cfg.BurstTime) * (1 - cfg.Loss) / cfg.Loss)
+		fc.Downlink.Impair.Loss = &netem.TimedBursts{GoodTime: good, BadTime: cfg.BurstTime, LossBad: 1}
 	case cfg.Loss > 0 && cfg.Burst:
 		// Mean loss P / (P + R) with every packet lost in the bad state; a
 		// bad state lasts 1 / R packets.

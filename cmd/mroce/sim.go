@@ -69,13 +69,14 @@ func simCommand() *cli.Command {
 					&cli.DurationFlag{Name: "ack-timeout", Value: dl.BaselineAckTimeout, Usage: "the baseline's local ACK timeout, fixed (RoCEv2: 4.096µs x 2^n); 0: an adaptive timeout from the RTT, doubled per timeout"},
 					&cli.BoolFlag{Name: "burst", Usage: "lose packets in bursts (Gilbert-Elliott) of the same mean rate"},
 					&cli.Float64Flag{Name: "burst-len", Value: dl.BurstLen, Usage: "mean burst, packets"},
+					&cli.DurationFlag{Name: "burst-time", Usage: "with --burst: bursts that last this long on average, whether packets come or not (not --burst-len packets)"},
 					jobsFlag,
 				}, append(simLinkFlags(dl.Links), simOutputFlags("loss")...)...),
 				Action: func(c *cli.Context) error {
 					o := sim.LossOptions{Losses: c.Float64Slice("losses"), Bytes: c.Int("size-mib") << 20, Planes: c.Int("planes"),
 						Paths: c.Int("paths"), LinkRate: int64(c.Float64("rate-gbps") * 1e9), BaselineWindow: c.Int("window"),
 						BaselineAckTimeout: c.Duration("ack-timeout"),
-						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), Seed: c.Uint64("seed"),
+						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), BurstTime: c.Duration("burst-time"), Seed: c.Uint64("seed"),
 						RealPayloads: c.Bool("real-payloads")}
 					if err := linkFlagsInto(c, &o.Links); err != nil {
 						return err
@@ -92,6 +93,8 @@ func simCommand() *cli.Command {
 						return usagef(c, "sim loss: --planes must be 1 to 8, --paths 1 to 256")
 					case o.LinkRate < 1e9 || o.LinkRate > 1600e9:
 						return usagef(c, "sim loss: --rate-gbps must be 1 to 1600")
+					case o.BurstTime < 0 || o.BurstTime > time.Second || o.BurstTime > 0 && !o.Burst:
+						return usagef(c, "sim loss: --burst-time must be 0 to 1s, and comes with --burst")
 					case o.BaselineWindow < 1 || o.BaselineWindow > 255 || o.BurstLen < 1:
 						return usagef(c, "sim loss: --window must be 1 to 255, --burst-len at least 1")
 					case o.BaselineAckTimeout != 0 && (o.BaselineAckTimeout < time.Microsecond || o.BaselineAckTimeout > time.Second):

@@ -19,6 +19,7 @@ func TestSimScenarios(t *testing.T) {
 	}{
 		{[]string{"sim", "loss", "--losses", "0,0.01", "--size-mib", "4"}, []string{"loss", "mroce/0%", "baseline/0%", "model 1/(1+pW)"}, 2},
 		{[]string{"sim", "loss", "--losses", "0,0.02", "--size-mib", "2", "--burst"}, []string{"loss", "mroce/0%"}, 2},
+		{[]string{"sim", "loss", "--losses", "0,0.05", "--size-mib", "2", "--burst", "--burst-time", "1.5us"}, []string{"loss", "mroce/0%"}, 2},
 		{[]string{"sim", "incast", "--senders", "4", "--rates-gbps", "100", "--size-kib", "256"}, []string{"N", "variant", "converged (base RTTs)", "slowest FCT/ideal"}, 4},
 		{[]string{"sim", "planes", "--planes", "1,2", "--hosts", "4", "--size-kib", "64"}, []string{"planes", "connections", "vs half the planes", "connections lost"}, 2},
 		{[]string{"sim", "planefail", "--planes", "2", "--hosts", "3", "--all-to-all", "--size-mib", "8", "--fail-at", "10us", "--repair-at", "600us"}, []string{"period", "target"}, 4},
@@ -153,6 +154,7 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "planes", "--paths", "0"}, "--paths must be 1 to 256"},
 		{[]string{"sim", "alltoall", "--mtu", "100"}, "--mtu must be 256 to 8192"},
 		{[]string{"sim", "loss", "--delay", "-1us"}, "--delay must be 0 to 1s"},
+		{[]string{"sim", "loss", "--burst-time", "2us"}, "--burst-time must be 0 to 1s, and comes with --burst"},
 		{[]string{"sim", "incast", "--buffer-kib", "0"}, "--buffer-kib 1 to 1048576"},
 		{[]string{"sim", "alltoall", "--jobs", "-1"}, "--jobs must not be negative"},
 		{[]string{"sim", "planes", "--workers", "-1"}, "--workers must not be negative"},
