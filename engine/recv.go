@@ -74,7 +74,9 @@ type recvStream struct {
 // msgRing holds a stream's messages in progress by MSN, from the stream's
 // next: MSN msn in slot msn & (len - 1). It starts empty and doubles when a
 // message arrives further ahead than it reaches, which the DSN window
-// bounds. A slice, not a map: every data packet looks its message up.
+// bounds: a peer can grow it to a pointer per DSN of the window (16 KiB a
+// stream at the default 2,048), no further, and it does not shrink. A
+// slice, not a map: every data packet looks its message up.
 type msgRing []*rxMessage
 
 // initialMsgRing is a stream's first ring of messages.

@@ -152,7 +152,7 @@ func (f *Fabric) leafOf(host int) int {
 
 func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	l := &Link{
-		fab: f, p: f.procs[0], id: len(f.links), kind: kind, plane: p, from: from, to: to, owner: -1, factor: 1,
+		fab: f, p: f.procs[0], id: len(f.links), kind: kind, plane: p, from: from, to: to, owner: -1, factor: 1, decided: -1,
 		rng: rand.New(rand.NewPCG(f.cfg.Seed, uint64(len(f.links))+1)),
 	}
 	switch kind {
@@ -205,6 +205,9 @@ func NewGrouped(cfg Config, g *clock.Group) (*Fabric, error) {
 		return nil, fmt.Errorf("netem: %d processes for %d hosts", g.Len(), cfg.Hosts)
 	case cfg.HostsPerLeaf > 0 || cfg.SinglePort || cfg.Trace:
 		return nil, fmt.Errorf("%w: it has one switch per plane, no single-port hosts and no trace", ErrNotGrouped)
+	}
+	if err := cfg.validate(); err != nil { // the faults too: New is given none
+		return nil, err
 	}
 	faults := cfg.Faults
 	cfg.Faults = nil // scheduled once the processes are the hosts'
@@ -714,24 +717,36 @@ type funcEvent func()
 func (e funcEvent) Fire() { e() }
 
 // ScheduleFault adds a fault at time at (now if in the past). Over
-// processes, call it between windows, at least an uplink's delay ahead:
-// what is on an uplink's wire already decided whether it arrives.
+// processes, call it between windows, and for a time after the datagrams
+// on the wires of the uplinks it changes arrive (at most a datagram's
+// serialization and a link delay ahead): each decided when it left that it
+// would arrive (FaultLeadTime).
 func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
+	ft.At = at
 	if err := ft.validate(&f.cfg); err != nil {
 		return fmt.Errorf("netem: %w", err)
 	}
-	if g := f.group; g != nil {
-		var wire time.Duration // the longest an uplink's datagrams are on its wire
-		for _, l := range f.links {
-			if l.kind == Uplink {
-				wire = max(wire, l.cfg.Delay)
-			}
-		}
-		if clock.Time(at) < g.Now().Add(wire) {
-			return fmt.Errorf("netem: a fault at %v over processes: want one at least the uplinks' delay %v after now (%v)", at, wire, g.Now())
+	if f.group != nil {
+		if first := f.FaultLeadTime(ft); at < first {
+			return fmt.Errorf("netem: a fault at %v over processes: the datagrams on the wires of its uplinks arrive until %v", at, first)
 		}
 	}
-	ft.At = at
 	f.scheduleFaults([]Fault{ft})
 	return nil
+}
+
+// FaultLeadTime is, over processes and between windows, the earliest time
+// ScheduleFault takes ft for: after every datagram on the wire of an uplink
+// it changes has arrived. On one clock it is 0.
+func (f *Fabric) FaultLeadTime(ft Fault) time.Duration {
+	if f.group == nil {
+		return 0
+	}
+	first := f.group.Now()
+	for _, l := range f.links {
+		if l.kind == Uplink && l.plane == ft.Plane && l.matches(ft.Link) {
+			first = max(first, l.decided+1)
+		}
+	}
+	return time.Duration(first)
 }

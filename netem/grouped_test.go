@@ -56,6 +56,11 @@ func TestGroupedRefuses(t *testing.T) {
 			t.Errorf("%s: error %v, want one mentioning %q (ErrNotGrouped: a configuration one clock can run)", c.name, err, c.want)
 		}
 	}
+	bad := good
+	bad.Faults = []Fault{{Kind: PlaneDown, Plane: 9}}
+	if _, err := NewGrouped(bad, clock.NewGroup(2, time.Microsecond, 1)); err == nil || errors.Is(err, ErrNotGrouped) {
+		t.Errorf("a fault on plane 9 of 1: %v (a bad configuration, not one for one clock)", err)
+	}
 	f, err := NewGrouped(good, clock.NewGroup(2, time.Microsecond, 1))
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +138,41 @@ func TestGroupedFaults(t *testing.T) {
 		if got := run(workers); got != want {
 			t.Fatalf("%d workers (0: one clock):\n%s\nwant\n%s", workers, got, want)
 		}
+	}
+}
+
+// Over processes, a fault is taken only for after the datagrams already on
+// the wire of an uplink it changes have arrived: each decided when it left
+// that it would arrive (its far end is another process's). A datagram on a
+// slow uplink's wire arrives 1 us after its serialization ends, 9.3 us
+// after it was sent.
+func TestGroupedFaultAfterTheWire(t *testing.T) {
+	cfg := twoHosts(simpleLink(gbps, time.Microsecond), simpleLink(gbps, time.Microsecond))
+	g := clock.NewGroup(2, time.Microsecond, 1)
+	f, err := NewGrouped(cfg, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Host(1).Attach(receiverFunc(func(*link.Datagram, clock.Time) {}))
+	f.Host(0).Send([]link.Datagram{datagram(f, 0, 1, 0, 50000, 1100, 0, link.ECT0)})
+	g.RunWhile(clock.Time(500*time.Nanosecond), func() bool { return true })
+	up := &LinkMatch{Kind: Uplink, Host: 0, Leaf: -1, Spine: -1}
+	first := f.FaultLeadTime(Fault{Kind: PlaneBlackhole, Link: up})
+	if want := time.Duration(1166*8+1000) + 1; first != want {
+		t.Fatalf("first time for a fault on the uplink: %v, want %v", first, want)
+	}
+	if err := f.ScheduleFault(first-1, Fault{Kind: PlaneBlackhole, Link: up}); err == nil || !strings.Contains(err.Error(), "arrive until") {
+		t.Fatalf("a fault before the datagram on the wire arrives: %v", err)
+	}
+	if idle := f.FaultLeadTime(Fault{Kind: PlaneBlackhole, Plane: 0, Link: &LinkMatch{Kind: Uplink, Host: 1, Leaf: -1, Spine: -1}}); idle != time.Duration(g.Now()) {
+		t.Fatalf("an idle uplink holds a fault back to %v (now %v)", idle, g.Now())
+	}
+	if err := f.ScheduleFault(first, Fault{Kind: PlaneBlackhole, Link: up}); err != nil {
+		t.Fatal(err)
+	}
+	g.RunWhile(clock.Time(time.Millisecond), func() bool { return true })
+	if f.Delivered() != 1 {
+		t.Fatalf("%d delivered: the datagram on the wire arrives before the fault", f.Delivered())
 	}
 }
 

@@ -86,8 +86,11 @@ type Link struct {
 	// changes are the state changes scheduled for the link and not yet
 	// made, in time order: over processes, an uplink decides when a
 	// datagram leaves whether the link will have failed when it arrives at
-	// the far end, which another process runs (crossed).
+	// the far end, which another process runs (crossed); decided is the
+	// latest arrival it decided so (-1: none), before which no change may
+	// come.
 	changes           []stateChange
+	decided           clock.Time
 	redAvg, redWeight float64
 	paused            bool // PFC: the far node paused this link
 	pauseStart        clock.Time
@@ -349,6 +352,7 @@ func (l *Link) depart(pkt *packet, end clock.Time) {
 		l.p.sched.At(at, pkt)
 	} else {
 		pkt.crossed = true
+		l.decided = max(l.decided, at)
 		l.fab.group.Send(l.p.idx, next.idx, at, pkt)
 	}
 }

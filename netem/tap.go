@@ -62,7 +62,7 @@ func (f *Fabric) AddTap(tap func(*TapEvent)) {
 // whose uplink or downlink the link is (-1 for a link between switches).
 // Over processes it is called on that host's process, on any core, beside
 // the others': tap must touch only what is that host's (a count or a
-// sample of its own, say), and be added before the run.
+// sample of its own, say), and be added between windows.
 func (f *Fabric) AddHostTap(tap func(host int, e *TapEvent)) {
 	f.hostTaps = append(f.hostTaps, tap)
 }

@@ -29,8 +29,9 @@ type FabricOptions struct {
 	Paths         int     // per connection
 	Baseline, PFC bool
 	// Faults are played at their times from the flows' start (after the
-	// connections are set up); one sooner than Delay keeps the run on one
-	// clock.
+	// connections are set up); one sooner than a packet's serialization
+	// and Delay, or one with flows that wait for others, keeps the run on
+	// one clock.
 	Faults []netem.Fault
 	Seed   uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
@@ -47,12 +48,19 @@ type FabricOptions struct {
 // far as the flows and the faults go; the fabric has its say too
 // (netem.NewGrouped: one switch per plane, a delay, no PFC).
 func grouped(o FabricOptions, flows []Flow) bool {
+	// Over processes a fault comes after what is on an uplink's wire has
+	// arrived (netem.Fabric.ScheduleFault): at most a full packet's
+	// serialization and a link delay after the flows' start.
+	lead := o.Delay + time.Duration(float64(sizeFor(o.MTU).wire()*8)/float64(o.LinkRate)*1e9) + 1
 	for _, ft := range o.Faults {
-		if ft.At < o.Delay {
-			return false // over processes a fault comes at least a link delay ahead (netem.Fabric.ScheduleFault)
+		if ft.At < lead {
+			return false
 		}
 	}
 	for _, f := range flows {
+		if len(f.After) > 0 && len(o.Faults) > 0 {
+			return false // a flow a fault fails releases, over processes, only the flows of its own host
+		}
 		for _, d := range f.After {
 			if d < 0 || d >= len(flows) || flows[d].Dst != f.Src {
 				return false // it would learn of another host's completion at once
@@ -105,6 +113,9 @@ type FlowsResult struct {
 	// HeapBytes is the live Go heap at the end of the run, the world
 	// still in it (the simulator's memory: connections, regions, fabric).
 	HeapBytes uint64
+	// OverProcesses: the run went over processes, a host each
+	// (newGroupedWorld), not on one clock.
+	OverProcesses bool
 }
 
 // Goodput is the bytes of every flow over the makespan (bytes/s).
@@ -161,6 +172,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 	if err != nil {
 		return res, err
 	}
+	res.OverProcesses = w.group != nil
 	// The flows of each pair, in list order: the order they are posted in
 	// (post), so the order their WRITEs are placed at the receiver.
 	type pair struct{ a, b int }

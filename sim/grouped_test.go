@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -20,15 +21,16 @@ func TestGroupedRunSameForAnyWorkers(t *testing.T) {
 	a2a, ring := AllToAll(o.Hosts, 256<<10), RingAllReduce(o.Hosts, 2<<20, 2)
 	elsewhere := []Flow{{Src: 0, Dst: 1, Bytes: 1}, {Src: 2, Dst: 3, Bytes: 1, After: []int{0}}}
 	blackhole, down, soon := o, o, o
-	soon.Faults = []netem.Fault{{At: o.Delay / 2, Kind: netem.PlaneDown}}
-	if !grouped(o, a2a) || !grouped(o, ring) || grouped(o, elsewhere) || grouped(soon, a2a) {
-		t.Fatal("which runs go over processes: an all-to-all and a ring all-reduce do; a flow waiting for another host's, and a fault sooner than a link delay, do not")
+	soon.Faults = []netem.Fault{{At: o.Delay, Kind: netem.PlaneDown}}
+	blackhole.Faults = []netem.Fault{{At: 20 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 1}}
+	if !grouped(o, a2a) || !grouped(o, ring) || grouped(o, elsewhere) || grouped(soon, a2a) || !grouped(blackhole, a2a) || grouped(blackhole, ring) {
+		t.Fatal("which runs go over processes: an all-to-all and a ring all-reduce do, and an all-to-all with a fault; a flow waiting for another host's, a fault sooner than a packet on the wire, and faults with flows that wait for others do not")
 	}
 	blackhole.Faults = []netem.Fault{{At: 20 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 1},
 		{At: 150 * time.Microsecond, Kind: netem.Repair, Plane: 1}}
 	down.Faults = []netem.Fault{{At: 20 * time.Microsecond, Kind: netem.PlaneDown, Plane: 2},
 		{At: 150 * time.Microsecond, Kind: netem.Repair, Plane: 2}}
-	for _, c := range []struct {
+	for i, c := range []struct {
 		o      FabricOptions
 		flows  []Flow
 		bucket time.Duration
@@ -38,6 +40,9 @@ func TestGroupedRunSameForAnyWorkers(t *testing.T) {
 			o := c.o
 			o.Workers = workers
 			got := lossyRun(t, o, c.flows, c.bucket)
+			if !strings.Contains(got, "OverProcesses:true") {
+				t.Fatalf("case %d: on one clock, not over processes", i)
+			}
 			if want == "" {
 				want = got
 			} else if got != want {

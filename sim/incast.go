@@ -150,7 +150,7 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 	}
 	// Base RTT: two links each way, a full packet out and an ACK back.
 	ser := func(bytes int) time.Duration { return time.Duration(float64(bytes*8) / float64(cfg.LinkRate) * 1e9) }
-	res.BaseRTT = 4*cfg.Delay + 2*ser(ps.wire()) + 2*ser(44+52+66)
+	res.BaseRTT = 4*cfg.Delay + 2*ser(ps.wire()) + 2*ser(44+52+netem.DefaultOverhead) // a full packet out; an ACK (its headers and one record) back
 	res.Window = max(res.BaseRTT, time.Duration(10*float64(n)*float64(ps.wire())/capacity*1e9))
 
 	// Record what the receiver's downlink delivers, by sender, and drops.

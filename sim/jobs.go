@@ -9,8 +9,9 @@ import (
 // runEach runs run(0) to run(n-1), jobs of them at once (jobs 0 or 1: one
 // after the other on the caller's goroutine; below 0: one per core), and
 // returns their results in order of i; the error is that of the first run
-// (by i) that failed, and once one has, no other starts (the scenario
-// fails: minutes of runs would be for nothing). A scenario's runs share nothing (each builds its own
+// (by i) that failed, and once one has, no other is handed out (the
+// scenario fails: minutes of runs would be for nothing; one already handed
+// to a worker still runs). A scenario's runs share nothing (each builds its own
 // fabric, engines and clock), so their results are the same for any jobs;
 // only their wall times, and the heap a run can measure, are not its own
 // when others run beside it.

@@ -25,6 +25,29 @@ func DefaultLinks() Links {
 	return Links{Delay: time.Microsecond, ECNThreshold: 200 << 10, Buffer: 16 << 20, MTU: DefaultMTU}
 }
 
+// MaxDelay bounds a link's delay: four of them are a base round trip, and
+// a connection's handshake must fit in its second (engine.Config's
+// ConnectTimeout) with room for its retries.
+const MaxDelay = 100 * time.Millisecond
+
+// Validate says what is wrong with the links, if anything: an MTU out of
+// range, a delay out of range, a marking threshold below zero, a buffer
+// that cannot hold one full packet.
+func (l Links) Validate() error {
+	p := sizeFor(l.MTU)
+	switch {
+	case l.MTU != 0 && (l.MTU < MinMTU || l.MTU > MaxMTU):
+		return fmt.Errorf("mtu %d: want %d to %d", l.MTU, MinMTU, MaxMTU)
+	case l.Delay < 0 || l.Delay > MaxDelay:
+		return fmt.Errorf("delay %v: want 0 to %v", l.Delay, MaxDelay)
+	case l.ECNThreshold < 0:
+		return fmt.Errorf("ECN threshold %d bytes: want 0 (no marking) or more", l.ECNThreshold)
+	case l.Buffer < p.wire():
+		return fmt.Errorf("buffer of %d bytes: want at least one full packet, %d bytes", l.Buffer, p.wire())
+	}
+	return nil
+}
+
 // notes says what the links are when they are not the defaults, for a
 // scenario's table: nothing when they are.
 func (l Links) notes() []string {

@@ -36,11 +36,17 @@ func TestPlaneFailAllToAll(t *testing.T) {
 }
 
 // A repair inside the window the target is measured over is refused: the
-// figure would mix the failure with the recovery.
+// figure would mix the failure with the recovery. So is one before the
+// failure.
 func TestPlaneFailRefusesRepairInTheWindow(t *testing.T) {
 	o := DefaultPlaneFail()
-	o.RepairAt = o.FailAt + 50*baseRTT(o.Fabric)
-	if _, _, err := PlaneFail(o); err == nil || !strings.Contains(err.Error(), "falls in the window") {
-		t.Fatalf("repair at %v: %v", o.RepairAt, err)
+	for _, c := range []struct {
+		at   time.Duration
+		want string
+	}{{o.FailAt + 50*baseRTT(o.Fabric), "falls in the window"}, {o.FailAt / 2, "is not after the failure"}} {
+		o.RepairAt = c.at
+		if _, _, err := PlaneFail(o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("repair at %v: %v, want %q", c.at, err, c.want)
+		}
 	}
 }

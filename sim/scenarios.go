@@ -349,6 +349,9 @@ func PlaneFail(o PlaneFailOptions) ([]*report.Table, *report.Plot, error) {
 	f := o.Fabric
 	rtt := baseRTT(f)
 	windowFrom, windowTo := o.FailAt+failWindowFrom*rtt, o.FailAt+failWindowTo*rtt
+	if o.RepairAt > 0 && o.RepairAt <= o.FailAt {
+		return nil, nil, fmt.Errorf("sim: a repair at %v is not after the failure at %v: repair later, or never (0)", o.RepairAt, o.FailAt)
+	}
 	if o.RepairAt > 0 && o.RepairAt < windowTo {
 		return nil, nil, fmt.Errorf("sim: a repair at %v falls in the window the failure is measured over (%v to %v: the %d base RTTs from %d after it): repair later, or never",
 			o.RepairAt, windowFrom, windowTo, failWindowTo-failWindowFrom, failWindowFrom)

@@ -69,6 +69,9 @@ func ParseTraffic(r io.Reader) (Traffic, error) {
 	if len(t.Flows) == 0 {
 		return t, fmt.Errorf("no flows")
 	}
+	if err := t.Fabric.Links.Validate(); err != nil {
+		return t, err // the buffer and the MTU, given on lines of their own
+	}
 	for i, f := range t.Flows {
 		if f.Src >= t.Fabric.Hosts || f.Dst >= t.Fabric.Hosts {
 			return t, fmt.Errorf("flow %d: %d->%d, but there are %d hosts", i, f.Src, f.Dst, t.Fabric.Hosts)
@@ -126,8 +129,8 @@ func (t *Traffic) parseSetting(f []string) error {
 		o.LinkRate = int64(x * 1e9)
 	case "delay":
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > time.Second {
-			return fmt.Errorf("delay %q: want a duration of 0 to 1s", v)
+		if err != nil || d < 0 || d > MaxDelay {
+			return fmt.Errorf("delay %q: want a duration of 0 to %v", v, MaxDelay)
 		}
 		o.Delay = d
 	case "loss":

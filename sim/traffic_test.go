@@ -53,6 +53,8 @@ func TestParseTrafficErrors(t *testing.T) {
 		{"0->1 size 1 after 0", "line 1: after \"0\": want the numbers of earlier flows"},
 		{"speed 9", "line 1: unknown setting \"speed\""},
 		{"mtu 128\n0->1 size 1", "line 1: mtu \"128\": want 256 to 8192"},
+		{"buffer-kib 2\n0->1 size 1", "buffer of 2048 bytes: want at least one full packet, 4226 bytes"},
+		{"delay 200ms\n0->1 size 1", "want a duration of 0 to 100ms"},
 		{"hosts 4\n\n0->9 size 1", "flow 0: 0->9, but there are 4 hosts"},
 		{"0->1 size 1 start -1s", "start \"-1s\""},
 		{"0->1 size", "has no value"},

@@ -284,22 +284,25 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 func simLinkFlags(d sim.Links) []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "mtu", Value: d.MTU, Usage: fmt.Sprintf("the largest payload of a data packet, bytes (RoCE's path MTU; %d to %d): a WRITE's packet is 64 bytes more, its frame 66 more than that", sim.MinMTU, sim.MaxMTU)},
-		&cli.DurationFlag{Name: "delay", Value: d.Delay, Usage: "every link's propagation delay (0 to 1s)"},
+		&cli.DurationFlag{Name: "delay", Value: d.Delay, Usage: fmt.Sprintf("every link's propagation delay (0 to %v)", sim.MaxDelay)},
 		&cli.IntFlag{Name: "ecn-kib", Value: d.ECNThreshold >> 10, Usage: "every switch queue's DCTCP marking threshold, KiB (0: no marking)"},
-		&cli.IntFlag{Name: "buffer-kib", Value: d.Buffer >> 10, Usage: "every queue's buffer, KiB"},
+		&cli.IntFlag{Name: "buffer-kib", Value: d.Buffer >> 10, Usage: "every queue's buffer, KiB (at least one full packet)"},
 	}
 }
 
 // linkFlagsInto reads the link flags.
 func linkFlagsInto(c *cli.Context, l *sim.Links) error {
-	l.MTU, l.Delay, l.ECNThreshold, l.Buffer = c.Int("mtu"), c.Duration("delay"), c.Int("ecn-kib")<<10, c.Int("buffer-kib")<<10
-	switch name := c.Command.Name; {
-	case l.MTU < sim.MinMTU || l.MTU > sim.MaxMTU:
-		return usagef(c, "sim %s: --mtu must be %d to %d", name, sim.MinMTU, sim.MaxMTU)
-	case l.Delay < 0 || l.Delay > time.Second:
-		return usagef(c, "sim %s: --delay must be 0 to 1s", name)
-	case l.ECNThreshold < 0 || l.ECNThreshold > 1<<30 || l.Buffer < 1<<10 || l.Buffer > 1<<30:
+	name := c.Command.Name
+	ecn, buffer := c.Int("ecn-kib"), c.Int("buffer-kib")
+	if ecn < 0 || ecn > 1<<20 || buffer < 1 || buffer > 1<<20 {
 		return usagef(c, "sim %s: --ecn-kib must be 0 to 1048576, --buffer-kib 1 to 1048576", name)
+	}
+	l.MTU, l.Delay, l.ECNThreshold, l.Buffer = c.Int("mtu"), c.Duration("delay"), ecn<<10, buffer<<10
+	if l.MTU == 0 {
+		return usagef(c, "sim %s: --mtu must be %d to %d", name, sim.MinMTU, sim.MaxMTU)
+	}
+	if err := l.Validate(); err != nil {
+		return usagef(c, "sim %s: %v", name, err)
 	}
 	return nil
 }
