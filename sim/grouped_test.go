@@ -76,3 +76,17 @@ func TestAfterWaitsForArrival(t *testing.T) {
 		}
 	}
 }
+
+// A fault with flows that wait for others keeps a run on one clock, where
+// a flow the fault fails releases those waiting for it wherever they are:
+// a ring all-reduce through a plane blackholed for good ends, its flows
+// failed, rather than waiting for ever.
+func TestFaultWithWaitingFlowsEnds(t *testing.T) {
+	o := DefaultFabric(1)
+	o.Hosts = 3
+	o.Faults = []netem.Fault{{At: 5 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 0}}
+	r, err := RunFlows(o, RingAllReduce(o.Hosts, 3<<20, 1), 0)
+	if err != nil || r.Failed == 0 || r.OverProcesses {
+		t.Fatalf("failed %d, over processes %v: %v", r.Failed, r.OverProcesses, err)
+	}
+}
