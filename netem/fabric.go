@@ -719,8 +719,8 @@ func (e funcEvent) Fire() { e() }
 // ScheduleFault adds a fault at time at (now if in the past). Over
 // processes, call it between windows, and for a time after the datagrams
 // on the wires of the uplinks it changes arrive (at most a datagram's
-// serialization and a link delay ahead): each decided when it left that it
-// would arrive (FaultLeadTime).
+// serialization, a link delay and a reorder gap ahead): each decided when
+// it left whether it would arrive (FaultLeadTime).
 func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
 	ft.At = at
 	if err := ft.validate(&f.cfg); err != nil {
@@ -737,12 +737,16 @@ func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
 
 // FaultLeadTime is, over processes and between windows, the earliest time
 // ScheduleFault takes ft for: after every datagram on the wire of an uplink
-// it changes has arrived. On one clock it is 0.
+// whose state it changes has arrived. On one clock, or for a slowdown, it
+// is now.
 func (f *Fabric) FaultLeadTime(ft Fault) time.Duration {
 	if f.group == nil {
-		return 0
+		return time.Duration(f.procs[0].sched.Now())
 	}
 	first := f.group.Now()
+	if _, changes := ft.Kind.linkState(); !changes {
+		return time.Duration(first)
+	}
 	for _, l := range f.links {
 		if l.kind == Uplink && l.plane == ft.Plane && l.matches(ft.Link) {
 			first = max(first, l.decided+1)

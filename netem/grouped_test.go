@@ -144,8 +144,10 @@ func TestGroupedFaults(t *testing.T) {
 // Over processes, a fault is taken only for after the datagrams already on
 // the wire of an uplink it changes have arrived: each decided when it left
 // that it would arrive (its far end is another process's). A datagram on a
-// slow uplink's wire arrives 1 us after its serialization ends, 9.3 us
-// after it was sent.
+// slow uplink's wire arrives 1 us after its serialization ends, 10.3 us
+// after it was sent. A datagram its uplink already decided is lost on the
+// wire holds back a repair the same way: it must not arrive to find the
+// link up, on its sender's process.
 func TestGroupedFaultAfterTheWire(t *testing.T) {
 	cfg := twoHosts(simpleLink(gbps, time.Microsecond), simpleLink(gbps, time.Microsecond))
 	g := clock.NewGroup(2, time.Microsecond, 1)
@@ -173,6 +175,29 @@ func TestGroupedFaultAfterTheWire(t *testing.T) {
 	g.RunWhile(clock.Time(time.Millisecond), func() bool { return true })
 	if f.Delivered() != 1 {
 		t.Fatalf("%d delivered: the datagram on the wire arrives before the fault", f.Delivered())
+	}
+	// A datagram that left before a blackhole of its uplink and arrives
+	// after it is lost on the wire, as its uplink decided when it left: a
+	// repair before it arrives would find it on the sender's process with
+	// the link up.
+	cfg.Faults = []Fault{{At: 5 * time.Microsecond, Kind: PlaneBlackhole, Link: up}}
+	g = clock.NewGroup(2, time.Microsecond, 1)
+	if f, err = NewGrouped(cfg, g); err != nil {
+		t.Fatal(err)
+	}
+	f.Host(1).Attach(receiverFunc(func(*link.Datagram, clock.Time) {}))
+	f.Host(0).Send([]link.Datagram{datagram(f, 0, 1, 0, 50000, 1100, 1, link.ECT0)})
+	g.RunWhile(clock.Time(500*time.Nanosecond), func() bool { return true })
+	repair := Fault{Kind: Repair, Link: up}
+	if err := f.ScheduleFault(6*time.Microsecond, repair); err == nil {
+		t.Fatal("a repair before the datagram lost on the wire arrives")
+	}
+	if err := f.ScheduleFault(f.FaultLeadTime(repair), repair); err != nil {
+		t.Fatal(err)
+	}
+	g.RunWhile(clock.Time(time.Millisecond), func() bool { return true })
+	if f.Delivered() != 0 || f.InFlight() != 0 {
+		t.Fatalf("%d delivered, %d in flight: the datagram lost on the wire arrived", f.Delivered(), f.InFlight())
 	}
 }
 

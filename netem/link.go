@@ -346,13 +346,18 @@ func (l *Link) depart(pkt *packet, end clock.Time) {
 	l.stats.Bytes += uint64(pkt.d.Size())
 	l.fab.record(l, pkt, Sent, 0, end)
 	at := l.arrival(end)
-	if next := pkt.next(); next == l.p || l.stateAt(at) != linkUp {
+	next := pkt.next()
+	if next != l.p {
+		// Its far end is another process's: its fate is decided now, and
+		// no change of the link's state may come before it arrives.
+		l.decided = max(l.decided, at)
+	}
+	if next == l.p || l.stateAt(at) != linkUp {
 		// Its own process, or lost on the wire (the link will have
 		// failed when it arrives): the arrival drops it here.
 		l.p.sched.At(at, pkt)
 	} else {
 		pkt.crossed = true
-		l.decided = max(l.decided, at)
 		l.fab.group.Send(l.p.idx, next.idx, at, pkt)
 	}
 }

@@ -123,8 +123,12 @@ func (m *TimedBursts) draw(rng *rand.Rand) clock.Time {
 	if m.bad {
 		mean = m.BadTime
 	}
-	return clock.Time(max(1, rng.ExpFloat64()*float64(mean)))
+	return clock.Time(min(max(1, rng.ExpFloat64()*float64(mean)), maxStateTime))
 }
+
+// maxStateTime bounds a TimedBursts state's length (36 years): a far-off
+// end must not overflow the clock.
+const maxStateTime = 1 << 60
 
 func (m *TimedBursts) badShare() float64 {
 	return float64(m.BadTime) / float64(m.GoodTime+m.BadTime)
@@ -144,8 +148,8 @@ func (m *TimedBursts) clone() LossModel {
 }
 
 func (m *TimedBursts) validate() error {
-	if m.GoodTime <= 0 || m.BadTime <= 0 {
-		return fmt.Errorf("netem: timed bursts: GoodTime %v and BadTime %v must be positive", m.GoodTime, m.BadTime)
+	if m.GoodTime <= 0 || m.BadTime <= 0 || m.GoodTime > maxStateTime || m.BadTime > maxStateTime {
+		return fmt.Errorf("netem: timed bursts: GoodTime %v and BadTime %v must be positive and at most %v", m.GoodTime, m.BadTime, time.Duration(maxStateTime))
 	}
 	return checkProbs("timed bursts", prob{"LossGood", m.LossGood}, prob{"LossBad", m.LossBad})
 }

@@ -192,6 +192,23 @@ func TestTimedBursts(t *testing.T) {
 	if got := float64(quietLost) / trials; math.Abs(got-0.1) > 0.02 {
 		t.Errorf("after a quiet second in a burst, %.3f of packets lost: want the stationary 0.1", got)
 	}
+	// After a quiet microsecond in a burst the chain has not forgotten it:
+	// lost with 0.1 + 0.9 exp(-(1/9 + 1/1) x 1) = 0.396.
+	quietLost = 0
+	for i := range trials {
+		q := m.clone().(*TimedBursts)
+		r := rand.New(rand.NewPCG(8, uint64(i)))
+		at := clock.Time(0)
+		for !q.Lose(r, at) {
+			at += clock.Time(gap)
+		}
+		if q.Lose(r, at+clock.Time(time.Microsecond)) {
+			quietLost++
+		}
+	}
+	if got, want := float64(quietLost)/trials, 0.1+0.9*math.Exp(-(1.0/9+1)); math.Abs(got-want) > 0.03 {
+		t.Errorf("after a quiet microsecond in a burst, %.3f of packets lost: want %.3f", got, want)
+	}
 	if (&TimedBursts{GoodTime: time.Microsecond}).validate() == nil {
 		t.Error("a zero BadTime accepted")
 	}

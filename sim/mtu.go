@@ -25,10 +25,10 @@ func DefaultLinks() Links {
 	return Links{Delay: time.Microsecond, ECNThreshold: 200 << 10, Buffer: 16 << 20, MTU: DefaultMTU}
 }
 
-// MaxDelay bounds a link's delay: four of them are a base round trip, and
-// a connection's handshake must fit in its second (engine.Config's
-// ConnectTimeout) with room for its retries.
-const MaxDelay = 100 * time.Millisecond
+// MaxDelay bounds a link's delay: four of them are a base round trip (40
+// ms at this bound, far beyond a data center's), and the engines the
+// scenarios run give up on a connection without progress for a second.
+const MaxDelay = 10 * time.Millisecond
 
 // Validate says what is wrong with the links, if anything: an MTU out of
 // range, a delay out of range, a marking threshold below zero, a buffer
@@ -42,8 +42,8 @@ func (l Links) Validate() error {
 		return fmt.Errorf("delay %v: want 0 to %v", l.Delay, MaxDelay)
 	case l.ECNThreshold < 0:
 		return fmt.Errorf("ECN threshold %d bytes: want 0 (no marking) or more", l.ECNThreshold)
-	case l.Buffer < p.wire():
-		return fmt.Errorf("buffer of %d bytes: want at least one full packet, %d bytes", l.Buffer, p.wire())
+	case l.Buffer < p.maxPacket():
+		return fmt.Errorf("buffer of %d bytes: want at least one full packet, %d bytes", l.Buffer, p.maxPacket())
 	}
 	return nil
 }

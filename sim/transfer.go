@@ -92,7 +92,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	case cfg.Loss > 0 && cfg.Burst && cfg.BurstTime > 0:
 		// Bad for BurstTime, good for long enough that a steady stream
 		// loses Loss of its packets.
-		good := time.Duration(float64(cfg.BurstTime) * (1 - cfg.Loss) / cfg.Loss)
+		good := time.Duration(min(float64(cfg.BurstTime)*(1-cfg.Loss)/cfg.Loss, float64(time.Hour)))
 		fc.Downlink.Impair.Loss = &netem.TimedBursts{GoodTime: good, BadTime: cfg.BurstTime, LossBad: 1}
 	case cfg.Loss > 0 && cfg.Burst:
 		// Mean loss P / (P + R) with every packet lost in the bad state; a

@@ -69,7 +69,7 @@ func simCommand() *cli.Command {
 					&cli.DurationFlag{Name: "ack-timeout", Value: dl.BaselineAckTimeout, Usage: "the baseline's local ACK timeout, fixed (RoCEv2: 4.096µs x 2^n); 0: an adaptive timeout from the RTT, doubled per timeout"},
 					&cli.BoolFlag{Name: "burst", Usage: "lose packets in bursts (Gilbert-Elliott) of the same mean rate"},
 					&cli.Float64Flag{Name: "burst-len", Value: dl.BurstLen, Usage: "mean burst, packets"},
-					&cli.DurationFlag{Name: "burst-time", Usage: "with --burst: bursts that last this long on average, whether packets come or not (not --burst-len packets)"},
+					&cli.DurationFlag{Name: "burst-time", Usage: "with --burst: bursts that last this long on average (100ns to 1s), whether packets come or not (in place of --burst-len packets)"},
 					jobsFlag,
 				}, append(simLinkFlags(dl.Links), simOutputFlags("loss")...)...),
 				Action: func(c *cli.Context) error {
@@ -93,8 +93,8 @@ func simCommand() *cli.Command {
 						return usagef(c, "sim loss: --planes must be 1 to 8, --paths 1 to 256")
 					case o.LinkRate < 1e9 || o.LinkRate > 1600e9:
 						return usagef(c, "sim loss: --rate-gbps must be 1 to 1600")
-					case o.BurstTime < 0 || o.BurstTime > time.Second || o.BurstTime > 0 && !o.Burst:
-						return usagef(c, "sim loss: --burst-time must be 0 to 1s, and comes with --burst")
+					case o.BurstTime != 0 && (o.BurstTime < 100*time.Nanosecond || o.BurstTime > time.Second || !o.Burst || c.IsSet("burst-len")):
+						return usagef(c, "sim loss: --burst-time must be 100ns to 1s, and comes with --burst and without --burst-len")
 					case o.BaselineWindow < 1 || o.BaselineWindow > 255 || o.BurstLen < 1:
 						return usagef(c, "sim loss: --window must be 1 to 255, --burst-len at least 1")
 					case o.BaselineAckTimeout != 0 && (o.BaselineAckTimeout < time.Microsecond || o.BaselineAckTimeout > time.Second):
