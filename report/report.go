@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // Table is a scenario's result: named columns, rows of values (numbers,
@@ -140,6 +142,10 @@ type Plot struct {
 	// LegendBottomLeft puts the legend in the lower left corner (top right
 	// otherwise).
 	LegendBottomLeft bool
+	// Below, when set, is a second panel drawn under this one, over the
+	// same X (an incast's queue under its senders' rates, say): its
+	// Series, YLabel and Y range are its own.
+	Below *Plot
 }
 
 // CheckPlotPath reports whether Save can write a plot to path: its
@@ -156,6 +162,38 @@ func (p *Plot) Save(path string) error {
 	if err := CheckPlotPath(path); err != nil {
 		return err
 	}
+	top, err := p.panel()
+	if err != nil {
+		return err
+	}
+	if p.Below == nil {
+		return top.Save(7*vg.Inch, 4.5*vg.Inch, path)
+	}
+	below, err := p.Below.panel()
+	if err != nil {
+		return err
+	}
+	below.X.Min, below.X.Max = top.X.Min, top.X.Max // one X for both
+	c, err := draw.NewFormattedCanvas(7*vg.Inch, 7.5*vg.Inch, strings.ToLower(filepath.Ext(path))[1:])
+	if err != nil {
+		return err
+	}
+	panels := plot.Align([][]*plot.Plot{{top}, {below}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12)}, draw.New(c))
+	top.Draw(panels[0][0])
+	below.Draw(panels[1][0])
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// panel is the plot as one gonum plot.
+func (p *Plot) panel() (*plot.Plot, error) {
 	pl := plot.New()
 	pl.Title.Text, pl.X.Label.Text, pl.Y.Label.Text = p.Title, p.XLabel, p.YLabel
 	pl.Legend.Top, pl.Legend.Left = !p.LegendBottomLeft, p.LegendBottomLeft
@@ -172,7 +210,7 @@ func (p *Plot) Save(path string) error {
 		}
 		line, points, err := plotter.NewLinePoints(pts)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
 		line.Dashes = plotutil.Dashes(i)
@@ -186,5 +224,5 @@ func (p *Plot) Save(path string) error {
 	if p.YMax > p.YMin {
 		pl.Y.Min, pl.Y.Max = p.YMin, p.YMax
 	}
-	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
+	return pl, nil
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
@@ -78,5 +79,21 @@ func TestPlotSave(t *testing.T) {
 	}
 	if err := p.Save(filepath.Join(dir, "p.gif")); err == nil {
 		t.Fatal("a .gif was accepted")
+	}
+	// A second panel below: both Y labels drawn, and a taller image.
+	one, _ := os.ReadFile(filepath.Join(dir, "p.png"))
+	p.Below = &Plot{YLabel: "queue KiB", Series: []Series{{"q", []float64{0, 1, 2}, []float64{5, 9, 2}}}}
+	for _, name := range []string{"two.svg", "two.png"} {
+		if err := p.Save(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if svg, _ := os.ReadFile(filepath.Join(dir, "two.svg")); !bytes.Contains(svg, []byte("queue KiB")) || !bytes.Contains(svg, []byte(">y<")) {
+		t.Fatal("the SVG lacks a panel's Y label")
+	}
+	two, _ := os.ReadFile(filepath.Join(dir, "two.png"))
+	height := func(png []byte) uint32 { return binary.BigEndian.Uint32(png[20:24]) } // the IHDR's
+	if height(two) <= height(one) {
+		t.Fatalf("two panels %d pixels high, one %d", height(two), height(one))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -43,8 +44,9 @@ type IncastConfig struct {
 	RealPayloads bool
 	// Trace, when set, sees every sampled rate window from the first data
 	// packet on: its start in base RTTs, every sender's delivered rate and
-	// the fair share (bytes/s).
-	Trace func(start float64, rates []float64, fair float64)
+	// the fair share (bytes/s), and the receiver's downlink queue at its
+	// deepest in the window (bytes).
+	Trace func(start float64, rates []float64, fair float64, queue int)
 }
 
 // DefaultIncast returns the design's incast at N senders and rate.
@@ -105,6 +107,26 @@ func (c IncastConfig) Mode() string {
 }
 
 func gbps(r int64) string { return fmt.Sprintf("%g Gb/s", float64(r)/1e9) }
+
+// queueSample is a queue's depth (bytes) from a time on.
+type queueSample struct {
+	at    clock.Time
+	bytes int
+}
+
+// deepest is the queue's greatest depth in [from, to): the depth it had at
+// from, and every depth it took after.
+func deepest(q []queueSample, from, to clock.Time) int {
+	i := sort.Search(len(q), func(i int) bool { return q[i].at >= from })
+	d := 0
+	if i > 0 {
+		d = q[i-1].bytes
+	}
+	for ; i < len(q) && q[i].at < to; i++ {
+		d = max(d, q[i].bytes)
+	}
+	return d
+}
 
 // Incast runs one N:1 incast.
 func Incast(cfg IncastConfig) (IncastResult, error) {
@@ -167,7 +189,11 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 		uplinks[w.fab.Uplink(0, s)] = s
 	}
 	var dropTimes []clock.Time
+	var queue []queueSample // the downlink's queue after each of its events
 	w.fab.AddTap(func(e *netem.TapEvent) {
+		if e.Link == down {
+			queue = append(queue, queueSample{e.At, down.QueueBytes()})
+		}
 		d := e.Datagram
 		if len(d.Data) < 2 || !proto.Type(d.Data[1]).IsData() {
 			return
@@ -309,7 +335,7 @@ func Incast(cfg IncastConfig) (IncastResult, error) {
 	}
 	if cfg.Trace != nil {
 		for t := first + win; t <= firstDone; t += step {
-			cfg.Trace(float64(t-win-first)/float64(res.BaseRTT), rateIn(samples, t), fair)
+			cfg.Trace(float64(t-win-first)/float64(res.BaseRTT), rateIn(samples, t), fair, deepest(queue, t-win, t))
 		}
 	}
 	res.Convergence = converge(samples)

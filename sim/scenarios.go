@@ -165,6 +165,7 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 	pl := &report.Plot{Title: fmt.Sprintf("Incast %d:1 at %g Gb/s (mroce): delivered rate over fair share", nMax, float64(o.Rates[0])/1e9),
 		XLabel: "base RTTs from the first data packet (window start)", YLabel: "rate / fair share"}
 	series := []report.Series{{Name: "slowest sender"}, {Name: "mean"}, {Name: "fastest sender"}}
+	queue := report.Series{Name: "receiver's downlink queue"}
 	variants := []IncastConfig{{}, {NoRateHints: true}, {Baseline: true, PFC: true}, {Baseline: true}}
 	var runs []IncastConfig
 	for _, n := range o.Senders {
@@ -175,7 +176,8 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 				cfg.Delay, cfg.ECNThreshold, cfg.Buffer, cfg.MTU = o.Delay, o.ECNThreshold, o.Buffer, o.MTU
 				cfg.NoRateHints, cfg.Baseline, cfg.PFC = v.NoRateHints, v.Baseline, v.PFC
 				if n == nMax && ri == 0 && vi == 0 { // the plot's run: only it writes the series
-					cfg.Trace = func(start float64, rates []float64, fair float64) {
+					cfg.Trace = func(start float64, rates []float64, fair float64, bytes int) {
+						queue.X, queue.Y = append(queue.X, start), append(queue.Y, float64(bytes)/1024)
 						lo, hi, sum := math.Inf(1), 0.0, 0.0
 						for _, r := range rates {
 							lo, hi, sum = math.Min(lo, r), math.Max(hi, r), sum+r
@@ -206,6 +208,7 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 		t.Add(cfg.Senders, float64(cfg.LinkRate)/1e9, cfg.Mode(), r.Convergence, r.Jain, r.PeakQueue>>10, r.Drops, r.DropsAfterFirstRTT, r.Retransmits, r.FCTRatio)
 	}
 	pl.Series = series
+	pl.Below = &report.Plot{XLabel: pl.XLabel, YLabel: "deepest queue in the window (KiB)", Series: []report.Series{queue}}
 	return []*report.Table{t}, pl, nil
 }
 
