@@ -53,7 +53,6 @@ func TestPacingRateFollowsThePaths(t *testing.T) {
 					changes++
 					last[i][id] = s.rateW[id]
 				}
-				marked += int(p.ctr.CEMarks)
 			}
 			if !s.rateStale && s.windowRate != cc.WindowRate(s.rateW, s.rateRTT) {
 				t.Fatalf("at %v, sender %d paces by %g B/s, its paths give %g", n.sim.Now(), i, s.windowRate, cc.WindowRate(s.rateW, s.rateRTT))
@@ -61,6 +60,11 @@ func TestPacingRateFollowsThePaths(t *testing.T) {
 		}
 		if n.sim.Now() > clock.Time(2*time.Millisecond) {
 			break
+		}
+	}
+	for _, s := range senders {
+		for _, p := range s.paths {
+			marked += int(p.ctr.CEMarks)
 		}
 	}
 	if changes < 100 || outOfUse == 0 || marked == 0 {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -132,10 +133,7 @@ func (f *Fabric) scheduleFaults(faults []Fault) {
 			at := max(clock.Time(ft.At), f.group.Now())
 			for _, l := range f.links {
 				if l.plane == ft.Plane && l.matches(ft.Link) {
-					i := len(l.changes)
-					for i > 0 && l.changes[i-1].at > at {
-						i--
-					}
+					i := sort.Search(len(l.changes), func(i int) bool { return l.changes[i].at > at }) // after those at the same time, as the events fire
 					l.changes = slices.Insert(l.changes, i, stateChange{at, s})
 				}
 			}

@@ -176,37 +176,30 @@ func TestTimedBursts(t *testing.T) {
 	if math.Abs(rate-m.Rate()) > 0.05*m.Rate() || burst < 900*time.Nanosecond || burst > 1100*time.Nanosecond {
 		t.Errorf("loss %.4f (formula %.4f), mean burst %v (BadTime %v)", rate, m.Rate(), burst, m.BadTime)
 	}
-	quietLost := 0
-	const trials = 4000
-	for i := range trials {
-		q := m.clone().(*TimedBursts)
-		r := rand.New(rand.NewPCG(7, uint64(i)))
-		at := clock.Time(0)
-		for !q.Lose(r, at) { // into a burst
-			at += clock.Time(gap)
+	// The share of packets lost a quiet spell after a burst began: trials
+	// of a fresh link sent packets until one is lost, then one more.
+	lostAfterQuiet := func(quiet time.Duration, seed uint64) float64 {
+		const trials = 4000
+		lost := 0
+		for i := range trials {
+			q := m.clone().(*TimedBursts)
+			r := rand.New(rand.NewPCG(seed, uint64(i)))
+			at := clock.Time(0)
+			for !q.Lose(r, at) { // into a burst
+				at += clock.Time(gap)
+			}
+			if q.Lose(r, at+clock.Time(quiet)) {
+				lost++
+			}
 		}
-		if q.Lose(r, at+clock.Time(time.Second)) {
-			quietLost++
-		}
+		return float64(lost) / trials
 	}
-	if got := float64(quietLost) / trials; math.Abs(got-0.1) > 0.02 {
+	if got := lostAfterQuiet(time.Second, 7); math.Abs(got-0.1) > 0.02 {
 		t.Errorf("after a quiet second in a burst, %.3f of packets lost: want the stationary 0.1", got)
 	}
-	// After a quiet microsecond in a burst the chain has not forgotten it:
+	// After a quiet microsecond the chain has not forgotten the burst:
 	// lost with 0.1 + 0.9 exp(-(1/9 + 1/1) x 1) = 0.396.
-	quietLost = 0
-	for i := range trials {
-		q := m.clone().(*TimedBursts)
-		r := rand.New(rand.NewPCG(8, uint64(i)))
-		at := clock.Time(0)
-		for !q.Lose(r, at) {
-			at += clock.Time(gap)
-		}
-		if q.Lose(r, at+clock.Time(time.Microsecond)) {
-			quietLost++
-		}
-	}
-	if got, want := float64(quietLost)/trials, 0.1+0.9*math.Exp(-(1.0/9+1)); math.Abs(got-want) > 0.03 {
+	if got, want := lostAfterQuiet(time.Microsecond, 8), 0.1+0.9*math.Exp(-(1.0/9+1)); math.Abs(got-want) > 0.03 {
 		t.Errorf("after a quiet microsecond in a burst, %.3f of packets lost: want %.3f", got, want)
 	}
 	if (&TimedBursts{GoodTime: time.Microsecond}).validate() == nil {

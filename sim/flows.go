@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"runtime"
@@ -52,7 +51,7 @@ func grouped(o FabricOptions, flows []Flow) bool {
 	// Over processes a fault comes after what is on an uplink's wire has
 	// arrived (netem.Fabric.ScheduleFault): at most a full packet's
 	// serialization and a link delay after the flows' start.
-	lead := o.Delay + time.Duration(math.Ceil(float64(sizeFor(o.MTU).wire()*8)/float64(o.LinkRate)*1e9)) + 2 // the serializer carries a remainder
+	lead := o.Delay + sizeFor(o.MTU).serialization(o.LinkRate) + 2 // a nanosecond of the serializer's remainder, and after
 	for _, ft := range o.Faults {
 		if ft.At < lead {
 			return false

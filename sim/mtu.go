@@ -106,6 +106,13 @@ func (p packetSize) maxPacket() int { return p.mtu + writeOverhead }
 // overhead (headers, preamble, gap).
 func (p packetSize) wire() int { return p.maxPacket() + netem.DefaultOverhead }
 
+// serialization is how long a full packet takes on a link of rate bits/s,
+// to the nanosecond below (a link carries the remainder to the next one,
+// so one packet may take a nanosecond more).
+func (p packetSize) serialization(rate int64) time.Duration {
+	return time.Duration(float64(p.wire()*8) / float64(rate) * 1e9)
+}
+
 // payloadShare is the part of a link's rate that full packets' payload
 // takes.
 func (p packetSize) payloadShare() float64 { return float64(p.mtu) / float64(p.wire()) }

@@ -331,7 +331,7 @@ func DefaultPlaneFail() PlaneFailOptions {
 // baseRTT is a fabric's round trip for a full data packet and its ACK
 // through one switch, queues empty: the unit of the planefail window.
 func baseRTT(f FabricOptions) time.Duration {
-	return 4*f.Delay + 2*time.Duration(float64(sizeFor(f.MTU).wire()*8)/float64(f.LinkRate)*1e9)
+	return 4*f.Delay + 2*sizeFor(f.MTU).serialization(f.LinkRate)
 }
 
 // The target of a plane failure is measured over the 100 base RTTs from 10
