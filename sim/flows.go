@@ -116,6 +116,10 @@ type FlowsResult struct {
 	// OverProcesses: the run went over processes, a host each
 	// (newGroupedWorld), not on one clock.
 	OverProcesses bool
+	// Events counts the events and timers the run fired, Datagrams the
+	// datagrams the fabric delivered (set-up included): what the
+	// simulator's speed is made of.
+	Events, Datagrams uint64
 }
 
 // Goodput is the bytes of every flow over the makespan (bytes/s).
@@ -406,6 +410,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		res.Timeouts += st.Timeouts
 	}
 	res.WallTime = time.Since(wallStart)
+	res.Events, res.Datagrams = w.fired(), w.fab.Delivered()
 	// The live heap with the world still in it (connections, regions,
 	// fabric): collected first, so that garbage does not count.
 	runtime.GC()

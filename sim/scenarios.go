@@ -267,7 +267,7 @@ func Planes(o PlanesOptions) ([]*report.Table, *report.Plot, error) {
 	}
 	t.Notes = append(t.Notes, o.Fabric.Links.notes()...)
 	speed := &report.Table{Title: "Simulator speed (wall time on this machine: it varies from run to run)",
-		Columns: []string{"planes", "data packets", "wall s", "data packets/s", "heap MiB"}}
+		Columns: []string{"planes", "data packets", "wall s", "data packets/s", "heap MiB", "events / data packet", "datagrams / data packet"}}
 	pl := &report.Plot{Title: "All-to-all throughput against planes", XLabel: "planes (NIC ports per host)", YLabel: "aggregate goodput (Tb/s)"}
 	got, ideal := report.Series{Name: "mroce"}, report.Series{Name: "linear from one plane"}
 	byPlanes := map[int]float64{}
@@ -295,7 +295,8 @@ func Planes(o PlanesOptions) ([]*report.Table, *report.Plot, error) {
 		}
 		t.Add(p, r.Connections, g*8/1e9, g/(float64(f.Hosts)*r.HostCapacity), vsHalf,
 			float64(Percentile(r.FCT, 0.5).Microseconds()), float64(Percentile(r.FCT, 0.99).Microseconds()), r.Failed)
-		speed.Add(p, r.Packets, r.WallTime.Seconds(), r.PacketRate(), heapMiB(r, o.Jobs))
+		speed.Add(p, r.Packets, r.WallTime.Seconds(), r.PacketRate(), heapMiB(r, o.Jobs),
+			float64(r.Events)/float64(r.Packets), float64(r.Datagrams)/float64(r.Packets))
 		got.X, got.Y = append(got.X, float64(p)), append(got.Y, g*8/1e12)
 	}
 	if len(got.Y) > 0 {

@@ -153,6 +153,18 @@ func (w *world) now() clock.Time {
 	return w.sim.Now()
 }
 
+// fired counts the events and timers fired so far, on every process.
+func (w *world) fired() uint64 {
+	if w.group == nil {
+		return w.sim.Fired()
+	}
+	var n uint64
+	for i := range w.group.Len() {
+		n += w.group.LP(i).Fired()
+	}
+	return n
+}
+
 // dial opens a connection from host a to host b (which must listen).
 func (w *world) dial(a, b int, ev engine.Events) (*engine.Conn, error) {
 	var remote []netip.Addr

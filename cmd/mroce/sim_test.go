@@ -109,6 +109,11 @@ func TestSimLinkFlags(t *testing.T) {
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &doc) != nil || len(doc.Tables) != 2 {
 			t.Fatalf("%v: exit %d: %s %s", args, r.code, r.stdout, r.stderr)
 		}
+		// What the speed is made of: a data packet's events (its pacing,
+		// the links it and its share of an ACK cross) and datagrams.
+		if row := doc.Tables[1].Rows[0]; row[5] < 4 || row[6] <= 1 {
+			t.Errorf("%v: %.2f events and %.2f datagrams a data packet", args, row[5], row[6])
+		}
 		return uint64(doc.Tables[1].Rows[0][1]), doc.Tables[0].Notes
 	}
 	base, notes := packets()
