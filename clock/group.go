@@ -26,6 +26,7 @@ type Group struct {
 	windows   atomic.Int64 // windows started: the helpers' signal to run one
 	finished  atomic.Int64 // helpers done with the current window
 	between   []func()
+	claimed   []claimCounter      // by worker: how many of its processes the window has handed out
 	panicked  atomic.Pointer[any] // what a helper's process panicked with
 }
 
@@ -55,6 +56,7 @@ func NewGroup(n int, lookahead time.Duration, workers int) *Group {
 		workers = runtime.GOMAXPROCS(0) // more would spin against one another
 	}
 	g := &Group{lookahead: lookahead, workers: min(workers, n), outbox: make([][]message, n)}
+	g.claimed = make([]claimCounter, g.workers)
 	for range n {
 		s := NewSim()
 		s.events.mask = processBuckets - 1
@@ -168,8 +170,8 @@ func (g *Group) startHelpers() (stop func()) {
 	}
 }
 
-// window runs every process to time last: worker 0 (the caller) and the
-// helpers each take processes w, w + workers, ...
+// window runs every process to time last, on worker 0 (the caller) and
+// the helpers (run).
 func (g *Group) window(last Time) {
 	g.last = last
 	if g.workers <= 1 {
@@ -177,6 +179,9 @@ func (g *Group) window(last Time) {
 		return
 	}
 	g.finished.Store(0)
+	for i := range g.claimed {
+		g.claimed[i].n.Store(0)
+	}
 	g.windows.Add(1)
 	g.run(0)
 	for spins := 0; g.finished.Load() != int64(g.workers-1); spins++ {
@@ -200,9 +205,39 @@ func (g *Group) runCaught(w int) {
 	g.run(w)
 }
 
-// run runs worker w's processes to the window's end.
+// claimCounter is a worker's count of its processes handed out in the
+// window, alone in its cache line: the workers claim processes at once,
+// and counters side by side would move one line between their cores at
+// every claim.
+type claimCounter struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
+// run runs processes to the window's end on worker w: its own (w, w +
+// workers, ...: the same every window, so that their state stays in its
+// core's caches), then whatever the other workers have not yet started of
+// theirs. A window's work is spread unevenly over the processes (whose
+// hosts happen to receive the most in it), and a worker done with its own
+// would otherwise wait, idle, for the slowest. Every process is run once a
+// window, on whichever worker claims it first; the processes share
+// nothing within a window, so where each runs changes nothing.
 func (g *Group) run(w int) {
-	for i := w; i < len(g.lps); i += g.workers {
-		g.lps[i].RunUntil(g.last)
+	if g.workers <= 1 {
+		for _, lp := range g.lps {
+			lp.RunUntil(g.last)
+		}
+		return
+	}
+	for k := range g.workers {
+		owner := (w + k) % g.workers
+		mine := (len(g.lps) - owner + g.workers - 1) / g.workers // owner, owner + workers, ...
+		for {
+			j := int(g.claimed[owner].n.Add(1) - 1)
+			if j >= mine {
+				break
+			}
+			g.lps[owner+j*g.workers].RunUntil(g.last)
+		}
 	}
 }

@@ -3,8 +3,11 @@ package clock
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // pinger is an event of process lp: it logs itself, and sends on to a
@@ -129,3 +132,46 @@ func TestGroupRefusesAProcessRunAlone(t *testing.T) {
 type funcEvent func()
 
 func (f funcEvent) Fire() { f() }
+
+// A worker done with its own processes runs what the others have not yet
+// started of theirs: worker 0 owns processes 0 and 2, and process 0's
+// event waits for process 2's to have fired, which only worker 1 can have
+// done (worker 0 is busy waiting). Without the stealing it would wait for
+// ever (here: until the test gives up). Between windows every process is
+// at the window's end: each was run, once.
+func TestGroupWorkerTakesTheOthersProcesses(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two cores")
+	}
+	g := NewGroup(4, 100, 2)
+	var fired2 atomic.Bool
+	timedOut := false
+	g.LP(2).At(10, funcEvent(func() { fired2.Store(true) }))
+	g.LP(0).At(10, funcEvent(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for !fired2.Load() && !timedOut {
+			timedOut = time.Now().After(deadline)
+		}
+	}))
+	for lp := range g.Len() { // more windows, every process with work in them
+		for at := Time(200); at < 1000; at += 150 {
+			g.LP(lp).At(at+Time(lp), funcEvent(func() {}))
+		}
+	}
+	windows := 0
+	g.Between(func() {
+		windows++
+		for lp := range g.Len() {
+			if g.LP(lp).Now() != g.Now() {
+				t.Errorf("after window %d process %d is at %v, process 0 at %v", windows, lp, g.LP(lp).Now(), g.Now())
+			}
+		}
+	})
+	g.RunWhile(Never, func() bool { return true })
+	if timedOut {
+		t.Fatal("process 2 never ran while worker 0 was busy with process 0")
+	}
+	if windows < 5 {
+		t.Fatalf("%d windows, want several", windows)
+	}
+}
