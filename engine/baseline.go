@@ -169,7 +169,7 @@ func (s *sender) ackedInOrder() {
 				return
 			}
 			r.resolved = true
-			p.inflight--
+			p.released()
 			p.ctr.Acked++
 		}
 		p.oldest++

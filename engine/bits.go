@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"math/bits"
 
 	"github.com/mroce/mroce/proto"
@@ -38,11 +39,14 @@ func (v *bitvec256) set(k int)      { v[k/64] |= 1 << (k % 64) }
 func (v *bitvec256) has(k int) bool { return v[k/64]&(1<<(k%64)) != 0 }
 
 // write stores the vector into an ACK record's Bitvector field: bit k in
-// byte k/8 at mask 0x80 >> (k mod 8).
+// byte k/8 at mask 0x80 >> (k mod 8). A word's bits reversed put its byte
+// i, reversed, in byte 7-i: written big-endian, that is byte i on the
+// wire: four stores, not 32 (an ACK carries a record for every path that
+// sent since the last, and a simulation writes hundreds of thousands).
 func (v *bitvec256) write(r proto.AckRecord) {
 	var out [32]byte
-	for j := range out {
-		out[j] = bits.Reverse8(uint8(v[j/8] >> (8 * (j % 8))))
+	for w, x := range v {
+		binary.BigEndian.PutUint64(out[8*w:], bits.Reverse64(x))
 	}
 	r.SetBitvector(out)
 }

@@ -15,7 +15,8 @@ import (
 // from every path at every packet: after every event of a run with ECN
 // marks, random loss and a plane that blackholes and comes back, each
 // sender's inputs are what its paths say, and the rate it paces by is what
-// they give.
+// they give. Its count of packets in flight, kept likewise, is its paths'
+// summed.
 func TestPacingRateFollowsThePaths(t *testing.T) {
 	fc := netem.Config{Seed: 3, Hosts: 3, Planes: 4, Uplink: link100(), Downlink: link100()}
 	fc.Downlink.Queue.ECNThreshold = 32 << 10 // two senders into one host: marks
@@ -39,7 +40,9 @@ func TestPacingRateFollowsThePaths(t *testing.T) {
 	}
 	for n.sim.Step() {
 		for i, s := range senders {
+			inflight := 0
 			for id, p := range s.paths {
+				inflight += p.inflight
 				w, rtt := p.cwin.Value()*s.mss, p.rtt.Min
 				if p.state == pathmgr.Down || p.state == pathmgr.AssumedBad {
 					w, rtt = 0, 0
@@ -53,6 +56,9 @@ func TestPacingRateFollowsThePaths(t *testing.T) {
 					changes++
 					last[i][id] = s.rateW[id]
 				}
+			}
+			if s.inflight() != inflight {
+				t.Fatalf("at %v, sender %d counts %d packets in flight, its paths %d", n.sim.Now(), i, s.inflight(), inflight)
 			}
 			if !s.rateStale && s.windowRate != cc.WindowRate(s.rateW, s.rateRTT) {
 				t.Fatalf("at %v, sender %d paces by %g B/s, its paths give %g", n.sim.Now(), i, s.windowRate, cc.WindowRate(s.rateW, s.rateRTT))

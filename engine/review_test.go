@@ -226,7 +226,9 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	p := s.paths[0]
 	p.rtt = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
 	s.mss = 4000
-	p.inflight = 25
+	for range 25 {
+		p.took() // in flight on the path, and so in the connection
+	}
 
 	s.hint = math.Inf(1)
 	if got, want := p.timeout(), max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin); got != want { // without a hint, the timeout's floor

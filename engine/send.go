@@ -164,6 +164,7 @@ type sender struct {
 	// applied reported received, on any path, and newestRTT its round trip.
 	newestAcked clock.Time
 	newestRTT   time.Duration
+	inflightAll int    // packets in flight on all paths: the paths' inflight summed
 	msgs        int    // messages posted and not completed
 	unsent      uint64 // bytes posted and never sent: the Backlog field
 	stats       SenderStats
@@ -619,7 +620,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	}
 	p.next++
 	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now}
-	p.inflight++
+	p.took()
 	r.path, r.psn = uint8(p.id), psn
 	s.emitData(d, r, p, psn, retx, probe)
 }
@@ -967,7 +968,7 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	if r.sentAt > p.s.newestAcked {
 		p.s.newestAcked, p.s.newestRTT = r.sentAt, at.Sub(r.sentAt)
 	}
-	p.inflight--
+	p.released()
 	p.ctr.Acked++
 	p.s.ackDSN(r.dsn)
 }
@@ -977,7 +978,7 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 // later transmission of it is still out.
 func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
 	r.resolved = true
-	p.inflight--
+	p.released()
 	p.ctr.Lost++
 	s := p.s
 	d := s.record(r.dsn)
@@ -1138,13 +1139,13 @@ func (s *sender) overdueMargin(p *sendPath) time.Duration {
 const tailPackets = 4
 
 // inflight is the packets sent on any path and not yet resolved.
-func (s *sender) inflight() int {
-	n := 0
-	for _, p := range s.paths {
-		n += p.inflight
-	}
-	return n
-}
+func (s *sender) inflight() int { return s.inflightAll }
+
+// took and released count a packet in flight on the path and in the
+// connection's total: the timers read the total at every packet, and a
+// sum over the paths would read every path's state to learn it.
+func (p *sendPath) took()     { p.inflight++; p.s.inflightAll++ }
+func (p *sendPath) released() { p.inflight--; p.s.inflightAll-- }
 
 // drainTime is how long the receiver takes, at the rate it granted this
 // connection, to take everything the connection has in flight: no packet
@@ -1219,7 +1220,7 @@ func (p *sendPath) settleMoot() {
 		}
 		if d := s.record(r.dsn); d == nil || d.acked {
 			r.resolved = true
-			p.inflight--
+			p.released()
 		}
 	}
 	p.advance()
@@ -1448,7 +1449,7 @@ func (s *sender) onNack(pkt *proto.Packet) {
 		if psn := n.PSN(); psn-p.oldest < p.next-p.oldest {
 			if sr := p.slot(psn); !sr.resolved && sr.psn == psn && sr.dsn == n.DSN() {
 				sr.resolved = true
-				p.inflight--
+				p.released()
 				p.advance()
 			}
 		}
