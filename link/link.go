@@ -34,16 +34,19 @@ func (e ECN) String() string {
 // Datagram is one UDP datagram and the IP header fields the transport uses.
 // The plane a datagram travels is the one its source address belongs to; its
 // UDP source port is the path's ECMP entropy.
+//
+// The fields an emulator reads at every hop (the size, the ECN mark) come
+// first, in 48 bytes, and the addresses, read at the ends, after them.
 type Datagram struct {
-	Src, Dst netip.AddrPort
-	ECN      ECN
-	DSCP     uint8 // 0..63
-	Data     []byte
+	Data []byte
 	// Pad is how many bytes the datagram carries on the wire after Data
 	// without their being materialized: a simulation's placeholder
 	// payload (and trailer), which only the emulator carries (a PadPort).
 	// Zero on every other port.
-	Pad int
+	Pad      int
+	ECN      ECN
+	DSCP     uint8 // 0..63
+	Src, Dst netip.AddrPort
 }
 
 // Size is the datagram's length on the wire: Data and Pad.

@@ -552,17 +552,24 @@ func (f *Fabric) recycle(p *proc, b []byte) {
 }
 
 // packet is a datagram inside the fabric. It is its own arrival event.
+//
+// What an arrival reads to route it on comes first, in one cache line, and
+// the datagram's size and mark, which every queue reads, in the next (see
+// link.Datagram): a large run has tens of thousands of packets in flight,
+// and each one's arrival is the first touch of it in a while.
 type packet struct {
-	fab     *Fabric
-	id      uint64
-	d       link.Datagram
-	route   [4]*Link
-	hops    int
-	hop     int   // index in route of the link it is on, or arriving from
-	ingress *Link // the link it arrived on at its current node, for PFC
+	fab       *Fabric
+	route     [4]*Link
+	hops, hop int32 // hop: index in route of the link it is on, or arriving from
+	ingress   *Link // the link it arrived on at its current node, for PFC
 	// crossed: it arrives in another process than its link's, which
 	// decided when it left that the link would not fail under it.
 	crossed bool
+	d       link.Datagram
+	id      uint64
+	// 192 bytes in all: Go's allocation class of that size starts every
+	// object on a cache line (176 bytes would straddle them).
+	_ [16]byte
 }
 
 func (f *Fabric) newPacket(p *proc) *packet {
