@@ -107,3 +107,29 @@ func (w *dsnWindow) mark(d uint32) {
 		w.cum++
 	}
 }
+
+// bitset is a set of small non-negative integers (a sender's ready
+// streams).
+type bitset []uint64
+
+func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
+
+func (b bitset) set(k int)   { b[k/64] |= 1 << (k % 64) }
+func (b bitset) clear(k int) { b[k/64] &^= 1 << (k % 64) }
+
+// next is the least member in [from, to), or -1.
+func (b bitset) next(from, to int) int {
+	for w := from / 64; w*64 < to; w++ {
+		word := b[w]
+		if w == from/64 {
+			word &^= 1<<(from%64) - 1
+		}
+		if word != 0 {
+			if k := w*64 + bits.TrailingZeros64(word); k < to {
+				return k
+			}
+			return -1
+		}
+	}
+	return -1
+}

@@ -102,3 +102,34 @@ func TestMsgRingMatchesMap(t *testing.T) {
 		}
 	}
 }
+
+// bitset.next finds the least member in a range, as a scan would, across
+// word boundaries and at the ends.
+func TestBitsetNext(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 300; trial++ {
+		n := 1 + rng.IntN(200)
+		b, in := newBitset(n), make([]bool, n)
+		for range rng.IntN(n + 1) {
+			k := rng.IntN(n)
+			b.set(k)
+			in[k] = true
+			if rng.IntN(4) == 0 {
+				b.clear(k)
+				in[k] = false
+			}
+		}
+		from := rng.IntN(n + 1)
+		to := from + rng.IntN(n-from+1)
+		want := -1
+		for k := from; k < to; k++ {
+			if in[k] {
+				want = k
+				break
+			}
+		}
+		if got := b.next(from, to); got != want {
+			t.Fatalf("n %d, members %v: next(%d, %d) = %d, want %d", n, in, from, to, got, want)
+		}
+	}
+}

@@ -16,38 +16,42 @@ var errNoRemote = errors.New("engine: no remote address")
 // Conn is one connection: its handshake, its send side (sender) and its
 // receive side (receiver).
 type Conn struct {
-	ep        *Endpoint
-	pd        *memreg.Domain
+	// What the packets read, first: every one the connection sends or
+	// receives reads some of these fields, its sender's or its receiver's,
+	// and with thousands of connections each cache line of them is one to
+	// fetch. What the handshake and the application's calls read comes
+	// after.
+	ep              *Endpoint
+	pd              *memreg.Domain
+	state           ConnState
+	mode            proto.Mode
+	peerPort        uint16
+	localID, peerID uint32
+	maxPacket       int // negotiated at the handshake, with paths, streams and readsOut
+	paths, streams  int
+	readsOut        int          // READs this side may have outstanding
+	remote          []netip.Addr // the peer's address per plane; invalid until known
+	ackTimer        clock.Timer
+	progress        clock.Timer // fires after Config.NoProgress without progress while work is outstanding
+
+	snd sender
+	rcv receiver
+
 	events    Events
 	initiator bool
-	state     ConnState
 	err       error
+	acceptKey acceptKey
 
-	localID, peerID uint32
-	remote          []netip.Addr // the peer's address per plane; invalid until known
-	peerPort        uint16
-	acceptKey       acceptKey
-
-	// Negotiated at the handshake.
-	paths, streams int
-	maxPacket      int
-	peerWindow     int    // DSNs the peer accepts beyond its cumulative DSN
-	isn, idsn      uint32 // this side's initial PSN and DSN
-	peerISN        uint32
-	peerIDSN       uint32
-	readsOut       int // READs this side may have outstanding
-	mode           proto.Mode
-	bl             baseline // baseline mode's state
+	// Negotiated at the handshake too.
+	peerWindow int    // DSNs the peer accepts beyond its cumulative DSN
+	isn, idsn  uint32 // this side's initial PSN and DSN
+	peerISN    uint32
+	peerIDSN   uint32
+	bl         baseline // baseline mode's state
 
 	hsTimer    clock.Timer
 	hsInterval time.Duration
 	hsDeadline clock.Time
-
-	progress clock.Timer // fires after Config.NoProgress without progress while work is outstanding
-	ackTimer clock.Timer
-
-	snd sender
-	rcv receiver
 }
 
 // ID is the connection's local id (the DstConnID its peer sends to).

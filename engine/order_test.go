@@ -208,3 +208,60 @@ func TestVanishedPeer(t *testing.T) {
 		t.Errorf("%d events still pending after the close", n.sim.Pending())
 	}
 }
+
+// A sender looks for data only on the streams it has marked ready: after
+// every event of a run with WRITEs, SENDs refused for want of a receive
+// (RNR) until receives are posted, READs beyond the limit and READ
+// responses on the internal stream, every stream with a message to send
+// and nothing refused is marked; idle ones are unmarked; everything
+// completes.
+func TestReadyStreamsHoldEveryStreamWithData(t *testing.T) {
+	n := newNet(t, fourPlanes(), Config{Paths: 4, Streams: 4, MaxReadsOut: 2})
+	pr := n.connect(0, 1)
+	const size, sends = 64 << 10, 16 // the SENDs: 4 KiB each, more than go out before the first refusal returns
+	src := pr.ha.region(t, size, 7, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead)
+	back := pr.ha.region(t, size, 0, memreg.LocalWrite)
+	inbox := pr.hb.region(t, size, 0, memreg.LocalWrite)
+	aSrc := pr.ha.region(t, size, 9, memreg.LocalWrite|memreg.RemoteRead)
+	bDst := pr.hb.region(t, size, 0, memreg.LocalWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Stream: 0, Local: SGE{src, 0, size}, RKey: dst.Key()})
+	for i := range sends {
+		pr.a.Post(SendWR{ID: uint64(100 + i), Op: OpSend, Stream: 1, Local: SGE{src, uint64(i) * 4096, 4096}})
+	}
+	for i := range 4 {
+		pr.a.Post(SendWR{ID: uint64(20 + i), Op: OpRead, Stream: 2, Local: SGE{back, uint64(i) * 1024, 1024}, RKey: dst.Key(), RemoteOffset: uint64(i) * 1024})
+	}
+	pr.b.Post(SendWR{ID: 30, Op: OpRead, Stream: 3, Local: SGE{bDst, 0, size}, RKey: aSrc.Key()}) // a answers on its internal stream
+	unmarked, posted := false, false
+	for n.sim.Step() {
+		if !posted && n.sim.Now() > clock.Time(300*time.Microsecond) {
+			posted = true // the SENDs were refused until now
+			for i := range sends {
+				pr.b.PostRecv(RecvWR{ID: uint64(200 + i), Stream: 1, Local: SGE{inbox, uint64(i) * 4096, 4096}})
+			}
+		}
+		for _, s := range []*sender{&pr.a.snd, &pr.b.snd} {
+			for k := range s.streams {
+				st := &s.streams[k]
+				marked := s.ready.next(k, k+1) == k
+				if st.sendIdx < len(st.queue) && st.refused == 0 && !marked {
+					t.Fatalf("at %v: stream %d has data to send and is not marked ready", n.sim.Now(), k)
+				}
+				unmarked = unmarked || !marked
+			}
+		}
+		if len(pr.ra.done) == 1+sends+4 && len(pr.rb.done) == 1+sends {
+			break
+		}
+	}
+	if len(pr.ra.done) != 1+sends+4 || len(pr.rb.done) != 1+sends {
+		t.Fatalf("completions: %d at a (want %d), %d at b (want %d)", len(pr.ra.done), 1+sends+4, len(pr.rb.done), 1+sends)
+	}
+	if pr.b.ReceiverStats().Nacks[proto.NackRNR] == 0 || !unmarked {
+		t.Fatalf("the run did not exercise the set: %d RNR NACKs, a stream ever unmarked %v", pr.b.ReceiverStats().Nacks[proto.NackRNR], unmarked)
+	}
+	if !bytes.Equal(dst.Bytes(), src.Bytes()) || !bytes.Equal(bDst.Bytes(), aSrc.Bytes()) || !bytes.Equal(inbox.Bytes(), src.Bytes()) {
+		t.Fatal("data differs")
+	}
+}

@@ -130,34 +130,37 @@ func (e *recvEntry) scatter(off uint32, src []byte) error {
 
 // ReceiverStats counts a connection's receiving.
 type ReceiverStats struct {
+	// The counts of every packet first, side by side: with thousands of
+	// connections each is a cache line to fetch.
 	Packets      uint64 // data packets placed
 	Bytes        uint64
+	CE           uint64
+	AcksSent     uint64
 	Duplicates   uint64
 	OutOfWindow  uint64
 	OutOfOrder   uint64 // baseline mode: PSNs after the expected one, dropped
 	Inconsistent uint64 // disagreed with their message's first packet
 	BadPath      uint64 // path id beyond the negotiated count, or too long
 	Nacks        [16]uint64
-	CE           uint64
-	AcksSent     uint64
 }
 
 type receiver struct {
+	// What every data packet and ACK reads first, then its counts.
 	c        *Conn
 	ready    bool
-	dsn      dsnWindow
-	paths    []recvPath
-	streams  []recvStream
-	dirty    []uint8
-	pending  int // data packets since the last ACK
+	repeat   bool // the ack timer is set to repeat the last ACK
+	pending  int  // data packets since the last ACK
 	ackPlane int
 	ackPort  int
-	free     []*rxMessage
-	readsIn  int        // READs accepted and not yet fully answered
-	repeat   bool       // the ack timer is set to repeat the last ACK
-	srq      *SRQ       // where receives come from, when shared
+	paths    []recvPath
+	dsn      dsnWindow
+	streams  []recvStream
 	share    *cc.Member // in the endpoint's InboundCapacity allocation (its rate hints); nil without one
+	dirty    []uint8
 	stats    ReceiverStats
+	free     []*rxMessage
+	readsIn  int  // READs accepted and not yet fully answered
+	srq      *SRQ // where receives come from, when shared
 }
 
 func (r *receiver) init(c *Conn) {

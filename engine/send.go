@@ -70,22 +70,32 @@ type sendRec struct {
 
 // sendPath is the sender's state of one path.
 type sendPath struct {
-	s          *sender
-	id         int
-	plane      int
-	portIndex  int // into Config.SourcePorts
-	port       uint16
+	// What choosing a path for a packet reads comes first, in one cache
+	// line: a sender looks at its paths at every packet, and with
+	// thousands of connections a path's state has left the caches since
+	// its last. (sendPathSize keeps a path a whole number of lines.)
+	s        *sender
+	ring     []sendRec // PSN psn in slot psn & (len - 1): 16 slots, doubled as needed up to 256
+	next     uint32    // next PSN
+	oldest   uint32    // oldest PSN not resolved
+	inflight int
+	window   int
+	plane    int
+	// What sending on it and its ACKs read next.
+	state      pathmgr.State
 	epoch      uint8
-	epochStart [4]uint32 // first PSN of each epoch value's latest use
-	next       uint32    // next PSN
-	oldest     uint32    // oldest PSN not resolved
-	ring       []sendRec // PSN psn in slot psn & (len - 1): 16 slots, doubled as needed up to 256
-	inflight   int
-	window     int
-	rtt        pathmgr.RTT
-	timer      clock.Timer
+	port       uint16
 	probed     bool // a tail probe went out since the last acknowledgment
-	timeouts   int  // consecutive retransmission timeouts
+	id         int
+	portIndex  int // into Config.SourcePorts
+	cwin       *cc.Window
+	skipUntil  clock.Time // a SKIP path turns GOOD again after this, without news
+	timer      clock.Timer
+	rtt        pathmgr.RTT
+	ce         uint32 // the receiver's CE count for the path, as last reported
+	probeID    uint32
+	epochStart [4]uint32 // first PSN of each epoch value's latest use
+	timeouts   int       // consecutive retransmission timeouts
 	repathedAt clock.Time
 	// Loss as the path's own ACKs report it, over rounds of lossRound
 	// packets: this round's counts and the rounds' smoothed loss fraction
@@ -93,13 +103,16 @@ type sendPath struct {
 	// not the route's loss rate and do not count.
 	roundAcked, roundLost int
 	lossAvg               float64
-	state                 pathmgr.State
 	ctr                   pathmgr.Counters
-	ce                    uint32 // the receiver's CE count for the path, as last reported
-	probeID               uint32
-	cwin                  *cc.Window
-	skipUntil             clock.Time // a SKIP path turns GOOD again after this, without news
+	_                     [sendPathPad]byte
 }
+
+// A sender's paths are one array: each path a whole number of cache lines
+// (five), so that every one's first line holds what choosing it reads.
+const (
+	sendPathSize = 5 * 64
+	sendPathPad  = 32
+)
 
 // sendStream is one stream's outgoing messages, in MSN order.
 type sendStream struct {
@@ -141,10 +154,9 @@ type sender struct {
 	mask     uint32
 	paths    []*sendPath
 	streams  []sendStream
+	ready    bitset   // streams that may have data to send: every one that has is in it
 	retx     []uint32 // DSNs to resend, oldest first from retxHead
 	retxHead int
-	waiting  []uint32 // DSNs refused with a retryable NACK
-	retry    clock.Timer
 	pacer    cc.Pacer
 	paceT    clock.Timer // wakes the sender when the pacer lets the next packet go
 	nicShare *cc.Member  // in the endpoint's OutboundCapacity allocation; nil without one
@@ -169,6 +181,8 @@ type sender struct {
 	unsent      uint64 // bytes posted and never sent: the Backlog field
 	stats       SenderStats
 
+	waiting     []uint32 // DSNs refused with a retryable NACK
+	retry       clock.Timer
 	reads       map[uint32]*message // READs outstanding as requester, by tag
 	nextTag     uint32
 	readsActive int // READ_REQs sent whose data has not all arrived
@@ -188,6 +202,7 @@ func (s *sender) init(c *Conn) {
 	}
 	s.ring, s.mask = make([]dsnRecord, n), uint32(n-1)
 	s.streams = make([]sendStream, c.streams+1) // the last: READ responses
+	s.ready = newBitset(len(s.streams))
 	s.respStream = c.streams
 	s.reads = map[uint32]*message{}
 	s.retry = c.ep.clock.NewTimer(s.onRetry)
@@ -289,6 +304,7 @@ func (s *sender) post(wr SendWR) error {
 		s.reads[m.tag] = m
 	}
 	st.queue = append(st.queue, m)
+	s.ready.set(int(wr.Stream))
 	s.msgs++
 	if typ != proto.TypeReadReq {
 		s.unsent += uint64(m.length)
@@ -304,6 +320,7 @@ func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
 		srcKey: rkey, srcOff: roff, internal: true, seg: uint32(s.c.maxPacket - hlen - proto.TrailerLen)}
 	st := &s.streams[s.respStream]
 	st.queue = append(st.queue, m)
+	s.ready.set(s.respStream)
 	s.msgs++
 	s.unsent += uint64(length)
 	s.c.madeProgress(false)
@@ -434,11 +451,19 @@ func (s *sender) popRetx() {
 
 // nextMessage picks the next stream with bytes to send, round robin. A
 // stream whose next message is a READ waits while the READ limit is reached.
+// It looks only at the streams marked ready (most of a connection's are
+// idle, and each is a cache line of state), and unmarks those it finds
+// with nothing to send.
 func (s *sender) nextMessage() *message {
-	for i := 0; i < len(s.streams); i++ {
-		k := (s.rrStream + i) % len(s.streams)
-		st := &s.streams[k]
-		if st.sendIdx < len(st.queue) && st.refused == 0 {
+	n := len(s.streams)
+	from := s.rrStream % n
+	for _, span := range [2][2]int{{from, n}, {0, from}} {
+		for k := s.ready.next(span[0], span[1]); k >= 0; k = s.ready.next(k+1, span[1]) {
+			st := &s.streams[k]
+			if st.sendIdx >= len(st.queue) || st.refused > 0 {
+				s.ready.clear(k) // until a post, or its refused DSNs are accepted
+				continue
+			}
 			m := st.queue[st.sendIdx]
 			if m.typ == proto.TypeReadReq && s.readsActive >= s.c.readsOut {
 				continue
@@ -852,6 +877,9 @@ func (s *sender) ackDSN(d uint32) {
 		k := s.streamOf(m)
 		st := &s.streams[k]
 		st.refused-- // accepted at last: the stream may send again when none is left
+		if st.refused == 0 {
+			s.ready.set(k)
+		}
 		if st.probing && st.probe == d {
 			st.probing = false
 			s.releaseRefused(k)
