@@ -7,10 +7,13 @@ import "math/bits"
 // emulator schedules almost everything (serializations, propagation delays,
 // pacing and acknowledgment timers of micro- and nanoseconds), and a 4-ary
 // heap for the rest. A bucket is a linked list of its events sorted by
-// (time, sequence); a bucket is one nanosecond, so events arrive in that
-// order (sequences grow) and are appended at its tail. Push and pop cost O(1) for near events instead of
-// O(log n), and list nodes come from a pool that grows only when more events
-// are pending than ever before, so a steady run allocates nothing.
+// (time, sequence). On one clock a bucket is one nanosecond, so events
+// arrive in that order (sequences grow) and are appended at its tail; a
+// group's process (one host's events, a few a nanosecond at most) has
+// buckets of 4 ns, whose events still come almost always in order. Push and
+// pop cost O(1) for near events instead of O(log n), and list nodes come
+// from a pool that grows only when more events are pending than ever
+// before, so a steady run allocates nothing.
 //
 // Every event in a bucket lies in the window [now rounded down to a bucket,
 // + the buckets' span: calendarSpan unless the Sim is a group's process),
@@ -21,7 +24,8 @@ import "math/bits"
 type calendar struct {
 	buckets  []bucket
 	nonEmpty []uint64
-	mask     int // buckets - 1; set before the first push for other than calendarBuckets
+	mask     int  // buckets - 1; set before the first push for other than calendarBuckets
+	shift    uint // a bucket is 1 << shift ns; set with mask
 	nodes    []calNode
 	free     int32 // first free node, -1 when none
 	near     int   // events in buckets
@@ -40,9 +44,8 @@ type calNode struct {
 }
 
 const (
-	bucketShift     = 0 // 1 ns per bucket: a bucket holds one time
-	calendarBuckets = 1 << 16
-	calendarSpan    = calendarBuckets << bucketShift // 65.5 µs
+	calendarBuckets = 1 << 16         // of 1 ns: a bucket holds one time
+	calendarSpan    = calendarBuckets // 65.5 µs
 )
 
 func (c *calendar) init() {
@@ -77,7 +80,7 @@ func (c *calendar) push(e eventEntry, now Time) {
 	if !c.ready {
 		c.init()
 	}
-	if int64(e.at>>bucketShift)-int64(now>>bucketShift) > int64(c.mask) {
+	if int64(e.at>>c.shift)-int64(now>>c.shift) > int64(c.mask) {
 		c.far = append(c.far, e)
 		heapUp(c.far, len(c.far)-1)
 		return
@@ -85,7 +88,7 @@ func (c *calendar) push(e eventEntry, now Time) {
 	if c.near == 0 || e.at < c.floor {
 		c.floor = e.at
 	}
-	i := int(e.at>>bucketShift) & c.mask
+	i := int(e.at>>c.shift) & c.mask
 	n := c.newNode(e)
 	switch bk := &c.buckets[i]; {
 	case bk.head < 0:
@@ -117,13 +120,13 @@ func (c *calendar) nearMin(now Time) int {
 		return -1
 	}
 	from := max(now, c.floor)
-	start := int(from>>bucketShift) & c.mask
+	start := int(from>>c.shift) & c.mask
 	w := start / 64
 	word := c.nonEmpty[w] &^ (1<<(start%64) - 1) // buckets at or after start in this word
 	for n := 0; n <= len(c.nonEmpty); n++ {
 		if word != 0 {
 			b := w*64 + bits.TrailingZeros64(word)
-			c.floor = (from>>bucketShift + Time((b-start)&c.mask)) << bucketShift // the bucket's start
+			c.floor = (from>>c.shift + Time((b-start)&c.mask)) << c.shift // the bucket's start
 			return b
 		}
 		w = (w + 1) % len(c.nonEmpty)

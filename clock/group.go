@@ -34,11 +34,16 @@ type Group struct {
 // process runs: where what the processes keep apart may be evened out.
 func (g *Group) Between(fn func()) { g.between = append(g.between, fn) }
 
-// processBuckets is a process's calendar: a host's events are a
-// sixty-fourth of a fabric's, and its near window need not be as long
-// (8 us; later events wait in the heap beyond). Small, the calendars of a
-// group's processes stay in the cores' caches.
-const processBuckets = 1 << 13
+// A process's calendar: a host's events are a sixty-fourth of a fabric's,
+// and its near window need not be as long (8 us; later events wait in the
+// heap beyond); its buckets are 4 ns (processShift). Small (16 KiB), the
+// calendars of a group's processes stay in the cores' caches: with buckets
+// of 1 ns, 64 hosts' took 4 MiB, a core's whole cache, and with 4,032
+// connections the simulator took 1/0.94 of the time.
+const (
+	processBuckets = 1 << 11
+	processShift   = 2
+)
 
 type message struct {
 	to int
@@ -59,7 +64,7 @@ func NewGroup(n int, lookahead time.Duration, workers int) *Group {
 	g.claimed = make([]claimCounter, g.workers)
 	for range n {
 		s := NewSim()
-		s.events.mask = processBuckets - 1
+		s.events.mask, s.events.shift = processBuckets-1, processShift
 		g.lps = append(g.lps, s)
 	}
 	return g

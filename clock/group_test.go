@@ -51,7 +51,7 @@ func TestGroupSameForAnyWorkers(t *testing.T) {
 		}
 		for lp := range g.Len() { // beyond a process's calendar window: in its heap
 			far := &pinger{g: g, lp: lp, id: 100 + lp, hops: 1, logs: logs}
-			g.LP(lp).At(Time(3*processBuckets+lp), far)
+			g.LP(lp).At(Time(3*processBuckets<<processShift+lp), far)
 		}
 		if g.RunWhile(Never, func() bool { return true }) != true {
 			t.Fatal("RunWhile reported its condition false")

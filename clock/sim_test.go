@@ -78,17 +78,23 @@ func TestSimTimerResetAndStop(t *testing.T) {
 // Random schedules, resets and stops, checked against a plain sorted list:
 // near events (inside one calendar bucket or a few), and, with a wide
 // spread, events beyond the calendar's window and across several laps of
-// its ring.
+// its ring; on one clock's calendar (buckets of 1 ns) and on a group
+// process's (4 ns: events of different times share a bucket and come out
+// of order).
 func TestSimMatchesReferenceModel(t *testing.T) {
 	for _, spread := range []int{50, 3 * calendarSpan} {
-		testSimAgainstModel(t, spread)
+		testSimAgainstModel(t, spread, NewSim)
+	}
+	process := func() *Sim { return NewGroup(1, 100, 1).LP(0) }
+	for _, spread := range []int{6, 50, 3 * processBuckets << processShift} {
+		testSimAgainstModel(t, spread, process)
 	}
 }
 
-func testSimAgainstModel(t *testing.T, spread int) {
+func testSimAgainstModel(t *testing.T, spread int, newSim func() *Sim) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0))
-		s := NewSim()
+		s := newSim()
 		type ref struct {
 			at  Time
 			seq int

@@ -348,7 +348,9 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(dsn)
 	r.observe(h, d.Size(), at)
-	c.bl.expected++
+	if c.isBaseline() {
+		c.bl.expected++ // the in-order PSN gate's (a cold line otherwise)
+	}
 	if m == nil {
 		m = r.newMessage()
 		*m = f
@@ -461,7 +463,9 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(h.DSN())
 	r.observe(h, len(pkt.Bytes())+pkt.Pad(), at) // its whole size, a placeholder's too
-	c.bl.expected++
+	if c.isBaseline() {
+		c.bl.expected++
+	}
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(pkt.Payload))
 	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
