@@ -9,15 +9,15 @@ import "math/bits"
 // heap for the rest. A bucket is a linked list of its events sorted by
 // (time, sequence). On one clock a bucket is one nanosecond, so events
 // arrive in that order (sequences grow) and are appended at its tail; a
-// group's process (one host's events, a few a nanosecond at most) has
-// buckets of 4 ns, whose events still come almost always in order. Push and
+// group's process (one host's events) has buckets of 32 ns, whose few
+// events still come almost always in order. Push and
 // pop cost O(1) for near events instead of O(log n), and list nodes come
 // from a pool that grows only when more events are pending than ever
 // before, so a steady run allocates nothing.
 //
 // Every event in a bucket lies in the window [now rounded down to a bucket,
-// + the buckets' span: calendarSpan unless the Sim is a group's process),
-// so a bucket never mixes two laps of the ring, and the
+// + the buckets' span, 65.5 us), so a bucket never mixes two laps of the
+// ring, and the
 // first non-empty bucket at or after now's holds the earliest near event.
 // Far events stay in the heap even when the window reaches them; pop
 // compares the two.

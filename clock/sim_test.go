@@ -79,14 +79,14 @@ func TestSimTimerResetAndStop(t *testing.T) {
 // near events (inside one calendar bucket or a few), and, with a wide
 // spread, events beyond the calendar's window and across several laps of
 // its ring; on one clock's calendar (buckets of 1 ns) and on a group
-// process's (4 ns: events of different times share a bucket and come out
+// process's (32 ns: events of different times share a bucket and come out
 // of order).
 func TestSimMatchesReferenceModel(t *testing.T) {
 	for _, spread := range []int{50, 3 * calendarSpan} {
 		testSimAgainstModel(t, spread, NewSim)
 	}
 	process := func() *Sim { return NewGroup(1, 100, 1).LP(0) }
-	for _, spread := range []int{6, 50, 3 * processBuckets << processShift} {
+	for _, spread := range []int{20, 200, 3 * processBuckets << processShift} {
 		testSimAgainstModel(t, spread, process)
 	}
 }
