@@ -64,18 +64,22 @@ func (a *Allocator) Observe(id uint32, backlog uint64, bytes int, now int64) boo
 // packet of a greedy connection costs a map lookup (through its Member,
 // none).
 func (a *Allocator) ObserveDemand(id uint32, demand float64, bytes int, now int64) bool {
-	_, changed := a.observe(a.flows[id], id, demand, bytes, now)
+	_, changed := a.observe(a.flows[id], nil, id, demand, bytes, now)
 	return changed
 }
 
-// observe is ObserveDemand given id's entry f (nil: it has none); it
-// returns the entry.
-func (a *Allocator) observe(f *flow, id uint32, demand float64, bytes int, now int64) (*flow, bool) {
+// observe is ObserveDemand given id's entry f (nil: it has none) and
+// where a new entry goes (nil: a new allocation); it returns the entry.
+func (a *Allocator) observe(f, slot *flow, id uint32, demand float64, bytes int, now int64) (*flow, bool) {
 	d := math.Min(demand, a.p.Capacity)
 	dirty := false
 	switch {
 	case f == nil:
-		f = &flow{used: d, in: true}
+		if slot == nil {
+			slot = new(flow)
+		}
+		f = slot
+		*f = flow{used: d, in: true}
 		a.flows[id] = f
 		dirty = true
 	case (d >= a.level) != (f.used >= a.level):
@@ -117,7 +121,11 @@ func (a *Allocator) remove(id uint32, f *flow) {
 type Member struct {
 	a  *Allocator
 	id uint32
-	f  *flow // id's entry when it last had one (see flow.in)
+	f  *flow // id's entry when it last had one (see flow.in): own
+	// own is where the member's entry lives, beside the handle: a
+	// packet's look at it is no other cache line to fetch. An entry that
+	// expired or left is out of the allocator's map before it is reused.
+	own flow
 }
 
 // Member returns connection id's handle.
@@ -139,7 +147,7 @@ func (m *Member) Observe(backlog uint64, bytes int, now int64) bool {
 // ObserveDemand is Allocator.ObserveDemand for the member.
 func (m *Member) ObserveDemand(demand float64, bytes int, now int64) bool {
 	var changed bool
-	m.f, changed = m.a.observe(m.entry(), m.id, demand, bytes, now)
+	m.f, changed = m.a.observe(m.entry(), &m.own, m.id, demand, bytes, now)
 	return changed
 }
 

@@ -137,7 +137,7 @@ func (s *sender) sendBaseline() bool {
 		s.paceBaseline(int(r.n) + packetOverhead)
 		return true
 	}
-	if p.inflight >= p.window || !p.ringRoom() || s.nextDSN-s.una >= s.window || !c.remote[p.plane].IsValid() {
+	if p.inflight >= p.window || !p.ringRoom() || s.nextDSN-s.una >= s.window || !c.knows(p.plane) {
 		return false
 	}
 	m := s.nextMessage()

@@ -30,6 +30,7 @@ type Conn struct {
 	maxPacket       int // negotiated at the handshake, with paths, streams and readsOut
 	paths, streams  int
 	readsOut        int          // READs this side may have outstanding
+	known           uint64       // bit p: remote[p] is known (planes 0-63; see knows)
 	remote          []netip.Addr // the peer's address per plane; invalid until known
 	ackTimer        clock.Timer
 	progress        clock.Timer // fires after Config.NoProgress without progress while work is outstanding
@@ -64,6 +65,28 @@ func (c *Conn) RemoteAddr(p int) netip.Addr {
 		return netip.Addr{}
 	}
 	return c.remote[p]
+}
+
+// knows reports whether the peer's address on plane p is known: from a
+// bit in the connection's first cache line for the first 64 planes, which
+// every packet sent or received asks about (the addresses are a line or
+// three of their own).
+func (c *Conn) knows(p int) bool {
+	if p < 64 {
+		return c.known&(1<<p) != 0
+	}
+	return c.remote[p].IsValid()
+}
+
+// setRemote sets the peer's address on plane p.
+func (c *Conn) setRemote(p int, a netip.Addr) {
+	c.remote[p] = a
+	if p < 64 {
+		c.known &^= 1 << p
+		if a.IsValid() {
+			c.known |= 1 << p
+		}
+	}
 }
 
 // PeerID is the peer's id for this connection.
@@ -219,8 +242,8 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	if c.state == Closed {
 		return
 	}
-	if !c.remote[plane].IsValid() {
-		c.remote[plane] = d.Src.Addr() // learn the peer's address on this plane
+	if !c.knows(plane) {
+		c.setRemote(plane, d.Src.Addr()) // learn the peer's address on this plane
 	}
 	switch t := pkt.Type(); {
 	case t == proto.TypeAccept:
@@ -273,7 +296,7 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 	}
 	// The third message, on every plane (and again for a resent ACCEPT).
 	for p := range c.remote {
-		if c.remote[p].IsValid() {
+		if c.knows(p) {
 			c.rcv.sendAck(p, false)
 		}
 	}

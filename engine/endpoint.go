@@ -282,7 +282,7 @@ func (e *Endpoint) Connect(remote []netip.Addr, port uint16, pd *memreg.Domain, 
 	}
 	c := e.newConn(pd, ev, true)
 	for i := 0; i < len(e.cfg.Planes) && i < len(remote); i++ {
-		c.remote[i] = remote[i]
+		c.setRemote(i, remote[i])
 	}
 	c.peerPort = port
 	c.startHandshake()
@@ -341,7 +341,7 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		return
 	}
 	c := e.newConn(e.listenPD, nil, false)
-	c.remote[plane] = d.Src.Addr()
+	c.setRemote(plane, d.Src.Addr())
 	c.peerPort = h.ReplyPort()
 	c.peerID = h.SrcConnID()
 	c.acceptKey = key

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"unsafe"
 )
@@ -14,5 +16,26 @@ func TestSendPathIsWholeLines(t *testing.T) {
 	}
 	if off := unsafe.Offsetof(sendPath{}.plane) + unsafe.Sizeof(sendPath{}.plane); off > 64 {
 		t.Fatalf("what choosing a path reads ends at byte %d, past the first line", off)
+	}
+}
+
+// knows answers from its bits for the first 64 planes and from the
+// addresses beyond, and agrees with the addresses as setRemote sets and
+// clears them.
+func TestKnowsFollowsTheAddresses(t *testing.T) {
+	c := &Conn{remote: make([]netip.Addr, 70)}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		p := rng.IntN(len(c.remote))
+		a := netip.Addr{}
+		if rng.IntN(3) > 0 {
+			a = netip.AddrFrom4([4]byte{10, byte(p), 0, 1})
+		}
+		c.setRemote(p, a)
+		for q := range c.remote {
+			if c.knows(q) != c.remote[q].IsValid() {
+				t.Fatalf("plane %d: knows %v, address %v", q, c.knows(q), c.remote[q])
+			}
+		}
 	}
 }

@@ -536,7 +536,7 @@ func (r *receiver) ackNow() { r.sendAck(r.ackPlane, true) }
 // ACK).
 func (r *receiver) sendAck(plane int, records bool) {
 	c := r.c
-	if !c.remote[plane].IsValid() {
+	if !c.knows(plane) {
 		plane = c.firstPlane()
 	}
 	maxRecords := min(proto.MaxAckRecords, (c.maxPacket-proto.CommonHeaderLen-proto.AckHeaderLen-proto.TrailerLen)/proto.AckRecordLen)

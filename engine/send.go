@@ -492,7 +492,7 @@ func (s *sender) usable(p *sendPath, skip bool) bool {
 		p.setState(pathmgr.Good, false) // a round trip without news: clear again
 	}
 	return (p.state == pathmgr.Good || skip && p.state == pathmgr.Skip) &&
-		p.inflight < p.window && p.ringRoom() && s.c.remote[p.plane].IsValid()
+		p.inflight < p.window && p.ringRoom() && s.c.knows(p.plane)
 }
 
 // packetOverhead is what a packet adds to its payload on the wire, for
@@ -1397,7 +1397,7 @@ func (p *sendPath) repath(now clock.Time) bool {
 
 func (p *sendPath) sendProbe() {
 	c := p.s.c
-	if !c.remote[p.plane].IsValid() {
+	if !c.knows(p.plane) {
 		return
 	}
 	p.probeID++
