@@ -197,7 +197,7 @@ func (g *Group) window(last Time) {
 			runtime.Gosched()
 		}
 	}
-	if p := g.panicked.Load(); p != nil {
+	if p := g.panicked.Swap(nil); p != nil {
 		panic(*p) // a helper's process panicked: on the caller's goroutine, as with one worker
 	}
 }

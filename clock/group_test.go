@@ -101,18 +101,34 @@ func TestGroupRunWhileAndLookahead(t *testing.T) {
 }
 
 // A process's panic on a helper's core reaches the caller of RunWhile, as
-// it does with one worker, and the helpers stop.
+// it does with one worker, and the helpers stop; raised once, it does not
+// come back with the next run.
 func TestGroupPanicReachesTheCaller(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two cores")
+	}
 	g := NewGroup(2, 100, 2)
-	var boom funcEvent = func() { panic("boom") }
-	g.LP(1).At(10, boom) // process 1: the helper's
-	defer func() {
-		if p := recover(); p != "boom" {
-			t.Fatalf("recovered %v, want the process's panic", p)
+	// Process 1 panics on the helper: the caller is busy with process 0
+	// until process 1's event has started.
+	var started atomic.Bool
+	g.LP(1).At(10, funcEvent(func() { started.Store(true); panic("boom") }))
+	g.LP(0).At(10, funcEvent(func() {
+		for deadline := time.Now().Add(10 * time.Second); !started.Load() && time.Now().Before(deadline); {
 		}
-	}()
-	g.RunWhile(Never, func() bool { return true })
-	t.Fatal("RunWhile returned")
+	}))
+	run := func() (p any) {
+		defer func() { p = recover() }()
+		g.RunWhile(Never, func() bool { return true })
+		return nil
+	}
+	if p := run(); p != "boom" {
+		t.Fatalf("recovered %v, want the process's panic", p)
+	}
+	fired := false
+	g.LP(1).At(g.Now()+200, funcEvent(func() { fired = true }))
+	if p := run(); p != nil || !fired {
+		t.Fatalf("the next run: panic %v, event fired %v", p, fired)
+	}
 }
 
 // An event for a process that ran past it on its own (not by the group)
@@ -137,33 +153,45 @@ func (f funcEvent) Fire() { f() }
 // started of theirs: worker 0 owns processes 0 and 2, and process 0's
 // event waits for process 2's to have fired, which only worker 1 can have
 // done (worker 0 is busy waiting). Without the stealing it would wait for
-// ever (here: until the test gives up). Between windows every process is
-// at the window's end: each was run, once.
+// ever (here: until the test gives up). After every window each process is
+// at the window's end with every event due by then fired: each was run.
 func TestGroupWorkerTakesTheOthersProcesses(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Skip("needs two cores")
 	}
 	g := NewGroup(4, 100, 2)
+	due := make([][]Time, g.Len()) // by process: its events' times
+	fired := make([]int, g.Len())
 	var fired2 atomic.Bool
 	timedOut := false
-	g.LP(2).At(10, funcEvent(func() { fired2.Store(true) }))
+	g.LP(2).At(10, funcEvent(func() { fired[2]++; fired2.Store(true) }))
 	g.LP(0).At(10, funcEvent(func() {
+		fired[0]++
 		deadline := time.Now().Add(10 * time.Second)
 		for !fired2.Load() && !timedOut {
 			timedOut = time.Now().After(deadline)
 		}
 	}))
+	due[0], due[2] = []Time{10}, []Time{10}
 	for lp := range g.Len() { // more windows, every process with work in them
 		for at := Time(200); at < 1000; at += 150 {
-			g.LP(lp).At(at+Time(lp), funcEvent(func() {}))
+			due[lp] = append(due[lp], at+Time(lp))
+			g.LP(lp).At(at+Time(lp), funcEvent(func() { fired[lp]++ }))
 		}
 	}
 	windows := 0
 	g.Between(func() {
 		windows++
 		for lp := range g.Len() {
-			if g.LP(lp).Now() != g.Now() {
-				t.Errorf("after window %d process %d is at %v, process 0 at %v", windows, lp, g.LP(lp).Now(), g.Now())
+			n := 0
+			for _, at := range due[lp] {
+				if at <= g.last {
+					n++
+				}
+			}
+			if g.LP(lp).Now() != g.last || fired[lp] < n {
+				t.Fatalf("after window %d (to %v) process %d is at %v with %d of its %d events due fired",
+					windows, g.last, lp, g.LP(lp).Now(), fired[lp], n)
 			}
 		}
 	})

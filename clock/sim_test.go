@@ -228,6 +228,34 @@ func TestSimCalendarWindowEdges(t *testing.T) {
 	}
 }
 
+// The same at the window's edge of a group process's calendar, whose
+// buckets hold 32 ns: with an event in now's bucket, one a whole ring
+// later in the same bucket must wait in the far heap, not come up with it.
+func TestSimCalendarWindowEdgesOfAProcess(t *testing.T) {
+	s := NewGroup(1, 100, 1).LP(0)
+	const bucket, span = 1 << processShift, processBuckets << processShift
+	s.RunUntil(7*bucket + 5) // inside a bucket
+	var got []Time
+	rec := fireFunc(func() { got = append(got, s.Now()) })
+	start := s.Now() - 5 // now's bucket
+	var want []Time
+	at := func(t Time) {
+		s.At(t, rec)
+		want = append(want, t)
+	}
+	at(s.Now() + 10) // now's bucket
+	for k := Time(-2 * bucket); k <= 2*bucket; k += 3 {
+		at(start + span + k) // around a whole ring later
+	}
+	at(s.Now() + 1000)
+	at(start + 2*span + 1)
+	s.RunUntil(start + 3*span)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("fired at %v, want %v", got, want)
+	}
+}
+
 // A timer has one entry in the queue however often it is postponed,
 // stopped and armed again later than its entry, and a postponed timer fires
 // once, at its last deadline.
