@@ -10,10 +10,11 @@ import "math/bits"
 // (time, sequence). On one clock a bucket is one nanosecond, so events
 // arrive in that order (sequences grow) and are appended at its tail; a
 // group's process (one host's events) has buckets of 32 ns, whose few
-// events still come almost always in order. Push and
-// pop cost O(1) for near events instead of O(log n), and list nodes come
-// from a pool that grows only when more events are pending than ever
-// before, so a steady run allocates nothing.
+// events still come almost always in order. Push and pop cost O(1) for
+// near events instead of O(log n) (a push into a bucket of 32 ns out of
+// order walks its few events), and list nodes come from a pool that grows
+// only when more events are pending than ever before, so a steady run
+// allocates nothing.
 //
 // Every event in a bucket lies in the window [now rounded down to a bucket,
 // + the buckets' span, 65.5 us), so a bucket never mixes two laps of the

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 func baselineConfig() Config { return Config{Mode: proto.ModeBaseline, BaselineWindow: 32, Streams: 4} }
 
 // A baseline connection is negotiated with one path and carries WRITE,
-// SEND and READ in order under loss, byte for byte, by go-back-N.
+// SEND and READ in order under loss, byte for byte, by go-back-N; after
+// every event its count of packets in flight is its path's.
 func TestBaselineUnderLoss(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
@@ -31,7 +33,11 @@ func TestBaselineUnderLoss(t *testing.T) {
 	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 1 << 20}, RKey: dst.Key()})
 	pr.a.Post(SendWR{ID: 2, Op: OpSend, Stream: 1, Local: SGE{src, 0, 1 << 20}})
 	pr.a.Post(SendWR{ID: 3, Op: OpRead, Local: SGE{back, 0, 1 << 20}, RKey: dst.Key()})
-	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 3 && len(pr.rb.done) == 1 }) {
+	done := func() bool {
+		checkInflight(t, n.sim.Now(), &pr.a.snd, &pr.b.snd)
+		return len(pr.ra.done) == 3 && len(pr.rb.done) == 1
+	}
+	if !n.run(time.Second, done) {
 		t.Fatalf("completions %+v / %+v: %v", pr.ra.done, pr.rb.done, pr.a.Err())
 	}
 	for _, wc := range append(pr.ra.done, pr.rb.done...) {
@@ -87,7 +93,8 @@ func TestBaselinePlaneDownAndUp(t *testing.T) {
 }
 
 // ACKs lost for a while: the sender's ACK timeout goes back, and the
-// cumulative DSN of later ACKs frees its window; the next WRITE goes out.
+// cumulative DSN of later ACKs frees its window (and its count of packets
+// in flight, checked after every event); the next WRITE goes out.
 func TestBaselineAckLoss(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), baselineConfig())
 	pr := n.connect(0, 1)
@@ -103,10 +110,47 @@ func TestBaselineAckLoss(t *testing.T) {
 	dst := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
 	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 512 << 10}, RKey: dst.Key()})
 	pr.a.Post(SendWR{ID: 2, Op: OpWrite, Local: SGE{src, 512 << 10, 512 << 10}, RKey: dst.Key(), RemoteOffset: 512 << 10})
-	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 2 }) {
+	done := func() bool {
+		checkInflight(t, n.sim.Now(), &pr.a.snd)
+		return len(pr.ra.done) == 2
+	}
+	if !n.run(time.Second, done) {
 		t.Fatalf("completions %+v after %d ACKs dropped", pr.ra.done, acksDropped)
 	}
 	if acksDropped == 0 || !bytes.Equal(src.Bytes(), dst.Bytes()) {
 		t.Fatalf("dropped %d ACKs; data equal %v", acksDropped, bytes.Equal(src.Bytes(), dst.Bytes()))
+	}
+}
+
+// An ACK whose records are missing still frees a baseline sender's window:
+// the transmissions its cumulative DSN covers are resolved, on the path and
+// in the connection's count of packets in flight.
+func TestBaselineCumulativeAckFreesTheWindow(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), baselineConfig())
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 64<<10, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, 64<<10, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 64 << 10}, RKey: dst.Key()})
+	s := &pr.a.snd
+	n.run(time.Second, func() bool { return s.inflight() >= 4 })
+	if s.inflight() < 4 || s.una == s.nextDSN {
+		t.Fatalf("%d packets in flight, DSNs %d to %d", s.inflight(), s.una, s.nextDSN)
+	}
+	var ack proto.Packet
+	if err := proto.Build(&ack, make([]byte, 256), proto.TypeAck, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	ack.Common.SetDstConnID(pr.a.localID)
+	ack.Ack().SetCumDSN(s.nextDSN)
+	ack.Ack().SetRateHint(proto.RateNoLimit)
+	d := link.Datagram{Src: netip.AddrPortFrom(netem.Addr(0, 1), 4797), Dst: netip.AddrPortFrom(netem.Addr(0, 0), 4797),
+		Data: ack.Seal()}
+	n.hosts[0].ep.Receive(&d, n.sim.Now())
+	checkInflight(t, n.sim.Now(), s)
+	if p := s.paths[0]; s.una != s.nextDSN-uint32(s.inflight()) || p.oldest != p.next-uint32(p.inflight) {
+		t.Fatalf("after the ACK: DSNs %d to %d, %d in flight; PSNs %d to %d", s.una, s.nextDSN, s.inflight(), p.oldest, p.next)
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatalf("completions %+v", pr.ra.done)
 	}
 }

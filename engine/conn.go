@@ -29,8 +29,8 @@ type Conn struct {
 	localID, peerID uint32
 	maxPacket       int // negotiated at the handshake, with paths, streams and readsOut
 	paths, streams  int
-	readsOut        int          // READs this side may have outstanding
 	known           uint64       // bit p: remote[p] is known (planes 0-63; see knows)
+	readsOut        int          // READs this side may have outstanding
 	remote          []netip.Addr // the peer's address per plane; invalid until known
 	ackTimer        clock.Timer
 	progress        clock.Timer // fires after Config.NoProgress without progress while work is outstanding

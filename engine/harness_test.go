@@ -159,3 +159,18 @@ func (h *host) region(t testing.TB, size int, seed uint64, access memreg.Access)
 }
 
 func digest(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// checkInflight fails the test when a sender's count of packets in flight
+// is not its paths' summed.
+func checkInflight(t *testing.T, at clock.Time, senders ...*sender) {
+	t.Helper()
+	for i, s := range senders {
+		sum := 0
+		for _, p := range s.paths {
+			sum += p.inflight
+		}
+		if s.inflight() != sum {
+			t.Fatalf("at %v: sender %d counts %d packets in flight, its paths %d", at, i, s.inflight(), sum)
+		}
+	}
+}

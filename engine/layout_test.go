@@ -8,14 +8,31 @@ import (
 )
 
 // A sender's paths are an array of whole cache lines, so that each path's
-// first line holds what choosing a path reads (sendPath): a field added
-// without adjusting sendPathPad would shift every path off its lines.
+// first line holds what checking a path reads (sendPath): a field added
+// without adjusting sendPathPad would shift every path off its lines. The
+// layout is a 64-bit machine's (pointers and ints of 8 bytes).
 func TestSendPathIsWholeLines(t *testing.T) {
-	if got := unsafe.Sizeof(sendPath{}); got != sendPathSize {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	var p sendPath
+	if got := unsafe.Sizeof(p); got != sendPathSize {
 		t.Fatalf("a sendPath is %d bytes, want %d: adjust sendPathPad", got, sendPathSize)
 	}
-	if off := unsafe.Offsetof(sendPath{}.plane) + unsafe.Sizeof(sendPath{}.plane); off > 64 {
-		t.Fatalf("what choosing a path reads ends at byte %d, past the first line", off)
+	if end := unsafe.Offsetof(p.probed) + unsafe.Sizeof(p.probed); end > 64 {
+		t.Fatalf("what checking a path reads ends at byte %d, past the first line", end)
+	}
+}
+
+// What a connection's packets read first is in its first cache line, the
+// bits of known peer addresses among it.
+func TestConnFirstLine(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	var c Conn
+	if end := unsafe.Offsetof(c.known) + unsafe.Sizeof(c.known); end > 64 {
+		t.Fatalf("known ends at byte %d, past the first line", end)
 	}
 }
 

@@ -70,22 +70,23 @@ type sendRec struct {
 
 // sendPath is the sender's state of one path.
 type sendPath struct {
-	// What choosing a path for a packet reads comes first, in one cache
-	// line: a sender looks at its paths at every packet, and with
-	// thousands of connections a path's state has left the caches since
-	// its last. (sendPathSize keeps a path a whole number of lines.)
-	s        *sender
+	// What checking whether a path can take a packet reads comes first,
+	// in one cache line (usable): a sender looks at its paths at every
+	// packet, and with thousands of connections a path's state has left
+	// the caches since its last. (sendPathSize keeps a path a whole number
+	// of lines; TestSendPathIsWholeLines, on 64-bit machines.)
 	ring     []sendRec // PSN psn in slot psn & (len - 1): 16 slots, doubled as needed up to 256
 	next     uint32    // next PSN
 	oldest   uint32    // oldest PSN not resolved
 	inflight int
 	window   int
 	plane    int
-	// What sending on it and its ACKs read next.
-	state      pathmgr.State
-	epoch      uint8
-	port       uint16
-	probed     bool // a tail probe went out since the last acknowledgment
+	state    pathmgr.State
+	epoch    uint8
+	port     uint16
+	probed   bool // a tail probe went out since the last acknowledgment
+	// What the chosen path's sending and its ACKs read next.
+	s          *sender
 	id         int
 	portIndex  int // into Config.SourcePorts
 	cwin       *cc.Window
@@ -108,7 +109,8 @@ type sendPath struct {
 }
 
 // A sender's paths are one array: each path a whole number of cache lines
-// (five), so that every one's first line holds what choosing it reads.
+// (five, on a 64-bit machine), so that every one's first line holds what
+// checking it reads.
 const (
 	sendPathSize = 5 * 64
 	sendPathPad  = 32

@@ -36,7 +36,8 @@ func (e ECN) String() string {
 // UDP source port is the path's ECMP entropy.
 //
 // The fields an emulator reads at every hop (the size, the ECN mark) come
-// first, in 48 bytes, and the addresses, read at the ends, after them.
+// first, in the first 34 bytes, and the addresses, read at the ends, after
+// them.
 type Datagram struct {
 	Data []byte
 	// Pad is how many bytes the datagram carries on the wire after Data
