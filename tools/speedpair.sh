@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# speedpair.sh REV_A REV_B [PAIRS] [-- ARGS...]
+# speedpair.sh [--alternate] REV_A REV_B [PAIRS] [-- ARGS...]
 #
 # Compares the simulator's speed at two revisions on a machine whose speed
 # drifts from one minute to the next (a shared virtual machine): builds
@@ -11,15 +11,28 @@
 #
 #   sim planes --planes 8 --hosts 64 --size-kib 1024 --plot "" --workers 1
 #
+# With --alternate the two runs of a pair take every core, one after the
+# other (A first in odd pairs, B first in even ones), and ARGS default to
+# the same run without --workers 1: a comparison on all the cores, nearer
+# in time than two separate series but not at the same moment.
+#
 # Example: tools/speedpair.sh HEAD~3 HEAD 6
 set -euo pipefail
 
-[ $# -ge 2 ] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+alternate=false
+if [ "${1:-}" = "--alternate" ]; then
+	alternate=true
+	shift
+fi
+[ $# -ge 2 ] || { sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 2; }
 a=$1 b=$2 pairs=${3:-4}
 shift $(( $# >= 3 ? 3 : 2 ))
 [ "${1:-}" = "--" ] && shift
 args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(sim planes --planes 8 --hosts 64 --size-kib 1024 --plot "" --workers 1)
+if [ ${#args[@]} -eq 0 ]; then
+	args=(sim planes --planes 8 --hosts 64 --size-kib 1024 --plot "")
+	$alternate || args+=(--workers 1)
+fi
 
 root=$(git rev-parse --show-toplevel)
 work=$(mktemp -d)
@@ -32,11 +45,13 @@ for side in a b; do
 	(cd "$work/$side" && go build -o "$work/mroce-$side" ./cmd/mroce)
 done
 
-# wall runs the build of one side on one core and prints its seconds.
+# wall runs the build of one side on core $2 (every core: "all") and
+# prints its seconds.
 wall() {
-	local start end
+	local start end cores=()
+	[ "$2" = all ] || cores=(taskset -c "$2")
 	start=$(date +%s%N)
-	taskset -c "$2" "$work/mroce-$1" "${args[@]}" >/dev/null
+	"${cores[@]}" "$work/mroce-$1" "${args[@]}" >/dev/null
 	end=$(date +%s%N)
 	echo "scale=3; ($end - $start) / 1000000000" | bc
 }
@@ -44,9 +59,17 @@ wall() {
 ratios=()
 echo "pair  A s     B s     B/A"
 for i in $(seq "$pairs"); do
-	ca=$(( i % 2 )) cb=$(( (i + 1) % 2 ))
-	wall a "$ca" >"$work/ta" & wall b "$cb" >"$work/tb"
-	wait
+	if $alternate; then
+		if (( i % 2 )); then
+			wall a all >"$work/ta"; wall b all >"$work/tb"
+		else
+			wall b all >"$work/tb"; wall a all >"$work/ta"
+		fi
+	else
+		ca=$(( i % 2 )) cb=$(( (i + 1) % 2 ))
+		wall a "$ca" >"$work/ta" & wall b "$cb" >"$work/tb"
+		wait
+	fi
 	ta=$(cat "$work/ta") tb=$(cat "$work/tb")
 	r=$(echo "scale=4; $tb / $ta" | bc)
 	ratios+=("$r")
