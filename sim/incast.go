@@ -19,14 +19,11 @@ import (
 type IncastConfig struct {
 	Senders int
 	Bytes   int
-	// LinkRate (bits/s) and Delay of every link; ECNThreshold (DCTCP step
-	// marking at K, bytes) and Buffer (bytes) of every queue; MTU the
-	// largest payload of a data packet (0: DefaultMTU).
-	LinkRate     int64
-	Delay        time.Duration
-	ECNThreshold int
-	Buffer       int
-	MTU          int
+	// LinkRate (bits/s) of every link, and Links: its delay, every
+	// queue's DCTCP marking threshold and buffer, the largest payload of a
+	// data packet.
+	LinkRate int64
+	Links
 	// NoRateHints: the receiver sends no rate hints (the senders' windows
 	// alone).
 	NoRateHints bool
@@ -51,8 +48,7 @@ type IncastConfig struct {
 
 // DefaultIncast returns the design's incast at N senders and rate.
 func DefaultIncast(n int, rate int64) IncastConfig {
-	return IncastConfig{Senders: n, Bytes: 2 << 20, LinkRate: rate, Delay: time.Microsecond,
-		ECNThreshold: 200 << 10, Buffer: 16 << 20, Seed: 1}
+	return IncastConfig{Senders: n, Bytes: 2 << 20, LinkRate: rate, Links: DefaultLinks(), Seed: 1}
 }
 
 // IncastResult is what an incast run measured.

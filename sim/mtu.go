@@ -54,11 +54,17 @@ func (l Links) notes() []string {
 	if l.MTU == 0 {
 		l.MTU = DefaultMTU
 	}
-	if l == DefaultLinks() {
+	d := DefaultLinks()
+	if l == d {
 		return nil
 	}
-	return []string{fmt.Sprintf("Links: %v of delay, DCTCP marking at %d KiB, %d KiB buffers, %s packets (the defaults: 1µs, 200 KiB, 16384 KiB, 4 KiB).",
-		l.Delay, l.ECNThreshold>>10, l.Buffer>>10, sizeFor(l.MTU))}
+	return []string{fmt.Sprintf("Links: %s (the defaults: %s).", l.describe(), d.describe())}
+}
+
+// describe names the links' delay, marking threshold, buffers and packets.
+func (l Links) describe() string {
+	return fmt.Sprintf("%v of delay, DCTCP marking at %d KiB, %d KiB buffers, %s packets",
+		l.Delay, l.ECNThreshold>>10, l.Buffer>>10, sizeFor(l.MTU))
 }
 
 // DefaultMTU is the largest payload a data packet carries unless a

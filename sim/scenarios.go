@@ -87,9 +87,8 @@ func Loss(o LossOptions) ([]*report.Table, *report.Plot, error) {
 	// Three runs a loss rate: mroce, the baseline lossy, the baseline on PFC.
 	var runs []TransferConfig
 	for _, p := range o.Losses {
-		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Delay: o.Delay,
-			Loss: p, ECNThreshold: o.ECNThreshold, Buffer: o.Buffer, MTU: o.MTU, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen, BurstTime: o.BurstTime,
-			RealPayloads: o.RealPayloads}
+		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Links: o.Links,
+			Loss: p, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen, BurstTime: o.BurstTime, RealPayloads: o.RealPayloads}
 		bl := base
 		bl.Bytes = max(o.Bytes/o.Planes, 1<<20) // one plane: its share of the bytes in the same time
 		bl.Baseline, bl.BaselineWindow, bl.BaselineAckTimeout = true, o.BaselineWindow, o.BaselineAckTimeout
@@ -173,7 +172,7 @@ func IncastScenario(o IncastOptions) ([]*report.Table, *report.Plot, error) {
 			for vi, v := range variants {
 				cfg := DefaultIncast(n, rate)
 				cfg.Bytes, cfg.Seed, cfg.RealPayloads = o.Bytes, o.Seed, o.RealPayloads
-				cfg.Delay, cfg.ECNThreshold, cfg.Buffer, cfg.MTU = o.Delay, o.ECNThreshold, o.Buffer, o.MTU
+				cfg.Links = o.Links
 				cfg.NoRateHints, cfg.Baseline, cfg.PFC = v.NoRateHints, v.Baseline, v.PFC
 				if n == nMax && ri == 0 && vi == 0 { // the plot's run: only it writes the series
 					cfg.Trace = func(start float64, rates []float64, fair float64, bytes int) {

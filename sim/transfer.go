@@ -12,18 +12,16 @@ import (
 
 // TransferConfig is one connection moving Bytes from host 0 to host 1 over
 // Planes planes of LinkRate each, with Paths paths, random loss on every
-// downlink (data and ACKs alike) and DCTCP marking at ECNThreshold.
+// downlink (data and ACKs alike), and Links' delay, DCTCP marking, buffers
+// and MTU.
 type TransferConfig struct {
-	Bytes        int
-	Planes       int
-	Paths        int
-	LinkRate     int64
-	Delay        time.Duration
-	Loss         float64
-	ECNThreshold int
-	Buffer       int
-	MTU          int // the largest payload of a data packet (0: DefaultMTU)
-	Seed         uint64
+	Bytes    int
+	Planes   int
+	Paths    int
+	LinkRate int64
+	Links
+	Loss float64
+	Seed uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire; by default payloads are placeholders (newWorld).
 	RealPayloads bool
@@ -48,8 +46,7 @@ type TransferConfig struct {
 
 // DefaultTransfer is a 64 MiB WRITE over 8 paths on 4 planes of 100 Gb/s.
 func DefaultTransfer() TransferConfig {
-	return TransferConfig{Bytes: 64 << 20, Planes: 4, Paths: 8, LinkRate: 100e9, Delay: time.Microsecond,
-		ECNThreshold: 200 << 10, Buffer: 16 << 20, Seed: 1}
+	return TransferConfig{Bytes: 64 << 20, Planes: 4, Paths: 8, LinkRate: 100e9, Links: DefaultLinks(), Seed: 1}
 }
 
 // TransferResult is what a transfer measured.
