@@ -384,3 +384,95 @@ func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
 		}
 	}
 }
+
+// After an event is taken, ahead names the nodes of the two that come next
+// (when it finds them: the next ones in the same word of the bitmap), for
+// the loop to ask for their memory while the taken one fires. With only
+// near events and no pushes in between, what it names must be exactly
+// what is taken next.
+func TestCalendarAheadNamesWhatComesNext(t *testing.T) {
+	process := func() *Sim { return NewGroup(1, 100, 1).LP(0) }
+	for _, newSim := range []func() *Sim{NewSim, process} {
+		for seed := uint64(1); seed <= 20; seed++ {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			s := newSim()
+			c := &s.events
+			s.At(0, &nothing{})
+			span := Time(c.mask+1) << c.shift
+			for i := 0; i < 300; i++ {
+				s.At(Time(rng.Int64N(int64(span/8))), &nothing{})
+			}
+			found := 0
+			for c.len() > 0 {
+				e, b := c.peek(s.now)
+				c.take(b)
+				s.now = e.at
+				first, second := c.ahead(b)
+				if c.len() == 0 {
+					if first >= 0 || second >= 0 {
+						t.Fatalf("seed %d: ahead named %d, %d in an empty calendar", seed, first, second)
+					}
+					break
+				}
+				next, nb := c.peek(s.now)
+				if first < 0 {
+					if nb/64 == b/64 {
+						t.Fatalf("seed %d: the next event is in bucket %d, the word of %d, and ahead missed it", seed, nb, b)
+					}
+					continue
+				}
+				found++
+				if c.nodes[first].e != next {
+					t.Fatalf("seed %d: ahead named %+v first, the next is %+v", seed, c.nodes[first].e, next)
+				}
+				if second >= 0 {
+					saved := c.take(nb)
+					after, _ := c.peek(s.now)
+					if c.nodes[second].e != after {
+						t.Fatalf("seed %d: ahead named %+v second, it is %+v", seed, c.nodes[second].e, after)
+					}
+					c.push(saved, s.now)
+				}
+			}
+			if found < 150 {
+				t.Fatalf("seed %d: ahead named the next event %d times in 301", seed, found)
+			}
+		}
+	}
+}
+
+// nothing is an event with an identity of its own, to compare entries by.
+type nothing struct{ _ byte }
+
+func (*nothing) Fire() {}
+
+type warmed struct {
+	log *[]string
+	tag string
+}
+
+func (w warmed) Fire() { *w.log = append(*w.log, "fire "+w.tag) }
+func (w warmed) Warm() { *w.log = append(*w.log, "warm "+w.tag) }
+
+// The loop warms the next event while the one before it fires: each
+// event's Warm is called after the previous event was taken and before it
+// fired, and a Warm changes nothing of the order.
+func TestSimWarmsTheNextEvent(t *testing.T) {
+	s := NewSim()
+	var log []string
+	for i, tag := range []string{"a", "b", "c", "d"} {
+		s.At(Time(10+i), warmed{&log, tag})
+	}
+	s.At(12, recorder{&log, "plain", s}) // between c and d
+	s.RunUntil(100)
+	want := []string{
+		"warm b", "fire a",
+		"warm c", "fire b",
+		"fire c", // the plain event next: nothing to warm
+		"warm d", "plain@12ns",
+		"fire d",
+	}
+	if !slices.Equal(log, want) {
+		t.Fatalf("log %q, want %q", log, want)
+	}
+}

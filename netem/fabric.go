@@ -8,8 +8,10 @@ import (
 	"slices"
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/link"
 )
 
@@ -641,6 +643,22 @@ func (pkt *packet) Fire() {
 	}
 	pkt.ingress = from
 	pkt.route[pkt.hop].enqueue(pkt)
+}
+
+// Warm asks for what Fire reads beyond the packet's first line: its
+// datagram, and its buffer when it reaches a host (the receiver reads the
+// header first) or the link it goes on next.
+func (pkt *packet) Warm() {
+	prefetch.Line(unsafe.Pointer(&pkt.d))
+	if pkt.hop+1 == pkt.hops {
+		if len(pkt.d.Data) > 0 {
+			prefetch.Line(unsafe.Pointer(&pkt.d.Data[0]))
+		}
+		return
+	}
+	if int(pkt.hop+1) < len(pkt.route) {
+		prefetch.Line(unsafe.Pointer(pkt.route[pkt.hop+1]))
+	}
 }
 
 // faultEvent plays one scheduled fault on one process.

@@ -4,8 +4,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+	"unsafe"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/link"
 )
 
@@ -386,6 +388,19 @@ func (l *Link) Fire() {
 		l.depart(pkt, l.p.sched.Now())
 	}
 	l.kick()
+}
+
+// Warm asks for what Fire reads beyond the link's own lines: the datagram
+// that finishes its serialization, and the queue's head, which starts
+// next.
+func (l *Link) Warm() {
+	if pkt := l.tx; pkt != nil {
+		prefetch.Line(unsafe.Pointer(pkt))
+		prefetch.Line(unsafe.Pointer(&pkt.d))
+	}
+	if r := &l.queue; r.size > 0 {
+		prefetch.Line(unsafe.Pointer(&r.buf[r.head]))
+	}
 }
 
 // arrival is when a datagram that left now reaches the far node: delay,
