@@ -182,26 +182,27 @@ func (c *calendar) take(b int) eventEntry {
 	return e
 }
 
-// ahead returns the nodes of the two near events that come next after one
-// was taken from bucket b, as far as they are cheap to find (-1 where not):
-// the rest of b's list, then the first of each next non-empty bucket in
-// b's word of the bitmap. A far event may come first, and a push may come
-// between: they are hints.
-func (c *calendar) ahead(b int) (int32, int32) {
-	first := c.buckets[b].head
+// ahead fills next with the nodes of the near events that come next after
+// one was taken from bucket b, as far as they are cheap to find: the rest
+// of b's list, then those of the next non-empty buckets in b's word of the
+// bitmap. It returns how many it found. A far event may come first, and a
+// push may come between: they are hints.
+func (c *calendar) ahead(b int, next []int32) int {
+	n := c.buckets[b].head
 	word := c.nonEmpty[b/64] &^ (1<<(b%64+1) - 1)
-	if first < 0 {
-		if word == 0 {
-			return -1, -1
+	for k := range next {
+		if n < 0 {
+			if word == 0 {
+				return k
+			}
+			i := bits.TrailingZeros64(word)
+			word &^= 1 << i
+			n = c.buckets[b&^63+i].head
 		}
-		i := bits.TrailingZeros64(word)
-		word &^= 1 << i
-		first = c.buckets[b&^63+i].head
+		next[k] = n
+		n = c.nodes[n].next
 	}
-	if second := c.nodes[first].next; second >= 0 || word == 0 {
-		return first, second
-	}
-	return first, c.buckets[b&^63+bits.TrailingZeros64(word)].head
+	return len(next)
 }
 
 // The far heap is 4-ary: half the depth of a binary heap.

@@ -127,7 +127,7 @@ func (s *Sim) StepUntil(end Time) bool {
 		s.timerEntries--
 		t.queued, t.armed = false, false
 		s.armed--
-		t.fire()
+		t.ev.Fire()
 		return true
 	}
 	e.ev.Fire()
@@ -135,31 +135,45 @@ func (s *Sim) StepUntil(end Time) bool {
 }
 
 // A Warmer is an event that can ask for the memory its Fire will read,
-// without waiting for it: Warm runs an event ahead of Fire, while the event
-// before it fires. (An event without it still has its own first line
-// asked for.)
+// without waiting for it, in two steps as a chain of pointers is followed:
+// Warm(1) runs two events before Fire, its own first line asked for a step
+// before that, and asks for the lines its fields point to; Warm(2) runs one
+// event before Fire and asks for the lines those point to. (An event that
+// is not a Warmer still has its own first line asked for.)
 type Warmer interface {
-	Warm()
+	Warm(step int)
 }
 
-// fetchAhead asks for the memory the next two events will read, the event
-// just taken from bucket b firing meanwhile: the next one's lines beyond
-// its own (Warm: its own were asked for a step before) and the one after
-// that's own line. With thousands of connections most of an event's time
-// is waiting for its state to come from memory, one line after another;
-// this overlaps those waits with the work before them.
+// ahead is how many events fetchAhead looks ahead: the third's own line,
+// the second's first step, the next one's second.
+const ahead = 3
+
+// fetchAhead asks for the memory the next events will read, the event
+// just taken from bucket b firing meanwhile (Warmer). With thousands of
+// connections most of an event's time is waiting for its state to come
+// from memory, one line after another; this overlaps those waits with the
+// work before them.
 func (s *Sim) fetchAhead(b int) {
-	first, second := s.events.ahead(b)
-	if second >= 0 {
-		prefetch.Line(dataOf(s.events.nodes[second].e.ev))
+	var next [ahead]int32
+	n := s.events.ahead(b, next[:])
+	nodes := s.events.nodes
+	if n > 2 {
+		prefetch.Line(dataOf(nodes[next[2]].e.ev))
 	}
-	if first >= 0 {
-		switch ev := s.events.nodes[first].e.ev.(type) {
-		case *timerMark:
-			ev.warm()
-		case Warmer:
-			ev.Warm()
-		}
+	if n > 1 {
+		warm(nodes[next[1]].e.ev, 1)
+	}
+	if n > 0 {
+		warm(nodes[next[0]].e.ev, 2)
+	}
+}
+
+func warm(ev Event, step int) {
+	switch ev := ev.(type) {
+	case *timerMark:
+		ev.warm(step)
+	case Warmer:
+		ev.Warm(step)
 	}
 }
 
@@ -201,8 +215,8 @@ func (a eventEntry) less(b eventEntry) bool {
 // SimTimer is a Timer on a Sim.
 type SimTimer struct {
 	sim   *Sim
-	fire  func()
-	at    Time // the deadline, when armed
+	ev    Event // fired on expiry
+	at    Time  // the deadline, when armed
 	seq   uint64
 	armed bool
 	// queued: the timer's live entry is in the queue, with sequence
@@ -219,16 +233,31 @@ type timerMark SimTimer
 
 func (*timerMark) Fire() { panic("clock: a timer entry fired as an event") }
 
-// warm asks for the state the timer's callback reads first: the object
-// its closure holds (for a method value, the receiver).
-func (m *timerMark) warm() {
-	fire := m.fire
-	prefetch.Line(*(*unsafe.Pointer)(unsafe.Pointer(&fire)))
+// warm asks for what the timer's event reads: its object at step 1 (the
+// event's own line, or a function's closure), and at step 2 what the event
+// asks for at its own first step (Warmer).
+func (m *timerMark) warm(step int) {
+	if step == 1 {
+		prefetch.Line(dataOf(m.ev))
+	} else if w, ok := m.ev.(Warmer); ok {
+		w.Warm(1)
+	}
 }
 
+// callback is a function as a timer's event.
+type callback func()
+
+func (f callback) Fire() { f() }
+
 // NewTimer makes a stopped timer that calls fire on expiry.
-func (s *Sim) NewTimer(fire func()) Timer {
-	return &SimTimer{sim: s, fire: fire}
+func (s *Sim) NewTimer(fire func()) Timer { return s.NewEventTimer(callback(fire)) }
+
+// NewEventTimer makes a stopped timer that fires ev on expiry. Unlike a
+// function, an event can be a pointer the caller has anyway (a method set
+// on a named type of it) and a Warmer, which the loop warms before it
+// fires like any event.
+func (s *Sim) NewEventTimer(ev Event) Timer {
+	return &SimTimer{sim: s, ev: ev}
 }
 
 // Reset arms the timer for time at.

@@ -385,11 +385,11 @@ func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
 	}
 }
 
-// After an event is taken, ahead names the nodes of the two that come next
-// (when it finds them: the next ones in the same word of the bitmap), for
-// the loop to ask for their memory while the taken one fires. With only
-// near events and no pushes in between, what it names must be exactly
-// what is taken next.
+// After an event is taken, ahead names the nodes of those that come next
+// (those it finds: the rest of the bucket, then the next buckets in the
+// same word of the bitmap), for the loop to ask for their memory while the
+// taken one fires. With only near events and no pushes in between, what
+// it names must be exactly what is taken next, in order.
 func TestCalendarAheadNamesWhatComesNext(t *testing.T) {
 	process := func() *Sim { return NewGroup(1, 100, 1).LP(0) }
 	for _, newSim := range []func() *Sim{NewSim, process} {
@@ -407,35 +407,38 @@ func TestCalendarAheadNamesWhatComesNext(t *testing.T) {
 				e, b := c.peek(s.now)
 				c.take(b)
 				s.now = e.at
-				first, second := c.ahead(b)
-				if c.len() == 0 {
-					if first >= 0 || second >= 0 {
-						t.Fatalf("seed %d: ahead named %d, %d in an empty calendar", seed, first, second)
+				var next [3]int32
+				n := c.ahead(b, next[:])
+				var named []eventEntry
+				for _, i := range next[:n] {
+					named = append(named, c.nodes[i].e)
+				}
+				// What comes next, taken out and put back.
+				var want []eventEntry
+				var wantAt []int
+				for len(want) < len(next) && c.len() > 0 {
+					_, at := c.peek(s.now)
+					want = append(want, c.take(at))
+					wantAt = append(wantAt, at)
+				}
+				for _, e := range want {
+					c.push(e, s.now)
+				}
+				if n > len(want) {
+					t.Fatalf("seed %d: ahead named %d events, %d are left", seed, n, len(want))
+				}
+				for k := range n {
+					if named[k] != want[k] {
+						t.Fatalf("seed %d: ahead named %+v as event %d, it is %+v", seed, named[k], k, want[k])
 					}
-					break
 				}
-				next, nb := c.peek(s.now)
-				if first < 0 {
-					if nb/64 == b/64 {
-						t.Fatalf("seed %d: the next event is in bucket %d, the word of %d, and ahead missed it", seed, nb, b)
-					}
-					continue
+				if n < len(want) && wantAt[n]/64 == b/64 {
+					t.Fatalf("seed %d: ahead missed event %d, in bucket %d, the word of %d", seed, n, wantAt[n], b)
 				}
-				found++
-				if c.nodes[first].e != next {
-					t.Fatalf("seed %d: ahead named %+v first, the next is %+v", seed, c.nodes[first].e, next)
-				}
-				if second >= 0 {
-					saved := c.take(nb)
-					after, _ := c.peek(s.now)
-					if c.nodes[second].e != after {
-						t.Fatalf("seed %d: ahead named %+v second, it is %+v", seed, c.nodes[second].e, after)
-					}
-					c.push(saved, s.now)
-				}
+				found += n
 			}
-			if found < 150 {
-				t.Fatalf("seed %d: ahead named the next event %d times in 301", seed, found)
+			if found < 300 {
+				t.Fatalf("seed %d: ahead named %d events in all, after 301 takes", seed, found)
 			}
 		}
 	}
@@ -451,13 +454,13 @@ type warmed struct {
 	tag string
 }
 
-func (w warmed) Fire() { *w.log = append(*w.log, "fire "+w.tag) }
-func (w warmed) Warm() { *w.log = append(*w.log, "warm "+w.tag) }
+func (w warmed) Fire()         { *w.log = append(*w.log, "fire "+w.tag) }
+func (w warmed) Warm(step int) { *w.log = append(*w.log, "warm "+strconv.Itoa(step)+" "+w.tag) }
 
-// The loop warms the next event while the one before it fires: each
-// event's Warm is called after the previous event was taken and before it
-// fired, and a Warm changes nothing of the order.
-func TestSimWarmsTheNextEvent(t *testing.T) {
+// The loop warms an event in two steps before it fires: step 1 two events
+// before, step 2 the next, each after the event before was taken and before
+// it fires; and a Warm changes nothing of the order.
+func TestSimWarmsTheNextEvents(t *testing.T) {
 	s := NewSim()
 	var log []string
 	for i, tag := range []string{"a", "b", "c", "d"} {
@@ -466,13 +469,35 @@ func TestSimWarmsTheNextEvent(t *testing.T) {
 	s.At(12, recorder{&log, "plain", s}) // between c and d
 	s.RunUntil(100)
 	want := []string{
-		"warm b", "fire a",
-		"warm c", "fire b",
-		"fire c", // the plain event next: nothing to warm
-		"warm d", "plain@12ns",
+		"warm 1 c", "warm 2 b", "fire a",
+		"warm 2 c", "fire b", // then plain: nothing to warm
+		"warm 1 d", "fire c",
+		"warm 2 d", "plain@12ns",
 		"fire d",
 	}
 	if !slices.Equal(log, want) {
 		t.Fatalf("log %q, want %q", log, want)
+	}
+}
+
+// A timer made with an event fires that event, as a timer made with a
+// function calls it (same order among events at its deadline), and a
+// Warmer event is warmed one event before it fires, its own first step:
+// the loop asked for its object the event before that.
+func TestSimEventTimerFiresAndWarmsItsEvent(t *testing.T) {
+	s := NewSim()
+	var log []string
+	tm := s.NewEventTimer(warmed{&log, "t"})
+	s.At(8, recorder{&log, "a", s})
+	s.At(9, recorder{&log, "b", s})
+	tm.Reset(10)
+	s.At(10, recorder{&log, "c", s}) // at the timer's deadline, scheduled after it
+	s.RunUntil(100)
+	want := []string{"a@8ns", "warm 1 t", "b@9ns", "fire t", "c@10ns"}
+	if !slices.Equal(log, want) {
+		t.Fatalf("log %q, want %q", log, want)
+	}
+	if tm.Deadline() != Never || s.Pending() != 0 {
+		t.Fatalf("after firing: deadline %v, %d pending", tm.Deadline(), s.Pending())
 	}
 }

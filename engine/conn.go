@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/proto"
@@ -410,6 +412,31 @@ func (c *Conn) onAckTimer() {
 		c.rcv.ackNow()
 	}
 	c.ep.flush()
+}
+
+// acking is a connection as the event of its ACK timer: a timer with no
+// closure, and one the simulator warms before it fires (clock.Warmer).
+type acking Conn
+
+func (a *acking) Fire() { (*Conn)(a).onAckTimer() }
+
+// Warm asks, the connection's first line at hand, for what an ACK reads
+// next: the receiver's first lines, the paths it has to report on, and its
+// rate share.
+func (a *acking) Warm(step int) {
+	if step != 1 {
+		return
+	}
+	r := &a.rcv
+	prefetch.Line(unsafe.Pointer(r))
+	prefetch.Line(unsafe.Add(unsafe.Pointer(r), 64))
+	if len(r.dirty) > 0 {
+		prefetch.Line(unsafe.Pointer(&r.dirty[0]))
+	}
+	if len(r.paths) > 0 {
+		prefetch.Line(unsafe.Pointer(&r.paths[0]))
+	}
+	prefetch.Line(unsafe.Pointer(r.share))
 }
 
 // Post queues a WRITE, WRITE_IMM or SEND.

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
@@ -208,7 +210,7 @@ func (s *sender) init(c *Conn) {
 	s.respStream = c.streams
 	s.reads = map[uint32]*message{}
 	s.retry = c.ep.clock.NewTimer(s.onRetry)
-	s.paceT = c.ep.clock.NewTimer(s.onPace)
+	s.paceT = c.ep.clock.NewEventTimer((*pacing)(s))
 	if a := c.ep.outAlloc; a != nil {
 		s.nicShare = a.Member(c.localID)
 	}
@@ -505,6 +507,35 @@ const packetOverhead = 60 + 4 + 28
 func (s *sender) onPace() {
 	s.pump()
 	s.c.ep.flush()
+}
+
+// pacing is a sender as the event of its pacing timer: a timer with no
+// closure, and one the simulator warms before it fires (clock.Warmer).
+type pacing sender
+
+func (p *pacing) Fire() { (*sender)(p).onPace() }
+
+// Warm asks, the sender's first line at hand, for the lines sending its
+// next packet reads next: its connection's, its own next two, the DSN
+// record the packet takes, and where the next stream and path are looked
+// up.
+func (p *pacing) Warm(step int) {
+	if step != 1 {
+		return
+	}
+	s := (*sender)(p)
+	prefetch.Line(unsafe.Pointer(s.c))
+	prefetch.Line(unsafe.Add(unsafe.Pointer(s), 64))
+	prefetch.Line(unsafe.Add(unsafe.Pointer(s), 128))
+	if len(s.ring) > 0 {
+		prefetch.Line(unsafe.Pointer(&s.ring[s.nextDSN&s.mask]))
+	}
+	if n := len(s.streams); n > 0 {
+		prefetch.Line(unsafe.Pointer(&s.streams[s.rrStream%n]))
+	}
+	if n := len(s.paths); n > 0 {
+		prefetch.Line(unsafe.Pointer(&s.paths[s.rrPath%n]))
+	}
 }
 
 // paced accounts a transmission of bytes to the pacer at the sender's rate.

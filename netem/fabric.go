@@ -479,10 +479,11 @@ func (f *Fabric) record(l *Link, pkt *packet, v Verdict, cause DropCause, at clo
 // Host is one host's NIC ports: the link.Port through which it sends, and
 // the place its Receiver is attached.
 type Host struct {
-	fab  *Fabric
-	id   int
-	p    *proc
-	recv link.Receiver
+	fab    *Fabric
+	id     int
+	p      *proc
+	recv   link.Receiver
+	warmer link.ReceiveWarmer // recv, if it is one
 }
 
 // ID is the host's index.
@@ -493,7 +494,10 @@ func (h *Host) Addr(p int) netip.Addr { return Addr(p, h.id) }
 
 // Attach sets the receiver datagrams for this host are pushed to. Without
 // one, they are delivered and discarded.
-func (h *Host) Attach(r link.Receiver) { h.recv = r }
+func (h *Host) Attach(r link.Receiver) {
+	h.recv = r
+	h.warmer, _ = r.(link.ReceiveWarmer)
+}
 
 // Buffer returns an empty buffer with capacity Config.MaxDatagram.
 func (h *Host) Buffer() []byte { return h.fab.buffer(h.p) }
@@ -645,19 +649,25 @@ func (pkt *packet) Fire() {
 	pkt.route[pkt.hop].enqueue(pkt)
 }
 
-// Warm asks for what Fire reads beyond the packet's first line: its
-// datagram, and its buffer when it reaches a host (the receiver reads the
-// header first) or the link it goes on next.
-func (pkt *packet) Warm() {
-	prefetch.Line(unsafe.Pointer(&pkt.d))
-	if pkt.hop+1 == pkt.hops {
-		if len(pkt.d.Data) > 0 {
+// Warm asks for what Fire reads beyond the packet's first line (clock.Warmer):
+// first its datagram, and its buffer when it reaches a host or else the
+// link it goes on next; then what the host's receiver reads first.
+func (pkt *packet) Warm(step int) {
+	last := pkt.hop+1 == pkt.hops
+	switch {
+	case step == 1:
+		prefetch.Line(unsafe.Pointer(&pkt.d))
+		switch {
+		case last && len(pkt.d.Data) > 0:
 			prefetch.Line(unsafe.Pointer(&pkt.d.Data[0]))
+		case !last && int(pkt.hop+1) < len(pkt.route):
+			prefetch.Line(unsafe.Pointer(pkt.route[pkt.hop+1]))
 		}
-		return
-	}
-	if int(pkt.hop+1) < len(pkt.route) {
-		prefetch.Line(unsafe.Pointer(pkt.route[pkt.hop+1]))
+	case last && int(pkt.hop) < len(pkt.route) && pkt.route[pkt.hop] != nil:
+		h := pkt.fab.hosts[pkt.route[pkt.hop].to]
+		if h.warmer != nil {
+			h.warmer.WarmReceive(&pkt.d)
+		}
 	}
 }
 

@@ -390,16 +390,26 @@ func (l *Link) Fire() {
 	l.kick()
 }
 
-// Warm asks for what Fire reads beyond the link's own lines: the datagram
-// that finishes its serialization, and the queue's head, which starts
-// next.
-func (l *Link) Warm() {
-	if pkt := l.tx; pkt != nil {
-		prefetch.Line(unsafe.Pointer(pkt))
-		prefetch.Line(unsafe.Pointer(&pkt.d))
+// Warm asks for what Fire reads beyond the link's own lines (clock.Warmer):
+// first the datagram that finishes its serialization and the queue's head
+// slot, then the datagram in that slot, which starts next.
+func (l *Link) Warm(step int) {
+	r := &l.queue
+	if step == 1 {
+		if pkt := l.tx; pkt != nil {
+			prefetch.Line(unsafe.Pointer(pkt))
+			prefetch.Line(unsafe.Pointer(&pkt.d))
+		}
+		if r.size > 0 {
+			prefetch.Line(unsafe.Pointer(&r.buf[r.head]))
+		}
+		return
 	}
-	if r := &l.queue; r.size > 0 {
-		prefetch.Line(unsafe.Pointer(&r.buf[r.head]))
+	if r.size > 0 {
+		if pkt := r.buf[r.head]; pkt != nil {
+			prefetch.Line(unsafe.Pointer(pkt))
+			prefetch.Line(unsafe.Pointer(&pkt.d))
+		}
 	}
 }
 

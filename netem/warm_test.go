@@ -27,14 +27,16 @@ func TestWarmChangesNothing(t *testing.T) {
 	links := []*Link{{}, up, &busy}
 	for i, pkt := range packets {
 		before := *pkt
-		pkt.Warm()
+		pkt.Warm(1)
+		pkt.Warm(2)
 		if !reflect.DeepEqual(before, *pkt) {
 			t.Fatalf("packet %d: Warm changed it", i)
 		}
 	}
 	for i, l := range links {
 		before := *l
-		l.Warm()
+		l.Warm(1)
+		l.Warm(2)
 		if !reflect.DeepEqual(before, *l) {
 			t.Fatalf("link %d: Warm changed it", i)
 		}
