@@ -30,6 +30,7 @@ type AllocParams struct {
 type Allocator struct {
 	p          AllocParams
 	flows      map[uint32]*flow
+	active     []*flow // the flows in the map, in no order: what a recompute or an expiry walks
 	level      float64 // the water level: every active connection's hint
 	lastExpire int64
 	demands    []float64 // recompute's scratch
@@ -41,6 +42,8 @@ type flow struct {
 	lastSeen int64
 	bytes    int  // the last packet's size
 	in       bool // in flows: false once it expired or left (a Member may still hold it)
+	id       uint32
+	at       int // its index in active, while in
 }
 
 // NewAllocator returns an allocator with no senders.
@@ -71,7 +74,7 @@ func (a *Allocator) ObserveDemand(id uint32, demand float64, bytes int, now int6
 // observe is ObserveDemand given id's entry f (nil: it has none) and
 // where a new entry goes (nil: a new allocation); it returns the entry.
 func (a *Allocator) observe(f, slot *flow, id uint32, demand float64, bytes int, now int64) (*flow, bool) {
-	d := math.Min(demand, a.p.Capacity)
+	d := min(demand, a.p.Capacity)
 	dirty := false
 	switch {
 	case f == nil:
@@ -79,8 +82,9 @@ func (a *Allocator) observe(f, slot *flow, id uint32, demand float64, bytes int,
 			slot = new(flow)
 		}
 		f = slot
-		*f = flow{used: d, in: true}
+		*f = flow{used: d, in: true, id: id, at: len(a.active)}
 		a.flows[id] = f
+		a.active = append(a.active, f)
 		dirty = true
 	case (d >= a.level) != (f.used >= a.level):
 		dirty = true
@@ -110,6 +114,10 @@ func (a *Allocator) Leave(id uint32) {
 
 func (a *Allocator) remove(id uint32, f *flow) {
 	delete(a.flows, id)
+	last := a.active[len(a.active)-1]
+	a.active[f.at], last.at = last, f.at
+	a.active[len(a.active)-1] = nil
+	a.active = a.active[:len(a.active)-1]
 	f.in = false
 }
 
@@ -184,13 +192,16 @@ func (a *Allocator) Senders() int { return len(a.flows) }
 // packet every bytes/level: it must not be forgotten between two).
 func (a *Allocator) expire(now int64) bool {
 	gone := false
-	for id, f := range a.flows {
+	// Backwards: a removal moves the last flow, already looked at, into
+	// the removed one's place.
+	for i := len(a.active) - 1; i >= 0; i-- {
+		f := a.active[i]
 		quiet := max(int64(a.p.Horizon), int64(8*float64(f.bytes)/a.level*1e9))
 		if a.p.Quiet > 0 {
 			quiet = int64(a.p.Quiet)
 		}
 		if now-f.lastSeen > quiet {
-			a.remove(id, f)
+			a.remove(f.id, f)
 			gone = true
 		}
 	}
@@ -202,7 +213,7 @@ func (a *Allocator) expire(now int64) bool {
 // uses less, and the rest is what the others share.
 func (a *Allocator) recompute() bool {
 	a.demands = a.demands[:0]
-	for _, f := range a.flows {
+	for _, f := range a.active {
 		f.used = f.demand
 		a.demands = append(a.demands, f.demand)
 	}
@@ -228,5 +239,5 @@ func waterLevel(demands []float64, capacity float64) float64 {
 	}
 	// Everyone wants less than an equal share: the level is what the
 	// largest could take on top of what the others use.
-	return math.Max(left+demands[len(demands)-1], demands[len(demands)-1])
+	return max(left+demands[len(demands)-1], demands[len(demands)-1])
 }

@@ -2,6 +2,7 @@ package cc
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -385,5 +386,55 @@ func TestAllocatorRecomputesWithoutAllocating(t *testing.T) {
 	}
 	if recomputed < 1000 {
 		t.Fatalf("the shares changed on %d observations of 1,001: the test did not recompute on each", recomputed)
+	}
+}
+
+// The allocator walks its flows as a list beside its map: whatever joins,
+// leaves or expires, by id or as a member, the list holds exactly the
+// map's flows, each knowing its place, and the level is the water level of
+// the map's demands.
+func TestAllocatorListIsTheMap(t *testing.T) {
+	a := NewAllocator(AllocParams{Capacity: 1e9, Horizon: time.Microsecond})
+	members := make([]*Member, 40)
+	for i := range members {
+		members[i] = a.Member(uint32(100 + i))
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	now := int64(0)
+	for op := 0; op < 5000; op++ {
+		now += rng.Int64N(400)
+		if rng.IntN(200) == 0 {
+			now += 2_000_000 // a silence some flows do not survive
+		}
+		i := rng.IntN(len(members))
+		bytes := uint64(rng.IntN(1 << 16))
+		level, expired := a.level, a.lastExpire
+		switch rng.IntN(6) {
+		case 0:
+			members[i].Leave()
+		case 1:
+			a.Leave(uint32(i))
+		case 2, 3:
+			a.Observe(uint32(i), bytes, 4096, now)
+		default:
+			members[i].Observe(bytes, 4096, now)
+		}
+		if len(a.active) != len(a.flows) {
+			t.Fatalf("op %d: %d flows listed, %d in the map", op, len(a.active), len(a.flows))
+		}
+		var demands []float64
+		for k, f := range a.active {
+			if f.at != k || a.flows[f.id] != f || !f.in {
+				t.Fatalf("op %d: flow %d listed at %d says %d, in the map %v", op, f.id, k, f.at, a.flows[f.id] == f)
+			}
+			demands = append(demands, f.used)
+			quiet := max(int64(a.p.Horizon), int64(8*float64(f.bytes)/level*1e9))
+			if a.lastExpire != expired && now-f.lastSeen > quiet {
+				t.Fatalf("op %d: flow %d silent for %d ns survived an expiry (quiet %d)", op, f.id, now-f.lastSeen, quiet)
+			}
+		}
+		if len(demands) > 0 && a.level != waterLevel(demands, a.p.Capacity) {
+			t.Fatalf("op %d: level %v, the map's demands give %v", op, a.level, waterLevel(demands, a.p.Capacity))
+		}
 	}
 }
