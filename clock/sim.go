@@ -35,6 +35,7 @@ type Sim struct {
 	timerEntries int      // timer entries in events, live or not
 	armed        int      // timers armed
 	fired        uint64
+	warming      bool // SetWarming
 }
 
 type eventEntry struct {
@@ -117,7 +118,7 @@ func (s *Sim) StepUntil(end Time) bool {
 		return false
 	}
 	e := s.events.take(where)
-	if where >= 0 {
+	if s.warming && where >= 0 {
 		s.fetchAhead(where)
 	}
 	s.now = e.at
@@ -133,6 +134,13 @@ func (s *Sim) StepUntil(end Time) bool {
 	e.ev.Fire()
 	return true
 }
+
+// SetWarming turns on or off the warming of events before they fire
+// (Warmer, fetchAhead): off, as a Sim starts, the loop looks at nothing
+// ahead. Warming pays when the events' state does not fit the caches
+// (thousands of connections) and costs when it does (tens): a
+// simulation that knows which turns it on. It changes no result.
+func (s *Sim) SetWarming(on bool) { s.warming = on }
 
 // A Warmer is an event that can ask for the memory its Fire will read,
 // without waiting for it, in two steps as a chain of pointers is followed:

@@ -462,6 +462,7 @@ func (w warmed) Warm(step int) { *w.log = append(*w.log, "warm "+strconv.Itoa(st
 // it fires; and a Warm changes nothing of the order.
 func TestSimWarmsTheNextEvents(t *testing.T) {
 	s := NewSim()
+	s.SetWarming(true)
 	var log []string
 	for i, tag := range []string{"a", "b", "c", "d"} {
 		s.At(Time(10+i), warmed{&log, tag})
@@ -486,6 +487,7 @@ func TestSimWarmsTheNextEvents(t *testing.T) {
 // the loop asked for its object the event before that.
 func TestSimEventTimerFiresAndWarmsItsEvent(t *testing.T) {
 	s := NewSim()
+	s.SetWarming(true)
 	var log []string
 	tm := s.NewEventTimer(warmed{&log, "t"})
 	s.At(8, recorder{&log, "a", s})
@@ -499,5 +501,24 @@ func TestSimEventTimerFiresAndWarmsItsEvent(t *testing.T) {
 	}
 	if tm.Deadline() != Never || s.Pending() != 0 {
 		t.Fatalf("after firing: deadline %v, %d pending", tm.Deadline(), s.Pending())
+	}
+}
+
+// Warming is off until it is turned on, and off again when turned off: no
+// Warm is called, and the events fire as they would.
+func TestSimWarmsOnlyWhenAsked(t *testing.T) {
+	for _, turns := range [][]bool{nil, {true, false}} {
+		s := NewSim()
+		for _, on := range turns {
+			s.SetWarming(on)
+		}
+		var log []string
+		for i, tag := range []string{"a", "b", "c", "d"} {
+			s.At(Time(10+i), warmed{&log, tag})
+		}
+		s.RunUntil(100)
+		if want := []string{"fire a", "fire b", "fire c", "fire d"}; !slices.Equal(log, want) {
+			t.Fatalf("turned %v: log %q, want %q", turns, log, want)
+		}
 	}
 }

@@ -146,6 +146,15 @@ func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
 }
 
 // now is the world's time (between windows, over processes).
+// setWarming is clock.Sim.SetWarming on the world's clock or processes.
+func (w *world) setWarming(on bool) {
+	if w.group != nil {
+		w.group.SetWarming(on)
+	} else {
+		w.sim.SetWarming(on)
+	}
+}
+
 func (w *world) now() clock.Time {
 	if w.group != nil {
 		return w.group.Now()
