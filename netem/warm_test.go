@@ -25,20 +25,23 @@ func TestWarmChangesNothing(t *testing.T) {
 	busy.tx = packets[3]
 	busy.queue.push(queued)
 	links := []*Link{{}, up, &busy}
-	for i, pkt := range packets {
-		before := *pkt
-		pkt.Warm(1)
-		pkt.Warm(2)
-		if !reflect.DeepEqual(before, *pkt) {
-			t.Fatalf("packet %d: Warm changed it", i)
-		}
-	}
-	for i, l := range links {
-		before := *l
-		l.Warm(1)
-		l.Warm(2)
-		if !reflect.DeepEqual(before, *l) {
-			t.Fatalf("link %d: Warm changed it", i)
+	warmUnchanged(t, "packet", packets)
+	warmUnchanged(t, "link", links)
+}
+
+// warmUnchanged fails unless both steps of Warm leave each of events as it
+// was.
+func warmUnchanged[T any, E interface {
+	*T
+	Warm(step int)
+}](t *testing.T, what string, events []E) {
+	t.Helper()
+	for i, ev := range events {
+		before := *(*T)(ev)
+		ev.Warm(1)
+		ev.Warm(2)
+		if !reflect.DeepEqual(before, *(*T)(ev)) {
+			t.Fatalf("%s %d: Warm changed it", what, i)
 		}
 	}
 }
