@@ -78,6 +78,9 @@ func (a *Allocator) observe(f, slot *flow, id uint32, demand float64, bytes int,
 	dirty := false
 	switch {
 	case f == nil:
+		if old := a.flows[id]; old != nil {
+			a.remove(old) // id joined another way too (by id and as a member): one entry
+		}
 		if slot == nil {
 			slot = new(flow)
 		}
@@ -107,13 +110,13 @@ func (a *Allocator) observe(f, slot *flow, id uint32, demand float64, bytes int,
 // Leave removes connection id (it closed).
 func (a *Allocator) Leave(id uint32) {
 	if f, ok := a.flows[id]; ok {
-		a.remove(id, f)
+		a.remove(f)
 		a.recompute()
 	}
 }
 
-func (a *Allocator) remove(id uint32, f *flow) {
-	delete(a.flows, id)
+func (a *Allocator) remove(f *flow) {
+	delete(a.flows, f.id)
 	last := a.active[len(a.active)-1]
 	a.active[f.at], last.at = last, f.at
 	a.active[len(a.active)-1] = nil
@@ -170,7 +173,7 @@ func (m *Member) Share() float64 {
 // Leave is Allocator.Leave for the member.
 func (m *Member) Leave() {
 	if f := m.entry(); f != nil {
-		m.a.remove(m.id, f)
+		m.a.remove(f)
 		m.a.recompute()
 	}
 }
@@ -201,7 +204,7 @@ func (a *Allocator) expire(now int64) bool {
 			quiet = int64(a.p.Quiet)
 		}
 		if now-f.lastSeen > quiet {
-			a.remove(f.id, f)
+			a.remove(f)
 			gone = true
 		}
 	}

@@ -31,8 +31,8 @@ type Clock interface {
 	// NewTimer makes a stopped timer that calls fire when it expires.
 	NewTimer(fire func()) Timer
 	// NewEventTimer makes a stopped timer that fires ev when it expires:
-	// no closure to allocate and follow, and a Warmer is warmed before it
-	// fires, as events are.
+	// no closure to allocate and follow, and on a Sim that warms
+	// (Sim.SetWarming) a Warmer is warmed before it fires, as events are.
 	NewEventTimer(ev Event) Timer
 }
 

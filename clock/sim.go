@@ -35,7 +35,8 @@ type Sim struct {
 	timerEntries int      // timer entries in events, live or not
 	armed        int      // timers armed
 	fired        uint64
-	warming      bool // SetWarming
+	warming      bool   // SetWarming
+	warmed       uint64 // events taken while warming: Warmed
 }
 
 type eventEntry struct {
@@ -119,6 +120,7 @@ func (s *Sim) StepUntil(end Time) bool {
 	}
 	e := s.events.take(where)
 	if s.warming && where >= 0 {
+		s.warmed++
 		s.fetchAhead(where)
 	}
 	s.now = e.at
@@ -142,6 +144,9 @@ func (s *Sim) StepUntil(end Time) bool {
 // simulation that knows which turns it on. It changes no result.
 func (s *Sim) SetWarming(on bool) { s.warming = on }
 
+// Warmed counts the events taken while warming, the next ones looked at.
+func (s *Sim) Warmed() uint64 { return s.warmed }
+
 // A Warmer is an event that can ask for the memory its Fire will read,
 // without waiting for it, in two steps as a chain of pointers is followed:
 // Warm(1) runs two events before Fire, its own first line asked for a step
@@ -152,9 +157,9 @@ type Warmer interface {
 	Warm(step int)
 }
 
-// ahead is how many events fetchAhead looks ahead: the third's own line,
-// the second's first step, the next one's second.
-const ahead = 3
+// lookAhead is how many events fetchAhead looks ahead: the third's own
+// line, the second's first step, the next one's second.
+const lookAhead = 3
 
 // fetchAhead asks for the memory the next events will read, the event
 // just taken from bucket b firing meanwhile (Warmer). With thousands of
@@ -162,7 +167,7 @@ const ahead = 3
 // from memory, one line after another; this overlaps those waits with the
 // work before them.
 func (s *Sim) fetchAhead(b int) {
-	var next [ahead]int32
+	var next [lookAhead]int32
 	n := s.events.ahead(b, next[:])
 	nodes := s.events.nodes
 	if n > 2 {

@@ -407,7 +407,7 @@ func TestCalendarAheadNamesWhatComesNext(t *testing.T) {
 				e, b := c.peek(s.now)
 				c.take(b)
 				s.now = e.at
-				var next [3]int32
+				var next [lookAhead]int32
 				n := c.ahead(b, next[:])
 				var named []eventEntry
 				for _, i := range next[:n] {

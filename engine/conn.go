@@ -421,8 +421,8 @@ type acking Conn
 func (a *acking) Fire() { (*Conn)(a).onAckTimer() }
 
 // Warm asks, the connection's first line at hand, for what an ACK reads
-// next: the receiver's first lines, the paths it has to report on, and its
-// rate share.
+// next: the receiver's first lines, the list of the paths it has to report
+// on and the first path's record, and its rate share.
 func (a *acking) Warm(step int) {
 	if step != 1 {
 		return

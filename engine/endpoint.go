@@ -162,8 +162,9 @@ func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 }
 
 // WarmReceive asks for the lines a Receive of d reads first
-// (link.ReceiveWarmer): its connection's first, and its sender's for an
-// ACK or its receiver's for the rest. It reads the header's type and
+// (link.ReceiveWarmer): its connection's first, and its sender's for what
+// answers the sender (an ACK, NACK, CNP or probe reply) or its receiver's
+// for the rest. It reads the header's type and
 // connection id and the table of connections, nothing else; a datagram too
 // short to name a connection is left to Receive to count.
 func (e *Endpoint) WarmReceive(d *link.Datagram) {
@@ -176,9 +177,10 @@ func (e *Endpoint) WarmReceive(d *link.Datagram) {
 		return
 	}
 	prefetch.Line(unsafe.Pointer(c))
-	if h.Type() == proto.TypeAck {
+	switch h.Type() {
+	case proto.TypeAck, proto.TypeNack, proto.TypeCNP, proto.TypeProbeReply:
 		prefetch.Line(unsafe.Pointer(&c.snd))
-	} else {
+	default:
 		prefetch.Line(unsafe.Pointer(&c.rcv))
 	}
 }

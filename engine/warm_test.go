@@ -39,7 +39,7 @@ func TestWarmChangesNothing(t *testing.T) {
 				(*pacing)(&c.snd).Warm(step)
 				(*acking)(c).Warm(step)
 			}
-			for _, typ := range []proto.Type{proto.TypeAck, proto.TypeWrite} {
+			for _, typ := range []proto.Type{proto.TypeAck, proto.TypeNack, proto.TypeCNP, proto.TypeProbeReply, proto.TypeWrite, proto.TypeSend} {
 				for _, id := range []uint32{c.localID, c.localID + 1} {
 					b := make([]byte, proto.CommonHeaderLen)
 					b[1] = byte(typ)

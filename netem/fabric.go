@@ -660,13 +660,14 @@ func (pkt *packet) Warm(step int) {
 		switch {
 		case last && len(pkt.d.Data) > 0:
 			prefetch.Line(unsafe.Pointer(&pkt.d.Data[0]))
-		case !last && int(pkt.hop+1) < len(pkt.route):
+		case !last && uint(pkt.hop+1) < uint(len(pkt.route)):
 			prefetch.Line(unsafe.Pointer(pkt.route[pkt.hop+1]))
 		}
-	case last && int(pkt.hop) < len(pkt.route) && pkt.route[pkt.hop] != nil:
-		h := pkt.fab.hosts[pkt.route[pkt.hop].to]
-		if h.warmer != nil {
-			h.warmer.WarmReceive(&pkt.d)
+	case last && uint(pkt.hop) < uint(len(pkt.route)) && pkt.route[pkt.hop] != nil:
+		if to := pkt.route[pkt.hop].to; to < len(pkt.fab.hosts) {
+			if h := pkt.fab.hosts[to]; h.warmer != nil {
+				h.warmer.WarmReceive(&pkt.d)
+			}
 		}
 	}
 }

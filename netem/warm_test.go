@@ -3,30 +3,56 @@ package netem
 import (
 	"reflect"
 	"testing"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
 )
+
+// warmRecorder is a host's receiver that records what it is asked to warm.
+type warmRecorder struct{ warmed []*link.Datagram }
+
+func (r *warmRecorder) Receive(*link.Datagram, clock.Time) {}
+func (r *warmRecorder) WarmReceive(d *link.Datagram)       { r.warmed = append(r.warmed, d) }
 
 // Warm only asks for memory: on a packet or a link in any state the loop
 // may find them in (fresh, on a hop, at its last with or without a buffer;
-// idle, serializing, queued), it changes nothing and does not fail.
+// idle, serializing, queued; with a hop out of its route), it changes
+// nothing and does not fail. A packet on its last hop, and only one, has
+// the receiver of the host it reaches warm its datagram, at Warm's second
+// step.
 func TestWarmChangesNothing(t *testing.T) {
 	f, _ := newTestFabric(t, Config{Hosts: 2, Planes: 1, Uplink: simpleLink(100e9, 1000), Downlink: simpleLink(100e9, 1000)})
-	up := f.Uplink(0, 0)
+	receivers := []*warmRecorder{{}, {}}
+	for h, r := range receivers {
+		f.Host(h).Attach(r)
+	}
+	up, down := f.Uplink(0, 0), f.Downlink(0, 1)
 	queued := &packet{fab: f, hops: 2}
+	arriving := &packet{fab: f, hops: 2, hop: 1, route: [4]*Link{up, down}}
+	arriving.d.Data = make([]byte, 64)
 	packets := []*packet{
 		{},
 		{fab: f, hops: 1},
-		{fab: f, hops: 1, hop: 0, route: [4]*Link{up}},
-		{fab: f, hops: 2, route: [4]*Link{up, f.Downlink(0, 1)}},
+		{fab: f, hops: 2, route: [4]*Link{up, down}},
 		{fab: f, hops: 4, hop: 3},
+		{fab: f, hops: 0, hop: -1},
 		queued,
+		arriving,
 	}
 	packets[1].d.Data = make([]byte, 64)
 	busy := *up
-	busy.tx = packets[3]
+	busy.tx = packets[2]
 	busy.queue.push(queued)
 	links := []*Link{{}, up, &busy}
 	warmUnchanged(t, "packet", packets)
 	warmUnchanged(t, "link", links)
+	if got := receivers[1].warmed; len(got) != 1 || got[0] != &arriving.d || len(receivers[0].warmed) != 0 {
+		t.Fatalf("receivers warmed %v and %v, want only host 1's, once, with the arriving datagram", receivers[0].warmed, got)
+	}
+	arriving.Warm(1)
+	if len(receivers[1].warmed) != 1 {
+		t.Fatal("Warm's first step warmed the receiver")
+	}
 }
 
 // warmUnchanged fails unless both steps of Warm leave each of events as it

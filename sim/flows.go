@@ -145,6 +145,10 @@ type FlowsResult struct {
 	// OverProcesses: the run went over processes, a host each
 	// (newGroupedWorld), not on one clock.
 	OverProcesses bool
+	// Warmed counts the events taken while the run warmed the next ones
+	// (FabricOptions.Warm; 0: it did not warm), which changes its speed
+	// and nothing else.
+	Warmed uint64
 	// Events counts the events and timers the run fired, Datagrams the
 	// datagrams the fabric delivered (set-up included): what the
 	// simulator's speed is made of.
@@ -440,7 +444,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		res.Timeouts += st.Timeouts
 	}
 	res.WallTime = time.Since(wallStart)
-	res.Events, res.Datagrams = w.fired(), w.fab.Delivered()
+	res.Events, res.Datagrams, res.Warmed = w.fired(), w.fab.Delivered(), w.warmed()
 	// The live heap with the world still in it (connections, regions,
 	// fabric): collected first, so that garbage does not count.
 	runtime.GC()

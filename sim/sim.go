@@ -145,7 +145,6 @@ func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
 	return c, nil
 }
 
-// now is the world's time (between windows, over processes).
 // setWarming is clock.Sim.SetWarming on the world's clock or processes.
 func (w *world) setWarming(on bool) {
 	if w.group != nil {
@@ -155,11 +154,24 @@ func (w *world) setWarming(on bool) {
 	}
 }
 
+// now is the world's time (between windows, over processes).
 func (w *world) now() clock.Time {
 	if w.group != nil {
 		return w.group.Now()
 	}
 	return w.sim.Now()
+}
+
+// warmed counts the events taken while warming, on every process.
+func (w *world) warmed() uint64 {
+	if w.group == nil {
+		return w.sim.Warmed()
+	}
+	var n uint64
+	for i := range w.group.Len() {
+		n += w.group.LP(i).Warmed()
+	}
+	return n
 }
 
 // fired counts the events and timers fired so far, on every process.

@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
+
+var warmedCount = regexp.MustCompile(`Warmed:[0-9]+`)
 
 // Warming events before they fire changes no result: over processes on
 // two cores and on one clock (a leaf-spine), with loss, the same result
@@ -22,6 +25,11 @@ func TestWarmingChangesNoResult(t *testing.T) {
 		for k, warm := range []Warming{WarmOff, WarmOn} {
 			c.o.Warm = warm
 			runs[k] = lossyRun(t, c.o, c.flows, 0)
+			warmed := warmedCount.FindString(runs[k])
+			if (warmed != "Warmed:0") != (warm == WarmOn) {
+				t.Fatalf("case %d: warming on %v, %s", i, warm == WarmOn, warmed)
+			}
+			runs[k] = warmedCount.ReplaceAllString(runs[k], "Warmed:-")
 		}
 		if runs[0] != runs[1] {
 			t.Fatalf("case %d: warmed:\n%s\nnot warmed:\n%s", i, runs[1], runs[0])
