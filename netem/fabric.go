@@ -166,7 +166,11 @@ func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 			lc = o.Link
 		}
 	}
-	l.cfg, l.rate = lc, lc.Rate
+	l.cfg, l.rate, l.delay = lc, lc.Rate, lc.Delay
+	l.limit, l.ecnK, l.red = lc.Queue.Limit, lc.Queue.ECNThreshold, lc.Queue.RED
+	im := &lc.Impair
+	l.impaired = im.Loss != nil || im.Corrupt > 0 || im.Duplicate > 0
+	l.jittered = im.Jitter > 0 || im.Reorder > 0
 	switch {
 	case lc.Overhead == 0:
 		l.overhead = DefaultOverhead

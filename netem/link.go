@@ -32,17 +32,17 @@ var DropCauses = []DropCause{DropLoss, DropQueueFull, DropRED, DropDown, DropBla
 
 // LinkStats are a link's counters.
 type LinkStats struct {
-	Enqueued   uint64 // datagrams accepted into the queue
-	Packets    uint64 // datagrams that finished transmission
-	Bytes      uint64 // their bytes (datagram sizes, without overhead)
-	Drops      [numDropCauses]uint64
-	CEMarks    uint64
-	Duplicated uint64
-	Corrupted  uint64
-	// PauseTime is how long PFC held the link paused.
-	PauseTime time.Duration
+	Enqueued uint64 // datagrams accepted into the queue
+	Packets  uint64 // datagrams that finished transmission
+	Bytes    uint64 // their bytes (datagram sizes, without overhead)
+	CEMarks  uint64
 	// QueueHighWater is the most bytes the queue held.
 	QueueHighWater int
+	Drops          [numDropCauses]uint64
+	Duplicated     uint64
+	Corrupted      uint64
+	// PauseTime is how long PFC held the link paused.
+	PauseTime time.Duration
 }
 
 func (s *LinkStats) dropsTotal() uint64 {
@@ -63,42 +63,59 @@ const (
 
 // Link is one direction of a link: an output queue, a serializer at the
 // link's rate, and the propagation delay to the far node.
+//
+// What a datagram reads and writes on its way through comes first, in the
+// link's first four cache lines (TestLinkHotLines), with the queue
+// discipline's settings copied out of cfg: with thousands of connections a
+// link's lines have left the cache between one window and the next, and
+// each is one to fetch.
 type Link struct {
-	fab             *Fabric
-	p               *proc // the process that owns it
-	id              int
-	kind            LinkKind
-	plane, from, to int // from, to: host, leaf or spine index, by kind
-	owner           int // the host whose uplink or downlink it is; -1 for a link between switches
-	cfg             LinkConfig
-	rate            int64 // bits/s now (a slowdown lowers it)
-	factor          float64
-	overhead        int
-	rng             *rand.Rand
-	loss            LossModel
-	state           linkState
-	queue           ring
-	queueBytes      int
-	tx              *packet    // being serialized, with its completion event pending
-	wireFree        clock.Time // when the datagram on the wire finishes serialization
-	eventPending    bool       // the link's completion event is scheduled
-	pfc             bool       // the node this link feeds may pause it
-	txRemainder     int64      // bit-nanoseconds carried between datagrams, so rates do not drift
-	lastArrival     clock.Time
+	fab        *Fabric
+	p          *proc // the process that owns it
+	queue      ring
+	queueBytes int
+
+	tx           *packet    // being serialized, with its completion event pending
+	wireFree     clock.Time // when the datagram on the wire finishes serialization
+	rate         int64      // bits/s now (a slowdown lowers it)
+	txRemainder  int64      // bit-nanoseconds carried between datagrams, so rates do not drift
+	overhead     int
+	limit, ecnK  int  // cfg.Queue's Limit and ECNThreshold
+	red          *RED // cfg.Queue.RED
+	delay        time.Duration
+	lastArrival  clock.Time
+	to           int // the far node: host, leaf or spine index, by kind
+	state        linkState
+	eventPending bool // the link's completion event is scheduled
+	pfc          bool // the node this link feeds may pause it
+	paused       bool // PFC: the far node paused this link
+	impaired     bool // loss, corruption or duplication: enqueue's impairments apply
+	jittered     bool // jitter or reordering: arrival's impairments apply
 	// changes are the state changes scheduled for the link and not yet
 	// made, in time order: over processes, an uplink decides when a
 	// datagram leaves whether the link will have failed when it arrives at
 	// the far end, which another process runs (crossed); decided is the
 	// latest arrival it decided so (-1: none), before which no change may
 	// come.
-	changes           []stateChange
-	decided           clock.Time
+	changes []stateChange
+	decided clock.Time
+	stats   LinkStats
+
+	id                int
+	kind              LinkKind
+	plane, from       int // from: host, leaf or spine index, by kind
+	owner             int // the host whose uplink or downlink it is; -1 for a link between switches
+	cfg               LinkConfig
+	factor            float64
+	rng               *rand.Rand
+	loss              LossModel
 	redAvg, redWeight float64
-	paused            bool // PFC: the far node paused this link
 	pauseStart        clock.Time
 	ingressBytes      int  // PFC: bytes that came in on this link and wait at the far node
 	pauseAsked        bool // PFC: the far node has sent (or is sending) a pause
-	stats             LinkStats
+	// 576 bytes in all, Go's allocation class of that size: nine lines,
+	// every object starting on one.
+	_ [48]byte
 }
 
 // ID is the link's index in Fabric.Links.
@@ -225,6 +242,10 @@ func (l *Link) enqueue(pkt *packet) {
 	if l.dropIfFailed(pkt) {
 		return
 	}
+	if !l.impaired {
+		l.admit(pkt)
+		return
+	}
 	im := &l.cfg.Impair
 	if l.loss != nil && l.loss.Lose(l.rng, l.p.sched.Now()) {
 		l.drop(pkt, DropLoss)
@@ -244,19 +265,18 @@ func (l *Link) enqueue(pkt *packet) {
 
 // admit applies the queue discipline and queues the datagram.
 func (l *Link) admit(pkt *packet) {
-	q := &l.cfg.Queue
 	size := pkt.d.Size()
-	if q.Limit > 0 && l.queueBytes+size > q.Limit {
+	if l.limit > 0 && l.queueBytes+size > l.limit {
 		l.drop(pkt, DropQueueFull)
 		return
 	}
 	ect := pkt.d.ECN != link.NotECT
 	v := Queued
-	if q.ECNThreshold > 0 && l.queueBytes > q.ECNThreshold && ect {
+	if l.ecnK > 0 && l.queueBytes > l.ecnK && ect {
 		pkt.d.ECN = link.CE
 		v = Marked
 	}
-	if r := q.RED; r != nil {
+	if r := l.red; r != nil {
 		l.redAvg += l.redWeight * (float64(l.queueBytes) - l.redAvg)
 		if l.redHit(r) {
 			if !r.ECN || !ect {
@@ -416,8 +436,13 @@ func (l *Link) Warm(step int) {
 // arrival is when a datagram that left now reaches the far node: delay,
 // jitter (which never reorders), and the explicit reordering impairment.
 func (l *Link) arrival(now clock.Time) clock.Time {
+	at := now.Add(l.delay)
+	if !l.jittered {
+		at = max(at, l.lastArrival)
+		l.lastArrival = at
+		return at
+	}
 	im := &l.cfg.Impair
-	at := now.Add(l.cfg.Delay)
 	if im.Jitter > 0 {
 		j := float64(im.Jitter)
 		var x float64

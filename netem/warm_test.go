@@ -3,6 +3,7 @@ package netem
 import (
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
@@ -68,6 +69,41 @@ func warmUnchanged[T any, E interface {
 		ev.Warm(2)
 		if !reflect.DeepEqual(before, *(*T)(ev)) {
 			t.Fatalf("%s %d: Warm changed it", what, i)
+		}
+	}
+}
+
+// What a datagram reads and writes on a link is in the link's first four
+// cache lines: the queue and its settings, the serializer, the arrival,
+// the state, and the counters it bumps (a Link is 576 bytes, an
+// allocation class whose objects all start on a line).
+func TestLinkHotLines(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	var l Link
+	if size := unsafe.Sizeof(l); size != 576 {
+		t.Fatalf("a Link is %d bytes, not the 576 of an allocation class whose objects start on lines", size)
+	}
+	hot := map[string]uintptr{
+		"fab": unsafe.Offsetof(l.fab), "p": unsafe.Offsetof(l.p), "queue": unsafe.Offsetof(l.queue) + unsafe.Sizeof(l.queue),
+		"queueBytes": unsafe.Offsetof(l.queueBytes), "tx": unsafe.Offsetof(l.tx), "wireFree": unsafe.Offsetof(l.wireFree),
+		"rate": unsafe.Offsetof(l.rate), "txRemainder": unsafe.Offsetof(l.txRemainder), "overhead": unsafe.Offsetof(l.overhead),
+		"limit": unsafe.Offsetof(l.limit), "ecnK": unsafe.Offsetof(l.ecnK), "red": unsafe.Offsetof(l.red),
+		"delay": unsafe.Offsetof(l.delay), "lastArrival": unsafe.Offsetof(l.lastArrival), "to": unsafe.Offsetof(l.to),
+		"state": unsafe.Offsetof(l.state), "eventPending": unsafe.Offsetof(l.eventPending), "pfc": unsafe.Offsetof(l.pfc),
+		"paused": unsafe.Offsetof(l.paused), "impaired": unsafe.Offsetof(l.impaired), "jittered": unsafe.Offsetof(l.jittered),
+		"changes": unsafe.Offsetof(l.changes) + unsafe.Sizeof(l.changes), "decided": unsafe.Offsetof(l.decided),
+		"stats.Enqueued": unsafe.Offsetof(l.stats) + unsafe.Offsetof(l.stats.Enqueued),
+		"stats.Packets":  unsafe.Offsetof(l.stats) + unsafe.Offsetof(l.stats.Packets),
+		"stats.Bytes":    unsafe.Offsetof(l.stats) + unsafe.Offsetof(l.stats.Bytes),
+		"stats.CEMarks":  unsafe.Offsetof(l.stats) + unsafe.Offsetof(l.stats.CEMarks),
+		"stats.QueueHighWater": unsafe.Offsetof(l.stats) + unsafe.Offsetof(l.stats.QueueHighWater) +
+			unsafe.Sizeof(l.stats.QueueHighWater),
+	}
+	for name, end := range hot {
+		if end > 4*64 {
+			t.Errorf("%s ends at byte %d, past the fourth line", name, end)
 		}
 	}
 }
