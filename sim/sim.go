@@ -163,25 +163,19 @@ func (w *world) now() clock.Time {
 }
 
 // warmed counts the events taken while warming, on every process.
-func (w *world) warmed() uint64 {
-	if w.group == nil {
-		return w.sim.Warmed()
-	}
-	var n uint64
-	for i := range w.group.Len() {
-		n += w.group.LP(i).Warmed()
-	}
-	return n
-}
+func (w *world) warmed() uint64 { return w.total((*clock.Sim).Warmed) }
 
 // fired counts the events and timers fired so far, on every process.
-func (w *world) fired() uint64 {
+func (w *world) fired() uint64 { return w.total((*clock.Sim).Fired) }
+
+// total sums count over the world's clock or its processes.
+func (w *world) total(count func(*clock.Sim) uint64) uint64 {
 	if w.group == nil {
-		return w.sim.Fired()
+		return count(w.sim)
 	}
 	var n uint64
 	for i := range w.group.Len() {
-		n += w.group.LP(i).Fired()
+		n += count(w.group.LP(i))
 	}
 	return n
 }
