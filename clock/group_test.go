@@ -82,7 +82,7 @@ func TestGroupSameForAnyWorkers(t *testing.T) {
 func TestGroupRunWhileAndLookahead(t *testing.T) {
 	g := NewGroup(2, 100, 2)
 	fired := 0
-	var ev funcEvent = func() { fired++ }
+	ev := Func(func() { fired++ })
 	for i := range 10 {
 		g.LP(i%2).At(Time(i*100), ev)
 	}
@@ -111,8 +111,8 @@ func TestGroupPanicReachesTheCaller(t *testing.T) {
 	// Process 1 panics on the helper: the caller is busy with process 0
 	// until process 1's event has started.
 	var started atomic.Bool
-	g.LP(1).At(10, funcEvent(func() { started.Store(true); panic("boom") }))
-	g.LP(0).At(10, funcEvent(func() {
+	g.LP(1).At(10, Func(func() { started.Store(true); panic("boom") }))
+	g.LP(0).At(10, Func(func() {
 		for deadline := time.Now().Add(10 * time.Second); !started.Load() && time.Now().Before(deadline); {
 		}
 	}))
@@ -125,7 +125,7 @@ func TestGroupPanicReachesTheCaller(t *testing.T) {
 		t.Fatalf("recovered %v, want the process's panic", p)
 	}
 	fired := false
-	g.LP(1).At(g.Now()+200, funcEvent(func() { fired = true }))
+	g.LP(1).At(g.Now()+200, Func(func() { fired = true }))
 	if p := run(); p != nil || !fired {
 		t.Fatalf("the next run: panic %v, event fired %v", p, fired)
 	}
@@ -136,7 +136,7 @@ func TestGroupPanicReachesTheCaller(t *testing.T) {
 func TestGroupRefusesAProcessRunAlone(t *testing.T) {
 	g := NewGroup(2, 100, 1)
 	g.LP(1).RunUntil(1000)
-	g.Send(0, 1, 100, funcEvent(func() {}))
+	g.Send(0, 1, 100, Func(func() {}))
 	defer func() {
 		if recover() == nil {
 			t.Fatal("an event in a process's past delivered")
@@ -144,10 +144,6 @@ func TestGroupRefusesAProcessRunAlone(t *testing.T) {
 	}()
 	g.RunWhile(Never, func() bool { return true })
 }
-
-type funcEvent func()
-
-func (f funcEvent) Fire() { f() }
 
 // A worker done with its own processes runs what the others have not yet
 // started of theirs: worker 0 owns processes 0 and 2, and process 0's
@@ -164,8 +160,8 @@ func TestGroupWorkerTakesTheOthersProcesses(t *testing.T) {
 	fired := make([]int, g.Len())
 	var fired2 atomic.Bool
 	timedOut := false
-	g.LP(2).At(10, funcEvent(func() { fired[2]++; fired2.Store(true) }))
-	g.LP(0).At(10, funcEvent(func() {
+	g.LP(2).At(10, Func(func() { fired[2]++; fired2.Store(true) }))
+	g.LP(0).At(10, Func(func() {
 		fired[0]++
 		deadline := time.Now().Add(10 * time.Second)
 		for !fired2.Load() && !timedOut {
@@ -176,7 +172,7 @@ func TestGroupWorkerTakesTheOthersProcesses(t *testing.T) {
 	for lp := range g.Len() { // more windows, every process with work in them
 		for at := Time(200); at < 1000; at += 150 {
 			due[lp] = append(due[lp], at+Time(lp))
-			g.LP(lp).At(at+Time(lp), funcEvent(func() { fired[lp]++ }))
+			g.LP(lp).At(at+Time(lp), Func(func() { fired[lp]++ }))
 		}
 	}
 	windows := 0

@@ -257,13 +257,14 @@ func (m *timerMark) warm(step int) {
 	}
 }
 
-// callback is a function as a timer's event.
-type callback func()
+// Func is a function as an Event: what a timer made with NewTimer fires,
+// and anything scheduled once with no object of its own to fire.
+type Func func()
 
-func (f callback) Fire() { f() }
+func (f Func) Fire() { f() }
 
 // NewTimer makes a stopped timer that calls fire on expiry.
-func (s *Sim) NewTimer(fire func()) Timer { return s.NewEventTimer(callback(fire)) }
+func (s *Sim) NewTimer(fire func()) Timer { return s.NewEventTimer(Func(fire)) }
 
 // NewEventTimer makes a stopped timer that fires ev on expiry. Unlike a
 // function, an event can be a pointer the caller has anyway (a method set

@@ -114,7 +114,7 @@ func testSimAgainstModel(t *testing.T, spread int, newSim func() *Sim) {
 			case 0:
 				at := s.Now() + Time(rng.IntN(spread))
 				id := op
-				s.At(at, fireFunc(func() { got = append(got, id) }))
+				s.At(at, Func(func() { got = append(got, id) }))
 				model = append(model, ref{at, seq, id})
 			case 1:
 				i := rng.IntN(len(timers))
@@ -150,13 +150,9 @@ func testSimAgainstModel(t *testing.T, spread int, newSim func() *Sim) {
 	}
 }
 
-type fireFunc func()
-
-func (f fireFunc) Fire() { f() }
-
 func TestSimSchedulingAllocatesNothing(t *testing.T) {
 	s := NewSim()
-	ev := fireFunc(func() {})
+	ev := Func(func() {})
 	tm := s.NewTimer(func() {})
 	for i := 0; i < 100; i++ { // grow the heaps first
 		s.At(Time(i), ev)
@@ -174,7 +170,7 @@ func TestSimSchedulingAllocatesNothing(t *testing.T) {
 
 func BenchmarkSimEventChurn(b *testing.B) {
 	s := NewSim()
-	ev := fireFunc(func() {})
+	ev := Func(func() {})
 	for i := 0; i < 1024; i++ {
 		s.At(Time(i), ev)
 	}
@@ -211,7 +207,7 @@ func TestSimCalendarWindowEdges(t *testing.T) {
 	s := NewSim()
 	s.RunUntil(12345) // not bucket aligned
 	var got []Time
-	rec := fireFunc(func() { got = append(got, s.Now()) })
+	rec := Func(func() { got = append(got, s.Now()) })
 	base := s.Now()
 	offsets := []Time{calendarSpan + 1, calendarSpan, calendarSpan - 1, 3, 2 * calendarSpan, calendarSpan - 2, 1, 2*calendarSpan + 2}
 	for _, o := range offsets {
@@ -236,7 +232,7 @@ func TestSimCalendarWindowEdgesOfAProcess(t *testing.T) {
 	const bucket, span = 1 << processShift, processBuckets << processShift
 	s.RunUntil(7*bucket + 5) // inside a bucket
 	var got []Time
-	rec := fireFunc(func() { got = append(got, s.Now()) })
+	rec := Func(func() { got = append(got, s.Now()) })
 	start := s.Now() - 5 // now's bucket
 	var want []Time
 	at := func(t Time) {
@@ -353,7 +349,7 @@ func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
 				arm(at, 1000+i)
 			} else {
 				id, at := op, s.Now()+Time(rng.IntN(100))
-				s.At(at, fireFunc(func() { fired = id }))
+				s.At(at, Func(func() { fired = id }))
 				seq++
 				model = append(model, ref{at, seq, id})
 			}

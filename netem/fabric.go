@@ -653,6 +653,13 @@ func (pkt *packet) Fire() {
 	pkt.route[pkt.hop].enqueue(pkt)
 }
 
+// ask asks for the packet's two lines that a link reads: its routing and
+// its datagram's size and mark.
+func (pkt *packet) ask() {
+	prefetch.Line(unsafe.Pointer(pkt))
+	prefetch.Line(unsafe.Pointer(&pkt.d))
+}
+
 // Warm asks for what Fire reads beyond the packet's first line (clock.Warmer):
 // first its datagram, and its buffer when it reaches a host or else the
 // link it goes on next; then what the host's receiver reads first.
@@ -747,12 +754,8 @@ func (f *Fabric) After(at time.Duration, fn func()) {
 	if f.group != nil {
 		panic("netem: After on a fabric over processes: on which?")
 	}
-	f.procs[0].sched.At(clock.Time(at), funcEvent(fn))
+	f.procs[0].sched.At(clock.Time(at), clock.Func(fn))
 }
-
-type funcEvent func()
-
-func (e funcEvent) Fire() { e() }
 
 // ScheduleFault adds a fault at time at (now if in the past). Over
 // processes, call it between windows, and for a time after the datagrams

@@ -116,7 +116,7 @@ func TestGroupedFaults(t *testing.T) {
 			f.Host(h).Attach(receiverFunc(func(*link.Datagram, clock.Time) {}))
 		}
 		for i, at := range []time.Duration{0, 4500 * time.Nanosecond, 10 * time.Microsecond, 30 * time.Microsecond} {
-			lp(0).At(clock.Time(at), funcEvent(func() {
+			lp(0).At(clock.Time(at), clock.Func(func() {
 				f.Host(0).Send([]link.Datagram{datagram(f, 0, 2, 1, 50000, 1000, uint32(i), link.ECT0)})
 			}))
 		}
