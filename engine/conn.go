@@ -428,8 +428,7 @@ func (a *acking) Warm(step int) {
 		return
 	}
 	r := &a.rcv
-	prefetch.Line(unsafe.Pointer(r))
-	prefetch.Line(unsafe.Add(unsafe.Pointer(r), 64))
+	prefetch.Lines(unsafe.Pointer(r), 2)
 	if len(r.dirty) > 0 {
 		prefetch.Line(unsafe.Pointer(&r.dirty[0]))
 	}

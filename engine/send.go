@@ -525,8 +525,7 @@ func (p *pacing) Warm(step int) {
 	}
 	s := (*sender)(p)
 	prefetch.Line(unsafe.Pointer(s.c))
-	prefetch.Line(unsafe.Add(unsafe.Pointer(s), 64))
-	prefetch.Line(unsafe.Add(unsafe.Pointer(s), 128))
+	prefetch.Lines(unsafe.Add(unsafe.Pointer(s), 64), 2) // its first line is at hand
 	if len(s.ring) > 0 {
 		prefetch.Line(unsafe.Pointer(&s.ring[s.nextDSN&s.mask]))
 	}

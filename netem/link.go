@@ -417,8 +417,7 @@ func (l *Link) Warm(step int) {
 	r := &l.queue
 	if step == 1 {
 		if pkt := l.tx; pkt != nil {
-			prefetch.Line(unsafe.Pointer(pkt))
-			prefetch.Line(unsafe.Pointer(&pkt.d))
+			pkt.ask()
 		}
 		if r.size > 0 {
 			prefetch.Line(unsafe.Pointer(&r.buf[r.head]))
@@ -427,8 +426,7 @@ func (l *Link) Warm(step int) {
 	}
 	if r.size > 0 {
 		if pkt := r.buf[r.head]; pkt != nil {
-			prefetch.Line(unsafe.Pointer(pkt))
-			prefetch.Line(unsafe.Pointer(&pkt.d))
+			pkt.ask()
 		}
 	}
 }
@@ -437,11 +435,21 @@ func (l *Link) Warm(step int) {
 // jitter (which never reorders), and the explicit reordering impairment.
 func (l *Link) arrival(now clock.Time) clock.Time {
 	at := now.Add(l.delay)
-	if !l.jittered {
-		at = max(at, l.lastArrival)
-		l.lastArrival = at
-		return at
+	if l.jittered {
+		var overtaken bool
+		if at, overtaken = l.jitter(now, at); overtaken {
+			return at // not the FIFO mark
+		}
 	}
+	at = max(at, l.lastArrival)
+	l.lastArrival = at
+	return at
+}
+
+// jitter applies the jitter and reordering impairments to the arrival at
+// at of a datagram that left now; overtaken: the datagram is reordered,
+// overtaken by what follows.
+func (l *Link) jitter(now, at clock.Time) (clock.Time, bool) {
 	im := &l.cfg.Impair
 	if im.Jitter > 0 {
 		j := float64(im.Jitter)
@@ -458,11 +466,9 @@ func (l *Link) arrival(now clock.Time) clock.Time {
 		at = max(now, at+clock.Time(x))
 	}
 	if im.Reorder > 0 && l.rng.Float64() < im.Reorder {
-		return at.Add(im.ReorderGap) // overtaken by what follows; not the FIFO mark
+		return at.Add(im.ReorderGap), true
 	}
-	at = max(at, l.lastArrival)
-	l.lastArrival = at
-	return at
+	return at, false
 }
 
 // pfcEvent is a pause or resume reaching the link it controls.
@@ -480,7 +486,7 @@ func (f *Fabric) schedulePFC(l *Link, pause bool) {
 		e = &pfcEvent{}
 	}
 	e.link, e.pause = l, pause
-	l.p.sched.At(l.p.sched.Now().Add(l.cfg.Delay), e) // PFC: one process
+	l.p.sched.At(l.p.sched.Now().Add(l.delay), e) // PFC: one process
 }
 
 func (e *pfcEvent) Fire() {

@@ -19,3 +19,16 @@ func TestLineNeverFaults(t *testing.T) {
 		}
 	}
 }
+
+// Lines asks for an object's lines, from anywhere in its first, and
+// writes nothing.
+func TestLinesWriteNothing(t *testing.T) {
+	x := make([]uint64, 40) // 320 bytes: five lines, or six from an offset
+	Lines(unsafe.Pointer(&x[0]), 5)
+	Lines(unsafe.Pointer(&x[3]), 4)
+	for i, v := range x {
+		if v != 0 {
+			t.Fatalf("word %d is %d after a prefetch", i, v)
+		}
+	}
+}
