@@ -159,7 +159,7 @@ func TestTransferOverNetemAllocatesNothing(t *testing.T) {
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
 		fc.MaxDatagram = 4160
 		n := newNet(t, fc, Config{Paths: 8, PlaceholderPayloads: placeholders})
-		n.sim.SetWarming(c.warming) // the events warmed before they fire (the simulator's, from 512 connections)
+		n.sim.SetWarming(c.warming) // the events warmed before they fire (the simulator warms from sim.WarmFrom connections)
 		pr := n.connect(0, 1)
 		const size = 256 << 20
 		src := pr.ha.region(t, size, 1, memreg.LocalWrite)

@@ -63,10 +63,11 @@ const (
 )
 
 // WarmFrom is the connections from which WarmAuto warms. On this
-// project's two-core test machine, all-to-all on 8 planes, warming took
-// 1.17 of the wall time with 56 connections, 1.01 with 240, 0.95 with 992
-// and 0.88 with 4,032 (docs/results.md, simulator speed).
-const WarmFrom = 512
+// project's two-core test machine (tools/warmpair.sh: all-to-all on 8
+// planes, --warm on against off), warming took 1.21 of the wall time with
+// 56 connections, 1.00 with 992, 0.97 with 2,256 and 0.85 with 4,032
+// (docs/results.md, simulator speed).
+const WarmFrom = 2000
 
 // on reports whether a run of connections warms.
 func (w Warming) on(connections int) bool {
