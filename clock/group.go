@@ -13,13 +13,12 @@ import (
 // its own time (for a network, a link delay). The group runs them window
 // by window, a lookahead long: every process runs to the end of the window
 // (on some core), then the events they sent one another are delivered, in
-// order of (sending process, sending), and the next window starts at the
-// earliest event of any. Nothing any process does in a window can reach
-// another before the window ends, so the run is the same, event for event,
-// for any number of cores.
+// order of (sending process, sending), each core scheduling those for its
+// own processes as the next window starts at the earliest event of any.
+// Nothing any process does in a window can reach another before the window
+// ends, so the run is the same, event for event, for any number of cores.
 type Group struct {
 	lps       []*Sim
-	outbox    [][]message // by sending process
 	lookahead time.Duration
 	workers   int
 	last      Time         // the end of the window being run
@@ -27,7 +26,31 @@ type Group struct {
 	finished  atomic.Int64 // helpers done with the current window
 	between   []func()
 	claimed   []claimCounter      // by worker: how many of its processes the window has handed out
+	delivered []claimCounter      // by worker: the last window whose deliveries to its processes it made
 	panicked  atomic.Pointer[any] // what a helper's process panicked with
+	// What the processes send one another, kept by sender and window
+	// (sent), then by the worker that owns the receiving process (boxes):
+	// what a window sends is delivered at the start of the next, each
+	// worker scheduling the messages of its own processes while the
+	// window's senders fill the other half.
+	sent  []sending // [from*2 + window%2]
+	boxes []outbox  // [(from*2 + window%2)*workers + owner]
+}
+
+// sending is what one process sent in one window: which window, and the
+// earliest time among its messages (where the next window may start).
+// Alone in its line: the processes send at once, on different cores.
+type sending struct {
+	window   int64
+	earliest Time
+	_        [48]byte
+}
+
+// outbox is a process's messages of one window to the processes of one
+// worker, in the order they were sent; alone in its line like sending.
+type outbox struct {
+	msgs []message
+	_    [40]byte
 }
 
 // Between calls fn after every window, on the caller's goroutine while no
@@ -63,8 +86,12 @@ func NewGroup(n int, lookahead time.Duration, workers int) *Group {
 	if workers <= 0 || workers > runtime.GOMAXPROCS(0) {
 		workers = runtime.GOMAXPROCS(0) // more would spin against one another
 	}
-	g := &Group{lookahead: lookahead, workers: min(workers, n), outbox: make([][]message, n)}
-	g.claimed = make([]claimCounter, g.workers)
+	g := &Group{lookahead: lookahead, workers: min(workers, n)}
+	g.claimed, g.delivered = make([]claimCounter, g.workers), make([]claimCounter, g.workers)
+	g.sent, g.boxes = make([]sending, 2*n), make([]outbox, 2*n*g.workers)
+	for i := range g.sent {
+		g.sent[i].window = -1 // none
+	}
 	for range n {
 		s := NewSim()
 		s.events.mask, s.events.shift = processBuckets-1, processShift
@@ -102,7 +129,54 @@ func (g *Group) Send(from, to int, at Time, ev Event) {
 	if at < g.lps[from].now.Add(g.lookahead) {
 		panic("clock: an event for another process sooner than the lookahead")
 	}
-	g.outbox[from] = append(g.outbox[from], message{to, at, ev})
+	// Sent in this window, or between it and the next: for the next.
+	w := g.windows.Load()
+	k := from*2 + int(w&1)
+	sent := &g.sent[k]
+	boxes := g.boxes[k*g.workers : (k+1)*g.workers]
+	if sent.window != w { // the first this window: what the half holds was delivered a window ago
+		sent.window, sent.earliest = w, Never
+		for i := range boxes {
+			clear(boxes[i].msgs) // no reference kept to an event that fired
+			boxes[i].msgs = boxes[i].msgs[:0]
+		}
+	}
+	sent.earliest = min(sent.earliest, at)
+	b := &boxes[to%g.workers]
+	b.msgs = append(b.msgs, message{to, at, ev})
+}
+
+// pendingSent is the earliest time of the messages not yet delivered, or
+// Never: what was sent since the last window started.
+func (g *Group) pendingSent() Time {
+	w, next := g.windows.Load(), Never
+	for from := range g.lps {
+		if s := &g.sent[from*2+int(w&1)]; s.window == w {
+			next = min(next, s.earliest)
+		}
+	}
+	return next
+}
+
+// deliver schedules on worker w's processes (w, w + workers, ...) what
+// the others sent them before window started: in order of sending
+// process, then sending. Its mark that they are delivered, which a worker
+// taking one of its processes waits for, is set even if a delivery
+// panics, so that no worker waits for ever.
+func (g *Group) deliver(w int, window int64) {
+	defer g.delivered[w].n.Store(window)
+	for from := range g.lps {
+		k := from*2 + int((window-1)&1)
+		if g.sent[k].window != window-1 {
+			continue
+		}
+		for _, m := range g.boxes[k*g.workers+w].msgs {
+			if m.at <= g.lps[m.to].now {
+				panic("clock: an event for a process that has run past it") // a process stepped on its own
+			}
+			g.lps[m.to].At(m.at, m.ev)
+		}
+	}
 }
 
 // RunWhile runs windows while cond holds (it is checked between windows)
@@ -113,8 +187,7 @@ func (g *Group) RunWhile(end Time, cond func() bool) bool {
 		defer g.startHelpers()()
 	}
 	for cond() {
-		g.deliver()
-		next := Never
+		next := g.pendingSent()
 		for _, lp := range g.lps {
 			next = min(next, lp.Next())
 		}
@@ -128,22 +201,6 @@ func (g *Group) RunWhile(end Time, cond func() bool) bool {
 		}
 	}
 	return false
-}
-
-// deliver schedules the events sent since the last window (or before the
-// first: set-up code sends too) on their processes, in order of sending
-// process, then sending.
-func (g *Group) deliver() {
-	for from, box := range g.outbox {
-		for i, m := range box {
-			if m.at <= g.lps[m.to].now {
-				panic("clock: an event for a process that has run past it") // a process stepped on its own
-			}
-			g.lps[m.to].At(m.at, m.ev)
-			box[i] = message{}
-		}
-		g.outbox[from] = box[:0]
-	}
 }
 
 // A window is short (a link delay: a few hundred events of each process)
@@ -190,6 +247,7 @@ func (g *Group) startHelpers() (stop func()) {
 func (g *Group) window(last Time) {
 	g.last = last
 	if g.workers <= 1 {
+		g.windows.Add(1)
 		g.run(0)
 		return
 	}
@@ -197,7 +255,7 @@ func (g *Group) window(last Time) {
 	for i := range g.claimed {
 		g.claimed[i].n.Store(0)
 	}
-	g.windows.Add(1)
+	g.windows.Add(1) // the helpers' signal
 	g.run(0)
 	for spins := 0; g.finished.Load() != int64(g.workers-1); spins++ {
 		if spins > helperSpins {
@@ -238,6 +296,8 @@ type claimCounter struct {
 // window, on whichever worker claims it first; the processes share
 // nothing within a window, so where each runs changes nothing.
 func (g *Group) run(w int) {
+	window := g.windows.Load()
+	g.deliver(w, window)
 	if g.workers <= 1 {
 		for _, lp := range g.lps {
 			lp.RunUntil(g.last)
@@ -251,6 +311,11 @@ func (g *Group) run(w int) {
 			j := int(g.claimed[owner].n.Add(1) - 1)
 			if j >= mine {
 				break
+			}
+			for spins := 0; k > 0 && g.delivered[owner].n.Load() != window; spins++ {
+				if spins > helperSpins {
+					runtime.Gosched() // the owner is still scheduling what was sent to it
+				}
 			}
 			g.lps[owner+j*g.workers].RunUntil(g.last)
 		}

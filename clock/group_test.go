@@ -199,3 +199,29 @@ func TestGroupWorkerTakesTheOthersProcesses(t *testing.T) {
 		t.Fatalf("%d windows, want several", windows)
 	}
 }
+
+// What was sent to a process in a window is on its calendar before it
+// runs in the next, whichever worker runs it: worker 1, with nothing of
+// its own to run, takes process 2 from worker 0 while worker 0 is still
+// scheduling the many events sent to its processes. An event scheduled
+// after its process ran past it would panic; one lost would not fire.
+func TestGroupDeliversBeforeAnotherWorkerRuns(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two cores")
+	}
+	for round := range 10 {
+		g := NewGroup(4, 100, 2)
+		const each = 3000
+		fired := make([]int, g.Len())
+		g.LP(1).At(10, Func(func() {
+			for i := range each {
+				g.Send(1, 0, 150, Func(func() { fired[0]++ }))
+				g.Send(1, 2, 150+Time(i%40), Func(func() { fired[2]++ }))
+			}
+		}))
+		g.RunWhile(Never, func() bool { return true })
+		if fired[0] != each || fired[2] != each {
+			t.Fatalf("round %d: fired %d and %d of %d events sent to processes 0 and 2", round, fired[0], fired[2], each)
+		}
+	}
+}
