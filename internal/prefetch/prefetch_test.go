@@ -1,6 +1,7 @@
 package prefetch
 
 import (
+	"fmt"
 	"testing"
 	"unsafe"
 )
@@ -32,3 +33,58 @@ func TestLinesWriteNothing(t *testing.T) {
 		}
 	}
 }
+
+// The working sets the benchmarks below walk: from what one core's caches
+// hold to what a simulation of thousands of connections touches.
+var walkSizes = []int{1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20, 128 << 20}
+
+// line is one cache line of a walk: the index of the next line to visit.
+type line struct {
+	next int
+	_    [56]byte
+}
+
+// randomCycle returns size bytes of lines linked in one random cycle.
+func randomCycle(size int) []line {
+	n := size / 64
+	lines := make([]line, n)
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	seed := uint64(1)
+	for i := n - 1; i > 0; i-- { // Fisher-Yates, with a fixed xorshift
+		seed ^= seed << 13
+		seed ^= seed >> 7
+		seed ^= seed << 17
+		j := int(seed % uint64(i+1))
+		order[i], order[j] = order[j], order[i]
+	}
+	for i, l := range order {
+		lines[l].next = order[(i+1)%n]
+	}
+	return lines
+}
+
+// BenchmarkDependentLoads is this machine's memory as one core sees it:
+// ns/op is the time of a load whose address the load before it gives,
+// one cache line each, in a random walk over a working set of the size
+// named. Where the time jumps is where the caches end: beyond it, every
+// line an event reads from state that has left them costs that much,
+// unless it was asked for ahead (clock.Warmer) or the core finds other
+// work meanwhile.
+func BenchmarkDependentLoads(b *testing.B) {
+	for _, size := range walkSizes {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			lines := randomCycle(size)
+			at := 0
+			b.ResetTimer()
+			for range b.N {
+				at = lines[at].next
+			}
+			sink = at
+		})
+	}
+}
+
+var sink int
