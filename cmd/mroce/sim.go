@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/internal/hugepage"
 	"github.com/mroce/mroce/report"
 	"github.com/mroce/mroce/sim"
 )
@@ -23,8 +24,14 @@ func simOutputFlags(scenario string) []cli.Flag {
 		&cli.BoolFlag{Name: "real-payloads", Usage: "copy and checksum every payload byte as on a real wire (slower; the results are the same: by default payloads are placeholders of their length)"},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile of what the last run of flows holds live at its end to this file (go tool pprof reads it; the scenarios with a speed table)"},
+		&cli.BoolFlag{Name: "huge-pages", Value: true, Usage: "ask the kernel for huge pages for the simulation's memory (Linux, unless its transparent huge pages are off): faster with thousands of connections; the results are the same"},
 	}
 }
+
+// hugeHeap is the heap --huge-pages readies: more than the largest
+// scenario at its defaults holds (4,032 connections: 140 MiB live, twice
+// that before a collection). Only what is used becomes resident.
+const hugeHeap = 512 << 20
 
 // jobsFlag is the setting of the scenarios of several runs.
 var jobsFlag = &cli.IntFlag{Name: "jobs", Value: 1, Usage: "runs of the scenario at once, each on its own core (0: one per core); the results are the same for any, the speed tables' wall times are not each run's own, and their heap is left out"}
@@ -420,6 +427,9 @@ func runScenario(c *cli.Context, name string, run func() ([]*report.Table, *repo
 			return fmt.Errorf("sim %s: --cpuprofile: %w", name, err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if c.Bool("huge-pages") {
+		_, _ = hugepage.Reserve(hugeHeap) // where it cannot, the run is only slower
 	}
 	sim.HeapProfile = c.String("memprofile")
 	defer func() { sim.HeapProfile = "" }()
