@@ -13,7 +13,14 @@ package hugepage
 // heap's mapping, which now spans them, for huge pages: what the program
 // allocates next fills it on huge pages as it touches it (freed memory is
 // reused before the heap grows again). It returns the bytes of the mapping
-// marked. Nothing the program sees changes: only how fast its memory is
-// reached. Where the system has no transparent huge pages, or is not
-// Linux, it returns an error and the heap is as it was.
+// marked. What the program computes does not change, only how fast its
+// memory is reached and how much of it is resident: a huge page is
+// resident whole, and the heap's address space stays n bytes larger.
+//
+// It does so once a process; later calls return the first's result. It
+// does nothing and returns an error where the growth could fail (an
+// address-space limit, strict overcommit, less than twice n of memory
+// available: a failed allocation would end the program), where the kernel
+// gives no huge pages (not Linux, transparent huge pages never) and where
+// GODEBUG=disablethp=1 asks the runtime for none.
 func Reserve(n int) (int, error) { return reserve(n) }
