@@ -137,7 +137,7 @@ func (g *Group) Send(from, to int, at Time, ev Event) {
 	if sent.window != w { // the first this window: what the half holds was delivered a window ago
 		sent.window, sent.earliest = w, Never
 		for i := range boxes {
-			clear(boxes[i].msgs) // no reference kept to an event that fired
+			clear(boxes[i].msgs) // no reference kept to an event delivered a window ago
 			boxes[i].msgs = boxes[i].msgs[:0]
 		}
 	}
@@ -183,6 +183,9 @@ func (g *Group) deliver(w int, window int64) {
 // and something is scheduled before end; it reports whether cond still
 // holds. Every clock is then at the end of the last window run.
 func (g *Group) RunWhile(end Time, cond func() bool) bool {
+	// A helper's panic of a window whose caller panicked too was never
+	// raised: it ended with that run.
+	g.panicked.Store(nil)
 	if g.workers > 1 {
 		defer g.startHelpers()()
 	}

@@ -225,3 +225,30 @@ func TestGroupDeliversBeforeAnotherWorkerRuns(t *testing.T) {
 		}
 	}
 }
+
+// When the caller's process and a helper's panic in the same window, the
+// caller's panic is raised, and the helper's does not come back with the
+// next run: here both deliver an event into a process run past it.
+func TestGroupPanicsOfOneWindowEndWithIt(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two cores")
+	}
+	g := NewGroup(4, 100, 2)
+	g.LP(1).RunUntil(1000) // worker 1's
+	g.LP(2).RunUntil(1000) // worker 0's
+	g.Send(0, 1, 100, Func(func() {}))
+	g.Send(3, 2, 100, Func(func() {}))
+	run := func() (p any) {
+		defer func() { p = recover() }()
+		g.RunWhile(Never, func() bool { return true })
+		return nil
+	}
+	if p := run(); p == nil {
+		t.Fatal("no panic for events delivered into processes' past")
+	}
+	fired := false
+	g.LP(0).At(2000, Func(func() { fired = true }))
+	if p := run(); p != nil || !fired {
+		t.Fatalf("the next run: panic %v, event fired %v", p, fired)
+	}
+}
