@@ -87,4 +87,36 @@ func BenchmarkDependentLoads(b *testing.B) {
 	}
 }
 
+// BenchmarkPagedLoads walks 16,384 lines as BenchmarkDependentLoads does,
+// packed (1 MiB: the caches hold them) and one a 4 KiB page (the same lines
+// for the caches, 64 MiB of addresses): what the second adds is the TLB's,
+// a page walk for most loads.
+func BenchmarkPagedLoads(b *testing.B) {
+	const n, page = 16384, 4096
+	for _, spread := range []bool{false, true} {
+		name := "packed"
+		if spread {
+			name = "onePerPage"
+		}
+		b.Run(name, func(b *testing.B) {
+			walk := randomCycle(n * 64)
+			stride := 1 // in lines
+			if spread {
+				stride = page / 64
+			}
+			lines := make([]line, n*stride)
+			slot := func(i int) int { return i*stride + i*7%stride } // a line of page i, not always the first
+			for i, l := range walk {
+				lines[slot(i)].next = slot(l.next)
+			}
+			at := slot(0)
+			b.ResetTimer()
+			for range b.N {
+				at = lines[at].next
+			}
+			sink = at
+		})
+	}
+}
+
 var sink int
