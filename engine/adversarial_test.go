@@ -56,6 +56,7 @@ func newProber(t *testing.T, ec Config) *prober {
 	tap := &tapPort{Port: n.fab.Host(1)}
 	n.hosts[1].ep.port = tap
 	pr := n.connect(0, 1)
+	pr.a.snd.equip() // its paths, as a first WRITE would make them: the packets below pose as its
 	return &prober{t: t, n: n, pr: pr, tap: tap, dsn: pr.a.snd.nextDSN, psn: pr.a.snd.paths[0].next + 1000}
 }
 

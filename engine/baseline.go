@@ -77,6 +77,7 @@ func (r *receiver) gate(h proto.CommonHeader, d *link.Datagram, plane int, at cl
 		return false
 	case d > 0: // a gap: drop, and name the PSN expected (once per gap)
 		r.stats.OutOfOrder++
+		c.snd.equip() // the NAKs' spacing is its path's RTO
 		if !bl.nakSent || at.Sub(bl.nakAt) >= c.snd.paths[0].rto() {
 			bl.nakSent, bl.nakAt = true, at
 			r.stats.Nacks[proto.NackSeqErr]++

@@ -269,6 +269,7 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 		if c.state != Established {
 			continue
 		}
+		c.snd.equip() // its paths on that plane change state, and probe
 		for _, p := range c.snd.paths {
 			switch {
 			case p.plane != plane:

@@ -91,10 +91,15 @@ func TestHandshakeTimesOut(t *testing.T) {
 }
 
 // A sender's ring of DSNs in flight starts small and grows, up to the
-// window, only when it fills; the data arrives either way.
+// window, only when it fills; the data arrives either way. The end that
+// only receives never has a ring or paths to send on (equip).
 func TestDSNRingGrowsOnDemand(t *testing.T) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
 	pr := n.connect(0, 1)
+	if got := len(pr.a.snd.ring); got != 0 {
+		t.Fatalf("a connection that posted nothing has a ring of %d", got)
+	}
+	pr.a.snd.equip()
 	if got := len(pr.a.snd.ring); got != initialRing {
 		t.Fatalf("a new connection's ring holds %d, want %d", got, initialRing)
 	}
@@ -110,5 +115,8 @@ func TestDSNRingGrowsOnDemand(t *testing.T) {
 	}
 	if got := len(pr.a.snd.ring); got <= initialRing || uint32(got) > 2*pr.a.snd.window {
 		t.Fatalf("the ring holds %d after a transfer (window %d)", got, pr.a.snd.window)
+	}
+	if len(pr.b.snd.ring) != 0 || len(pr.b.snd.paths) != 0 {
+		t.Fatalf("the receiving end has a ring of %d and %d paths", len(pr.b.snd.ring), len(pr.b.snd.paths))
 	}
 }

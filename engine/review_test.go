@@ -222,6 +222,7 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
 	pr := n.connect(0, 1)
 	s := &pr.a.snd
+	s.equip()
 	cfg := pr.a.ep.cfg
 	p := s.paths[0]
 	p.rtt = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
@@ -261,6 +262,7 @@ func TestBaselineLocalAckTimeoutIsFixed(t *testing.T) {
 	for _, lat := range []time.Duration{fixed, 0} {
 		n := newNet(t, twoHostFabric(1), Config{Paths: 1, Streams: 1, Mode: proto.ModeBaseline, LocalAckTimeout: lat})
 		pr := n.connect(0, 1)
+		pr.a.snd.equip()
 		p := pr.a.snd.paths[0]
 		p.rtt = pathmgr.RTT{SRTT: 40 * time.Microsecond, RTTVar: 10 * time.Microsecond, Min: 30 * time.Microsecond, Samples: 5}
 		p.timeouts = 2

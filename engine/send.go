@@ -197,14 +197,6 @@ func (s *sender) init(c *Conn) {
 	s.c = c
 	s.nextDSN, s.una = c.idsn, c.idsn
 	s.window = uint32(min(c.peerWindow, c.ep.cfg.MaxSendWindow))
-	// The ring of DSNs in flight starts small and doubles, up to the
-	// window, when it fills: thousands of connections that each have a
-	// few packets in flight must not each hold a window's worth.
-	n := 1
-	for n < min(int(s.window), initialRing) {
-		n *= 2
-	}
-	s.ring, s.mask = make([]dsnRecord, n), uint32(n-1)
 	s.streams = make([]sendStream, c.streams+1) // the last: READ responses
 	s.ready = newBitset(len(s.streams))
 	s.respStream = c.streams
@@ -215,10 +207,33 @@ func (s *sender) init(c *Conn) {
 		s.nicShare = a.Member(c.localID)
 	}
 	s.hint = math.Inf(1)
-	s.rateW, s.rateRTT = make([]float64, c.paths), make([]time.Duration, c.paths)
 	s.rateStale = true
 	hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)
 	s.mss = float64(c.maxPacket - hlen - proto.TrailerLen)
+}
+
+// equip gives the sender its ring of DSNs and its paths, which only
+// sending needs: at the first work posted or READ to answer, or when
+// something asks after its paths (a plane going down or up, telemetry).
+// Most ends of the connections of a large simulation, or of a server,
+// only receive: with 4,032 connections, equipping every end at the
+// handshake was a quarter of the heap and of the set-up's time. The paths
+// start as they would have at the handshake, whenever that is, so
+// equipping late changes nothing else.
+func (s *sender) equip() {
+	if s.paths != nil {
+		return
+	}
+	c := s.c
+	// The ring of DSNs in flight starts small and doubles, up to the
+	// window, when it fills: thousands of connections that each have a
+	// few packets in flight must not each hold a window's worth.
+	n := 1
+	for n < min(int(s.window), initialRing) {
+		n *= 2
+	}
+	s.ring, s.mask = make([]dsnRecord, n), uint32(n-1)
+	s.rateW, s.rateRTT = make([]float64, c.paths), make([]time.Duration, c.paths)
 	cfg := &c.ep.cfg
 	// A packet's pacing and path choice look at every path: their state,
 	// windows and first ring slots are each one allocation, side by side,
@@ -307,6 +322,7 @@ func (s *sender) post(wr SendWR) error {
 		s.nextTag++
 		s.reads[m.tag] = m
 	}
+	s.equip()
 	st.queue = append(st.queue, m)
 	s.ready.set(int(wr.Stream))
 	s.msgs++
@@ -319,6 +335,7 @@ func (s *sender) post(wr SendWR) error {
 // queueResponse queues the READ_RESP packets answering a READ_REQ: the
 // responder's own data, in its own sequence spaces, on the internal stream.
 func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
+	s.equip()
 	hlen, _ := proto.HeaderLen(proto.TypeReadResp, 0)
 	m := &message{length: length, typ: proto.TypeReadResp, tag: tag,
 		srcKey: rkey, srcOff: roff, internal: true, seg: uint32(s.c.maxPacket - hlen - proto.TrailerLen)}
@@ -333,8 +350,8 @@ func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
 // pump sends what the windows allow: retransmissions first, then new data
 // sprayed over the paths.
 func (s *sender) pump() {
-	if s.c.state != Established {
-		return
+	if s.c.state != Established || s.paths == nil {
+		return // not yet, or nothing ever posted (equip)
 	}
 	for s.sendOne() {
 	}
@@ -846,6 +863,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
 		s.ackDSN(s.una)
 	}
+	if ack.RecordCount() > 0 {
+		s.equip() // records name paths: counted against them, or as bad, as always
+	}
 	for i := 0; i < int(ack.RecordCount()); i++ {
 		rec := pkt.AckRecord(i)
 		if int(rec.PathID()) >= len(s.paths) {
@@ -866,7 +886,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	if s.newestAcked > 0 || lower {
 		s.probeOverdue(at) // after a fall of the hint too: the timers were just armed from now
 	}
-	if s.c.isBaseline() {
+	if s.c.isBaseline() && s.paths != nil {
 		s.ackedInOrder()
 	}
 	if s.una != before {
@@ -1644,6 +1664,9 @@ func (s *sender) flush(st Status, err error) {
 
 // Telemetry returns a snapshot of every path.
 func (c *Conn) Telemetry() []pathmgr.Telemetry {
+	if c.snd.c != nil { // negotiated
+		c.snd.equip()
+	}
 	out := make([]pathmgr.Telemetry, len(c.snd.paths))
 	for i, p := range c.snd.paths {
 		out[i] = pathmgr.Telemetry{Path: p.id, Plane: p.plane, SrcPort: p.port, Epoch: p.epoch, State: p.state,
