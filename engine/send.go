@@ -214,14 +214,17 @@ func (s *sender) init(c *Conn) {
 
 // equip gives the sender its ring of DSNs and its paths, which only
 // sending needs: at the first work posted or READ to answer, or when
-// something asks after its paths (a plane going down or up, telemetry).
-// Most ends of the connections of a large simulation, or of a server,
-// only receive: with 4,032 connections, equipping every end at the
-// handshake was a quarter of the heap and of the set-up's time. The paths
-// start as they would have at the handshake, whenever that is, so
+// something asks after its paths (a plane going down or up, telemetry, an
+// ACK with path records, a NACK, a probe reply, the baseline receiver's
+// spacing of its NAKs by the path's RTO). Until then pump sends nothing
+// (there is nothing to send). Most ends of the connections of a large
+// simulation, or of a server, only receive: with 4,032 connections,
+// equipping every end at the handshake was a quarter of the heap and of
+// the set-up's time. The paths start as they would have at the handshake,
+// whenever that is (what they are made from is fixed by then), so
 // equipping late changes nothing else.
 func (s *sender) equip() {
-	if s.paths != nil {
+	if s.paths != nil { // nil until equipped: a connection has a path at least (Config.fill)
 		return
 	}
 	c := s.c
@@ -1662,7 +1665,9 @@ func (s *sender) flush(st Status, err error) {
 	}
 }
 
-// Telemetry returns a snapshot of every path.
+// Telemetry returns a snapshot of every path. Like every method of a
+// Conn it runs on the engine's goroutine: it may give the sender its
+// paths (equip).
 func (c *Conn) Telemetry() []pathmgr.Telemetry {
 	if c.snd.c != nil { // negotiated
 		c.snd.equip()
