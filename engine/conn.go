@@ -265,12 +265,10 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	case t == proto.TypeAck:
 		c.snd.onAck(pkt, at)
 	case t == proto.TypeNack:
-		c.snd.equip() // refusing what was never sent (equip): counted as always
 		c.snd.onNack(pkt)
 	case t == proto.TypeProbe:
 		c.rcv.onProbe(pkt, d, plane, at)
 	case t == proto.TypeProbeReply:
-		c.snd.equip()
 		c.snd.onProbeReply(pkt, at)
 	case t == proto.TypeCNP:
 		c.snd.onCNP(at)

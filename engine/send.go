@@ -1468,6 +1468,7 @@ func (p *sendPath) sendProbe() {
 }
 
 func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
+	s.equip() // a reply names a path: counted against it, or as bad, as always
 	id := int(pkt.Common.PathID())
 	if id >= len(s.paths) {
 		s.stats.BadAcks++
@@ -1491,6 +1492,7 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 
 // onNack handles a refused packet (spec section 7).
 func (s *sender) onNack(pkt *proto.Packet) {
+	s.equip() // a refusal names a DSN and a path: handled as always
 	n := pkt.Nack()
 	code := n.Code()
 	r := s.record(n.DSN())
