@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# speedpair.sh [--alternate] REV_A REV_B [PAIRS] [-- ARGS...]
+# speedpair.sh [--alternate] [--flags-a FLAGS] [--flags-b FLAGS] REV_A REV_B [PAIRS] [-- ARGS...]
 #
 # Compares the simulator's speed at two revisions on a machine whose speed
 # drifts from one minute to the next (a shared virtual machine): builds
@@ -16,14 +16,22 @@
 # the same run without --workers 1: a comparison on all the cores, nearer
 # in time than two separate series but not at the same moment.
 #
-# Example: tools/speedpair.sh HEAD~3 HEAD 6
+# --flags-a and --flags-b add flags to one side's command (split at
+# spaces): two settings of one build compare as two revisions do.
+#
+# Examples: tools/speedpair.sh HEAD~3 HEAD 6
+#           tools/speedpair.sh --alternate --flags-a --huge-pages=false HEAD HEAD 8
 set -euo pipefail
 
-alternate=false
-if [ "${1:-}" = "--alternate" ]; then
-	alternate=true
-	shift
-fi
+alternate=false flags_a=() flags_b=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--alternate) alternate=true; shift ;;
+	--flags-a) read -ra flags_a <<<"$2"; shift 2 ;;
+	--flags-b) read -ra flags_b <<<"$2"; shift 2 ;;
+	*) break ;;
+	esac
+done
 [ $# -ge 2 ] || { sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 2; }
 a=$1 b=$2 pairs=${3:-4}
 shift $(( $# >= 3 ? 3 : 2 ))
@@ -45,13 +53,14 @@ for side in a b; do
 	(cd "$work/$side" && go build -o "$work/mroce-$side" ./cmd/mroce)
 done
 
-# wall runs the build of one side on core $2 (every core: "all") and
-# prints its seconds.
+# wall runs the build of one side, with its flags, on core $2 (every
+# core: "all") and prints its seconds.
 wall() {
-	local start end cores=()
+	local start end cores=() flags
 	[ "$2" = all ] || cores=(taskset -c "$2")
+	if [ "$1" = a ]; then flags=("${flags_a[@]}"); else flags=("${flags_b[@]}"); fi
 	start=$(date +%s%N)
-	"${cores[@]}" "$work/mroce-$1" "${args[@]}" >/dev/null
+	"${cores[@]}" "$work/mroce-$1" "${args[@]}" "${flags[@]}" >/dev/null
 	end=$(date +%s%N)
 	echo "scale=3; ($end - $start) / 1000000000" | bc
 }
