@@ -2,6 +2,7 @@ package prefetch
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 )
@@ -46,22 +47,10 @@ type line struct {
 
 // randomCycle returns size bytes of lines linked in one random cycle.
 func randomCycle(size int) []line {
-	n := size / 64
-	lines := make([]line, n)
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	seed := uint64(1)
-	for i := n - 1; i > 0; i-- { // Fisher-Yates, with a fixed xorshift
-		seed ^= seed << 13
-		seed ^= seed >> 7
-		seed ^= seed << 17
-		j := int(seed % uint64(i+1))
-		order[i], order[j] = order[j], order[i]
-	}
+	lines := make([]line, size/64)
+	order := rand.New(rand.NewPCG(1, 2)).Perm(len(lines))
 	for i, l := range order {
-		lines[l].next = order[(i+1)%n]
+		lines[l].next = order[(i+1)%len(order)]
 	}
 	return lines
 }
