@@ -65,8 +65,10 @@ const (
 // WarmFrom is the connections from which WarmAuto warms. On this
 // project's two-core test machine (tools/warmpair.sh: all-to-all on 8
 // planes, --warm on against off), warming took 1.21 of the wall time with
-// 56 connections, 1.00 with 992, 0.97 with 2,256 and 0.85 with 4,032
-// (docs/results.md, simulator speed).
+// 56 connections, 1.00 with 992, 0.97 with 2,256 and 0.85 with 4,032;
+// with the heap on huge pages and a sender equipped only to send, 1.00
+// with 4,032 on both cores and 0.84 on one (docs/results.md, simulator
+// speed).
 const WarmFrom = 2000
 
 // on reports whether a run of connections warms.
