@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -309,5 +311,43 @@ func TestConnectRefusesMixedFamilies(t *testing.T) {
 	h := n.hosts[0]
 	if _, err := h.ep.Connect([]netip.Addr{netip.MustParseAddr("2001:db8::1")}, proto.DefaultPort, h.pd, &recorder{}); err == nil {
 		t.Fatal("an IPv6 remote for an IPv4 plane was accepted")
+	}
+}
+
+// A packet that reaches a region holds it until its placement, and lets it
+// go on every way out: placed, refused for its bounds, or refused for want
+// of a receive (a WRITE_IMM). A hold left behind would make the region's
+// Deregister wait for ever.
+func TestRegionReleasedOnEveryWayOut(t *testing.T) {
+	payload := bytes.Repeat([]byte{0x5A}, 64)
+	cases := []struct {
+		name string
+		ty   proto.Type
+		off  uint64
+		nack []proto.NackCode
+	}{
+		{"placed", proto.TypeWrite, 0, nil},
+		{"past the end", proto.TypeWrite, 4096 - 32, []proto.NackCode{proto.NackBounds}},
+		{"no receive for its immediate", proto.TypeWriteImm, 0, []proto.NackCode{proto.NackRNR}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := newProber(t, Config{})
+			_, g := guarded(t, p.pr.hb, 4096, memreg.LocalWrite|memreg.RemoteWrite)
+			p.data(c.ty, payload, writeTo(g, c.off, 64))
+			if got := p.tap.nacks(); !slices.Equal(got, c.nack) {
+				t.Fatalf("NACKs sent %v, want %v", got, c.nack)
+			}
+			done := make(chan error, 1)
+			go func() { done <- g.Deregister() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Deregister still waits for the packet's hold on the region")
+			}
+		})
 	}
 }

@@ -166,3 +166,35 @@ func TestWritePlacedInOrderBeforeItsCompletion(t *testing.T) {
 		}
 	}
 }
+
+// The application may deregister a region from the callback that tells it
+// a WRITE into it was placed: the packet that completed the WRITE no longer
+// holds the region then, so Deregister, which waits for every packet
+// holding it, returns at once (called on the loop, it would otherwise wait
+// for ever).
+func TestDeregisterFromWritePlaced(t *testing.T) {
+	n := newNet(t, fourPlanes(), Config{Paths: 4, Streams: 1})
+	pr := n.connect(0, 1)
+	dst := pr.hb.region(t, 1<<16, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	deregistered := false
+	pr.rb.onPlaced = func(uint32) {
+		done := make(chan error, 1)
+		go func() { done <- dst.Deregister() }()
+		select {
+		case err := <-done:
+			deregistered = err == nil
+		case <-time.After(10 * time.Second):
+			t.Error("Deregister from WritePlaced waits for the packet that placed the WRITE")
+		}
+	}
+	src := pr.ha.region(t, 1<<16, 1, memreg.LocalWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 1 << 16}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(10*time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+		t.Fatalf("the WRITE did not complete: %v", pr.a.Err())
+	}
+	if !deregistered {
+		t.Fatal("the region was not deregistered from WritePlaced")
+	}
+}

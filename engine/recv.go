@@ -309,8 +309,12 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 			r.nack(pkt, plane, code, stream, msn)
 			return
 		}
-		defer g.Release()
+		// The region is held from here to its placement (a Deregister
+		// waits for it), and released on every way out: by hand, not by
+		// a deferred call, which costs as much again as the rest of a
+		// packet's placement.
 		if g.CheckRange(f.roff, uint64(f.msgLen)) != nil {
+			g.Release()
 			r.nack(pkt, plane, proto.NackBounds, stream, msn)
 			return
 		}
@@ -320,12 +324,14 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	if f.typ == proto.TypeSend || f.typ == proto.TypeWriteImm {
 		i := f.rsn - st.base
 		if i >= uint32(len(st.recvs)-st.head) && !r.claimShared(st, i) {
+			release(region)
 			r.nack(pkt, plane, proto.NackRNR, stream, msn)
 			return
 		}
 		rw := &st.recvs[st.head+int(i)]
 		if f.typ == proto.TypeSend {
 			if f.msgLen > rw.length {
+				release(region)
 				r.nack(pkt, plane, proto.NackBounds, stream, msn)
 				return
 			}
@@ -342,6 +348,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	default:
 		err = region.Place(dst, payload)
 	}
+	release(region)
 	if err != nil {
 		panic("engine: placement outside checked bounds: " + err.Error())
 	}
@@ -370,6 +377,13 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		}
 	}
 	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
+}
+
+// release ends the hold of a region looked up for a placement, if one was.
+func release(g *memreg.Region) {
+	if g != nil {
+		g.Release()
+	}
 }
 
 func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
