@@ -18,8 +18,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# vet for this machine and for a 32-bit one, where an int holds less.
 vet:
 	$(GO) vet $(PKGS)
+	GOARCH=386 $(GO) vet $(PKGS)
 
 unit:
 	$(GO) test -race -short -count=1 $(PKGS)

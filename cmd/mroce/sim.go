@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -32,6 +33,17 @@ func simOutputFlags(scenario string) []cli.Flag {
 // scenario at its defaults holds (4,032 connections: 140 MiB live, twice
 // that before a collection). Only what is used becomes resident.
 const hugeHeap = 512 << 20
+
+// maxSizeMiB is the largest --size-mib: 4 GiB, or on a 32-bit machine
+// the most MiB whose bytes an int holds.
+const maxSizeMiB = min(4096, math.MaxInt>>20)
+
+// sizeMiBOK reports whether --size-mib is 1 to maxSizeMiB, checked before
+// it is turned into bytes (which would overflow an int on a 32-bit machine).
+func sizeMiBOK(c *cli.Context) bool {
+	mib := c.Int("size-mib")
+	return mib >= 1 && mib <= maxSizeMiB
+}
 
 // jobsFlag is the setting of the scenarios of several runs.
 var jobsFlag = &cli.IntFlag{Name: "jobs", Value: 1, Usage: "runs of the scenario at once, each on its own core (0: one per core); the results are the same for any, the speed tables' wall times are not each run's own, and their heap is left out"}
@@ -94,8 +106,8 @@ func simCommand() *cli.Command {
 					switch {
 					case len(o.Losses) == 0:
 						return usagef(c, "sim loss: --losses: none")
-					case o.Bytes < 1<<20 || o.Bytes > 4<<30:
-						return usagef(c, "sim loss: --size-mib must be 1 to 4096")
+					case !sizeMiBOK(c):
+						return usagef(c, "sim loss: --size-mib must be 1 to %d", maxSizeMiB)
 					case o.Planes < 1 || o.Planes > 8 || o.Paths < 1 || o.Paths > 256:
 						return usagef(c, "sim loss: --planes must be 1 to 8, --paths 1 to 256")
 					case o.LinkRate < 1e9 || o.LinkRate > 1600e9:
@@ -201,8 +213,8 @@ func simCommand() *cli.Command {
 					switch {
 					case o.Fabric.Planes < 2 || o.Fabric.Planes > 8 || o.Plane < 0 || o.Plane >= o.Fabric.Planes:
 						return usagef(c, "sim planefail: --planes must be 2 to 8 and --plane one of them")
-					case o.FlowBytes < 1<<20 || o.FlowBytes > 4<<30 || o.FailAt < 0 || o.RepairAt < 0:
-						return usagef(c, "sim planefail: --size-mib must be 1 to 4096, the times not negative")
+					case !sizeMiBOK(c) || o.FailAt < 0 || o.RepairAt < 0:
+						return usagef(c, "sim planefail: --size-mib must be 1 to %d, the times not negative", maxSizeMiB)
 					}
 					return runScenario(c, "planefail", func() ([]*report.Table, *report.Plot, error) { return sim.PlaneFail(o) })
 				},
@@ -260,8 +272,8 @@ func simCommand() *cli.Command {
 							return usagef(c, "sim permutation: --paths: %d is not 1 to 256", p)
 						}
 					}
-					if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || o.FlowBytes < 1<<20 || o.FlowBytes > 4<<30 || o.Shift%o.Fabric.Hosts == 0 {
-						return usagef(c, "sim permutation: --planes must be 1 to 8, --size-mib 1 to 4096, --shift not a multiple of --hosts")
+					if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || !sizeMiBOK(c) || o.Shift%o.Fabric.Hosts == 0 {
+						return usagef(c, "sim permutation: --planes must be 1 to 8, --size-mib 1 to %d, --shift not a multiple of --hosts", maxSizeMiB)
 					}
 					return runScenario(c, "permutation", func() ([]*report.Table, *report.Plot, error) { return sim.PermutationScenario(o) })
 				},
