@@ -38,6 +38,9 @@ type Conn struct {
 	progress        clock.Timer // fires after Config.NoProgress without progress while work is outstanding
 
 	snd sender
+	// The receiver starts on a line of its own, as the sender does, so
+	// that its first line holds what its packets read first (receiver).
+	_   [rcvPad]byte
 	rcv receiver
 
 	events    Events
@@ -56,6 +59,11 @@ type Conn struct {
 	hsInterval time.Duration
 	hsDeadline clock.Time
 }
+
+// rcvPad puts a connection's receiver on a cache line of its own (on a
+// 64-bit machine: TestConnHalvesStartOnLines). In the same size class as
+// without it (1,280 bytes), it costs no memory.
+const rcvPad = 32
 
 // ID is the connection's local id (the DstConnID its peer sends to).
 func (c *Conn) ID() uint32 { return c.localID }

@@ -36,6 +36,22 @@ func TestConnFirstLine(t *testing.T) {
 	}
 }
 
+// A connection's sender and receiver each start on a cache line, at a
+// whole number of lines from the connection's start (a Conn is allocated
+// on a line): their first lines are what their packets read first, and a
+// field added before or in the sender would shift the receiver across two.
+func TestConnHalvesStartOnLines(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	var c Conn
+	for name, off := range map[string]uintptr{"sender": unsafe.Offsetof(c.snd), "receiver": unsafe.Offsetof(c.rcv)} {
+		if off%64 != 0 {
+			t.Errorf("the %s starts at byte %d of the connection, %d into a line: adjust rcvPad", name, off, off%64)
+		}
+	}
+}
+
 // knows answers from its bits for the first 64 planes and from the
 // addresses beyond, and agrees with the addresses as setRemote sets and
 // clears them.
