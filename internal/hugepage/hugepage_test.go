@@ -6,11 +6,14 @@ import (
 	"bufio"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // After Reserve, what the program allocates, more than the heap held
@@ -105,3 +108,76 @@ func residentKiB(t *testing.T) int {
 	t.Skip("no VmRSS")
 	return 0
 }
+
+// mapped returns size bytes of fresh anonymous memory, on a 2 MiB
+// boundary, marked for huge pages or against them, and what unmaps it.
+func mapped(b *testing.B, size int, huge bool) ([]byte, func()) {
+	mem, err := unix.Mmap(-1, 0, size+2<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		b.Skipf("mmap: %v", err)
+	}
+	off := (2<<20 - int(uintptr(unsafe.Pointer(&mem[0]))%(2<<20))) % (2 << 20)
+	buf := mem[off : off+size]
+	advice := unix.MADV_NOHUGEPAGE
+	if huge {
+		advice = unix.MADV_HUGEPAGE
+	}
+	if err := unix.Madvise(buf, advice); err != nil {
+		b.Skipf("madvise: %v", err)
+	}
+	return buf, func() { unix.Munmap(mem) }
+}
+
+// BenchmarkFirstTouch is what a process pays the kernel for memory it
+// touches for the first time, on small pages and on huge ones (MB/s: the
+// bytes made resident a second). On a virtual machine whose hypervisor
+// takes back the memory a guest frees, a huge page the guest has not
+// used lately can cost far more than the small pages it replaces, and
+// one a process just freed far less. Each iteration after the first maps
+// what the one before freed, so the first is the one that tells: run it
+// with -benchtime 1x once after the machine sat idle for a while, and
+// once right after.
+func BenchmarkFirstTouch(b *testing.B) {
+	const size = 64 << 20
+	for _, huge := range []bool{false, true} {
+		b.Run(map[bool]string{false: "small", true: "huge"}[huge], func(b *testing.B) {
+			b.SetBytes(size)
+			for b.Loop() {
+				buf, unmap := mapped(b, size, huge)
+				for i := 0; i < size; i += 4096 {
+					buf[i] = 1
+				}
+				unmap()
+			}
+		})
+	}
+}
+
+// BenchmarkDependentLoadsOnHugePages is internal/prefetch's
+// BenchmarkDependentLoads (a load whose address the one before it gives,
+// in a random walk of whole lines) over memory on huge pages, which take
+// the TLB out of it: what is left is the caches. Where the time stays
+// high from a size on, that size is past what the caches give this
+// process.
+func BenchmarkDependentLoadsOnHugePages(b *testing.B) {
+	for _, size := range []int{1 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20, 128 << 20} {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			buf, unmap := mapped(b, size, true)
+			defer unmap()
+			lines := size / 64
+			next := func(i int) *int { return (*int)(unsafe.Pointer(&buf[i*64])) }
+			order := rand.New(rand.NewPCG(1, 2)).Perm(lines)
+			for i, l := range order {
+				*next(l) = order[(i+1)%lines]
+			}
+			at := 0
+			b.ResetTimer()
+			for range b.N {
+				at = *next(at)
+			}
+			loadSink = at
+		})
+	}
+}
+
+var loadSink int
