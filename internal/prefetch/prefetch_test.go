@@ -3,6 +3,8 @@ package prefetch
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 )
@@ -104,6 +106,43 @@ func BenchmarkPagedLoads(b *testing.B) {
 				at = lines[at].next
 			}
 			sink = at
+		})
+	}
+}
+
+// BenchmarkIndependentLoads walks several random cycles over 128 MiB at
+// once, a load of each in turn: the loads of different walks do not wait
+// for one another, so the core keeps that many misses in flight. ns/op is
+// the time of one load of each walk, MB/s the lines loaded a second (times
+// 64 bytes). With -cpu 2 each core walks its own cycles at the same time
+// (RunParallel), and the lines a second double if both cores' misses
+// overlap as well. One walk's time a line over that of n walks is how far
+// the misses of independent work overlap: what warming events ahead
+// (clock.Warmer) can win at most.
+func BenchmarkIndependentLoads(b *testing.B) {
+	const size = 128 << 20
+	for _, walks := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("walks%d", walks), func(b *testing.B) {
+			cycles := make([][]line, runtime.GOMAXPROCS(0)) // RunParallel's goroutines, one cycle each
+			for i := range cycles {
+				cycles[i] = randomCycle(size)
+			}
+			var next atomic.Int32
+			b.SetBytes(int64(walks) * 64)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				lines := cycles[int(next.Add(1)-1)%len(cycles)]
+				at := make([]int, walks)
+				for i := range at {
+					at[i] = i * len(lines) / walks
+				}
+				for pb.Next() {
+					for i := range at {
+						at[i] = lines[at[i]].next
+					}
+				}
+				sink = at[0]
+			})
 		})
 	}
 }
