@@ -19,8 +19,21 @@ func TestSendPathIsWholeLines(t *testing.T) {
 	if got := unsafe.Sizeof(p); got != sendPathSize {
 		t.Fatalf("a sendPath is %d bytes, want %d: adjust sendPathPad", got, sendPathSize)
 	}
-	if end := unsafe.Offsetof(p.probed) + unsafe.Sizeof(p.probed); end > 64 {
-		t.Fatalf("what checking a path reads ends at byte %d, past the first line", end)
+	// What each kind of packet reads, by line (sendPath's comments).
+	lines := []struct {
+		what        string
+		first, last uintptr // offsets of the first byte and one past the last
+		line        uintptr
+	}{
+		{"checking a path", 0, unsafe.Offsetof(p.timeouts) + 1, 0},
+		{"sending's window, timer and round trip", unsafe.Offsetof(p.s), unsafe.Offsetof(p.rtt) + unsafe.Sizeof(p.rtt), 1},
+		{"an ACK's epochs, CE count and loss rounds", unsafe.Offsetof(p.epochStart), unsafe.Offsetof(p.lossAvg) + 8, 2},
+		{"the packets sent and acknowledged", unsafe.Offsetof(p.ctr) + unsafe.Offsetof(p.ctr.PacketsSent), unsafe.Offsetof(p.ctr) + unsafe.Offsetof(p.ctr.Acked) + 8, 3},
+	}
+	for _, l := range lines {
+		if l.first/64 != l.line || (l.last-1)/64 != l.line {
+			t.Errorf("what %s reads lies in bytes %d to %d, not in line %d", l.what, l.first, l.last, l.line)
+		}
 	}
 }
 

@@ -70,13 +70,15 @@ type sendRec struct {
 	resolved bool // acknowledged, declared lost, or refused
 }
 
-// sendPath is the sender's state of one path.
+// sendPath is the sender's state of one path, laid out by what reads it
+// (with thousands of connections a path's state has left the caches since
+// its last packet, and each line is one to fetch): a packet sent reads
+// lines 0, 1 and 3, an ACK's record of the path lines 0 to 3.
 type sendPath struct {
-	// What checking whether a path can take a packet reads comes first,
-	// in one cache line (usable): a sender looks at its paths at every
-	// packet, and with thousands of connections a path's state has left
-	// the caches since its last. (sendPathSize keeps a path a whole number
-	// of lines; TestSendPathIsWholeLines, on 64-bit machines.)
+	// Line 0: what checking whether a path can take a packet reads
+	// (usable), and the path's number. (sendPathSize keeps a path a
+	// whole number of lines; TestSendPathIsWholeLines, on 64-bit
+	// machines.)
 	ring     []sendRec // PSN psn in slot psn & (len - 1): 4 slots, doubled as needed up to 256
 	next     uint32    // next PSN
 	oldest   uint32    // oldest PSN not resolved
@@ -86,28 +88,32 @@ type sendPath struct {
 	state    pathmgr.State
 	epoch    uint8
 	port     uint16
-	probed   bool // a tail probe went out since the last acknowledgment
-	// What the chosen path's sending and its ACKs read next.
-	s          *sender
-	id         int
-	portIndex  int // into Config.SourcePorts
-	cwin       *cc.Window
-	skipUntil  clock.Time // a SKIP path turns GOOD again after this, without news
-	timer      clock.Timer
-	rtt        pathmgr.RTT
-	ce         uint32 // the receiver's CE count for the path, as last reported
-	probeID    uint32
+	probed   bool  // a tail probe went out since the last acknowledgment
+	id       uint8 // its index in the sender's paths (at most 256)
+	timeouts uint8 // consecutive retransmission timeouts (saturating)
+	// Line 1: what sending on the path and its ACKs read next: its
+	// window, its timer and the round trip the timer is armed from.
+	s     *sender
+	cwin  *cc.Window
+	timer clock.Timer
+	rtt   pathmgr.RTT
+	// Line 2: what the path's ACKs read besides.
 	epochStart [4]uint32 // first PSN of each epoch value's latest use
-	timeouts   int       // consecutive retransmission timeouts
-	repathedAt clock.Time
+	ce         uint32    // the receiver's CE count for the path, as last reported
+	probeID    uint32
 	// Loss as the path's own ACKs report it, over rounds of lossRound
 	// packets: this round's counts and the rounds' smoothed loss fraction
 	// (-1: no round yet). Losses a timeout or a failed plane declares are
 	// not the route's loss rate and do not count.
 	roundAcked, roundLost int
 	lossAvg               float64
-	ctr                   pathmgr.Counters
-	_                     [sendPathPad]byte
+	portIndex             int        // into Config.SourcePorts
+	skipUntil             clock.Time // a SKIP path turns GOOD again after this, without news
+	// Lines 3 and 4: the counters, the packets sent and acknowledged
+	// among the first seven.
+	ctr        pathmgr.Counters
+	repathedAt clock.Time
+	_          [sendPathPad]byte
 }
 
 // A sender's paths are one array: each path a whole number of cache lines
@@ -115,7 +121,7 @@ type sendPath struct {
 // checking it reads.
 const (
 	sendPathSize = 5 * 64
-	sendPathPad  = 32
+	sendPathPad  = 48
 )
 
 // sendStream is one stream's outgoing messages, in MSN order.
@@ -258,7 +264,7 @@ func (s *sender) equip() {
 		}
 		windows[i] = *cc.NewWindow(wp, c.isn)
 		p := &paths[i]
-		*p = sendPath{s: s, id: i, lossAvg: -1, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
+		*p = sendPath{s: s, id: uint8(i), lossAvg: -1, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
 			ring: rings[i*minPathRing : (i+1)*minPathRing : (i+1)*minPathRing], next: c.isn, oldest: c.isn, cwin: &windows[i]}
 		p.window = p.cwin.Packets()
 		p.port = cfg.SourcePorts[p.portIndex]
@@ -653,7 +659,7 @@ func (s *sender) pickPath(lost int) *sendPath {
 			for i := 0; i < len(s.paths); i++ {
 				p := s.paths[(s.rrPath+i)%len(s.paths)]
 				if s.usable(p, skip) {
-					s.rrPath = p.id + 1
+					s.rrPath = int(p.id) + 1
 					return p
 				}
 			}
@@ -669,7 +675,7 @@ func (s *sender) pickPath(lost int) *sendPath {
 		}
 		for _, otherPlane := range [2]bool{true, false} {
 			for _, p := range s.paths {
-				if p.id == lost || !s.usable(p, skip) || otherPlane && p.plane == lostPlane {
+				if int(p.id) == lost || !s.usable(p, skip) || otherPlane && p.plane == lostPlane {
 					continue
 				}
 				if best == nil || p.rtt.Samples > 0 && (best.rtt.Samples == 0 || p.rtt.SRTT < best.rtt.SRTT) {
@@ -700,7 +706,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	p.next++
 	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now}
 	p.took()
-	r.path, r.psn = uint8(p.id), psn
+	r.path, r.psn = p.id, psn
 	s.emitData(d, r, p, psn, retx, probe)
 }
 
@@ -712,7 +718,7 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	var pkt proto.Packet
 	c.build(&pkt, m.typ, 0, int(r.n))
 	h := pkt.Common
-	h.SetPathID(uint8(p.id))
+	h.SetPathID(p.id)
 	h.SetEpoch(p.epoch)
 	h.SetDstConnID(c.peerID)
 	h.SetPSN(psn)
@@ -1067,7 +1073,7 @@ func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
 	p.ctr.Lost++
 	s := p.s
 	d := s.record(r.dsn)
-	if d == nil || d.acked || d.queued || d.waiting || int(d.path) != p.id || d.psn != psn {
+	if d == nil || d.acked || d.queued || d.waiting || d.path != p.id || d.psn != psn {
 		return
 	}
 	d.queued = true
@@ -1093,8 +1099,17 @@ func (p *sendPath) fireBy(at clock.Time) {
 	}
 }
 
+// timedOut counts a timeout in a row, up to what the count holds: the
+// timeout doubles up to RTOMax long before, and a connection without
+// progress fails after Config.NoProgress.
+func (p *sendPath) timedOut() {
+	if p.timeouts < math.MaxUint8 {
+		p.timeouts++
+	}
+}
+
 // rto is the path's retransmission timeout, doubled per timeout in a row.
-func (p *sendPath) rto() time.Duration { return p.rtoAfter(p.timeouts) }
+func (p *sendPath) rto() time.Duration { return p.rtoAfter(int(p.timeouts)) }
 
 // rtoAfter is the retransmission timeout after timeouts in a row.
 func (p *sendPath) rtoAfter(timeouts int) time.Duration {
@@ -1270,7 +1285,7 @@ func (p *sendPath) onTimer() {
 		if p.inflight == 0 {
 			return
 		}
-		p.timeouts++
+		p.timedOut()
 		p.ctr.Timeouts++
 		s.stats.Timeouts++
 		s.goBack(p.oldest)
@@ -1279,7 +1294,7 @@ func (p *sendPath) onTimer() {
 		// new source port, then probe again.
 		p.repath(now)
 		p.sendProbe()
-		p.timeouts = min(p.timeouts+1, 16)
+		p.timeouts = min(p.timeouts, 15) + 1
 	case p.inflight == 0:
 		return
 	case !p.probed && p.rtt.Samples > 0:
@@ -1319,7 +1334,7 @@ func (p *sendPath) settleMoot() {
 func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid int, probe bool) {
 	for _, shun := range [2]bool{true, false} {
 		for i := 1; i < len(s.paths); i++ {
-			q := s.paths[(p.id+i)%len(s.paths)]
+			q := s.paths[(int(p.id)+i)%len(s.paths)]
 			if q.plane == p.plane || shun && q.plane == avoid || !s.usable(q, true) {
 				continue
 			}
@@ -1368,7 +1383,7 @@ func (p *sendPath) onRTO() {
 	s := p.s
 	p.cwin.OnTimeout() // this path only
 	p.windowChanged()
-	p.timeouts++
+	p.timedOut()
 	p.ctr.Timeouts++
 	s.stats.Timeouts++
 	for psn := p.oldest; psn != p.next; psn++ {
@@ -1388,7 +1403,7 @@ func (p *sendPath) setState(st pathmgr.State, repath bool) {
 	p.rateChanged()
 	c := p.s.c
 	if o, ok := c.events.(PathObserver); ok && (from != st || repath) {
-		o.PathChanged(c, PathEvent{Path: p.id, Plane: p.plane, From: from, To: st, Repath: repath,
+		o.PathChanged(c, PathEvent{Path: int(p.id), Plane: p.plane, From: from, To: st, Repath: repath,
 			SrcPort: p.port, Epoch: p.epoch, At: c.ep.clock.Now()})
 	}
 }
@@ -1461,7 +1476,7 @@ func (p *sendPath) sendProbe() {
 	var pkt proto.Packet
 	c.build(&pkt, proto.TypeProbe, 0, 0)
 	pkt.Common.SetDstConnID(c.peerID)
-	pkt.Common.SetPathID(uint8(p.id))
+	pkt.Common.SetPathID(p.id)
 	pkt.Common.SetEpoch(p.epoch)
 	pkt.Probe().SetProbeID(p.probeID)
 	c.emit(&pkt, p.plane, p.port)
@@ -1676,7 +1691,7 @@ func (c *Conn) Telemetry() []pathmgr.Telemetry {
 	}
 	out := make([]pathmgr.Telemetry, len(c.snd.paths))
 	for i, p := range c.snd.paths {
-		out[i] = pathmgr.Telemetry{Path: p.id, Plane: p.plane, SrcPort: p.port, Epoch: p.epoch, State: p.state,
+		out[i] = pathmgr.Telemetry{Path: int(p.id), Plane: p.plane, SrcPort: p.port, Epoch: p.epoch, State: p.state,
 			RTT: p.rtt, InFlight: p.inflight, Window: p.window, Counters: p.ctr}
 	}
 	return out
