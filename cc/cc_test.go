@@ -101,22 +101,22 @@ func TestPacer(t *testing.T) {
 func TestRate(t *testing.T) {
 	// Two paths of 40 KB windows, RTTs 10 µs and 20 µs: 4e9 + 2e9 B/s,
 	// paced 1.25 x faster.
-	got := Rate(WindowRate([]float64{40000, 40000}, []time.Duration{10 * time.Microsecond, 20 * time.Microsecond}), math.Inf(1))
+	got := Rate(WindowRate([]PathRate{{40000, 10 * time.Microsecond}, {40000, 20 * time.Microsecond}}), math.Inf(1))
 	if !near(got, 7.5e9) {
 		t.Fatalf("rate %v, want 7.5e9", got)
 	}
-	if got := Rate(WindowRate([]float64{40000, 40000}, []time.Duration{10 * time.Microsecond, 20 * time.Microsecond}), 1e9); got != 1e9 {
+	if got := Rate(WindowRate([]PathRate{{40000, 10 * time.Microsecond}, {40000, 20 * time.Microsecond}}), 1e9); got != 1e9 {
 		t.Fatalf("hinted rate %v, want 1e9", got)
 	}
-	if got := Rate(WindowRate([]float64{40000}, []time.Duration{0}), math.Inf(1)); !math.IsInf(got, 1) {
+	if got := Rate(WindowRate([]PathRate{{40000, 0}}), math.Inf(1)); !math.IsInf(got, 1) {
 		t.Fatalf("no RTT sample: %v", got)
 	}
-	if got := Rate(WindowRate([]float64{40000}, []time.Duration{0}), 1e9); got != 1e9 {
+	if got := Rate(WindowRate([]PathRate{{40000, 0}}), 1e9); got != 1e9 {
 		t.Fatalf("no RTT sample, hinted: %v, want the hint", got)
 	}
 	// A path without a sample yet counts at the fastest sampled path's RTT,
 	// not as nothing: 4e9 + 4e9 + 2e9 B/s.
-	got = Rate(WindowRate([]float64{40000, 40000, 40000}, []time.Duration{10 * time.Microsecond, 0, 20 * time.Microsecond}), math.Inf(1))
+	got = Rate(WindowRate([]PathRate{{40000, 10 * time.Microsecond}, {40000, 0}, {40000, 20 * time.Microsecond}}), math.Inf(1))
 	if !near(got, 12.5e9) {
 		t.Fatalf("a path not yet sampled: rate %v, want 12.5e9", got)
 	}

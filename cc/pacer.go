@@ -59,6 +59,13 @@ const PacingGain = 1.25
 // which is a rate to keep, not to exceed.
 func Rate(windowRate, hint float64) float64 { return math.Min(PacingGain*windowRate, hint) }
 
+// PathRate is what one path gives a sender's windows' rate: its window in
+// bytes and its minimum RTT (0: no sample yet).
+type PathRate struct {
+	WindowBytes float64
+	MinRTT      time.Duration
+}
+
 // WindowRate is the rate a sender's windows deliver: the sum over its
 // paths of window bytes per RTT. A path without an RTT sample yet counts
 // at the fastest sampled path's RTT (the paths of a connection join the
@@ -69,11 +76,12 @@ func Rate(windowRate, hint float64) float64 { return math.Min(PacingGain*windowR
 //
 // The RTT to give is each path's minimum: a smoothed RTT lags behind a
 // queue that drains, and pacing by it would slow the sender just when the
-// path clears.
-func WindowRate(windowBytes []float64, rtt []time.Duration) float64 {
+// path clears. The paths' two inputs side by side are one cache line to
+// read for eight paths, not two.
+func WindowRate(paths []PathRate) float64 {
 	var fastest time.Duration
-	for _, t := range rtt {
-		if t > 0 && (fastest == 0 || t < fastest) {
+	for _, p := range paths {
+		if t := p.MinRTT; t > 0 && (fastest == 0 || t < fastest) {
 			fastest = t
 		}
 	}
@@ -81,12 +89,12 @@ func WindowRate(windowBytes []float64, rtt []time.Duration) float64 {
 		return math.Inf(1)
 	}
 	r := 0.0
-	for i, w := range windowBytes {
-		t := rtt[i]
+	for _, p := range paths {
+		t := p.MinRTT
 		if t == 0 {
 			t = fastest
 		}
-		r += w / t.Seconds()
+		r += p.WindowBytes / t.Seconds()
 	}
 	return r
 }

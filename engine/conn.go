@@ -63,7 +63,7 @@ type Conn struct {
 // rcvPad puts a connection's receiver on a cache line of its own (on a
 // 64-bit machine: TestConnHalvesStartOnLines). In the same size class as
 // without it (1,280 bytes), it costs no memory.
-const rcvPad = 32
+const rcvPad = 56
 
 // ID is the connection's local id (the DstConnID its peer sends to).
 func (c *Conn) ID() uint32 { return c.localID }

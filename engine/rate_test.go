@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -34,9 +35,9 @@ func TestPacingRateFollowsThePaths(t *testing.T) {
 		senders = append(senders, &pr.a.snd)
 	}
 	var changes, outOfUse, marked int
-	last := make([][]float64, len(senders))
+	last := make([][]cc.PathRate, len(senders))
 	for i, s := range senders {
-		last[i] = append([]float64(nil), s.rateW...)
+		last[i] = slices.Clone(s.rateIn)
 	}
 	for n.sim.Step() {
 		checkInflight(t, n.sim.Now(), senders...)
@@ -47,17 +48,17 @@ func TestPacingRateFollowsThePaths(t *testing.T) {
 					w, rtt = 0, 0
 					outOfUse++
 				}
-				if s.rateW[id] != w || s.rateRTT[id] != rtt {
+				if in := s.rateIn[id]; in.WindowBytes != w || in.MinRTT != rtt {
 					t.Fatalf("at %v, sender %d path %d (%v): pacing inputs %g B, %v; the path has %g B, %v",
-						n.sim.Now(), i, id, p.state, s.rateW[id], s.rateRTT[id], w, rtt)
+						n.sim.Now(), i, id, p.state, s.rateIn[id].WindowBytes, s.rateIn[id].MinRTT, w, rtt)
 				}
-				if s.rateW[id] != last[i][id] {
+				if s.rateIn[id].WindowBytes != last[i][id].WindowBytes {
 					changes++
-					last[i][id] = s.rateW[id]
+					last[i][id] = s.rateIn[id]
 				}
 			}
-			if !s.rateStale && s.windowRate != cc.WindowRate(s.rateW, s.rateRTT) {
-				t.Fatalf("at %v, sender %d paces by %g B/s, its paths give %g", n.sim.Now(), i, s.windowRate, cc.WindowRate(s.rateW, s.rateRTT))
+			if !s.rateStale && s.windowRate != cc.WindowRate(s.rateIn) {
+				t.Fatalf("at %v, sender %d paces by %g B/s, its paths give %g", n.sim.Now(), i, s.windowRate, cc.WindowRate(s.rateIn))
 			}
 		}
 		if n.sim.Now() > clock.Time(2*time.Millisecond) {

@@ -174,10 +174,9 @@ type sender struct {
 	mss      float64     // payload bytes of a full packet
 	// The pacing rate's inputs, per path (window bytes, minimum RTT; 0 for
 	// a path out of use), kept as the paths change so that a packet's
-	// pacing reads two short arrays, not every path's state; and the rate
+	// pacing reads one short array, not every path's state; and the rate
 	// they give, computed again only after one of them changed.
-	rateW      []float64
-	rateRTT    []time.Duration
+	rateIn     []cc.PathRate
 	windowRate float64
 	rateStale  bool
 	rrStream   int
@@ -242,7 +241,7 @@ func (s *sender) equip() {
 		n *= 2
 	}
 	s.ring, s.mask = make([]dsnRecord, n), uint32(n-1)
-	s.rateW, s.rateRTT = make([]float64, c.paths), make([]time.Duration, c.paths)
+	s.rateIn = make([]cc.PathRate, c.paths)
 	cfg := &c.ep.cfg
 	// A packet's pacing and path choice look at every path: their state,
 	// windows and first ring slots are each one allocation, side by side,
@@ -571,7 +570,7 @@ func (s *sender) paced(bytes int) {
 		return
 	}
 	if s.rateStale {
-		s.windowRate, s.rateStale = cc.WindowRate(s.rateW, s.rateRTT), false
+		s.windowRate, s.rateStale = cc.WindowRate(s.rateIn), false
 	}
 	now := int64(s.c.ep.clock.Now())
 	wr := s.windowRate
@@ -599,8 +598,8 @@ func (p *sendPath) rateChanged() {
 	if p.state != pathmgr.Down && p.state != pathmgr.AssumedBad {
 		w, rtt = p.cwin.Value()*s.mss, p.rtt.Min
 	}
-	if s.rateW[p.id] != w || s.rateRTT[p.id] != rtt {
-		s.rateW[p.id], s.rateRTT[p.id], s.rateStale = w, rtt, true
+	if in := (cc.PathRate{WindowBytes: w, MinRTT: rtt}); s.rateIn[p.id] != in {
+		s.rateIn[p.id], s.rateStale = in, true
 	}
 }
 
