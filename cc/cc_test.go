@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -437,5 +438,17 @@ func TestAllocatorListIsTheMap(t *testing.T) {
 		if len(demands) > 0 && a.level != waterLevel(demands, a.p.Capacity) {
 			t.Fatalf("op %d: level %v, the map's demands give %v", op, a.level, waterLevel(demands, a.p.Capacity))
 		}
+	}
+}
+
+// A Member is one cache line (64 bytes, so allocated on a line of its own,
+// on a 64-bit machine): a packet's look at its connection's share reads
+// one line, not two across a boundary.
+func TestMemberIsOneLine(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	if got := unsafe.Sizeof(Member{}); got != 64 {
+		t.Fatalf("a Member is %d bytes, want 64", got)
 	}
 }
