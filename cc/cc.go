@@ -32,15 +32,17 @@ type WindowParams struct {
 // packets and is held to [1, 255] (255: the path's ring of 256 PSNs).
 var DefaultWindow = WindowParams{Initial: 16, Min: 1, Max: 255, G: 1.0 / 16}
 
-// Window is one path's congestion window.
+// Window is one path's congestion window: 64 bytes, a cache line, so
+// that a sender's array of them puts each on a line of its own
+// (TestWindowIsOneLine), what every ACK reads first.
 type Window struct {
-	p     WindowParams
 	w     float64 // packets
 	alpha float64 // moving average of the fraction of packets marked CE
 
-	acked, marked int    // in the current round
+	acked, marked int32  // in the current round (a round is a window's worth: at most hundreds)
 	roundEnd      uint32 // the round ends when this PSN is acknowledged
 	cut           bool   // the window was cut in this round
+	p             WindowParams
 }
 
 // NewWindow returns a window at p.Initial with alpha 1 (DCTCP's start: the
@@ -63,8 +65,8 @@ func (w *Window) Alpha() float64 { return w.alpha }
 // PSN the record covers and next the path's next PSN, which delimit
 // rounds (one round trip each).
 func (w *Window) OnAck(acked, marked int, through, next uint32) {
-	w.acked += acked
-	w.marked += marked
+	w.acked += int32(acked)
+	w.marked += int32(marked)
 	if marked > 0 && !w.cut {
 		// The first mark of a round: cut by half the average fraction.
 		w.w = max(w.p.Min, w.w*(1-w.alpha/2))

@@ -452,3 +452,14 @@ func TestMemberIsOneLine(t *testing.T) {
 		t.Fatalf("a Member is %d bytes, want 64", got)
 	}
 }
+
+// A Window is one cache line (64 bytes), so that each in a sender's array
+// of them lies on a line of its own.
+func TestWindowIsOneLine(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	if got := unsafe.Sizeof(Window{}); got != 64 {
+		t.Fatalf("a Window is %d bytes, want 64", got)
+	}
+}
