@@ -49,6 +49,27 @@ func TestConnFirstLine(t *testing.T) {
 	}
 }
 
+// A message is whole cache lines, what its packets read in the first two:
+// allocated on a line, its lines are its own.
+func TestMessageIsWholeLines(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	var m message
+	if got := unsafe.Sizeof(m); got != messageSize {
+		t.Fatalf("a message is %d bytes, want %d: adjust messagePad", got, messageSize)
+	}
+	for name, end := range map[string]uintptr{
+		"progress":                     unsafe.Offsetof(m.failed) + 1,
+		"stream":                       unsafe.Offsetof(m.wr) + unsafe.Offsetof(m.wr.Stream) + 2,
+		"target, immediate, solicited": unsafe.Offsetof(m.wr) + unsafe.Offsetof(m.wr.Solicited) + 1,
+	} {
+		if end > 128 || name != "target, immediate, solicited" && end > 64 {
+			t.Errorf("the request's %s ends at byte %d, past its line", name, end)
+		}
+	}
+}
+
 // A connection's sender and receiver each start on a cache line, at a
 // whole number of lines from the connection's start (a Conn is allocated
 // on a line): their first lines are what their packets read first, and a

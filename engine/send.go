@@ -14,21 +14,26 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// message is a posted WRITE, WRITE_IMM or SEND on its way out.
+// message is a posted WRITE, WRITE_IMM or SEND on its way out. What each
+// of its packets reads lies in its first two lines: its own progress
+// first, then the request, whose stream is in the first line and whose
+// target and immediate in the second. A message is four whole lines
+// (messageSize: allocated on a line, it lies across no more of them;
+// TestMessageIsWholeLines, on 64-bit machines).
 type message struct {
-	wr      SendWR
-	list    sgl    // the local buffers
-	one     [1]SGE // list's storage when the request has one buffer
+	unacked int // DSNs of it sent and not yet acknowledged
 	length  uint32
-	typ     proto.Type
 	msn     uint32
 	rsn     uint32
 	seg     uint32 // payload bytes per packet
 	next    uint32 // offset of the next first transmission
+	typ     proto.Type
 	allSent bool
-	unacked int  // DSNs of it sent and not yet acknowledged
 	done    bool // acknowledged, or failed
 	failed  bool // reported already with an error status
+	wr      SendWR
+	list    sgl    // the local buffers
+	one     [1]SGE // list's storage when the request has one buffer
 
 	// READ requester: the tag, and the response bytes arrived.
 	tag      uint32
@@ -38,7 +43,14 @@ type message struct {
 	srcKey   uint64
 	srcOff   uint64
 	internal bool // no completion for the application
+	_        [messagePad]byte
 }
+
+// messageSize is a message's size on a 64-bit machine: four lines.
+const (
+	messageSize = 4 * 64
+	messagePad  = 48
+)
 
 // finished reports whether every part of the message is done: every DSN
 // acknowledged and, for a READ, every response byte arrived.
