@@ -70,6 +70,20 @@ func TestMessageIsWholeLines(t *testing.T) {
 	}
 }
 
+// What a data packet reads on the receiving side besides its connection
+// and path, a message in progress and a stream, are a cache line each.
+func TestReceiveStateIsWholeLines(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	if got := unsafe.Sizeof(rxMessage{}); got != 64 {
+		t.Errorf("an rxMessage is %d bytes, want 64: adjust rxMessagePad", got)
+	}
+	if got := unsafe.Sizeof(recvStream{}); got != 64 {
+		t.Errorf("a recvStream is %d bytes, want 64", got)
+	}
+}
+
 // A connection's sender and receiver each start on a cache line, at a
 // whole number of lines from the connection's start (a Conn is allocated
 // on a line): their first lines are what their packets read first, and a
