@@ -242,7 +242,7 @@ func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
 		ECN:  ecn,
 		DSCP: proto.DefaultDSCP(t),
 		Data: c.ep.seal(pkt),
-		Pad:  pkt.Pad(),
+		Pad:  int32(pkt.Pad()),
 	})
 }
 

@@ -190,7 +190,7 @@ func (e *Endpoint) WarmReceive(d *link.Datagram) {
 func (e *Endpoint) decode(pkt *proto.Packet, d *link.Datagram) error {
 	switch {
 	case d.Pad != 0 && e.cfg.PlaceholderPayloads:
-		return pkt.DecodePlaceholder(d.Data, d.Pad) // a placeholder: its datagram is padded
+		return pkt.DecodePlaceholder(d.Data, int(d.Pad)) // a placeholder: its datagram is padded
 	case d.Pad != 0:
 		return proto.ErrTruncated // the bytes are not there
 	case e.cfg.Broken.AcceptBadCRC || e.cfg.PlaceholderPayloads:

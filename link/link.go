@@ -36,22 +36,23 @@ func (e ECN) String() string {
 // UDP source port is the path's ECMP entropy.
 //
 // The fields an emulator reads at every hop (the size, the ECN mark) come
-// first, in the first 34 bytes, and the addresses, read at the ends, after
+// first, in the first 30 bytes, and the addresses, read at the ends, after
 // them.
 type Datagram struct {
 	Data []byte
 	// Pad is how many bytes the datagram carries on the wire after Data
 	// without their being materialized: a simulation's placeholder
 	// payload (and trailer), which only the emulator carries (a PadPort).
-	// Zero on every other port.
-	Pad      int
+	// Zero on every other port. (32 bits: a datagram is at most 64 KiB,
+	// and the fields an emulator reads at every hop fit in less.)
+	Pad      int32
 	ECN      ECN
 	DSCP     uint8 // 0..63
 	Src, Dst netip.AddrPort
 }
 
 // Size is the datagram's length on the wire: Data and Pad.
-func (d *Datagram) Size() int { return len(d.Data) + d.Pad }
+func (d *Datagram) Size() int { return len(d.Data) + int(d.Pad) }
 
 // A PadPort carries datagrams with Pad bytes (the emulator): what it
 // delivers keeps the sender's Pad, and HeaderBuffer hands out the small

@@ -401,18 +401,18 @@ func mix64(z uint64) uint64 {
 
 // route fills pkt.route for a datagram from host sh to host dh on plane p.
 func (f *Fabric) route(pkt *packet, p, sh, dh int) {
-	pkt.route[0] = f.Uplink(p, sh)
+	pkt.route[0] = uint32(f.Uplink(p, sh).id)
 	sl, dl := f.leafOf(sh), f.leafOf(dh)
 	if f.cfg.HostsPerLeaf == 0 || sl == dl {
-		pkt.route[1] = f.Downlink(p, dh)
+		pkt.route[1] = uint32(f.Downlink(p, dh).id)
 		pkt.hops = 2
 		return
 	}
 	p, s := f.ecmp(p, sl, pkt.d.Src, pkt.d.Dst)
 	pl := &f.planes[p]
-	pkt.route[1] = pl.leafUp[sl][s]
-	pkt.route[2] = pl.spineDown[s][dl]
-	pkt.route[3] = f.Downlink(p, dh)
+	pkt.route[1] = uint32(pl.leafUp[sl][s].id)
+	pkt.route[2] = uint32(pl.spineDown[s][dl].id)
+	pkt.route[3] = uint32(f.Downlink(p, dh).id)
 	pkt.hops = 4
 }
 
@@ -521,7 +521,7 @@ func (h *Host) Send(batch []link.Datagram) {
 		d := &batch[i]
 		p, sh, ok1 := f.locate(d.Src.Addr())
 		q, dh, ok2 := f.locate(d.Dst.Addr())
-		if !ok1 || !ok2 || sh != h.id || p != q || d.Pad < 0 || d.Pad > f.cfg.MaxDatagram-len(d.Data) {
+		if !ok1 || !ok2 || sh != h.id || p != q || d.Pad < 0 || int(d.Pad) > f.cfg.MaxDatagram-len(d.Data) {
 			h.p.nextPacket++
 			h.p.noRoute++
 			f.recycle(h.p, d.Data)
@@ -530,7 +530,7 @@ func (h *Host) Send(batch []link.Datagram) {
 		pkt := f.newPacket(h.p)
 		pkt.d = *d
 		f.route(pkt, p, sh, dh)
-		pkt.route[0].enqueue(pkt)
+		pkt.link(0).enqueue(pkt)
 	}
 }
 
@@ -563,23 +563,37 @@ func (f *Fabric) recycle(p *proc, b []byte) {
 
 // packet is a datagram inside the fabric. It is its own arrival event.
 //
-// What an arrival reads to route it on comes first, in one cache line, and
-// the datagram's size and mark, which every queue reads, in the next (see
-// link.Datagram): a large run has tens of thousands of packets in flight,
-// and each one's arrival is the first touch of it in a while.
+// What a hop reads (the route, the datagram's size and mark) is its first
+// cache line, the route as the links' ids rather than pointers so that
+// the datagram's first fields fit beside it (see link.Datagram): a large
+// run has tens of thousands of packets in flight, and each one's arrival
+// is the first touch of it in a while (TestPacketHopLine). The addresses,
+// read at the ends, are the next line.
 type packet struct {
 	fab       *Fabric
-	route     [4]*Link
-	hops, hop int32 // hop: index in route of the link it is on, or arriving from
-	ingress   *Link // the link it arrived on at its current node, for PFC
+	route     [4]uint32 // the links' ids (Fabric.links)
+	ingress   uint32    // 1 + the id of the link it arrived on at its current node, for PFC; 0: none
+	hops, hop uint8     // hop: index in route of the link it is on, or arriving from
 	// crossed: it arrives in another process than its link's, which
 	// decided when it left that the link would not fail under it.
 	crossed bool
 	d       link.Datagram
 	id      uint64
 	// 192 bytes in all: Go's allocation class of that size starts every
-	// object on a cache line (176 bytes would straddle them).
-	_ [16]byte
+	// object on a cache line (136 bytes would straddle them).
+	_ [56]byte
+}
+
+// link is the link of route[hop].
+func (pkt *packet) link(hop uint8) *Link { return pkt.fab.links[pkt.route[hop]] }
+
+// ingressLink is the link the packet arrived on at its current node, or
+// nil at its first.
+func (pkt *packet) ingressLink() *Link {
+	if pkt.ingress == 0 {
+		return nil
+	}
+	return pkt.fab.links[pkt.ingress-1]
 }
 
 func (f *Fabric) newPacket(p *proc) *packet {
@@ -593,7 +607,7 @@ func (f *Fabric) newPacket(p *proc) *packet {
 	p.nextPacket++
 	pkt.id = uint64(p.idx)<<40 | p.nextPacket
 	pkt.hop = 0
-	pkt.ingress = nil
+	pkt.ingress = 0
 	pkt.crossed = false
 	return pkt
 }
@@ -601,7 +615,6 @@ func (f *Fabric) newPacket(p *proc) *packet {
 func (f *Fabric) freePacket(p *proc, pkt *packet) {
 	f.recycle(p, pkt.d.Data)
 	pkt.d = link.Datagram{}
-	pkt.route = [4]*Link{}
 	p.freePackets = append(p.freePackets, pkt)
 }
 
@@ -623,15 +636,15 @@ func (f *Fabric) clone(p *proc, pkt *packet) *packet {
 // the next link's, or the destination host's.
 func (pkt *packet) next() *proc {
 	if pkt.hop+1 < pkt.hops {
-		return pkt.route[pkt.hop+1].p
+		return pkt.link(pkt.hop + 1).p
 	}
-	return pkt.fab.hosts[pkt.route[pkt.hop].to].p
+	return pkt.fab.hosts[pkt.link(pkt.hop).to].p
 }
 
 // Fire is the packet's arrival at the far end of route[hop].
 func (pkt *packet) Fire() {
 	f := pkt.fab
-	from := pkt.route[pkt.hop]
+	from := pkt.link(pkt.hop)
 	if pkt.crossed {
 		pkt.crossed = false // from is another process's: not to be read here
 	} else if from.dropIfFailed(pkt) { // the link failed while the datagram was on its wire
@@ -649,34 +662,39 @@ func (pkt *packet) Fire() {
 		f.freePacket(h.p, pkt)
 		return
 	}
-	pkt.ingress = from
-	pkt.route[pkt.hop].enqueue(pkt)
+	pkt.ingress = uint32(from.id) + 1
+	pkt.link(pkt.hop).enqueue(pkt)
 }
 
-// ask asks for the packet's two lines that a link reads: its routing and
-// its datagram's size and mark.
+// ask asks for the packet's line that a link reads: its routing and its
+// datagram's size and mark.
 func (pkt *packet) ask() {
 	prefetch.Line(unsafe.Pointer(pkt))
-	prefetch.Line(unsafe.Pointer(&pkt.d))
 }
 
 // Warm asks for what Fire reads beyond the packet's first line (clock.Warmer):
 // first its datagram, and its buffer when it reaches a host or else the
 // link it goes on next; then what the host's receiver reads first.
 func (pkt *packet) Warm(step int) {
+	if pkt.fab == nil {
+		return
+	}
 	last := pkt.hop+1 == pkt.hops
+	links := pkt.fab.links
 	switch {
 	case step == 1:
-		prefetch.Line(unsafe.Pointer(&pkt.d))
 		switch {
 		case last && len(pkt.d.Data) > 0:
 			prefetch.Line(unsafe.Pointer(&pkt.d.Data[0]))
-		case !last && uint(pkt.hop+1) < uint(len(pkt.route)):
-			prefetch.Line(unsafe.Pointer(pkt.route[pkt.hop+1]))
+			prefetch.Line(unsafe.Pointer(&pkt.d.Src)) // the addresses, which the host reads
+		case !last && uint(pkt.hop+1) < uint(len(pkt.route)) && uint(pkt.route[pkt.hop+1]) < uint(len(links)):
+			prefetch.Line(unsafe.Pointer(links[pkt.route[pkt.hop+1]]))
 		}
-	case last && uint(pkt.hop) < uint(len(pkt.route)) && pkt.route[pkt.hop] != nil:
-		if to := pkt.route[pkt.hop].to; to < len(pkt.fab.hosts) {
-			if h := pkt.fab.hosts[to]; h.warmer != nil {
+	case last && uint(pkt.hop) < uint(len(pkt.route)) && uint(pkt.route[pkt.hop]) < uint(len(links)):
+		// A route's last link is a downlink; one not filled in ends
+		// nowhere (its ids are 0, an uplink's).
+		if l := links[pkt.route[pkt.hop]]; l.kind == Downlink && l.to < len(pkt.fab.hosts) {
+			if h := pkt.fab.hosts[l.to]; h.warmer != nil {
 				h.warmer.WarmReceive(&pkt.d)
 			}
 		}

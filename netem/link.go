@@ -295,7 +295,7 @@ func (l *Link) admit(pkt *packet) {
 	l.queue.push(pkt)
 	l.queueBytes += size
 	l.stats.QueueHighWater = max(l.stats.QueueHighWater, l.queueBytes)
-	if in := pkt.ingress; in != nil && in.pfc {
+	if in := pkt.ingressLink(); in != nil && in.pfc {
 		in.ingressBytes += size
 		if !in.pauseAsked && in.ingressBytes > in.cfg.Queue.PFC.XOff {
 			in.pauseAsked = true
@@ -352,7 +352,7 @@ func (l *Link) startTx(now clock.Time) {
 	l.queueBytes -= size
 	end := now.Add(l.serialization(size))
 	l.wireFree = end
-	if l.queue.len() > 0 || pkt.ingress != nil && pkt.ingress.pfc {
+	if in := pkt.ingressLink(); l.queue.len() > 0 || in != nil && in.pfc {
 		l.tx = pkt
 		l.eventPending = true
 		l.p.sched.At(end, l)
@@ -387,7 +387,7 @@ func (l *Link) depart(pkt *packet, end clock.Time) {
 // leaveNode is the PFC bookkeeping of a datagram leaving the far node of
 // the link it came in on.
 func (l *Link) leaveNode(pkt *packet) {
-	in := pkt.ingress
+	in := pkt.ingressLink()
 	if in == nil || !in.pfc {
 		return
 	}

@@ -57,11 +57,11 @@ func TestPaddedDatagramIsItsWholeSize(t *testing.T) {
 	f.recycle(f.procs[0], d.Data)
 	d.Data, d.Pad = append(header, 1, 2, 3), 1181
 	tooBig := d
-	tooBig.Data, tooBig.Pad = f.Host(0).HeaderBuffer()[:10], f.cfg.MaxDatagram-9
+	tooBig.Data, tooBig.Pad = f.Host(0).HeaderBuffer()[:10], int32(f.cfg.MaxDatagram-9)
 	negative := d
 	negative.Data, negative.Pad = f.Host(0).HeaderBuffer()[:10], -1
-	huge := d // its size would overflow an int
-	huge.Data, huge.Pad = f.Host(0).HeaderBuffer()[:10], math.MaxInt-5
+	huge := d // the most a Pad holds
+	huge.Data, huge.Pad = f.Host(0).HeaderBuffer()[:10], math.MaxInt32-5
 	f.Host(0).Send([]link.Datagram{d, tooBig, negative, huge})
 	sim.RunUntil(clock.Time(time.Second))
 	if len(got) != 1 || got[0].Pad != 1181 || !slices.Equal(got[0].Data, []byte{1, 2, 3}) || f.NoRoute() != 3 {

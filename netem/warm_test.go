@@ -29,14 +29,16 @@ func TestWarmChangesNothing(t *testing.T) {
 	}
 	up, down := f.Uplink(0, 0), f.Downlink(0, 1)
 	queued := &packet{fab: f, hops: 2}
-	arriving := &packet{fab: f, hops: 2, hop: 1, route: [4]*Link{up, down}}
+	route := [4]uint32{uint32(up.id), uint32(down.id)}
+	arriving := &packet{fab: f, hops: 2, hop: 1, route: route}
 	arriving.d.Data = make([]byte, 64)
 	packets := []*packet{
 		{},
 		{fab: f, hops: 1},
-		{fab: f, hops: 2, route: [4]*Link{up, down}},
+		{fab: f, hops: 2, route: route},
 		{fab: f, hops: 4, hop: 3},
-		{fab: f, hops: 0, hop: -1},
+		{fab: f, hops: 0, hop: 255},
+		{fab: f, hops: 2, hop: 1, route: [4]uint32{0, 1 << 30}}, // an id past the links
 		queued,
 		arriving,
 	}
@@ -104,6 +106,32 @@ func TestLinkHotLines(t *testing.T) {
 	for name, end := range hot {
 		if end > 4*64 {
 			t.Errorf("%s ends at byte %d, past the fourth line", name, end)
+		}
+	}
+}
+
+// What a hop reads of a packet, its route and its datagram's size and
+// mark, is the packet's first cache line; a packet is 192 bytes, so
+// allocated on a line (on 64-bit machines).
+func TestPacketHopLine(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
+	}
+	var pkt packet
+	if got := unsafe.Sizeof(pkt); got != 192 {
+		t.Fatalf("a packet is %d bytes, want 192", got)
+	}
+	d := unsafe.Offsetof(pkt.d)
+	for name, end := range map[string]uintptr{
+		"route":   unsafe.Offsetof(pkt.route) + unsafe.Sizeof(pkt.route),
+		"hop":     unsafe.Offsetof(pkt.hop) + 1,
+		"data":    d + unsafe.Offsetof(pkt.d.Data) + unsafe.Sizeof(pkt.d.Data),
+		"pad":     d + unsafe.Offsetof(pkt.d.Pad) + unsafe.Sizeof(pkt.d.Pad),
+		"mark":    d + unsafe.Offsetof(pkt.d.ECN) + 1,
+		"crossed": unsafe.Offsetof(pkt.crossed) + 1,
+	} {
+		if end > 64 {
+			t.Errorf("the packet's %s ends at byte %d, past its first line", name, end)
 		}
 	}
 }
