@@ -136,7 +136,7 @@ type Member struct {
 	// packet's look at it is no other cache line to fetch. An entry that
 	// expired or left is out of the allocator's map before it is reused.
 	// Its id is the member's connection's from the start, so that the
-	// handle is 64 bytes, one cache line (TestMemberIsOneLine).
+	// handle is 64 bytes, one cache line (TestMemberAndWindowAreOneLine).
 	own flow
 }
 

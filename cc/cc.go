@@ -34,7 +34,7 @@ var DefaultWindow = WindowParams{Initial: 16, Min: 1, Max: 255, G: 1.0 / 16}
 
 // Window is one path's congestion window: 64 bytes, a cache line, so
 // that a sender's array of them puts each on a line of its own
-// (TestWindowIsOneLine), what every ACK reads first.
+// (TestMemberAndWindowAreOneLine), what every ACK reads first.
 type Window struct {
 	w     float64 // packets
 	alpha float64 // moving average of the fraction of packets marked CE

@@ -441,25 +441,17 @@ func TestAllocatorListIsTheMap(t *testing.T) {
 	}
 }
 
-// A Member is one cache line (64 bytes, so allocated on a line of its own,
-// on a 64-bit machine): a packet's look at its connection's share reads
-// one line, not two across a boundary.
-func TestMemberIsOneLine(t *testing.T) {
+// A Member and a Window are one cache line each (64 bytes, so allocated,
+// or in a sender's array of windows, on a line of their own, on a 64-bit
+// machine): a packet's look at its connection's share, or an ACK's at its
+// path's window, reads one line, not two across a boundary.
+func TestMemberAndWindowAreOneLine(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("the layout is tuned for 64-bit machines")
 	}
-	if got := unsafe.Sizeof(Member{}); got != 64 {
-		t.Fatalf("a Member is %d bytes, want 64", got)
-	}
-}
-
-// A Window is one cache line (64 bytes), so that each in a sender's array
-// of them lies on a line of its own.
-func TestWindowIsOneLine(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
-	if got := unsafe.Sizeof(Window{}); got != 64 {
-		t.Fatalf("a Window is %d bytes, want 64", got)
+	for name, size := range map[string]uintptr{"Member": unsafe.Sizeof(Member{}), "Window": unsafe.Sizeof(Window{})} {
+		if size != 64 {
+			t.Errorf("a %s is %d bytes, want 64", name, size)
+		}
 	}
 }

@@ -12,9 +12,7 @@ import (
 // without adjusting sendPathPad would shift every path off its lines. The
 // layout is a 64-bit machine's (pointers and ints of 8 bytes).
 func TestSendPathIsWholeLines(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
+	tunedFor64Bit(t)
 	var p sendPath
 	if got := unsafe.Sizeof(p); got != sendPathSize {
 		t.Fatalf("a sendPath is %d bytes, want %d: adjust sendPathPad", got, sendPathSize)
@@ -40,9 +38,7 @@ func TestSendPathIsWholeLines(t *testing.T) {
 // What a connection's packets read first is in its first cache line, the
 // bits of known peer addresses among it.
 func TestConnFirstLine(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
+	tunedFor64Bit(t)
 	var c Conn
 	if end := unsafe.Offsetof(c.known) + unsafe.Sizeof(c.known); end > 64 {
 		t.Fatalf("known ends at byte %d, past the first line", end)
@@ -52,9 +48,7 @@ func TestConnFirstLine(t *testing.T) {
 // A message is whole cache lines, what its packets read in the first two:
 // allocated on a line, its lines are its own.
 func TestMessageIsWholeLines(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
+	tunedFor64Bit(t)
 	var m message
 	if got := unsafe.Sizeof(m); got != messageSize {
 		t.Fatalf("a message is %d bytes, want %d: adjust messagePad", got, messageSize)
@@ -73,9 +67,7 @@ func TestMessageIsWholeLines(t *testing.T) {
 // What a data packet reads on the receiving side besides its connection
 // and path, a message in progress and a stream, are a cache line each.
 func TestReceiveStateIsWholeLines(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
+	tunedFor64Bit(t)
 	if got := unsafe.Sizeof(rxMessage{}); got != 64 {
 		t.Errorf("an rxMessage is %d bytes, want 64: adjust rxMessagePad", got)
 	}
@@ -89,9 +81,7 @@ func TestReceiveStateIsWholeLines(t *testing.T) {
 // on a line): their first lines are what their packets read first, and a
 // field added before or in the sender would shift the receiver across two.
 func TestConnHalvesStartOnLines(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
+	tunedFor64Bit(t)
 	var c Conn
 	for name, off := range map[string]uintptr{"sender": unsafe.Offsetof(c.snd), "receiver": unsafe.Offsetof(c.rcv)} {
 		if off%64 != 0 {
@@ -118,5 +108,14 @@ func TestKnowsFollowsTheAddresses(t *testing.T) {
 				t.Fatalf("plane %d: knows %v, address %v", q, c.knows(q), c.remote[q])
 			}
 		}
+	}
+}
+
+// tunedFor64Bit skips a layout test on a machine whose pointers and ints
+// are not 8 bytes: the layouts are tuned for 64-bit machines.
+func tunedFor64Bit(t *testing.T) {
+	t.Helper()
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
 	}
 }

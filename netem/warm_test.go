@@ -80,9 +80,7 @@ func warmUnchanged[T any, E interface {
 // the state, and the counters it bumps (a Link is 576 bytes, an
 // allocation class whose objects all start on a line).
 func TestLinkHotLines(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
+	tunedFor64Bit(t)
 	var l Link
 	if size := unsafe.Sizeof(l); size != 576 {
 		t.Fatalf("a Link is %d bytes, not the 576 of an allocation class whose objects start on lines", size)
@@ -114,9 +112,7 @@ func TestLinkHotLines(t *testing.T) {
 // mark, is the packet's first cache line; a packet is 192 bytes, so
 // allocated on a line (on 64-bit machines).
 func TestPacketHopLine(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
+	tunedFor64Bit(t)
 	var pkt packet
 	if got := unsafe.Sizeof(pkt); got != 192 {
 		t.Fatalf("a packet is %d bytes, want 192", got)
@@ -133,5 +129,14 @@ func TestPacketHopLine(t *testing.T) {
 		if end > 64 {
 			t.Errorf("the packet's %s ends at byte %d, past its first line", name, end)
 		}
+	}
+}
+
+// tunedFor64Bit skips a layout test on a machine whose pointers and ints
+// are not 8 bytes: the layouts are tuned for 64-bit machines.
+func tunedFor64Bit(t *testing.T) {
+	t.Helper()
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is tuned for 64-bit machines")
 	}
 }
