@@ -33,6 +33,7 @@ type Fabric struct {
 	planes []plane
 	procs  []*proc
 	group  *clock.Group // nil: one process
+	pfc    bool         // some link has PFC (no datagram's hop looks for it otherwise)
 
 	freePFC []*pfcEvent
 	// The pools' surplus, over processes (rebalance).
@@ -181,6 +182,7 @@ func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 		l.loss = lc.Impair.Loss.clone()
 	}
 	l.pfc = lc.Queue.PFC != nil
+	f.pfc = f.pfc || l.pfc
 	if r := lc.Queue.RED; r != nil {
 		l.redWeight = r.Weight
 		if l.redWeight == 0 {
@@ -587,13 +589,17 @@ type packet struct {
 // link is the link of route[hop].
 func (pkt *packet) link(hop uint8) *Link { return pkt.fab.links[pkt.route[hop]] }
 
-// ingressLink is the link the packet arrived on at its current node, or
-// nil at its first.
-func (pkt *packet) ingressLink() *Link {
-	if pkt.ingress == 0 {
+// pausable is the link the packet arrived on at its current node when the
+// node may pause it (PFC), else nil. In a fabric without PFC it reads no
+// link: a datagram's every hop asks.
+func (pkt *packet) pausable() *Link {
+	if !pkt.fab.pfc || pkt.ingress == 0 {
 		return nil
 	}
-	return pkt.fab.links[pkt.ingress-1]
+	if in := pkt.fab.links[pkt.ingress-1]; in.pfc {
+		return in
+	}
+	return nil
 }
 
 func (f *Fabric) newPacket(p *proc) *packet {
@@ -673,8 +679,9 @@ func (pkt *packet) ask() {
 }
 
 // Warm asks for what Fire reads beyond the packet's first line (clock.Warmer):
-// first its datagram, and its buffer when it reaches a host or else the
-// link it goes on next; then what the host's receiver reads first.
+// first, at its last hop, its buffer and its addresses, which the host
+// reads, or else the link it goes on next; then what the host's receiver
+// reads first.
 func (pkt *packet) Warm(step int) {
 	if pkt.fab == nil {
 		return

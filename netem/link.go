@@ -295,7 +295,7 @@ func (l *Link) admit(pkt *packet) {
 	l.queue.push(pkt)
 	l.queueBytes += size
 	l.stats.QueueHighWater = max(l.stats.QueueHighWater, l.queueBytes)
-	if in := pkt.ingressLink(); in != nil && in.pfc {
+	if in := pkt.pausable(); in != nil {
 		in.ingressBytes += size
 		if !in.pauseAsked && in.ingressBytes > in.cfg.Queue.PFC.XOff {
 			in.pauseAsked = true
@@ -352,7 +352,7 @@ func (l *Link) startTx(now clock.Time) {
 	l.queueBytes -= size
 	end := now.Add(l.serialization(size))
 	l.wireFree = end
-	if in := pkt.ingressLink(); l.queue.len() > 0 || in != nil && in.pfc {
+	if l.queue.len() > 0 || pkt.pausable() != nil {
 		l.tx = pkt
 		l.eventPending = true
 		l.p.sched.At(end, l)
@@ -387,8 +387,8 @@ func (l *Link) depart(pkt *packet, end clock.Time) {
 // leaveNode is the PFC bookkeeping of a datagram leaving the far node of
 // the link it came in on.
 func (l *Link) leaveNode(pkt *packet) {
-	in := pkt.ingressLink()
-	if in == nil || !in.pfc {
+	in := pkt.pausable()
+	if in == nil {
 		return
 	}
 	in.ingressBytes -= pkt.d.Size()
