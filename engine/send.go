@@ -1305,7 +1305,7 @@ func (p *sendPath) onTimer() {
 		// new source port, then probe again.
 		p.repath(now)
 		p.sendProbe()
-		p.timeouts = min(p.timeouts, 15) + 1
+		p.timeouts = min(p.timeouts, 15) + 1 // at most 16 (and a count of 255 does not wrap)
 	case p.inflight == 0:
 		return
 	case !p.probed && p.rtt.Samples > 0:

@@ -30,8 +30,8 @@ func simOutputFlags(scenario string) []cli.Flag {
 }
 
 // hugeHeap is the heap --huge-pages readies: more than the largest
-// scenario at its defaults holds (4,032 connections: 140 MiB live, twice
-// that before a collection). Only what is used becomes resident.
+// scenario at its defaults holds (4,032 connections: 86 MiB live, up to
+// twice that before a collection). Only what is used becomes resident.
 const hugeHeap = 512 << 20
 
 // maxSizeMiB is the largest --size-mib: 4 GiB, or on a 32-bit machine
