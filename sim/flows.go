@@ -68,7 +68,7 @@ const (
 // 56 connections, 1.00 with 992, 0.97 with 2,256 and 0.85 with 4,032;
 // with the heap on huge pages and a sender equipped only to send, 1.00
 // with 4,032 on both cores and 0.84 on one (docs/results.md, simulator
-// speed).
+// speed and memory).
 const WarmFrom = 2000
 
 // on reports whether a run of connections warms.
