@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,10 @@ import (
 // resultsDoc is the page of every table `mroce sim` makes, each below the
 // command that made it.
 const resultsDoc = "../../docs/results.md"
+
+// updateResults remakes the page's tables and plots from what their
+// commands print and draw now (make results), where a change moves them.
+var updateResults = flag.Bool("update", false, "rewrite the tables and plots of docs/results.md from what their commands make")
 
 // docSection is one "## " section of the results page: its code blocks,
 // as paragraphs (runs of lines indented four spaces, the indentation
@@ -115,6 +120,10 @@ func resultParagraphs(out string) [][]string {
 // time) must come from one of the section's commands: a table the page
 // keeps and no command prints fails too. What the prose says of other
 // runs (the commands inline in the text, the seeds) is not run here.
+//
+// With -update (make results) a table that differs is rewritten from
+// what its command prints, found by its title line, and a plot from what
+// it draws; the prose around them is for the author to read again.
 func TestLargeResultsDocTablesReproduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("every scenario of docs/results.md at full size: run without -short")
@@ -131,6 +140,7 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 	}
 	plots := t.TempDir()
 	ran := 0
+	var edits []docEdit // with -update: the tables to rewrite
 	for _, sec := range docSections(string(text)) {
 		if len(sec.commands) == 0 {
 			continue
@@ -162,6 +172,11 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 			}
 			for _, para := range out {
 				i := slices.IndexFunc(sec.paragraphs, func(p docParagraph) bool { return slices.Equal(p.lines, para) })
+				if i < 0 && *updateResults {
+					if i = retitled(sec.paragraphs, printed, para[0]); i >= 0 {
+						edits = append(edits, docEdit{sec.paragraphs[i], para})
+					}
+				}
 				if i < 0 {
 					t.Errorf("%s:%d: %s prints a table the section %q does not show as it is:\n%s",
 						resultsDoc, c.line, name, sec.title, strings.Join(para, "\n"))
@@ -172,6 +187,9 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 			if plot != "" {
 				made, err1 := os.ReadFile(plot)
 				kept, err2 := os.ReadFile(committed)
+				if err1 == nil && *updateResults && !bytes.Equal(made, kept) {
+					kept, err2 = made, os.WriteFile(committed, made, 0o644)
+				}
 				if err1 != nil || err2 != nil || !bytes.Equal(made, kept) {
 					t.Errorf("%s:%d: the plot %s draws is not %s (%v, %v)", resultsDoc, c.line, name, committed, err1, err2)
 				}
@@ -187,6 +205,45 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 	if ran == 0 {
 		t.Fatalf("%s: no mroce sim command", resultsDoc)
 	}
+	if len(edits) > 0 {
+		if err := os.WriteFile(resultsDoc, []byte(applyEdits(string(text), edits)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d tables rewritten", resultsDoc, len(edits))
+	}
+}
+
+// retitled is the first table of ps not yet printed whose title line is
+// title, or -1: the one a table with that title replaces.
+func retitled(ps []docParagraph, printed []bool, title string) int {
+	for i, p := range ps {
+		if !printed[i] && !p.isCommands() && !p.speedTable() && p.lines[0] == title {
+			return i
+		}
+	}
+	return -1
+}
+
+// docEdit is a table of the page and what its command prints now.
+type docEdit struct {
+	old docParagraph
+	new []string
+}
+
+// applyEdits rewrites the page's tables, indented as code, from the last
+// up (each edit's line numbers are the page's as read).
+func applyEdits(text string, edits []docEdit) string {
+	lines := strings.Split(text, "\n")
+	slices.SortFunc(edits, func(a, b docEdit) int { return b.old.line - a.old.line })
+	for _, e := range edits {
+		at := e.old.line - 1
+		indented := make([]string, len(e.new))
+		for i, l := range e.new {
+			indented[i] = "    " + l
+		}
+		lines = slices.Replace(lines, at, at+len(e.old.lines), indented...)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // The page's sections, code blocks and commands are found where they are,
@@ -240,6 +297,14 @@ func TestResultsDocParsing(t *testing.T) {
 		"  3",
 		"plot: /tmp/p.svg",
 	}, "\n")
+	edited := applyEdits(doc, []docEdit{
+		{one.paragraphs[1], []string{"table one", "row", "another row"}},
+		{one.paragraphs[2], []string{"table 2"}},
+	})
+	if want := strings.Replace(strings.Replace(doc, "    row\n", "    row\n    another row\n", 1), "    table two", "    table 2", 1); edited != want {
+		t.Errorf("edited page:\n%s\nwant:\n%s", edited, want)
+	}
+
 	got := resultParagraphs(out)
 	if len(got) != 2 || !slices.Equal(got[0], []string{"Title", "  a  b", "  1  2"}) || !slices.Equal(got[1], []string{"Second", "  3"}) {
 		t.Errorf("result paragraphs %q", got)
