@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// resultsDoc is the page of every table `mroce sim` makes, each below the
-// command that made it.
+// resultsDoc is the page of every table `mroce sim` makes, each in the
+// section of the command that made it.
 const resultsDoc = "../../docs/results.md"
 
 // updateResults remakes the page's tables and plots from what their
@@ -42,8 +42,19 @@ type docCommand struct {
 // wall time, which no run repeats.
 func (p docParagraph) speedTable() bool { return strings.HasPrefix(p.lines[0], "Simulator speed") }
 
+// commandLines counts a paragraph's lines that are commands, not output.
+func (p docParagraph) commandLines() int {
+	n := 0
+	for _, l := range p.lines {
+		if strings.HasPrefix(l, "mroce ") {
+			n++
+		}
+	}
+	return n
+}
+
 // isCommands reports whether a paragraph is commands, not output.
-func (p docParagraph) isCommands() bool { return strings.HasPrefix(p.lines[0], "mroce ") }
+func (p docParagraph) isCommands() bool { return p.commandLines() > 0 }
 
 // docSections reads the results page into its sections.
 func docSections(text string) []docSection {
@@ -129,9 +140,9 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 		t.Skip("every scenario of docs/results.md at full size: run without -short")
 	}
 	if !tablesRoundAsMade {
-		// The page was made on amd64 without fused multiply-adds. Where
-		// the compiler fuses them (arm64, amd64.v3), a multiply and an
-		// add round once, not twice, and a table's last digits may move.
+		// The page was made by an amd64 build that fuses no multiply and
+		// add of its own. Where the compiler fuses them (arm64, amd64.v3),
+		// they round once, not twice, and a table's last digits may move.
 		t.Skip("this build may fuse multiply-adds: the page's last digits may differ")
 	}
 	text, err := os.ReadFile(resultsDoc)
@@ -146,10 +157,23 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 			continue
 		}
 		printed := make([]bool, len(sec.paragraphs))
+		for _, p := range sec.paragraphs {
+			if n := p.commandLines(); n > 0 && n < len(p.lines) {
+				// -update would rewrite the command with the table.
+				t.Errorf("%s:%d: commands and output in one paragraph: a blank line between them", resultsDoc, p.line)
+			}
+		}
 		for _, c := range sec.commands {
 			ran++
 			name := "mroce " + strings.Join(c.args, " ")
+			if len(c.args) < 2 {
+				t.Errorf("%s:%d: %s: no scenario", resultsDoc, c.line, name)
+				continue
+			}
 			args := append([]string{}, c.args...)
+			if !slices.Contains(args, "--plot") {
+				args = append(args, "--plot", "") // not the scenario's default file, here
+			}
 			var plot, committed string // where this run's plot goes, and the page's
 			for i := range args {
 				if i > 0 && args[i-1] == "--plot" && args[i] != "" {
@@ -171,7 +195,7 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 				t.Errorf("%s:%d: %s printed no table:\n%s", resultsDoc, c.line, name, r.stdout)
 			}
 			for _, para := range out {
-				i := slices.IndexFunc(sec.paragraphs, func(p docParagraph) bool { return slices.Equal(p.lines, para) })
+				i := matching(sec.paragraphs, printed, para)
 				if i < 0 && *updateResults {
 					if i = retitled(sec.paragraphs, printed, para[0]); i >= 0 {
 						edits = append(edits, docEdit{sec.paragraphs[i], para})
@@ -189,6 +213,7 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 				kept, err2 := os.ReadFile(committed)
 				if err1 == nil && *updateResults && !bytes.Equal(made, kept) {
 					kept, err2 = made, os.WriteFile(committed, made, 0o644)
+					t.Logf("%s: drawn again", committed)
 				}
 				if err1 != nil || err2 != nil || !bytes.Equal(made, kept) {
 					t.Errorf("%s:%d: the plot %s draws is not %s (%v, %v)", resultsDoc, c.line, name, committed, err1, err2)
@@ -211,6 +236,23 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 		}
 		t.Logf("%s: %d tables rewritten", resultsDoc, len(edits))
 	}
+}
+
+// matching is the table of ps that is para, line for line: the first not
+// yet printed, else the first (a page may show one table twice), or -1.
+func matching(ps []docParagraph, printed []bool, para []string) int {
+	first := -1
+	for i, p := range ps {
+		if slices.Equal(p.lines, para) {
+			if !printed[i] {
+				return i
+			}
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	return first
 }
 
 // retitled is the first table of ps not yet printed whose title line is
@@ -297,6 +339,14 @@ func TestResultsDocParsing(t *testing.T) {
 		"  3",
 		"plot: /tmp/p.svg",
 	}, "\n")
+	twice := []docParagraph{{1, []string{"t", "1"}}, {4, []string{"t", "1"}}}
+	if i := matching(twice, []bool{true, false}, []string{"t", "1"}); i != 1 {
+		t.Errorf("a table shown twice: the second copy matched as %d", i)
+	}
+	if i := matching(twice, []bool{false, false}, []string{"t", "2"}); i != -1 {
+		t.Errorf("no such table, matched as %d", i)
+	}
+
 	edited := applyEdits(doc, []docEdit{
 		{one.paragraphs[1], []string{"table one", "row", "another row"}},
 		{one.paragraphs[2], []string{"table 2"}},

@@ -2,7 +2,10 @@
 
 package main
 
-// tablesRoundAsMade: this build rounds as the one that made
-// docs/results.md (amd64 without fused multiply-adds), so the page's
-// tables are its own to the last digit (TestLargeResultsDocTablesReproduce).
+// tablesRoundAsMade: the compiler fuses no multiply and add in this build,
+// as in the one that made docs/results.md, so the page's tables are its
+// own to the last digit (TestLargeResultsDocTablesReproduce). (math.Exp
+// picks a path with FMA at run time where the processor has it, as the
+// page's did; its results decide little here: each is compared with a
+// random draw.)
 const tablesRoundAsMade = true
