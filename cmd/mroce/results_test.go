@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 // resultsDoc is the page of every table `mroce sim` makes, each in the
@@ -38,9 +40,23 @@ type docCommand struct {
 	args []string // after "mroce", a trailing comment dropped
 }
 
-// speedTable reports whether a paragraph is a simulator speed table:
+// speedTitle reports whether a line is a simulator speed table's title:
 // wall time, which no run repeats.
-func (p docParagraph) speedTable() bool { return strings.HasPrefix(p.lines[0], "Simulator speed") }
+func speedTitle(line string) bool { return strings.HasPrefix(line, "Simulator speed") }
+
+// speedTable reports whether a paragraph is a simulator speed table.
+func (p docParagraph) speedTable() bool { return speedTitle(p.lines[0]) }
+
+// takesJobs reports whether a scenario of mroce sim has several runs,
+// which --jobs runs side by side.
+func takesJobs(scenario string) bool {
+	for _, sc := range simCommand().Subcommands {
+		if sc.Name == scenario {
+			return slices.Contains(sc.Flags, cli.Flag(jobsFlag))
+		}
+	}
+	return false
+}
 
 // commandLines counts a paragraph's lines that are commands, not output.
 func (p docParagraph) commandLines() int {
@@ -109,7 +125,7 @@ func resultParagraphs(out string) [][]string {
 		switch {
 		case strings.HasPrefix(line, "plot: "), strings.HasPrefix(line, "(") && strings.HasSuffix(line, " of wall time)"):
 		case strings.TrimSpace(line) == "":
-			if len(cur) > 0 && !strings.HasPrefix(cur[0], "Simulator speed") {
+			if len(cur) > 0 && !speedTitle(cur[0]) {
 				paras = append(paras, cur)
 			}
 			cur = nil
@@ -182,8 +198,8 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 					args[i] = plot
 				}
 			}
-			if scenario := args[1]; scenario != "planefail" && scenario != "flows" {
-				args = append(args, "--jobs", "0") // planefail and flows are one run each
+			if takesJobs(args[1]) {
+				args = append(args, "--jobs", "0")
 			}
 			r := runCLI(t, "", args...)
 			if r.code != 0 {
@@ -325,20 +341,6 @@ func TestResultsDocParsing(t *testing.T) {
 		t.Errorf("speed table %+v", secs[2].paragraphs)
 	}
 
-	out := strings.Join([]string{
-		"Title",
-		"  a  b",
-		"  1  2",
-		"(12ms of wall time)",
-		"",
-		"Simulator speed (wall time on this machine)",
-		"  wall s",
-		"  1.234",
-		"",
-		"Second",
-		"  3",
-		"plot: /tmp/p.svg",
-	}, "\n")
 	twice := []docParagraph{{1, []string{"t", "1"}}, {4, []string{"t", "1"}}}
 	if i := matching(twice, []bool{true, false}, []string{"t", "1"}); i != 1 {
 		t.Errorf("a table shown twice: the second copy matched as %d", i)
@@ -355,6 +357,24 @@ func TestResultsDocParsing(t *testing.T) {
 		t.Errorf("edited page:\n%s\nwant:\n%s", edited, want)
 	}
 
+	if !takesJobs("loss") || takesJobs("planefail") || takesJobs("flows") || takesJobs("no such") {
+		t.Errorf("--jobs: loss %v, planefail %v, flows %v", takesJobs("loss"), takesJobs("planefail"), takesJobs("flows"))
+	}
+
+	out := strings.Join([]string{
+		"Title",
+		"  a  b",
+		"  1  2",
+		"(12ms of wall time)",
+		"",
+		"Simulator speed (wall time on this machine)",
+		"  wall s",
+		"  1.234",
+		"",
+		"Second",
+		"  3",
+		"plot: /tmp/p.svg",
+	}, "\n")
 	got := resultParagraphs(out)
 	if len(got) != 2 || !slices.Equal(got[0], []string{"Title", "  a  b", "  1  2"}) || !slices.Equal(got[1], []string{"Second", "  3"}) {
 		t.Errorf("result paragraphs %q", got)

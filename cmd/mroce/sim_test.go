@@ -63,7 +63,7 @@ func TestSimScenarios(t *testing.T) {
 		// The same seed, the same results (the first table: a second one, if
 		// any, is the simulator's wall-clock speed), however many runs go at
 		// once and however many cores a run takes.
-		if c.args[1] != "planefail" { // one run: no --jobs
+		if takesJobs(c.args[1]) {
 			args = append(args, "--jobs", "3")
 		}
 		if fabric {
