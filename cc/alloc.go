@@ -125,18 +125,15 @@ func (a *Allocator) remove(f *flow) {
 }
 
 // A Member is connection id's entry in the allocation, for the connection
-// to keep: its methods are the allocator's for id, without looking id up
-// (with thousands of connections, each lookup is a cache miss). A
-// connection with a Member goes through it only, not through the id-based
-// methods.
+// to keep. Its methods are the allocator's for id without a map lookup
+// per packet. A connection with a Member goes through it only, not
+// through the id-based methods.
 type Member struct {
 	a *Allocator
 	f *flow // the entry when it last had one (see flow.in): own
-	// own is where the member's entry lives, beside the handle: a
-	// packet's look at it is no other cache line to fetch. An entry that
-	// expired or left is out of the allocator's map before it is reused.
-	// Its id is the member's connection's from the start, so that the
-	// handle is 64 bytes, one cache line (TestMemberAndWindowAreOneLine).
+	// own is where the member's entry lives, beside the handle. An entry
+	// that expired or left is out of the allocator's map before it is
+	// reused. Its id is the member's connection's from the start.
 	own flow
 }
 

@@ -32,9 +32,8 @@ type WindowParams struct {
 // packets and is held to [1, 255] (255: the path's ring of 256 PSNs).
 var DefaultWindow = WindowParams{Initial: 16, Min: 1, Max: 255, G: 1.0 / 16}
 
-// Window is one path's congestion window: 64 bytes, a cache line, so
-// that a sender's array of them puts each on a line of its own
-// (TestMemberAndWindowAreOneLine), what every ACK reads first.
+// Window is one path's congestion window, updated by every ACK record
+// of the path.
 type Window struct {
 	w     float64 // packets
 	alpha float64 // moving average of the fraction of packets marked CE

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -437,21 +436,6 @@ func TestAllocatorListIsTheMap(t *testing.T) {
 		}
 		if len(demands) > 0 && a.level != waterLevel(demands, a.p.Capacity) {
 			t.Fatalf("op %d: level %v, the map's demands give %v", op, a.level, waterLevel(demands, a.p.Capacity))
-		}
-	}
-}
-
-// A Member and a Window are one cache line each (64 bytes, so allocated,
-// or in a sender's array of windows, on a line of their own, on a 64-bit
-// machine): a packet's look at its connection's share, or an ACK's at its
-// path's window, reads one line, not two across a boundary.
-func TestMemberAndWindowAreOneLine(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("the layout is tuned for 64-bit machines")
-	}
-	for name, size := range map[string]uintptr{"Member": unsafe.Sizeof(Member{}), "Window": unsafe.Sizeof(Window{})} {
-		if size != 64 {
-			t.Errorf("a %s is %d bytes, want 64", name, size)
 		}
 	}
 }

@@ -76,8 +76,7 @@ type PathRate struct {
 //
 // The RTT to give is each path's minimum: a smoothed RTT lags behind a
 // queue that drains, and pacing by it would slow the sender just when the
-// path clears. The paths' two inputs side by side are one cache line to
-// read for eight paths, not two.
+// path clears.
 func WindowRate(paths []PathRate) float64 {
 	var fastest time.Duration
 	for _, p := range paths {

@@ -182,29 +182,6 @@ func (c *calendar) take(b int) eventEntry {
 	return e
 }
 
-// ahead fills next with the nodes of the near events that come next after
-// one was taken from bucket b, as far as they are cheap to find: the rest
-// of b's list, then those of the next non-empty buckets in b's word of the
-// bitmap. It returns how many it found. A far event may come first, and a
-// push may come between: they are hints.
-func (c *calendar) ahead(b int, next []int32) int {
-	n := c.buckets[b].head
-	word := c.nonEmpty[b/64] &^ (1<<(b%64+1) - 1)
-	for k := range next {
-		if n < 0 {
-			if word == 0 {
-				return k
-			}
-			i := bits.TrailingZeros64(word)
-			word &^= 1 << i
-			n = c.buckets[b&^63+i].head
-		}
-		next[k] = n
-		n = c.nodes[n].next
-	}
-	return len(next)
-}
-
 // The far heap is 4-ary: half the depth of a binary heap.
 
 func heapUp(h []eventEntry, i int) {

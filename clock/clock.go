@@ -30,10 +30,6 @@ type Clock interface {
 	Now() Time
 	// NewTimer makes a stopped timer that calls fire when it expires.
 	NewTimer(fire func()) Timer
-	// NewEventTimer makes a stopped timer that fires ev when it expires:
-	// no closure to allocate and follow, and on a Sim that warms
-	// (Sim.SetWarming) a Warmer is warmed before it fires, as events are.
-	NewEventTimer(ev Event) Timer
 }
 
 // Timer is a re-armable one-shot timer. Making one may allocate; arming,

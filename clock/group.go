@@ -100,13 +100,6 @@ func NewGroup(n int, lookahead time.Duration, workers int) *Group {
 	return g
 }
 
-// SetWarming is Sim.SetWarming on every process.
-func (g *Group) SetWarming(on bool) {
-	for _, lp := range g.lps {
-		lp.SetWarming(on)
-	}
-}
-
 // Len is the number of processes.
 func (g *Group) Len() int { return len(g.lps) }
 

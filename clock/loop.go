@@ -37,9 +37,6 @@ func (l *Loop) At(t Time, ev Event) { l.sim.At(t, ev) }
 // NewTimer makes a timer on the loop. Loop goroutine only.
 func (l *Loop) NewTimer(fire func()) Timer { return l.sim.NewTimer(fire) }
 
-// NewEventTimer makes a timer on the loop that fires ev. Loop goroutine only.
-func (l *Loop) NewEventTimer(ev Event) Timer { return l.sim.NewEventTimer(ev) }
-
 // Post runs f on the loop goroutine as soon as it can. Safe from any goroutine.
 func (l *Loop) Post(f func()) {
 	l.mu.Lock()

@@ -1,11 +1,6 @@
 package clock
 
-import (
-	"time"
-	"unsafe"
-
-	"github.com/mroce/mroce/internal/prefetch"
-)
+import "time"
 
 // Event is something scheduled on a Sim that fires once, such as a packet
 // finishing its serialization on a link. Scheduling an Event never allocates
@@ -35,8 +30,6 @@ type Sim struct {
 	timerEntries int      // timer entries in events, live or not
 	armed        int      // timers armed
 	fired        uint64
-	warming      bool   // SetWarming
-	warmed       uint64 // events taken while warming: Warmed
 }
 
 type eventEntry struct {
@@ -119,10 +112,6 @@ func (s *Sim) StepUntil(end Time) bool {
 		return false
 	}
 	e := s.events.take(where)
-	if s.warming && where >= 0 {
-		s.warmed++
-		s.fetchAhead(where)
-	}
 	s.now = e.at
 	s.fired++
 	if m, ok := e.ev.(*timerMark); ok {
@@ -135,65 +124,6 @@ func (s *Sim) StepUntil(end Time) bool {
 	}
 	e.ev.Fire()
 	return true
-}
-
-// SetWarming turns on or off the warming of events before they fire
-// (Warmer, fetchAhead): off, as a Sim starts, the loop looks at nothing
-// ahead. Warming pays when the events' state does not fit the caches
-// (thousands of connections) and costs when it does (tens): a
-// simulation that knows which turns it on. It changes no result.
-func (s *Sim) SetWarming(on bool) { s.warming = on }
-
-// Warmed counts the events taken while warming, the next ones looked at.
-func (s *Sim) Warmed() uint64 { return s.warmed }
-
-// A Warmer is an event that can ask for the memory its Fire will read,
-// without waiting for it, in two steps as a chain of pointers is followed:
-// Warm(1) runs two events before Fire, its own first line asked for a step
-// before that, and asks for the lines its fields point to; Warm(2) runs one
-// event before Fire and asks for the lines those point to. (An event that
-// is not a Warmer still has its own first line asked for.)
-type Warmer interface {
-	Warm(step int)
-}
-
-// lookAhead is how many events fetchAhead looks ahead: the third's own
-// line, the second's first step, the next one's second.
-const lookAhead = 3
-
-// fetchAhead asks for the memory the next events will read, the event
-// just taken from bucket b firing meanwhile (Warmer). With thousands of
-// connections most of an event's time is waiting for its state to come
-// from memory, one line after another; this overlaps those waits with the
-// work before them.
-func (s *Sim) fetchAhead(b int) {
-	var next [lookAhead]int32
-	n := s.events.ahead(b, next[:])
-	nodes := s.events.nodes
-	if n > 2 {
-		prefetch.Line(dataOf(nodes[next[2]].e.ev))
-	}
-	if n > 1 {
-		warm(nodes[next[1]].e.ev, 1)
-	}
-	if n > 0 {
-		warm(nodes[next[0]].e.ev, 2)
-	}
-}
-
-func warm(ev Event, step int) {
-	switch ev := ev.(type) {
-	case *timerMark:
-		ev.warm(step)
-	case Warmer:
-		ev.Warm(step)
-	}
-}
-
-// dataOf is where an interface value's dynamic value is: for the
-// pointers that events are, the object itself.
-func dataOf(ev Event) unsafe.Pointer {
-	return (*[2]unsafe.Pointer)(unsafe.Pointer(&ev))[1]
 }
 
 // RunUntil fires everything scheduled up to and including time end, then
@@ -246,17 +176,6 @@ type timerMark SimTimer
 
 func (*timerMark) Fire() { panic("clock: a timer entry fired as an event") }
 
-// warm asks for what the timer's event reads: its object at step 1 (the
-// event's own line, or a function's closure), and at step 2 what the event
-// asks for at its own first step (Warmer).
-func (m *timerMark) warm(step int) {
-	if step == 1 {
-		prefetch.Line(dataOf(m.ev))
-	} else if w, ok := m.ev.(Warmer); ok {
-		w.Warm(1)
-	}
-}
-
 // Func is a function as an Event: what a timer made with NewTimer fires,
 // and anything scheduled once with no object of its own to fire.
 type Func func()
@@ -264,15 +183,7 @@ type Func func()
 func (f Func) Fire() { f() }
 
 // NewTimer makes a stopped timer that calls fire on expiry.
-func (s *Sim) NewTimer(fire func()) Timer { return s.NewEventTimer(Func(fire)) }
-
-// NewEventTimer makes a stopped timer that fires ev on expiry. Unlike a
-// function, an event can be a pointer the caller has anyway (a method set
-// on a named type of it) and a Warmer, which the loop warms before it
-// fires like any event.
-func (s *Sim) NewEventTimer(ev Event) Timer {
-	return &SimTimer{sim: s, ev: ev}
-}
+func (s *Sim) NewTimer(fire func()) Timer { return &SimTimer{sim: s, ev: Func(fire)} }
 
 // Reset arms the timer for time at.
 func (t *SimTimer) Reset(at Time) {

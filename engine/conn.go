@@ -4,10 +4,8 @@ import (
 	"errors"
 	"net/netip"
 	"time"
-	"unsafe"
 
 	"github.com/mroce/mroce/clock"
-	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/proto"
@@ -38,9 +36,6 @@ type Conn struct {
 	progress        clock.Timer // fires after Config.NoProgress without progress while work is outstanding
 
 	snd sender
-	// The receiver starts on a line of its own, as the sender does, so
-	// that its first line holds what its packets read first (receiver).
-	_   [rcvPad]byte
 	rcv receiver
 
 	events    Events
@@ -59,11 +54,6 @@ type Conn struct {
 	hsInterval time.Duration
 	hsDeadline clock.Time
 }
-
-// rcvPad puts a connection's receiver on a cache line of its own (on a
-// 64-bit machine: TestConnHalvesStartOnLines). In the same size class as
-// without it (1,280 bytes), it costs no memory.
-const rcvPad = 56
 
 // ID is the connection's local id (the DstConnID its peer sends to).
 func (c *Conn) ID() uint32 { return c.localID }
@@ -420,30 +410,6 @@ func (c *Conn) onAckTimer() {
 		c.rcv.ackNow()
 	}
 	c.ep.flush()
-}
-
-// acking is a connection as the event of its ACK timer: a timer with no
-// closure, and one the simulator warms before it fires (clock.Warmer).
-type acking Conn
-
-func (a *acking) Fire() { (*Conn)(a).onAckTimer() }
-
-// Warm asks, the connection's first line at hand, for what an ACK reads
-// next: the receiver's first lines, the list of the paths it has to report
-// on and the first path's record, and its rate share.
-func (a *acking) Warm(step int) {
-	if step != 1 {
-		return
-	}
-	r := &a.rcv
-	prefetch.Lines(unsafe.Pointer(r), 2)
-	if len(r.dirty) > 0 {
-		prefetch.Line(unsafe.Pointer(&r.dirty[0]))
-	}
-	if len(r.paths) > 0 {
-		prefetch.Line(unsafe.Pointer(&r.paths[0]))
-	}
-	prefetch.Line(unsafe.Pointer(r.share))
 }
 
 // Post queues a WRITE, WRITE_IMM or SEND.

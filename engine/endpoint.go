@@ -8,11 +8,9 @@ import (
 	"net/netip"
 	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
-	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/pathmgr"
@@ -161,30 +159,6 @@ func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 	e.flush()
 }
 
-// WarmReceive asks for the lines a Receive of d reads first
-// (link.ReceiveWarmer): its connection's first, and its sender's for what
-// answers the sender (an ACK, NACK, CNP or probe reply) or its receiver's
-// for the rest. It reads the header's type and
-// connection id and the table of connections, nothing else; a datagram too
-// short to name a connection is left to Receive to count.
-func (e *Endpoint) WarmReceive(d *link.Datagram) {
-	if len(d.Data) < proto.CommonHeaderLen {
-		return
-	}
-	h := proto.CommonHeader(d.Data)
-	c := e.conns[h.DstConnID()]
-	if c == nil {
-		return
-	}
-	prefetch.Line(unsafe.Pointer(c))
-	switch h.Type() {
-	case proto.TypeAck, proto.TypeNack, proto.TypeCNP, proto.TypeProbeReply:
-		prefetch.Line(unsafe.Pointer(&c.snd))
-	default:
-		prefetch.Line(unsafe.Pointer(&c.rcv))
-	}
-}
-
 // decode parses and checks a datagram's packet as this endpoint's packets
 // are sealed (seal).
 func (e *Endpoint) decode(pkt *proto.Packet, d *link.Datagram) error {
@@ -326,7 +300,7 @@ func (e *Endpoint) newConn(pd *memreg.Domain, ev Events, initiator bool) *Conn {
 	}
 	e.conns[c.localID] = c
 	c.progress = e.clock.NewTimer(c.onNoProgress)
-	c.ackTimer = e.clock.NewEventTimer((*acking)(c))
+	c.ackTimer = e.clock.NewTimer(c.onAckTimer)
 	c.hsTimer = e.clock.NewTimer(c.onHandshakeTimer)
 	return c
 }

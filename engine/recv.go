@@ -52,8 +52,6 @@ func (p *recvPath) record(e uint8, psn uint32) bool {
 
 // rxMessage is a message being received: the fields of its first accepted
 // packet, which every later packet must match, and the bytes placed.
-// Padded to a cache line, it is allocated on one (of 40 bytes, in slots
-// of 48, half lay across two); TestReceiveStateIsWholeLines.
 type rxMessage struct {
 	typ       proto.Type
 	msgLen    uint32
@@ -62,11 +60,9 @@ type rxMessage struct {
 	rsn, imm  uint32
 	placed    uint32
 	solicited bool
-	_         [rxMessagePad]byte
 }
 
-// recvStream is one stream's receive side: a cache line (64 bytes), so
-// that in a receiver's array of them each is on a line of its own.
+// recvStream is one stream's receive side.
 type recvStream struct {
 	next  uint32 // the next MSN to complete
 	base  uint32
@@ -74,8 +70,6 @@ type recvStream struct {
 	recvs []recvEntry // posted receives, from head: RSN base, base+1, ...
 	head  int
 }
-
-const rxMessagePad = 24
 
 // msgRing holds a stream's messages in progress by MSN, from the stream's
 // next: MSN msn in slot msn & (len - 1). It starts empty and doubles when a
@@ -136,8 +130,6 @@ func (e *recvEntry) scatter(off uint32, src []byte) error {
 
 // ReceiverStats counts a connection's receiving.
 type ReceiverStats struct {
-	// The counts of every packet first, side by side: with thousands of
-	// connections each is a cache line to fetch.
 	Packets      uint64 // data packets placed
 	Bytes        uint64
 	CE           uint64

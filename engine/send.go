@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"math"
 	"time"
-	"unsafe"
 
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
-	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
@@ -43,14 +41,7 @@ type message struct {
 	srcKey   uint64
 	srcOff   uint64
 	internal bool // no completion for the application
-	_        [messagePad]byte
 }
-
-// messageSize is a message's size on a 64-bit machine: four lines.
-const (
-	messageSize = 4 * 64
-	messagePad  = 48
-)
 
 // finished reports whether every part of the message is done: every DSN
 // acknowledged and, for a READ, every response byte arrived.
@@ -125,16 +116,7 @@ type sendPath struct {
 	// among the first seven.
 	ctr        pathmgr.Counters
 	repathedAt clock.Time
-	_          [sendPathPad]byte
 }
-
-// A sender's paths are one array: each path a whole number of cache lines
-// (five, on a 64-bit machine), so that every one's first line holds what
-// checking it reads.
-const (
-	sendPathSize = 5 * 64
-	sendPathPad  = 48
-)
 
 // sendStream is one stream's outgoing messages, in MSN order.
 type sendStream struct {
@@ -219,7 +201,7 @@ func (s *sender) init(c *Conn) {
 	s.respStream = c.streams
 	s.reads = map[uint32]*message{}
 	s.retry = c.ep.clock.NewTimer(s.onRetry)
-	s.paceT = c.ep.clock.NewEventTimer((*pacing)(s))
+	s.paceT = c.ep.clock.NewTimer(s.onPace)
 	if a := c.ep.outAlloc; a != nil {
 		s.nicShare = a.Member(c.localID)
 	}
@@ -546,34 +528,6 @@ const packetOverhead = 60 + 4 + 28
 func (s *sender) onPace() {
 	s.pump()
 	s.c.ep.flush()
-}
-
-// pacing is a sender as the event of its pacing timer: a timer with no
-// closure, and one the simulator warms before it fires (clock.Warmer).
-type pacing sender
-
-func (p *pacing) Fire() { (*sender)(p).onPace() }
-
-// Warm asks, the sender's first line at hand, for the lines sending its
-// next packet reads next: its connection's, its own next two, the DSN
-// record the packet takes, and where the next stream and path are looked
-// up.
-func (p *pacing) Warm(step int) {
-	if step != 1 {
-		return
-	}
-	s := (*sender)(p)
-	prefetch.Line(unsafe.Pointer(s.c))
-	prefetch.Lines(unsafe.Add(unsafe.Pointer(s), 64), 2) // its first line is at hand
-	if len(s.ring) > 0 {
-		prefetch.Line(unsafe.Pointer(&s.ring[s.nextDSN&s.mask]))
-	}
-	if n := len(s.streams); n > 0 {
-		prefetch.Line(unsafe.Pointer(&s.streams[s.rrStream%n]))
-	}
-	if n := len(s.paths); n > 0 {
-		prefetch.Line(unsafe.Pointer(&s.paths[s.rrPath%n]))
-	}
 }
 
 // paced accounts a transmission of bytes to the pacer at the sender's rate.

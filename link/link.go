@@ -88,16 +88,6 @@ type Receiver interface {
 	Receive(d *Datagram, at clock.Time)
 }
 
-// A ReceiveWarmer is a Receiver that can ask for the memory its Receive of
-// d will read first (its connection's state) without waiting for it, so
-// that an emulator running its receives one after another can overlap
-// them. d's header is at hand when WarmReceive is called; d is the
-// datagram Receive will be given next or soon, and WarmReceive must not
-// change it or anything Receive reads.
-type ReceiveWarmer interface {
-	WarmReceive(d *Datagram)
-}
-
 // TooBigHandler is a Receiver that wants to know when a datagram it sent
 // did not fit its path: the kernel refused it as larger than the path MTU
 // (DF is set, so nothing is fragmented). A port that can tell (the UDP

@@ -8,10 +8,8 @@ import (
 	"slices"
 	"sort"
 	"time"
-	"unsafe"
 
 	"github.com/mroce/mroce/clock"
-	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/link"
 )
 
@@ -485,11 +483,10 @@ func (f *Fabric) record(l *Link, pkt *packet, v Verdict, cause DropCause, at clo
 // Host is one host's NIC ports: the link.Port through which it sends, and
 // the place its Receiver is attached.
 type Host struct {
-	fab    *Fabric
-	id     int
-	p      *proc
-	recv   link.Receiver
-	warmer link.ReceiveWarmer // recv, if it is one
+	fab  *Fabric
+	id   int
+	p    *proc
+	recv link.Receiver
 }
 
 // ID is the host's index.
@@ -502,7 +499,6 @@ func (h *Host) Addr(p int) netip.Addr { return Addr(p, h.id) }
 // one, they are delivered and discarded.
 func (h *Host) Attach(r link.Receiver) {
 	h.recv = r
-	h.warmer, _ = r.(link.ReceiveWarmer)
 }
 
 // Buffer returns an empty buffer with capacity Config.MaxDatagram.
@@ -670,42 +666,6 @@ func (pkt *packet) Fire() {
 	}
 	pkt.ingress = uint32(from.id) + 1
 	pkt.link(pkt.hop).enqueue(pkt)
-}
-
-// ask asks for the packet's line that a link reads: its routing and its
-// datagram's size and mark.
-func (pkt *packet) ask() {
-	prefetch.Line(unsafe.Pointer(pkt))
-}
-
-// Warm asks for what Fire reads beyond the packet's first line (clock.Warmer):
-// first, at its last hop, its buffer and its addresses, which the host
-// reads, or else the link it goes on next; then what the host's receiver
-// reads first.
-func (pkt *packet) Warm(step int) {
-	if pkt.fab == nil {
-		return
-	}
-	last := pkt.hop+1 == pkt.hops
-	links := pkt.fab.links
-	switch {
-	case step == 1:
-		switch {
-		case last && len(pkt.d.Data) > 0:
-			prefetch.Line(unsafe.Pointer(&pkt.d.Data[0]))
-			prefetch.Line(unsafe.Pointer(&pkt.d.Src)) // the addresses, which the host reads
-		case !last && uint(pkt.hop+1) < uint(len(pkt.route)) && uint(pkt.route[pkt.hop+1]) < uint(len(links)):
-			prefetch.Line(unsafe.Pointer(links[pkt.route[pkt.hop+1]]))
-		}
-	case last && uint(pkt.hop) < uint(len(pkt.route)) && uint(pkt.route[pkt.hop]) < uint(len(links)):
-		// A route's last link is a downlink; one not filled in ends
-		// nowhere (its ids are 0, an uplink's).
-		if l := links[pkt.route[pkt.hop]]; l.kind == Downlink && l.to < len(pkt.fab.hosts) {
-			if h := pkt.fab.hosts[l.to]; h.warmer != nil {
-				h.warmer.WarmReceive(&pkt.d)
-			}
-		}
-	}
 }
 
 // faultEvent plays one scheduled fault on one process.

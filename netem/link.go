@@ -4,10 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
-	"unsafe"
 
 	"github.com/mroce/mroce/clock"
-	"github.com/mroce/mroce/internal/prefetch"
 	"github.com/mroce/mroce/link"
 )
 
@@ -408,27 +406,6 @@ func (l *Link) Fire() {
 		l.depart(pkt, l.p.sched.Now())
 	}
 	l.kick()
-}
-
-// Warm asks for what Fire reads beyond the link's own lines (clock.Warmer):
-// first the datagram that finishes its serialization and the queue's head
-// slot, then the datagram in that slot, which starts next.
-func (l *Link) Warm(step int) {
-	r := &l.queue
-	if step == 1 {
-		if pkt := l.tx; pkt != nil {
-			pkt.ask()
-		}
-		if r.size > 0 {
-			prefetch.Line(unsafe.Pointer(&r.buf[r.head]))
-		}
-		return
-	}
-	if r.size > 0 {
-		if pkt := r.buf[r.head]; pkt != nil {
-			pkt.ask()
-		}
-	}
 }
 
 // arrival is when a datagram that left now reaches the far node: delay,

@@ -42,38 +42,6 @@ type FabricOptions struct {
 	// for one that ends at another host and the fabric has one switch per
 	// plane, a delay and no PFC. Its results are the same for any Workers.
 	Workers int
-	// Warm says whether the simulator warms events before they fire
-	// (clock.Sim.SetWarming); by default, from WarmFrom connections. It
-	// changes no result, only the speed.
-	Warm Warming
-}
-
-// Warming is whether a run warms its events before they fire: the loop
-// asks the memory for what the next events will read while one fires
-// (docs/architecture.md). It pays with thousands of connections, whose
-// state has left the caches between two of a connection's packets, and
-// costs with tens, whose state is in them: the look ahead is a quarter
-// more instructions.
-type Warming int
-
-const (
-	WarmAuto Warming = iota // from WarmFrom connections
-	WarmOn
-	WarmOff
-)
-
-// WarmFrom is the connections from which WarmAuto warms. On this
-// project's two-core test machine (tools/warmpair.sh: all-to-all on 8
-// planes, --warm on against off), warming took 1.21 of the wall time with
-// 56 connections, 1.00 with 992, 0.97 with 2,256 and 0.85 with 4,032;
-// with the heap on huge pages and a sender equipped only to send, 1.00
-// with 4,032 on both cores and 0.84 on one (docs/results.md, simulator
-// speed and memory).
-const WarmFrom = 2000
-
-// on reports whether a run of connections warms.
-func (w Warming) on(connections int) bool {
-	return w == WarmOn || w == WarmAuto && connections >= WarmFrom
 }
 
 // grouped reports whether a run of flows on o may go over processes, as
@@ -148,10 +116,6 @@ type FlowsResult struct {
 	// OverProcesses: the run went over processes, a host each
 	// (newGroupedWorld), not on one clock.
 	OverProcesses bool
-	// Warmed counts the events taken while the run warmed the next ones
-	// (FabricOptions.Warm; 0: it did not warm), which changes its speed
-	// and nothing else.
-	Warmed uint64
 	// Events counts the events and timers the run fired, Datagrams the
 	// datagrams the fabric delivered (set-up included): what the
 	// simulator's speed is made of.
@@ -227,7 +191,6 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		}
 		pairFlows[k] = append(pairFlows[k], i)
 	}
-	w.setWarming(o.Warm.on(len(pairFlows)))
 	// waiting counts what each flow waits for: its start time (1, until
 	// its timer fires) and the flows of its After list.
 	waiting := make([]int, len(flows))
@@ -447,7 +410,7 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		res.Timeouts += st.Timeouts
 	}
 	res.WallTime = time.Since(wallStart)
-	res.Events, res.Datagrams, res.Warmed = w.fired(), w.fab.Delivered(), w.warmed()
+	res.Events, res.Datagrams = w.fired(), w.fab.Delivered()
 	// The live heap with the world still in it (connections, regions,
 	// fabric): collected first, so that garbage does not count.
 	runtime.GC()

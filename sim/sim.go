@@ -145,15 +145,6 @@ func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
 	return c, nil
 }
 
-// setWarming is clock.Sim.SetWarming on the world's clock or processes.
-func (w *world) setWarming(on bool) {
-	if w.group != nil {
-		w.group.SetWarming(on)
-	} else {
-		w.sim.SetWarming(on)
-	}
-}
-
 // now is the world's time (between windows, over processes).
 func (w *world) now() clock.Time {
 	if w.group != nil {
@@ -161,9 +152,6 @@ func (w *world) now() clock.Time {
 	}
 	return w.sim.Now()
 }
-
-// warmed counts the events taken while warming, on every process.
-func (w *world) warmed() uint64 { return w.total((*clock.Sim).Warmed) }
 
 // fired counts the events and timers fired so far, on every process.
 func (w *world) fired() uint64 { return w.total((*clock.Sim).Fired) }

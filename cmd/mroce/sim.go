@@ -291,7 +291,6 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.IntFlag{Name: "hosts-per-leaf", Value: d.HostsPerLeaf, Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
 		&cli.IntFlag{Name: "spines", Value: max(d.Spines, 4), Usage: "spines per plane, with --hosts-per-leaf"},
 		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none or for data arriving at their own host, one switch per plane, no PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
-		&cli.StringFlag{Name: "warm", Value: "auto", Usage: fmt.Sprintf("warm events before they fire, asking the memory for what the next ones read: on, off, or auto (on from %d connections); the results are the same", sim.WarmFrom)},
 	}
 	if paths {
 		flags = append(flags, &cli.IntFlag{Name: "paths", Value: d.Paths, Usage: "paths per connection"})
@@ -386,16 +385,6 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 	f.HostsPerLeaf, f.Seed, f.RealPayloads, f.Workers = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads"), c.Int("workers")
 	if err := linkFlagsInto(c, &f.Links); err != nil {
 		return err
-	}
-	switch c.String("warm") {
-	case "auto":
-		f.Warm = sim.WarmAuto
-	case "on":
-		f.Warm = sim.WarmOn
-	case "off":
-		f.Warm = sim.WarmOff
-	default:
-		return usagef(c, "sim %s: --warm must be auto, on or off", c.Command.Name)
 	}
 	if !c.IsSet("workers") && c.IsSet("jobs") && c.Int("jobs") != 1 {
 		f.Workers = 1 // the cores go to the runs side by side (--jobs)

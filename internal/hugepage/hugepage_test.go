@@ -153,10 +153,9 @@ func BenchmarkFirstTouch(b *testing.B) {
 	}
 }
 
-// BenchmarkDependentLoadsOnHugePages is internal/prefetch's
-// BenchmarkDependentLoads (a load whose address the one before it gives,
-// in a random walk of whole lines) over memory on huge pages, which take
-// the TLB out of it: what is left is the caches. Where the time stays
+// BenchmarkDependentLoadsOnHugePages times loads whose address the one
+// before gives, in a random walk of whole lines, over memory on huge
+// pages. Huge pages take the TLB out of it, so what is left is the caches. Where the time stays
 // high from a size on, that size is past what the caches give this
 // process.
 func BenchmarkDependentLoadsOnHugePages(b *testing.B) {
