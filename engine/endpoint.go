@@ -7,13 +7,11 @@ import (
 	"io"
 	"net/netip"
 	"slices"
-	"time"
 
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
-	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -37,20 +35,6 @@ type Endpoint struct {
 	stats     EndpointStats
 	alloc     *cc.Allocator // shares InboundCapacity among senders; nil when unknown
 	outAlloc  *cc.Allocator // shares OutboundCapacity among this endpoint's senders; nil when not set
-}
-
-type acceptKey struct {
-	src netip.Addr
-	id  uint32
-}
-
-// EndpointStats counts what the endpoint dropped before any connection saw it.
-type EndpointStats struct {
-	Decode      [proto.NumErrors]uint64 // by proto.Error: steps 1-6 of spec section 9
-	UnknownConn uint64
-	Quarantined uint64 // packets for a recently closed connection
-	Malformed   uint64 // handshake packets out of range, unexpected types
-	Refused     uint64 // CONNECTs refused (no listener, listener said no, too many accepting)
 }
 
 // NewEndpoint makes an endpoint sending through port on clk. Attach it to
@@ -88,9 +72,6 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 
 // Config returns the endpoint's configuration with defaults filled in.
 func (e *Endpoint) Config() Config { return e.cfg }
-
-// Stats returns the endpoint's drop counters.
-func (e *Endpoint) Stats() EndpointStats { return e.stats }
 
 // Listen accepts connections: for each CONNECT, accept decides whether to
 // take it and returns the Events of the new connection. Connections use pd.
@@ -232,32 +213,6 @@ func (e *Endpoint) flush() {
 	e.batch = e.batch[:0]
 }
 
-// SetPlaneUp tells the endpoint that a plane (a NIC port) went down or came
-// back, as the NIC's link state says. The paths of every connection on that
-// plane stop (DOWN: what they had in flight is resent on the others) or are
-// probed and return to service.
-func (e *Endpoint) SetPlaneUp(plane int, up bool) {
-	now := e.clock.Now()
-	for _, id := range e.connIDs() {
-		c := e.conns[id]
-		if c.state != Established {
-			continue
-		}
-		c.snd.equip() // its paths on that plane change state, and probe
-		for _, p := range c.snd.paths {
-			switch {
-			case p.plane != plane:
-			case !up && p.state != pathmgr.Down:
-				p.planeDown()
-			case up && p.state == pathmgr.Down:
-				p.planeUp(now)
-			}
-		}
-		c.snd.pump()
-	}
-	e.flush()
-}
-
 // connIDs lists the connection ids in order, so that whatever is done to
 // every connection is done in the same order in every run.
 func (e *Endpoint) connIDs() []uint32 {
@@ -303,191 +258,4 @@ func (e *Endpoint) newConn(pd *memreg.Domain, ev Events, initiator bool) *Conn {
 	c.ackTimer = e.clock.NewTimer(c.onAckTimer)
 	c.hsTimer = e.clock.NewTimer(c.onHandshakeTimer)
 	return c
-}
-
-// onConnect answers a CONNECT (spec section 8.1).
-func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
-	h := pkt.Handshake()
-	key := acceptKey{d.Src.Addr(), h.SrcConnID()}
-	if c := e.accepted[key]; c != nil {
-		c.sendHandshake() // a resent CONNECT: the same ACCEPT
-		return
-	}
-	if until, ok := e.closedKey[key]; ok && e.clock.Now() < until {
-		e.stats.Quarantined++ // a late copy of the CONNECT of a connection now closed
-		return
-	}
-	reply := func(reason proto.CloseReason, detail uint32) {
-		e.sendClose(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), reason, detail)
-	}
-	if off, ok := checkHandshake(h); !ok {
-		e.stats.Malformed++
-		reply(proto.CloseParams, uint32(off))
-		return
-	}
-	if h.Mode() > proto.ModeBaseline {
-		reply(proto.CloseParams, 40) // a mode this endpoint does not know
-		return
-	}
-	if e.listener == nil {
-		e.stats.Refused++
-		reply(proto.CloseRefused, 0)
-		return
-	}
-	if e.accepting >= e.cfg.MaxAccepting {
-		// A flood of CONNECTs (forged, perhaps) must not grow state without
-		// bound: refuse beyond the cap.
-		e.stats.Refused++
-		reply(proto.CloseResource, 0)
-		return
-	}
-	c := e.newConn(e.listenPD, nil, false)
-	c.setRemote(plane, d.Src.Addr())
-	c.peerPort = h.ReplyPort()
-	c.peerID = h.SrcConnID()
-	c.acceptKey = key
-	c.state = Accepting
-	ev, ok := e.listener(c) // before any per-connection state is allocated
-	if !ok {
-		delete(e.conns, c.localID)
-		e.stats.Refused++
-		reply(proto.CloseRefused, 0)
-		return
-	}
-	c.events = ev
-	c.negotiate(h, min(int(h.Paths()), e.cfg.Paths), min(int(h.Streams()), e.cfg.Streams))
-	e.accepted[key] = c
-	e.accepting++
-	c.hsDeadline = e.clock.Now().Add(e.cfg.ConnectTimeout)
-	c.sendHandshake()
-	c.armHandshakeTimer(handshakeRetry)
-}
-
-// handshakeRetry is the first resend interval of CONNECT and ACCEPT; it
-// doubles with each resend (spec section 8.1).
-const handshakeRetry = 100 * time.Millisecond
-
-// checkHandshake checks the ranges of spec section 5.8; it returns the byte
-// offset of the first bad field.
-func checkHandshake(h proto.HandshakeHeader) (int, bool) {
-	switch {
-	case h.SrcConnID() == 0:
-		return 0, false
-	case h.DSNWindow() < 1 || h.DSNWindow() > proto.MaxDSNWindow:
-		return 12, false
-	case h.MaxPacket() < proto.MinMTU || int(h.MaxPacket()) > proto.MaxPacketLen:
-		return 16, false
-	case h.Paths() < 1 || h.Paths() > proto.MaxPaths:
-		return 18, false
-	case h.Streams() < 1:
-		return 20, false
-	case h.ReplyPort() == 0:
-		return 22, false
-	case h.InboundCapacity() == 0:
-		return 32, false
-	}
-	return 0, true
-}
-
-// sendClose sends a CLOSE to dst.
-func (e *Endpoint) sendClose(plane int, dst netip.AddrPort, peerID uint32, reason proto.CloseReason, detail uint32) {
-	buf := e.port.Buffer()
-	var pkt proto.Packet
-	if err := proto.Build(&pkt, buf[:cap(buf)], proto.TypeClose, 0, 0); err != nil {
-		panic(err)
-	}
-	pkt.Common.SetDstConnID(peerID)
-	pkt.Common.SetTimestamp(uint32(e.clock.Now()))
-	pkt.Close().SetReason(reason)
-	pkt.Close().SetDetail(detail)
-	e.send(link.Datagram{
-		Src:  netip.AddrPortFrom(e.cfg.Planes[plane], e.cfg.SourcePorts[0]),
-		Dst:  dst,
-		DSCP: proto.DefaultDSCP(proto.TypeClose),
-		Data: e.seal(&pkt),
-	})
-}
-
-// closedConn is a connection that ended recently: its id is quarantined
-// for 2 MPL (packets for it are dropped, a CLOSE is answered with CLOSED),
-// and its own CLOSE is resent until the peer acknowledges it.
-type closedConn struct {
-	peerID  uint32
-	plane   int
-	dst     netip.AddrPort
-	reason  proto.CloseReason
-	detail  uint32
-	tries   int
-	done    bool // the peer acknowledged our CLOSE, or we were not to send one
-	expires clock.Time
-	timer   clock.Timer
-}
-
-// closeResends is how many times a CLOSE is resent, closeInterval apart,
-// until the peer answers CLOSE CLOSED (spec section 8.5).
-const (
-	closeResends  = 3
-	closeInterval = 100 * time.Millisecond
-)
-
-// forget removes a connection that ended, quarantines its id, and, when
-// tell is set, sends its CLOSE and keeps resending it.
-func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail uint32) {
-	delete(e.conns, c.localID)
-	if m := c.rcv.share; m != nil {
-		m.Leave()
-	}
-	if m := c.snd.nicShare; m != nil {
-		m.Leave()
-	}
-	now := e.clock.Now()
-	if !c.initiator {
-		delete(e.accepted, c.acceptKey)
-		e.closedKey[c.acceptKey] = now.Add(2 * e.cfg.MPL)
-	}
-	for id, cc := range e.closed { // sweep what expired
-		if now >= cc.expires && (cc.done || cc.tries > closeResends) {
-			cc.timer.Stop()
-			delete(e.closed, id)
-		}
-	}
-	for k, until := range e.closedKey {
-		if now >= until {
-			delete(e.closedKey, k)
-		}
-	}
-	p := c.firstPlane()
-	cc := &closedConn{peerID: c.peerID, plane: p, dst: netip.AddrPortFrom(c.remote[p], c.peerPort),
-		reason: reason, detail: detail, done: !tell || c.peerID == 0, expires: now.Add(2 * e.cfg.MPL)}
-	e.closed[c.localID] = cc
-	if !cc.done {
-		cc.timer = e.clock.NewTimer(func() { e.resendClose(cc) })
-		e.resendClose(cc)
-	} else {
-		cc.timer = e.clock.NewTimer(func() {})
-	}
-}
-
-func (e *Endpoint) resendClose(cc *closedConn) {
-	if cc.done || cc.tries > closeResends {
-		return
-	}
-	cc.tries++
-	e.sendClose(cc.plane, cc.dst, cc.peerID, cc.reason, cc.detail)
-	cc.timer.Reset(e.clock.Now().Add(closeInterval))
-	e.flush()
-}
-
-// onClosedConn handles a packet for a quarantined id.
-func (e *Endpoint) onClosedConn(cc *closedConn, pkt *proto.Packet, plane int) {
-	e.stats.Quarantined++
-	if pkt.Type() != proto.TypeClose {
-		return
-	}
-	if pkt.Close().Reason() == proto.CloseClosed {
-		cc.done = true
-		cc.timer.Stop()
-		return
-	}
-	e.sendClose(plane, cc.dst, cc.peerID, proto.CloseClosed, 0)
 }

@@ -1,0 +1,173 @@
+// The receiver's acknowledgments: per-path records, coalescing, rate
+// hints and probe replies (spec sections 5.5, 5.10 and 6.6).
+
+package engine
+
+import (
+	"net/netip"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/proto"
+)
+
+// recvPath is the receiver's state of one of the peer's paths (spec
+// section 6.3): what the ACK record for it says.
+type recvPath struct {
+	has     bool // a data packet was recorded
+	epoch   uint8
+	highest uint32
+	bits    bitvec256
+	ce      uint32     // CE-marked data packets, all epochs
+	lastTS  uint32     // Timestamp of the latest arrival
+	lastAt  clock.Time // its arrival
+	dirty   bool       // recorded something since the last ACK
+}
+
+// record notes PSN psn of epoch e; it reports whether the arrival calls for
+// an immediate ACK (it is not the PSN after the highest).
+func (p *recvPath) record(e uint8, psn uint32) bool {
+	switch {
+	case !p.has:
+		p.has, p.epoch, p.highest, p.bits = true, e, psn, bitvec256{}
+		return false
+	case e == p.epoch:
+		if proto.SeqLess(p.highest, psn) {
+			d := psn - p.highest
+			p.bits.advance(d)
+			p.highest = psn
+			return d != 1
+		}
+		if k := p.highest - 1 - psn; psn != p.highest && k < 256 {
+			p.bits.set(int(k))
+		}
+		return true
+	case proto.SeqLess(p.highest, psn): // the sender repathed: tell it at once
+		p.epoch, p.highest, p.bits = e, psn, bitvec256{}
+		return true
+	}
+	return false // a late packet of an earlier route: not recorded
+}
+
+// observe feeds the sender's declared backlog to the endpoint's allocator,
+// whose share is the rate hint of this connection's ACKs.
+func (r *receiver) observe(h proto.CommonHeader, size int, at clock.Time) {
+	if r.share != nil && !r.c.isBaseline() {
+		r.share.Observe(proto.DecodeBacklog(h.Backlog()), size, int64(at))
+	}
+}
+
+// hint is the rate hint for this connection's ACKs (spec section 5.5).
+func (r *receiver) hint() uint64 {
+	if r.share == nil || r.c.isBaseline() {
+		return proto.RateNoLimit // the baseline sends all-ones (spec section 10)
+	}
+	return max(1, uint64(r.share.Share())) // 0 would mean stop
+}
+
+// noteArrival decides when to acknowledge a recorded data packet.
+func (r *receiver) noteArrival(now bool, at clock.Time) {
+	c := r.c
+	r.pending++
+	switch {
+	case now || r.pending >= c.ep.cfg.AckEvery:
+		r.ackNow()
+	case c.ackTimer.Deadline() == clock.Never || r.repeat:
+		r.repeat = false
+		c.ackTimer.Reset(at.Add(c.ep.cfg.AckDelay))
+	}
+}
+
+func (r *receiver) ackNow() { r.sendAck(r.ackPlane, true) }
+
+// sendAck sends ACKs carrying the records of every path that recorded data
+// since the last ACK (all of them with records unset: the handshake's empty
+// ACK).
+func (r *receiver) sendAck(plane int, records bool) {
+	c := r.c
+	if !c.knows(plane) {
+		plane = c.firstPlane()
+	}
+	maxRecords := min(proto.MaxAckRecords, (c.maxPacket-proto.CommonHeaderLen-proto.AckHeaderLen-proto.TrailerLen)/proto.AckRecordLen)
+	now := c.ep.clock.Now()
+	for first := true; first || records && len(r.dirty) > 0; first = false {
+		n := 0
+		if records {
+			n = min(len(r.dirty), maxRecords)
+		}
+		var pkt proto.Packet
+		c.build(&pkt, proto.TypeAck, n, 0)
+		pkt.Common.SetDstConnID(c.peerID)
+		ack := pkt.Ack()
+		ack.SetCumDSN(r.dsn.cum)
+		ack.SetRateHint(r.hint())
+		for i := 0; i < n; i++ {
+			id := r.dirty[i]
+			p := &r.paths[id]
+			p.dirty = false
+			rec := pkt.AckRecord(i)
+			rec.SetPathID(id)
+			rec.SetEpoch(p.epoch)
+			rec.SetHighestPSN(p.highest)
+			rec.SetCECount(p.ce)
+			rec.SetEchoTimestamp(p.lastTS)
+			rec.SetServiceTime(uint32(min(now-p.lastAt, 1<<32-1)))
+			p.bits.write(rec)
+			if c.ep.cfg.Broken.IgnoreSACKBit {
+				rec.ClearReceived(0) // the PSN below the highest, never reported (a deliberate bug)
+			}
+		}
+		r.dirty = r.dirty[:copy(r.dirty, r.dirty[n:])]
+		// Acks rotate over the source ports so that they spread over the
+		// plane's routes like the data they answer.
+		r.ackPort = (r.ackPort + 1) % len(c.ep.cfg.SourcePorts)
+		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[r.ackPort])
+		r.stats.AcksSent++
+	}
+	r.pending = 0
+	c.ackTimer.Stop()
+	if records {
+		// If the sender goes quiet, say it all once more: an ACK lost at the
+		// tail of a transfer would otherwise cost a tail probe, a resend of
+		// data that arrived. (repeatAck disarms this for its own ACK.)
+		r.repeat = true
+		c.ackTimer.Reset(now.Add(ackRepeatAfter * c.ep.cfg.AckDelay))
+	}
+}
+
+// ackRepeatAfter is how many ACK delays of quiet after an ACK the receiver
+// repeats it.
+const ackRepeatAfter = 4
+
+// repeatAck sends once more the records of every path, after a quiet spell.
+func (r *receiver) repeatAck() {
+	for id := range r.paths {
+		if p := &r.paths[id]; p.has && !p.dirty {
+			p.dirty = true
+			r.dirty = append(r.dirty, uint8(id))
+		}
+	}
+	r.sendAck(r.ackPlane, true)
+	r.repeat = false
+	r.c.ackTimer.Stop()
+}
+
+// onProbe answers a PROBE over its own 5-tuple, reversed.
+func (r *receiver) onProbe(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
+	c := r.c
+	var out proto.Packet
+	c.build(&out, proto.TypeProbeReply, 0, 0)
+	out.Common.SetDstConnID(c.peerID)
+	out.Common.SetPathID(pkt.Common.PathID())
+	out.Common.SetEpoch(pkt.Common.Epoch())
+	pr := out.ProbeReply()
+	pr.SetProbeID(pkt.Probe().ProbeID())
+	pr.SetEchoTimestamp(pkt.Common.Timestamp())
+	pr.SetServiceTime(uint32(min(c.ep.clock.Now()-at, 1<<32-1)))
+	c.ep.send(link.Datagram{
+		Src:  netip.AddrPortFrom(c.ep.cfg.Planes[plane], d.Dst.Port()),
+		Dst:  d.Src,
+		DSCP: proto.DefaultDSCP(proto.TypeProbeReply),
+		Data: c.ep.seal(&out),
+	})
+}

@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/pathmgr"
+)
+
+// Opcode is the operation of a work request or completion.
+type Opcode uint8
+
+const (
+	OpWrite    Opcode = iota + 1 // RDMA WRITE
+	OpWriteImm                   // RDMA WRITE with immediate data
+	OpSend                       // SEND
+	OpRecv                       // a receive (its completion: a SEND or WRITE_IMM arrived)
+	OpRead                       // RDMA READ
+)
+
+func (o Opcode) String() string {
+	switch o {
+	case OpWrite:
+		return "WRITE"
+	case OpWriteImm:
+		return "WRITE_IMM"
+	case OpSend:
+		return "SEND"
+	case OpRecv:
+		return "RECV"
+	case OpRead:
+		return "READ"
+	}
+	return fmt.Sprintf("Opcode(%d)", uint8(o))
+}
+
+// Status is how a work request ended.
+type Status uint8
+
+const (
+	StatusOK            Status = iota
+	StatusFlushed              // the connection ended before the request could complete
+	StatusRemoteAccess         // the peer refused the key, the access or the bounds
+	StatusRemoteInvalid        // the peer refused the request as invalid (stream, operation)
+	StatusTimeout              // no forward progress for Config.NoProgress
+	StatusLocalLength          // a received message did not fit the posted receive
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusFlushed:
+		return "flushed"
+	case StatusRemoteAccess:
+		return "remote access error"
+	case StatusRemoteInvalid:
+		return "remote invalid request"
+	case StatusTimeout:
+		return "timeout"
+	case StatusLocalLength:
+		return "local length error"
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Completion reports the end of a work request.
+type Completion struct {
+	ID     uint64
+	Op     Opcode
+	Status Status
+	Stream uint16
+	// Bytes is the message length (for a receive: the bytes received).
+	Bytes uint32
+	// Imm is the immediate data of a WRITE_IMM, for a receive completion
+	// (HasImm set).
+	Imm    uint32
+	HasImm bool
+	// Solicited is set on receive completions of solicited messages.
+	Solicited bool
+	// Err says why, when Status is not ok.
+	Err error
+}
+
+// SGE is one local buffer: a range of a registered region.
+type SGE struct {
+	Region *memreg.Region
+	Offset uint64
+	Length uint32
+}
+
+// SendWR is a work request for the send side: a WRITE, WRITE_IMM, SEND or
+// READ.
+type SendWR struct {
+	ID     uint64
+	Op     Opcode
+	Stream uint16
+	// Local is the local buffer; SGL, when not empty, replaces it with a
+	// list the message's bytes run through in order (gathered to send,
+	// scattered for a READ).
+	Local SGE
+	SGL   []SGE
+	// RKey and RemoteOffset name the target of a WRITE or WRITE_IMM.
+	RKey         uint64
+	RemoteOffset uint64
+	// Imm is the immediate data of a WRITE_IMM.
+	Imm uint32
+	// For a READ, Local is where the data lands (its region must grant
+	// local write) and RKey, RemoteOffset name the peer's region to read.
+	Solicited bool
+	// Unsignaled requests complete without a completion when they succeed
+	// (an error is always reported). Completions of a stream come in
+	// posting order, so a signaled one implies the unsignaled ones before
+	// it are done: signal every Nth to bound what is outstanding.
+	Unsignaled bool
+}
+
+// RecvWR posts a receive buffer on a stream: Local, or the list SGL, or
+// none (a receive that takes a WRITE_IMM's notice, or a SEND of no bytes).
+type RecvWR struct {
+	ID     uint64
+	Stream uint16
+	Local  SGE
+	SGL    []SGE
+}
+
+// ConnState is where a connection is in its life.
+type ConnState uint8
+
+const (
+	Connecting  ConnState = iota // CONNECT sent, no ACCEPT yet
+	Accepting                    // ACCEPT sent, waiting for the initiator's first packet
+	Established                  // carrying data
+	Closed                       // ended: see Conn.Err
+)
+
+func (s ConnState) String() string {
+	return [...]string{"connecting", "accepting", "established", "closed"}[s]
+}
+
+// Events receives what a connection reports. Calls come from the engine's
+// goroutine; an implementation must not call back into the engine from
+// them except to post work.
+type Events interface {
+	// Completion reports a finished work request.
+	Completion(c *Conn, wc Completion)
+	// State reports a state change; err is set when the connection failed.
+	State(c *Conn, s ConnState, err error)
+}
+
+// PathEvent is a change of one path of a connection: its state, or a repath
+// to another source port.
+type PathEvent struct {
+	Path, Plane int
+	From, To    pathmgr.State
+	Repath      bool // moved to SrcPort, in Epoch
+	SrcPort     uint16
+	Epoch       uint8
+	At          clock.Time
+}
+
+// WriteObserver is an optional interface of Events: a connection whose
+// Events implement it tells when each WRITE it received (without
+// immediate) is placed whole, in its stream's order. An RDMA application
+// learns nothing of such a WRITE; a simulation starts what waits for the
+// data's arrival with it.
+type WriteObserver interface {
+	WritePlaced(c *Conn, stream uint16, bytes uint32)
+}
+
+// PathObserver is an optional interface of Events: connections whose
+// Events implement it report every path state change and repath.
+type PathObserver interface {
+	PathChanged(c *Conn, ev PathEvent)
+}

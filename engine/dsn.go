@@ -1,0 +1,108 @@
+// The sender's DSN ring: what each DSN in flight carries and whether it
+// is acknowledged (spec section 6.5).
+
+package engine
+
+import (
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/proto"
+)
+
+// dsnRecord is what the sender keeps per DSN in flight: where its content
+// lies (no copy of the payload: a retransmission is rebuilt from the source
+// region) and its latest transmission.
+type dsnRecord struct {
+	msg      *message
+	off      uint32
+	n        uint32
+	acked    bool
+	queued   bool       // in the retransmit queue
+	waiting  bool       // refused with RNR or RESOURCE: resend at retryAt
+	refusals uint8      // how often: each doubles the wait
+	retryAt  clock.Time //
+	path     uint8      // latest transmission
+	psn      uint32
+}
+
+// initialRing is the first size of a sender's DSN ring: small, as most
+// ends of a connection that only receives never send (with 4,032
+// connections, rings of 64 were a fifth of the heap).
+const initialRing = 16
+
+// record returns the record of DSN d if d is in flight.
+func (s *sender) record(d uint32) *dsnRecord {
+	if d-s.una >= s.nextDSN-s.una {
+		return nil
+	}
+	return &s.ring[d&s.mask]
+}
+
+// growRing doubles the DSN ring, moving the records in flight to their
+// places in the larger one. The window check before newDSN keeps the
+// ring within the window.
+func (s *sender) growRing() {
+	bigger := make([]dsnRecord, 2*len(s.ring))
+	mask := uint32(len(bigger) - 1)
+	for d := s.una; d != s.nextDSN; d++ {
+		bigger[d&mask] = s.ring[d&s.mask]
+	}
+	s.ring, s.mask = bigger, mask
+}
+
+// newDSN gives the next segment of m the next DSN and records it.
+func (s *sender) newDSN(m *message) *dsnRecord {
+	if s.nextDSN-s.una == uint32(len(s.ring)) {
+		s.growRing()
+	}
+	d := s.nextDSN
+	s.nextDSN++
+	n := min(m.seg, m.length-m.next)
+	if m.typ == proto.TypeReadReq {
+		n = 0 // one packet, no payload: the data comes back
+		s.readsActive++
+	}
+	r := &s.ring[d&s.mask]
+	*r = dsnRecord{msg: m, off: m.next, n: n}
+	m.next += n
+	m.unacked++
+	s.unsent -= uint64(n)
+	if m.next == m.length || m.typ == proto.TypeReadReq {
+		m.allSent = true
+		s.streams[s.streamOf(m)].sendIdx++
+		if m.typ == proto.TypeReadResp {
+			s.c.rcv.readsIn-- // served: the responder's READ is no longer outstanding
+		}
+	}
+	return r
+}
+
+// ackDSN marks DSN d acknowledged and completes what that finishes.
+func (s *sender) ackDSN(d uint32) {
+	r := s.record(d)
+	if r == nil || r.acked {
+		return
+	}
+	r.acked = true
+	m := r.msg
+	if r.refusals > 0 {
+		k := s.streamOf(m)
+		st := &s.streams[k]
+		st.refused-- // accepted at last: the stream may send again when none is left
+		if st.refused == 0 {
+			s.ready.set(k)
+		}
+		if st.probing && st.probe == d {
+			st.probing = false
+			s.releaseRefused(k)
+		}
+	}
+	m.unacked--
+	if m.finished() {
+		m.done = true
+		s.complete(uint16(s.streamOf(m)))
+	}
+	for s.una != s.nextDSN && s.ring[s.una&s.mask].acked {
+		s.ring[s.una&s.mask] = dsnRecord{}
+		s.una++
+	}
+}

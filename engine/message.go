@@ -1,0 +1,271 @@
+// Outgoing messages: posting, segmenting into DSNs per stream, and
+// completing in MSN order per stream (spec section 6.5).
+
+package engine
+
+import (
+	"fmt"
+
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/proto"
+)
+
+// message is a posted WRITE, WRITE_IMM or SEND on its way out. What each
+// of its packets reads lies in its first two lines: its own progress
+// first, then the request, whose stream is in the first line and whose
+// target and immediate in the second. A message is four whole lines
+// (messageSize: allocated on a line, it lies across no more of them;
+// TestMessageIsWholeLines, on 64-bit machines).
+type message struct {
+	unacked int // DSNs of it sent and not yet acknowledged
+	length  uint32
+	msn     uint32
+	rsn     uint32
+	seg     uint32 // payload bytes per packet
+	next    uint32 // offset of the next first transmission
+	typ     proto.Type
+	allSent bool
+	done    bool // acknowledged, or failed
+	failed  bool // reported already with an error status
+	wr      SendWR
+	list    sgl    // the local buffers
+	one     [1]SGE // list's storage when the request has one buffer
+
+	// READ requester: the tag, and the response bytes arrived.
+	tag      uint32
+	readGot  uint32
+	readDone bool
+	// READ responder (typ READ_RESP, internal): the region read from.
+	srcKey   uint64
+	srcOff   uint64
+	internal bool // no completion for the application
+}
+
+// finished reports whether every part of the message is done: every DSN
+// acknowledged and, for a READ, every response byte arrived.
+func (m *message) finished() bool {
+	return m.allSent && m.unacked == 0 && (m.typ != proto.TypeReadReq || m.readDone)
+}
+
+// sendStream is one stream's outgoing messages, in MSN order.
+type sendStream struct {
+	msn, rsn uint32
+	queue    []*message // from head: not yet completed
+	head     int
+	sendIdx  int // first message with bytes never sent
+	// refused counts the stream's DSNs the receiver refused (RNR,
+	// RESOURCE) and has not acknowledged since. While there are any, the
+	// stream sends no new data, which would be refused for the same reason
+	// (no receive posted, no room). The oldest of them, probe, is resent
+	// after the receiver's RetryAfter (backed off) to find out when it is
+	// ready; the others wait (retryAt Never) until it is accepted, as
+	// RoCE's RNR retry goes back to the oldest refused PSN: a receiver that
+	// stays unready costs one packet per retry, not one per refused packet.
+	refused int
+	probing bool
+	probe   uint32
+}
+
+// post queues a work request after checking it.
+func (s *sender) post(wr SendWR) error {
+	c := s.c
+	var typ proto.Type
+	switch wr.Op {
+	case OpWrite:
+		typ = proto.TypeWrite
+	case OpWriteImm:
+		typ = proto.TypeWriteImm
+	case OpSend:
+		typ = proto.TypeSend
+	case OpRead:
+		typ = proto.TypeReadReq
+		if c.readsOut == 0 {
+			return fmt.Errorf("engine: READ not allowed: the peer serves none")
+		}
+	default:
+		return fmt.Errorf("engine: cannot post %v on the send side", wr.Op)
+	}
+	if int(wr.Stream) >= c.streams {
+		return fmt.Errorf("engine: stream %d: the connection has %d", wr.Stream, c.streams)
+	}
+	m := &message{wr: wr, typ: typ}
+	m.list = gatherList(wr.Local, wr.SGL, &m.one)
+	var need memreg.Access
+	if typ == proto.TypeReadReq {
+		need = memreg.LocalWrite // the READ's data lands there
+	}
+	length, err := m.list.check(c.pd, need)
+	if err != nil {
+		return err
+	}
+	m.length = length
+	hlen, _ := proto.HeaderLen(typ, 0)
+	st := &s.streams[wr.Stream]
+	m.msn, m.seg = st.msn, uint32(c.maxPacket-hlen-proto.TrailerLen)
+	st.msn++
+	switch typ {
+	case proto.TypeSend, proto.TypeWriteImm:
+		m.rsn = st.rsn
+		st.rsn++
+	case proto.TypeReadReq:
+		m.tag = s.nextTag
+		s.nextTag++
+		s.reads[m.tag] = m
+	}
+	s.equip()
+	st.queue = append(st.queue, m)
+	s.ready.set(int(wr.Stream))
+	s.msgs++
+	if typ != proto.TypeReadReq {
+		s.unsent += uint64(m.length)
+	}
+	return nil
+}
+
+// queueResponse queues the READ_RESP packets answering a READ_REQ: the
+// responder's own data, in its own sequence spaces, on the internal stream.
+func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
+	s.equip()
+	hlen, _ := proto.HeaderLen(proto.TypeReadResp, 0)
+	m := &message{length: length, typ: proto.TypeReadResp, tag: tag,
+		srcKey: rkey, srcOff: roff, internal: true, seg: uint32(s.c.maxPacket - hlen - proto.TrailerLen)}
+	st := &s.streams[s.respStream]
+	st.queue = append(st.queue, m)
+	s.ready.set(s.respStream)
+	s.msgs++
+	s.unsent += uint64(length)
+	s.c.madeProgress(false)
+}
+
+// nextMessage picks the next stream with bytes to send, round robin. A
+// stream whose next message is a READ waits while the READ limit is reached.
+// It looks only at the streams marked ready (most of a connection's are
+// idle, and each is a cache line of state), and unmarks those it finds
+// with nothing to send.
+func (s *sender) nextMessage() *message {
+	n := len(s.streams)
+	from := s.rrStream % n
+	for _, span := range [2][2]int{{from, n}, {0, from}} {
+		for k := s.ready.next(span[0], span[1]); k >= 0; k = s.ready.next(k+1, span[1]) {
+			st := &s.streams[k]
+			if st.sendIdx >= len(st.queue) || st.refused > 0 {
+				s.ready.clear(k) // until a post, or its refused DSNs are accepted
+				continue
+			}
+			m := st.queue[st.sendIdx]
+			if m.typ == proto.TypeReadReq && s.readsActive >= s.c.readsOut {
+				continue
+			}
+			s.rrStream = k + 1
+			return m
+		}
+	}
+	return nil
+}
+
+// streamOf is the send stream a message is queued on.
+func (s *sender) streamOf(m *message) int {
+	if m.internal {
+		return s.respStream
+	}
+	return int(m.wr.Stream)
+}
+
+// copyPayload fills a packet's payload from the message's source: the
+// posted local buffer, or, for a READ response, the region the peer reads,
+// looked up again so that a region deregistered mid-response is never read.
+func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
+	if len(payload) == 0 {
+		return true
+	}
+	if m.typ == proto.TypeReadResp {
+		g, err := s.c.pd.Lookup(m.srcKey, memreg.RemoteRead)
+		if err != nil {
+			s.c.fail(&ProtocolError{Code: proto.NackBadKey, Msg: "a region being READ was deregistered"}, StatusFlushed, true)
+			return false
+		}
+		defer g.Release()
+		src, err := g.Slice(m.srcOff+uint64(r.off), uint64(r.n))
+		if err != nil {
+			panic("engine: a READ response left its region: " + err.Error()) // checked at the READ_REQ
+		}
+		if !s.c.ep.cfg.PlaceholderPayloads {
+			copy(payload, src)
+		}
+		return true
+	}
+	if !s.c.ep.cfg.PlaceholderPayloads {
+		m.list.gather(r.off, payload)
+	}
+	return true
+}
+
+// onReadData places READ response data at the requester (spec section 9
+// steps 13-15 for READ_RESP); it returns the NACK code refusing it, or 0.
+func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackCode {
+	m := s.reads[tag]
+	if m == nil {
+		return proto.NackBadTag
+	}
+	if length != m.length {
+		return proto.NackBounds
+	}
+	if !s.c.ep.cfg.PlaceholderPayloads { // else nothing to place: the decoder held off+len within length
+		if err := m.list.scatter(off, payload); err != nil {
+			return proto.NackBounds // checked at post; a bug if it happens
+		}
+	}
+	m.readGot += uint32(len(payload))
+	if m.readGot >= length && !m.readDone {
+		m.readDone = true
+		s.readsActive--
+		delete(s.reads, tag)
+		s.c.madeProgress(true)
+		if m.finished() {
+			m.done = true
+			s.complete(uint16(s.streamOf(m)))
+		}
+		s.pump() // a READ slot is free: the next READ may go
+	}
+	return 0
+}
+
+// complete reports the finished messages at the head of a stream, in order.
+func (s *sender) complete(stream uint16) {
+	st := &s.streams[stream]
+	for st.head < len(st.queue) && st.queue[st.head].done {
+		m := st.queue[st.head]
+		st.queue[st.head] = nil
+		st.head++
+		s.msgs--
+		if !m.failed && !m.internal && !m.wr.Unsignaled {
+			s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Stream: stream, Bytes: m.length})
+		}
+	}
+	if st.head > 32 && st.head*2 > len(st.queue) {
+		n := copy(st.queue, st.queue[st.head:])
+		clear(st.queue[n:])
+		st.queue = st.queue[:n]
+		st.sendIdx -= st.head
+		st.head = 0
+	}
+}
+
+// failMessage completes one message with an error status now.
+func (s *sender) failMessage(m *message, st Status, err error) {
+	if m.done {
+		return
+	}
+	m.done, m.failed = true, true
+	if m.typ == proto.TypeReadReq {
+		delete(s.reads, m.tag)
+	}
+	s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: m.wr.Stream, Bytes: m.length, Err: err})
+}
+
+// report hands a completion to the connection's events.
+func (c *Conn) report(wc Completion) {
+	if c.events != nil {
+		c.events.Completion(c, wc)
+	}
+}

@@ -1,0 +1,84 @@
+// A receive stream: messages being received by MSN and the receives
+// posted for them by RSN (spec section 6.5).
+
+package engine
+
+import "github.com/mroce/mroce/proto"
+
+// rxMessage is a message being received: the fields of its first accepted
+// packet, which every later packet must match, and the bytes placed.
+type rxMessage struct {
+	typ       proto.Type
+	msgLen    uint32
+	rkey      uint64
+	roff      uint64
+	rsn, imm  uint32
+	placed    uint32
+	solicited bool
+}
+
+// recvStream is one stream's receive side.
+type recvStream struct {
+	next  uint32 // the next MSN to complete
+	base  uint32
+	msgs  msgRing
+	recvs []recvEntry // posted receives, from head: RSN base, base+1, ...
+	head  int
+}
+
+// msgRing holds a stream's messages in progress by MSN, from the stream's
+// next: MSN msn in slot msn & (len - 1). It starts empty and doubles when a
+// message arrives further ahead than it reaches, which the DSN window
+// bounds: a peer can grow it to a pointer per DSN of the window (16 KiB a
+// stream at the default 2,048), no further, and it does not shrink. A
+// slice, not a map: every data packet looks its message up.
+type msgRing []*rxMessage
+
+// initialMsgRing is a stream's first ring of messages.
+const initialMsgRing = 4
+
+// get is message msn, or nil.
+func (q msgRing) get(next, msn uint32) *rxMessage {
+	if msn-next >= uint32(len(q)) {
+		return nil
+	}
+	return q[msn&uint32(len(q)-1)]
+}
+
+// put sets message msn (msn - next less than the DSN window).
+func (q *msgRing) put(next, msn uint32, m *rxMessage) {
+	if msn-next >= uint32(len(*q)) {
+		q.grow(next, msn-next+1)
+	}
+	(*q)[msn&uint32(len(*q)-1)] = m
+}
+
+// grow doubles the ring until it reaches reach messages from next.
+func (q *msgRing) grow(next, reach uint32) {
+	n := max(len(*q), initialMsgRing)
+	for uint32(n) < reach {
+		n *= 2
+	}
+	ring := make(msgRing, n)
+	for i := range uint32(len(*q)) {
+		ring[(next+i)&uint32(n-1)] = q.get(next, next+i)
+	}
+	*q = ring
+}
+
+// recvEntry is a posted receive: its id and buffers.
+type recvEntry struct {
+	id     uint64
+	local  SGE
+	list   []SGE // when the request gave a list
+	length uint32
+}
+
+// scatter places src at message offset off in the receive's buffers.
+func (e *recvEntry) scatter(off uint32, src []byte) error {
+	if e.list != nil {
+		return sgl(e.list).scatter(off, src)
+	}
+	one := [1]SGE{e.local}
+	return sgl(one[:]).scatter(off, src)
+}

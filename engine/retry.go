@@ -1,0 +1,140 @@
+// Refused packets: NACKs and their retries (spec section 7).
+
+package engine
+
+import (
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/proto"
+)
+
+// onNack handles a refused packet (spec section 7).
+func (s *sender) onNack(pkt *proto.Packet) {
+	s.equip() // a refusal names a DSN and a path: handled as always
+	n := pkt.Nack()
+	code := n.Code()
+	r := s.record(n.DSN())
+	if code.Fatal() {
+		st := StatusRemoteInvalid
+		switch code {
+		case proto.NackBadKey, proto.NackAccess, proto.NackBounds:
+			st = StatusRemoteAccess
+		}
+		err := &RemoteError{Nack: code}
+		if r != nil && !r.acked {
+			m := r.msg
+			s.failMessage(m, st, err)
+		}
+		s.c.fail(err, StatusFlushed, true)
+		return
+	}
+	if s.c.isBaseline() {
+		bl := &s.c.bl
+		switch code {
+		case proto.NackSeqErr:
+			if !bl.paused && !(bl.resend && proto.SeqLessEq(bl.resendPSN, n.PSN())) {
+				s.goBack(n.PSN()) // not while waiting out an RNR, nor behind a resend already going
+			}
+		case proto.NackRNR, proto.NackResource:
+			// Stop, wait, then go back to the refused PSN.
+			bl.paused, bl.resend = true, false
+			bl.retryPSN = n.PSN()
+			bl.retry.Reset(s.c.ep.clock.Now().Add(time.Duration(n.RetryAfter()) * time.Microsecond))
+			s.stats.Nacks++
+		}
+		s.pump()
+		return
+	}
+	if code == proto.NackSeqErr {
+		return // baseline mode only
+	}
+	s.stats.Nacks++
+	if int(n.PathID()) < len(s.paths) {
+		p := s.paths[n.PathID()]
+		if psn := n.PSN(); psn-p.oldest < p.next-p.oldest {
+			if sr := p.slot(psn); !sr.resolved && sr.psn == psn && sr.dsn == n.DSN() {
+				sr.resolved = true
+				p.released()
+				p.advance()
+			}
+		}
+	}
+	if r == nil || r.acked || r.waiting {
+		return
+	}
+	now := s.c.ep.clock.Now()
+	r.queued = false
+	r.waiting = true
+	// Back off: the receiver's RetryAfter, doubled for each refusal of
+	// the same content (at most 64 times it).
+	wait := time.Duration(n.RetryAfter()) * time.Microsecond << min(r.refusals, 6)
+	if s.c.ep.cfg.Broken.IgnoreRetryAfter {
+		wait = 0 // a deliberate bug: the refused packet goes again at once
+	}
+	st := &s.streams[s.streamOf(r.msg)]
+	if r.refusals == 0 {
+		st.refused++
+	}
+	r.refusals++
+	r.retryAt = now.Add(wait)
+	switch {
+	case !st.probing:
+		st.probing, st.probe = true, n.DSN()
+	case proto.SeqLess(n.DSN(), st.probe):
+		// An older packet refused (its NACK came by a slower path): it is
+		// the one to retry, as its receive is the one the application
+		// posts first; the later one waits.
+		if old := s.record(st.probe); old != nil && !old.acked && old.waiting {
+			old.retryAt = clock.Never
+		}
+		st.probe = n.DSN()
+	case st.probe != n.DSN():
+		r.retryAt = clock.Never // waits for the probe: see sendStream.refused
+	}
+	s.waiting = append(s.waiting, n.DSN())
+	if r.retryAt != clock.Never && (s.retry.Deadline() == clock.Never || r.retryAt < s.retry.Deadline()) {
+		s.retry.Reset(r.retryAt)
+	}
+	s.pump()
+}
+
+// releaseRefused resends now the refused DSNs of stream that waited for
+// its probe: the receiver accepted that, so it is ready again.
+func (s *sender) releaseRefused(stream int) {
+	now := s.c.ep.clock.Now()
+	released := false
+	for _, d := range s.waiting {
+		if r := s.record(d); r != nil && !r.acked && r.waiting && r.retryAt == clock.Never && s.streamOf(r.msg) == stream {
+			r.retryAt, released = now, true
+		}
+	}
+	if released {
+		s.retry.Reset(now)
+	}
+}
+
+// onRetry moves refused DSNs whose wait is over to the retransmit queue.
+func (s *sender) onRetry() {
+	now := s.c.ep.clock.Now()
+	next := clock.Never
+	kept := s.waiting[:0]
+	for _, d := range s.waiting {
+		r := s.record(d)
+		switch {
+		case r == nil || r.acked || !r.waiting:
+		case r.retryAt <= now:
+			r.waiting, r.queued = false, true
+			s.retx = append(s.retx, d)
+		default:
+			kept = append(kept, d)
+			next = min(next, r.retryAt)
+		}
+	}
+	s.waiting = kept
+	if next != clock.Never {
+		s.retry.Reset(next)
+	}
+	s.pump()
+	s.c.ep.flush()
+}

@@ -1,0 +1,163 @@
+// The scoreboard: applying an ACK's cumulative DSN and its per-path
+// selective-ack records (spec sections 5.5 and 6.6).
+
+package engine
+
+import (
+	"math"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/proto"
+)
+
+// onAck processes an ACK: the cumulative DSN, then each path record.
+func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
+	ack := pkt.Ack()
+	before := s.una
+	lower := false         // the receiver's share fell
+	if !s.c.isBaseline() { // the baseline ignores rate hints: DCQCN alone, as deployed
+		hint := math.Inf(1)
+		if h := ack.RateHint(); h != proto.RateNoLimit {
+			hint = float64(h)
+		}
+		if hint > s.hint {
+			s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new one back
+		}
+		lower = hint < s.hint
+		s.hint = hint
+	}
+	s.newestAcked = 0
+	cum := ack.CumDSN()
+	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
+		s.ackDSN(s.una)
+	}
+	if ack.RecordCount() > 0 {
+		s.equip() // records name paths: counted against them, or as bad, as always
+	}
+	for i := 0; i < int(ack.RecordCount()); i++ {
+		rec := pkt.AckRecord(i)
+		if int(rec.PathID()) >= len(s.paths) {
+			s.stats.BadAcks++
+			continue
+		}
+		s.paths[rec.PathID()].onRecord(rec, at)
+	}
+	if lower {
+		// What is still in flight drains more slowly now (drainTime):
+		// the paths' timers, armed at the old share, are armed again.
+		for _, p := range s.paths {
+			if p.inflight > 0 {
+				p.armTimer(at)
+			}
+		}
+	}
+	if s.newestAcked > 0 || lower {
+		s.probeOverdue(at) // after a fall of the hint too: the timers were just armed from now
+	}
+	if s.c.isBaseline() && s.paths != nil {
+		s.ackedInOrder()
+	}
+	if s.una != before {
+		s.c.madeProgress(true)
+	}
+	s.pump()
+	if !s.c.isBaseline() && s.nextDSN-s.una >= s.window/2 {
+		s.copyHead(at)
+	}
+}
+
+// onRecord applies one ACK record to its path: RTT, CE, and every PSN it
+// resolves (spec section 5.5).
+func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
+	s := p.s
+	h, e := rec.HighestPSN(), rec.Epoch()
+	if !proto.SeqLess(h, p.next) || proto.SeqLess(h, p.epochStart[e]) {
+		s.stats.BadAcks++ // never sent, or an older use of this epoch value
+		return
+	}
+	now32 := uint32(at)
+	if sample := now32 - rec.EchoTimestamp() - rec.ServiceTime(); sample < 1<<31 {
+		p.rttSample(time.Duration(sample))
+	}
+	marked := 0
+	if d := rec.CECount() - p.ce; d != 0 && d < 1<<31 {
+		marked = int(d)
+		p.ctr.CEMarks += uint64(d)
+		p.ce = rec.CECount()
+		if s.c.ep.cfg.Broken.IgnoreCE {
+			marked = 0
+		}
+	}
+	es := p.epochStart[e]
+	resolved := false
+	ackedBefore := p.ctr.Acked
+	var gotten, missed int // this report's verdicts, for the loss measurement
+	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
+		r := p.slot(psn)
+		if r.resolved || r.psn != psn || proto.SeqLess(psn, es) {
+			continue // done, or sent in an earlier epoch: only a timeout resolves it
+		}
+		k := h - 1 - psn
+		switch {
+		case psn == h || k < 256 && rec.Received(int(k)):
+			p.resolveAcked(r, at)
+			gotten++
+		case s.c.isBaseline():
+			continue // in order: what is not acknowledged is resent by go-back-N
+		default:
+			p.resolveLost(r, psn)
+			missed++
+		}
+		resolved = true
+	}
+	p.advance()
+	p.cwin.OnAck(int(p.ctr.Acked-ackedBefore), marked, h, p.next)
+	p.windowChanged()
+	if resolved {
+		p.probed, p.timeouts = false, 0
+		if p.state == pathmgr.AssumedBad {
+			p.setState(pathmgr.Good, false)
+		}
+		p.armTimer(at)
+		p.checkLoss(at, gotten, missed)
+	}
+	// A CE mark steers new packets to clear paths for a while (SKIP); the
+	// next clean report brings the path back.
+	switch {
+	case marked > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip):
+		p.skipUntil = at.Add(max(p.rtt.SRTT, p.s.c.ep.cfg.AckDelay))
+		if p.state == pathmgr.Good {
+			p.setState(pathmgr.Skip, false)
+		}
+	case marked == 0 && resolved && p.state == pathmgr.Skip:
+		p.setState(pathmgr.Good, false)
+	}
+}
+
+func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
+	r.resolved = true
+	if r.sentAt > p.s.newestAcked {
+		p.s.newestAcked, p.s.newestRTT = r.sentAt, at.Sub(r.sentAt)
+	}
+	p.released()
+	p.ctr.Acked++
+	p.s.ackDSN(r.dsn)
+}
+
+// resolveLost declares the transmission with PSN psn lost and queues its
+// content for retransmission, unless it was acknowledged another way or a
+// later transmission of it is still out.
+func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
+	r.resolved = true
+	p.released()
+	p.ctr.Lost++
+	s := p.s
+	d := s.record(r.dsn)
+	if d == nil || d.acked || d.queued || d.waiting || d.path != p.id || d.psn != psn {
+		return
+	}
+	d.queued = true
+	s.retx = append(s.retx, r.dsn)
+}

@@ -1,0 +1,234 @@
+// Teardown: CLOSE, failing a connection, flushing outstanding work
+// (spec section 8.5).
+
+package engine
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/proto"
+)
+
+// Close ends the connection: CLOSE to the peer, outstanding work flushed.
+func (c *Conn) Close() {
+	if c.state == Closed {
+		return
+	}
+	c.fail(ErrClosed, StatusFlushed, true)
+	c.ep.flush()
+}
+
+// onClose handles the peer's CLOSE.
+func (c *Conn) onClose(pkt *proto.Packet, plane int) {
+	cl := pkt.Close()
+	if cl.Reason() == proto.CloseClosed {
+		if c.state != Closed {
+			c.fail(ErrClosed, StatusFlushed, false)
+		}
+		return
+	}
+	c.ep.sendClose(plane, netip.AddrPortFrom(c.remote[plane], c.peerPort), c.peerID, proto.CloseClosed, 0)
+	var err error = &RemoteError{Reason: cl.Reason(), Detail: cl.Detail()}
+	switch cl.Reason() {
+	case proto.CloseNormal:
+		err = ErrClosed
+	case proto.CloseRefused:
+		err = ErrRefused
+	}
+	c.fail(err, StatusFlushed, false)
+}
+
+// fail ends the connection with err: every outstanding request completes
+// with status st, and the peer is told when tell is set.
+func (c *Conn) fail(err error, st Status, tell bool) {
+	if c.state == Closed {
+		return
+	}
+	reason := proto.CloseNormal
+	var detail uint32
+	var re *RemoteError
+	var pe *ProtocolError
+	switch {
+	case errors.Is(err, ErrTimeout):
+		reason = proto.CloseTimeout
+	case errors.As(err, &re) && re.Nack != 0:
+		reason, detail = proto.CloseFatal, uint32(re.Nack)
+	case errors.As(err, &pe):
+		reason, detail = proto.CloseFatal, uint32(pe.Code)
+	}
+	if c.state == Accepting {
+		c.ep.accepting--
+	}
+	c.state = Closed
+	c.err = err
+	c.hsTimer.Stop()
+	c.progress.Stop()
+	c.ackTimer.Stop()
+	c.snd.flush(st, err)
+	c.rcv.flush(err)
+	for _, p := range c.snd.paths {
+		p.timer.Stop()
+	}
+	c.ep.forget(c, tell, reason, detail)
+	if c.events != nil {
+		c.events.State(c, Closed, err)
+	}
+}
+
+// flush completes every outstanding message with status st.
+func (s *sender) flush(st Status, err error) {
+	for i := range s.streams {
+		q := &s.streams[i]
+		for _, m := range q.queue[q.head:] {
+			if m.failed || m.internal {
+				continue // reported with its own error, or not the application's
+			}
+			wc := Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: uint16(i), Bytes: m.length, Err: err}
+			if m.done {
+				// Acknowledged in full, waiting behind an earlier message:
+				// it did complete.
+				wc.Status, wc.Err = StatusOK, nil
+			}
+			m.done = true
+			if wc.Status != StatusOK || !m.wr.Unsignaled {
+				s.c.report(wc)
+			}
+		}
+		q.queue, q.head, q.sendIdx = nil, 0, 0
+	}
+	s.msgs = 0
+	clear(s.reads)
+	for _, p := range s.paths {
+		p.timer.Stop()
+	}
+	if s.retry != nil {
+		s.retry.Stop()
+		s.paceT.Stop()
+	}
+	if s.c != nil && s.c.bl.retry != nil { // s.c is set once the connection is established
+		s.c.bl.retry.Stop()
+	}
+}
+
+// flush completes every posted receive with a flush status; shared
+// receives taken but never filled go back to their queue.
+func (r *receiver) flush(err error) {
+	for i := range r.streams {
+		st := &r.streams[i]
+		if r.srq != nil {
+			r.srq.giveBack(st.recvs[st.head:])
+		} else {
+			for _, rw := range st.recvs[st.head:] {
+				r.c.report(Completion{ID: rw.id, Op: OpRecv, Status: StatusFlushed, Stream: uint16(i), Err: err})
+			}
+		}
+		st.recvs, st.head = nil, 0
+	}
+}
+
+// sendClose sends a CLOSE to dst.
+func (e *Endpoint) sendClose(plane int, dst netip.AddrPort, peerID uint32, reason proto.CloseReason, detail uint32) {
+	buf := e.port.Buffer()
+	var pkt proto.Packet
+	if err := proto.Build(&pkt, buf[:cap(buf)], proto.TypeClose, 0, 0); err != nil {
+		panic(err)
+	}
+	pkt.Common.SetDstConnID(peerID)
+	pkt.Common.SetTimestamp(uint32(e.clock.Now()))
+	pkt.Close().SetReason(reason)
+	pkt.Close().SetDetail(detail)
+	e.send(link.Datagram{
+		Src:  netip.AddrPortFrom(e.cfg.Planes[plane], e.cfg.SourcePorts[0]),
+		Dst:  dst,
+		DSCP: proto.DefaultDSCP(proto.TypeClose),
+		Data: e.seal(&pkt),
+	})
+}
+
+// closedConn is a connection that ended recently: its id is quarantined
+// for 2 MPL (packets for it are dropped, a CLOSE is answered with CLOSED),
+// and its own CLOSE is resent until the peer acknowledges it.
+type closedConn struct {
+	peerID  uint32
+	plane   int
+	dst     netip.AddrPort
+	reason  proto.CloseReason
+	detail  uint32
+	tries   int
+	done    bool // the peer acknowledged our CLOSE, or we were not to send one
+	expires clock.Time
+	timer   clock.Timer
+}
+
+// closeResends is how many times a CLOSE is resent, closeInterval apart,
+// until the peer answers CLOSE CLOSED (spec section 8.5).
+const (
+	closeResends  = 3
+	closeInterval = 100 * time.Millisecond
+)
+
+// forget removes a connection that ended, quarantines its id, and, when
+// tell is set, sends its CLOSE and keeps resending it.
+func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail uint32) {
+	delete(e.conns, c.localID)
+	if m := c.rcv.share; m != nil {
+		m.Leave()
+	}
+	if m := c.snd.nicShare; m != nil {
+		m.Leave()
+	}
+	now := e.clock.Now()
+	if !c.initiator {
+		delete(e.accepted, c.acceptKey)
+		e.closedKey[c.acceptKey] = now.Add(2 * e.cfg.MPL)
+	}
+	for id, cc := range e.closed { // sweep what expired
+		if now >= cc.expires && (cc.done || cc.tries > closeResends) {
+			cc.timer.Stop()
+			delete(e.closed, id)
+		}
+	}
+	for k, until := range e.closedKey {
+		if now >= until {
+			delete(e.closedKey, k)
+		}
+	}
+	p := c.firstPlane()
+	cc := &closedConn{peerID: c.peerID, plane: p, dst: netip.AddrPortFrom(c.remote[p], c.peerPort),
+		reason: reason, detail: detail, done: !tell || c.peerID == 0, expires: now.Add(2 * e.cfg.MPL)}
+	e.closed[c.localID] = cc
+	if !cc.done {
+		cc.timer = e.clock.NewTimer(func() { e.resendClose(cc) })
+		e.resendClose(cc)
+	} else {
+		cc.timer = e.clock.NewTimer(func() {})
+	}
+}
+
+func (e *Endpoint) resendClose(cc *closedConn) {
+	if cc.done || cc.tries > closeResends {
+		return
+	}
+	cc.tries++
+	e.sendClose(cc.plane, cc.dst, cc.peerID, cc.reason, cc.detail)
+	cc.timer.Reset(e.clock.Now().Add(closeInterval))
+	e.flush()
+}
+
+// onClosedConn handles a packet for a quarantined id.
+func (e *Endpoint) onClosedConn(cc *closedConn, pkt *proto.Packet, plane int) {
+	e.stats.Quarantined++
+	if pkt.Type() != proto.TypeClose {
+		return
+	}
+	if pkt.Close().Reason() == proto.CloseClosed {
+		cc.done = true
+		cc.timer.Stop()
+		return
+	}
+	e.sendClose(plane, cc.dst, cc.peerID, proto.CloseClosed, 0)
+}

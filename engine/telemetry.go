@@ -1,0 +1,67 @@
+// Counters and per-path telemetry (spec section 6.4).
+
+package engine
+
+import (
+	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/proto"
+)
+
+// SenderStats counts a connection's sending.
+type SenderStats struct {
+	Packets     uint64 // data packets sent, retransmissions included
+	Retransmits uint64 // of which retransmissions (gap, timeout, tail probe, retry, copy)
+	TailProbes  uint64
+	Copies      uint64 // retransmissions sent twice (a transfer's tail, the DSN holding the window): the second, on another plane
+	Timeouts    uint64
+	LossRepaths uint64 // paths moved to a new source port because their loss stood out
+	Nacks       uint64 // retryable NACKs received
+	BadAcks     uint64 // ACK records that named no path or PSN of ours
+}
+
+// ReceiverStats counts a connection's receiving.
+type ReceiverStats struct {
+	Packets      uint64 // data packets placed
+	Bytes        uint64
+	CE           uint64
+	AcksSent     uint64
+	Duplicates   uint64
+	OutOfWindow  uint64
+	OutOfOrder   uint64 // baseline mode: PSNs after the expected one, dropped
+	Inconsistent uint64 // disagreed with their message's first packet
+	BadPath      uint64 // path id beyond the negotiated count, or too long
+	Nacks        [16]uint64
+}
+
+// EndpointStats counts what the endpoint dropped before any connection saw it.
+type EndpointStats struct {
+	Decode      [proto.NumErrors]uint64 // by proto.Error: steps 1-6 of spec section 9
+	UnknownConn uint64
+	Quarantined uint64 // packets for a recently closed connection
+	Malformed   uint64 // handshake packets out of range, unexpected types
+	Refused     uint64 // CONNECTs refused (no listener, listener said no, too many accepting)
+}
+
+// Telemetry returns a snapshot of every path. Like every method of a
+// Conn it runs on the engine's goroutine: it may give the sender its
+// paths (equip).
+func (c *Conn) Telemetry() []pathmgr.Telemetry {
+	if c.snd.c != nil { // negotiated
+		c.snd.equip()
+	}
+	out := make([]pathmgr.Telemetry, len(c.snd.paths))
+	for i, p := range c.snd.paths {
+		out[i] = pathmgr.Telemetry{Path: int(p.id), Plane: p.plane, SrcPort: p.port, Epoch: p.epoch, State: p.state,
+			RTT: p.rtt, InFlight: p.inflight, Window: p.window, Counters: p.ctr}
+	}
+	return out
+}
+
+// SenderStats returns the connection's sending counters.
+func (c *Conn) SenderStats() SenderStats { return c.snd.stats }
+
+// ReceiverStats returns the connection's receiving counters.
+func (c *Conn) ReceiverStats() ReceiverStats { return c.rcv.stats }
+
+// Stats returns the endpoint's drop counters.
+func (e *Endpoint) Stats() EndpointStats { return e.stats }
