@@ -112,7 +112,7 @@ func (s *sender) sendBaseline() bool {
 	bl := &c.bl
 	p := s.paths[0]
 	now := c.ep.clock.Now()
-	if bl.paused || p.state == pathmgr.Down {
+	if bl.paused || p.State() == pathmgr.Down {
 		return false // waiting out an RNR, or the plane is down
 	}
 	if ok, at := s.pacer.Ready(int64(now)); !ok {
@@ -138,7 +138,7 @@ func (s *sender) sendBaseline() bool {
 		s.paceBaseline(int(r.n) + packetOverhead)
 		return true
 	}
-	if p.inflight >= p.window || !p.ringRoom() || s.nextDSN-s.una >= s.window || !c.knows(p.plane) {
+	if p.inflight >= p.window || !p.ringRoom() || s.nextDSN-s.una >= s.window || !c.knows(p.Plane()) {
 		return false
 	}
 	m := s.nextMessage()
@@ -171,7 +171,7 @@ func (s *sender) ackedInOrder() {
 			}
 			r.resolved = true
 			p.released()
-			p.ctr.Acked++
+			p.Counters.Acked++
 		}
 		p.oldest++
 	}

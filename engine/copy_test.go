@@ -84,9 +84,9 @@ func TestHeadOfWindowCopied(t *testing.T) {
 		t.Fatalf("copied as soon as sent: %+v", s.stats)
 	}
 	s.copyHead(now.Add(s.overdueMargin(first) + s.drainTime() + pr.a.ep.cfg.AckDelay + time.Nanosecond))
-	if s.stats.Copies != 1 || s.paths[head.path].plane == first.plane {
+	if s.stats.Copies != 1 || s.paths[head.path].Plane() == first.Plane() {
 		t.Fatalf("overdue: %+v, the head's latest transmission on plane %d (first on %d), want one copy on the other plane",
-			s.stats, s.paths[head.path].plane, first.plane)
+			s.stats, s.paths[head.path].Plane(), first.Plane())
 	}
 	pr.a.Close()
 	sent := s.stats.Packets

@@ -18,7 +18,7 @@
 //	sack.go        applying ACKs and their selective-ack records (sections 5.5, 6.6)
 //	recovery.go    tail probes, timeouts and copies on another plane
 //	timer.go       the path, ACK and no-progress timers
-//	pathstate.go   path states, repathing and probes (sections 6.3, 6.4)
+//	pathstate.go   what the sender does on path events (pathmgr holds the states)
 //	retry.go       NACKs and the retry of refused packets (section 7)
 //	recv.go        the receiver's validation and placement (section 9)
 //	recvstream.go  messages being received and posted receives (section 6.5)

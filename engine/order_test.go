@@ -173,8 +173,8 @@ func TestSequenceWrap(t *testing.T) {
 	}
 	x.check(t, pr)
 	for _, p := range pr.a.snd.paths {
-		if !proto.SeqLess(p.epochStart[0], p.next) || p.next > 0x1000 {
-			t.Errorf("path %d: PSN went from %#x to %#x without wrapping", p.id, p.epochStart[0], p.next)
+		if !proto.SeqLess(p.EpochStart(0), p.next) || p.next > 0x1000 {
+			t.Errorf("path %d: PSN went from %#x to %#x without wrapping", p.ID(), p.EpochStart(0), p.next)
 		}
 	}
 	if d := pr.b.rcv.dsn.cum; d > 0x1000 {

@@ -1,5 +1,6 @@
-// The path state machine: states, repathing, probes and loss outliers
-// (spec sections 6.3 and 6.4).
+// What the sender does on a path's events: transitions, planes going
+// down and up, probes and their replies, loss outliers (spec sections 6.3
+// and 6.4; the state machine itself is pathmgr.Path).
 
 package engine
 
@@ -11,15 +12,16 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// setState changes the path's state and tells the application.
-func (p *sendPath) setState(st pathmgr.State, repath bool) {
-	from := p.state
-	p.state = st
+// PathChanged follows a transition of the path's state machine
+// (pathmgr.Listener): the pacing rate counts the path's window only while
+// it is in use, and the application hears of the change.
+func (p *sendPath) PathChanged(from pathmgr.State, repath bool) {
 	p.rateChanged()
 	c := p.s.c
-	if o, ok := c.events.(PathObserver); ok && (from != st || repath) {
-		o.PathChanged(c, PathEvent{Path: int(p.id), Plane: p.plane, From: from, To: st, Repath: repath,
-			SrcPort: p.port, Epoch: p.epoch, At: c.ep.clock.Now()})
+	to := p.State()
+	if o, ok := c.events.(PathObserver); ok && (from != to || repath) {
+		o.PathChanged(c, PathEvent{Path: int(p.ID()), Plane: p.Plane(), From: from, To: to, Repath: repath,
+			SrcPort: p.Port(), Epoch: p.Epoch(), At: c.ep.clock.Now()})
 	}
 }
 
@@ -30,7 +32,7 @@ func (p *sendPath) planeDown() {
 		// One path, in order: nothing can go elsewhere. Wait for the plane;
 		// go-back-N resends from the oldest unacknowledged when it returns.
 		p.timer.Stop()
-		p.setState(pathmgr.Down, false)
+		p.PlaneDown()
 		return
 	}
 	for psn := p.oldest; psn != p.next; psn++ {
@@ -40,7 +42,7 @@ func (p *sendPath) planeDown() {
 	}
 	p.advance()
 	p.timer.Stop()
-	p.setState(pathmgr.Down, false)
+	p.PlaneDown()
 }
 
 // planeUp puts the path back on trial: it is probed and takes data again
@@ -48,55 +50,38 @@ func (p *sendPath) planeDown() {
 func (p *sendPath) planeUp(now clock.Time) {
 	p.timeouts = 0
 	if p.s.c.isBaseline() {
-		p.setState(pathmgr.Good, false)
+		p.PlaneUp(false)
 		p.s.goBack(p.oldest)
 		p.armTimer(now)
 		return
 	}
-	p.setState(pathmgr.AssumedBad, false)
+	p.PlaneUp(true)
 	p.sendProbe()
 	p.armTimer(now)
 }
 
-// repath gives the path another source port from the pool; its epoch
-// advances and its PSN space continues (spec section 6.3). A path moves at
-// most once per MPL: it reports false, and stays, when it moved more
-// recently.
-func (p *sendPath) repath(now clock.Time) bool {
-	cfg := &p.s.c.ep.cfg
-	if p.ctr.Repaths > 0 && now.Sub(p.repathedAt) < cfg.MPL {
-		return false
-	}
-	n := len(cfg.SourcePorts)
-	next := (p.portIndex + len(p.s.paths)) % n
-	if next == p.portIndex {
-		next = (next + 1) % n // the pool is a multiple of the paths: step off
-	}
-	p.portIndex = next
-	p.repathedAt = now
-	p.port = cfg.SourcePorts[p.portIndex]
-	p.epoch = (p.epoch + 1) & 3
-	p.epochStart[p.epoch] = p.next
-	p.ctr.Repaths++
-	p.setState(p.state, true)
-	return true
-}
+// repath moves the path to a new source port (pathmgr.Path.Repath); its
+// PSN space continues at the next PSN.
+func (p *sendPath) repath(now clock.Time) bool { return p.Repath(now, p.next) }
 
+// sendProbe sends a PROBE on the path (spec section 5.10).
 func (p *sendPath) sendProbe() {
 	c := p.s.c
-	if !c.knows(p.plane) {
+	if !c.knows(p.Plane()) {
 		return
 	}
-	p.probeID++
+	id := p.NewProbe()
 	var pkt proto.Packet
 	c.build(&pkt, proto.TypeProbe, 0, 0)
 	pkt.Common.SetDstConnID(c.peerID)
-	pkt.Common.SetPathID(p.id)
-	pkt.Common.SetEpoch(p.epoch)
-	pkt.Probe().SetProbeID(p.probeID)
-	c.emit(&pkt, p.plane, p.port)
+	pkt.Common.SetPathID(p.ID())
+	pkt.Common.SetEpoch(p.Epoch())
+	pkt.Probe().SetProbeID(id)
+	c.emit(&pkt, p.Plane(), p.Port())
 }
 
+// onProbeReply takes a PROBE_REPLY: an RTT sample, and an ASSUMED_BAD
+// path back in service.
 func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 	s.equip() // a reply names a path: counted against it, or as bad, as always
 	id := int(pkt.Common.PathID())
@@ -106,63 +91,44 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 	}
 	p := s.paths[id]
 	r := pkt.ProbeReply()
-	if r.ProbeID() != p.probeID || pkt.Common.Epoch() != p.epoch {
+	if !p.ProbeAnswers(r.ProbeID(), pkt.Common.Epoch()) {
 		return // an old probe's reply
 	}
 	if sample := uint32(at) - r.EchoTimestamp() - r.ServiceTime(); sample < 1<<31 {
 		p.rttSample(time.Duration(sample))
 	}
-	if p.state == pathmgr.AssumedBad {
-		p.setState(pathmgr.Good, false)
+	if p.Delivered() {
 		p.timeouts = 0
 		p.armTimer(at)
 		s.pump()
 	}
 }
 
-// lossRound is how many resolved packets of a path make one measurement of
-// its loss.
-const lossRound = 64
-
-// checkLoss adds one ACK's verdicts on the path's packets to its loss
-// measurement; at the end of a round of lossRound packets it moves the
-// path to a new source port when its loss stands out: above 2% and
-// LossOutlierFactor times the other paths' average. Random loss that hits
-// every path alike changes nothing (loss is not congestion here); a route
-// through a bad link is left, as its path's own sequence shows it (spec
-// section 6.3).
+// checkLoss adds one ACK record's verdicts on the path's packets to its
+// loss measurement. At the end of a round it moves the path to a new
+// source port when its loss stands out from the other paths' average
+// (pathmgr.Path.LossOutlier). Random loss that hits every path alike
+// changes nothing: loss is not congestion here.
 func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
-	p.roundAcked += acked
-	p.roundLost += lost
-	if p.roundAcked+p.roundLost < lossRound {
-		return
-	}
-	f := float64(p.roundLost) / float64(p.roundAcked+p.roundLost)
-	p.roundAcked, p.roundLost = 0, 0
-	if p.lossAvg < 0 {
-		p.lossAvg = f
-	} else {
-		p.lossAvg += (f - p.lossAvg) / 4
-	}
-	cfg := &p.s.c.ep.cfg
-	if cfg.LossOutlierFactor < 0 || p.lossAvg <= 0.02 {
+	factor := p.s.c.ep.cfg.LossOutlierFactor
+	if !p.CountLoss(acked, lost) || factor < 0 {
 		return
 	}
 	others, n := 0.0, 0
 	for _, q := range p.s.paths {
-		if q != p && q.lossAvg >= 0 {
-			others += q.lossAvg
+		if avg := q.LossAverage(); q != p && avg >= 0 {
+			others += avg
 			n++
 		}
 	}
-	if n == 0 || p.lossAvg <= cfg.LossOutlierFactor*others/float64(n) {
+	if n == 0 || !p.LossOutlier(others/float64(n), factor) {
 		return
 	}
 	if !p.repath(now) {
 		return // it moved less than an MPL ago
 	}
 	p.s.stats.LossRepaths++
-	p.lossAvg = others / float64(n) // a new route starts from the connection's average
+	p.RestartLoss(others / float64(n))
 }
 
 // SetPlaneUp tells the endpoint that a plane (a NIC port) went down or came
@@ -179,10 +145,10 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 		c.snd.equip() // its paths on that plane change state, and probe
 		for _, p := range c.snd.paths {
 			switch {
-			case p.plane != plane:
-			case !up && p.state != pathmgr.Down:
+			case p.Plane() != plane:
+			case !up && p.State() != pathmgr.Down:
 				p.planeDown()
-			case up && p.state == pathmgr.Down:
+			case up && p.State() == pathmgr.Down:
 				p.planeUp(now)
 			}
 		}

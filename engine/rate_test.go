@@ -43,14 +43,14 @@ func TestPacingRateFollowsThePaths(t *testing.T) {
 		checkInflight(t, n.sim.Now(), senders...)
 		for i, s := range senders {
 			for id, p := range s.paths {
-				w, rtt := p.cwin.Value()*s.mss, p.rtt.Min
-				if p.state == pathmgr.Down || p.state == pathmgr.AssumedBad {
+				w, rtt := p.cwin.Value()*s.mss, p.RTT.Min
+				if p.State() == pathmgr.Down || p.State() == pathmgr.AssumedBad {
 					w, rtt = 0, 0
 					outOfUse++
 				}
 				if in := s.rateIn[id]; in.WindowBytes != w || in.MinRTT != rtt {
 					t.Fatalf("at %v, sender %d path %d (%v): pacing inputs %g B, %v; the path has %g B, %v",
-						n.sim.Now(), i, id, p.state, s.rateIn[id].WindowBytes, s.rateIn[id].MinRTT, w, rtt)
+						n.sim.Now(), i, id, p.State(), s.rateIn[id].WindowBytes, s.rateIn[id].MinRTT, w, rtt)
 				}
 				if s.rateIn[id].WindowBytes != last[i][id].WindowBytes {
 					changes++
@@ -67,7 +67,7 @@ func TestPacingRateFollowsThePaths(t *testing.T) {
 	}
 	for _, s := range senders {
 		for _, p := range s.paths {
-			marked += int(p.ctr.CEMarks)
+			marked += int(p.Counters.CEMarks)
 		}
 	}
 	if changes < 100 || outOfUse == 0 || marked == 0 {

@@ -36,7 +36,7 @@ func (p *sendPath) tailProbe() {
 			continue
 		}
 		s.stats.TailProbes++
-		p.ctr.TailProbes++
+		p.Counters.TailProbes++
 		s.transmit(r.dsn, d, p, true, true)
 		if s.unsent == 0 {
 			// Nothing follows the probe: lost, it would leave the path to
@@ -56,7 +56,7 @@ func (p *sendPath) onRTO() {
 	p.cwin.OnTimeout() // this path only
 	p.windowChanged()
 	p.timedOut()
-	p.ctr.Timeouts++
+	p.Counters.Timeouts++
 	s.stats.Timeouts++
 	for psn := p.oldest; psn != p.next; psn++ {
 		if r := p.slot(psn); !r.resolved {
@@ -64,7 +64,7 @@ func (p *sendPath) onRTO() {
 		}
 	}
 	p.advance()
-	p.setState(pathmgr.AssumedBad, false)
+	p.TimedOut()
 	p.sendProbe()
 }
 
@@ -95,8 +95,8 @@ func (p *sendPath) settleMoot() {
 func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid int, probe bool) {
 	for _, shun := range [2]bool{true, false} {
 		for i := 1; i < len(s.paths); i++ {
-			q := s.paths[(int(p.id)+i)%len(s.paths)]
-			if q.plane == p.plane || shun && q.plane == avoid || !s.usable(q, true) {
+			q := s.paths[(int(p.ID())+i)%len(s.paths)]
+			if q.Plane() == p.Plane() || shun && q.Plane() == avoid || !s.usable(q, true) {
 				continue
 			}
 			s.transmit(dsn, d, q, true, probe)
@@ -159,14 +159,14 @@ func (s *sender) probeOverdue(now clock.Time) {
 	d := s.drainFor(inflight)
 	last := inflight <= tailPackets
 	for _, p := range s.paths {
-		if p.inflight == 0 || p.probed || p.state != pathmgr.Good && p.state != pathmgr.Skip {
+		if p.inflight == 0 || p.probed || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
 			continue
 		}
 		margin := s.overdueMargin(p)
 		if last {
 			// Not before the path's own shortest round trip: a slower
 			// plane's packet is not late by a faster plane's RTT.
-			margin = max(s.newestRTT, p.rtt.Min) + cfg.ProbeMin
+			margin = max(s.newestRTT, p.RTT.Min) + cfg.ProbeMin
 		}
 		sent := p.slot(p.oldest).sentAt
 		p.fireBy(max(sent.Add(margin+d+cfg.AckDelay), now))
@@ -179,7 +179,7 @@ func (s *sender) probeOverdue(now clock.Time) {
 // differ by that much).
 func (s *sender) overdueMargin(p *sendPath) time.Duration {
 	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, s.c.ep.cfg.ProbeMin) }
-	return max(late(s.newestRTT), late(p.rtt.SRTT))
+	return max(late(s.newestRTT), late(p.RTT.SRTT))
 }
 
 // tailPackets is how few packets in flight make the last of a transfer

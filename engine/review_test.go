@@ -225,22 +225,22 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	s.equip()
 	cfg := pr.a.ep.cfg
 	p := s.paths[0]
-	p.rtt = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
+	p.RTT = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
 	s.mss = 4000
 	for range 25 {
 		p.took() // in flight on the path, and so in the connection
 	}
 
 	s.hint = math.Inf(1)
-	if got, want := p.timeout(), max(2*p.rtt.SRTT+cfg.AckDelay, cfg.RTOMin); got != want { // without a hint, the timeout's floor
+	if got, want := p.timeout(), max(2*p.RTT.SRTT+cfg.AckDelay, cfg.RTOMin); got != want { // without a hint, the timeout's floor
 		t.Errorf("no hint: tail probe after %v, want %v", got, want)
 	}
 	s.hint = 1e8
-	if got, want := p.timeout(), p.rtt.SRTT+time.Millisecond+cfg.AckDelay; got != want {
+	if got, want := p.timeout(), p.RTT.SRTT+time.Millisecond+cfg.AckDelay; got != want {
 		t.Errorf("hint 10^8 B/s: tail probe after %v, want %v", got, want)
 	}
 	p.probed = true // the probe went: next is the retransmission timeout
-	if got, want := p.timeout(), p.rtt.SRTT+time.Millisecond; got != want {
+	if got, want := p.timeout(), p.RTT.SRTT+time.Millisecond; got != want {
 		t.Errorf("hint 10^8 B/s: timeout after %v, want %v", got, want)
 	}
 	s.hint = 1
@@ -264,7 +264,7 @@ func TestBaselineLocalAckTimeoutIsFixed(t *testing.T) {
 		pr := n.connect(0, 1)
 		pr.a.snd.equip()
 		p := pr.a.snd.paths[0]
-		p.rtt = pathmgr.RTT{SRTT: 40 * time.Microsecond, RTTVar: 10 * time.Microsecond, Min: 30 * time.Microsecond, Samples: 5}
+		p.RTT = pathmgr.RTT{SRTT: 40 * time.Microsecond, RTTVar: 10 * time.Microsecond, Min: 30 * time.Microsecond, Samples: 5}
 		p.timeouts = 2
 		want := fixed
 		if lat == 0 {

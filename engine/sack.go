@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
-	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -73,7 +72,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	s := p.s
 	h, e := rec.HighestPSN(), rec.Epoch()
-	if !proto.SeqLess(h, p.next) || proto.SeqLess(h, p.epochStart[e]) {
+	if !proto.SeqLess(h, p.next) || proto.SeqLess(h, p.EpochStart(e)) {
 		s.stats.BadAcks++ // never sent, or an older use of this epoch value
 		return
 	}
@@ -84,15 +83,15 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	marked := 0
 	if d := rec.CECount() - p.ce; d != 0 && d < 1<<31 {
 		marked = int(d)
-		p.ctr.CEMarks += uint64(d)
+		p.Counters.CEMarks += uint64(d)
 		p.ce = rec.CECount()
 		if s.c.ep.cfg.Broken.IgnoreCE {
 			marked = 0
 		}
 	}
-	es := p.epochStart[e]
+	es := p.EpochStart(e)
 	resolved := false
-	ackedBefore := p.ctr.Acked
+	ackedBefore := p.Counters.Acked
 	var gotten, missed int // this report's verdicts, for the loss measurement
 	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
 		r := p.slot(psn)
@@ -113,26 +112,20 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		resolved = true
 	}
 	p.advance()
-	p.cwin.OnAck(int(p.ctr.Acked-ackedBefore), marked, h, p.next)
+	p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next)
 	p.windowChanged()
 	if resolved {
 		p.probed, p.timeouts = false, 0
-		if p.state == pathmgr.AssumedBad {
-			p.setState(pathmgr.Good, false)
-		}
+		p.Delivered()
 		p.armTimer(at)
 		p.checkLoss(at, gotten, missed)
 	}
-	// A CE mark steers new packets to clear paths for a while (SKIP); the
-	// next clean report brings the path back.
-	switch {
-	case marked > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip):
-		p.skipUntil = at.Add(max(p.rtt.SRTT, p.s.c.ep.cfg.AckDelay))
-		if p.state == pathmgr.Good {
-			p.setState(pathmgr.Skip, false)
-		}
-	case marked == 0 && resolved && p.state == pathmgr.Skip:
-		p.setState(pathmgr.Good, false)
+	// A CE mark steers new packets to clear paths for a round trip
+	// (SKIP); the next clean report brings the path back.
+	if marked > 0 {
+		p.Marked(at, max(p.RTT.SRTT, p.s.c.ep.cfg.AckDelay))
+	} else if resolved {
+		p.Clean()
 	}
 }
 
@@ -142,7 +135,7 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 		p.s.newestAcked, p.s.newestRTT = r.sentAt, at.Sub(r.sentAt)
 	}
 	p.released()
-	p.ctr.Acked++
+	p.Counters.Acked++
 	p.s.ackDSN(r.dsn)
 }
 
@@ -152,10 +145,10 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
 	r.resolved = true
 	p.released()
-	p.ctr.Lost++
+	p.Counters.Lost++
 	s := p.s
 	d := s.record(r.dsn)
-	if d == nil || d.acked || d.queued || d.waiting || d.path != p.id || d.psn != psn {
+	if d == nil || d.acked || d.queued || d.waiting || d.path != p.ID() || d.psn != psn {
 		return
 	}
 	d.queued = true

@@ -18,6 +18,7 @@ type sender struct {
 	ring     []dsnRecord
 	mask     uint32
 	paths    []*sendPath
+	ports    pathmgr.Ports // how the paths take source ports
 	streams  []sendStream
 	ready    bitset   // streams that may have data to send: every one that has is in it
 	retx     []uint32 // DSNs to resend, oldest first from retxHead
@@ -98,6 +99,7 @@ func (s *sender) equip() {
 	s.ring, s.mask = make([]dsnRecord, n), uint32(n-1)
 	s.rateIn = make([]cc.PathRate, c.paths)
 	cfg := &c.ep.cfg
+	s.ports = pathmgr.Ports{Pool: cfg.SourcePorts, Stride: c.paths, MPL: cfg.MPL}
 	// A packet's pacing and path choice look at every path: their state,
 	// windows and first ring slots are each one allocation, side by side,
 	// not one per path.
@@ -118,11 +120,10 @@ func (s *sender) equip() {
 		}
 		windows[i] = *cc.NewWindow(wp, c.isn)
 		p := &paths[i]
-		*p = sendPath{s: s, id: uint8(i), lossAvg: -1, plane: i % len(cfg.Planes), portIndex: i % len(cfg.SourcePorts),
-			ring: rings[i*minPathRing : (i+1)*minPathRing : (i+1)*minPathRing], next: c.isn, oldest: c.isn, cwin: &windows[i]}
+		*p = sendPath{s: s, ring: rings[i*minPathRing : (i+1)*minPathRing : (i+1)*minPathRing],
+			next: c.isn, oldest: c.isn, cwin: &windows[i]}
+		p.Init(uint8(i), i%len(cfg.Planes), &s.ports, c.isn, p)
 		p.window = p.cwin.Packets()
-		p.port = cfg.SourcePorts[p.portIndex]
-		p.epochStart[0] = c.isn
 		p.timer = c.ep.clock.NewTimer(p.onTimer)
 		s.paths = append(s.paths, p)
 		p.rateChanged()
@@ -166,7 +167,7 @@ func (s *sender) sendOne() bool {
 		}
 		lostOn := -1
 		if int(r.path) < len(s.paths) {
-			lostOn = s.paths[r.path].plane
+			lostOn = s.paths[r.path].Plane()
 		}
 		s.popRetx()
 		r.queued = false
@@ -206,11 +207,7 @@ func (s *sender) sendOne() bool {
 // behind an unresolved oldest PSN), and the peer's address on its plane
 // known.
 func (s *sender) usable(p *sendPath, skip bool) bool {
-	if p.state == pathmgr.Skip && s.c.ep.clock.Now() >= p.skipUntil {
-		p.setState(pathmgr.Good, false) // a round trip without news: clear again
-	}
-	return (p.state == pathmgr.Good || skip && p.state == pathmgr.Skip) &&
-		p.inflight < p.window && p.ringRoom() && s.c.knows(p.plane)
+	return p.Ready(s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom() && s.c.knows(p.Plane())
 }
 
 // packetOverhead is what a packet adds to its payload on the wire, for
@@ -261,7 +258,7 @@ func (s *sender) pickPath(lost int) *sendPath {
 			for i := 0; i < len(s.paths); i++ {
 				p := s.paths[(s.rrPath+i)%len(s.paths)]
 				if s.usable(p, skip) {
-					s.rrPath = int(p.id) + 1
+					s.rrPath = int(p.ID()) + 1
 					return p
 				}
 			}
@@ -273,14 +270,14 @@ func (s *sender) pickPath(lost int) *sendPath {
 		var best *sendPath
 		lostPlane := -1
 		if lost < len(s.paths) {
-			lostPlane = s.paths[lost].plane
+			lostPlane = s.paths[lost].Plane()
 		}
 		for _, otherPlane := range [2]bool{true, false} {
 			for _, p := range s.paths {
-				if int(p.id) == lost || !s.usable(p, skip) || otherPlane && p.plane == lostPlane {
+				if int(p.ID()) == lost || !s.usable(p, skip) || otherPlane && p.Plane() == lostPlane {
 					continue
 				}
-				if best == nil || p.rtt.Samples > 0 && (best.rtt.Samples == 0 || p.rtt.SRTT < best.rtt.SRTT) {
+				if best == nil || p.RTT.Samples > 0 && (best.RTT.Samples == 0 || p.RTT.SRTT < best.RTT.SRTT) {
 					best = p
 				}
 			}
@@ -308,7 +305,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	p.next++
 	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now}
 	p.took()
-	r.path, r.psn = p.id, psn
+	r.path, r.psn = p.ID(), psn
 	s.emitData(d, r, p, psn, retx, probe)
 }
 
@@ -320,11 +317,11 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	var pkt proto.Packet
 	c.build(&pkt, m.typ, 0, int(r.n))
 	h := pkt.Common
-	h.SetPathID(p.id)
-	h.SetEpoch(p.epoch)
+	h.SetPathID(p.ID())
+	h.SetEpoch(p.Epoch())
 	h.SetDstConnID(c.peerID)
 	h.SetPSN(psn)
-	if c.ep.cfg.Broken.ReusePSN && !retx && p.ctr.PacketsSent%64 == 63 {
+	if c.ep.cfg.Broken.ReusePSN && !retx && p.Counters.PacketsSent%64 == 63 {
 		h.SetPSN(psn - 1) // a deliberate bug: the PSN the path used last, again
 	}
 	h.SetDSN(d)
@@ -380,13 +377,13 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	if !s.copyPayload(m, r, pkt.Payload) {
 		return
 	}
-	c.emit(&pkt, p.plane, p.port)
+	c.emit(&pkt, p.Plane(), p.Port())
 
-	p.ctr.PacketsSent++
-	p.ctr.BytesSent += uint64(r.n)
+	p.Counters.PacketsSent++
+	p.Counters.BytesSent += uint64(r.n)
 	s.stats.Packets++
 	if retx {
-		p.ctr.Retransmits++
+		p.Counters.Retransmits++
 		s.stats.Retransmits++
 	}
 	if p.timer.Deadline() == clock.Never {

@@ -19,49 +19,24 @@ type sendRec struct {
 	resolved bool // acknowledged, declared lost, or refused
 }
 
-// sendPath is the sender's state of one path, laid out by what reads it
-// (with thousands of connections a path's state has left the caches since
-// its last packet, and each line is one to fetch): a packet sent reads
-// lines 0, 1 and 3, an ACK's record of the path lines 0 to 3.
+// sendPath is the sender's state of one path. Its state machine, source
+// port, epoch, RTT and counters are the path manager's (pathmgr.Path);
+// the packets in flight on it, its window and its timer are the sender's.
 type sendPath struct {
-	// Line 0: what checking whether a path can take a packet reads
-	// (usable), and the path's number. (sendPathSize keeps a path a
-	// whole number of lines; TestSendPathIsWholeLines, on 64-bit
-	// machines.)
-	ring     []sendRec // PSN psn in slot psn & (len - 1): 4 slots, doubled as needed up to 256
-	next     uint32    // next PSN
-	oldest   uint32    // oldest PSN not resolved
+	pathmgr.Path
+	s *sender
+	// ring holds PSN psn in slot psn & (len - 1): 4 slots at first,
+	// doubled as needed up to 256.
+	ring     []sendRec
+	next     uint32 // the next PSN
+	oldest   uint32 // the oldest PSN not resolved
 	inflight int
-	window   int
-	plane    int
-	state    pathmgr.State
-	epoch    uint8
-	port     uint16
-	probed   bool  // a tail probe went out since the last acknowledgment
-	id       uint8 // its index in the sender's paths (at most 256)
-	timeouts uint8 // consecutive retransmission timeouts (saturating)
-	// Line 1: what sending on the path and its ACKs read next: its
-	// window, its timer and the round trip the timer is armed from.
-	s     *sender
-	cwin  *cc.Window
-	timer clock.Timer
-	rtt   pathmgr.RTT
-	// Line 2: what the path's ACKs read besides.
-	epochStart [4]uint32 // first PSN of each epoch value's latest use
-	ce         uint32    // the receiver's CE count for the path, as last reported
-	probeID    uint32
-	// Loss as the path's own ACKs report it, over rounds of lossRound
-	// packets: this round's counts and the rounds' smoothed loss fraction
-	// (-1: no round yet). Losses a timeout or a failed plane declares are
-	// not the route's loss rate and do not count.
-	roundAcked, roundLost int
-	lossAvg               float64
-	portIndex             int        // into Config.SourcePorts
-	skipUntil             clock.Time // a SKIP path turns GOOD again after this, without news
-	// Lines 3 and 4: the counters, the packets sent and acknowledged
-	// among the first seven.
-	ctr        pathmgr.Counters
-	repathedAt clock.Time
+	window   int // cwin in whole packets
+	cwin     *cc.Window
+	timer    clock.Timer
+	probed   bool   // a tail probe went out since the last acknowledgment
+	timeouts uint8  // retransmission timeouts in a row, saturating
+	ce       uint32 // the receiver's CE count for the path, as last reported
 }
 
 // A path keeps the PSNs it has not resolved in a ring of send records.
@@ -116,11 +91,11 @@ func (p *sendPath) advance() {
 func (p *sendPath) rateChanged() {
 	s := p.s
 	w, rtt := 0.0, time.Duration(0)
-	if p.state != pathmgr.Down && p.state != pathmgr.AssumedBad {
-		w, rtt = p.cwin.Value()*s.mss, p.rtt.Min
+	if p.InUse() {
+		w, rtt = p.cwin.Value()*s.mss, p.RTT.Min
 	}
-	if in := (cc.PathRate{WindowBytes: w, MinRTT: rtt}); s.rateIn[p.id] != in {
-		s.rateIn[p.id], s.rateStale = in, true
+	if in := (cc.PathRate{WindowBytes: w, MinRTT: rtt}); s.rateIn[p.ID()] != in {
+		s.rateIn[p.ID()], s.rateStale = in, true
 	}
 }
 
@@ -132,6 +107,6 @@ func (p *sendPath) windowChanged() {
 
 // rttSample adds an RTT sample to the path's estimate.
 func (p *sendPath) rttSample(sample time.Duration) {
-	p.rtt.Update(sample)
+	p.RTT.Update(sample)
 	p.rateChanged()
 }

@@ -227,7 +227,7 @@ func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
 		const stale, fresh = 500 * time.Microsecond, 12 * time.Microsecond
 		s.hint, s.newestRTT = 2.5e9, fresh
 		for _, p := range s.paths {
-			p.rtt.SRTT = stale
+			p.RTT.SRTT = stale
 			p.timer.Reset(n.sim.Now().Add(time.Second))
 		}
 		now := n.sim.Now()
@@ -240,7 +240,7 @@ func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
 			}
 			want := max(p.slot(p.oldest).sentAt.Add(margin+s.drainTime()+cfg.AckDelay), now)
 			if got := p.timer.Deadline(); got != want {
-				t.Errorf("%d in flight: path %d probes at %v, want %v", packets, p.id, got, want)
+				t.Errorf("%d in flight: path %d probes at %v, want %v", packets, p.ID(), got, want)
 			}
 		}
 	}

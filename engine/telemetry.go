@@ -51,8 +51,7 @@ func (c *Conn) Telemetry() []pathmgr.Telemetry {
 	}
 	out := make([]pathmgr.Telemetry, len(c.snd.paths))
 	for i, p := range c.snd.paths {
-		out[i] = pathmgr.Telemetry{Path: int(p.id), Plane: p.plane, SrcPort: p.port, Epoch: p.epoch, State: p.state,
-			RTT: p.rtt, InFlight: p.inflight, Window: p.window, Counters: p.ctr}
+		out[i] = p.Snapshot(p.inflight, p.window)
 	}
 	return out
 }

@@ -16,7 +16,7 @@ import (
 // consecutive timeout. A path in ASSUMED_BAD is probed at its timeout.
 // probeOverdue may bring the timer forward.
 func (p *sendPath) armTimer(now clock.Time) {
-	if p.inflight == 0 && p.state != pathmgr.AssumedBad {
+	if p.inflight == 0 && p.State() != pathmgr.AssumedBad {
 		p.timer.Stop()
 		return
 	}
@@ -37,11 +37,11 @@ func (p *sendPath) onTimer() {
 		return
 	}
 	now := c.ep.clock.Now()
-	if p.state != pathmgr.Down && !c.isBaseline() {
+	if p.State() != pathmgr.Down && !c.isBaseline() {
 		p.settleMoot()
 	}
 	switch {
-	case p.state == pathmgr.Down:
+	case p.State() == pathmgr.Down:
 		return
 	case c.isBaseline():
 		// The local ACK timeout: go back to the oldest unacknowledged PSN.
@@ -49,10 +49,10 @@ func (p *sendPath) onTimer() {
 			return
 		}
 		p.timedOut()
-		p.ctr.Timeouts++
+		p.Counters.Timeouts++
 		s.stats.Timeouts++
 		s.goBack(p.oldest)
-	case p.state == pathmgr.AssumedBad:
+	case p.State() == pathmgr.AssumedBad:
 		// A probe went unanswered: the route may be what failed. Move to a
 		// new source port, then probe again.
 		p.repath(now)
@@ -60,7 +60,7 @@ func (p *sendPath) onTimer() {
 		p.timeouts = min(p.timeouts, 15) + 1 // at most 16 (and a count of 255 does not wrap)
 	case p.inflight == 0:
 		return
-	case !p.probed && p.rtt.Samples > 0:
+	case !p.probed && p.RTT.Samples > 0:
 		p.tailProbe()
 	default:
 		p.onRTO()
@@ -71,7 +71,7 @@ func (p *sendPath) onTimer() {
 }
 
 func (p *sendPath) timeout() time.Duration {
-	if !p.probed && p.rtt.Samples > 0 && (p.state == pathmgr.Good || p.state == pathmgr.Skip) && !p.s.c.isBaseline() {
+	if !p.probed && p.RTT.Samples > 0 && (p.State() == pathmgr.Good || p.State() == pathmgr.Skip) && !p.s.c.isBaseline() {
 		cfg := &p.s.c.ep.cfg
 		floor := cfg.RTOMin
 		if p.s.hinted() {
@@ -81,9 +81,9 @@ func (p *sendPath) timeout() time.Duration {
 			// only late in an incast without hints).
 			floor = cfg.ProbeMin
 		}
-		return min(max(2*p.rtt.SRTT+cfg.AckDelay, p.rtt.SRTT+p.s.drainTime()+cfg.AckDelay, floor), cfg.RTOMax)
+		return min(max(2*p.RTT.SRTT+cfg.AckDelay, p.RTT.SRTT+p.s.drainTime()+cfg.AckDelay, floor), cfg.RTOMax)
 	}
-	if p.state == pathmgr.AssumedBad && !p.s.c.isBaseline() {
+	if p.State() == pathmgr.AssumedBad && !p.s.c.isBaseline() {
 		// Probing: the wait doubles, but only so far: what failed may be
 		// repaired, and it is a small packet per path.
 		return min(p.rto(), max(p.s.c.ep.cfg.BadProbeMax, p.rtoAfter(0)))
@@ -109,14 +109,14 @@ func (p *sendPath) rtoAfter(timeouts int) time.Duration {
 	if p.s.c.isBaseline() && cfg.LocalAckTimeout > 0 {
 		return cfg.LocalAckTimeout
 	}
-	rtt := p.rtt
+	rtt := p.RTT
 	if rtt.Samples == 0 && p.s.hinted() {
 		rtt = p.s.slowestRTT()
 	}
 	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
 	if !p.s.c.isBaseline() {
 		rto = max(rto, rtt.SRTT+p.s.drainTime())
-		if p.rtt.Samples == 0 && rtt.Samples > 0 {
+		if p.RTT.Samples == 0 && rtt.Samples > 0 {
 			rto *= 2
 		}
 	}
@@ -143,8 +143,8 @@ func (s *sender) hinted() bool { return s.hint > 0 && !math.IsInf(s.hint, 1) }
 func (s *sender) slowestRTT() pathmgr.RTT {
 	var r pathmgr.RTT
 	for _, p := range s.paths {
-		if p.rtt.Samples > 0 && (r.Samples == 0 || p.rtt.SRTT > r.SRTT) {
-			r = p.rtt
+		if p.RTT.Samples > 0 && (r.Samples == 0 || p.RTT.SRTT > r.SRTT) {
+			r = p.RTT
 		}
 	}
 	return r

@@ -1,8 +1,10 @@
-// Package pathmgr is what an endpoint knows about each path of a
-// connection: its round-trip time, its state (GOOD, SKIP, ASSUMED_BAD,
-// DOWN, as docs/spec.md section 6.4 names them) and its counters, and the
-// read-only telemetry snapshot the CLI and metrics show. The engine owns one
-// Path per path and updates it; nothing here does I/O or reads a clock.
+// Package pathmgr is the path manager: the state machine of each path of a
+// connection (GOOD, SKIP, ASSUMED_BAD, DOWN, docs/spec.md section 6.4),
+// its repathing to new source ports with epochs (section 6.3), its probes,
+// its round-trip time, its loss measurement and counters, and the
+// telemetry snapshot the CLI and metrics show. The engine owns one Path
+// per path, tells it what happened and acts on what it says. Nothing here
+// does I/O or reads a clock.
 package pathmgr
 
 import (

@@ -1,0 +1,196 @@
+package pathmgr
+
+import (
+	"time"
+
+	"github.com/mroce/mroce/clock"
+)
+
+// Ports is how the paths of a connection take source ports (spec section
+// 6.3). Path i starts on Pool[i mod len(Pool)].
+type Ports struct {
+	// Pool is the source ports the paths take. It is never empty.
+	Pool []uint16
+	// Stride is how far a repath moves in the pool: the connection's
+	// path count, so that two paths never take the same port.
+	Stride int
+	// MPL is the maximum packet lifetime. A path moves at most once per
+	// MPL, so that a PSN range never lives in two routes' queues at once.
+	MPL time.Duration
+}
+
+// A Listener hears of every transition a path makes, and of every repath.
+// It is called after the path has changed.
+type Listener interface {
+	PathChanged(from State, repath bool)
+}
+
+// Path is one path of a connection as its sender keeps it: its plane and
+// source port, its epoch, its state (spec section 6.4), its probes, its
+// round-trip time, its loss and its counters. The sender's packets and
+// timers stay in the engine, which tells the path what happened and acts
+// on what the path says. Nothing here does I/O or reads a clock.
+type Path struct {
+	id    uint8
+	plane int
+	state State
+	port  uint16
+	// portIndex is where port lies in the pool.
+	portIndex int
+	epoch     uint8
+	// epochStart holds the first PSN of each epoch value's latest use.
+	// An ACK record of epoch e says nothing of PSNs before it (section 6.3).
+	epochStart [4]uint32
+	probeID    uint32
+	// skipUntil is when a SKIP path turns GOOD again without news.
+	skipUntil  clock.Time
+	repathedAt clock.Time
+	loss       lossMeter
+	ports      *Ports
+	listener   Listener
+
+	RTT      RTT
+	Counters Counters
+}
+
+// Init makes p path id of its connection, on plane, starting at PSN
+// firstPSN in epoch 0, in state GOOD. l hears of its transitions.
+func (p *Path) Init(id uint8, plane int, ports *Ports, firstPSN uint32, l Listener) {
+	*p = Path{id: id, plane: plane, ports: ports, listener: l}
+	p.portIndex = int(id) % len(ports.Pool)
+	p.port = ports.Pool[p.portIndex]
+	p.epochStart[0] = firstPSN
+	p.loss.avg = -1
+}
+
+// ID is the path's id, carried in every packet's PathID.
+func (p *Path) ID() uint8 { return p.id }
+
+// Plane is the plane the path runs on.
+func (p *Path) Plane() int { return p.plane }
+
+// State is the path's state.
+func (p *Path) State() State { return p.state }
+
+// Port is the path's UDP source port now.
+func (p *Path) Port() uint16 { return p.port }
+
+// Epoch is the path's epoch now.
+func (p *Path) Epoch() uint8 { return p.epoch }
+
+// EpochStart is the first PSN of epoch value e's latest use.
+func (p *Path) EpochStart(e uint8) uint32 { return p.epochStart[e&3] }
+
+// InUse reports whether the path carries data: neither ASSUMED_BAD nor
+// DOWN. Its window counts in the connection's rate only then.
+func (p *Path) InUse() bool { return p.state != AssumedBad && p.state != Down }
+
+// Ready reports whether the path takes new data now: GOOD, or SKIP when
+// skip is set. A SKIP path whose hold is over turns GOOD first: a round
+// trip without a mark clears it.
+func (p *Path) Ready(now clock.Time, skip bool) bool {
+	if p.state == Skip && now >= p.skipUntil {
+		p.set(Good, false)
+	}
+	return p.state == Good || skip && p.state == Skip
+}
+
+// Marked notes a CE mark in an ACK of the path. A GOOD or SKIP path is
+// held in SKIP for hold from now: new data prefers other paths.
+func (p *Path) Marked(now clock.Time, hold time.Duration) {
+	if p.state != Good && p.state != Skip {
+		return
+	}
+	p.skipUntil = now.Add(hold)
+	if p.state == Good {
+		p.set(Skip, false)
+	}
+}
+
+// Clean notes an ACK of the path that resolved packets without a CE mark.
+// A SKIP path turns GOOD.
+func (p *Path) Clean() {
+	if p.state == Skip {
+		p.set(Good, false)
+	}
+}
+
+// Delivered notes that the path delivered packets: an ACK resolved some,
+// or a probe was answered. An ASSUMED_BAD path turns GOOD; Delivered
+// reports whether it did.
+func (p *Path) Delivered() bool {
+	if p.state != AssumedBad {
+		return false
+	}
+	p.set(Good, false)
+	return true
+}
+
+// TimedOut notes a retransmission timeout: the path takes no new data
+// and is probed until it answers (ASSUMED_BAD).
+func (p *Path) TimedOut() { p.set(AssumedBad, false) }
+
+// PlaneDown notes that the path's plane went down.
+func (p *Path) PlaneDown() { p.set(Down, false) }
+
+// PlaneUp notes that the path's plane came back. With probe the path
+// waits for an answered probe in ASSUMED_BAD; without, it is GOOD at once.
+func (p *Path) PlaneUp(probe bool) {
+	if probe {
+		p.set(AssumedBad, false)
+	} else {
+		p.set(Good, false)
+	}
+}
+
+// NewProbe returns the id of a new PROBE on the path. Only a reply to the
+// newest probe counts (ProbeAnswers).
+func (p *Path) NewProbe() uint32 {
+	p.probeID++
+	return p.probeID
+}
+
+// ProbeAnswers reports whether a PROBE_REPLY with probe id and epoch
+// answers the path's newest probe.
+func (p *Path) ProbeAnswers(id uint32, epoch uint8) bool {
+	return id == p.probeID && epoch == p.epoch
+}
+
+// Repath gives the path another source port from the pool. Its epoch
+// advances and its PSN space continues at nextPSN (spec section 6.3). A
+// path moves at most once per MPL: Repath reports false, and the path
+// stays, when it moved more recently.
+func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
+	if p.Counters.Repaths > 0 && now.Sub(p.repathedAt) < p.ports.MPL {
+		return false
+	}
+	n := len(p.ports.Pool)
+	next := (p.portIndex + p.ports.Stride) % n
+	if next == p.portIndex {
+		next = (next + 1) % n // the pool is a multiple of the stride: step off
+	}
+	p.portIndex = next
+	p.port = p.ports.Pool[next]
+	p.repathedAt = now
+	p.epoch = (p.epoch + 1) & 3
+	p.epochStart[p.epoch] = nextPSN
+	p.Counters.Repaths++
+	p.set(p.state, true)
+	return true
+}
+
+// set moves the path to st and tells the listener.
+func (p *Path) set(st State, repath bool) {
+	from := p.state
+	p.state = st
+	if p.listener != nil {
+		p.listener.PathChanged(from, repath)
+	}
+}
+
+// Snapshot is the path's telemetry, with the engine's packets in flight
+// and window.
+func (p *Path) Snapshot(inFlight, window int) Telemetry {
+	return Telemetry{Path: int(p.id), Plane: p.plane, SrcPort: p.port, Epoch: p.epoch, State: p.state,
+		RTT: p.RTT, InFlight: inFlight, Window: window, Counters: p.Counters}
+}
