@@ -135,10 +135,6 @@ func (r *receiver) sendAck(plane int, records bool) {
 	}
 }
 
-// ackRepeatAfter is how many ACK delays of quiet after an ACK the receiver
-// repeats it.
-const ackRepeatAfter = 4
-
 // repeatAck sends once more the records of every path, after a quiet spell.
 func (r *receiver) repeatAck() {
 	for id := range r.paths {

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"time"
-
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
@@ -35,10 +33,6 @@ type baseline struct {
 	paused    bool // waiting out an RNR: nothing is sent
 	cnps      uint64
 }
-
-// cnpInterval is the least time between two CNPs of a connection (DCQCN's
-// notification point).
-const cnpInterval = 50 * time.Microsecond
 
 func (c *Conn) isBaseline() bool { return c.mode == proto.ModeBaseline }
 

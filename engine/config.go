@@ -145,36 +145,36 @@ func (c *Config) fill() error {
 		c.Port = proto.DefaultPort
 	}
 	if len(c.SourcePorts) == 0 {
-		for p := 49152; p < 49152+256; p++ {
+		for p := sourcePortFirst; p < sourcePortFirst+defaultSourcePorts; p++ {
 			c.SourcePorts = append(c.SourcePorts, uint16(p))
 		}
 	}
-	setInt(&c.MaxPacket, 4160)
-	setInt(&c.Paths, 8)
-	setInt(&c.Streams, 8)
-	setInt(&c.DSNWindow, 2048)
-	setInt(&c.PathWindow, 64)
-	setDur(&c.HintHorizon, 20*time.Microsecond)
-	setInt(&c.AckEvery, 8)
-	setDur(&c.AckDelay, 5*time.Microsecond)
-	setDur(&c.RTOInitial, time.Millisecond)
-	setDur(&c.RTOMin, 50*time.Microsecond)
-	setDur(&c.RTOMax, 100*time.Millisecond)
+	setInt(&c.MaxPacket, defaultMaxPacket)
+	setInt(&c.Paths, defaultPaths)
+	setInt(&c.Streams, defaultStreams)
+	setInt(&c.DSNWindow, defaultDSNWindow)
+	setInt(&c.PathWindow, defaultPathWindow)
+	setDur(&c.HintHorizon, defaultHintHorizon)
+	setInt(&c.AckEvery, defaultAckEvery)
+	setDur(&c.AckDelay, defaultAckDelay)
+	setDur(&c.RTOInitial, defaultRTOInitial)
+	setDur(&c.RTOMin, defaultRTOMin)
+	setDur(&c.RTOMax, defaultRTOMax)
 	setDur(&c.ProbeMin, c.RTOMin/5)
 	setDur(&c.BadProbeMax, 4*c.RTOMin)
-	setDur(&c.NoProgress, time.Second)
-	setDur(&c.ConnectTimeout, time.Second)
-	setDur(&c.MPL, 100*time.Millisecond)
+	setDur(&c.NoProgress, defaultNoProgress)
+	setDur(&c.ConnectTimeout, defaultConnectTimeout)
+	setDur(&c.MPL, defaultMPL)
 	if c.LossOutlierFactor == 0 {
-		c.LossOutlierFactor = 4
+		c.LossOutlierFactor = defaultLossOutlierFactor
 	}
-	setInt(&c.MaxSendWindow, 4096)
-	setInt(&c.MaxAccepting, 1024)
-	setInt(&c.MaxReadsOut, 16)
-	setInt(&c.MaxReadsIn, 16)
-	setInt(&c.BaselineWindow, 64)
+	setInt(&c.MaxSendWindow, defaultMaxSendWindow)
+	setInt(&c.MaxAccepting, defaultMaxAccepting)
+	setInt(&c.MaxReadsOut, defaultMaxReads)
+	setInt(&c.MaxReadsIn, defaultMaxReads)
+	setInt(&c.BaselineWindow, defaultBaselineWindow)
 	if c.LineRate == 0 {
-		c.LineRate = 12.5e9
+		c.LineRate = defaultLineRate
 	}
 	c.MaxReadsOut, c.MaxReadsIn = max(c.MaxReadsOut, 0), max(c.MaxReadsIn, 0)
 	switch {
@@ -186,15 +186,14 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engine: streams %d: want 1 .. %d", c.Streams, proto.MaxStreams)
 	case c.DSNWindow < 1 || c.DSNWindow > 1<<20:
 		return fmt.Errorf("engine: DSN window %d: want 1 .. %d", c.DSNWindow, 1<<20)
-	case c.PathWindow < 1 || c.PathWindow > 255:
-		return fmt.Errorf("engine: path window %d: want 1 .. 255", c.PathWindow)
+	case c.PathWindow < 1 || c.PathWindow >= maxPathRing:
+		return fmt.Errorf("engine: path window %d: want 1 .. %d", c.PathWindow, maxPathRing-1)
 	case c.Mode > proto.ModeBaseline:
 		return fmt.Errorf("engine: mode %v", c.Mode)
 	case c.BaselineWindow < 1 || c.BaselineWindow > 255:
 		return fmt.Errorf("engine: baseline window %d: want 1 .. 255", c.BaselineWindow)
-	case c.AckEvery < 1 || c.AckEvery > 128:
-		// A record at least every 128 PSNs of a path (spec section 6.6).
-		return fmt.Errorf("engine: ack every %d packets: want 1 .. 128", c.AckEvery)
+	case c.AckEvery < 1 || c.AckEvery > maxAckEvery:
+		return fmt.Errorf("engine: ack every %d packets: want 1 .. %d", c.AckEvery, maxAckEvery)
 	case c.MaxReadsOut > 65535 || c.MaxReadsIn > 65535:
 		return fmt.Errorf("engine: READ limits %d, %d: want at most 65535", c.MaxReadsOut, c.MaxReadsIn)
 	case c.MaxSendWindow < 1 || c.MaxSendWindow > 1<<20:

@@ -24,6 +24,7 @@
 //	recvstream.go  messages being received and posted receives (section 6.5)
 //	ack.go         the receiver's ACKs, rate hints and probe replies (section 6.6)
 //	baseline.go    the RoCEv2-like baseline mode (section 10)
-//	config.go      settings; api.go the work requests and completions
+//	config.go      settings; constants.go the spec's values and the defaults
+//	api.go         work requests, completions and events
 //	telemetry.go   counters and per-path telemetry
 package engine

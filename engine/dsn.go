@@ -24,11 +24,6 @@ type dsnRecord struct {
 	psn      uint32
 }
 
-// initialRing is the first size of a sender's DSN ring: small, as most
-// ends of a connection that only receives never send (with 4,032
-// connections, rings of 64 were a fifth of the heap).
-const initialRing = 16
-
 // record returns the record of DSN d if d is in flight.
 func (s *sender) record(d uint32) *dsnRecord {
 	if d-s.una >= s.nextDSN-s.una {

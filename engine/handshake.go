@@ -74,10 +74,6 @@ type acceptKey struct {
 	id  uint32
 }
 
-// handshakeRetry is the first resend interval of CONNECT and ACCEPT; it
-// doubles with each resend (spec section 8.1).
-const handshakeRetry = 100 * time.Millisecond
-
 // checkHandshake checks the ranges of spec section 5.8; it returns the byte
 // offset of the first bad field.
 func checkHandshake(h proto.HandshakeHeader) (int, bool) {

@@ -181,11 +181,3 @@ func (s *sender) overdueMargin(p *sendPath) time.Duration {
 	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, s.c.ep.cfg.ProbeMin) }
 	return max(late(s.newestRTT), late(p.RTT.SRTT))
 }
-
-// tailPackets is how few packets in flight make the last of a transfer
-// (probeOverdue). In the 64-host all-to-all at 1% loss, with tail resends
-// copied, the margin of the last 4 at the newest round trip and ProbeMin
-// keeps 0.913-0.929 of capacity over seeds 1-4; at 1.5 round trips
-// 0.895-0.900, and with the smoothed RTT counting too and no copies
-// 0.868-0.878. (At 1.5 round trips, 6 kept no more than 4.)
-const tailPackets = 4

@@ -378,6 +378,3 @@ func (r *receiver) nack(pkt *proto.Packet, plane int, code proto.NackCode, strea
 	}
 	c.emit(&out, plane, c.ep.cfg.SourcePorts[0])
 }
-
-// rnrRetryMicros is how long a sender refused with RNR waits, in µs.
-const rnrRetryMicros = 100

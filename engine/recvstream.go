@@ -34,9 +34,6 @@ type recvStream struct {
 // slice, not a map: every data packet looks its message up.
 type msgRing []*rxMessage
 
-// initialMsgRing is a stream's first ring of messages.
-const initialMsgRing = 4
-
 // get is message msn, or nil.
 func (q msgRing) get(next, msn uint32) *rxMessage {
 	if msn-next >= uint32(len(q)) {

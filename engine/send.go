@@ -210,10 +210,6 @@ func (s *sender) usable(p *sendPath, skip bool) bool {
 	return p.Ready(s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom() && s.c.knows(p.Plane())
 }
 
-// packetOverhead is what a packet adds to its payload on the wire, for
-// pacing: the mroce header and trailer of a WRITE and the IP and UDP headers.
-const packetOverhead = 60 + 4 + 28
-
 // onPace is the pacer's wake-up.
 func (s *sender) onPace() {
 	s.pump()

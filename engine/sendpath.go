@@ -39,16 +39,6 @@ type sendPath struct {
 	ce       uint32 // the receiver's CE count for the path, as last reported
 }
 
-// A path keeps the PSNs it has not resolved in a ring of send records.
-// 256 is the most the 256-bit bitvector can report; a path starts with 4
-// slots and doubles them when it has that many unresolved, so that the
-// thousands of connections of a large simulation (or a server) that send a
-// few packets per path, or none, do not each hold 6 KiB per path.
-const (
-	minPathRing = 4
-	maxPathRing = 256
-)
-
 // slot is PSN psn's send record (or the slot it would be in).
 func (p *sendPath) slot(psn uint32) *sendRec { return &p.ring[psn&uint32(len(p.ring)-1)] }
 

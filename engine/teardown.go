@@ -6,7 +6,6 @@ package engine
 import (
 	"errors"
 	"net/netip"
-	"time"
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
@@ -163,13 +162,6 @@ type closedConn struct {
 	expires clock.Time
 	timer   clock.Timer
 }
-
-// closeResends is how many times a CLOSE is resent, closeInterval apart,
-// until the peer answers CLOSE CLOSED (spec section 8.5).
-const (
-	closeResends  = 3
-	closeInterval = 100 * time.Millisecond
-)
 
 // forget removes a connection that ended, quarantines its id, and, when
 // tell is set, sends its CLOSE and keeps resending it.

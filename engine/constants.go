@@ -1,0 +1,51 @@
+package engine
+
+import "time"
+
+// Fixed by the spec. Changing one breaks interoperability.
+const (
+	maxPathRing     = 256                    // PSNs in flight on a path: what an ACK record's bitvector can name (section 5.5)
+	maxAckEvery     = 128                    // a record at least every 128 PSNs of a path keeps them in its bitvector (section 6.6)
+	sourcePortFirst = 49152                  // the first source port of the default pool: the dynamic range (section 11)
+	handshakeRetry  = 100 * time.Millisecond // the first CONNECT and ACCEPT resend interval, doubled each time (section 8.1)
+	closeResends    = 3                      // CLOSE resends until the peer answers CLOSE CLOSED (section 8.5)
+	closeInterval   = 100 * time.Millisecond // between CLOSE resends (section 8.5)
+)
+
+// Defaults of Config, tuned rather than specified. Config's fields say
+// what each one does.
+const (
+	defaultSourcePorts       = 256                    // as many as the most paths a connection has (section 6.1)
+	defaultMaxPacket         = 4160                   // 4 KiB of payload in a WRITE with its headers: a jumbo frame
+	defaultPaths             = 8                      // enough ECMP entropy for a few planes
+	defaultStreams           = 8                      // ordered streams above one connection
+	defaultDSNWindow         = 2048                   // a few bandwidth-delay products of a 100 Gb/s fabric
+	defaultPathWindow        = 64                     // the most one path may hold in flight, below maxPathRing
+	defaultHintHorizon       = 20 * time.Microsecond  // a few round trips of a data-center fabric
+	defaultAckEvery          = 8                      // one ACK for a handful of packets
+	defaultAckDelay          = 5 * time.Microsecond   // a fraction of a fabric round trip
+	defaultRTOInitial        = time.Millisecond       // before any RTT sample
+	defaultRTOMin            = 50 * time.Microsecond  // a data-center fabric's queues; real sockets set milliseconds
+	defaultRTOMax            = 100 * time.Millisecond // the MPL: past it no packet is still in flight
+	defaultNoProgress        = time.Second            // a connection this long without progress fails
+	defaultConnectTimeout    = time.Second            // the handshake's deadline
+	defaultMPL               = 100 * time.Millisecond // the spec's suggested maximum packet lifetime (section 6.3)
+	defaultLossOutlierFactor = 4                      // a path whose loss is four times its siblings' is on a bad route
+	defaultMaxSendWindow     = 4096                   // the sender's DSN state per connection, whatever the peer offers
+	defaultMaxAccepting      = 1024                   // half-open handshakes before CONNECTs are refused
+	defaultMaxReads          = 16                     // READs outstanding each way (section 8.2)
+	defaultBaselineWindow    = 64                     // the baseline's go-back-N window, as RoCEv2 NICs configure it
+	defaultLineRate          = 12.5e9                 // 100 Gb/s in bytes a second, where DCQCN starts
+)
+
+// Tuned internals.
+const (
+	initialRing    = 16                    // a sender's first DSN ring: most ends of a connection only receive
+	minPathRing    = 4                     // a path's first PSN ring, doubled up to maxPathRing as it fills
+	initialMsgRing = 4                     // a receive stream's first ring of messages in progress
+	tailPackets    = 4                     // packets in flight that make the tail of a transfer (probeOverdue)
+	ackRepeatAfter = 4                     // ACK delays of quiet after which the last ACK is repeated
+	rnrRetryMicros = 100                   // the RetryAfter of an RNR NACK, in µs (section 7)
+	packetOverhead = 60 + 4 + 28           // a WRITE's header, trailer, IP and UDP headers: what pacing adds to a payload
+	cnpInterval    = 50 * time.Microsecond // the least time between two CNPs of a baseline connection, as DCQCN's notification point
+)
