@@ -69,25 +69,27 @@ func (r *receiver) postRecv(wr RecvWR) error {
 	return nil
 }
 
-// onData runs a data packet through steps 8-17 of spec section 9.
+// onData validates and places a data packet: spec section 9, steps 8 to
+// 17, one after another. A packet refused at a step gets a NACK or a
+// counted drop and changes nothing.
 func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
 	c := r.c
 	h := pkt.Common
+	// Step 8: the path id and the size.
 	if d.Size() > c.maxPacket || int(h.PathID()) >= len(r.paths) {
 		r.stats.BadPath++
 		return
 	}
-	path := &r.paths[h.PathID()]
 	if d.ECN == link.CE && !(c.ep.cfg.Broken.MiscountCE && h.PSN()%16 == 0) {
-		path.ce++
+		r.paths[h.PathID()].ce++
 		r.stats.CE++
 	}
 	r.ackPlane = plane
 	if c.isBaseline() && !r.gate(h, d, plane, at) {
 		return
 	}
-	dsn := h.DSN()
-	switch r.dsn.check(dsn) {
+	// Step 9: the DSN.
+	switch r.dsn.check(h.DSN()) {
 	case dsnOutOfWindow:
 		r.stats.OutOfWindow++
 		return
@@ -97,149 +99,203 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		r.ackNow()
 		return
 	}
-
-	// The message this packet belongs to.
-	var f rxMessage
-	var stream uint16
-	var msn, msgOff uint32
-	switch pkt.Type() {
-	case proto.TypeWrite, proto.TypeWriteImm:
-		w := pkt.Write()
-		stream, msn, msgOff = w.Stream(), w.MSN(), w.MsgOffset()
-		f = rxMessage{typ: pkt.Type(), msgLen: w.MsgLen(), rkey: w.RKey(), roff: w.RemoteOffset()}
-		if pkt.Type() == proto.TypeWriteImm {
-			f.rsn, f.imm = pkt.Imm().RSN(), pkt.Imm().Immediate()
-		}
-	case proto.TypeSend:
-		sh := pkt.Send()
-		stream, msn, msgOff = sh.Stream(), sh.MSN(), sh.MsgOffset()
-		f = rxMessage{typ: proto.TypeSend, msgLen: sh.MsgLen(), rsn: sh.RSN()}
-	case proto.TypeReadReq:
-		rq := pkt.ReadReq()
-		stream, msn = rq.Stream(), rq.MSN()
-		f = rxMessage{typ: proto.TypeReadReq, msgLen: rq.MsgLen(), rkey: rq.RKey(), roff: rq.RemoteOffset(), rsn: rq.ReadTag()}
-	case proto.TypeReadResp:
+	if pkt.Type() == proto.TypeReadResp {
 		r.onReadResp(pkt, plane, at)
 		return
-	default:
+	}
+	in, known := arrivalOf(pkt)
+	if !known {
 		r.nack(pkt, plane, proto.NackUnsupported, 0, 0)
 		return
 	}
-	f.solicited = h.Flags()&proto.FlagSolicited != 0
-
-	// Step 10: consistency with the message's first packet.
-	var st *recvStream
-	var m *rxMessage
-	if int(stream) < len(r.streams) {
-		st = &r.streams[stream]
-		if msn-st.next >= r.dsn.size { // already complete, or further ahead than any window allows
-			r.stats.Inconsistent++
-			return
-		}
-		if m = st.msgs.get(st.next, msn); m != nil && (m.typ != f.typ || m.msgLen != f.msgLen || m.rkey != f.rkey ||
-			m.roff != f.roff || m.rsn != f.rsn || m.imm != f.imm) {
-			r.stats.Inconsistent++
-			return
-		}
-	}
-	// Step 11: stream.
-	if st == nil {
-		r.nack(pkt, plane, proto.NackBadStream, stream, msn)
+	// Steps 10 and 11: the message's first packet, and the stream.
+	st, m, ok := r.checkMessage(pkt, plane, &in)
+	if !ok {
 		return
 	}
-	// Step 12: operation allowed.
-	if f.typ == proto.TypeReadReq && r.readsIn >= c.ep.cfg.MaxReadsIn {
-		r.nack(pkt, plane, proto.NackReadLimit, stream, msn)
+	// Step 12: the operation allowed.
+	if in.msg.typ == proto.TypeReadReq && r.readsIn >= c.ep.cfg.MaxReadsIn {
+		r.nack(pkt, plane, proto.NackReadLimit, in.stream, in.msn)
 		return
 	}
-	// Steps 13-15: key, access, bounds of a WRITE's or READ's region.
-	payload := pkt.Payload
-	var region *memreg.Region
-	var dst uint64
-	var recv *recvEntry
-	if f.typ != proto.TypeSend {
-		want := memreg.RemoteWrite
-		if f.typ == proto.TypeReadReq {
-			want = memreg.RemoteRead
-		}
-		g, err := c.pd.Lookup(f.rkey, want)
-		if err != nil && c.ep.cfg.Broken.SkipKeyCheck && errors.Is(err, memreg.ErrBadKey) {
-			// A deliberate bug: taken as received, placed nowhere.
-			r.noteArrival(r.recordPath(h, at) || h.Flags()&proto.FlagAckRequest != 0, at)
-			return
-		}
-		if err != nil {
-			code := proto.NackBadKey
-			if errors.Is(err, memreg.ErrAccess) {
-				code = proto.NackAccess
-			}
-			r.nack(pkt, plane, code, stream, msn)
-			return
-		}
-		// The region is held from here to its placement (a Deregister
-		// waits for it) and released on every way out, by hand: a
-		// deferred release held it through the completions the packet
-		// brings about, where an application may deregister it
-		// (WritePlaced), and cost 1% of a simulation's instructions.
-		if g.CheckRange(f.roff, uint64(f.msgLen)) != nil {
-			g.Release()
-			r.nack(pkt, plane, proto.NackBounds, stream, msn)
-			return
-		}
-		region, dst = g, f.roff+uint64(msgOff)
+	// Steps 13 to 15: key, access and bounds of the target region.
+	region, ok := r.checkRegion(pkt, plane, &in, at)
+	if !ok {
+		return
 	}
 	// Step 16: the posted receive.
-	if f.typ == proto.TypeSend || f.typ == proto.TypeWriteImm {
-		i := f.rsn - st.base
-		if i >= uint32(len(st.recvs)-st.head) && !r.claimShared(st, i) {
-			release(region)
-			r.nack(pkt, plane, proto.NackRNR, stream, msn)
-			return
-		}
-		rw := &st.recvs[st.head+int(i)]
-		if f.typ == proto.TypeSend {
-			if f.msgLen > rw.length {
-				release(region)
-				r.nack(pkt, plane, proto.NackBounds, stream, msn)
-				return
-			}
-			recv = rw
-		}
+	recv, ok := r.checkReceive(pkt, plane, st, &in)
+	if !ok {
+		release(region)
+		return
 	}
 	// Step 17: place and record.
+	r.place(pkt, d, at, st, m, &in, region, recv)
+}
+
+// arrival is what a data packet says of its message.
+type arrival struct {
+	msg    rxMessage // the fields every packet of the message must repeat
+	stream uint16
+	msn    uint32
+	msgOff uint32
+}
+
+// arrivalOf reads the message fields of a WRITE, WRITE_IMM, SEND or
+// READ_REQ; it reports false for any other type.
+func arrivalOf(pkt *proto.Packet) (arrival, bool) {
+	var in arrival
+	switch pkt.Type() {
+	case proto.TypeWrite, proto.TypeWriteImm:
+		w := pkt.Write()
+		in.stream, in.msn, in.msgOff = w.Stream(), w.MSN(), w.MsgOffset()
+		in.msg = rxMessage{typ: pkt.Type(), msgLen: w.MsgLen(), rkey: w.RKey(), roff: w.RemoteOffset()}
+		if pkt.Type() == proto.TypeWriteImm {
+			in.msg.rsn, in.msg.imm = pkt.Imm().RSN(), pkt.Imm().Immediate()
+		}
+	case proto.TypeSend:
+		sh := pkt.Send()
+		in.stream, in.msn, in.msgOff = sh.Stream(), sh.MSN(), sh.MsgOffset()
+		in.msg = rxMessage{typ: proto.TypeSend, msgLen: sh.MsgLen(), rsn: sh.RSN()}
+	case proto.TypeReadReq:
+		rq := pkt.ReadReq()
+		in.stream, in.msn = rq.Stream(), rq.MSN()
+		in.msg = rxMessage{typ: proto.TypeReadReq, msgLen: rq.MsgLen(), rkey: rq.RKey(), roff: rq.RemoteOffset(), rsn: rq.ReadTag()}
+	default:
+		return in, false
+	}
+	in.msg.solicited = pkt.Common.Flags()&proto.FlagSolicited != 0
+	return in, true
+}
+
+// checkMessage finds the packet's stream and its message in progress, if
+// any, and checks the packet against the message's first packet (steps 10
+// and 11). A packet of a message already complete, or further ahead than
+// any window allows, is dropped; one on a stream the connection does not
+// have is refused.
+func (r *receiver) checkMessage(pkt *proto.Packet, plane int, in *arrival) (*recvStream, *rxMessage, bool) {
+	if int(in.stream) >= len(r.streams) {
+		r.nack(pkt, plane, proto.NackBadStream, in.stream, in.msn)
+		return nil, nil, false
+	}
+	st := &r.streams[in.stream]
+	if in.msn-st.next >= r.dsn.size {
+		r.stats.Inconsistent++
+		return nil, nil, false
+	}
+	m := st.msgs.get(st.next, in.msn)
+	f := &in.msg
+	if m != nil && (m.typ != f.typ || m.msgLen != f.msgLen || m.rkey != f.rkey ||
+		m.roff != f.roff || m.rsn != f.rsn || m.imm != f.imm) {
+		r.stats.Inconsistent++
+		return nil, nil, false
+	}
+	return st, m, true
+}
+
+// checkRegion looks up and checks the region a WRITE, WRITE_IMM or
+// READ_REQ names (steps 13 to 15). The region is held from here to its
+// placement, so that a Deregister waits for it, and released by hand on
+// every way out: a deferred release would hold it through the completions
+// the packet brings about, where an application may deregister it. A SEND
+// names no region: nil.
+func (r *receiver) checkRegion(pkt *proto.Packet, plane int, in *arrival, at clock.Time) (*memreg.Region, bool) {
+	c := r.c
+	f := &in.msg
+	if f.typ == proto.TypeSend {
+		return nil, true
+	}
+	want := memreg.RemoteWrite
+	if f.typ == proto.TypeReadReq {
+		want = memreg.RemoteRead
+	}
+	g, err := c.pd.Lookup(f.rkey, want)
+	if err != nil && c.ep.cfg.Broken.SkipKeyCheck && errors.Is(err, memreg.ErrBadKey) {
+		// A deliberate bug: taken as received, placed nowhere.
+		r.noteArrival(r.recordPath(pkt.Common, at) || pkt.Common.Flags()&proto.FlagAckRequest != 0, at)
+		return nil, false
+	}
+	if err != nil {
+		code := proto.NackBadKey
+		if errors.Is(err, memreg.ErrAccess) {
+			code = proto.NackAccess
+		}
+		r.nack(pkt, plane, code, in.stream, in.msn)
+		return nil, false
+	}
+	if g.CheckRange(f.roff, uint64(f.msgLen)) != nil {
+		g.Release()
+		r.nack(pkt, plane, proto.NackBounds, in.stream, in.msn)
+		return nil, false
+	}
+	return g, true
+}
+
+// checkReceive finds the posted receive a SEND or WRITE_IMM consumes
+// (step 16): the stream's own, or one handed out from a shared receive
+// queue in RSN order. It returns the receive a SEND is placed into; a
+// WRITE_IMM only consumes one.
+func (r *receiver) checkReceive(pkt *proto.Packet, plane int, st *recvStream, in *arrival) (*recvEntry, bool) {
+	f := &in.msg
+	if f.typ != proto.TypeSend && f.typ != proto.TypeWriteImm {
+		return nil, true
+	}
+	i := f.rsn - st.base
+	if i >= uint32(len(st.recvs)-st.head) && !r.claimShared(st, i) {
+		r.nack(pkt, plane, proto.NackRNR, in.stream, in.msn)
+		return nil, false
+	}
+	rw := &st.recvs[st.head+int(i)]
+	if f.typ != proto.TypeSend {
+		return nil, true
+	}
+	if f.msgLen > rw.length {
+		r.nack(pkt, plane, proto.NackBounds, in.stream, in.msn)
+		return nil, false
+	}
+	return rw, true
+}
+
+// place copies the payload into its place, records the packet for the
+// next ACK and completes what it finishes (step 17).
+func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st *recvStream, m *rxMessage,
+	in *arrival, region *memreg.Region, recv *recvEntry) {
+	c := r.c
+	h := pkt.Common
+	payload := pkt.Payload
 	var err error
 	switch {
 	case c.ep.cfg.PlaceholderPayloads:
-		// Checked as any payload (steps 13-16), placed nowhere.
+		// Checked as any payload (steps 13 to 16), placed nowhere.
 	case recv != nil:
-		err = recv.scatter(msgOff, payload)
+		err = recv.scatter(in.msgOff, payload)
 	default:
-		err = region.Place(dst, payload)
+		err = region.Place(in.msg.roff+uint64(in.msgOff), payload)
 	}
 	release(region)
 	if err != nil {
 		panic("engine: placement outside checked bounds: " + err.Error())
 	}
 	urgent := r.recordPath(h, at)
-	r.dsn.mark(dsn)
+	r.dsn.mark(h.DSN())
 	r.observe(h, d.Size(), at)
 	if c.isBaseline() {
-		c.bl.expected++ // the in-order PSN gate's (a cold line otherwise)
+		c.bl.expected++
 	}
 	if m == nil {
 		m = r.newMessage()
-		*m = f
-		st.msgs.put(st.next, msn, m)
+		*m = in.msg
+		st.msgs.put(st.next, in.msn, m)
 	}
 	m.placed += uint32(len(payload))
-	if f.typ == proto.TypeReadReq {
+	if in.msg.typ == proto.TypeReadReq {
 		m.placed = m.msgLen // nothing to place: it waits only for its turn
 		r.readsIn++
 	}
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(payload))
-	if msn == st.next {
-		r.complete(stream)
+	if in.msn == st.next {
+		r.complete(in.stream)
 		if c.state == Closed {
 			return // the peer broke the receive order: the connection failed
 		}
