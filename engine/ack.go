@@ -52,14 +52,14 @@ func (p *recvPath) record(e uint8, psn uint32) bool {
 // observe feeds the sender's declared backlog to the endpoint's allocator,
 // whose share is the rate hint of this connection's ACKs.
 func (r *receiver) observe(h proto.CommonHeader, size int, at clock.Time) {
-	if r.share != nil && !r.c.isBaseline() {
+	if r.share != nil && r.c.tp.hints() {
 		r.share.Observe(proto.DecodeBacklog(h.Backlog()), size, int64(at))
 	}
 }
 
 // hint is the rate hint for this connection's ACKs (spec section 5.5).
 func (r *receiver) hint() uint64 {
-	if r.share == nil || r.c.isBaseline() {
+	if r.share == nil || !r.c.tp.hints() {
 		return proto.RateNoLimit // the baseline sends all-ones (spec section 10)
 	}
 	return max(1, uint64(r.share.Share())) // 0 would mean stop

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
@@ -8,13 +10,15 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// baseline is the state of a connection in baseline mode (spec section 10):
-// RoCEv2 over the same wire format, so both can be compared on one network
-// with one engine. One path, a fixed source port, in-order receive,
-// go-back-N, a local ACK timeout, CNPs and DCQCN. It is honest, not
-// crippled: a go-back-N sender resends only from the PSN the receiver
+// baseline is the transport of a connection in baseline mode (spec
+// section 10): RoCEv2 over the same wire format, so both can be compared
+// on one network with one engine. One path, a fixed source port, in-order
+// receive, go-back-N, a local ACK timeout, CNPs and DCQCN. It is honest,
+// not crippled: a go-back-N sender resends only from the PSN the receiver
 // names, and DCQCN runs with its published constants.
 type baseline struct {
+	c *Conn
+
 	// Receiver: the PSN expected next, and the SEQ_ERR NACK of the
 	// current gap (one per gap, again after the NACK timer).
 	expected uint32
@@ -34,36 +38,58 @@ type baseline struct {
 	cnps      uint64
 }
 
-func (c *Conn) isBaseline() bool { return c.mode == proto.ModeBaseline }
-
-func (c *Conn) initBaseline() {
-	c.bl.expected = c.peerISN
-	c.bl.dcqcn = cc.NewDCQCN(cc.DefaultDCQCN(c.ep.cfg.LineRate), int64(c.ep.clock.Now()))
-	c.bl.retry = c.ep.clock.NewTimer(func() {
-		if c.state == Closed {
-			return
-		}
-		c.bl.paused = false
-		c.snd.goBack(c.bl.retryPSN)
-		c.snd.pump()
-		c.ep.flush()
-	})
+func newBaseline(c *Conn) *baseline {
+	b := &baseline{c: c, expected: c.peerISN}
+	b.dcqcn = cc.NewDCQCN(cc.DefaultDCQCN(c.ep.cfg.LineRate), int64(c.ep.clock.Now()))
+	b.retry = c.ep.clock.NewTimer(b.onRetry)
+	return b
 }
 
-// gate is the baseline receiver's in-order check, before the spec's steps
-// from 9 on: only the expected PSN goes on. It reports whether the packet
-// does.
-func (r *receiver) gate(h proto.CommonHeader, d *link.Datagram, plane int, at clock.Time) bool {
-	c := r.c
-	bl := &c.bl
-	if d.ECN == link.CE && (!bl.cnpSent || at.Sub(bl.lastCNP) >= cnpInterval) {
-		bl.cnpSent, bl.lastCNP = true, at
+// onRetry ends the wait after an RNR: go back to the refused PSN.
+func (b *baseline) onRetry() {
+	c := b.c
+	if c.state == Closed {
+		return
+	}
+	b.paused = false
+	b.goBack(b.retryPSN)
+	c.snd.pump()
+	c.ep.flush()
+}
+
+// window is fixed before the run: DCQCN sets the rate.
+func (b *baseline) window(c *Conn) cc.WindowParams {
+	wp := cc.DefaultWindow
+	w := float64(c.ep.cfg.BaselineWindow)
+	wp.Initial, wp.Min, wp.Max = w, w, w
+	return wp
+}
+
+// hint is ignored: DCQCN alone sets the rate, as deployed.
+func (b *baseline) hint(*sender, uint64) bool { return false }
+
+// cnp slows DCQCN down.
+func (b *baseline) cnp(_ *sender, at clock.Time) {
+	b.cnps++
+	b.dcqcn.OnCNP(int64(at))
+}
+
+// hints is false: the baseline's ACKs carry no limit (spec section 10).
+func (b *baseline) hints() bool { return false }
+
+// admit is the baseline receiver's in-order check, before the spec's steps
+// from 9 on: only the expected PSN goes on. A CE-marked packet draws a
+// CNP, at most one per cnpInterval.
+func (b *baseline) admit(r *receiver, h proto.CommonHeader, d *link.Datagram, plane int, at clock.Time) bool {
+	c := b.c
+	if d.ECN == link.CE && (!b.cnpSent || at.Sub(b.lastCNP) >= cnpInterval) {
+		b.cnpSent, b.lastCNP = true, at
 		var pkt proto.Packet
 		c.build(&pkt, proto.TypeCNP, 0, 0)
 		pkt.Common.SetDstConnID(c.peerID)
 		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])
 	}
-	switch d := int32(h.PSN() - bl.expected); {
+	switch d := int32(h.PSN() - b.expected); {
 	case d < 0: // a resend of what arrived: record it and acknowledge at once
 		r.stats.Duplicates++
 		r.recordPath(h, at)
@@ -72,41 +98,54 @@ func (r *receiver) gate(h proto.CommonHeader, d *link.Datagram, plane int, at cl
 	case d > 0: // a gap: drop, and name the PSN expected (once per gap)
 		r.stats.OutOfOrder++
 		c.snd.equip() // the NAKs' spacing is its path's RTO
-		if !bl.nakSent || at.Sub(bl.nakAt) >= c.snd.paths[0].rto() {
-			bl.nakSent, bl.nakAt = true, at
+		if !b.nakSent || at.Sub(b.nakAt) >= c.snd.paths[0].rto() {
+			b.nakSent, b.nakAt = true, at
 			r.stats.Nacks[proto.NackSeqErr]++
 			var pkt proto.Packet
 			c.build(&pkt, proto.TypeNack, 0, 0)
 			pkt.Common.SetDstConnID(c.peerID)
 			n := pkt.Nack()
 			n.SetCode(proto.NackSeqErr)
-			n.SetPSN(bl.expected)
+			n.SetPSN(b.expected)
 			n.SetDSN(h.DSN())
 			c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])
 		}
 		return false
 	}
-	bl.nakSent = false
+	b.nakSent = false
 	return true
 }
 
-// goBack makes the baseline sender resend from psn, with the same PSNs.
-func (s *sender) goBack(psn uint32) {
-	p := s.paths[0]
+// placed moves the expected PSN on.
+func (b *baseline) placed() { b.expected++ }
+
+// nacked notes a refusal of the expected packet: the packets behind it are
+// a gap the sender knows of already, so no SEQ_ERR follows for them.
+func (b *baseline) nacked(psn uint32) {
+	if psn == b.expected {
+		b.nakSent, b.nakAt = true, b.c.ep.clock.Now()
+	}
+}
+
+// gapsLost is false: go-back-N resends from the PSN the receiver names.
+func (b *baseline) gapsLost() bool { return false }
+
+// goBack makes the sender resend from psn, with the same PSNs.
+func (b *baseline) goBack(psn uint32) {
+	p := b.c.snd.paths[0]
 	if psn-p.oldest >= p.next-p.oldest {
 		return // nothing of ours at or after psn is unacknowledged
 	}
-	s.c.bl.resend, s.c.bl.resendPSN = true, psn
+	b.resend, b.resendPSN = true, psn
 }
 
-// sendBaseline is sendOne in baseline mode: resends first (go-back-N), then
-// new data in order, all at DCQCN's rate.
-func (s *sender) sendBaseline() bool {
+// sendOne sends resends first (go-back-N), then new data in order, all at
+// DCQCN's rate.
+func (b *baseline) sendOne(s *sender) bool {
 	c := s.c
-	bl := &c.bl
 	p := s.paths[0]
 	now := c.ep.clock.Now()
-	if bl.paused || p.State() == pathmgr.Down {
+	if b.paused || p.State() == pathmgr.Down {
 		return false // waiting out an RNR, or the plane is down
 	}
 	if ok, at := s.pacer.Ready(int64(now)); !ok {
@@ -115,13 +154,13 @@ func (s *sender) sendBaseline() bool {
 		}
 		return false
 	}
-	for bl.resend {
-		psn := bl.resendPSN
+	for b.resend {
+		psn := b.resendPSN
 		if psn == p.next {
-			bl.resend = false
+			b.resend = false
 			break
 		}
-		bl.resendPSN++
+		b.resendPSN++
 		sr := p.slot(psn)
 		r := s.record(sr.dsn)
 		if sr.resolved || r == nil || r.acked {
@@ -129,7 +168,7 @@ func (s *sender) sendBaseline() bool {
 		}
 		sr.sentAt = now
 		s.emitData(sr.dsn, r, p, psn, true, false)
-		s.paceBaseline(int(r.n) + packetOverhead)
+		b.pace(s, int(r.n)+packetOverhead)
 		return true
 	}
 	if p.inflight >= p.window || !p.ringRoom() || s.nextDSN-s.una >= s.window || !c.knows(p.Plane()) {
@@ -141,21 +180,23 @@ func (s *sender) sendBaseline() bool {
 	}
 	r := s.newDSN(m)
 	s.transmit(s.nextDSN-1, r, p, false, false)
-	s.paceBaseline(int(r.n) + packetOverhead)
+	b.pace(s, int(r.n)+packetOverhead)
 	return true
 }
 
-func (s *sender) paceBaseline(bytes int) {
+// pace charges bytes to DCQCN and to the pacer at DCQCN's rate.
+func (b *baseline) pace(s *sender, bytes int) {
 	now := int64(s.c.ep.clock.Now())
-	d := s.c.bl.dcqcn
-	d.OnSent(now, bytes)
-	s.pacer.Sent(now, bytes, d.Rate(now))
+	b.dcqcn.OnSent(now, bytes)
+	s.pacer.Sent(now, bytes, b.dcqcn.Rate(now))
 }
 
-// ackedInOrder resolves, in baseline mode, the transmissions whose DSN the
-// cumulative DSN covers: an ACK whose records were lost still frees the
-// window.
-func (s *sender) ackedInOrder() {
+// acked resolves the transmissions whose DSN the cumulative DSN covers:
+// an ACK whose records were lost still frees the window.
+func (b *baseline) acked(s *sender) {
+	if s.paths == nil {
+		return
+	}
 	p := s.paths[0]
 	for p.oldest != p.next {
 		r := p.slot(p.oldest)
@@ -171,11 +212,71 @@ func (s *sender) ackedInOrder() {
 	}
 }
 
-// onCNP is a congestion notification from the peer (baseline mode).
-func (s *sender) onCNP(at clock.Time) {
-	if !s.c.isBaseline() {
-		return
+// overdue does nothing: go-back-N has no copies.
+func (b *baseline) overdue(*sender, clock.Time) {}
+
+// expired is the local ACK timeout: go back to the oldest unacknowledged
+// PSN.
+func (b *baseline) expired(p *sendPath, _ clock.Time) bool {
+	if p.State() == pathmgr.Down || p.inflight == 0 {
+		return false
 	}
-	s.c.bl.cnps++
-	s.c.bl.dcqcn.OnCNP(int64(at))
+	p.timedOut()
+	p.Counters.Timeouts++
+	p.s.stats.Timeouts++
+	b.goBack(p.oldest)
+	return true
 }
+
+// timeout is the retransmission timeout: the baseline has no tail probes.
+func (b *baseline) timeout(p *sendPath) time.Duration { return p.rto() }
+
+// rto is the local ACK timeout: fixed when LocalAckTimeout is set, as
+// RoCEv2 configures it, else adaptive and doubled per timeout in a row.
+func (b *baseline) rto(p *sendPath, timeouts int) time.Duration {
+	cfg := &b.c.ep.cfg
+	if cfg.LocalAckTimeout > 0 {
+		return cfg.LocalAckTimeout
+	}
+	rto := p.RTT.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
+	for i := 0; i < timeouts && rto < cfg.RTOMax; i++ {
+		rto *= 2
+	}
+	return min(rto, cfg.RTOMax)
+}
+
+// planeDown waits for the plane: with one path in order nothing can go
+// elsewhere, and go-back-N resends from the oldest unacknowledged when it
+// returns.
+func (b *baseline) planeDown(p *sendPath) {
+	p.timer.Stop()
+	p.PlaneDown()
+}
+
+// planeUp resumes at once from the oldest unacknowledged PSN.
+func (b *baseline) planeUp(p *sendPath, now clock.Time) {
+	p.timeouts = 0
+	p.PlaneUp(false)
+	b.goBack(p.oldest)
+	p.armTimer(now)
+}
+
+// refused handles SEQ_ERR, which names the PSN to go back to, and RNR
+// and RESOURCE: stop, wait RetryAfter, then go back to the refused PSN.
+func (b *baseline) refused(s *sender, n proto.NackHeader, _ *dsnRecord) {
+	switch n.Code() {
+	case proto.NackSeqErr:
+		if !b.paused && !(b.resend && proto.SeqLessEq(b.resendPSN, n.PSN())) {
+			b.goBack(n.PSN()) // not while waiting out an RNR, nor behind a resend already going
+		}
+	case proto.NackRNR, proto.NackResource:
+		b.paused, b.resend = true, false
+		b.retryPSN = n.PSN()
+		b.retry.Reset(s.c.ep.clock.Now().Add(time.Duration(n.RetryAfter()) * time.Microsecond))
+		s.stats.Nacks++
+	}
+	s.pump()
+}
+
+// stop stops the RNR timer of a connection that ends.
+func (b *baseline) stop() { b.retry.Stop() }

@@ -22,8 +22,8 @@ func TestBaselineUnderLoss(t *testing.T) {
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
 	n := newNet(t, fc, baselineConfig())
 	pr := n.connect(0, 1)
-	if pr.a.Paths() != 1 || !pr.a.isBaseline() || !pr.b.isBaseline() {
-		t.Fatalf("paths %d, baseline %v/%v", pr.a.Paths(), pr.a.isBaseline(), pr.b.isBaseline())
+	if pr.a.Paths() != 1 || !isBaseline(pr.a) || !isBaseline(pr.b) {
+		t.Fatalf("paths %d, baseline %v/%v", pr.a.Paths(), isBaseline(pr.a), isBaseline(pr.b))
 	}
 	src := pr.ha.region(t, 1<<20, 1, memreg.LocalWrite)
 	dst := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead)
@@ -153,4 +153,9 @@ func TestBaselineCumulativeAckFreesTheWindow(t *testing.T) {
 	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || !bytes.Equal(src.Bytes(), dst.Bytes()) {
 		t.Fatalf("completions %+v", pr.ra.done)
 	}
+}
+
+func isBaseline(c *Conn) bool {
+	_, ok := c.tp.(*baseline)
+	return ok
 }

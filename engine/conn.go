@@ -48,7 +48,7 @@ type Conn struct {
 	isn, idsn  uint32 // this side's initial PSN and DSN
 	peerISN    uint32
 	peerIDSN   uint32
-	bl         baseline // baseline mode's state
+	tp         transport // multipath, or baseline (spec section 10)
 
 	hsTimer    clock.Timer
 	hsInterval time.Duration
@@ -181,7 +181,7 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	case t == proto.TypeProbeReply:
 		c.snd.onProbeReply(pkt, at)
 	case t == proto.TypeCNP:
-		c.snd.onCNP(at)
+		c.tp.cnp(&c.snd, at)
 	default:
 		c.ep.stats.Malformed++
 	}

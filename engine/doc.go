@@ -23,6 +23,7 @@
 //	recv.go        the receiver's validation and placement (section 9)
 //	recvstream.go  messages being received and posted receives (section 6.5)
 //	ack.go         the receiver's ACKs, rate hints and probe replies (section 6.6)
+//	transport.go   what the two modes do differently; multipath, mroce's
 //	baseline.go    the RoCEv2-like baseline mode (section 10)
 //	config.go      settings; constants.go the spec's values and the defaults
 //	api.go         work requests, completions and events

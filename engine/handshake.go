@@ -105,9 +105,9 @@ func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 	c.peerISN, c.peerIDSN = h.InitialPSN(), h.InitialDSN()
 	c.readsOut = min(c.ep.cfg.MaxReadsOut, int(h.MaxReadsIn()))
 	c.mode = h.Mode()
-	if c.isBaseline() {
+	if c.mode == proto.ModeBaseline {
 		c.paths = 1
-		c.initBaseline()
+		c.tp = newBaseline(c)
 	}
 	c.snd.init(c)
 	c.rcv.init(c)

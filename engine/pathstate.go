@@ -25,16 +25,9 @@ func (p *sendPath) PathChanged(from pathmgr.State, repath bool) {
 	}
 }
 
-// planeDown takes the path out of use with its plane: what it had in
-// flight is resent on other paths.
+// planeDown is multipath's: the path leaves service with its plane, and
+// what it had in flight is resent on other paths.
 func (p *sendPath) planeDown() {
-	if p.s.c.isBaseline() {
-		// One path, in order: nothing can go elsewhere. Wait for the plane;
-		// go-back-N resends from the oldest unacknowledged when it returns.
-		p.timer.Stop()
-		p.PlaneDown()
-		return
-	}
 	for psn := p.oldest; psn != p.next; psn++ {
 		if r := p.slot(psn); !r.resolved && r.psn == psn {
 			p.resolveLost(r, psn)
@@ -45,16 +38,10 @@ func (p *sendPath) planeDown() {
 	p.PlaneDown()
 }
 
-// planeUp puts the path back on trial: it is probed and takes data again
-// once a probe is answered.
+// planeUp is multipath's: the path is probed and takes data again once a
+// probe is answered.
 func (p *sendPath) planeUp(now clock.Time) {
 	p.timeouts = 0
-	if p.s.c.isBaseline() {
-		p.PlaneUp(false)
-		p.s.goBack(p.oldest)
-		p.armTimer(now)
-		return
-	}
 	p.PlaneUp(true)
 	p.sendProbe()
 	p.armTimer(now)
@@ -147,9 +134,9 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 			switch {
 			case p.Plane() != plane:
 			case !up && p.State() != pathmgr.Down:
-				p.planeDown()
+				c.tp.planeDown(p)
 			case up && p.State() == pathmgr.Down:
-				p.planeUp(now)
+				c.tp.planeUp(p, now)
 			}
 		}
 		c.snd.pump()

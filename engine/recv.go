@@ -85,7 +85,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		r.stats.CE++
 	}
 	r.ackPlane = plane
-	if c.isBaseline() && !r.gate(h, d, plane, at) {
+	if !c.tp.admit(r, h, d, plane, at) {
 		return
 	}
 	// Step 9: the DSN.
@@ -279,9 +279,7 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(h.DSN())
 	r.observe(h, d.Size(), at)
-	if c.isBaseline() {
-		c.bl.expected++
-	}
+	c.tp.placed()
 	if m == nil {
 		m = r.newMessage()
 		*m = in.msg
@@ -401,9 +399,7 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	urgent := r.recordPath(h, at)
 	r.dsn.mark(h.DSN())
 	r.observe(h, len(pkt.Bytes())+pkt.Pad(), at) // its whole size, a placeholder's too
-	if c.isBaseline() {
-		c.bl.expected++
-	}
+	c.tp.placed()
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(pkt.Payload))
 	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
@@ -413,11 +409,7 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 func (r *receiver) nack(pkt *proto.Packet, plane int, code proto.NackCode, stream uint16, msn uint32) {
 	c := r.c
 	r.stats.Nacks[code&15]++
-	if bl := &r.c.bl; r.c.isBaseline() && pkt.Common.PSN() == bl.expected {
-		// The expected packet was refused: the packets behind it are a gap
-		// the sender knows of already; no SEQ_ERR for them.
-		bl.nakSent, bl.nakAt = true, r.c.ep.clock.Now()
-	}
+	c.tp.nacked(pkt.Common.PSN())
 	var out proto.Packet
 	c.build(&out, proto.TypeNack, 0, 0)
 	out.Common.SetDstConnID(c.peerID)

@@ -29,25 +29,18 @@ func (s *sender) onNack(pkt *proto.Packet) {
 		s.c.fail(err, StatusFlushed, true)
 		return
 	}
-	if s.c.isBaseline() {
-		bl := &s.c.bl
-		switch code {
-		case proto.NackSeqErr:
-			if !bl.paused && !(bl.resend && proto.SeqLessEq(bl.resendPSN, n.PSN())) {
-				s.goBack(n.PSN()) // not while waiting out an RNR, nor behind a resend already going
-			}
-		case proto.NackRNR, proto.NackResource:
-			// Stop, wait, then go back to the refused PSN.
-			bl.paused, bl.resend = true, false
-			bl.retryPSN = n.PSN()
-			bl.retry.Reset(s.c.ep.clock.Now().Add(time.Duration(n.RetryAfter()) * time.Microsecond))
-			s.stats.Nacks++
-		}
-		s.pump()
-		return
-	}
+	s.c.tp.refused(s, n, r)
+}
+
+// onRefused is multipath's handling of a retryable NACK: the refused
+// transmission is resolved without counting it lost, and its DSN waits
+// the receiver's RetryAfter, doubled per refusal of the same content. A
+// stream with a refused DSN sends no new data until it is accepted (see
+// sendStream.refused). SEQ_ERR belongs to the baseline and is ignored.
+func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
+	code := n.Code()
 	if code == proto.NackSeqErr {
-		return // baseline mode only
+		return
 	}
 	s.stats.Nacks++
 	if int(n.PathID()) < len(s.paths) {

@@ -4,7 +4,6 @@
 package engine
 
 import (
-	"math"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -15,18 +14,7 @@ import (
 func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	ack := pkt.Ack()
 	before := s.una
-	lower := false         // the receiver's share fell
-	if !s.c.isBaseline() { // the baseline ignores rate hints: DCQCN alone, as deployed
-		hint := math.Inf(1)
-		if h := ack.RateHint(); h != proto.RateNoLimit {
-			hint = float64(h)
-		}
-		if hint > s.hint {
-			s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new one back
-		}
-		lower = hint < s.hint
-		s.hint = hint
-	}
+	lower := s.c.tp.hint(s, ack.RateHint()) // the receiver's share fell
 	s.newestAcked = 0
 	cum := ack.CumDSN()
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
@@ -55,16 +43,12 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	if s.newestAcked > 0 || lower {
 		s.probeOverdue(at) // after a fall of the hint too: the timers were just armed from now
 	}
-	if s.c.isBaseline() && s.paths != nil {
-		s.ackedInOrder()
-	}
+	s.c.tp.acked(s)
 	if s.una != before {
 		s.c.madeProgress(true)
 	}
 	s.pump()
-	if !s.c.isBaseline() && s.nextDSN-s.una >= s.window/2 {
-		s.copyHead(at)
-	}
+	s.c.tp.overdue(s, at)
 }
 
 // onRecord applies one ACK record to its path: RTT, CE, and every PSN it
@@ -103,8 +87,8 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		case psn == h || k < 256 && rec.Received(int(k)):
 			p.resolveAcked(r, at)
 			gotten++
-		case s.c.isBaseline():
-			continue // in order: what is not acknowledged is resent by go-back-N
+		case !s.c.tp.gapsLost():
+			continue // left for a resend from the PSN the receiver names
 		default:
 			p.resolveLost(r, psn)
 			missed++

@@ -107,17 +107,7 @@ func (s *sender) equip() {
 	windows := make([]cc.Window, c.paths)
 	rings := make([]sendRec, c.paths*minPathRing)
 	for i := 0; i < c.paths; i++ {
-		// The connection starts with DefaultWindow.Initial packets in all,
-		// spread over its paths: a burst of one window, not one per path,
-		// before the first acknowledgment (and the receiver's hint) comes.
-		wp := cc.DefaultWindow
-		wp.Max = float64(cfg.PathWindow)
-		wp.Initial = min(max(wp.Min, math.Ceil(wp.Initial/float64(c.paths))), wp.Max)
-		if c.isBaseline() {
-			// Go-back-N's window is fixed before the run; DCQCN sets the rate.
-			w := float64(cfg.BaselineWindow)
-			wp.Initial, wp.Min, wp.Max = w, w, w
-		}
+		wp := c.tp.window(c)
 		windows[i] = *cc.NewWindow(wp, c.isn)
 		p := &paths[i]
 		*p = sendPath{s: s, ring: rings[i*minPathRing : (i+1)*minPathRing : (i+1)*minPathRing],
@@ -138,14 +128,14 @@ func (s *sender) pump() {
 	if s.c.state != Established || s.paths == nil {
 		return // not yet, or nothing ever posted (equip)
 	}
-	for s.sendOne() {
+	for s.c.tp.sendOne(s) {
 	}
 }
 
-func (s *sender) sendOne() bool {
-	if s.c.isBaseline() {
-		return s.sendBaseline()
-	}
+// sendSprayed is multipath's sendOne: a retransmission first, on the
+// usable path with the shortest RTT off the plane that lost it, else new
+// data on the next usable path, round robin, within the pacer's rate.
+func (s *sender) sendSprayed() bool {
 	if !s.c.ep.cfg.NoPacing {
 		if ok, at := s.pacer.Ready(int64(s.c.ep.clock.Now())); !ok {
 			if s.paceT.Deadline() != clock.Time(at) {
@@ -175,7 +165,7 @@ func (s *sender) sendOne() bool {
 		// hint) budgets new data, and a packet lost before the bottleneck
 		// took none of it. The windows still bound what is in flight.
 		s.transmit(d, r, p, true, false)
-		if s.unsent == 0 && !s.c.isBaseline() {
+		if s.unsent == 0 {
 			// At the tail nothing follows the resend either: lost, it
 			// would cost another round of probing. A copy goes on another
 			// plane, as a probe's does (not the one it was lost on, if it

@@ -108,8 +108,8 @@ func (s *sender) flush(st Status, err error) {
 		s.retry.Stop()
 		s.paceT.Stop()
 	}
-	if s.c != nil && s.c.bl.retry != nil { // s.c is set once the connection is established
-		s.c.bl.retry.Stop()
+	if s.c != nil { // set once the connection is negotiated
+		s.c.tp.stop()
 	}
 }
 

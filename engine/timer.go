@@ -31,47 +31,54 @@ func (p *sendPath) fireBy(at clock.Time) {
 }
 
 func (p *sendPath) onTimer() {
-	s := p.s
-	c := s.c
+	c := p.s.c
 	if c.state != Established {
 		return
 	}
 	now := c.ep.clock.Now()
-	if p.State() != pathmgr.Down && !c.isBaseline() {
+	if !c.tp.expired(p, now) {
+		return
+	}
+	p.armTimer(now)
+	p.s.pump()
+	c.ep.flush()
+}
+
+// expired is multipath's handling of the path's timer: packets another
+// transmission delivered are settled first; then an ASSUMED_BAD path whose
+// probe went unanswered moves to a new source port and probes again, and a
+// path with packets in flight sends a tail probe, or after one, declares
+// its packets lost.
+func (p *sendPath) expired(now clock.Time) bool {
+	if p.State() != pathmgr.Down {
 		p.settleMoot()
 	}
 	switch {
 	case p.State() == pathmgr.Down:
-		return
-	case c.isBaseline():
-		// The local ACK timeout: go back to the oldest unacknowledged PSN.
-		if p.inflight == 0 {
-			return
-		}
-		p.timedOut()
-		p.Counters.Timeouts++
-		s.stats.Timeouts++
-		s.goBack(p.oldest)
+		return false
 	case p.State() == pathmgr.AssumedBad:
-		// A probe went unanswered: the route may be what failed. Move to a
-		// new source port, then probe again.
+		// The route may be what failed.
 		p.repath(now)
 		p.sendProbe()
 		p.timeouts = min(p.timeouts, 15) + 1 // at most 16 (and a count of 255 does not wrap)
 	case p.inflight == 0:
-		return
+		return false
 	case !p.probed && p.RTT.Samples > 0:
 		p.tailProbe()
 	default:
 		p.onRTO()
 	}
-	p.armTimer(now)
-	s.pump()
-	c.ep.flush()
+	return true
 }
 
-func (p *sendPath) timeout() time.Duration {
-	if !p.probed && p.RTT.Samples > 0 && (p.State() == pathmgr.Good || p.State() == pathmgr.Skip) && !p.s.c.isBaseline() {
+// timeout is how long the path's timer waits from now (transport.timeout).
+func (p *sendPath) timeout() time.Duration { return p.s.c.tp.timeout(p) }
+
+// probeTimeout is multipath's timeout: a tail probe once the path has an
+// RTT sample, the probing interval of an ASSUMED_BAD path, else the
+// retransmission timeout.
+func (p *sendPath) probeTimeout() time.Duration {
+	if !p.probed && p.RTT.Samples > 0 && (p.State() == pathmgr.Good || p.State() == pathmgr.Skip) {
 		cfg := &p.s.c.ep.cfg
 		floor := cfg.RTOMin
 		if p.s.hinted() {
@@ -83,7 +90,7 @@ func (p *sendPath) timeout() time.Duration {
 		}
 		return min(max(2*p.RTT.SRTT+cfg.AckDelay, p.RTT.SRTT+p.s.drainTime()+cfg.AckDelay, floor), cfg.RTOMax)
 	}
-	if p.State() == pathmgr.AssumedBad && !p.s.c.isBaseline() {
+	if p.State() == pathmgr.AssumedBad {
 		// Probing: the wait doubles, but only so far: what failed may be
 		// repaired, and it is a small packet per path.
 		return min(p.rto(), max(p.s.c.ep.cfg.BadProbeMax, p.rtoAfter(0)))
@@ -104,21 +111,22 @@ func (p *sendPath) timedOut() {
 func (p *sendPath) rto() time.Duration { return p.rtoAfter(int(p.timeouts)) }
 
 // rtoAfter is the retransmission timeout after timeouts in a row.
-func (p *sendPath) rtoAfter(timeouts int) time.Duration {
+func (p *sendPath) rtoAfter(timeouts int) time.Duration { return p.s.c.tp.rto(p, timeouts) }
+
+// adaptiveRTO is multipath's retransmission timeout after timeouts in a
+// row: from the path's RTT, or its connection's slowest sampled path's
+// (doubled) when it has none yet and the receiver granted a rate, never
+// before the packets in flight could drain, doubled per timeout.
+func (p *sendPath) adaptiveRTO(timeouts int) time.Duration {
 	cfg := &p.s.c.ep.cfg
-	if p.s.c.isBaseline() && cfg.LocalAckTimeout > 0 {
-		return cfg.LocalAckTimeout
-	}
 	rtt := p.RTT
 	if rtt.Samples == 0 && p.s.hinted() {
 		rtt = p.s.slowestRTT()
 	}
 	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
-	if !p.s.c.isBaseline() {
-		rto = max(rto, rtt.SRTT+p.s.drainTime())
-		if p.RTT.Samples == 0 && rtt.Samples > 0 {
-			rto *= 2
-		}
+	rto = max(rto, rtt.SRTT+p.s.drainTime())
+	if p.RTT.Samples == 0 && rtt.Samples > 0 {
+		rto *= 2
 	}
 	for i := 0; i < timeouts && rto < cfg.RTOMax; i++ {
 		rto *= 2
