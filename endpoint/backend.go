@@ -1,12 +1,6 @@
 package endpoint
 
-import (
-	"context"
-	"errors"
-
-	"github.com/mroce/mroce/engine"
-	"github.com/mroce/mroce/pathmgr"
-)
+import "context"
 
 // Backend is what carries out the API: one implementation of the
 // transport. The software engine is one (Software); a NIC driver is another.
@@ -46,7 +40,7 @@ type Backend interface {
 	PostSend(qp QPHandle, wr SendWR) error
 	PostRecv(qp QPHandle, wr RecvWR) error
 	CloseQP(qp QPHandle) error
-	Telemetry(qp QPHandle) []pathmgr.Telemetry
+	Telemetry(qp QPHandle) []PathTelemetry
 	Progress(ctx context.Context, cond func() bool) error
 }
 
@@ -70,8 +64,8 @@ type MRHandle interface {
 // the backend.
 type Sink interface {
 	Completion(wc Completion)
-	State(s engine.ConnState, err error)
-	Path(ev engine.PathEvent)
+	State(s ConnState, err error)
+	Path(ev PathEvent)
 }
 
 // QPOptions are a connection's settings beyond the backend's defaults.
@@ -79,6 +73,3 @@ type QPOptions struct {
 	// SRQ, when set, is where an accepted connection takes its receives.
 	SRQ *SRQ
 }
-
-// ErrNotSupported is what a backend returns for something it cannot do.
-var ErrNotSupported = errors.New("endpoint: not supported by this backend")

@@ -11,36 +11,7 @@
 // Everything is safe to call from any goroutine.
 package endpoint
 
-import (
-	"net/netip"
-
-	"github.com/mroce/mroce/engine"
-	"github.com/mroce/mroce/memreg"
-)
-
-// The status, opcode and completion vocabulary is the engine's.
-type (
-	Completion = engine.Completion
-	Status     = engine.Status
-	Opcode     = engine.Opcode
-	Access     = memreg.Access
-	PathEvent  = engine.PathEvent
-)
-
-const (
-	OpWrite    = engine.OpWrite
-	OpWriteImm = engine.OpWriteImm
-	OpSend     = engine.OpSend
-	OpRead     = engine.OpRead
-	OpRecv     = engine.OpRecv
-
-	StatusOK = engine.StatusOK
-
-	LocalWrite   = memreg.LocalWrite
-	RemoteWrite  = memreg.RemoteWrite
-	RemoteRead   = memreg.RemoteRead
-	RemoteAtomic = memreg.RemoteAtomic
-)
+import "net/netip"
 
 // Caps describes what a backend can do.
 type Caps struct {

@@ -40,7 +40,7 @@ func TestVerbsFlow(t *testing.T) {
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := qp.ConnState(); st != engine.Closed {
+	if st, _ := qp.ConnState(); st != Closed {
 		t.Fatalf("state after close: %v", st)
 	}
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-
-	"github.com/mroce/mroce/engine"
-	"github.com/mroce/mroce/pathmgr"
 )
 
 // QP is a connection (RDMA's queue pair): many paths below, many ordered
@@ -17,7 +14,7 @@ type QP struct {
 	sendCQ *CQ
 	recvCQ *CQ
 	mu     sync.Mutex
-	state  engine.ConnState
+	state  ConnState
 	err    error
 	paths  []PathEvent
 }
@@ -44,7 +41,7 @@ func (qp *QP) SetCQs(sendCQ, recvCQ *CQ) {
 	qp.mu.Unlock()
 }
 
-func (qp *QP) State(s engine.ConnState, err error) {
+func (qp *QP) State(s ConnState, err error) {
 	qp.mu.Lock()
 	qp.state, qp.err = s, err
 	qp.mu.Unlock()
@@ -57,7 +54,7 @@ func (qp *QP) Path(ev PathEvent) {
 }
 
 // ConnState is the connection's state and, once closed, why.
-func (qp *QP) ConnState() (engine.ConnState, error) {
+func (qp *QP) ConnState() (ConnState, error) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.state, qp.err
@@ -83,10 +80,10 @@ func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, op
 		return nil, err
 	}
 	qp.h = h
-	if err := b.Progress(ctx, func() bool { s, _ := qp.ConnState(); return s != engine.Connecting }); err != nil {
+	if err := b.Progress(ctx, func() bool { s, _ := qp.ConnState(); return s != Connecting }); err != nil {
 		return nil, err
 	}
-	if s, err := qp.ConnState(); s != engine.Established {
+	if s, err := qp.ConnState(); s != Established {
 		return nil, fmt.Errorf("endpoint: connect: %w", err)
 	}
 	return qp, nil
@@ -104,7 +101,7 @@ type Listener struct {
 func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 	l := &Listener{pd: pd}
 	err := pd.dev.b.Listen(pd.h, opts, func(h QPHandle) (Sink, bool) {
-		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: engine.Accepting}
+		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: Accepting}
 		l.mu.Lock()
 		l.ready = append(l.ready, qp)
 		l.mu.Unlock()
@@ -136,11 +133,11 @@ func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 func (qp *QP) WaitEstablished(ctx context.Context) error {
 	if err := qp.pd.dev.b.Progress(ctx, func() bool {
 		s, _ := qp.ConnState()
-		return s != engine.Connecting && s != engine.Accepting
+		return s != Connecting && s != Accepting
 	}); err != nil {
 		return err
 	}
-	if s, err := qp.ConnState(); s != engine.Established {
+	if s, err := qp.ConnState(); s != Established {
 		return fmt.Errorf("endpoint: %v: %w", s, err)
 	}
 	return nil
@@ -173,4 +170,4 @@ func (qp *QP) PostRecv(id uint64, stream uint16, sgl ...SGE) error {
 func (qp *QP) Close() error { return qp.pd.dev.b.CloseQP(qp.h) }
 
 // Telemetry is a snapshot of the connection's paths.
-func (qp *QP) Telemetry() []pathmgr.Telemetry { return qp.pd.dev.b.Telemetry(qp.h) }
+func (qp *QP) Telemetry() []PathTelemetry { return qp.pd.dev.b.Telemetry(qp.h) }

@@ -53,7 +53,7 @@ func (s *Software) Caps() Caps {
 func (s *Software) AllocPD() (PDHandle, error) { return s.reg.NewDomain(), nil }
 
 func (s *Software) RegisterMR(pd PDHandle, buf []byte, access Access) (MRHandle, error) {
-	return pd.(*memreg.Domain).Register(buf, access)
+	return pd.(*memreg.Domain).Register(buf, engineAccess(access))
 }
 
 func (s *Software) DeregisterMR(mr MRHandle) error { return mr.(*memreg.Region).Deregister() }
@@ -76,11 +76,13 @@ func (s *Software) PostSRQRecv(srq SRQHandle, wr RecvWR) error {
 // events adapts a Sink to engine.Events (and engine.PathObserver).
 type events struct{ sink Sink }
 
-func (e events) Completion(_ *engine.Conn, wc engine.Completion) { e.sink.Completion(wc) }
-func (e events) State(_ *engine.Conn, st engine.ConnState, err error) {
-	e.sink.State(st, err)
+func (e events) Completion(_ *engine.Conn, wc engine.Completion) {
+	e.sink.Completion(apiCompletion(wc))
 }
-func (e events) PathChanged(_ *engine.Conn, ev engine.PathEvent) { e.sink.Path(ev) }
+func (e events) State(_ *engine.Conn, st engine.ConnState, err error) {
+	e.sink.State(apiConnState(st), apiErr(err))
+}
+func (e events) PathChanged(_ *engine.Conn, ev engine.PathEvent) { e.sink.Path(apiPathEvent(ev)) }
 
 func (s *Software) Connect(pd PDHandle, remote Remote, opts QPOptions, sink Sink) (QPHandle, error) {
 	var c *engine.Conn
@@ -88,7 +90,7 @@ func (s *Software) Connect(pd PDHandle, remote Remote, opts QPOptions, sink Sink
 	s.runner.Do(func() {
 		c, err = s.ep.Connect(remote.Planes, remote.Port, pd.(*memreg.Domain), events{sink})
 	})
-	return c, err
+	return c, apiErr(err)
 }
 
 func (s *Software) Listen(pd PDHandle, opts QPOptions, accept func(QPHandle) (Sink, bool)) error {
@@ -136,10 +138,10 @@ func (s *Software) PostSend(qp QPHandle, wr SendWR) error {
 	if err != nil {
 		return err
 	}
-	ewr := engine.SendWR{ID: wr.ID, Op: wr.Op, Stream: wr.Stream, SGL: list, RKey: wr.RKey,
+	ewr := engine.SendWR{ID: wr.ID, Op: engineOp(wr.Op), Stream: wr.Stream, SGL: list, RKey: wr.RKey,
 		RemoteOffset: wr.RemoteOffset, Imm: wr.Imm, Solicited: wr.Solicited, Unsignaled: wr.Unsignaled}
 	s.runner.Do(func() { err = conn(qp).Post(ewr) })
-	return err
+	return apiErr(err)
 }
 
 func (s *Software) PostRecv(qp QPHandle, wr RecvWR) error {
@@ -148,7 +150,7 @@ func (s *Software) PostRecv(qp QPHandle, wr RecvWR) error {
 		return err
 	}
 	s.runner.Do(func() { err = conn(qp).PostRecv(engine.RecvWR{ID: wr.ID, Stream: wr.Stream, SGL: list}) })
-	return err
+	return apiErr(err)
 }
 
 func (s *Software) CloseQP(qp QPHandle) error {
@@ -156,10 +158,10 @@ func (s *Software) CloseQP(qp QPHandle) error {
 	return nil
 }
 
-func (s *Software) Telemetry(qp QPHandle) []pathmgr.Telemetry {
+func (s *Software) Telemetry(qp QPHandle) []PathTelemetry {
 	var t []pathmgr.Telemetry
 	s.runner.Do(func() { t = conn(qp).Telemetry() })
-	return t
+	return apiTelemetry(t)
 }
 
 func (s *Software) Progress(ctx context.Context, cond func() bool) error {

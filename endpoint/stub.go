@@ -3,8 +3,6 @@ package endpoint
 import (
 	"context"
 	"fmt"
-
-	"github.com/mroce/mroce/pathmgr"
 )
 
 // Stub is the backend of a device that is not there: it reports the
@@ -65,7 +63,7 @@ func (s *Stub) PostRecv(QPHandle, RecvWR) error { return s.notSupported("post re
 func (s *Stub) CloseQP(QPHandle) error { return s.notSupported("close") }
 
 // Telemetry would read the NIC's per-path counters.
-func (s *Stub) Telemetry(QPHandle) []pathmgr.Telemetry { return nil }
+func (s *Stub) Telemetry(QPHandle) []PathTelemetry { return nil }
 
 // Progress would poll the NIC's completion queues; the stub has none.
 func (s *Stub) Progress(context.Context, func() bool) error { return s.notSupported("progress") }

@@ -10,11 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/endpoint"
 )
 
 // Source returns a connection's telemetry now (endpoint.QP.Telemetry).
-type Source func() []pathmgr.Telemetry
+type Source func() []endpoint.PathTelemetry
 
 // Collector exports the telemetry of the connections added to it.
 type Collector struct {
@@ -75,7 +75,7 @@ var (
 		"The paths of a connection.", []string{"conn"}, nil)
 )
 
-var states = []pathmgr.State{pathmgr.Good, pathmgr.Skip, pathmgr.AssumedBad, pathmgr.Down}
+var states = []endpoint.PathState{endpoint.PathGood, endpoint.PathSkip, endpoint.PathAssumedBad, endpoint.PathDown}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {

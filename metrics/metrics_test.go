@@ -11,15 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/endpoint"
 )
 
-func telemetry() []pathmgr.Telemetry {
-	return []pathmgr.Telemetry{
-		{Path: 0, Plane: 0, SrcPort: 50001, State: pathmgr.Good, Window: 16, InFlight: 5,
-			RTT:      pathmgr.RTT{SRTT: 120 * time.Microsecond, Min: 100 * time.Microsecond, Samples: 9},
-			Counters: pathmgr.Counters{PacketsSent: 100, BytesSent: 409600, Retransmits: 2, CEMarks: 7, Acked: 98}},
-		{Path: 1, Plane: 1, SrcPort: 50002, State: pathmgr.AssumedBad, Counters: pathmgr.Counters{Timeouts: 1, Repaths: 1}},
+func telemetry() []endpoint.PathTelemetry {
+	return []endpoint.PathTelemetry{
+		{Path: 0, Plane: 0, SrcPort: 50001, State: endpoint.PathGood, Window: 16, InFlight: 5,
+			RTT:          endpoint.RTTEstimate{SRTT: 120 * time.Microsecond, Min: 100 * time.Microsecond, Samples: 9},
+			PathCounters: endpoint.PathCounters{PacketsSent: 100, BytesSent: 409600, Retransmits: 2, CEMarks: 7, Acked: 98}},
+		{Path: 1, Plane: 1, SrcPort: 50002, State: endpoint.PathAssumedBad, PathCounters: endpoint.PathCounters{Timeouts: 1, Repaths: 1}},
 	}
 }
 
@@ -28,7 +28,7 @@ func telemetry() []pathmgr.Telemetry {
 func TestCollectorExportsPaths(t *testing.T) {
 	c := NewCollector()
 	calls := 0
-	c.Add("peer", func() []pathmgr.Telemetry { calls++; return telemetry() })
+	c.Add("peer", func() []endpoint.PathTelemetry { calls++; return telemetry() })
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	want := `

@@ -10,7 +10,6 @@ import (
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
-	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/tunnet"
 )
 
@@ -75,7 +74,7 @@ func (w *writer) drain() {
 }
 
 // onPlane sums the telemetry of the paths on plane p.
-func onPlane(tel []pathmgr.Telemetry, p int) (sent, ce uint64, states string) {
+func onPlane(tel []endpoint.PathTelemetry, p int) (sent, ce uint64, states string) {
 	for _, x := range tel {
 		if x.Plane == p {
 			sent += x.PacketsSent

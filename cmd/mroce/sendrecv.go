@@ -33,7 +33,6 @@ import (
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/metrics"
-	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -372,7 +371,7 @@ type pathRow struct {
 }
 
 // totals sums what the paths report.
-func totals(tel []pathmgr.Telemetry) (retx, ce uint64, rtt float64) {
+func totals(tel []endpoint.PathTelemetry) (retx, ce uint64, rtt float64) {
 	n := 0
 	for _, p := range tel {
 		retx += p.Retransmits
@@ -388,7 +387,7 @@ func totals(tel []pathmgr.Telemetry) (retx, ce uint64, rtt float64) {
 	return retx, ce, rtt
 }
 
-func pathRows(tel []pathmgr.Telemetry) []pathRow {
+func pathRows(tel []endpoint.PathTelemetry) []pathRow {
 	var all uint64
 	for _, p := range tel {
 		all += p.BytesSent
@@ -420,7 +419,7 @@ func (r *transferReport) progress(p filexfer.Progress) {
 
 // tick closes an interval: the bytes since the last, and the connection's
 // counters since the last (tel nil on the receiving side).
-func (r *transferReport) tick(tel []pathmgr.Telemetry) {
+func (r *transferReport) tick(tel []endpoint.PathTelemetry) {
 	r.mu.Lock()
 	started := r.started
 	r.mu.Unlock()
@@ -432,7 +431,7 @@ func (r *transferReport) tick(tel []pathmgr.Telemetry) {
 
 // tickAt closes the interval that ends at now (seconds from the start; the
 // demo's are virtual).
-func (r *transferReport) tickAt(tel []pathmgr.Telemetry, now float64) {
+func (r *transferReport) tickAt(tel []endpoint.PathTelemetry, now float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	retx, ce, rtt := totals(tel)
@@ -523,7 +522,7 @@ func every(d time.Duration, stop <-chan struct{}, f func()) {
 
 // finish prints the summary (and, for the sender, the per-path table), or
 // the JSON document.
-func (r *transferReport) finish(res filexfer.Result, tel []pathmgr.Telemetry, err error) error {
+func (r *transferReport) finish(res filexfer.Result, tel []endpoint.PathTelemetry, err error) error {
 	r.clearBar()
 	r.mu.Lock()
 	defer r.mu.Unlock()

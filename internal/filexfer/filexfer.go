@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
-	"github.com/mroce/mroce/engine"
 )
 
 // Stream is the stream the protocol uses.
@@ -301,7 +300,7 @@ func ReceiveFile(ctx context.Context, c Conn, depth int, maxChunk int, open func
 		// acknowledgment reaches us (the CLOSE took another plane): the
 		// verdict's send then fails as flushed, and the transfer still
 		// succeeded.
-		if !v.OK || !errors.Is(err, engine.ErrClosed) {
+		if !v.OK || !errors.Is(err, endpoint.ErrClosed) {
 			return res, err
 		}
 	}

@@ -1,0 +1,242 @@
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Opcode is the operation of a work request or of its completion.
+type Opcode uint8
+
+const (
+	OpWrite    Opcode = iota + 1 // RDMA WRITE
+	OpWriteImm                   // RDMA WRITE with immediate data
+	OpSend                       // SEND
+	OpRecv                       // a receive: a SEND or a WRITE_IMM's notice arrived
+	OpRead                       // RDMA READ
+)
+
+func (o Opcode) String() string {
+	switch o {
+	case OpWrite:
+		return "WRITE"
+	case OpWriteImm:
+		return "WRITE_IMM"
+	case OpSend:
+		return "SEND"
+	case OpRecv:
+		return "RECV"
+	case OpRead:
+		return "READ"
+	}
+	return fmt.Sprintf("Opcode(%d)", uint8(o))
+}
+
+// Status is how a work request ended.
+type Status uint8
+
+const (
+	StatusOK            Status = iota
+	StatusFlushed              // the connection ended before the request could complete
+	StatusRemoteAccess         // the peer refused the key, the access or the bounds
+	StatusRemoteInvalid        // the peer refused the request as invalid (stream, operation)
+	StatusTimeout              // the connection made no forward progress and failed
+	StatusLocalLength          // a received message did not fit the posted receive
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusFlushed:
+		return "flushed"
+	case StatusRemoteAccess:
+		return "remote access error"
+	case StatusRemoteInvalid:
+		return "remote invalid request"
+	case StatusTimeout:
+		return "timeout"
+	case StatusLocalLength:
+		return "local length error"
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Completion reports the end of a work request.
+type Completion struct {
+	ID     uint64
+	Op     Opcode
+	Status Status
+	Stream uint16
+	// Bytes is the message length; for a receive, the bytes received.
+	Bytes uint32
+	// Imm is a WRITE_IMM's immediate data, on the receive completion it
+	// brings about, when HasImm is set.
+	Imm    uint32
+	HasImm bool
+	// Solicited is set on the receive completions of solicited messages.
+	Solicited bool
+	// Err says why, when Status is not ok.
+	Err error
+}
+
+// Access is what a registered region allows.
+type Access uint8
+
+const (
+	LocalWrite   Access = 1 << iota // the local side may write it: receive buffers, READ targets
+	RemoteWrite                     // peers may WRITE into it
+	RemoteRead                      // peers may READ from it
+	RemoteAtomic                    // peers may run atomics on it
+)
+
+func (a Access) String() string {
+	s := ""
+	for _, n := range []struct {
+		bit  Access
+		name string
+	}{{LocalWrite, "local-write"}, {RemoteWrite, "remote-write"}, {RemoteRead, "remote-read"}, {RemoteAtomic, "remote-atomic"}} {
+		if a&n.bit != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n.name
+		}
+	}
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// ConnState is where a connection is in its life (docs/spec.md section 8).
+type ConnState uint8
+
+const (
+	Connecting  ConnState = iota // CONNECT sent, no ACCEPT yet
+	Accepting                    // ACCEPT sent, waiting for the initiator's first packet
+	Established                  // carrying data
+	Closed                       // ended; the error says why
+)
+
+func (s ConnState) String() string {
+	switch s {
+	case Connecting:
+		return "connecting"
+	case Accepting:
+		return "accepting"
+	case Established:
+		return "established"
+	case Closed:
+		return "closed"
+	}
+	return fmt.Sprintf("ConnState(%d)", uint8(s))
+}
+
+// PathState is the state of one path of a connection (docs/spec.md
+// section 6.4).
+type PathState uint8
+
+const (
+	PathGood       PathState = iota // carries new data
+	PathSkip                        // saw a CE mark: new data prefers other paths for a while
+	PathAssumedBad                  // timed out: no new data, probed until it answers
+	PathDown                        // its plane is down
+)
+
+func (s PathState) String() string {
+	switch s {
+	case PathGood:
+		return "GOOD"
+	case PathSkip:
+		return "SKIP"
+	case PathAssumedBad:
+		return "ASSUMED_BAD"
+	case PathDown:
+		return "DOWN"
+	}
+	return fmt.Sprintf("PathState(%d)", uint8(s))
+}
+
+// PathEvent is a change of one path of a connection: its state, or a
+// repath to another source port (docs/spec.md section 6.3).
+type PathEvent struct {
+	Path, Plane int
+	From, To    PathState
+	// Repath is set when the path moved to SrcPort, in Epoch.
+	Repath  bool
+	SrcPort uint16
+	Epoch   uint8
+	// At is when it happened, on the backend's clock.
+	At time.Duration
+}
+
+// RTTEstimate is a path's round-trip time as its sender estimates it:
+// smoothed, its mean deviation, the smallest seen, and the samples taken.
+type RTTEstimate struct {
+	SRTT, RTTVar, Min time.Duration
+	Samples           uint64
+}
+
+// PathCounters are a path's lifetime counts on the sending side.
+type PathCounters struct {
+	PacketsSent, BytesSent uint64 // every transmission, retransmissions included
+	Retransmits            uint64 // transmissions of content sent before
+	Lost                   uint64 // transmissions declared lost by a gap or a timeout
+	Timeouts               uint64 // retransmission timeouts
+	CEMarks                uint64 // CE marks the peer reported for this path
+	Acked                  uint64 // transmissions reported received
+	Repaths                uint64
+	TailProbes             uint64 // retransmissions of a path's last packet to draw an ACK
+}
+
+// PathTelemetry is a snapshot of one path of a connection (docs/spec.md
+// section 6.4).
+type PathTelemetry struct {
+	Path     int
+	Plane    int
+	SrcPort  uint16
+	Epoch    uint8
+	State    PathState
+	RTT      RTTEstimate
+	InFlight int
+	Window   int
+	PathCounters
+}
+
+// Utilization is how much of its congestion window the path holds in
+// flight: near 1 the window is what limits it; well under 1 the pacer, the
+// receiver's hint or a lack of data does.
+func (t PathTelemetry) Utilization() float64 {
+	if t.Window <= 0 {
+		return 0
+	}
+	return float64(t.InFlight) / float64(t.Window)
+}
+
+// ECNFraction is the share of acknowledged transmissions that were
+// CE-marked.
+func (t PathTelemetry) ECNFraction() float64 {
+	if t.Acked == 0 {
+		return 0
+	}
+	return float64(t.CEMarks) / float64(t.Acked)
+}
+
+// Errors a backend reports through the API. A backend may return its own
+// error that wraps one of these, so callers test with errors.Is.
+var (
+	// ErrClosed is an object used after its Close, or a connection that
+	// has ended.
+	ErrClosed = errors.New("endpoint: closed")
+	// ErrTimeout is a connection that made no forward progress, or whose
+	// handshake went unanswered.
+	ErrTimeout = errors.New("endpoint: timed out")
+	// ErrRefused is a connection the peer refused.
+	ErrRefused = errors.New("endpoint: refused by the peer")
+	// ErrNotReady is a send posted before the connection is established.
+	ErrNotReady = errors.New("endpoint: connection not established")
+	// ErrNotSupported is what a backend returns for something it cannot do.
+	ErrNotSupported = errors.New("endpoint: not supported by this backend")
+)
