@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/proto"
 )
@@ -18,7 +19,7 @@ import (
 // write on a region; it returns the target the cases need.
 func responder(t *testing.T, addr string, tune func(*engine.Config)) Target {
 	t.Helper()
-	var host *endpoint.UDPHost
+	var host *software.UDPHost
 	var err error
 	for try := 0; try < 20 && host == nil; try++ {
 		base := uint16(20000 + rand.IntN(40000))
@@ -27,7 +28,7 @@ func responder(t *testing.T, addr string, tune func(*engine.Config)) Target {
 		if tune != nil {
 			tune(&cfg)
 		}
-		host, err = endpoint.OpenUDP(cfg)
+		host, err = software.OpenUDP(cfg)
 	}
 	if host == nil {
 		t.Fatal(err)

@@ -3,7 +3,8 @@ package endpoint
 import "context"
 
 // Backend is what carries out the API: one implementation of the
-// transport. The software engine is one (Software); a NIC driver is another.
+// transport. Package endpoint/software is one, over mroce's own engine; a
+// NIC driver is another, and package endpoint/stub is where one starts.
 // The API calls a backend from any goroutine; a backend serializes what it
 // must.
 //
@@ -20,7 +21,8 @@ import "context"
 //   - CreateSRQ, PostSRQRecv: shared receive queues.
 //   - Connect, Listen, CloseQP: the connection state machine (the
 //     handshake and teardown of docs/spec.md section 8), in hardware or
-//     firmware. A connection reports to its Sink.
+//     firmware. A connection reports to its Sink, and takes its receives
+//     from the shared receive queue given, when one is.
 //   - PostSend, PostRecv: the doorbells: hand one work request to the NIC.
 //     They must not block on the network.
 //   - Telemetry: the per-path state and counters (section 6.4) the NIC
@@ -35,8 +37,8 @@ type Backend interface {
 	DeregisterMR(mr MRHandle) error
 	CreateSRQ(pd PDHandle) (SRQHandle, error)
 	PostSRQRecv(srq SRQHandle, wr RecvWR) error
-	Connect(pd PDHandle, remote Remote, opts QPOptions, sink Sink) (QPHandle, error)
-	Listen(pd PDHandle, opts QPOptions, accept func(QPHandle) (Sink, bool)) error
+	Connect(pd PDHandle, remote Remote, srq SRQHandle, sink Sink) (QPHandle, error)
+	Listen(pd PDHandle, srq SRQHandle, accept func(QPHandle) (Sink, bool)) error
 	PostSend(qp QPHandle, wr SendWR) error
 	PostRecv(qp QPHandle, wr RecvWR) error
 	CloseQP(qp QPHandle) error
@@ -66,10 +68,4 @@ type Sink interface {
 	Completion(wc Completion)
 	State(s ConnState, err error)
 	Path(ev PathEvent)
-}
-
-// QPOptions are a connection's settings beyond the backend's defaults.
-type QPOptions struct {
-	// SRQ, when set, is where an accepted connection takes its receives.
-	SRQ *SRQ
 }

@@ -6,6 +6,21 @@ import (
 	"sync"
 )
 
+// QPOptions are a connection's settings beyond the backend's defaults.
+type QPOptions struct {
+	// SRQ, when set, is where the connection takes its receives; on a
+	// listener, where every connection it accepts does.
+	SRQ *SRQ
+}
+
+// srq is the backend's handle of the shared receive queue, or nil.
+func (o QPOptions) srq() SRQHandle {
+	if o.SRQ == nil {
+		return nil
+	}
+	return o.SRQ.h
+}
+
 // QP is a connection (RDMA's queue pair): many paths below, many ordered
 // streams above.
 type QP struct {
@@ -75,7 +90,7 @@ func (qp *QP) PathEvents() []PathEvent {
 func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, opts QPOptions) (*QP, error) {
 	qp := &QP{pd: pd, sendCQ: sendCQ, recvCQ: recvCQ}
 	b := pd.dev.b
-	h, err := b.Connect(pd.h, remote, opts, qp)
+	h, err := b.Connect(pd.h, remote, opts.srq(), qp)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +115,7 @@ type Listener struct {
 // given queues, their receives come from opts.SRQ when set.
 func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 	l := &Listener{pd: pd}
-	err := pd.dev.b.Listen(pd.h, opts, func(h QPHandle) (Sink, bool) {
+	err := pd.dev.b.Listen(pd.h, opts.srq(), func(h QPHandle) (Sink, bool) {
 		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: Accepting}
 		l.mu.Lock()
 		l.ready = append(l.ready, qp)

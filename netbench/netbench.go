@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
-	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -186,7 +186,7 @@ func newSide(loop *clock.Loop, planes []string, paths int) (*side, error) {
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + mrand.IntN(40000))
-		cfg := endpoint.RealTimeTimers(engine.Config{Planes: addrs(planes), Port: base, Paths: paths, Streams: 1,
+		cfg := software.RealTimeTimers(engine.Config{Planes: addrs(planes), Port: base, Paths: paths, Streams: 1,
 			MaxPacket: 4160, PathWindow: 64, NoProgress: 10 * time.Second})
 		for i := 1; i <= paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, base+uint16(i))

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
-	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
@@ -53,7 +53,7 @@ func newWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int
 }
 
 // newGroupedWorld is newWorld over a group of processes, one a host
-// (endpoint.NewSimNetworkGrouped), run on workers cores (0: one per core)
+// (software.NewSimNetworkGrouped), run on workers cores (0: one per core)
 // in windows of the links' delay. Its runs are the same for any workers.
 func newGroupedWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config, workers int) (*world, error) {
 	if fc.Uplink.Delay <= 0 {
@@ -69,12 +69,12 @@ func buildWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h i
 		c.PlaceholderPayloads = placeholders
 		return c
 	}
-	var n *endpoint.SimNetwork
+	var n *software.SimNetwork
 	var err error
 	if g != nil {
-		n, err = endpoint.NewSimNetworkGrouped(fc, seed, withPlaceholders, g)
+		n, err = software.NewSimNetworkGrouped(fc, seed, withPlaceholders, g)
 	} else {
-		n, err = endpoint.NewSimNetworkFor(fc, seed, withPlaceholders)
+		n, err = software.NewSimNetworkFor(fc, seed, withPlaceholders)
 	}
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
@@ -99,14 +99,14 @@ func TestDatagramsCrossEveryPlane(t *testing.T) {
 }
 
 // openIn opens an mroce host inside emulated host h, on all its planes.
-func openIn(t *testing.T, n *tunnet.Net, h, planes, paths int) *endpoint.UDPHost {
+func openIn(t *testing.T, n *tunnet.Net, h, planes, paths int) *software.UDPHost {
 	return openWith(t, n, h, planes, paths, func(*engine.Config) {})
 }
 
 // openWith is openIn with the engine's configuration adjusted by tune.
-func openWith(t *testing.T, n *tunnet.Net, h, planes, paths int, tune func(*engine.Config)) *endpoint.UDPHost {
+func openWith(t *testing.T, n *tunnet.Net, h, planes, paths int, tune func(*engine.Config)) *software.UDPHost {
 	t.Helper()
-	var host *endpoint.UDPHost
+	var host *software.UDPHost
 	err := n.InHost(h, func() error {
 		cfg := engine.Config{Port: 4797, Paths: paths, Streams: 1, NoProgress: 20 * time.Second}
 		for p := 0; p < planes; p++ {
@@ -117,7 +117,7 @@ func openWith(t *testing.T, n *tunnet.Net, h, planes, paths int, tune func(*engi
 		}
 		tune(&cfg)
 		var err error
-		host, err = endpoint.OpenUDP(cfg)
+		host, err = software.OpenUDP(cfg)
 		return err
 	})
 	if err != nil {

@@ -58,7 +58,7 @@ import (
 // RTOMin and RTOInitial are the engine's retransmission timeout floor
 // (also the tail probe's, ProbeMin) and its value before a connection's
 // first RTT sample that real sockets want (engine.Config.RTOMin,
-// RTOInitial; endpoint.RealTimeTimers sets them). The floor must be above
+// RTOInitial; software.RealTimeTimers sets them). The floor must be above
 // the host's scheduling noise, so that an ACK that is late, not lost, is
 // not taken for a loss; RTOInitial must outlast the first windows an
 // incast queues. docs/udp.md gives the measurements. The engine's

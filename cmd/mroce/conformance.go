@@ -15,6 +15,7 @@ import (
 
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 )
 
@@ -185,11 +186,11 @@ func conformanceCommand() *cli.Command {
 
 // selfResponder opens an mroce endpoint on addr that listens and grants
 // remote write on a 1 MiB region.
-func selfResponder(addr netip.Addr) (*endpoint.UDPHost, conformance.Target, error) {
+func selfResponder(addr netip.Addr) (*software.UDPHost, conformance.Target, error) {
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + rand.IntN(40000))
-		host, err := endpoint.OpenUDP(engine.Config{Planes: []netip.Addr{addr}, Port: base, Paths: 8, Streams: 2,
+		host, err := software.OpenUDP(engine.Config{Planes: []netip.Addr{addr}, Port: base, Paths: 8, Streams: 2,
 			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second})
 		if err != nil {
 			lastErr = err

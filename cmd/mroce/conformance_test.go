@@ -14,6 +14,7 @@ import (
 
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/tunnet"
 )
@@ -45,11 +46,11 @@ func TestConformanceSelf(t *testing.T) {
 // conformance probe of a responder that skips its key checks: exit 1, and
 // the bad-key case marked FAIL.
 func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
-	var host *endpoint.UDPHost
+	var host *software.UDPHost
 	var base uint16
 	for try := 0; try < 20 && host == nil; try++ {
 		base = uint16(20000 + rand.IntN(40000))
-		host, _ = endpoint.OpenUDP(engine.Config{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.57")}, Port: base, Paths: 8,
+		host, _ = software.OpenUDP(engine.Config{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.57")}, Port: base, Paths: 8,
 			Streams: 2, SourcePorts: []uint16{base + 1}, NoProgress: 10 * time.Second, Broken: engine.Breakage{SkipKeyCheck: true}})
 	}
 	if host == nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/filexfer"
 )
@@ -205,8 +206,8 @@ func reportPaths(qp *endpoint.QP, rep *conformance.EndpointReport) {
 
 // contractHost opens this endpoint on its planes: the host (to close)
 // and a protection domain on it.
-func contractHost(planes []netip.Addr, o transferOptions) (*endpoint.UDPHost, *endpoint.Device, *endpoint.PD, error) {
-	host, err := openHost(planes, o.port, o, endpoint.UDPOptions{})
+func contractHost(planes []netip.Addr, o transferOptions) (*software.UDPHost, *endpoint.Device, *endpoint.PD, error) {
+	host, err := openHost(planes, o.port, o, software.UDPOptions{})
 	if err != nil {
 		return nil, nil, nil, err
 	}

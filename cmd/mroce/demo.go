@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
@@ -95,7 +96,7 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	}
 	// The receiver shares 98% of its planes' payload rate (its rate hints).
 	inbound := 0.98 * float64(o.planes) * o.rateGbps * 1e9 / 8 * 4096 / (4160 + 66)
-	net, err := endpoint.NewSimNetwork(fc, engine.Config{Paths: o.paths, Streams: o.streams, DSNWindow: 4096,
+	net, err := software.NewSimNetwork(fc, engine.Config{Paths: o.paths, Streams: o.streams, DSNWindow: 4096,
 		InboundCapacity: inbound, LineRate: o.rateGbps * 1e9 / 8}, o.seed)
 	if err != nil {
 		return err

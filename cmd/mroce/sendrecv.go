@@ -28,6 +28,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/filexfer"
 	"github.com/mroce/mroce/internal/pcapio"
@@ -146,7 +147,7 @@ func parseAddrs(c *cli.Context, flag string) ([]netip.Addr, error) {
 // openHost starts an endpoint on planes: on port (0: a free one chosen
 // here) with a pool of source ports after it, its packets captured when
 // the options ask.
-func openHost(planes []netip.Addr, port uint16, o transferOptions, uo endpoint.UDPOptions) (*endpoint.UDPHost, error) {
+func openHost(planes []netip.Addr, port uint16, o transferOptions, uo software.UDPOptions) (*software.UDPHost, error) {
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		p := port
@@ -161,7 +162,7 @@ func openHost(planes []netip.Addr, port uint16, o transferOptions, uo endpoint.U
 		for i := 1; i <= o.sourcePorts; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, p+uint16(i))
 		}
-		h, err := endpoint.OpenUDPWith(cfg, uo)
+		h, err := software.OpenUDPWith(cfg, uo)
 		if err == nil {
 			return h, nil
 		}
@@ -572,19 +573,19 @@ func (r *transferReport) finish(res filexfer.Result, tel []endpoint.PathTelemetr
 
 // capture opens the pcap file of --pcap and returns the tap that writes
 // to it (on the host's loop goroutine) and what closes it.
-func capture(path string, log *slog.Logger) (endpoint.UDPOptions, func() error, error) {
+func capture(path string, log *slog.Logger) (software.UDPOptions, func() error, error) {
 	if path == "" {
-		return endpoint.UDPOptions{}, func() error { return nil }, nil
+		return software.UDPOptions{}, func() error { return nil }, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return endpoint.UDPOptions{}, nil, fmt.Errorf("--pcap: %w", err)
+		return software.UDPOptions{}, nil, fmt.Errorf("--pcap: %w", err)
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
 	pw, err := pcapio.NewWriter(bw)
 	if err != nil {
 		f.Close()
-		return endpoint.UDPOptions{}, nil, fmt.Errorf("--pcap: %w", err)
+		return software.UDPOptions{}, nil, fmt.Errorf("--pcap: %w", err)
 	}
 	failed := false
 	tap := func(d *link.Datagram, _ bool) {
@@ -600,7 +601,7 @@ func capture(path string, log *slog.Logger) (endpoint.UDPOptions, func() error, 
 		}
 		return f.Close()
 	}
-	return endpoint.UDPOptions{Tap: tap}, done, nil
+	return software.UDPOptions{Tap: tap}, done, nil
 }
 
 // logPathEvents logs what the connection's paths did since the last call.
@@ -637,7 +638,7 @@ func serveMetrics(addr string) (*metrics.Collector, func(), error) {
 // openWithTools opens a host on planes (port 0: a free one) with what the
 // options ask beside it: the metrics server and the packet capture. done
 // closes all three.
-func openWithTools(planes []netip.Addr, port uint16, o transferOptions) (*endpoint.UDPHost, *metrics.Collector, func(), error) {
+func openWithTools(planes []netip.Addr, port uint16, o transferOptions) (*software.UDPHost, *metrics.Collector, func(), error) {
 	col, stopMetrics, err := serveMetrics(o.metrics)
 	if err != nil {
 		return nil, nil, nil, err

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 )
 
@@ -123,13 +124,13 @@ type End struct {
 // test ends.
 func Loopback(tb testing.TB, client, server string) (End, End) {
 	tb.Helper()
-	open := func(addr string) *endpoint.UDPHost {
+	open := func(addr string) *software.UDPHost {
 		var lastErr error
 		for try := 0; try < 20; try++ {
 			base := uint16(20000 + rand.IntN(40000))
 			cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 2,
 				SourcePorts: []uint16{base + 1, base + 2, base + 3, base + 4}, NoProgress: 10 * time.Second}
-			h, err := endpoint.OpenUDP(cfg)
+			h, err := software.OpenUDP(cfg)
 			if err == nil {
 				tb.Cleanup(func() { h.Close() })
 				return h

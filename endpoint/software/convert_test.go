@@ -1,10 +1,11 @@
-package endpoint
+package software
 
 import (
 	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/pathmgr"
@@ -23,7 +24,7 @@ func TestConversionsKeepMeaning(t *testing.T) {
 			t.Errorf("status %v became %v", s, a)
 		}
 	}
-	if a := apiStatus(engine.StatusLocalLength + 1); a == StatusOK || a.String() != "Status(255)" {
+	if a := apiStatus(engine.StatusLocalLength + 1); a == endpoint.StatusOK || a.String() != "Status(255)" {
 		t.Errorf("an unknown engine status became %v", a)
 	}
 	for s := engine.Connecting; s <= engine.Closed; s++ {
@@ -36,7 +37,7 @@ func TestConversionsKeepMeaning(t *testing.T) {
 			t.Errorf("path state %v became %v", s, a)
 		}
 	}
-	for a := Access(0); a < 16; a++ {
+	for a := endpoint.Access(0); a < 16; a++ {
 		if m := engineAccess(a); m.String() != a.String() {
 			t.Errorf("access %v became %v", a, m)
 		}
@@ -47,8 +48,8 @@ func TestConversionsKeepMeaning(t *testing.T) {
 // meaning; other errors pass unchanged.
 func TestEngineErrorsGainTheAPIsMeaning(t *testing.T) {
 	for _, c := range []struct{ engine, api error }{
-		{engine.ErrClosed, ErrClosed}, {engine.ErrTimeout, ErrTimeout}, {engine.ErrConnectFailed, ErrTimeout},
-		{engine.ErrRefused, ErrRefused}, {engine.ErrNotReady, ErrNotReady},
+		{engine.ErrClosed, endpoint.ErrClosed}, {engine.ErrTimeout, endpoint.ErrTimeout}, {engine.ErrConnectFailed, endpoint.ErrTimeout},
+		{engine.ErrRefused, endpoint.ErrRefused}, {engine.ErrNotReady, endpoint.ErrNotReady},
 	} {
 		err := apiErr(fmt.Errorf("wrapped: %w", c.engine))
 		if !errors.Is(err, c.api) || !errors.Is(err, c.engine) || err.Error() != "wrapped: "+c.engine.Error() {

@@ -1,14 +1,14 @@
-package endpoint
+package software
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/netem"
 )
@@ -40,7 +40,7 @@ func TestVerbsFlow(t *testing.T) {
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := qp.ConnState(); st != Closed {
+	if st, _ := qp.ConnState(); st != endpoint.Closed {
 		t.Fatalf("state after close: %v", st)
 	}
 }
@@ -48,16 +48,16 @@ func TestVerbsFlow(t *testing.T) {
 // verbsFlow connects client to server (at remote), SENDs size bytes into a
 // posted receive, WRITEs them to a region and READs them back, checking
 // every completion and every byte. It returns the client's QP.
-func verbsFlow(t *testing.T, ctx context.Context, server, client *Device, remote Remote, size uint32) *QP {
+func verbsFlow(t *testing.T, ctx context.Context, server, client *endpoint.Device, remote endpoint.Remote, size uint32) *endpoint.QP {
 	t.Helper()
 	spd, _ := server.AllocPD()
 	cpd, _ := client.AllocPD()
 	scq, ccq := server.CreateCQ(64), client.CreateCQ(64)
-	lis, err := spd.Listen(scq, scq, QPOptions{})
+	lis, err := spd.Listen(scq, scq, endpoint.QPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := cpd.Connect(ctx, remote, ccq, ccq, QPOptions{})
+	qp, err := cpd.Connect(ctx, remote, ccq, ccq, endpoint.QPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +67,10 @@ func verbsFlow(t *testing.T, ctx context.Context, server, client *Device, remote
 	}
 	data := make([]byte, size)
 	rand.NewChaCha8([32]byte{9}).Read(data)
-	src, _ := cpd.RegisterMR(data, LocalWrite)
-	back, _ := cpd.RegisterMR(make([]byte, size), LocalWrite)
-	inbox, _ := spd.RegisterMR(make([]byte, size), LocalWrite)
-	target, _ := spd.RegisterMR(make([]byte, size), LocalWrite|RemoteWrite|RemoteRead)
+	src, _ := cpd.RegisterMR(data, endpoint.LocalWrite)
+	back, _ := cpd.RegisterMR(make([]byte, size), endpoint.LocalWrite)
+	inbox, _ := spd.RegisterMR(make([]byte, size), endpoint.LocalWrite)
+	target, _ := spd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite|endpoint.RemoteRead)
 	// One stream, in order: the WRITE, then the SEND (whose receive
 	// completes only after the WRITE is placed, so the server may read the
 	// region once it has it), then a READ of what the WRITE put there.
@@ -86,8 +86,8 @@ func verbsFlow(t *testing.T, ctx context.Context, server, client *Device, remote
 	if err := qp.PostRead(3, 1, back.SGE(0, size), target.RKey(), 0); err != nil {
 		t.Fatal(err)
 	}
-	got := map[uint64]Completion{}
-	buf := make([]Completion, 8)
+	got := map[uint64]endpoint.Completion{}
+	buf := make([]endpoint.Completion, 8)
 	for len(got) < 3 {
 		k, err := ccq.Wait(ctx, buf)
 		if err != nil {
@@ -98,12 +98,12 @@ func verbsFlow(t *testing.T, ctx context.Context, server, client *Device, remote
 		}
 	}
 	for id, wc := range got {
-		if wc.Status != StatusOK {
+		if wc.Status != endpoint.StatusOK {
 			t.Errorf("completion %d: %+v", id, wc)
 		}
 	}
 	k, err := scq.Wait(ctx, buf)
-	if err != nil || k != 1 || buf[0].ID != 77 || buf[0].Bytes != size || buf[0].Op != OpRecv {
+	if err != nil || k != 1 || buf[0].ID != 77 || buf[0].Bytes != size || buf[0].Op != endpoint.OpRecv {
 		t.Fatalf("receive completion %v %+v", err, buf[:k])
 	}
 	if !bytes.Equal(inbox.Bytes(), data) || !bytes.Equal(target.Bytes(), data) || !bytes.Equal(back.Bytes(), data) {
@@ -119,23 +119,23 @@ func TestCQOverflowIsReported(t *testing.T) {
 	cpd, _ := n.Device(0).AllocPD()
 	spd, _ := n.Device(1).AllocPD()
 	ccq, scq := n.Device(0).CreateCQ(2), n.Device(1).CreateCQ(8)
-	if _, err := spd.Listen(scq, scq, QPOptions{}); err != nil {
+	if _, err := spd.Listen(scq, scq, endpoint.QPOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
+	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, endpoint.QPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, _ := cpd.RegisterMR(make([]byte, 100), LocalWrite)
-	dst, _ := spd.RegisterMR(make([]byte, 100), LocalWrite|RemoteWrite)
+	src, _ := cpd.RegisterMR(make([]byte, 100), endpoint.LocalWrite)
+	dst, _ := spd.RegisterMR(make([]byte, 100), endpoint.LocalWrite|endpoint.RemoteWrite)
 	for i := 0; i < 3; i++ {
 		qp.PostWrite(uint64(i), 0, src.SGE(0, 100), dst.RKey(), 0)
 	}
 	n.Backend(0).Progress(ctx, func() bool { return n.Sim.Pending() == 0 })
-	out := make([]Completion, 8)
+	out := make([]endpoint.Completion, 8)
 	k, err := ccq.Poll(out)
-	if k != 2 || err != ErrCQOverflow {
-		t.Fatalf("polled %d, %v: want the 2 that fit and ErrCQOverflow", k, err)
+	if k != 2 || err != endpoint.ErrCQOverflow {
+		t.Fatalf("polled %d, %v: want the 2 that fit and endpoint.ErrCQOverflow", k, err)
 	}
 }
 
@@ -144,27 +144,8 @@ func TestCQOverflowIsReported(t *testing.T) {
 func TestWaitInVirtualTimeNeverHangs(t *testing.T) {
 	n := simNet(t, 0)
 	cq := n.Device(0).CreateCQ(4)
-	if _, err := cq.Wait(context.Background(), make([]Completion, 1)); err != ErrStalled {
+	if _, err := cq.Wait(context.Background(), make([]endpoint.Completion, 1)); err != ErrStalled {
 		t.Fatalf("Wait with nothing to come: %v", err)
-	}
-}
-
-// The stub backend reports its capabilities and refuses everything else
-// with ErrNotSupported: what a driver starts from.
-func TestStubBackend(t *testing.T) {
-	dev := Open(NewStub(Caps{Name: "example NIC", MaxPaths: 256, MaxStreams: 1024, MaxPacket: 4160, Planes: 8}))
-	if c := dev.Caps(); c.MaxPaths != 256 || c.Planes != 8 || c.Name != "stub (no hardware): example NIC" {
-		t.Fatalf("caps %+v", c)
-	}
-	if _, err := dev.AllocPD(); !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("AllocPD: %v", err)
-	}
-	var b Backend = NewStub(Caps{})
-	if err := b.PostSend(nil, SendWR{}); !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("PostSend: %v", err)
-	}
-	if err := b.Progress(context.Background(), func() bool { return false }); !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("Progress: %v", err)
 	}
 }
 
@@ -186,28 +167,28 @@ func TestReadSRQAndPathEventsThroughTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inbox, _ := spd.RegisterMR(make([]byte, 1000), LocalWrite)
+	inbox, _ := spd.RegisterMR(make([]byte, 1000), endpoint.LocalWrite)
 	srq.PostRecv(5, inbox.SGE(0, 1000))
-	if _, err := spd.Listen(scq, scq, QPOptions{SRQ: srq}); err != nil {
+	if _, err := spd.Listen(scq, scq, endpoint.QPOptions{SRQ: srq}); err != nil {
 		t.Fatal(err)
 	}
-	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, QPOptions{})
+	qp, err := cpd.Connect(ctx, n.Remote(1), ccq, ccq, endpoint.QPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	exposed, _ := spd.RegisterMR(bytes.Repeat([]byte("mroce"), 100000), RemoteRead)
-	local, _ := cpd.RegisterMR(make([]byte, 500000), LocalWrite)
+	exposed, _ := spd.RegisterMR(bytes.Repeat([]byte("mroce"), 100000), endpoint.RemoteRead)
+	local, _ := cpd.RegisterMR(make([]byte, 500000), endpoint.LocalWrite)
 	msg, _ := cpd.RegisterMR([]byte("hello over a shared receive queue"), 0)
 	qp.PostRead(1, 0, local.SGE(0, 500000), exposed.RKey(), 0)
 	qp.PostSend(2, 1, msg.SGE(0, uint32(len(msg.Bytes()))))
-	out := make([]Completion, 4)
+	out := make([]endpoint.Completion, 4)
 	for got := 0; got < 2; {
 		k, err := ccq.Wait(ctx, out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, wc := range out[:k] {
-			if wc.Status != StatusOK {
+			if wc.Status != endpoint.StatusOK {
 				t.Fatalf("%+v", wc)
 			}
 		}
@@ -242,9 +223,9 @@ func TestReadSRQAndPathEventsThroughTheAPI(t *testing.T) {
 // host 0 with its queue ccq.
 type listening struct {
 	n        *SimNetwork
-	spd, cpd *PD
-	scq, ccq *CQ
-	lis      *Listener
+	spd, cpd *endpoint.PD
+	scq, ccq *endpoint.CQ
+	lis      *endpoint.Listener
 }
 
 func listen(t *testing.T) *listening {
@@ -255,16 +236,16 @@ func listen(t *testing.T) *listening {
 	l.cpd, _ = client.AllocPD()
 	l.scq, l.ccq = server.CreateCQ(8), client.CreateCQ(8)
 	var err error
-	if l.lis, err = l.spd.Listen(l.scq, l.scq, QPOptions{}); err != nil {
+	if l.lis, err = l.spd.Listen(l.scq, l.scq, endpoint.QPOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
 
 // connect opens a client connection and accepts it.
-func (l *listening) connect(t *testing.T, ctx context.Context) (client, server *QP) {
+func (l *listening) connect(t *testing.T, ctx context.Context) (client, server *endpoint.QP) {
 	t.Helper()
-	qp, err := l.cpd.Connect(ctx, l.n.Remote(1), l.ccq, l.ccq, QPOptions{})
+	qp, err := l.cpd.Connect(ctx, l.n.Remote(1), l.ccq, l.ccq, endpoint.QPOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,18 +263,18 @@ func TestAcceptorSpeaksFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	qp, sqp := l.connect(t, ctx)
-	inbox, _ := l.cpd.RegisterMR(make([]byte, 64), LocalWrite)
+	inbox, _ := l.cpd.RegisterMR(make([]byte, 64), endpoint.LocalWrite)
 	if err := qp.PostRecv(5, 1, inbox.SGE(0, 64)); err != nil {
 		t.Fatal(err)
 	}
-	hello, _ := l.spd.RegisterMR([]byte("hello"), LocalWrite)
+	hello, _ := l.spd.RegisterMR([]byte("hello"), endpoint.LocalWrite)
 	if err := sqp.WaitEstablished(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := sqp.PostSend(1, 1, hello.SGE(0, 5)); err != nil {
 		t.Fatalf("a send after WaitEstablished: %v", err)
 	}
-	buf := make([]Completion, 1)
+	buf := make([]endpoint.Completion, 1)
 	if k, err := l.ccq.Wait(ctx, buf); err != nil || k != 1 || buf[0].ID != 5 || string(inbox.Bytes()[:buf[0].Bytes]) != "hello" {
 		t.Fatalf("the initiator's receive: %v %+v", err, buf)
 	}
@@ -305,24 +286,24 @@ func TestAcceptedConnectionsGetTheirOwnQueues(t *testing.T) {
 	l := listen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	msg, _ := l.cpd.RegisterMR([]byte("ab"), LocalWrite)
+	msg, _ := l.cpd.RegisterMR([]byte("ab"), endpoint.LocalWrite)
 	for i := 0; i < 2; i++ {
 		qp, sqp := l.connect(t, ctx)
 		own := l.n.Device(1).CreateCQ(8)
 		sqp.SetCQs(own, own)
-		inbox, _ := l.spd.RegisterMR(make([]byte, 8), LocalWrite)
+		inbox, _ := l.spd.RegisterMR(make([]byte, 8), endpoint.LocalWrite)
 		if err := sqp.PostRecv(uint64(10+i), 1, inbox.SGE(0, 8)); err != nil {
 			t.Fatal(err)
 		}
 		if err := qp.PostSend(uint64(i), 1, msg.SGE(uint64(i), 1)); err != nil {
 			t.Fatal(err)
 		}
-		buf := make([]Completion, 1)
+		buf := make([]endpoint.Completion, 1)
 		if k, err := own.Wait(ctx, buf); err != nil || k != 1 || buf[0].ID != uint64(10+i) || inbox.Bytes()[0] != "ab"[i] {
 			t.Fatalf("connection %d: its own queue gave %v %+v", i, err, buf)
 		}
 	}
-	if k, _ := l.scq.Poll(make([]Completion, 8)); k != 0 {
+	if k, _ := l.scq.Poll(make([]endpoint.Completion, 8)); k != 0 {
 		t.Fatalf("%d completions on the listener's queue", k)
 	}
 }

@@ -1,75 +1,15 @@
-package endpoint
+package software
 
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/udp"
 )
-
-// LoopRunner runs the engine in real time on a clock.Loop's goroutine (over
-// the UDP driver): Do hands work to the loop and waits for it; Progress
-// waits until a condition, checked at the end of every turn of the loop,
-// holds. Neither may be called from the loop's own goroutine.
-type LoopRunner struct {
-	loop    *clock.Loop
-	waiters []*waiter // loop goroutine only
-}
-
-type waiter struct {
-	cond func() bool
-	done chan struct{}
-	gone bool // the caller stopped waiting
-}
-
-// NewLoopRunner makes a runner for loop.
-func NewLoopRunner(loop *clock.Loop) *LoopRunner {
-	r := &LoopRunner{loop: loop}
-	loop.AtTurnEnd(r.check)
-	return r
-}
-
-// Do runs f on the loop's goroutine and waits for it.
-func (r *LoopRunner) Do(f func()) {
-	done := make(chan struct{})
-	r.loop.Post(func() { f(); close(done) })
-	<-done
-}
-
-// Progress returns once cond holds (it runs on the loop's goroutine, at
-// the end of each turn), or ctx ends.
-func (r *LoopRunner) Progress(ctx context.Context, cond func() bool) error {
-	w := &waiter{cond: cond, done: make(chan struct{})}
-	r.loop.Post(func() { r.waiters = append(r.waiters, w) })
-	select {
-	case <-w.done:
-		return nil
-	case <-ctx.Done():
-		r.loop.Post(func() { w.gone = true })
-		return fmt.Errorf("endpoint: %w", ctx.Err())
-	}
-}
-
-// check runs at the end of every turn: it releases the waiters whose
-// condition now holds.
-func (r *LoopRunner) check() {
-	kept := r.waiters[:0]
-	for _, w := range r.waiters {
-		switch {
-		case w.gone:
-		case w.cond():
-			close(w.done)
-		default:
-			kept = append(kept, w)
-		}
-	}
-	clear(r.waiters[len(kept):])
-	r.waiters = kept
-}
 
 // UDPHost is one endpoint on real UDP sockets: its engine, the UDP driver
 // under it and the loop they run on, started and stopped together.
@@ -113,12 +53,12 @@ func RealTimeTimers(cfg engine.Config) engine.Config {
 // OpenUDPWith is OpenUDP with the host's own settings.
 func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 	if len(cfg.Planes) == 0 || cfg.Port == 0 {
-		return nil, errors.New("endpoint: a UDP host needs planes and a port")
+		return nil, errors.New("software: a UDP host needs planes and a port")
 	}
 	if cfg.PlaceholderPayloads {
 		// No CRC, and payload bytes left over from other packets: only a
 		// simulation may send those.
-		return nil, errors.New("endpoint: placeholder payloads are for simulations, not sockets")
+		return nil, errors.New("software: placeholder payloads are for simulations, not sockets")
 	}
 	cfg = RealTimeTimers(cfg)
 	loop := clock.NewLoop()
@@ -154,15 +94,15 @@ func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 }
 
 // Device opens the host's device.
-func (h *UDPHost) Device() *Device { return Open(h.sw) }
+func (h *UDPHost) Device() *endpoint.Device { return endpoint.Open(h.sw) }
 
 // Backend is the host's software backend.
 func (h *UDPHost) Backend() *Software { return h.sw }
 
 // Remote is how peers reach this host: its plane addresses and port.
-func (h *UDPHost) Remote() Remote {
+func (h *UDPHost) Remote() endpoint.Remote {
 	cfg := h.sw.ep.Config()
-	return Remote{Planes: cfg.Planes, Port: cfg.Port}
+	return endpoint.Remote{Planes: cfg.Planes, Port: cfg.Port}
 }
 
 // DriverStats returns the UDP driver's counters.

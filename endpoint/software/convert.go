@@ -1,9 +1,10 @@
-package endpoint
+package software
 
 import (
 	"errors"
 	"time"
 
+	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/pathmgr"
@@ -13,66 +14,66 @@ import (
 // its boundary: these convert one to the other, value by value, so that
 // neither side depends on how the other numbers its constants.
 
-func engineOp(o Opcode) engine.Opcode {
+func engineOp(o endpoint.Opcode) engine.Opcode {
 	switch o {
-	case OpWrite:
+	case endpoint.OpWrite:
 		return engine.OpWrite
-	case OpWriteImm:
+	case endpoint.OpWriteImm:
 		return engine.OpWriteImm
-	case OpSend:
+	case endpoint.OpSend:
 		return engine.OpSend
-	case OpRecv:
+	case endpoint.OpRecv:
 		return engine.OpRecv
-	case OpRead:
+	case endpoint.OpRead:
 		return engine.OpRead
 	}
 	return 0 // no operation: the engine refuses it
 }
 
-func apiOp(o engine.Opcode) Opcode {
+func apiOp(o engine.Opcode) endpoint.Opcode {
 	switch o {
 	case engine.OpWrite:
-		return OpWrite
+		return endpoint.OpWrite
 	case engine.OpWriteImm:
-		return OpWriteImm
+		return endpoint.OpWriteImm
 	case engine.OpSend:
-		return OpSend
+		return endpoint.OpSend
 	case engine.OpRecv:
-		return OpRecv
+		return endpoint.OpRecv
 	case engine.OpRead:
-		return OpRead
+		return endpoint.OpRead
 	}
 	return 0
 }
 
 // statusUnknown is what an engine status this layer does not know
 // becomes: not ok, and named by its number.
-const statusUnknown Status = 255
+const statusUnknown endpoint.Status = 255
 
-func apiStatus(s engine.Status) Status {
+func apiStatus(s engine.Status) endpoint.Status {
 	switch s {
 	case engine.StatusOK:
-		return StatusOK
+		return endpoint.StatusOK
 	case engine.StatusFlushed:
-		return StatusFlushed
+		return endpoint.StatusFlushed
 	case engine.StatusRemoteAccess:
-		return StatusRemoteAccess
+		return endpoint.StatusRemoteAccess
 	case engine.StatusRemoteInvalid:
-		return StatusRemoteInvalid
+		return endpoint.StatusRemoteInvalid
 	case engine.StatusTimeout:
-		return StatusTimeout
+		return endpoint.StatusTimeout
 	case engine.StatusLocalLength:
-		return StatusLocalLength
+		return endpoint.StatusLocalLength
 	}
 	return statusUnknown
 }
 
-func engineAccess(a Access) memreg.Access {
+func engineAccess(a endpoint.Access) memreg.Access {
 	var m memreg.Access
 	for _, b := range []struct {
-		api Access
+		api endpoint.Access
 		reg memreg.Access
-	}{{LocalWrite, memreg.LocalWrite}, {RemoteWrite, memreg.RemoteWrite}, {RemoteRead, memreg.RemoteRead}, {RemoteAtomic, memreg.RemoteAtomic}} {
+	}{{endpoint.LocalWrite, memreg.LocalWrite}, {endpoint.RemoteWrite, memreg.RemoteWrite}, {endpoint.RemoteRead, memreg.RemoteRead}, {endpoint.RemoteAtomic, memreg.RemoteAtomic}} {
 		if a&b.api != 0 {
 			m |= b.reg
 		}
@@ -80,47 +81,47 @@ func engineAccess(a Access) memreg.Access {
 	return m
 }
 
-func apiConnState(s engine.ConnState) ConnState {
+func apiConnState(s engine.ConnState) endpoint.ConnState {
 	switch s {
 	case engine.Connecting:
-		return Connecting
+		return endpoint.Connecting
 	case engine.Accepting:
-		return Accepting
+		return endpoint.Accepting
 	case engine.Established:
-		return Established
+		return endpoint.Established
 	}
-	return Closed
+	return endpoint.Closed
 }
 
-func apiPathState(s pathmgr.State) PathState {
+func apiPathState(s pathmgr.State) endpoint.PathState {
 	switch s {
 	case pathmgr.Good:
-		return PathGood
+		return endpoint.PathGood
 	case pathmgr.Skip:
-		return PathSkip
+		return endpoint.PathSkip
 	case pathmgr.AssumedBad:
-		return PathAssumedBad
+		return endpoint.PathAssumedBad
 	}
-	return PathDown
+	return endpoint.PathDown
 }
 
-func apiCompletion(wc engine.Completion) Completion {
-	return Completion{ID: wc.ID, Op: apiOp(wc.Op), Status: apiStatus(wc.Status), Stream: wc.Stream, Bytes: wc.Bytes,
+func apiCompletion(wc engine.Completion) endpoint.Completion {
+	return endpoint.Completion{ID: wc.ID, Op: apiOp(wc.Op), Status: apiStatus(wc.Status), Stream: wc.Stream, Bytes: wc.Bytes,
 		Imm: wc.Imm, HasImm: wc.HasImm, Solicited: wc.Solicited, Err: apiErr(wc.Err)}
 }
 
-func apiPathEvent(ev engine.PathEvent) PathEvent {
-	return PathEvent{Path: ev.Path, Plane: ev.Plane, From: apiPathState(ev.From), To: apiPathState(ev.To),
+func apiPathEvent(ev engine.PathEvent) endpoint.PathEvent {
+	return endpoint.PathEvent{Path: ev.Path, Plane: ev.Plane, From: apiPathState(ev.From), To: apiPathState(ev.To),
 		Repath: ev.Repath, SrcPort: ev.SrcPort, Epoch: ev.Epoch, At: time.Duration(ev.At)}
 }
 
-func apiTelemetry(tel []pathmgr.Telemetry) []PathTelemetry {
-	out := make([]PathTelemetry, len(tel))
+func apiTelemetry(tel []pathmgr.Telemetry) []endpoint.PathTelemetry {
+	out := make([]endpoint.PathTelemetry, len(tel))
 	for i, t := range tel {
-		out[i] = PathTelemetry{Path: t.Path, Plane: t.Plane, SrcPort: t.SrcPort, Epoch: t.Epoch, State: apiPathState(t.State),
-			RTT:      RTTEstimate{SRTT: t.RTT.SRTT, RTTVar: t.RTT.RTTVar, Min: t.RTT.Min, Samples: t.RTT.Samples},
+		out[i] = endpoint.PathTelemetry{Path: t.Path, Plane: t.Plane, SrcPort: t.SrcPort, Epoch: t.Epoch, State: apiPathState(t.State),
+			RTT:      endpoint.RTTEstimate{SRTT: t.RTT.SRTT, RTTVar: t.RTT.RTTVar, Min: t.RTT.Min, Samples: t.RTT.Samples},
 			InFlight: t.InFlight, Window: t.Window,
-			PathCounters: PathCounters{PacketsSent: t.PacketsSent, BytesSent: t.BytesSent, Retransmits: t.Retransmits,
+			PathCounters: endpoint.PathCounters{PacketsSent: t.PacketsSent, BytesSent: t.BytesSent, Retransmits: t.Retransmits,
 				Lost: t.Lost, Timeouts: t.Timeouts, CEMarks: t.CEMarks, Acked: t.Acked, Repaths: t.Repaths,
 				TailProbes: t.TailProbes}}
 	}
@@ -141,13 +142,13 @@ func apiErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, engine.ErrClosed):
-		kind = ErrClosed
+		kind = endpoint.ErrClosed
 	case errors.Is(err, engine.ErrTimeout), errors.Is(err, engine.ErrConnectFailed):
-		kind = ErrTimeout
+		kind = endpoint.ErrTimeout
 	case errors.Is(err, engine.ErrRefused):
-		kind = ErrRefused
+		kind = endpoint.ErrRefused
 	case errors.Is(err, engine.ErrNotReady):
-		kind = ErrNotReady
+		kind = endpoint.ErrNotReady
 	default:
 		return err
 	}

@@ -1,9 +1,10 @@
-package endpoint
+package software
 
 import (
 	"math/rand/v2"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/netem"
 )
@@ -80,14 +81,14 @@ func (n *SimNetwork) addHosts(fc netem.Config, seed uint64, cfgFor func(host int
 }
 
 // Device opens host h's device.
-func (n *SimNetwork) Device(h int) *Device { return Open(n.hosts[h]) }
+func (n *SimNetwork) Device(h int) *endpoint.Device { return endpoint.Open(n.hosts[h]) }
 
 // Backend is host h's software backend.
 func (n *SimNetwork) Backend(h int) *Software { return n.hosts[h] }
 
 // Remote is how host h is reached: its address on every plane.
-func (n *SimNetwork) Remote(h int) Remote {
-	r := Remote{Port: n.hosts[h].ep.Config().Port}
+func (n *SimNetwork) Remote(h int) endpoint.Remote {
+	r := endpoint.Remote{Port: n.hosts[h].ep.Config().Port}
 	for p := 0; p < n.Fabric.Config().Planes; p++ {
 		r.Planes = append(r.Planes, netem.Addr(p, h))
 	}

@@ -1,0 +1,112 @@
+package software
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/mroce/mroce/clock"
+)
+
+// Runner is how the software backend reaches its engine: the goroutine, or
+// the simulation, that owns the engine's state.
+type Runner interface {
+	// Do runs f on the engine's goroutine and waits for it.
+	Do(f func())
+	// Progress returns once cond holds, or ctx ends. cond runs on the
+	// engine's goroutine.
+	Progress(ctx context.Context, cond func() bool) error
+}
+
+// ErrStalled is what waiting in virtual time returns when nothing is left
+// to happen and the awaited condition still does not hold.
+var ErrStalled = errors.New("software: the simulation has nothing left to do and the condition does not hold")
+
+// Stepper is a simulation's event loop: clock.Sim.
+type Stepper interface {
+	Step() bool
+}
+
+// SimRunner runs the engine in virtual time on the caller's goroutine:
+// waiting means running the simulation until the condition holds.
+type SimRunner struct {
+	Sim Stepper
+}
+
+// Do runs f at once: the caller's goroutine is the engine's.
+func (r SimRunner) Do(f func()) { f() }
+
+// Progress steps the simulation until cond holds.
+func (r SimRunner) Progress(ctx context.Context, cond func() bool) error {
+	for i := 0; !cond(); i++ {
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("software: %w", err)
+			}
+		}
+		if !r.Sim.Step() {
+			return ErrStalled
+		}
+	}
+	return nil
+}
+
+// LoopRunner runs the engine in real time on a clock.Loop's goroutine, over
+// the UDP driver: Do hands work to the loop and waits for it; Progress
+// waits until a condition, checked at the end of every turn of the loop,
+// holds. Neither may be called from the loop's own goroutine.
+type LoopRunner struct {
+	loop    *clock.Loop
+	waiters []*waiter // loop goroutine only
+}
+
+type waiter struct {
+	cond func() bool
+	done chan struct{}
+	gone bool // the caller stopped waiting
+}
+
+// NewLoopRunner makes a runner for loop.
+func NewLoopRunner(loop *clock.Loop) *LoopRunner {
+	r := &LoopRunner{loop: loop}
+	loop.AtTurnEnd(r.check)
+	return r
+}
+
+// Do runs f on the loop's goroutine and waits for it.
+func (r *LoopRunner) Do(f func()) {
+	done := make(chan struct{})
+	r.loop.Post(func() { f(); close(done) })
+	<-done
+}
+
+// Progress returns once cond holds (it runs on the loop's goroutine, at
+// the end of each turn), or ctx ends.
+func (r *LoopRunner) Progress(ctx context.Context, cond func() bool) error {
+	w := &waiter{cond: cond, done: make(chan struct{})}
+	r.loop.Post(func() { r.waiters = append(r.waiters, w) })
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		r.loop.Post(func() { w.gone = true })
+		return fmt.Errorf("software: %w", ctx.Err())
+	}
+}
+
+// check runs at the end of every turn: it releases the waiters whose
+// condition now holds.
+func (r *LoopRunner) check() {
+	kept := r.waiters[:0]
+	for _, w := range r.waiters {
+		switch {
+		case w.gone:
+		case w.cond():
+			close(w.done)
+		default:
+			kept = append(kept, w)
+		}
+	}
+	clear(r.waiters[len(kept):])
+	r.waiters = kept
+}
