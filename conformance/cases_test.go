@@ -28,7 +28,7 @@ func responder(t *testing.T, addr string, tune func(*engine.Config)) Target {
 		if tune != nil {
 			tune(&cfg)
 		}
-		host, err = software.OpenUDP(cfg)
+		host, err = software.OpenUDPEngine(cfg, nil)
 	}
 	if host == nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 )
@@ -114,7 +113,7 @@ func TestMroceThroughTheRelay(t *testing.T) {
 	r := start(t, Config{Hosts: 2, Planes: 4, Ports: ps, Fabric: links(1e9)})
 	ps = r.cfg.Ports
 	open := func(h int) *software.UDPHost {
-		cfg := engine.Config{Port: ps[0], SourcePorts: ps[1:], Paths: 8, Streams: 1, NoProgress: 20 * time.Second}
+		cfg := software.UDPOptions{Port: ps[0], SourcePorts: ps[1:], Paths: 8, Streams: 1, NoProgress: 20 * time.Second}
 		for p := 0; p < 4; p++ {
 			cfg.Planes = append(cfg.Planes, RealAddr(h, p))
 		}

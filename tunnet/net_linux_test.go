@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/tunnet"
@@ -100,22 +99,16 @@ func TestDatagramsCrossEveryPlane(t *testing.T) {
 
 // openIn opens an mroce host inside emulated host h, on all its planes.
 func openIn(t *testing.T, n *tunnet.Net, h, planes, paths int) *software.UDPHost {
-	return openWith(t, n, h, planes, paths, func(*engine.Config) {})
-}
-
-// openWith is openIn with the engine's configuration adjusted by tune.
-func openWith(t *testing.T, n *tunnet.Net, h, planes, paths int, tune func(*engine.Config)) *software.UDPHost {
 	t.Helper()
 	var host *software.UDPHost
 	err := n.InHost(h, func() error {
-		cfg := engine.Config{Port: 4797, Paths: paths, Streams: 1, NoProgress: 20 * time.Second}
+		cfg := software.UDPOptions{Port: 4797, Paths: paths, Streams: 1, NoProgress: 20 * time.Second}
 		for p := 0; p < planes; p++ {
 			cfg.Planes = append(cfg.Planes, tunnet.Addr(h, p))
 		}
 		for i := 1; i <= 2*paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, uint16(50000+i))
 		}
-		tune(&cfg)
 		var err error
 		host, err = software.OpenUDP(cfg)
 		return err

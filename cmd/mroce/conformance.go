@@ -16,7 +16,6 @@ import (
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/engine"
 )
 
 func conformanceCommand() *cli.Command {
@@ -190,7 +189,7 @@ func selfResponder(addr netip.Addr) (*software.UDPHost, conformance.Target, erro
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + rand.IntN(40000))
-		host, err := software.OpenUDP(engine.Config{Planes: []netip.Addr{addr}, Port: base, Paths: 8, Streams: 2,
+		host, err := software.OpenUDP(software.UDPOptions{Planes: []netip.Addr{addr}, Port: base, Paths: 8, Streams: 2,
 			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second})
 		if err != nil {
 			lastErr = err

@@ -50,8 +50,8 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 	var base uint16
 	for try := 0; try < 20 && host == nil; try++ {
 		base = uint16(20000 + rand.IntN(40000))
-		host, _ = software.OpenUDP(engine.Config{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.57")}, Port: base, Paths: 8,
-			Streams: 2, SourcePorts: []uint16{base + 1}, NoProgress: 10 * time.Second, Broken: engine.Breakage{SkipKeyCheck: true}})
+		host, _ = software.OpenUDPEngine(engine.Config{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.57")}, Port: base, Paths: 8,
+			Streams: 2, SourcePorts: []uint16{base + 1}, NoProgress: 10 * time.Second, Broken: engine.Breakage{SkipKeyCheck: true}}, nil)
 	}
 	if host == nil {
 		t.Fatal("no free port")

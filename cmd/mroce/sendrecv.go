@@ -34,7 +34,6 @@ import (
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/metrics"
-	"github.com/mroce/mroce/proto"
 )
 
 // transferFlags are the settings send and recv share, each with an
@@ -154,15 +153,17 @@ func openHost(planes []netip.Addr, port uint16, o transferOptions, uo software.U
 		if p == 0 {
 			p = uint16(20000 + rand.IntN(40000-o.sourcePorts))
 		}
-		cfg := engine.Config{Planes: planes, Port: p, Paths: o.paths, Streams: 2, MaxPacket: o.mtu,
-			InboundCapacity: o.inbound, NoProgress: o.noProgress, Broken: o.broken}
-		if o.baseline {
-			cfg.Mode = proto.ModeBaseline
-		}
+		uo.Planes, uo.Port, uo.Paths, uo.Streams, uo.MaxPacket = planes, p, o.paths, 2, o.mtu
+		uo.InboundCapacity, uo.NoProgress, uo.Baseline = o.inbound, o.noProgress, o.baseline
+		uo.SourcePorts = nil
 		for i := 1; i <= o.sourcePorts; i++ {
-			cfg.SourcePorts = append(cfg.SourcePorts, p+uint16(i))
+			uo.SourcePorts = append(uo.SourcePorts, p+uint16(i))
 		}
-		h, err := software.OpenUDPWith(cfg, uo)
+		// The deliberate bugs of the conformance suite's self-test are an
+		// engine setting no user option reaches.
+		cfg := uo.EngineConfig()
+		cfg.Broken = o.broken
+		h, err := software.OpenUDPEngine(cfg, uo.Tap)
 		if err == nil {
 			return h, nil
 		}

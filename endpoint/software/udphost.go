@@ -3,11 +3,14 @@ package software
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"time"
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/proto"
 	"github.com/mroce/mroce/udp"
 )
 
@@ -20,19 +23,59 @@ type UDPHost struct {
 	done   chan struct{}
 }
 
-// UDPOptions are a UDP host's settings beside its engine's.
+// Tap sees every datagram a host sends (sent true) and receives, on the
+// host's loop goroutine; d is valid only during the call. A capture
+// (--pcap) is one.
+type Tap func(d *link.Datagram, sent bool)
+
+// UDPOptions are what a user sets of a host on real UDP sockets. The rest
+// takes the engine's defaults, with the timer settings real sockets want
+// (RealTimeTimers).
 type UDPOptions struct {
-	// Tap, when set, sees every datagram the host sends (sent true) and
-	// receives, on the host's loop goroutine; d is valid only during the
-	// call. A capture (--pcap) is one.
-	Tap func(d *link.Datagram, sent bool)
+	// Planes are the host's addresses, one per plane (NIC port), and Port
+	// the UDP port it receives on. Both are required.
+	Planes []netip.Addr
+	Port   uint16
+	// SourcePorts are the local UDP ports paths and control packets are
+	// sent from. Default 49152-49407.
+	SourcePorts []uint16
+	// Paths and Streams are what a connection offers or accepts. Defaults
+	// 8 and 8.
+	Paths, Streams int
+	// MaxPacket is the largest datagram payload sent or accepted. Default
+	// the largest the planes' interfaces carry.
+	MaxPacket int
+	// InboundCapacity is the rate the host can receive, in bytes of payload
+	// a second: what its rate hints share among the connections sending to
+	// it. Zero leaves the hints without a limit.
+	InboundCapacity float64
+	// NoProgress is how long a connection with work outstanding may go
+	// without forward progress before it fails. Default 1 s.
+	NoProgress time.Duration
+	// ConnectTimeout bounds the handshake. Default 1 s.
+	ConnectTimeout time.Duration
+	// Baseline makes the connections the host opens RoCEv2-like
+	// (docs/spec.md section 10); it accepts either kind regardless.
+	Baseline bool
+	// Tap, when set, sees the host's datagrams.
+	Tap Tap
 }
 
-// OpenUDP binds cfg's sockets (its Planes, Port and SourcePorts) and starts
-// its engine in real time. Timer settings left at zero get what real
-// sockets want (RealTimeTimers), and MaxPacket, when zero, the largest
-// datagram the planes' interfaces carry. Close stops it.
-func OpenUDP(cfg engine.Config) (*UDPHost, error) { return OpenUDPWith(cfg, UDPOptions{}) }
+// EngineConfig is the engine configuration the options make, for a caller
+// that must set one of the engine's own knobs before OpenUDPEngine.
+func (o UDPOptions) EngineConfig() engine.Config {
+	cfg := engine.Config{Planes: o.Planes, Port: o.Port, SourcePorts: o.SourcePorts, Paths: o.Paths, Streams: o.Streams,
+		MaxPacket: o.MaxPacket, InboundCapacity: o.InboundCapacity, NoProgress: o.NoProgress,
+		ConnectTimeout: o.ConnectTimeout}
+	if o.Baseline {
+		cfg.Mode = proto.ModeBaseline
+	}
+	return cfg
+}
+
+// OpenUDP binds the host's sockets and starts its engine in real time.
+// Close stops it.
+func OpenUDP(opts UDPOptions) (*UDPHost, error) { return OpenUDPEngine(opts.EngineConfig(), opts.Tap) }
 
 // RealTimeTimers is cfg with the timer settings left at zero set to what
 // real sockets want: udp.RTOMin (also as ProbeMin: the same host noise)
@@ -50,8 +93,13 @@ func RealTimeTimers(cfg engine.Config) engine.Config {
 	return cfg
 }
 
-// OpenUDPWith is OpenUDP with the host's own settings.
-func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
+// OpenUDPEngine is OpenUDP from a whole engine configuration: for the
+// simulations, the conformance suite's deliberately broken builds and
+// experiments that need the engine's own knobs. It binds cfg's Planes,
+// Port and SourcePorts; timer settings left at zero get what real sockets
+// want, and MaxPacket, when zero, the largest datagram the planes'
+// interfaces carry. tap may be nil.
+func OpenUDPEngine(cfg engine.Config, tap Tap) (*UDPHost, error) {
 	if len(cfg.Planes) == 0 || cfg.Port == 0 {
 		return nil, errors.New("software: a UDP host needs planes and a port")
 	}
@@ -70,8 +118,8 @@ func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 		cfg.MaxPacket = drv.MaxDatagram()
 	}
 	var port link.Port = drv
-	if opts.Tap != nil {
-		port = tappedPort{drv, opts.Tap}
+	if tap != nil {
+		port = tappedPort{drv, tap}
 	}
 	ep, err := engine.NewEndpoint(cfg, loop, port) // before the loop runs: timers are made here
 	if err != nil {
@@ -81,8 +129,8 @@ func OpenUDPWith(cfg engine.Config, opts UDPOptions) (*UDPHost, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &UDPHost{drv: drv, cancel: cancel, done: make(chan struct{})}
 	h.sw = NewSoftware(ep, NewRegistry(cfg.Random), NewLoopRunner(loop))
-	if opts.Tap != nil {
-		drv.Start(tappedReceiver{ep, opts.Tap})
+	if tap != nil {
+		drv.Start(tappedReceiver{ep, tap})
 	} else {
 		drv.Start(ep)
 	}
@@ -122,7 +170,7 @@ func (h *UDPHost) Close() error {
 // tappedPort shows every datagram sent to a tap before the port sends it.
 type tappedPort struct {
 	link.Port
-	tap func(d *link.Datagram, sent bool)
+	tap Tap
 }
 
 func (p tappedPort) Send(batch []link.Datagram) {
@@ -136,7 +184,7 @@ func (p tappedPort) Send(batch []link.Datagram) {
 // gets it; batches and too-big reports pass through.
 type tappedReceiver struct {
 	ep  *engine.Endpoint
-	tap func(d *link.Datagram, sent bool)
+	tap Tap
 }
 
 func (r tappedReceiver) Receive(d *link.Datagram, at clock.Time) {

@@ -10,6 +10,7 @@ import (
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/proto"
 )
 
 // openUDP opens a host on planes with paths paths, trying other ports if
@@ -19,7 +20,7 @@ func openUDP(t *testing.T, planes []string, paths int) *UDPHost {
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + rand.IntN(40000))
-		cfg := engine.Config{Port: base, Paths: paths, Streams: 4, NoProgress: 10 * time.Second}
+		cfg := UDPOptions{Port: base, Paths: paths, Streams: 4, NoProgress: 10 * time.Second}
 		for _, p := range planes {
 			cfg.Planes = append(cfg.Planes, netip.MustParseAddr(p))
 		}
@@ -101,9 +102,8 @@ func TestUDPHostTap(t *testing.T) {
 	var server *UDPHost
 	for try := 0; try < 20 && server == nil; try++ {
 		base := uint16(20000 + rand.IntN(40000))
-		cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.65")}, Port: base, Paths: 2, Streams: 4,
-			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second}
-		server, _ = OpenUDPWith(cfg, UDPOptions{Tap: tap})
+		server, _ = OpenUDP(UDPOptions{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.65")}, Port: base, Paths: 2, Streams: 4,
+			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second, Tap: tap})
 	}
 	if server == nil {
 		t.Fatal("no free ports")
@@ -123,8 +123,30 @@ func TestUDPHostTap(t *testing.T) {
 // Placeholder payloads carry no CRC and stale bytes: a socket refuses them.
 func TestOpenUDPRefusesPlaceholderPayloads(t *testing.T) {
 	cfg := engine.Config{Port: 29999, Planes: []netip.Addr{netip.MustParseAddr("127.0.0.65")}, PlaceholderPayloads: true}
-	if h, err := OpenUDP(cfg); err == nil {
+	if h, err := OpenUDPEngine(cfg, nil); err == nil {
 		h.Close()
 		t.Fatal("a UDP host opened with placeholder payloads")
+	}
+}
+
+// The options are what a user sets: each reaches the engine, the baseline
+// mode included, and a host without planes or a port is refused.
+func TestUDPOptionsReachTheEngine(t *testing.T) {
+	o := UDPOptions{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.67")}, Port: 4791, SourcePorts: []uint16{4792},
+		Paths: 3, Streams: 5, MaxPacket: 2048, InboundCapacity: 1e9, NoProgress: time.Second, ConnectTimeout: 2 * time.Second,
+		Baseline: true}
+	cfg := o.EngineConfig()
+	if cfg.Planes[0] != o.Planes[0] || cfg.Port != 4791 || cfg.SourcePorts[0] != 4792 || cfg.Paths != 3 || cfg.Streams != 5 ||
+		cfg.MaxPacket != 2048 || cfg.InboundCapacity != 1e9 || cfg.NoProgress != time.Second ||
+		cfg.ConnectTimeout != 2*time.Second || cfg.Mode != proto.ModeBaseline {
+		t.Fatalf("engine configuration %+v from %+v", cfg, o)
+	}
+	if h, err := OpenUDP(UDPOptions{Port: 4791}); err == nil {
+		h.Close()
+		t.Fatal("a UDP host opened without planes")
+	}
+	if h, err := OpenUDP(UDPOptions{Planes: o.Planes}); err == nil {
+		h.Close()
+		t.Fatal("a UDP host opened without a port")
 	}
 }

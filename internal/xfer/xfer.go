@@ -21,7 +21,6 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/engine"
 )
 
 // Pair is a connection from one device to another, with a source region of
@@ -128,7 +127,7 @@ func Loopback(tb testing.TB, client, server string) (End, End) {
 		var lastErr error
 		for try := 0; try < 20; try++ {
 			base := uint16(20000 + rand.IntN(40000))
-			cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 2,
+			cfg := software.UDPOptions{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 2,
 				SourcePorts: []uint16{base + 1, base + 2, base + 3, base + 4}, NoProgress: 10 * time.Second}
 			h, err := software.OpenUDP(cfg)
 			if err == nil {
