@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -11,6 +12,12 @@ type QPOptions struct {
 	// SRQ, when set, is where the connection takes its receives; on a
 	// listener, where every connection it accepts does.
 	SRQ *SRQ
+	// OwnCQs, on a listener, gives each connection it accepts a send and a
+	// receive queue of its own, this deep, in place of the listener's
+	// (QP.SendCQ, QP.RecvCQ): what a server that serves each connection on
+	// its own goroutine wants. A connection's queues are fixed when it is
+	// made, before anything can complete on it.
+	OwnCQs int
 }
 
 // srq is the backend's handle of the shared receive queue, or nil.
@@ -34,45 +41,41 @@ type QP struct {
 	paths  []PathEvent
 }
 
-// The QP is its backend's Sink.
+// SendCQ is the queue the connection's send completions go to.
+func (qp *QP) SendCQ() *CQ { return qp.sendCQ }
 
-func (qp *QP) Completion(wc Completion) {
-	qp.mu.Lock()
-	cq := qp.sendCQ
-	if wc.Op == OpRecv {
-		cq = qp.recvCQ
-	}
-	qp.mu.Unlock()
-	cq.push(wc)
-}
+// RecvCQ is the queue the connection's receive completions go to.
+func (qp *QP) RecvCQ() *CQ { return qp.recvCQ }
 
-// SetCQs sends the QP's completions to other queues from now on: an
-// accepted connection starts with its listener's, and a server that runs
-// each connection on its own gives it its own here, before it posts
-// anything.
-func (qp *QP) SetCQs(sendCQ, recvCQ *CQ) {
-	qp.mu.Lock()
-	qp.sendCQ, qp.recvCQ = sendCQ, recvCQ
-	qp.mu.Unlock()
-}
-
-func (qp *QP) State(s ConnState, err error) {
-	qp.mu.Lock()
-	qp.state, qp.err = s, err
-	qp.mu.Unlock()
-}
-
-func (qp *QP) Path(ev PathEvent) {
-	qp.mu.Lock()
-	qp.paths = append(qp.paths, ev)
-	qp.mu.Unlock()
-}
-
-// ConnState is the connection's state and, once closed, why.
-func (qp *QP) ConnState() (ConnState, error) {
+// State is the connection's state and, once closed, why.
+func (qp *QP) State() (ConnState, error) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.state, qp.err
+}
+
+// sink is the QP as its backend's Sink. Its methods are not the QP's: what
+// a connection reports is the backend's to say, not the application's.
+type sink QP
+
+func (s *sink) Completion(wc Completion) {
+	cq := s.sendCQ
+	if wc.Op == OpRecv {
+		cq = s.recvCQ
+	}
+	cq.push(wc)
+}
+
+func (s *sink) State(st ConnState, err error) {
+	s.mu.Lock()
+	s.state, s.err = st, err
+	s.mu.Unlock()
+}
+
+func (s *sink) Path(ev PathEvent) {
+	s.mu.Lock()
+	s.paths = append(s.paths, ev)
+	s.mu.Unlock()
 }
 
 // PathEvents returns the path events since the last call: state changes
@@ -88,17 +91,23 @@ func (qp *QP) PathEvents() []PathEvent {
 // Connect opens a connection to remote and waits until it is established.
 // Send completions go to sendCQ, receive completions to recvCQ.
 func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, opts QPOptions) (*QP, error) {
+	switch {
+	case opts.OwnCQs != 0:
+		return nil, errors.New("endpoint: OwnCQs is a listener's option: a connecting side names its queues")
+	case sendCQ == nil || recvCQ == nil:
+		return nil, errors.New("endpoint: a connection needs a send and a receive completion queue")
+	}
 	qp := &QP{pd: pd, sendCQ: sendCQ, recvCQ: recvCQ}
 	b := pd.dev.b
-	h, err := b.Connect(pd.h, remote, opts.srq(), qp)
+	h, err := b.Connect(pd.h, remote, opts.srq(), (*sink)(qp))
 	if err != nil {
 		return nil, err
 	}
 	qp.h = h
-	if err := b.Progress(ctx, func() bool { s, _ := qp.ConnState(); return s != Connecting }); err != nil {
+	if err := b.Progress(ctx, func() bool { s, _ := qp.State(); return s != Connecting }); err != nil {
 		return nil, err
 	}
-	if s, err := qp.ConnState(); s != Established {
+	if s, err := qp.State(); s != Established {
 		return nil, fmt.Errorf("endpoint: connect: %w", err)
 	}
 	return qp, nil
@@ -112,15 +121,25 @@ type Listener struct {
 }
 
 // Listen accepts connections on the device; their completions go to the
-// given queues, their receives come from opts.SRQ when set.
+// given queues, or to queues of their own with opts.OwnCQs, and their
+// receives come from opts.SRQ when set.
 func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
+	switch {
+	case opts.OwnCQs < 0:
+		return nil, fmt.Errorf("endpoint: OwnCQs %d: want a depth, or 0 for the listener's queues", opts.OwnCQs)
+	case opts.OwnCQs == 0 && (sendCQ == nil || recvCQ == nil):
+		return nil, errors.New("endpoint: a listener needs a send and a receive completion queue, or OwnCQs")
+	}
 	l := &Listener{pd: pd}
 	err := pd.dev.b.Listen(pd.h, opts.srq(), func(h QPHandle) (Sink, bool) {
 		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: Accepting}
+		if opts.OwnCQs > 0 {
+			qp.sendCQ, qp.recvCQ = pd.dev.CreateCQ(opts.OwnCQs), pd.dev.CreateCQ(opts.OwnCQs)
+		}
 		l.mu.Lock()
 		l.ready = append(l.ready, qp)
 		l.mu.Unlock()
-		return qp, true
+		return (*sink)(qp), true
 	})
 	return l, err
 }
@@ -147,12 +166,12 @@ func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 // acceptor that speaks first waits for here.
 func (qp *QP) WaitEstablished(ctx context.Context) error {
 	if err := qp.pd.dev.b.Progress(ctx, func() bool {
-		s, _ := qp.ConnState()
+		s, _ := qp.State()
 		return s != Connecting && s != Accepting
 	}); err != nil {
 		return err
 	}
-	if s, err := qp.ConnState(); s != Established {
+	if s, err := qp.State(); s != Established {
 		return fmt.Errorf("endpoint: %v: %w", s, err)
 	}
 	return nil

@@ -89,19 +89,19 @@ func contractEndpoint(ctx context.Context) (int, error) {
 }
 
 func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptions, requesters int, rep *conformance.EndpointReport) error {
-	host, dev, pd, err := contractHost(planes, o)
+	host, _, pd, err := contractHost(planes, o)
 	if err != nil {
 		return err
 	}
 	defer host.Close()
-	lis, err := pd.Listen(dev.CreateCQ(64), dev.CreateCQ(64), endpoint.QPOptions{})
+	// Each requester's transfer on its own connection, with its own
+	// queues, all at once.
+	lis, err := pd.Listen(nil, nil, endpoint.QPOptions{OwnCQs: 64})
 	if err != nil {
 		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	// Each requester's transfer on its own connection, with its own
-	// queues, all at once.
 	type result struct {
 		res filexfer.Result
 		err error
@@ -112,8 +112,7 @@ func contractResponder(ctx context.Context, planes []netip.Addr, o transferOptio
 		if err != nil {
 			return err
 		}
-		conn := filexfer.Conn{PD: pd, QP: qp, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
-		qp.SetCQs(conn.Send, conn.Recv)
+		conn := filexfer.Conn{PD: pd, QP: qp, Send: qp.SendCQ(), Recv: qp.RecvCQ()}
 		go func() {
 			res, err := filexfer.ReceiveFile(actx, conn, 2*filexfer.DefaultDepth, 16<<20, func(filexfer.Header) (io.Writer, error) { return io.Discard, nil }, nil)
 			results <- result{res, err}

@@ -40,7 +40,7 @@ func TestVerbsFlow(t *testing.T) {
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := qp.ConnState(); st != endpoint.Closed {
+	if st, _ := qp.State(); st != endpoint.Closed {
 		t.Fatalf("state after close: %v", st)
 	}
 }
@@ -228,7 +228,10 @@ type listening struct {
 	lis      *endpoint.Listener
 }
 
-func listen(t *testing.T) *listening {
+func listen(t *testing.T) *listening { return listenWith(t, endpoint.QPOptions{}) }
+
+// listenWith is listen with the listener's options.
+func listenWith(t *testing.T, opts endpoint.QPOptions) *listening {
 	t.Helper()
 	l := &listening{n: simNet(t, 0)}
 	server, client := l.n.Device(1), l.n.Device(0)
@@ -236,7 +239,7 @@ func listen(t *testing.T) *listening {
 	l.cpd, _ = client.AllocPD()
 	l.scq, l.ccq = server.CreateCQ(8), client.CreateCQ(8)
 	var err error
-	if l.lis, err = l.spd.Listen(l.scq, l.scq, endpoint.QPOptions{}); err != nil {
+	if l.lis, err = l.spd.Listen(l.scq, l.scq, opts); err != nil {
 		t.Fatal(err)
 	}
 	return l
@@ -280,17 +283,22 @@ func TestAcceptorSpeaksFirst(t *testing.T) {
 	}
 }
 
-// Two accepted connections, each given its own queues with SetCQs: each
-// one's receive completes on its own queue, none on the listener's.
+// Two accepted connections, each given queues of its own by the
+// listener's OwnCQs: each one's receive completes on its own queue, none
+// on the other's or the listener's.
 func TestAcceptedConnectionsGetTheirOwnQueues(t *testing.T) {
-	l := listen(t)
+	l := listenWith(t, endpoint.QPOptions{OwnCQs: 8})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	msg, _ := l.cpd.RegisterMR([]byte("ab"), endpoint.LocalWrite)
+	var served []*endpoint.QP
 	for i := 0; i < 2; i++ {
 		qp, sqp := l.connect(t, ctx)
-		own := l.n.Device(1).CreateCQ(8)
-		sqp.SetCQs(own, own)
+		served = append(served, sqp)
+		own := sqp.RecvCQ()
+		if own == l.scq || sqp.SendCQ() == l.scq || (i == 1 && own == served[0].RecvCQ()) {
+			t.Fatalf("connection %d shares a queue", i)
+		}
 		inbox, _ := l.spd.RegisterMR(make([]byte, 8), endpoint.LocalWrite)
 		if err := sqp.PostRecv(uint64(10+i), 1, inbox.SGE(0, 8)); err != nil {
 			t.Fatal(err)
@@ -303,7 +311,29 @@ func TestAcceptedConnectionsGetTheirOwnQueues(t *testing.T) {
 			t.Fatalf("connection %d: its own queue gave %v %+v", i, err, buf)
 		}
 	}
-	if k, _ := l.scq.Poll(make([]endpoint.Completion, 8)); k != 0 {
-		t.Fatalf("%d completions on the listener's queue", k)
+	if served[0].RecvCQ().Len() != 0 || l.scq.Len() != 0 {
+		t.Fatalf("completions left on another connection's queue (%d) or the listener's (%d)",
+			served[0].RecvCQ().Len(), l.scq.Len())
+	}
+}
+
+// Queues are a listener's option or a connecting side's arguments, never
+// both, and never missing: each mistake is a clear error.
+func TestQueueOptionsAreChecked(t *testing.T) {
+	n := simNet(t, 0)
+	pd, _ := n.Device(1).AllocPD()
+	cq := n.Device(1).CreateCQ(4)
+	if _, err := pd.Listen(nil, nil, endpoint.QPOptions{}); err == nil {
+		t.Error("a listener without queues")
+	}
+	if _, err := pd.Listen(cq, cq, endpoint.QPOptions{OwnCQs: -1}); err == nil {
+		t.Error("a listener with negative OwnCQs")
+	}
+	ctx := context.Background()
+	if _, err := pd.Connect(ctx, n.Remote(0), cq, cq, endpoint.QPOptions{OwnCQs: 4}); err == nil {
+		t.Error("a connecting side with OwnCQs")
+	}
+	if _, err := pd.Connect(ctx, n.Remote(0), nil, cq, endpoint.QPOptions{}); err == nil {
+		t.Error("a connection without a send queue")
 	}
 }
