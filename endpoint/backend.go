@@ -6,39 +6,48 @@ import "context"
 // transport. Package endpoint/software is one, over mroce's own engine; a
 // NIC driver is another, and package endpoint/stub is where one starts.
 // The API calls a backend from any goroutine; a backend serializes what it
-// must.
+// must. It speaks only this package's types.
 //
 // What a NIC vendor implements, method by method:
 //
 //   - Caps: the device's limits and features (paths, streams, packet size,
 //     planes).
-//   - AllocPD, RegisterMR, DeregisterMR: the NIC's protection domains and
-//     memory translation and protection table. RegisterMR makes buf
-//     reachable with the given access and returns a handle whose Key is the
-//     rkey peers carry in WRITE and READ requests (docs/spec.md section
-//     5.1); DeregisterMR must revoke the key before it returns, for packets
-//     already in flight too.
-//   - CreateSRQ, PostSRQRecv: shared receive queues.
-//   - Connect, Listen, CloseQP: the connection state machine (the
-//     handshake and teardown of docs/spec.md section 8), in hardware or
-//     firmware. A connection reports to its Sink, and takes its receives
-//     from the shared receive queue given, when one is.
+//   - AllocPD, DeallocPD, RegisterMR, DeregisterMR: the NIC's protection
+//     domains and memory translation and protection table. RegisterMR
+//     makes buf reachable with the given access and returns a handle whose
+//     Key is the rkey peers carry in WRITE and READ requests (docs/spec.md
+//     section 5.1). DeregisterMR must revoke the key before it returns, for
+//     packets already in flight too: they are refused with a NACK (section
+//     7), never placed. The API deregisters a domain's regions and closes
+//     its other objects before DeallocPD.
+//   - CreateSRQ, PostSRQRecv, DestroySRQ: shared receive queues.
+//   - Connect, Listen, CloseListener, CloseQP: the connection state machine
+//     (the handshake and teardown of docs/spec.md section 8), in hardware
+//     or firmware. A connection reports to its Sink, and takes its receives
+//     from the shared receive queue given, when one is. CloseListener stops
+//     accepting; the connections accepted stay.
 //   - PostSend, PostRecv: the doorbells: hand one work request to the NIC.
 //     They must not block on the network.
 //   - Telemetry: the per-path state and counters (section 6.4) the NIC
-//     keeps.
+//     keeps; of a closed connection, its last, or none.
 //   - Progress: wait until cond holds: a driver polls its completion queues
 //     or sleeps on its interrupt and delivers completions to the Sinks
 //     before evaluating cond.
+//
+// The API calls nothing with a handle once its close has succeeded, except
+// Telemetry.
 type Backend interface {
 	Caps() Caps
 	AllocPD() (PDHandle, error)
+	DeallocPD(pd PDHandle) error
 	RegisterMR(pd PDHandle, buf []byte, access Access) (MRHandle, error)
 	DeregisterMR(mr MRHandle) error
 	CreateSRQ(pd PDHandle) (SRQHandle, error)
 	PostSRQRecv(srq SRQHandle, wr RecvWR) error
+	DestroySRQ(srq SRQHandle) error
 	Connect(pd PDHandle, remote Remote, srq SRQHandle, sink Sink) (QPHandle, error)
-	Listen(pd PDHandle, srq SRQHandle, accept func(QPHandle) (Sink, bool)) error
+	Listen(pd PDHandle, srq SRQHandle, accept func(QPHandle) (Sink, bool)) (ListenerHandle, error)
+	CloseListener(l ListenerHandle) error
 	PostSend(qp QPHandle, wr SendWR) error
 	PostRecv(qp QPHandle, wr RecvWR) error
 	CloseQP(qp QPHandle) error
@@ -48,9 +57,10 @@ type Backend interface {
 
 // Handles a backend returns; the API never looks inside them.
 type (
-	PDHandle  any
-	SRQHandle any
-	QPHandle  any
+	PDHandle       any
+	SRQHandle      any
+	QPHandle       any
+	ListenerHandle any
 )
 
 // MRHandle is a backend's registered region.

@@ -19,25 +19,39 @@ type CQ struct {
 	ring     []Completion
 	head, n  int
 	overflow bool
+	closed   bool
 }
 
-// CreateCQ makes a completion queue holding up to depth completions.
+// CreateCQ makes a completion queue holding up to depth completions. On a
+// closed device the queue comes back closed: its Poll and Wait report
+// ErrClosed.
 func (d *Device) CreateCQ(depth int) *CQ {
 	if depth < 1 {
 		depth = 1
 	}
-	return &CQ{dev: d, ring: make([]Completion, depth)}
+	q := &CQ{dev: d, ring: make([]Completion, depth)}
+	d.mu.Lock()
+	if d.cqs == nil {
+		q.closed, q.ring = true, nil
+	} else {
+		d.cqs[q] = struct{}{}
+	}
+	d.mu.Unlock()
+	return q
 }
 
 func (q *CQ) push(wc Completion) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.n == len(q.ring) {
+	switch {
+	case q.closed:
+		// Nobody will poll a closed queue: the completion has nowhere to go.
+	case q.n == len(q.ring):
 		q.overflow = true
-		return
+	default:
+		q.ring[(q.head+q.n)%len(q.ring)] = wc
+		q.n++
 	}
-	q.ring[(q.head+q.n)%len(q.ring)] = wc
-	q.n++
 }
 
 // Poll moves up to len(out) completions into out and returns how many. It
@@ -45,6 +59,9 @@ func (q *CQ) push(wc Completion) {
 func (q *CQ) Poll(out []Completion) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.closed {
+		return 0, errCQClosed
+	}
 	k := 0
 	for ; k < len(out) && q.n > 0; k++ {
 		out[k] = q.ring[q.head]
@@ -65,11 +82,42 @@ func (q *CQ) Len() int {
 	return q.n
 }
 
+// ready reports whether Wait has something to return: a completion, or
+// the queue's end.
+func (q *CQ) ready() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n > 0 || q.closed
+}
+
 // Wait blocks until at least one completion is waiting (or ctx ends), then
 // polls into out.
 func (q *CQ) Wait(ctx context.Context, out []Completion) (int, error) {
-	if err := q.dev.b.Progress(ctx, func() bool { return q.Len() > 0 }); err != nil {
+	if err := q.dev.b.Progress(ctx, q.ready); err != nil {
 		return 0, err
 	}
 	return q.Poll(out)
+}
+
+// Close closes the queue: the completions in it are dropped, later ones
+// have nowhere to go, and Poll and Wait report ErrClosed. A Wait in
+// progress elsewhere returns.
+func (q *CQ) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	q.ring, q.head, q.n = nil, 0, 0
+	q.mu.Unlock()
+	d := q.dev
+	d.mu.Lock()
+	delete(d.cqs, q)
+	d.mu.Unlock()
+	// A waiter's condition is checked when the backend makes progress:
+	// ask it to, so that one now true is seen. A backend that cannot has
+	// no waiters to wake.
+	d.b.Progress(context.Background(), func() bool { return true })
+	return nil
 }

@@ -20,16 +20,20 @@ type QPOptions struct {
 	OwnCQs int
 }
 
-// srq is the backend's handle of the shared receive queue, or nil.
-func (o QPOptions) srq() SRQHandle {
+// srq is the backend's handle of the shared receive queue, or nil; a
+// closed queue is refused.
+func (o QPOptions) srq() (SRQHandle, error) {
 	if o.SRQ == nil {
-		return nil
+		return nil, nil
 	}
-	return o.SRQ.h
+	if o.SRQ.isClosed() {
+		return nil, errSRQClosed
+	}
+	return o.SRQ.h, nil
 }
 
 // QP is a connection (RDMA's queue pair): many paths below, many ordered
-// streams above.
+// streams above. Its completion queues are fixed when it is made.
 type QP struct {
 	pd     *PD
 	h      QPHandle
@@ -39,6 +43,7 @@ type QP struct {
 	state  ConnState
 	err    error
 	paths  []PathEvent
+	closed bool // Close was called
 }
 
 // SendCQ is the queue the connection's send completions go to.
@@ -46,6 +51,10 @@ func (qp *QP) SendCQ() *CQ { return qp.sendCQ }
 
 // RecvCQ is the queue the connection's receive completions go to.
 func (qp *QP) RecvCQ() *CQ { return qp.recvCQ }
+
+// Handle is the backend's handle of the connection, for what a backend
+// offers beyond this API.
+func (qp *QP) Handle() QPHandle { return qp.h }
 
 // State is the connection's state and, once closed, why.
 func (qp *QP) State() (ConnState, error) {
@@ -89,35 +98,50 @@ func (qp *QP) PathEvents() []PathEvent {
 }
 
 // Connect opens a connection to remote and waits until it is established.
-// Send completions go to sendCQ, receive completions to recvCQ.
+// Send completions go to sendCQ, receive completions to recvCQ. A
+// connection that is not established is closed before Connect returns.
 func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, opts QPOptions) (*QP, error) {
 	switch {
 	case opts.OwnCQs != 0:
 		return nil, errors.New("endpoint: OwnCQs is a listener's option: a connecting side names its queues")
 	case sendCQ == nil || recvCQ == nil:
 		return nil, errors.New("endpoint: a connection needs a send and a receive completion queue")
+	case !pd.isOpen():
+		return nil, errPDClosed
+	}
+	srq, err := opts.srq()
+	if err != nil {
+		return nil, err
 	}
 	qp := &QP{pd: pd, sendCQ: sendCQ, recvCQ: recvCQ}
 	b := pd.dev.b
-	h, err := b.Connect(pd.h, remote, opts.srq(), (*sink)(qp))
+	h, err := b.Connect(pd.h, remote, srq, (*sink)(qp))
 	if err != nil {
 		return nil, err
 	}
 	qp.h = h
-	if err := b.Progress(ctx, func() bool { s, _ := qp.State(); return s != Connecting }); err != nil {
-		return nil, err
+	if !pd.adopt(func() { pd.qps[qp] = struct{}{} }) {
+		b.CloseQP(h)
+		return nil, errPDClosed
 	}
-	if s, err := qp.State(); s != Established {
-		return nil, fmt.Errorf("endpoint: connect: %w", err)
+	err = b.Progress(ctx, func() bool { s, _ := qp.State(); return s != Connecting })
+	if s, serr := qp.State(); err == nil && s != Established {
+		err = fmt.Errorf("endpoint: connect: %w", serr)
+	}
+	if err != nil {
+		qp.Close()
+		return nil, err
 	}
 	return qp, nil
 }
 
 // Listener accepts connections.
 type Listener struct {
-	pd    *PD
-	mu    sync.Mutex
-	ready []*QP
+	pd     *PD
+	h      ListenerHandle
+	mu     sync.Mutex
+	ready  []*QP
+	closed bool
 }
 
 // Listen accepts connections on the device; their completions go to the
@@ -129,35 +153,82 @@ func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 		return nil, fmt.Errorf("endpoint: OwnCQs %d: want a depth, or 0 for the listener's queues", opts.OwnCQs)
 	case opts.OwnCQs == 0 && (sendCQ == nil || recvCQ == nil):
 		return nil, errors.New("endpoint: a listener needs a send and a receive completion queue, or OwnCQs")
+	case !pd.isOpen():
+		return nil, errPDClosed
+	}
+	srq, err := opts.srq()
+	if err != nil {
+		return nil, err
 	}
 	l := &Listener{pd: pd}
-	err := pd.dev.b.Listen(pd.h, opts.srq(), func(h QPHandle) (Sink, bool) {
+	h, err := pd.dev.b.Listen(pd.h, srq, func(h QPHandle) (Sink, bool) {
 		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: Accepting}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		// A listener or domain closed while the backend was reaching here
+		// refuses the connection.
+		if l.closed || !pd.adopt(func() { pd.qps[qp] = struct{}{} }) {
+			return nil, false
+		}
 		if opts.OwnCQs > 0 {
 			qp.sendCQ, qp.recvCQ = pd.dev.CreateCQ(opts.OwnCQs), pd.dev.CreateCQ(opts.OwnCQs)
 		}
-		l.mu.Lock()
 		l.ready = append(l.ready, qp)
-		l.mu.Unlock()
 		return (*sink)(qp), true
 	})
-	return l, err
+	if err != nil {
+		return nil, err
+	}
+	l.h = h
+	if !pd.adopt(func() { pd.lis[l] = struct{}{} }) {
+		l.Close()
+		return nil, errPDClosed
+	}
+	return l, nil
 }
 
-// Accept returns the next connection that arrived (it may still be
-// completing its handshake; receives may be posted at once).
+// Accept returns the next connection that arrived. It may still be
+// completing its handshake; receives may be posted at once.
 func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 	var qp *QP
+	closed := false
 	err := l.pd.dev.b.Progress(ctx, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if len(l.ready) > 0 {
+		switch {
+		case l.closed:
+			closed = true
+		case len(l.ready) > 0:
 			qp, l.ready = l.ready[0], l.ready[1:]
-			return true
+		default:
+			return false
 		}
-		return false
+		return true
 	})
+	if closed {
+		return nil, errListenerClosed
+	}
 	return qp, err
+}
+
+// Close stops accepting: connections that arrived and were not accepted
+// are closed, those accepted are not.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	waiting := l.ready
+	l.ready = nil
+	l.mu.Unlock()
+	err := l.pd.dev.b.CloseListener(l.h)
+	for _, qp := range waiting {
+		qp.Close()
+	}
+	l.pd.forget(func() { delete(l.pd.lis, l) })
+	return err
 }
 
 // WaitEstablished waits until the connection is established: an accepted
@@ -177,8 +248,22 @@ func (qp *QP) WaitEstablished(ctx context.Context) error {
 	return nil
 }
 
+func (qp *QP) isClosed() bool {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.closed
+}
+
 // Post posts any send-side work request.
-func (qp *QP) Post(wr SendWR) error { return qp.pd.dev.b.PostSend(qp.h, wr) }
+func (qp *QP) Post(wr SendWR) error {
+	if qp.isClosed() {
+		return errQPClosed
+	}
+	if err := checkSGL(wr.SGL); err != nil {
+		return err
+	}
+	return qp.pd.dev.b.PostSend(qp.h, wr)
+}
 
 // PostWrite posts an RDMA WRITE of local to (rkey, remoteOffset) on stream.
 func (qp *QP) PostWrite(id uint64, stream uint16, local SGE, rkey, remoteOffset uint64) error {
@@ -197,11 +282,30 @@ func (qp *QP) PostSend(id uint64, stream uint16, local SGE) error {
 
 // PostRecv posts a receive on a stream.
 func (qp *QP) PostRecv(id uint64, stream uint16, sgl ...SGE) error {
+	if qp.isClosed() {
+		return errQPClosed
+	}
+	if err := checkSGL(sgl); err != nil {
+		return err
+	}
 	return qp.pd.dev.b.PostRecv(qp.h, RecvWR{ID: id, Stream: stream, SGL: sgl})
 }
 
-// Close closes the connection; outstanding work completes as flushed.
-func (qp *QP) Close() error { return qp.pd.dev.b.CloseQP(qp.h) }
+// Close closes the connection: its outstanding work completes as flushed,
+// and later posts are refused. A second call does nothing.
+func (qp *QP) Close() error {
+	qp.mu.Lock()
+	if qp.closed {
+		qp.mu.Unlock()
+		return nil
+	}
+	qp.closed = true
+	qp.mu.Unlock()
+	err := qp.pd.dev.b.CloseQP(qp.h)
+	qp.pd.forget(func() { delete(qp.pd.qps, qp) })
+	return err
+}
 
-// Telemetry is a snapshot of the connection's paths.
+// Telemetry is a snapshot of the connection's paths; of a closed one, its
+// last.
 func (qp *QP) Telemetry() []PathTelemetry { return qp.pd.dev.b.Telemetry(qp.h) }

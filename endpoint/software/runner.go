@@ -6,13 +6,15 @@ import (
 	"fmt"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/endpoint"
 )
 
 // Runner is how the software backend reaches its engine: the goroutine, or
 // the simulation, that owns the engine's state.
 type Runner interface {
-	// Do runs f on the engine's goroutine and waits for it.
-	Do(f func())
+	// Do runs f on the engine's goroutine and waits for it. It fails,
+	// without running f, once the engine has stopped.
+	Do(f func()) error
 	// Progress returns once cond holds, or ctx ends. cond runs on the
 	// engine's goroutine.
 	Progress(ctx context.Context, cond func() bool) error
@@ -34,7 +36,10 @@ type SimRunner struct {
 }
 
 // Do runs f at once: the caller's goroutine is the engine's.
-func (r SimRunner) Do(f func()) { f() }
+func (r SimRunner) Do(f func()) error {
+	f()
+	return nil
+}
 
 // Progress steps the simulation until cond holds.
 func (r SimRunner) Progress(ctx context.Context, cond func() bool) error {
@@ -51,13 +56,19 @@ func (r SimRunner) Progress(ctx context.Context, cond func() bool) error {
 	return nil
 }
 
+// ErrStopped is what a runner whose engine no longer runs returns: its
+// host was closed. It matches endpoint.ErrClosed.
+var ErrStopped = fmt.Errorf("software: the engine has stopped: %w", endpoint.ErrClosed)
+
 // LoopRunner runs the engine in real time on a clock.Loop's goroutine, over
 // the UDP driver: Do hands work to the loop and waits for it; Progress
 // waits until a condition, checked at the end of every turn of the loop,
-// holds. Neither may be called from the loop's own goroutine.
+// holds. Neither may be called from the loop's own goroutine. Run runs the
+// loop; once it returns, Do and Progress fail with ErrStopped.
 type LoopRunner struct {
 	loop    *clock.Loop
 	waiters []*waiter // loop goroutine only
+	stopped chan struct{}
 }
 
 type waiter struct {
@@ -68,16 +79,38 @@ type waiter struct {
 
 // NewLoopRunner makes a runner for loop.
 func NewLoopRunner(loop *clock.Loop) *LoopRunner {
-	r := &LoopRunner{loop: loop}
+	r := &LoopRunner{loop: loop, stopped: make(chan struct{})}
 	loop.AtTurnEnd(r.check)
 	return r
 }
 
+// Run runs the loop until ctx ends; call it once.
+func (r *LoopRunner) Run(ctx context.Context) error {
+	defer close(r.stopped)
+	return r.loop.Run(ctx)
+}
+
 // Do runs f on the loop's goroutine and waits for it.
-func (r *LoopRunner) Do(f func()) {
+func (r *LoopRunner) Do(f func()) error {
+	select {
+	case <-r.stopped:
+		return ErrStopped
+	default:
+	}
 	done := make(chan struct{})
 	r.loop.Post(func() { f(); close(done) })
-	<-done
+	select {
+	case <-done:
+		return nil
+	case <-r.stopped:
+		// The loop has returned: f ran to its end before, or never will.
+		select {
+		case <-done:
+			return nil
+		default:
+			return ErrStopped
+		}
+	}
 }
 
 // Progress returns once cond holds (it runs on the loop's goroutine, at
@@ -88,6 +121,13 @@ func (r *LoopRunner) Progress(ctx context.Context, cond func() bool) error {
 	select {
 	case <-w.done:
 		return nil
+	case <-r.stopped:
+		select {
+		case <-w.done:
+			return nil
+		default:
+			return ErrStopped
+		}
 	case <-ctx.Done():
 		r.loop.Post(func() { w.gone = true })
 		return fmt.Errorf("software: %w", ctx.Err())

@@ -19,9 +19,10 @@ import (
 
 // Software is the backend that runs mroce's own protocol engine.
 type Software struct {
-	ep     *engine.Endpoint
-	reg    *memreg.Registry
-	runner Runner
+	ep        *engine.Endpoint
+	reg       *memreg.Registry
+	runner    Runner
+	listening *listening // the endpoint's listener; the engine's goroutine only
 }
 
 // NewSoftware makes a software backend from an engine endpoint, the
@@ -86,6 +87,13 @@ func srq(h endpoint.SRQHandle) (*engine.SRQ, error) {
 // AllocPD makes a protection domain in the registry.
 func (s *Software) AllocPD() (endpoint.PDHandle, error) { return s.reg.NewDomain(), nil }
 
+// DeallocPD frees a protection domain. A memreg domain holds nothing but
+// its regions, which the API has deregistered by now.
+func (s *Software) DeallocPD(pd endpoint.PDHandle) error {
+	_, err := domain(pd)
+	return err
+}
+
 // RegisterMR registers buf in the domain under a fresh key.
 func (s *Software) RegisterMR(pd endpoint.PDHandle, buf []byte, access endpoint.Access) (endpoint.MRHandle, error) {
 	d, err := domain(pd)
@@ -112,7 +120,9 @@ func (s *Software) CreateSRQ(pd endpoint.PDHandle) (endpoint.SRQHandle, error) {
 		return nil, err
 	}
 	var q *engine.SRQ
-	s.runner.Do(func() { q = s.ep.NewSRQ(d) })
+	if err := s.runner.Do(func() { q = s.ep.NewSRQ(d) }); err != nil {
+		return nil, err
+	}
 	return q, nil
 }
 
@@ -129,7 +139,17 @@ func (s *Software) PostSRQRecv(h endpoint.SRQHandle, wr endpoint.RecvWR) error {
 	if err != nil {
 		return err
 	}
-	s.runner.Do(func() { err = q.PostRecv(engine.RecvWR{ID: wr.ID, SGL: list}) })
+	if derr := s.runner.Do(func() { err = q.PostRecv(engine.RecvWR{ID: wr.ID, SGL: list}) }); derr != nil {
+		return derr
+	}
+	return err
+}
+
+// DestroySRQ frees a shared receive queue. The engine's queue is memory
+// only: the receives in it stay with the connections that use it until
+// they close, and the API posts no more.
+func (s *Software) DestroySRQ(h endpoint.SRQHandle) error {
+	_, err := srq(h)
 	return err
 }
 
@@ -156,7 +176,7 @@ func (s *Software) Connect(pd endpoint.PDHandle, remote endpoint.Remote, sh endp
 		return nil, err
 	}
 	var c *engine.Conn
-	s.runner.Do(func() {
+	derr := s.runner.Do(func() {
 		c, err = s.ep.Connect(remote.Planes, remote.Port, d, events{sink})
 		if err == nil && q != nil {
 			if err = c.UseSRQ(q); err != nil {
@@ -164,24 +184,35 @@ func (s *Software) Connect(pd endpoint.PDHandle, remote endpoint.Remote, sh endp
 			}
 		}
 	})
+	if derr != nil {
+		return nil, derr
+	}
 	if err != nil {
 		return nil, apiErr(err)
 	}
 	return c, nil
 }
 
+// listening is a listener's handle. The engine has one listener per
+// endpoint: a later Listen takes over from an earlier one.
+type listening struct {
+	pd *memreg.Domain // not empty: distinct listeners have distinct addresses
+}
+
 // Listen accepts connections into the domain; each takes its receives
 // from the shared queue when one is given.
-func (s *Software) Listen(pd endpoint.PDHandle, sh endpoint.SRQHandle, accept func(endpoint.QPHandle) (endpoint.Sink, bool)) error {
+func (s *Software) Listen(pd endpoint.PDHandle, sh endpoint.SRQHandle, accept func(endpoint.QPHandle) (endpoint.Sink, bool)) (endpoint.ListenerHandle, error) {
 	d, err := domain(pd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	q, err := srq(sh)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.runner.Do(func() {
+	l := &listening{pd: d}
+	return l, s.runner.Do(func() {
+		s.listening = l
 		s.ep.Listen(d, func(c *engine.Conn) (engine.Events, bool) {
 			if q != nil && c.UseSRQ(q) != nil {
 				return nil, false
@@ -193,7 +224,22 @@ func (s *Software) Listen(pd endpoint.PDHandle, sh endpoint.SRQHandle, accept fu
 			return events{sink}, true
 		})
 	})
-	return nil
+}
+
+// CloseListener stops accepting, if the listener is still the endpoint's:
+// CONNECTs are refused from then on (docs/spec.md section 8.4).
+func (s *Software) CloseListener(h endpoint.ListenerHandle) error {
+	l, ok := h.(*listening)
+	if !ok || l == nil {
+		return fmt.Errorf("listener: %w", errForeign)
+	}
+	s.runner.Do(func() {
+		if s.listening == l {
+			s.ep.Listen(nil, nil)
+			s.listening = nil
+		}
+	})
+	return nil // a stopped engine accepts nothing
 }
 
 // engineSGL turns the API's buffers into the engine's.
@@ -224,7 +270,9 @@ func (s *Software) PostSend(qp endpoint.QPHandle, wr endpoint.SendWR) error {
 	}
 	ewr := engine.SendWR{ID: wr.ID, Op: engineOp(wr.Op), Stream: wr.Stream, SGL: list, RKey: wr.RKey,
 		RemoteOffset: wr.RemoteOffset, Imm: wr.Imm, Solicited: wr.Solicited, Unsignaled: wr.Unsignaled}
-	s.runner.Do(func() { err = c.Post(ewr) })
+	if derr := s.runner.Do(func() { err = c.Post(ewr) }); derr != nil {
+		return derr
+	}
 	return apiErr(err)
 }
 
@@ -238,7 +286,9 @@ func (s *Software) PostRecv(qp endpoint.QPHandle, wr endpoint.RecvWR) error {
 	if err != nil {
 		return err
 	}
-	s.runner.Do(func() { err = c.PostRecv(engine.RecvWR{ID: wr.ID, Stream: wr.Stream, SGL: list}) })
+	if derr := s.runner.Do(func() { err = c.PostRecv(engine.RecvWR{ID: wr.ID, Stream: wr.Stream, SGL: list}) }); derr != nil {
+		return derr
+	}
 	return apiErr(err)
 }
 
@@ -250,7 +300,7 @@ func (s *Software) CloseQP(qp endpoint.QPHandle) error {
 		return err
 	}
 	s.runner.Do(func() { c.Close() })
-	return nil
+	return nil // a stopped engine's connections ended with it
 }
 
 // Telemetry reads the connection's paths.

@@ -128,14 +128,15 @@ func OpenUDPEngine(cfg engine.Config, tap Tap) (*UDPHost, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &UDPHost{drv: drv, cancel: cancel, done: make(chan struct{})}
-	h.sw = NewSoftware(ep, NewRegistry(cfg.Random), NewLoopRunner(loop))
+	runner := NewLoopRunner(loop)
+	h.sw = NewSoftware(ep, NewRegistry(cfg.Random), runner)
 	if tap != nil {
 		drv.Start(tappedReceiver{ep, tap})
 	} else {
 		drv.Start(ep)
 	}
 	go func() {
-		loop.Run(ctx)
+		runner.Run(ctx)
 		close(h.done)
 	}()
 	return h, nil
@@ -153,7 +154,8 @@ func (h *UDPHost) Remote() endpoint.Remote {
 	return endpoint.Remote{Planes: cfg.Planes, Port: cfg.Port}
 }
 
-// DriverStats returns the UDP driver's counters.
+// DriverStats returns the UDP driver's counters; none once the host is
+// closed.
 func (h *UDPHost) DriverStats() (st udp.Stats) {
 	h.sw.runner.Do(func() { st = h.drv.Stats() })
 	return st

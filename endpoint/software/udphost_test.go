@@ -70,8 +70,8 @@ func TestLoopRunnerProgress(t *testing.T) {
 	loop := clock.NewLoop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go loop.Run(ctx)
 	r := NewLoopRunner(loop)
+	go r.Run(ctx)
 	n := 0 // the loop's
 	go func() {
 		for i := 0; i < 5; i++ {

@@ -218,22 +218,22 @@ func TestReadSRQAndPathEventsThroughTheAPI(t *testing.T) {
 	}
 }
 
-// listening is a server listening on host 1 of a loss-free simulated
+// server is a listener on host 1 of a loss-free simulated
 // network, its accepted connections' completions on scq, and a client on
 // host 0 with its queue ccq.
-type listening struct {
+type server struct {
 	n        *SimNetwork
 	spd, cpd *endpoint.PD
 	scq, ccq *endpoint.CQ
 	lis      *endpoint.Listener
 }
 
-func listen(t *testing.T) *listening { return listenWith(t, endpoint.QPOptions{}) }
+func listen(t *testing.T) *server { return listenWith(t, endpoint.QPOptions{}) }
 
 // listenWith is listen with the listener's options.
-func listenWith(t *testing.T, opts endpoint.QPOptions) *listening {
+func listenWith(t *testing.T, opts endpoint.QPOptions) *server {
 	t.Helper()
-	l := &listening{n: simNet(t, 0)}
+	l := &server{n: simNet(t, 0)}
 	server, client := l.n.Device(1), l.n.Device(0)
 	l.spd, _ = server.AllocPD()
 	l.cpd, _ = client.AllocPD()
@@ -246,7 +246,7 @@ func listenWith(t *testing.T, opts endpoint.QPOptions) *listening {
 }
 
 // connect opens a client connection and accepts it.
-func (l *listening) connect(t *testing.T, ctx context.Context) (client, server *endpoint.QP) {
+func (l *server) connect(t *testing.T, ctx context.Context) (client, server *endpoint.QP) {
 	t.Helper()
 	qp, err := l.cpd.Connect(ctx, l.n.Remote(1), l.ccq, l.ccq, endpoint.QPOptions{})
 	if err != nil {

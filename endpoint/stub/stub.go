@@ -34,6 +34,9 @@ func (s *Stub) Caps() endpoint.Caps { return s.caps }
 // AllocPD would create a protection domain in the NIC.
 func (s *Stub) AllocPD() (endpoint.PDHandle, error) { return nil, notSupported("alloc PD") }
 
+// DeallocPD would free a protection domain in the NIC.
+func (s *Stub) DeallocPD(endpoint.PDHandle) error { return notSupported("dealloc PD") }
+
 // RegisterMR would program the NIC's translation and protection table.
 func (s *Stub) RegisterMR(endpoint.PDHandle, []byte, endpoint.Access) (endpoint.MRHandle, error) {
 	return nil, notSupported("register memory")
@@ -52,15 +55,21 @@ func (s *Stub) PostSRQRecv(endpoint.SRQHandle, endpoint.RecvWR) error {
 	return notSupported("post SRQ receive")
 }
 
+// DestroySRQ would free a shared receive queue in the NIC.
+func (s *Stub) DestroySRQ(endpoint.SRQHandle) error { return notSupported("destroy SRQ") }
+
 // Connect would start the handshake from the NIC.
 func (s *Stub) Connect(endpoint.PDHandle, endpoint.Remote, endpoint.SRQHandle, endpoint.Sink) (endpoint.QPHandle, error) {
 	return nil, notSupported("connect")
 }
 
 // Listen would let the NIC accept connections.
-func (s *Stub) Listen(endpoint.PDHandle, endpoint.SRQHandle, func(endpoint.QPHandle) (endpoint.Sink, bool)) error {
-	return notSupported("listen")
+func (s *Stub) Listen(endpoint.PDHandle, endpoint.SRQHandle, func(endpoint.QPHandle) (endpoint.Sink, bool)) (endpoint.ListenerHandle, error) {
+	return nil, notSupported("listen")
 }
+
+// CloseListener would stop the NIC accepting connections.
+func (s *Stub) CloseListener(endpoint.ListenerHandle) error { return notSupported("close listener") }
 
 // PostSend would ring the send doorbell.
 func (s *Stub) PostSend(endpoint.QPHandle, endpoint.SendWR) error { return notSupported("post send") }
