@@ -80,7 +80,8 @@ func (n *SimNetwork) addHosts(fc netem.Config, seed uint64, cfgFor func(host int
 	return nil
 }
 
-// Device opens host h's device.
+// Device opens a device on host h's backend. Each call opens another,
+// which closes only what was made through it.
 func (n *SimNetwork) Device(h int) *endpoint.Device { return endpoint.Open(n.hosts[h]) }
 
 // Backend is host h's software backend.

@@ -142,7 +142,8 @@ func OpenUDPEngine(cfg engine.Config, tap Tap) (*UDPHost, error) {
 	return h, nil
 }
 
-// Device opens the host's device.
+// Device opens a device on the host's backend. Each call opens another,
+// which closes only what was made through it.
 func (h *UDPHost) Device() *endpoint.Device { return endpoint.Open(h.sw) }
 
 // Backend is the host's software backend.
