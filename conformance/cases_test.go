@@ -9,15 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/proto"
 )
 
-// responder opens an mroce endpoint on addr that listens and grants remote
-// write on a region; it returns the target the cases need.
-func responder(t *testing.T, addr string, tune func(*engine.Config)) Target {
+// responder opens an mroce endpoint on addr, with the bugs of bugSet, that
+// listens and grants remote write on a region; it returns the target the
+// cases need.
+func responder(t *testing.T, addr string, bugSet bugs.Set) Target {
 	t.Helper()
 	var host *software.UDPHost
 	var err error
@@ -25,10 +27,7 @@ func responder(t *testing.T, addr string, tune func(*engine.Config)) Target {
 		base := uint16(20000 + rand.IntN(40000))
 		cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 8, Streams: 2,
 			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second}
-		if tune != nil {
-			tune(&cfg)
-		}
-		host, err = software.OpenUDPEngine(cfg, nil)
+		host, err = software.OpenUDPEngine(cfg, bugSet.Wrapper)
 	}
 	if host == nil {
 		t.Fatal(err)
@@ -50,7 +49,7 @@ func responder(t *testing.T, addr string, tune func(*engine.Config)) Target {
 
 // mroce passes every packet-level case.
 func TestMrocePassesEveryCase(t *testing.T) {
-	env := Env{Target: responder(t, "127.0.0.51", nil), Local: netip.MustParseAddr("127.0.0.52")}
+	env := Env{Target: responder(t, "127.0.0.51", bugs.Set{}), Local: netip.MustParseAddr("127.0.0.52")}
 	for _, r := range Run(env, Cases) {
 		if r.Result != "pass" {
 			t.Errorf("%s (spec %s): %s", r.Case, r.Spec, r.Details)
@@ -63,15 +62,15 @@ func TestMrocePassesEveryCase(t *testing.T) {
 func TestBrokenBuildsFailTheRightCases(t *testing.T) {
 	cases := []struct {
 		name  string
-		broke engine.Breakage
+		broke bugs.Set
 		red   []string
 	}{
-		{"ignores a SACK bit", engine.Breakage{IgnoreSACKBit: true}, []string{"sack-exact", "duplicate", "psn-wrap"}},
-		{"places corrupt packets", engine.Breakage{AcceptBadCRC: true}, []string{"bad-crc"}},
-		{"skips key checks", engine.Breakage{SkipKeyCheck: true}, []string{"bad-key"}},
+		{"ignores a SACK bit", bugs.Set{IgnoreSACKBit: true}, []string{"sack-exact", "duplicate", "psn-wrap"}},
+		{"places corrupt packets", bugs.Set{AcceptBadCRC: true}, []string{"bad-crc"}},
+		{"skips key checks", bugs.Set{SkipKeyCheck: true}, []string{"bad-key"}},
 	}
 	for i, c := range cases {
-		target := responder(t, fmt.Sprintf("127.0.0.%d", 53+2*i), func(cfg *engine.Config) { cfg.Broken = c.broke })
+		target := responder(t, fmt.Sprintf("127.0.0.%d", 53+2*i), c.broke)
 		env := Env{Target: target, Local: netip.MustParseAddr(fmt.Sprintf("127.0.0.%d", 54+2*i))}
 		var red []string
 		for _, r := range Run(env, Cases) {

@@ -113,9 +113,6 @@ func (r *receiver) sendAck(plane int, records bool) {
 			rec.SetEchoTimestamp(p.lastTS)
 			rec.SetServiceTime(uint32(min(now-p.lastAt, 1<<32-1)))
 			p.bits.write(rec)
-			if c.ep.cfg.Broken.IgnoreSACKBit {
-				rec.ClearReceived(0) // the PSN below the highest, never reported (a deliberate bug)
-			}
 		}
 		r.dirty = r.dirty[:copy(r.dirty, r.dirty[n:])]
 		// Acks rotate over the source ports so that they spread over the

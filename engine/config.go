@@ -48,10 +48,6 @@ type Config struct {
 	// (backlog / horizon) and is how long a silent sender keeps its share.
 	// Default 20 µs: a few round trips of a data-center fabric.
 	HintHorizon time.Duration
-	// Broken makes the endpoint break the spec on purpose. It exists for
-	// the conformance suite's self-test (which checks that the suite's
-	// cases catch these bugs) and must never be set otherwise.
-	Broken Breakage
 	// NoRateHints makes the endpoint send no rate hints (ACKs say no
 	// limit): congestion control from the sending end only.
 	NoRateHints bool
@@ -66,7 +62,7 @@ type Config struct {
 	// corrupts packets in flight (that would go unseen). Both ends must
 	// set it; a peer without it rejects every packet's CRC. Never on a
 	// real network: the payload would be whatever the buffer last held,
-	// and nothing would be checked (endpoint.OpenUDP refuses it).
+	// and nothing would be checked (software.OpenUDPEngine refuses it).
 	PlaceholderPayloads bool
 	// Mode is the transport of the connections this endpoint opens:
 	// proto.ModeMultipath (this spec's), or proto.ModeBaseline (RoCEv2-like,
@@ -212,33 +208,4 @@ func setDur(v *time.Duration, def time.Duration) {
 	if *v == 0 {
 		*v = def
 	}
-}
-
-// Breakage is a set of deliberate protocol bugs (Config.Broken), each one
-// a conformance case must catch.
-type Breakage struct {
-	// IgnoreSACKBit: ACK records never report the PSN just below the
-	// highest (bit 0 of the bitvector stays clear).
-	IgnoreSACKBit bool
-	// AcceptBadCRC: packets are decoded without checking their CRC, so
-	// corrupt ones are placed.
-	AcceptBadCRC bool
-	// SkipKeyCheck: a WRITE with an unknown key is not refused: no NACK,
-	// and it is recorded as received (though not placed).
-	SkipKeyCheck bool
-	// ReusePSN: a first transmission that is a path's 64th, 128th, ...
-	// packet (retransmissions counted) goes out with the PSN of the packet
-	// before it on that path, used twice (spec section 6.2 forbids it); the
-	// sender's own records keep the right one.
-	ReusePSN bool
-	// IgnoreRetryAfter: a packet refused with a retryable NACK (RNR,
-	// RESOURCE) is resent at once, whatever RetryAfter asked.
-	IgnoreRetryAfter bool
-	// IgnoreCE: a sender hears the CE marks its peer echoes (they are
-	// counted) but neither shrinks its paths' windows nor steers away
-	// from marked paths.
-	IgnoreCE bool
-	// MiscountCE: a receiver leaves out of its CECount the CE marks of
-	// data packets whose PSN is a multiple of 16.
-	MiscountCE bool
 }

@@ -148,7 +148,7 @@ func (e *Endpoint) decode(pkt *proto.Packet, d *link.Datagram) error {
 		return pkt.DecodePlaceholder(d.Data, int(d.Pad)) // a placeholder: its datagram is padded
 	case d.Pad != 0:
 		return proto.ErrTruncated // the bytes are not there
-	case e.cfg.Broken.AcceptBadCRC || e.cfg.PlaceholderPayloads:
+	case e.cfg.PlaceholderPayloads:
 		// A deliberate bug; or a simulation's packets, which carry no CRC
 		// (nothing there flips their bits).
 		return pkt.DecodeNoCRC(d.Data)

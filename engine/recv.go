@@ -80,7 +80,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		r.stats.BadPath++
 		return
 	}
-	if d.ECN == link.CE && !(c.ep.cfg.Broken.MiscountCE && h.PSN()%16 == 0) {
+	if d.ECN == link.CE {
 		r.paths[h.PathID()].ce++
 		r.stats.CE++
 	}
@@ -210,11 +210,6 @@ func (r *receiver) checkRegion(pkt *proto.Packet, plane int, in *arrival, at clo
 		want = memreg.RemoteRead
 	}
 	g, err := c.pd.Lookup(f.rkey, want)
-	if err != nil && c.ep.cfg.Broken.SkipKeyCheck && errors.Is(err, memreg.ErrBadKey) {
-		// A deliberate bug: taken as received, placed nowhere.
-		r.noteArrival(r.recordPath(pkt.Common, at) || pkt.Common.Flags()&proto.FlagAckRequest != 0, at)
-		return nil, false
-	}
 	if err != nil {
 		code := proto.NackBadKey
 		if errors.Is(err, memreg.ErrAccess) {

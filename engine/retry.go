@@ -62,9 +62,6 @@ func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
 	// Back off: the receiver's RetryAfter, doubled for each refusal of
 	// the same content (at most 64 times it).
 	wait := time.Duration(n.RetryAfter()) * time.Microsecond << min(r.refusals, 6)
-	if s.c.ep.cfg.Broken.IgnoreRetryAfter {
-		wait = 0 // a deliberate bug: the refused packet goes again at once
-	}
 	st := &s.streams[s.streamOf(r.msg)]
 	if r.refusals == 0 {
 		st.refused++

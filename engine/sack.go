@@ -69,9 +69,6 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		marked = int(d)
 		p.Counters.CEMarks += uint64(d)
 		p.ce = rec.CECount()
-		if s.c.ep.cfg.Broken.IgnoreCE {
-			marked = 0
-		}
 	}
 	es := p.EpochStart(e)
 	resolved := false

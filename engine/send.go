@@ -307,9 +307,6 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	h.SetEpoch(p.Epoch())
 	h.SetDstConnID(c.peerID)
 	h.SetPSN(psn)
-	if c.ep.cfg.Broken.ReusePSN && !retx && p.Counters.PacketsSent%64 == 63 {
-		h.SetPSN(psn - 1) // a deliberate bug: the PSN the path used last, again
-	}
 	h.SetDSN(d)
 	h.SetBacklog(proto.EncodeBacklog(s.unsent))
 	var flags proto.Flags

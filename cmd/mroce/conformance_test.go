@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/conformance"
+	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
@@ -51,7 +52,7 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 	for try := 0; try < 20 && host == nil; try++ {
 		base = uint16(20000 + rand.IntN(40000))
 		host, _ = software.OpenUDPEngine(engine.Config{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.57")}, Port: base, Paths: 8,
-			Streams: 2, SourcePorts: []uint16{base + 1}, NoProgress: 10 * time.Second, Broken: engine.Breakage{SkipKeyCheck: true}}, nil)
+			Streams: 2, SourcePorts: []uint16{base + 1}, NoProgress: 10 * time.Second}, bugs.Set{SkipKeyCheck: true}.Wrapper)
 	}
 	if host == nil {
 		t.Fatal("no free port")

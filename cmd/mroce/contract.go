@@ -11,13 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mroce/mroce/conformance"
+	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/filexfer"
 )
 
@@ -44,8 +43,10 @@ func contractEndpoint(ctx context.Context) (int, error) {
 	}
 	o := transferOptions{port: uint16(port), paths: 8, sourcePorts: 16, chunk: 1 << 20, noProgress: 30 * time.Second}
 	o.fill()
-	if o.broken, err = breakage(os.Getenv("MROCE_BREAK"), role); err != nil {
-		return 1, err
+	// MROCE_BREAK builds deliberate bugs into one side for the conformance
+	// suite's self-test (conformance/bugs). It is not a user's option.
+	if o.broken, err = bugs.ForRole(os.Getenv("MROCE_BREAK"), role); err != nil {
+		return 1, fmt.Errorf("MROCE_BREAK %w", err)
 	}
 	rep := conformance.EndpointReport{Role: role}
 	requesters := 1
@@ -217,34 +218,4 @@ func contractHost(planes []netip.Addr, o transferOptions) (*software.UDPHost, *e
 		return nil, nil, nil, err
 	}
 	return host, dev, pd, nil
-}
-
-// breakage reads MROCE_BREAK, the deliberate bugs the conformance suite's
-// self-test builds into one side: a comma-separated list of ROLE:BUG, BUG
-// a name of bugsByName (engine.Breakage). Only the entries for role
-// apply. It is not a user's option.
-func breakage(spec, role string) (engine.Breakage, error) {
-	var b engine.Breakage
-	bugsByName := map[string]*bool{
-		"ignore-sack-bit": &b.IgnoreSACKBit, "accept-bad-crc": &b.AcceptBadCRC, "skip-key-check": &b.SkipKeyCheck,
-		"reuse-psn": &b.ReusePSN, "ignore-retry-after": &b.IgnoreRetryAfter, "ignore-ce": &b.IgnoreCE, "miscount-ce": &b.MiscountCE,
-	}
-	for _, f := range strings.Split(spec, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		r, bug, ok := strings.Cut(f, ":")
-		if !ok || (r != "requester" && r != "responder") {
-			return b, fmt.Errorf("MROCE_BREAK %q: want ROLE:BUG", f)
-		}
-		if r != role {
-			continue
-		}
-		flag, known := bugsByName[bug]
-		if !known {
-			return b, fmt.Errorf("MROCE_BREAK %q: no such bug", f)
-		}
-		*flag = true
-	}
-	return b, nil
 }

@@ -27,9 +27,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/filexfer"
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/link"
@@ -67,7 +67,7 @@ type transferOptions struct {
 	metrics              string // address to serve /metrics at, or ""
 	pcap                 string // file to capture to, or ""
 	log                  *slog.Logger
-	broken               engine.Breakage // deliberate bugs: the conformance suite's self-test only
+	broken               bugs.Set // deliberate bugs: the conformance suite's self-test only
 }
 
 func parseTransferOptions(c *cli.Context) (transferOptions, error) {
@@ -159,11 +159,16 @@ func openHost(planes []netip.Addr, port uint16, o transferOptions, uo software.U
 		for i := 1; i <= o.sourcePorts; i++ {
 			uo.SourcePorts = append(uo.SourcePorts, p+uint16(i))
 		}
-		// The deliberate bugs of the conformance suite's self-test are an
-		// engine setting no user option reaches.
-		cfg := uo.EngineConfig()
-		cfg.Broken = o.broken
-		h, err := software.OpenUDPEngine(cfg, uo.Tap)
+		// The deliberate bugs of the conformance suite's self-test stand
+		// between the engine and the sockets, below the capture's tap.
+		var wrappers []software.Wrapper
+		if uo.Tap != nil {
+			wrappers = append(wrappers, uo.Tap.Wrapper())
+		}
+		if !o.broken.Empty() {
+			wrappers = append(wrappers, o.broken.Wrapper)
+		}
+		h, err := software.OpenUDPEngine(uo.EngineConfig(), wrappers...)
 		if err == nil {
 			return h, nil
 		}

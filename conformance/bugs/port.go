@@ -151,3 +151,11 @@ func (p *Port) incoming(d *link.Datagram) {
 		p.miscounted++
 	}
 }
+
+// Wrapper makes a Port of below with the set's bugs and returns it with
+// its Attach: the shape of software.Wrapper, which stands between a UDP
+// host's engine and its sockets.
+func (s Set) Wrapper(below link.Port) (link.Port, func(link.Receiver) link.Receiver) {
+	p := Wrap(below, s)
+	return p, p.Attach
+}

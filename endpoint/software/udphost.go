@@ -75,7 +75,19 @@ func (o UDPOptions) EngineConfig() engine.Config {
 
 // OpenUDP binds the host's sockets and starts its engine in real time.
 // Close stops it.
-func OpenUDP(opts UDPOptions) (*UDPHost, error) { return OpenUDPEngine(opts.EngineConfig(), opts.Tap) }
+func OpenUDP(opts UDPOptions) (*UDPHost, error) {
+	if opts.Tap != nil {
+		return OpenUDPEngine(opts.EngineConfig(), opts.Tap.Wrapper())
+	}
+	return OpenUDPEngine(opts.EngineConfig())
+}
+
+// A Wrapper stands between a host's engine and its sockets. Given the port
+// below it, it returns the port the layer above sends through and a
+// function that, given the receiver above it, returns the receiver the
+// port below delivers to. A tap and the conformance suite's broken builds
+// (conformance/bugs) are wrappers.
+type Wrapper func(below link.Port) (link.Port, func(above link.Receiver) link.Receiver)
 
 // RealTimeTimers is cfg with the timer settings left at zero set to what
 // real sockets want: udp.RTOMin (also as ProbeMin: the same host noise)
@@ -98,8 +110,9 @@ func RealTimeTimers(cfg engine.Config) engine.Config {
 // experiments that need the engine's own knobs. It binds cfg's Planes,
 // Port and SourcePorts; timer settings left at zero get what real sockets
 // want, and MaxPacket, when zero, the largest datagram the planes'
-// interfaces carry. tap may be nil.
-func OpenUDPEngine(cfg engine.Config, tap Tap) (*UDPHost, error) {
+// interfaces carry. The wrappers stand between the engine and the
+// sockets, the first nearest the sockets.
+func OpenUDPEngine(cfg engine.Config, wrappers ...Wrapper) (*UDPHost, error) {
 	if len(cfg.Planes) == 0 || cfg.Port == 0 {
 		return nil, errors.New("software: a UDP host needs planes and a port")
 	}
@@ -118,8 +131,9 @@ func OpenUDPEngine(cfg engine.Config, tap Tap) (*UDPHost, error) {
 		cfg.MaxPacket = drv.MaxDatagram()
 	}
 	var port link.Port = drv
-	if tap != nil {
-		port = tappedPort{drv, tap}
+	attach := make([]func(link.Receiver) link.Receiver, len(wrappers))
+	for i, w := range wrappers {
+		port, attach[i] = w(port)
 	}
 	ep, err := engine.NewEndpoint(cfg, loop, port) // before the loop runs: timers are made here
 	if err != nil {
@@ -130,11 +144,11 @@ func OpenUDPEngine(cfg engine.Config, tap Tap) (*UDPHost, error) {
 	h := &UDPHost{drv: drv, cancel: cancel, done: make(chan struct{})}
 	runner := NewLoopRunner(loop)
 	h.sw = NewSoftware(ep, NewRegistry(cfg.Random), runner)
-	if tap != nil {
-		drv.Start(tappedReceiver{ep, tap})
-	} else {
-		drv.Start(ep)
+	var recv link.Receiver = ep
+	for i := len(attach) - 1; i >= 0; i-- {
+		recv = attach[i](recv)
 	}
+	drv.Start(recv)
 	go func() {
 		runner.Run(ctx)
 		close(h.done)
@@ -170,6 +184,20 @@ func (h *UDPHost) Close() error {
 	return h.drv.Close()
 }
 
+// Wrapper is the tap as a Wrapper: it sees every datagram sent before the
+// port below sends it, and every datagram received before the layer above
+// gets it.
+func (tap Tap) Wrapper() Wrapper {
+	return func(below link.Port) (link.Port, func(link.Receiver) link.Receiver) {
+		return tappedPort{below, tap}, func(above link.Receiver) link.Receiver {
+			if tb, ok := above.(link.TooBigHandler); ok {
+				return tappedTooBig{tappedReceiver{above, tap}, tb}
+			}
+			return tappedReceiver{above, tap}
+		}
+	}
+}
+
 // tappedPort shows every datagram sent to a tap before the port sends it.
 type tappedPort struct {
 	link.Port
@@ -183,16 +211,22 @@ func (p tappedPort) Send(batch []link.Datagram) {
 	p.Port.Send(batch)
 }
 
-// tappedReceiver shows every datagram received to a tap before the engine
-// gets it; batches and too-big reports pass through.
+// tappedReceiver shows every datagram received to a tap before the layer
+// above gets it.
 type tappedReceiver struct {
-	ep  *engine.Endpoint
-	tap Tap
+	above link.Receiver
+	tap   Tap
 }
 
 func (r tappedReceiver) Receive(d *link.Datagram, at clock.Time) {
 	r.tap(d, false)
-	r.ep.Receive(d, at)
+	r.above.Receive(d, at)
 }
 
-func (r tappedReceiver) TooBig(d *link.Datagram) { r.ep.TooBig(d) }
+// tappedTooBig passes too-big reports through a tap.
+type tappedTooBig struct {
+	tappedReceiver
+	tb link.TooBigHandler
+}
+
+func (r tappedTooBig) TooBig(d *link.Datagram) { r.tb.TooBig(d) }

@@ -123,7 +123,7 @@ func TestUDPHostTap(t *testing.T) {
 // Placeholder payloads carry no CRC and stale bytes: a socket refuses them.
 func TestOpenUDPRefusesPlaceholderPayloads(t *testing.T) {
 	cfg := engine.Config{Port: 29999, Planes: []netip.Addr{netip.MustParseAddr("127.0.0.65")}, PlaceholderPayloads: true}
-	if h, err := OpenUDPEngine(cfg, nil); err == nil {
+	if h, err := OpenUDPEngine(cfg); err == nil {
 		h.Close()
 		t.Fatal("a UDP host opened with placeholder payloads")
 	}
