@@ -1,5 +1,7 @@
 // Package report is how mroce sim presents a scenario: tables (as text,
 // CSV or JSON) and line plots (SVG or PNG, drawn with gonum.org/v1/plot).
+// Each scenario of package sim returns a typed result; its Tables and Plot
+// functions here lay it out, so the scenarios need no plotting code.
 package report
 
 import (

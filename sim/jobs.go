@@ -54,11 +54,6 @@ func runEach[T any](jobs, n int, run func(i int) (T, error)) ([]T, error) {
 	return out, nil
 }
 
-// heapMiB is a run's live heap for a speed table, in MiB; nil (shown as
-// "-") when other runs shared the heap with it.
-func heapMiB(r FlowsResult, jobs int) any {
-	if jobs > 1 || jobs < 0 {
-		return nil
-	}
-	return float64(r.HeapBytes) / (1 << 20)
-}
+// heapShared reports whether runs at jobs at once share the heap, so that
+// the heap a run measures is not its own.
+func heapShared(jobs int) bool { return jobs > 1 || jobs < 0 }

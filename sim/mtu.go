@@ -48,25 +48,6 @@ func (l Links) Validate() error {
 	return nil
 }
 
-// notes says what the links are when they are not the defaults, for a
-// scenario's table: nothing when they are.
-func (l Links) notes() []string {
-	if l.MTU == 0 {
-		l.MTU = DefaultMTU
-	}
-	d := DefaultLinks()
-	if l == d {
-		return nil
-	}
-	return []string{fmt.Sprintf("Links: %s (the defaults: %s).", l.describe(), d.describe())}
-}
-
-// describe names the links' delay, marking threshold, buffers and packets.
-func (l Links) describe() string {
-	return fmt.Sprintf("%v of delay, DCTCP marking at %d KiB, %d KiB buffers, %s packets",
-		l.Delay, l.ECNThreshold>>10, l.Buffer>>10, sizeFor(l.MTU))
-}
-
 // DefaultMTU is the largest payload a data packet carries unless a
 // scenario is told otherwise: 4 KiB, RoCE's path MTU of 4096.
 const DefaultMTU = 4096
@@ -77,6 +58,10 @@ const (
 	MinMTU = 256
 	MaxMTU = 8192
 )
+
+// PacketName names the packets of an MTU by their payload, for a
+// scenario's title: "4 KiB" for 4096 bytes, "1500-byte" (0: DefaultMTU).
+func PacketName(mtu int) string { return sizeFor(mtu).String() }
 
 // String names the packets by their payload: "4 KiB" for 4096 bytes.
 func (p packetSize) String() string {

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,20 +17,18 @@ func TestPlaneFailAllToAll(t *testing.T) {
 	o := DefaultPlaneFail()
 	o.AllToAll, o.FlowBytes = true, 16<<20
 	o.FailAt, o.RepairAt = 20*time.Microsecond, 600*time.Microsecond
-	tables, _, err := PlaneFail(o)
+	r, err := PlaneFail(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := tables[0]
-	window, target, after := tb.Rows[1][1].(float64), tb.Rows[1][2].(float64), tb.Rows[3][1].(float64)
-	if window < target {
-		t.Errorf("%.3f of capacity over the window, target %.3f", window, target)
+	if r.Window < r.Target {
+		t.Errorf("%.3f of capacity over the window, target %.3f", r.Window, r.Target)
 	}
-	if after <= 7.0/8 {
-		t.Errorf("%.3f of capacity after the repair: the plane is not back", after)
+	if r.AfterRepair <= 7.0/8 {
+		t.Errorf("%.3f of capacity after the repair: the plane is not back", r.AfterRepair)
 	}
-	if want := fmt.Sprintf("Connections lost: 0 of %d.", 8*7); !strings.Contains(tb.Notes[0], want) {
-		t.Errorf("%q, want %q", tb.Notes[0], want)
+	if r.Run.Failed != 0 || r.Run.Connections != 8*7 {
+		t.Errorf("%d of %d connections lost, want 0 of %d", r.Run.Failed, r.Run.Connections, 8*7)
 	}
 }
 
@@ -45,7 +42,7 @@ func TestPlaneFailRefusesRepairInTheWindow(t *testing.T) {
 		want string
 	}{{o.FailAt + 50*baseRTT(o.Fabric), "falls in the window"}, {o.FailAt / 2, "is not after the failure"}} {
 		o.RepairAt = c.at
-		if _, _, err := PlaneFail(o); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := PlaneFail(o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("repair at %v: %v, want %q", c.at, err, c.want)
 		}
 	}

@@ -124,7 +124,7 @@ func simCommand() *cli.Command {
 							return usagef(c, "sim loss: --losses: %g is not 0 to 0.5", p)
 						}
 					}
-					return runScenario(c, "loss", func() ([]*report.Table, *report.Plot, error) { return sim.Loss(o) })
+					return runScenario(c, "loss", func() (sim.LossResult, error) { return sim.Loss(o) }, report.LossTables, report.LossPlot)
 				},
 			},
 			{
@@ -159,7 +159,8 @@ func simCommand() *cli.Command {
 							return usagef(c, "sim incast: --senders: %d is not 1 to 64", n)
 						}
 					}
-					return runScenario(c, "incast", func() ([]*report.Table, *report.Plot, error) { return sim.IncastScenario(o) })
+					return runScenario(c, "incast", func() (sim.IncastScenarioResult, error) { return sim.IncastScenario(o) },
+						report.IncastTables, report.IncastPlot)
 				},
 			},
 			{
@@ -187,7 +188,7 @@ func simCommand() *cli.Command {
 					if len(o.Planes) == 0 || o.FlowBytes < 4<<10 || o.FlowBytes > 1<<30 {
 						return usagef(c, "sim planes: want --planes, and --size-kib of 4 to 1048576")
 					}
-					return runScenario(c, "planes", func() ([]*report.Table, *report.Plot, error) { return sim.Planes(o) })
+					return runScenario(c, "planes", func() (sim.PlanesResult, error) { return sim.Planes(o) }, report.PlanesTables, report.PlanesPlot)
 				},
 			},
 			{
@@ -216,7 +217,8 @@ func simCommand() *cli.Command {
 					case !sizeMiBOK(c) || o.FailAt < 0 || o.RepairAt < 0:
 						return usagef(c, "sim planefail: --size-mib must be 1 to %d, the times not negative", maxSizeMiB)
 					}
-					return runScenario(c, "planefail", func() ([]*report.Table, *report.Plot, error) { return sim.PlaneFail(o) })
+					return runScenario(c, "planefail", func() (sim.PlaneFailResult, error) { return sim.PlaneFail(o) },
+						report.PlaneFailTables, report.PlaneFailPlot)
 				},
 			},
 			{
@@ -241,7 +243,8 @@ func simCommand() *cli.Command {
 						t.Fabric.Seed = c.Uint64("seed")
 					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
-					return runScenario(c, "flows", func() ([]*report.Table, *report.Plot, error) { return sim.FlowsScenario(t) })
+					return runScenario(c, "flows", func() (sim.FlowsScenarioResult, error) { return sim.FlowsScenario(t) },
+						report.FlowsTables, report.FlowsPlot)
 				},
 			},
 			collectiveCommand("allreduce", "ring all-reduce of WRITEs: algorithm and bus bandwidth, FCTs, mroce beside the baseline", dc),
@@ -275,7 +278,8 @@ func simCommand() *cli.Command {
 					if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || !sizeMiBOK(c) || o.Shift%o.Fabric.Hosts == 0 {
 						return usagef(c, "sim permutation: --planes must be 1 to 8, --size-mib 1 to %d, --shift not a multiple of --hosts", maxSizeMiB)
 					}
-					return runScenario(c, "permutation", func() ([]*report.Table, *report.Plot, error) { return sim.PermutationScenario(o) })
+					return runScenario(c, "permutation", func() (sim.PermutationResult, error) { return sim.PermutationScenario(o) },
+						report.PermutationTables, report.PermutationPlot)
 				},
 			},
 		},
@@ -369,7 +373,8 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 			if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || len(o.Sizes) == 0 || len(o.Losses) == 0 {
 				return usagef(c, "sim %s: --planes must be 1 to 8; --sizes-mib and --losses not empty", name)
 			}
-			return runScenario(c, name, func() ([]*report.Table, *report.Plot, error) { return sim.Collective(name, o) })
+			return runScenario(c, name, func() (sim.CollectiveResult, error) { return sim.Collective(name, o) },
+				report.CollectiveTables, report.CollectivePlot)
 		},
 	}
 }
@@ -407,9 +412,9 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 	return nil
 }
 
-// runScenario runs a scenario and prints its tables (text, JSON or CSV)
-// and writes its plot.
-func runScenario(c *cli.Context, name string, run func() ([]*report.Table, *report.Plot, error)) error {
+// runScenario runs a scenario, prints the tables its result makes (text,
+// JSON or CSV) and writes its plot.
+func runScenario[R any](c *cli.Context, name string, run func() (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) error {
 	if c.Bool("json") && c.Bool("csv") {
 		return usagef(c, "sim %s: --json or --csv, not both", name)
 	}
@@ -435,29 +440,29 @@ func runScenario(c *cli.Context, name string, run func() ([]*report.Table, *repo
 	sim.HeapProfile = c.String("memprofile")
 	defer func() { sim.HeapProfile = "" }()
 	began := time.Now()
-	tables, pl, err := run()
+	res, err := run()
 	if err != nil {
 		return fmt.Errorf("sim %s: %w", name, err)
 	}
 	w := c.App.Writer
-	switch {
+	switch ts := tables(res); {
 	case c.Bool("json"):
-		err = report.WriteJSON(w, name, tables)
+		err = report.WriteJSON(w, name, ts)
 	case c.Bool("csv"):
-		for _, t := range tables {
+		for _, t := range ts {
 			if err = t.CSV(w); err != nil {
 				break
 			}
 		}
 	default:
-		err = printTables(w, tables)
+		err = printTables(w, ts)
 		fmt.Fprintf(w, "(%v of wall time)\n", time.Since(began).Round(time.Millisecond))
 	}
 	if err != nil {
 		return err
 	}
-	if path := c.String("plot"); path != "" && pl != nil {
-		if err := pl.Save(path); err != nil {
+	if path := c.String("plot"); path != "" {
+		if err := plot(res).Save(path); err != nil {
 			return fmt.Errorf("sim %s: %w", name, err)
 		}
 		if !c.Bool("json") && !c.Bool("csv") {
