@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/dissect"
 	"github.com/mroce/mroce/internal/hexfmt"
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/proto"
@@ -191,14 +192,14 @@ func (d *decoder) decodePacket(label, where string, b []byte, dg *pcapio.Datagra
 		} else if dg != nil {
 			ctx += " (" + addrs(dg) + ")"
 		}
-		d.fail(ctx, explainDecodeError(b, err))
+		d.fail(ctx, dissect.ExplainError(b, err))
 		return
 	}
 	if d.noCRC && !d.printed {
 		fmt.Fprintf(d.out, "CRC32C trailers are not checked (--no-crc).\n\n")
 	}
 	d.printed = true
-	fmt.Fprintf(d.out, "%s: %s\n", label, packetSummary(&p))
+	fmt.Fprintf(d.out, "%s: %s\n", label, dissect.Summary(&p))
 	if where != "" {
 		fmt.Fprintf(d.out, "  Input: %s\n", where)
 	}
@@ -210,7 +211,7 @@ func (d *decoder) decodePacket(label, where string, b []byte, dg *pcapio.Datagra
 		fmt.Fprintf(d.out, "  Capture: %s, %s, DSCP %s, ECN %v\n",
 			dg.Time.UTC().Format("2006-01-02T15:04:05.000000000Z"), addrs(dg), dscp, dg.ECN)
 	}
-	printFields(d.out, &p, !d.noCRC)
+	dissect.Fields(d.out, &p, !d.noCRC)
 	fmt.Fprintln(d.out)
 }
 

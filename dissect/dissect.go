@@ -1,9 +1,11 @@
-package main
-
-// The dissector: prints a decoded packet field by field, walking the spec's
-// layout tables (proto.Packet.Sections, proto.FieldLayout.Uint) so that what
-// it prints always follows the spec, and explains why a packet failed to
-// decode.
+// Package dissect explains mroce packets as a Wireshark dissector does: a
+// decoded packet field by field, each value with what it means where the
+// spec gives it a meaning (docs/spec.md sections 4, 5, 7 and 8), and a
+// packet that failed to decode with the check it failed and the values
+// that failed it (section 9). It walks the spec's layout tables
+// (proto.Packet.Sections, proto.FieldLayout.Uint), so what it prints
+// follows the spec. mroce decode prints what it writes.
+package dissect
 
 import (
 	"encoding/hex"
@@ -19,8 +21,9 @@ import (
 // payloadShown is how many payload bytes are printed.
 const payloadShown = 32
 
-// packetSummary is the title line of a decoded packet.
-func packetSummary(p *proto.Packet) string {
+// Summary is the title line of a decoded packet: its type, class and the
+// sizes of its parts.
+func Summary(p *proto.Packet) string {
 	class := "control"
 	if p.Type().IsData() {
 		class = "data"
@@ -30,9 +33,11 @@ func packetSummary(p *proto.Packet) string {
 		p.Type(), class, total, total-len(p.Payload)-proto.TrailerLen, len(p.Payload), proto.TrailerLen)
 }
 
-// printFields prints every part of p, one line per field, the payload before
-// the trailer. crcChecked says whether Decode checked the CRC.
-func printFields(w io.Writer, p *proto.Packet, crcChecked bool) {
+// Fields writes every part of p, one line per field, the payload before the
+// trailer. A reserved field is shown only when it is not 0, as the spec
+// asks receivers to ignore it. crcChecked says whether Decode checked the
+// CRC; when it did not, the trailer is compared with the CRC32C here.
+func Fields(w io.Writer, p *proto.Packet, crcChecked bool) {
 	off := 0
 	for _, s := range p.Sections() {
 		if s.Layout.Name == "Trailer" {
@@ -345,10 +350,10 @@ func bytesText(n uint64) string {
 	return fmt.Sprintf("%d bytes (%s %s)", n, strconv.FormatFloat(v, 'f', -1, 64), units[i])
 }
 
-// explainDecodeError says which check of Decode b failed, with the values
-// that failed it. It must not panic on any input: it reads only bytes that
-// are there.
-func explainDecodeError(b []byte, err error) string {
+// ExplainError says which check of proto.Packet.Decode b failed, err being
+// what Decode returned, with the values that failed it. It must not panic
+// on any input: it reads only bytes that are there.
+func ExplainError(b []byte, err error) string {
 	n := len(b)
 	byteAt := func(i int) int {
 		if i < n {
