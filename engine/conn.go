@@ -109,7 +109,7 @@ func (c *Conn) MaxPacket() int { return c.maxPacket }
 func (c *Conn) Domain() *memreg.Domain { return c.pd }
 
 // build lays out a packet of type t in a fresh buffer from the port. When
-// the port pads (padPort), a placeholder payload is left out and the
+// the port pads (paddingPort), a placeholder payload is left out and the
 // packet takes a header buffer, as does any other packet that fits one.
 func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
 	var err error
@@ -118,7 +118,7 @@ func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
 	case pp != nil && payload > 0:
 		buf := pp.HeaderBuffer()
 		err = proto.BuildPlaceholder(pkt, buf[:cap(buf)], t, payload)
-	case pp != nil && hlen+payload+proto.TrailerLen <= link.HeaderBufferLen:
+	case pp != nil && hlen+payload+proto.TrailerLen <= pp.HeaderBufferLen():
 		buf := pp.HeaderBuffer()
 		err = proto.Build(pkt, buf[:cap(buf)], t, records, payload)
 	default:

@@ -22,7 +22,7 @@ type Endpoint struct {
 	cfg       Config
 	clock     clock.Clock
 	port      link.Port
-	padPort   link.PadPort // the port, when placeholder payloads travel as its padding
+	padPort   paddingPort // the port, when placeholder payloads travel as its padding
 	random    io.Reader
 	conns     map[uint32]*Conn           // by local connection id
 	accepted  map[acceptKey]*Conn        // CONNECTs answered, by (source, initiator's id)
@@ -52,9 +52,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		conns: map[uint32]*Conn{}, accepted: map[acceptKey]*Conn{},
 		closed: map[uint32]*closedConn{}, closedKey: map[acceptKey]clock.Time{},
 	}
-	if pp, ok := port.(link.PadPort); ok && cfg.PlaceholderPayloads {
-		// A placeholder's payload need not take a full-size buffer: its
-		// datagram carries the header, and the rest as padding.
+	if pp, ok := port.(paddingPort); ok && cfg.PlaceholderPayloads {
 		e.padPort = pp
 	}
 	if cfg.InboundCapacity > 0 && !cfg.NoRateHints {

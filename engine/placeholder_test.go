@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
@@ -39,7 +38,7 @@ func placeholderWorkload(t *testing.T, placeholders bool) mixedRun {
 			return
 		}
 		run.data++
-		if d.Pad > 0 && cap(d.Data) == link.HeaderBufferLen {
+		if d.Pad > 0 && cap(d.Data) == netem.HeaderBufferLen {
 			run.padded++
 		}
 	})

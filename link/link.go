@@ -34,17 +34,12 @@ func (e ECN) String() string {
 // Datagram is one UDP datagram and the IP header fields the transport uses.
 // The plane a datagram travels is the one its source address belongs to; its
 // UDP source port is the path's ECMP entropy.
-//
-// The fields an emulator reads at every hop (the size, the ECN mark) come
-// first, in the first 30 bytes, and the addresses, read at the ends, after
-// them.
 type Datagram struct {
 	Data []byte
 	// Pad is how many bytes the datagram carries on the wire after Data
 	// without their being materialized: a simulation's placeholder
-	// payload (and trailer), which only the emulator carries (a PadPort).
-	// Zero on every other port. (32 bits: a datagram is at most 64 KiB,
-	// and the fields an emulator reads at every hop fit in less.)
+	// payload and trailer. Only the emulator carries them; every other
+	// port drops a datagram with Pad set and counts it.
 	Pad      int32
 	ECN      ECN
 	DSCP     uint8 // 0..63
@@ -53,21 +48,6 @@ type Datagram struct {
 
 // Size is the datagram's length on the wire: Data and Pad.
 func (d *Datagram) Size() int { return len(d.Data) + int(d.Pad) }
-
-// A PadPort carries datagrams with Pad bytes (the emulator): what it
-// delivers keeps the sender's Pad, and HeaderBuffer hands out the small
-// buffers such datagrams need, so that thousands of them in flight do not
-// each hold a full-size buffer.
-type PadPort interface {
-	Port
-	// HeaderBuffer returns an empty buffer (length 0) with capacity for
-	// HeaderBufferLen bytes, owned as Buffer's are.
-	HeaderBuffer() []byte
-}
-
-// HeaderBufferLen is the capacity of a PadPort's header buffers: room for
-// any header of a data packet, or an ACK of up to four records.
-const HeaderBufferLen = 256
 
 // Port sends datagrams on behalf of one host.
 type Port interface {

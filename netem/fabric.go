@@ -55,7 +55,7 @@ type proc struct {
 	idx         int
 	sched       Scheduler
 	freeBufs    [][]byte
-	freeHeaders [][]byte // link.HeaderBufferLen each
+	freeHeaders [][]byte // HeaderBufferLen each
 	freePackets []*packet
 	nextPacket  uint64
 	noRoute     uint64
@@ -504,9 +504,17 @@ func (h *Host) Attach(r link.Receiver) {
 // Buffer returns an empty buffer with capacity Config.MaxDatagram.
 func (h *Host) Buffer() []byte { return h.fab.buffer(h.p) }
 
-// HeaderBuffer returns an empty buffer with capacity link.HeaderBufferLen,
-// for a datagram whose payload is padding (link.PadPort).
+// HeaderBuffer returns an empty buffer with capacity HeaderBufferLen, for
+// a datagram whose payload is padding (link.Datagram.Pad) or a small
+// control packet.
 func (h *Host) HeaderBuffer() []byte { return h.p.headerBuffer() }
+
+// HeaderBufferLen is the capacity of a header buffer.
+func (h *Host) HeaderBufferLen() int { return HeaderBufferLen }
+
+// HeaderBufferLen is the capacity of a host's header buffers: room for any
+// header of a data packet, or an ACK of up to four records.
+const HeaderBufferLen = 256
 
 // Send injects datagrams from this host. Each Src must be one of this host's
 // addresses; it picks the plane. Send takes ownership of every Data buffer.
@@ -547,14 +555,14 @@ func (p *proc) headerBuffer() []byte {
 		p.freeHeaders = p.freeHeaders[:n-1]
 		return b[:0]
 	}
-	return make([]byte, 0, link.HeaderBufferLen)
+	return make([]byte, 0, HeaderBufferLen)
 }
 
 func (f *Fabric) recycle(p *proc, b []byte) {
 	switch {
 	case cap(b) >= f.cfg.MaxDatagram:
 		p.freeBufs = append(p.freeBufs, b[:0])
-	case cap(b) == link.HeaderBufferLen:
+	case cap(b) == HeaderBufferLen:
 		p.freeHeaders = append(p.freeHeaders, b[:0])
 	}
 }
@@ -627,7 +635,7 @@ func (f *Fabric) clone(p *proc, pkt *packet) *packet {
 	*c = *pkt
 	c.id = id
 	buf := f.buffer(p)
-	if cap(pkt.d.Data) == link.HeaderBufferLen {
+	if cap(pkt.d.Data) == HeaderBufferLen {
 		buf = p.headerBuffer()
 	}
 	c.d.Data = append(buf, pkt.d.Data...)

@@ -50,7 +50,7 @@ func TestPaddedDatagramIsItsWholeSize(t *testing.T) {
 		got = append(got, link.Datagram{Data: slices.Clone(d.Data), Pad: d.Pad})
 	}))
 	header := f.Host(0).HeaderBuffer()
-	if cap(header) != link.HeaderBufferLen {
+	if cap(header) != HeaderBufferLen {
 		t.Fatalf("header buffer of %d bytes", cap(header))
 	}
 	d := datagram(f, 0, 1, 0, 50000, 0, 0, link.ECT0)
@@ -70,7 +70,7 @@ func TestPaddedDatagramIsItsWholeSize(t *testing.T) {
 	if st := f.Uplink(0, 0).Stats(); st.Bytes != 1184 {
 		t.Errorf("uplink counted %d bytes", st.Bytes)
 	}
-	if again := f.Host(0).HeaderBuffer(); cap(again) != link.HeaderBufferLen || &again[:1][0] != &header[:1][0] {
+	if again := f.Host(0).HeaderBuffer(); cap(again) != HeaderBufferLen || &again[:1][0] != &header[:1][0] {
 		t.Errorf("the header buffer was not recycled as one")
 	}
 }

@@ -33,11 +33,6 @@ func (p *Packet) Ext() []byte { return p.ext }
 // Trailer returns the CRC trailer. A placeholder has none: do not call it.
 func (p *Packet) Trailer() Trailer { return Trailer(p.raw[len(p.raw)-TrailerLen:]) }
 
-// Pad is how many of the packet's bytes, after Bytes, are not materialized:
-// its payload and trailer if it is a placeholder (BuildPlaceholder,
-// DecodePlaceholder), else 0.
-func (p *Packet) Pad() int { return p.pad }
-
 // The extension accessors below return the view of the packet's type. Calling
 // one that does not belong to the type returns a view of the wrong bytes, or
 // panics when the packet is too short: switch on Type first.
@@ -120,47 +115,6 @@ func (p *Packet) DecodeNoCRC(b []byte) error {
 		return ErrTruncated
 	}
 	return p.decodeChecked(b)
-}
-
-// placeholderPayload is the Payload of every placeholder packet: a view of
-// its length, of bytes nothing writes or reads.
-var placeholderPayload [MaxPacketLen]byte
-
-// DecodePlaceholder is DecodeNoCRC for a placeholder (BuildPlaceholder): b
-// is its header and pad the bytes of payload and trailer that were not
-// materialized. Every check of the header runs against the whole length;
-// Payload is a read-only view of pad - TrailerLen bytes that are not the
-// packet's. No receiver that follows the spec accepts a placeholder.
-func (p *Packet) DecodePlaceholder(b []byte, pad int) error {
-	if pad < TrailerLen || len(b) < CommonHeaderLen || pad > MaxPacketLen-len(b) {
-		return ErrTruncated
-	}
-	c := CommonHeader(b)
-	t := c.Type()
-	if c.Version() != Version {
-		return ErrVersion
-	}
-	if !t.Known() {
-		return ErrUnknownType
-	}
-	// Only packets with a payload are placeholders, and no ACK has one.
-	hlen, err := HeaderLen(t, 0)
-	if err != nil || t == TypeAck || int(c.HdrLen())*4 != hlen || len(b) != hlen {
-		return ErrHeaderLength
-	}
-	n := pad - TrailerLen
-	q := Packet{
-		Common:  c[:CommonHeaderLen:CommonHeaderLen],
-		Payload: placeholderPayload[:n:n],
-		raw:     b,
-		ext:     b[CommonHeaderLen:hlen],
-		pad:     pad,
-	}
-	if err := q.checkPayload(); err != nil {
-		return err
-	}
-	*p = q
-	return nil
 }
 
 // decodeChecked runs steps 3-6 on b, known to be at least MinPacketLen long.
@@ -252,49 +206,6 @@ func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
 	}
 	return nil
 }
-
-// BuildPlaceholder is Build for a placeholder: a packet of a simulation
-// whose payload (payloadLen bytes) and trailer are not materialized. buf
-// holds the header only; Bytes is the header, Pad the rest of the length,
-// and Payload a read-only view of payloadLen bytes that are not the
-// packet's (fill nothing in). A placeholder's datagram carries Bytes as
-// its data and Pad as its link.Datagram.Pad; the receiver reads it with
-// DecodePlaceholder. No receiver that follows the spec accepts it.
-func BuildPlaceholder(p *Packet, buf []byte, t Type, payloadLen int) error {
-	if t == TypeAck {
-		return ErrPayload // an ACK has no payload to leave out
-	}
-	hlen, err := HeaderLen(t, 0)
-	if err != nil {
-		return err
-	}
-	if payloadLen < 0 || (payloadLen > 0 && !typeTable[t].hasPayload) {
-		return ErrPayload
-	}
-	if hlen > len(buf) || hlen+payloadLen+TrailerLen > MaxPacketLen {
-		return ErrBufferSize
-	}
-	b := buf[:hlen]
-	clear(b)
-	c := CommonHeader(b[:CommonHeaderLen:CommonHeaderLen])
-	c.SetVersion(Version)
-	c.SetType(t)
-	c.SetHdrLen(uint8(hlen / 4))
-	*p = Packet{
-		Common:  c,
-		Payload: placeholderPayload[:payloadLen:payloadLen],
-		raw:     b,
-		ext:     b[CommonHeaderLen:hlen],
-		pad:     payloadLen + TrailerLen,
-	}
-	return nil
-}
-
-// Unsealed returns the packet with its trailer as the buffer held it, no
-// CRC written: for a simulation whose packets nothing corrupts, read with
-// DecodeNoCRC. No receiver that follows the spec accepts it. (A
-// placeholder's is its header.)
-func (p *Packet) Unsealed() []byte { return p.raw }
 
 // Seal writes the CRC32C trailer over everything before it and returns the
 // finished packet. Call it after the last field and payload byte are set.
