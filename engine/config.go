@@ -131,6 +131,8 @@ type Config struct {
 	// (and memreg keys, when the registry is made from this config).
 	// Default crypto/rand. Simulations pass a seeded source.
 	Random io.Reader
+	// Tracer, when set, hears of the sender's decisions (TraceEvent).
+	Tracer Tracer
 }
 
 func (c *Config) fill() error {

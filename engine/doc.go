@@ -28,4 +28,5 @@
 //	config.go      settings; constants.go the spec's values and the defaults
 //	api.go         work requests, completions and events
 //	telemetry.go   counters and per-path telemetry
+//	trace.go       the optional Tracer of the sender's decisions
 package engine

@@ -23,6 +23,7 @@ type Endpoint struct {
 	clock     clock.Clock
 	port      link.Port
 	padPort   paddingPort // the port, when placeholder payloads travel as its padding
+	tracer    Tracer      // Config.Tracer
 	random    io.Reader
 	conns     map[uint32]*Conn           // by local connection id
 	accepted  map[acceptKey]*Conn        // CONNECTs answered, by (source, initiator's id)
@@ -48,7 +49,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		r = rand.Reader
 	}
 	e := &Endpoint{
-		cfg: cfg, clock: clk, port: port, random: r,
+		cfg: cfg, clock: clk, port: port, random: r, tracer: cfg.Tracer,
 		conns: map[uint32]*Conn{}, accepted: map[acceptKey]*Conn{},
 		closed: map[uint32]*closedConn{}, closedKey: map[acceptKey]clock.Time{},
 	}

@@ -19,6 +19,10 @@ func (p *sendPath) PathChanged(from pathmgr.State, repath bool) {
 	p.rateChanged()
 	c := p.s.c
 	to := p.State()
+	if c.ep.tracer != nil && (from != to || repath) {
+		c.trace(TraceEvent{Kind: TracePath, Path: int(p.ID()), From: from, To: to, Repath: repath,
+			SrcPort: p.Port(), Epoch: p.Epoch()})
+	}
 	if o, ok := c.events.(PathObserver); ok && (from != to || repath) {
 		o.PathChanged(c, PathEvent{Path: int(p.ID()), Plane: p.Plane(), From: from, To: to, Repath: repath,
 			SrcPort: p.Port(), Epoch: p.Epoch(), At: c.ep.clock.Now()})
@@ -30,7 +34,7 @@ func (p *sendPath) PathChanged(from pathmgr.State, repath bool) {
 func (p *sendPath) planeDown() {
 	for psn := p.oldest; psn != p.next; psn++ {
 		if r := p.slot(psn); !r.resolved && r.psn == psn {
-			p.resolveLost(r, psn)
+			p.resolveLost(r, psn, LossPlaneDown)
 		}
 	}
 	p.advance()

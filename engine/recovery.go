@@ -60,7 +60,7 @@ func (p *sendPath) onRTO() {
 	s.stats.Timeouts++
 	for psn := p.oldest; psn != p.next; psn++ {
 		if r := p.slot(psn); !r.resolved {
-			p.resolveLost(r, psn)
+			p.resolveLost(r, psn, LossTimeout)
 		}
 	}
 	p.advance()

@@ -87,7 +87,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		case !s.c.tp.gapsLost():
 			continue // left for a resend from the PSN the receiver names
 		default:
-			p.resolveLost(r, psn)
+			p.resolveLost(r, psn, LossGap)
 			missed++
 		}
 		resolved = true
@@ -112,6 +112,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 
 func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	r.resolved = true
+	if p.s.c.ep.tracer != nil {
+		p.s.c.trace(TraceEvent{Kind: TraceAcked, Path: int(p.ID()), PSN: r.psn, DSN: r.dsn, RTT: at.Sub(r.sentAt)})
+	}
 	if r.sentAt > p.s.newestAcked {
 		p.s.newestAcked, p.s.newestRTT = r.sentAt, at.Sub(r.sentAt)
 	}
@@ -123,11 +126,14 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 // resolveLost declares the transmission with PSN psn lost and queues its
 // content for retransmission, unless it was acknowledged another way or a
 // later transmission of it is still out.
-func (p *sendPath) resolveLost(r *sendRec, psn uint32) {
+func (p *sendPath) resolveLost(r *sendRec, psn uint32, cause LossCause) {
 	r.resolved = true
 	p.released()
 	p.Counters.Lost++
 	s := p.s
+	if s.c.ep.tracer != nil {
+		s.c.trace(TraceEvent{Kind: TraceLost, Path: int(p.ID()), PSN: psn, DSN: r.dsn, Loss: cause})
+	}
 	d := s.record(r.dsn)
 	if d == nil || d.acked || d.queued || d.waiting || d.path != p.ID() || d.psn != psn {
 		return

@@ -361,7 +361,9 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 		return
 	}
 	c.emit(&pkt, p.Plane(), p.Port())
-
+	if c.ep.tracer != nil {
+		c.trace(TraceEvent{Kind: TraceSent, Path: int(p.ID()), PSN: psn, DSN: d, Bytes: int(r.n), Retransmit: retx, Probe: probe})
+	}
 	p.Counters.PacketsSent++
 	p.Counters.BytesSent += uint64(r.n)
 	s.stats.Packets++

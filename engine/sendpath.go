@@ -91,7 +91,11 @@ func (p *sendPath) rateChanged() {
 
 // windowChanged follows a change of the path's congestion window.
 func (p *sendPath) windowChanged() {
-	p.window = p.cwin.Packets()
+	w := p.cwin.Packets()
+	if c := p.s.c; w != p.window && c.ep.tracer != nil {
+		c.trace(TraceEvent{Kind: TraceWindow, Path: int(p.ID()), Value: float64(w)})
+	}
+	p.window = w
 	p.rateChanged()
 }
 

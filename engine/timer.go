@@ -36,6 +36,9 @@ func (p *sendPath) onTimer() {
 		return
 	}
 	now := c.ep.clock.Now()
+	if c.ep.tracer != nil {
+		c.trace(TraceEvent{Kind: TraceTimer, Path: int(p.ID()), From: p.State(), To: p.State()})
+	}
 	if !c.tp.expired(p, now) {
 		return
 	}

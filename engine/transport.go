@@ -130,6 +130,9 @@ func (multipath) hint(s *sender, h uint64) bool {
 		s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new one back
 	}
 	lower := hint < s.hint
+	if hint != s.hint && s.c.ep.tracer != nil {
+		s.c.trace(TraceEvent{Kind: TraceHint, Path: -1, Value: hint})
+	}
 	s.hint = hint
 	return lower
 }
