@@ -1,5 +1,5 @@
-// The sender's DSN ring: what each DSN in flight carries and whether it
-// is acknowledged (spec section 6.5).
+// The sender's DSN ring. It records what each DSN in flight carries and
+// whether it is acknowledged (spec section 6.5).
 
 package engine
 
@@ -8,20 +8,27 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// dsnRecord is what the sender keeps per DSN in flight: where its content
-// lies (no copy of the payload: a retransmission is rebuilt from the source
-// region) and its latest transmission.
+// dsnRecord is what the sender keeps per DSN in flight. It keeps no copy of
+// the payload. A retransmission carries exactly the original's content
+// (spec section 6.5), so it is rebuilt from the source buffer.
 type dsnRecord struct {
-	msg      *message
-	off      uint32
-	n        uint32
-	acked    bool
-	queued   bool       // in the retransmit queue
-	waiting  bool       // refused with RNR or RESOURCE: resend at retryAt
-	refusals uint8      // how often: each doubles the wait
-	retryAt  clock.Time //
-	path     uint8      // latest transmission
-	psn      uint32
+	// The content, bytes off to off+n of msg.
+	msg *message
+	off uint32
+	n   uint32
+
+	// The latest transmission.
+	path uint8
+	psn  uint32
+
+	acked  bool
+	queued bool // in the retransmit queue
+
+	// Refusals with RNR or RESOURCE. A refused DSN waits and is resent at
+	// retryAt. Each refusal doubles the wait.
+	waiting  bool
+	refusals uint8
+	retryAt  clock.Time
 }
 
 // record returns the record of DSN d if d is in flight.
@@ -32,9 +39,9 @@ func (s *sender) record(d uint32) *dsnRecord {
 	return &s.ring[d&s.mask]
 }
 
-// growRing doubles the DSN ring, moving the records in flight to their
-// places in the larger one. The window check before newDSN keeps the
-// ring within the window.
+// growRing doubles the DSN ring and moves the records in flight to their
+// places in the larger one. The window check before newDSN keeps the ring
+// within the window.
 func (s *sender) growRing() {
 	bigger := make([]dsnRecord, 2*len(s.ring))
 	mask := uint32(len(bigger) - 1)
@@ -53,7 +60,7 @@ func (s *sender) newDSN(m *message) *dsnRecord {
 	s.nextDSN++
 	n := min(m.seg, m.length-m.next)
 	if m.typ == proto.TypeReadReq {
-		n = 0 // one packet, no payload: the data comes back
+		n = 0 // a READ is one packet with no payload; the data comes back
 		s.readsActive++
 	}
 	r := &s.ring[d&s.mask]
@@ -65,7 +72,7 @@ func (s *sender) newDSN(m *message) *dsnRecord {
 		m.allSent = true
 		s.streams[s.streamOf(m)].sendIdx++
 		if m.typ == proto.TypeReadResp {
-			s.c.rcv.readsIn-- // served: the responder's READ is no longer outstanding
+			s.c.rcv.readsIn-- // served, so the responder's READ is no longer outstanding (spec section 6.5)
 		}
 	}
 	return r
@@ -82,7 +89,7 @@ func (s *sender) ackDSN(d uint32) {
 	if r.refusals > 0 {
 		k := s.streamOf(m)
 		st := &s.streams[k]
-		st.refused-- // accepted at last: the stream may send again when none is left
+		st.refused-- // accepted at last; the stream may send again when none is left
 		if st.refused == 0 {
 			s.ready.set(k)
 		}

@@ -1,5 +1,5 @@
-// Outgoing messages: posting, segmenting into DSNs per stream, and
-// completing in MSN order per stream (spec section 6.5).
+// Outgoing messages. This file posts them, cuts them into DSNs per stream,
+// and completes them in MSN order per stream (spec section 6.5).
 
 package engine
 
@@ -10,57 +10,61 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// message is a posted WRITE, WRITE_IMM or SEND on its way out. What each
-// of its packets reads lies in its first two lines: its own progress
-// first, then the request, whose stream is in the first line and whose
-// target and immediate in the second. A message is four whole lines
-// (messageSize: allocated on a line, it lies across no more of them;
-// TestMessageIsWholeLines, on 64-bit machines).
+// message is a message on its way out. It is a posted WRITE, WRITE_IMM,
+// SEND or READ, or a READ response this side sends as responder.
 type message struct {
-	unacked int // DSNs of it sent and not yet acknowledged
-	length  uint32
-	msn     uint32
-	rsn     uint32
-	seg     uint32 // payload bytes per packet
-	next    uint32 // offset of the next first transmission
-	typ     proto.Type
-	allSent bool
-	done    bool // acknowledged, or failed
-	failed  bool // reported already with an error status
-	wr      SendWR
-	list    sgl    // the local buffers
-	one     [1]SGE // list's storage when the request has one buffer
+	// The request and the local buffers its bytes come from or go to.
+	typ      proto.Type
+	wr       SendWR
+	list     sgl    // the local buffers
+	one      [1]SGE // list's storage when the request has one buffer
+	internal bool   // a READ response, with no completion for the application
 
-	// READ requester: the tag, and the response bytes arrived.
+	// Its place on its stream, and its size.
+	msn    uint32
+	rsn    uint32
+	length uint32
+	seg    uint32 // payload bytes per packet
+
+	// Progress.
+	next    uint32 // offset of the next first transmission
+	allSent bool
+	unacked int  // DSNs of it sent and not yet acknowledged
+	done    bool // acknowledged, or failed
+	failed  bool // already reported with an error status
+
+	// READs. The tag names the READ at both ends. The requester counts the
+	// response bytes that arrived. The responder reads from srcOff in the
+	// region srcKey.
 	tag      uint32
 	readGot  uint32
 	readDone bool
-	// READ responder (typ READ_RESP, internal): the region read from.
 	srcKey   uint64
 	srcOff   uint64
-	internal bool // no completion for the application
 }
 
-// finished reports whether every part of the message is done: every DSN
-// acknowledged and, for a READ, every response byte arrived.
+// finished reports whether every part of the message is done. Every DSN is
+// acknowledged and, for a READ, every response byte has arrived.
 func (m *message) finished() bool {
 	return m.allSent && m.unacked == 0 && (m.typ != proto.TypeReadReq || m.readDone)
 }
 
 // sendStream is one stream's outgoing messages, in MSN order.
 type sendStream struct {
-	msn, rsn uint32
-	queue    []*message // from head: not yet completed
+	msn, rsn uint32     // the next MSN and RSN to give
+	queue    []*message // not yet completed, from head
 	head     int
-	sendIdx  int // first message with bytes never sent
-	// refused counts the stream's DSNs the receiver refused (RNR,
-	// RESOURCE) and has not acknowledged since. While there are any, the
+	sendIdx  int // the first message with bytes never sent
+
+	// refused counts the stream's DSNs that the receiver refused with RNR
+	// or RESOURCE and has not acknowledged since. While there are any, the
 	// stream sends no new data, which would be refused for the same reason
-	// (no receive posted, no room). The oldest of them, probe, is resent
-	// after the receiver's RetryAfter (backed off) to find out when it is
-	// ready; the others wait (retryAt Never) until it is accepted, as
-	// RoCE's RNR retry goes back to the oldest refused PSN: a receiver that
-	// stays unready costs one packet per retry, not one per refused packet.
+	// (spec section 7). The oldest refused DSN is the probe. It is resent
+	// after the receiver's RetryAfter, backed off, to find out when the
+	// receiver is ready. The others wait, with retryAt Never, until the
+	// probe is accepted. RoCE's RNR retry likewise goes back to the oldest
+	// refused PSN. A receiver that stays unready then costs one packet per
+	// retry, not one per refused packet.
 	refused int
 	probing bool
 	probe   uint32
@@ -122,8 +126,9 @@ func (s *sender) post(wr SendWR) error {
 	return nil
 }
 
-// queueResponse queues the READ_RESP packets answering a READ_REQ: the
-// responder's own data, in its own sequence spaces, on the internal stream.
+// queueResponse queues the READ_RESP packets that answer a READ_REQ. They
+// carry the responder's own data in its own sequence spaces (spec section
+// 5.4), on the internal stream.
 func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
 	s.equip()
 	hlen, _ := proto.HeaderLen(proto.TypeReadResp, 0)
@@ -138,10 +143,10 @@ func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
 }
 
 // nextMessage picks the next stream with bytes to send, round robin. A
-// stream whose next message is a READ waits while the READ limit is reached.
-// It looks only at the streams marked ready (most of a connection's are
-// idle, and each is a cache line of state), and unmarks those it finds
-// with nothing to send.
+// stream whose next message is a READ waits while the READ limit is
+// reached. It looks only at the streams marked ready, because most of a
+// connection's streams are idle. It unmarks those it finds with nothing to
+// send.
 func (s *sender) nextMessage() *message {
 	n := len(s.streams)
 	from := s.rrStream % n
@@ -149,7 +154,7 @@ func (s *sender) nextMessage() *message {
 		for k := s.ready.next(span[0], span[1]); k >= 0; k = s.ready.next(k+1, span[1]) {
 			st := &s.streams[k]
 			if st.sendIdx >= len(st.queue) || st.refused > 0 {
-				s.ready.clear(k) // until a post, or its refused DSNs are accepted
+				s.ready.clear(k) // until a post, or until its refused DSNs are accepted
 				continue
 			}
 			m := st.queue[st.sendIdx]
@@ -171,9 +176,10 @@ func (s *sender) streamOf(m *message) int {
 	return int(m.wr.Stream)
 }
 
-// copyPayload fills a packet's payload from the message's source: the
-// posted local buffer, or, for a READ response, the region the peer reads,
-// looked up again so that a region deregistered mid-response is never read.
+// copyPayload fills a packet's payload from the message's source. That is
+// the posted local buffer or, for a READ response, the region the peer
+// reads. The region is looked up again for every packet, so that a region
+// deregistered in the middle of a response is never read.
 func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
 	if len(payload) == 0 {
 		return true
@@ -200,8 +206,9 @@ func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
 	return true
 }
 
-// onReadData places READ response data at the requester (spec section 9
-// steps 13-15 for READ_RESP); it returns the NACK code refusing it, or 0.
+// onReadData places READ response data at the requester (spec section 9,
+// steps 13 to 15 for READ_RESP). It returns the NACK code that refuses the
+// data, or 0.
 func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackCode {
 	m := s.reads[tag]
 	if m == nil {
@@ -210,9 +217,9 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 	if length != m.length {
 		return proto.NackBounds
 	}
-	if !s.c.ep.cfg.PlaceholderPayloads { // else nothing to place: the decoder held off+len within length
+	if !s.c.ep.cfg.PlaceholderPayloads { // else there is nothing to place, and the decoder checked off+len against length
 		if err := m.list.scatter(off, payload); err != nil {
-			return proto.NackBounds // checked at post; a bug if it happens
+			return proto.NackBounds // checked at post, so this is a bug
 		}
 	}
 	m.readGot += uint32(len(payload))
@@ -225,7 +232,7 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 			m.done = true
 			s.complete(uint16(s.streamOf(m)))
 		}
-		s.pump() // a READ slot is free: the next READ may go
+		s.pump() // a READ slot is free, so the next READ may go
 	}
 	return 0
 }

@@ -1,6 +1,7 @@
-// What the sender does on a path's events: transitions, planes going
-// down and up, probes and their replies, loss outliers (spec sections 6.3
-// and 6.4; the state machine itself is pathmgr.Path).
+// What the sender does on a path's events. This file handles state
+// transitions, planes going down and up, probes and their replies, and loss
+// outliers (spec sections 6.3 and 6.4). The state machine itself is
+// pathmgr.Path.
 
 package engine
 
@@ -12,9 +13,9 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// PathChanged follows a transition of the path's state machine
-// (pathmgr.Listener): the pacing rate counts the path's window only while
-// it is in use, and the application hears of the change.
+// PathChanged follows a transition of the path's state machine, as its
+// pathmgr.Listener. The pacing rate counts the path's window only while the
+// path is in use, and the application hears of the change.
 func (p *sendPath) PathChanged(from pathmgr.State, repath bool) {
 	p.rateChanged()
 	c := p.s.c
@@ -29,8 +30,9 @@ func (p *sendPath) PathChanged(from pathmgr.State, repath bool) {
 	}
 }
 
-// planeDown is multipath's: the path leaves service with its plane, and
-// what it had in flight is resent on other paths.
+// planeDown is multipath's handling of a plane that went down. The path
+// leaves service with its plane, and what it had in flight is resent on
+// other paths.
 func (p *sendPath) planeDown() {
 	for psn := p.oldest; psn != p.next; psn++ {
 		if r := p.slot(psn); !r.resolved && r.psn == psn {
@@ -42,8 +44,8 @@ func (p *sendPath) planeDown() {
 	p.PlaneDown()
 }
 
-// planeUp is multipath's: the path is probed and takes data again once a
-// probe is answered.
+// planeUp is multipath's handling of a plane that came back. The path is
+// probed, and it takes data again once a probe is answered.
 func (p *sendPath) planeUp(now clock.Time) {
 	p.timeouts = 0
 	p.PlaneUp(true)
@@ -51,8 +53,8 @@ func (p *sendPath) planeUp(now clock.Time) {
 	p.armTimer(now)
 }
 
-// repath moves the path to a new source port (pathmgr.Path.Repath); its
-// PSN space continues at the next PSN.
+// repath moves the path to a new source port (pathmgr.Path.Repath). Its PSN
+// space continues at the next PSN (spec section 6.3).
 func (p *sendPath) repath(now clock.Time) bool { return p.Repath(now, p.next) }
 
 // sendProbe sends a PROBE on the path (spec section 5.10).
@@ -71,10 +73,10 @@ func (p *sendPath) sendProbe() {
 	c.emit(&pkt, p.Plane(), p.Port())
 }
 
-// onProbeReply takes a PROBE_REPLY: an RTT sample, and an ASSUMED_BAD
-// path back in service.
+// onProbeReply takes a PROBE_REPLY. It gives an RTT sample, and brings an
+// ASSUMED_BAD path back into service.
 func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
-	s.equip() // a reply names a path: counted against it, or as bad, as always
+	s.equip() // a reply names a path, which is checked even before any send
 	id := int(pkt.Common.PathID())
 	if id >= len(s.paths) {
 		s.stats.BadAcks++
@@ -96,10 +98,10 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 }
 
 // checkLoss adds one ACK record's verdicts on the path's packets to its
-// loss measurement. At the end of a round it moves the path to a new
-// source port when its loss stands out from the other paths' average
-// (pathmgr.Path.LossOutlier). Random loss that hits every path alike
-// changes nothing: loss is not congestion here.
+// loss measurement. At the end of a round it moves the path to a new source
+// port when its loss stands out from the other paths' average (see
+// pathmgr.Path.LossOutlier). Random loss that hits every path alike changes
+// nothing, because loss is not taken as congestion here.
 func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	factor := p.s.c.ep.cfg.LossOutlierFactor
 	if !p.CountLoss(acked, lost) || factor < 0 {
@@ -122,10 +124,10 @@ func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	p.RestartLoss(others / float64(n))
 }
 
-// SetPlaneUp tells the endpoint that a plane (a NIC port) went down or came
+// SetPlaneUp tells the endpoint that a plane, a NIC port, went down or came
 // back, as the NIC's link state says. The paths of every connection on that
-// plane stop (DOWN: what they had in flight is resent on the others) or are
-// probed and return to service.
+// plane go DOWN, and what they had in flight is resent on the others. When
+// the plane comes back they are probed and return to service.
 func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 	now := e.clock.Now()
 	for _, id := range e.connIDs() {

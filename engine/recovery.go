@@ -1,5 +1,6 @@
-// Loss recovery beyond the selective acks: the retransmit queue, tail
-// probes, retransmission timeouts and copies on another plane.
+// Loss recovery beyond the selective acks. This file holds the retransmit
+// queue, tail probes, retransmission timeouts and copies on another plane
+// (spec section 6.6).
 
 package engine
 
@@ -13,7 +14,7 @@ import (
 func (s *sender) popRetx() {
 	s.retxHead++
 	switch {
-	case s.retxHead == len(s.retx): // empty: start over, keeping the capacity
+	case s.retxHead == len(s.retx): // empty, so start over and keep the capacity
 		s.retx, s.retxHead = s.retx[:0], 0
 	case s.retxHead > 64 && 2*s.retxHead > len(s.retx):
 		n := copy(s.retx, s.retx[s.retxHead:])
@@ -21,8 +22,8 @@ func (s *sender) popRetx() {
 	}
 }
 
-// tailProbe resends the newest unresolved packet of the path, asking for an
-// acknowledgment, so the receiver reports what the path delivered.
+// tailProbe resends the newest unresolved packet of the path with AR set,
+// so that the receiver reports what the path delivered (spec section 6.6).
 func (p *sendPath) tailProbe() {
 	s := p.s
 	p.probed = true
@@ -39,21 +40,22 @@ func (p *sendPath) tailProbe() {
 		p.Counters.TailProbes++
 		s.transmit(r.dsn, d, p, true, true)
 		if s.unsent == 0 {
-			// Nothing follows the probe: lost, it would leave the path to
-			// its retransmission timeout. A copy goes on another plane.
+			// Nothing follows the probe. If it were lost, only the
+			// retransmission timeout would be left to find out. So a copy
+			// goes on another plane.
 			s.copyOnOtherPlane(r.dsn, d, p, -1, true)
 		}
 		return
 	}
 }
 
-// onRTO declares everything unresolved on the path lost: it is resent on
-// other paths. The path stops taking new data (ASSUMED_BAD) and is probed
-// until a probe or an acknowledgment shows it works; an unanswered probe
-// repaths it.
+// onRTO declares everything unresolved on the path lost, to be resent on
+// other paths. The path goes to ASSUMED_BAD and takes no new data (spec
+// section 6.4). It is probed until a probe or an acknowledgment shows it
+// works. An unanswered probe repaths it.
 func (p *sendPath) onRTO() {
 	s := p.s
-	p.cwin.OnTimeout() // this path only
+	p.cwin.OnTimeout() // this path's window only
 	p.windowChanged()
 	p.timedOut()
 	p.Counters.Timeouts++
@@ -68,10 +70,10 @@ func (p *sendPath) onRTO() {
 	p.sendProbe()
 }
 
-// settleMoot resolves, without counting them lost, the path's packets in
-// flight whose DSN another transmission delivered (a probe's copy on
-// another plane, a resend): no report of them matters any more, and a
-// timeout for them would cut a working path's window to one packet.
+// settleMoot resolves the path's packets in flight whose DSN another
+// transmission delivered, such as a probe's copy on another plane or a
+// resend. It does not count them lost. No report of them matters any more,
+// and a timeout for them would cut a working path's window to one packet.
 func (p *sendPath) settleMoot() {
 	s := p.s
 	for psn := p.oldest; psn != p.next; psn++ {
@@ -88,10 +90,12 @@ func (p *sendPath) settleMoot() {
 }
 
 // copyOnOtherPlane sends DSN dsn, sent on path p, once more on a path of
-// another plane whose window has room, when one has: the receiver takes
-// whichever comes first, and a transmission the other delivered is
-// settled without a loss (settleMoot). A path of plane avoid (where the
-// DSN was lost; -1: none) is taken only when no other has room.
+// another plane whose window has room, if there is one. The receiver takes
+// whichever copy comes first and counts the other as a duplicate (spec
+// section 6.6). The sender settles the transmission the other one delivered
+// without counting a loss (see settleMoot). A path of plane avoid, where
+// the DSN was lost, is taken only when no other has room. An avoid of -1
+// avoids no plane.
 func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid int, probe bool) {
 	for _, shun := range [2]bool{true, false} {
 		for i := 1; i < len(s.paths); i++ {
@@ -111,17 +115,18 @@ func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid i
 }
 
 // copyHead sends the oldest DSN not acknowledged once more, on a path of
-// another plane, when half of the receive window waits behind it and its
-// latest transmission is overdue by the margin of a tail probe: lost with
-// its resend (a burst takes both), it would hold the whole connection
-// once the window filled, for as long as its path took to find out.
-// Each transmission of it is copied at most once. Like a probe it waits
-// out the drain time: in an incast a packet at the back of the queue is
-// not late.
+// another plane. It does so when half of the receive window waits behind
+// that DSN and its latest transmission is overdue by the margin of a tail
+// probe. A burst can take a packet and its resend together. Lost twice, the
+// DSN would hold the whole connection once the window filled, for as long
+// as its path took to find out. Each transmission is copied at most once.
+//
+// Like a probe, the copy waits out the drain time. In an incast, a packet
+// at the back of the queue is not late.
 func (s *sender) copyHead(now clock.Time) {
 	r := s.record(s.una)
 	if s.c.state != Established || r == nil || r.acked || r.queued || r.waiting || int(r.path) >= len(s.paths) {
-		return // (an ACK's completion may have closed the connection)
+		return // an ACK's completion may have closed the connection
 	}
 	p := s.paths[r.path]
 	if latest := p.slot(r.psn); latest.psn != r.psn || latest.resolved ||
@@ -132,24 +137,33 @@ func (s *sender) copyHead(now clock.Time) {
 }
 
 // probeOverdue brings forward the tail probes of a connection with nothing
-// new to send. A lost last packet of a path is followed by nothing on that
-// path, and its timer, twice a smoothed RTT that a busy fabric's queues
-// inflate, runs from the path's last ACK, which came a window of packets
-// before the lost one was sent. Here a path's oldest packet in flight is
-// overdue, counted from when it was sent, after the round trip of the
-// newest packet an ACK reported received on any path (how long one takes
-// now) or the path's own smoothed RTT, whichever is longer, plus half of
-// it (at least ProbeMin: the planes' queues differ most at the tail),
-// plus the drain time (an incast's packets wait their turn in one queue).
+// new to send.
+//
+// Nothing follows a lost last packet on its path. The path's timer is twice
+// a smoothed RTT, which a busy fabric's queues inflate, and it runs from
+// the path's last ACK. That ACK came a window of packets before the lost
+// one was sent. So the timer alone finds the loss late.
+//
+// Here a path's oldest packet in flight is overdue some margin after it was
+// sent. The margin is the longer of two round trips, plus half of it. One
+// is the round trip of the newest packet an ACK reported received on any
+// path, which is how long a round trip takes now. The other is the path's
+// own smoothed RTT. The half is at least ProbeMin, since the planes' queues
+// differ most at the tail. The drain time comes on top, because an incast's
+// packets wait their turn in one queue.
+//
 // Once no more than tailPackets are in flight, the margin is the newest
-// round trip and ProbeMin: the path's smoothed RTT remembers the queues of
-// the busy part of a transfer, and half a round trip more is what the
-// planes' queues could differ by then; waiting either out costs the
-// completion more than a probe sent early costs the network (a packet,
-// and its copy). Without a receiver's hint there is no drain time to
-// wait for, and the tail's own queue can hold a packet past the margin:
-// the path's timer alone decides (the baseline's ACKs carry no hint). It
-// is reckoned on ACKs, after resends, and when the hint falls.
+// round trip plus ProbeMin. The path's smoothed RTT still remembers the
+// queues of the busy part of the transfer, and the extra half round trip
+// allows for how much the planes' queues could differ then. Waiting out
+// either costs the completion more than an early probe costs the network,
+// which is a packet and its copy.
+//
+// Without a receiver's hint there is no drain time to wait for, and the
+// tail's own queue can hold a packet past the margin. The path's timer
+// alone decides then, as it always does in the baseline, whose ACKs carry
+// no hint. probeOverdue runs on ACKs, after resends, and when the hint
+// falls.
 func (s *sender) probeOverdue(now clock.Time) {
 	if s.unsent != 0 || s.newestRTT == 0 || !s.hinted() {
 		return
@@ -164,7 +178,7 @@ func (s *sender) probeOverdue(now clock.Time) {
 		}
 		margin := s.overdueMargin(p)
 		if last {
-			// Not before the path's own shortest round trip: a slower
+			// Never before the path's own shortest round trip. A slower
 			// plane's packet is not late by a faster plane's RTT.
 			margin = max(s.newestRTT, p.RTT.Min) + cfg.ProbeMin
 		}
@@ -174,9 +188,9 @@ func (s *sender) probeOverdue(now clock.Time) {
 }
 
 // overdueMargin is how long after it was sent a packet on path p is
-// overdue: the newest round trip or the path's smoothed RTT, whichever is
-// longer, and half of it more (at least ProbeMin: the planes' queues can
-// differ by that much).
+// overdue. It is the longer of the newest round trip and the path's
+// smoothed RTT, plus half of it. The half is at least ProbeMin, since the
+// planes' queues can differ by that much.
 func (s *sender) overdueMargin(p *sendPath) time.Duration {
 	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, s.c.ep.cfg.ProbeMin) }
 	return max(late(s.newestRTT), late(p.RTT.SRTT))

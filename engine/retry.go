@@ -1,4 +1,4 @@
-// Refused packets: NACKs and their retries (spec section 7).
+// Refused packets, their NACKs and their retries (spec section 7).
 
 package engine
 
@@ -11,7 +11,7 @@ import (
 
 // onNack handles a refused packet (spec section 7).
 func (s *sender) onNack(pkt *proto.Packet) {
-	s.equip() // a refusal names a DSN and a path: handled as always
+	s.equip() // a refusal names a DSN and a path, which are checked even before any send
 	n := pkt.Nack()
 	code := n.Code()
 	r := s.record(n.DSN())
@@ -32,11 +32,12 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	s.c.tp.refused(s, n, r)
 }
 
-// onRefused is multipath's handling of a retryable NACK: the refused
-// transmission is resolved without counting it lost, and its DSN waits
-// the receiver's RetryAfter, doubled per refusal of the same content. A
-// stream with a refused DSN sends no new data until it is accepted (see
-// sendStream.refused). SEQ_ERR belongs to the baseline and is ignored.
+// onRefused is multipath's handling of a retryable NACK (spec section 7).
+// The refused transmission is resolved without counting it lost. Its DSN
+// waits the receiver's RetryAfter, doubled for each refusal of the same
+// content. A stream with a refused DSN sends no new data until the DSN is
+// accepted (see sendStream.refused). SEQ_ERR belongs to the baseline and is
+// ignored here.
 func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
 	code := n.Code()
 	if code == proto.NackSeqErr {
@@ -59,8 +60,8 @@ func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
 	now := s.c.ep.clock.Now()
 	r.queued = false
 	r.waiting = true
-	// Back off: the receiver's RetryAfter, doubled for each refusal of
-	// the same content (at most 64 times it).
+	// Back off. The wait is the receiver's RetryAfter, doubled for each
+	// refusal of the same content, up to 64 times RetryAfter.
 	wait := time.Duration(n.RetryAfter()) * time.Microsecond << min(r.refusals, 6)
 	st := &s.streams[s.streamOf(r.msg)]
 	if r.refusals == 0 {
@@ -72,15 +73,15 @@ func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
 	case !st.probing:
 		st.probing, st.probe = true, n.DSN()
 	case proto.SeqLess(n.DSN(), st.probe):
-		// An older packet refused (its NACK came by a slower path): it is
-		// the one to retry, as its receive is the one the application
-		// posts first; the later one waits.
+		// An older packet was refused after a later one, because its NACK
+		// came by a slower path. The older one is the one to retry, because
+		// the application posts its receive first. The later one waits.
 		if old := s.record(st.probe); old != nil && !old.acked && old.waiting {
 			old.retryAt = clock.Never
 		}
 		st.probe = n.DSN()
 	case st.probe != n.DSN():
-		r.retryAt = clock.Never // waits for the probe: see sendStream.refused
+		r.retryAt = clock.Never // waits for the probe, see sendStream.refused
 	}
 	s.waiting = append(s.waiting, n.DSN())
 	if r.retryAt != clock.Never && (s.retry.Deadline() == clock.Never || r.retryAt < s.retry.Deadline()) {
@@ -89,8 +90,8 @@ func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
 	s.pump()
 }
 
-// releaseRefused resends now the refused DSNs of stream that waited for
-// its probe: the receiver accepted that, so it is ready again.
+// releaseRefused makes the refused DSNs of stream that waited for its probe
+// due now. The receiver accepted the probe, so it is ready again.
 func (s *sender) releaseRefused(stream int) {
 	now := s.c.ep.clock.Now()
 	released := false

@@ -1,4 +1,4 @@
-// The scoreboard: applying an ACK's cumulative DSN and its per-path
+// The scoreboard. It applies an ACK's cumulative DSN and its per-path
 // selective-ack records (spec sections 5.5 and 6.6).
 
 package engine
@@ -10,18 +10,19 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// onAck processes an ACK: the cumulative DSN, then each path record.
+// onAck processes an ACK. It applies the cumulative DSN first, then each
+// path record.
 func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	ack := pkt.Ack()
 	before := s.una
-	lower := s.c.tp.hint(s, ack.RateHint()) // the receiver's share fell
+	lower := s.c.tp.hint(s, ack.RateHint()) // true when the receiver's share fell
 	s.newestAcked = 0
 	cum := ack.CumDSN()
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {
 		s.ackDSN(s.una)
 	}
 	if ack.RecordCount() > 0 {
-		s.equip() // records name paths: counted against them, or as bad, as always
+		s.equip() // records name paths, which are checked and counted even before any send
 	}
 	for i := 0; i < int(ack.RecordCount()); i++ {
 		rec := pkt.AckRecord(i)
@@ -32,8 +33,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		s.paths[rec.PathID()].onRecord(rec, at)
 	}
 	if lower {
-		// What is still in flight drains more slowly now (drainTime):
-		// the paths' timers, armed at the old share, are armed again.
+		// What is still in flight now drains more slowly (see drainTime).
+		// The paths' timers were armed at the old share, so they are armed
+		// again.
 		for _, p := range s.paths {
 			if p.inflight > 0 {
 				p.armTimer(at)
@@ -41,7 +43,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		}
 	}
 	if s.newestAcked > 0 || lower {
-		s.probeOverdue(at) // after a fall of the hint too: the timers were just armed from now
+		s.probeOverdue(at) // also after a fall of the hint, since the timers were just armed from now
 	}
 	s.c.tp.acked(s)
 	if s.una != before {
@@ -51,8 +53,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	s.c.tp.overdue(s, at)
 }
 
-// onRecord applies one ACK record to its path: RTT, CE, and every PSN it
-// resolves (spec section 5.5).
+// onRecord applies one ACK record to its path. It takes an RTT sample and
+// the CE count, and resolves every PSN the record covers (spec section
+// 5.5).
 func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	s := p.s
 	h, e := rec.HighestPSN(), rec.Epoch()
@@ -73,11 +76,11 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	es := p.EpochStart(e)
 	resolved := false
 	ackedBefore := p.Counters.Acked
-	var gotten, missed int // this report's verdicts, for the loss measurement
+	var gotten, missed int // this record's verdicts, for the loss measurement
 	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
 		r := p.slot(psn)
 		if r.resolved || r.psn != psn || proto.SeqLess(psn, es) {
-			continue // done, or sent in an earlier epoch: only a timeout resolves it
+			continue // done, or sent in an earlier epoch; only a timeout resolves it (spec section 6.3)
 		}
 		k := h - 1 - psn
 		switch {
@@ -101,8 +104,8 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		p.armTimer(at)
 		p.checkLoss(at, gotten, missed)
 	}
-	// A CE mark steers new packets to clear paths for a round trip
-	// (SKIP); the next clean report brings the path back.
+	// A CE mark steers new packets to clear paths for a round trip (SKIP,
+	// spec section 6.4). The next clean record brings the path back.
 	if marked > 0 {
 		p.Marked(at, max(p.RTT.SRTT, p.s.c.ep.cfg.AckDelay))
 	} else if resolved {
@@ -124,8 +127,8 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 }
 
 // resolveLost declares the transmission with PSN psn lost and queues its
-// content for retransmission, unless it was acknowledged another way or a
-// later transmission of it is still out.
+// content for retransmission. It does not when the DSN was acknowledged
+// another way or a later transmission of it is still out.
 func (p *sendPath) resolveLost(r *sendRec, psn uint32, cause LossCause) {
 	r.resolved = true
 	p.released()

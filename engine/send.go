@@ -10,55 +10,76 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
+// sender is a connection's send side. It cuts posted messages into DSNs,
+// sprays them over the paths with PSNs of their own, and resends what is
+// lost (spec sections 6.2, 6.5 and 6.6).
 type sender struct {
-	c        *Conn
-	nextDSN  uint32
-	una      uint32 // oldest DSN not acknowledged
-	window   uint32
-	ring     []dsnRecord
-	mask     uint32
-	paths    []*sendPath
-	ports    pathmgr.Ports // how the paths take source ports
+	c *Conn
+
+	// Posted messages, by stream. ready holds every stream that may have
+	// data to send, so that nextMessage skips the idle ones.
 	streams  []sendStream
-	ready    bitset   // streams that may have data to send: every one that has is in it
-	retx     []uint32 // DSNs to resend, oldest first from retxHead
+	ready    bitset
+	rrStream int    // the stream nextMessage tries first
+	msgs     int    // messages posted and not completed
+	unsent   uint64 // bytes posted and never sent, sent as the Backlog field
+
+	// DSNs in flight, from una to nextDSN. The ring holds DSN d at d & mask.
+	nextDSN uint32
+	una     uint32 // the oldest DSN not acknowledged
+	window  uint32 // the most DSNs in flight the peer accepts
+	ring    []dsnRecord
+	mask    uint32
+
+	// Paths. They are nil until equip.
+	paths       []*sendPath
+	ports       pathmgr.Ports // how the paths take source ports
+	rrPath      int           // the path new data tries first
+	inflightAll int           // packets in flight on all paths, the paths' inflight summed
+
+	// Recovery. retx holds the DSNs to resend, oldest first from retxHead.
+	// waiting holds the DSNs refused with a retryable NACK, and retry fires
+	// when the next of them may go again.
+	retx     []uint32
 	retxHead int
-	pacer    cc.Pacer
-	paceT    clock.Timer // wakes the sender when the pacer lets the next packet go
-	nicShare *cc.Member  // in the endpoint's OutboundCapacity allocation; nil without one
-	hint     float64     // the receiver's rate hint, bytes/s (+Inf: none)
-	mss      float64     // payload bytes of a full packet
-	// The pacing rate's inputs, per path (window bytes, minimum RTT; 0 for
-	// a path out of use), kept as the paths change so that a packet's
-	// pacing reads one short array, not every path's state; and the rate
-	// they give, computed again only after one of them changed.
+	waiting  []uint32
+	retry    clock.Timer
+	// newestAcked is the send time of the newest transmission that the ACK
+	// being applied reported received, on any path. newestRTT is its round
+	// trip.
+	newestAcked clock.Time
+	newestRTT   time.Duration
+
+	// Rate. The pacer spaces packets at the windows' rate, times the pacing
+	// gain, capped by the receiver's hint. rateIn holds each path's window
+	// and minimum RTT (zero for a path out of use), kept up to date as the
+	// paths change, so that pacing a packet reads one short slice and not
+	// every path. windowRate is the rate they give, computed again only
+	// when rateStale.
+	pacer      cc.Pacer
+	paceT      clock.Timer // wakes the sender when the pacer lets the next packet go
+	hint       float64     // the receiver's rate hint in bytes a second; +Inf for none
+	mss        float64     // payload bytes of a full packet
+	nicShare   *cc.Member  // this connection in the endpoint's OutboundCapacity allocation; nil without one
 	rateIn     []cc.PathRate
 	windowRate float64
 	rateStale  bool
-	rrStream   int
-	rrPath     int
-	// newestAcked is the send time of the newest transmission an ACK being
-	// applied reported received, on any path, and newestRTT its round trip.
-	newestAcked clock.Time
-	newestRTT   time.Duration
-	inflightAll int    // packets in flight on all paths: the paths' inflight summed
-	msgs        int    // messages posted and not completed
-	unsent      uint64 // bytes posted and never sent: the Backlog field
-	stats       SenderStats
 
-	waiting     []uint32 // DSNs refused with a retryable NACK
-	retry       clock.Timer
-	reads       map[uint32]*message // READs outstanding as requester, by tag
+	// READs. reads holds this side's READs as requester, by tag. READ
+	// responses, as responder, go out on the internal stream respStream.
+	reads       map[uint32]*message
 	nextTag     uint32
 	readsActive int // READ_REQs sent whose data has not all arrived
-	respStream  int // the internal stream READ responses go out on
+	respStream  int
+
+	stats SenderStats
 }
 
 func (s *sender) init(c *Conn) {
 	s.c = c
 	s.nextDSN, s.una = c.idsn, c.idsn
 	s.window = uint32(min(c.peerWindow, c.ep.cfg.MaxSendWindow))
-	s.streams = make([]sendStream, c.streams+1) // the last: READ responses
+	s.streams = make([]sendStream, c.streams+1) // the last one carries READ responses
 	s.ready = newBitset(len(s.streams))
 	s.respStream = c.streams
 	s.reads = map[uint32]*message{}
@@ -73,25 +94,26 @@ func (s *sender) init(c *Conn) {
 	s.mss = float64(c.maxPacket - hlen - proto.TrailerLen)
 }
 
-// equip gives the sender its ring of DSNs and its paths, which only
-// sending needs: at the first work posted or READ to answer, or when
-// something asks after its paths (a plane going down or up, telemetry, an
-// ACK with path records, a NACK, a probe reply, the baseline receiver's
-// spacing of its NAKs by the path's RTO). Until then pump sends nothing
-// (there is nothing to send). Most ends of the connections of a large
-// simulation, or of a server, only receive: with 4,032 connections,
-// equipping every end at the handshake was a quarter of the heap and of
-// the set-up's time. The paths start as they would have at the handshake,
-// whenever that is (what they are made from is fixed by then), so
-// equipping late changes nothing else.
+// equip gives the sender its DSN ring and its paths. Only sending needs
+// them, so they are made at the first work posted or READ to answer, or
+// when something asks about the paths. That may be a plane going down or
+// up, telemetry, an ACK with path records, a NACK, a probe reply, or the
+// baseline receiver spacing its NAKs by the path's RTO. Until then pump
+// sends nothing, since there is nothing to send.
+//
+// Most ends of the connections of a large simulation, or of a server, only
+// receive, and equipping every end at the handshake costs memory and set-up
+// time. The paths start as they would have at the handshake, because what
+// they are made from is fixed by then. So equipping late changes nothing
+// else.
 func (s *sender) equip() {
-	if s.paths != nil { // nil until equipped: a connection has a path at least (Config.fill)
+	if s.paths != nil { // nil until equipped; Config.fill ensures a connection has a path
 		return
 	}
 	c := s.c
-	// The ring of DSNs in flight starts small and doubles, up to the
-	// window, when it fills: thousands of connections that each have a
-	// few packets in flight must not each hold a window's worth.
+	// The DSN ring starts small and doubles when it fills, up to the
+	// window. Thousands of connections that each have a few packets in
+	// flight must not each hold a window's worth.
 	n := 1
 	for n < min(int(s.window), initialRing) {
 		n *= 2
@@ -100,9 +122,9 @@ func (s *sender) equip() {
 	s.rateIn = make([]cc.PathRate, c.paths)
 	cfg := &c.ep.cfg
 	s.ports = pathmgr.Ports{Pool: cfg.SourcePorts, Stride: c.paths, MPL: cfg.MPL}
-	// A packet's pacing and path choice look at every path: their state,
-	// windows and first ring slots are each one allocation, side by side,
-	// not one per path.
+	// Pacing and path choice look at every path for each packet. The paths,
+	// their windows and their first ring slots are therefore each one
+	// allocation, side by side, rather than one per path.
 	paths := make([]sendPath, c.paths)
 	windows := make([]cc.Window, c.paths)
 	rings := make([]sendRec, c.paths*minPathRing)
@@ -122,19 +144,20 @@ func (s *sender) equip() {
 
 func (s *sender) busy() bool { return s.msgs > 0 }
 
-// pump sends what the windows allow: retransmissions first, then new data
+// pump sends what the windows allow. Retransmissions go first, then new data
 // sprayed over the paths.
 func (s *sender) pump() {
 	if s.c.state != Established || s.paths == nil {
-		return // not yet, or nothing ever posted (equip)
+		return // not established yet, or nothing ever posted (see equip)
 	}
 	for s.c.tp.sendOne(s) {
 	}
 }
 
-// sendSprayed is multipath's sendOne: a retransmission first, on the
-// usable path with the shortest RTT off the plane that lost it, else new
-// data on the next usable path, round robin, within the pacer's rate.
+// sendSprayed is multipath's sendOne. A retransmission goes first, on the
+// usable path with the shortest RTT off the plane that lost it. Otherwise
+// new data goes on the next usable path, round robin, within the pacer's
+// rate.
 func (s *sender) sendSprayed() bool {
 	if !s.c.ep.cfg.NoPacing {
 		if ok, at := s.pacer.Ready(int64(s.c.ep.clock.Now())); !ok {
@@ -161,18 +184,19 @@ func (s *sender) sendSprayed() bool {
 		}
 		s.popRetx()
 		r.queued = false
-		// Resends are not charged to the pacer: the rate (and the receiver's
-		// hint) budgets new data, and a packet lost before the bottleneck
-		// took none of it. The windows still bound what is in flight.
+		// Resends are not charged to the pacer. The rate, and the
+		// receiver's hint, budget new data, and a packet lost before the
+		// bottleneck used none of it. The windows still bound what is in
+		// flight.
 		s.transmit(d, r, p, true, false)
 		if s.unsent == 0 {
-			// At the tail nothing follows the resend either: lost, it
-			// would cost another round of probing. A copy goes on another
-			// plane, as a probe's does (not the one it was lost on, if it
-			// can).
+			// At the tail nothing follows the resend. If it were lost too,
+			// finding out would cost another round of probing. So a copy
+			// goes on another plane, as a probe's copy does, avoiding the
+			// plane that lost the packet when it can.
 			s.copyOnOtherPlane(d, r, p, lostOn, false)
 		}
-		s.probeOverdue(s.c.ep.clock.Now()) // at the tail it may be its path's last packet
+		s.probeOverdue(s.c.ep.clock.Now()) // at the tail the resend may be its path's last packet
 		return true
 	}
 	if s.nextDSN-s.una >= s.window || s.hint <= 0 {
@@ -188,14 +212,14 @@ func (s *sender) sendSprayed() bool {
 	}
 	r := s.newDSN(m)
 	s.transmit(s.nextDSN-1, r, p, false, false)
-	s.paced(int(r.n)) // the hint is a rate of payload: so is the budget
+	s.paced(int(r.n)) // the hint is a rate of payload, so the budget counts payload too
 	return true
 }
 
-// usable reports whether p can take a packet now: GOOD (or, with skip,
-// SKIP), room in its window and in its ring (refused packets leave holes
-// behind an unresolved oldest PSN), and the peer's address on its plane
-// known.
+// usable reports whether p can take a packet now. The path must be GOOD, or
+// SKIP when skip is set. It needs room in its window and in its ring, where
+// refused packets can leave holes behind an unresolved oldest PSN. And the
+// peer's address on its plane must be known.
 func (s *sender) usable(p *sendPath, skip bool) bool {
 	return p.Ready(s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom() && s.c.knows(p.Plane())
 }
@@ -206,7 +230,7 @@ func (s *sender) onPace() {
 	s.c.ep.flush()
 }
 
-// paced accounts a transmission of bytes to the pacer at the sender's rate.
+// paced charges a transmission of bytes to the pacer at the sender's rate.
 func (s *sender) paced(bytes int) {
 	if s.c.ep.cfg.NoPacing {
 		return
@@ -218,10 +242,11 @@ func (s *sender) paced(bytes int) {
 	wr := s.windowRate
 	rate := cc.Rate(wr, s.hint)
 	if m := s.nicShare; m != nil {
-		// The endpoint's NIC is shared: this connection wants what its
-		// windows and its receiver allow (not the pacing gain, which only
-		// spaces packets) and gets at most the max-min share of the NIC.
-		// One with nothing more to send leaves the share to the others.
+		// The endpoint's NIC is shared. This connection asks for what its
+		// windows and its receiver allow, leaving out the pacing gain,
+		// which only spaces packets. It gets at most its max-min share of
+		// the NIC. A connection with nothing more to send leaves its share
+		// to the others.
 		if s.unsent == 0 {
 			m.Leave()
 		} else {
@@ -234,11 +259,11 @@ func (s *sender) paced(bytes int) {
 
 // pickPath chooses a path for a packet. New data (lost < 0) is sprayed
 // round robin over the usable paths. A retransmission goes to the usable
-// path other than the one that lost it with the lowest smoothed RTT, or
+// path with the lowest smoothed RTT other than the one that lost it, or
 // back to that one if no other can take it.
 func (s *sender) pickPath(lost int) *sendPath {
-	// Clear paths first; paths in SKIP (a CE mark was just seen) only when
-	// no clear one can take the packet.
+	// Clear paths come first. Paths in SKIP, which saw a CE mark recently,
+	// are used only when no clear path can take the packet.
 	for _, skip := range [2]bool{false, true} {
 		if lost < 0 {
 			for i := 0; i < len(s.paths); i++ {
@@ -250,9 +275,9 @@ func (s *sender) pickPath(lost int) *sendPath {
 			}
 			continue
 		}
-		// Losses on a plane come together (a burst on one of its links, a
-		// link failing): a resend goes to another plane when one can take
-		// it, the path with the shortest RTT there.
+		// Losses on a plane come together, from a burst on one of its links
+		// or a failing link. So a resend goes to another plane when one can
+		// take it, on the path with the shortest RTT there.
 		var best *sendPath
 		lostPlane := -1
 		if lost < len(s.paths) {
@@ -286,7 +311,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	now := s.c.ep.clock.Now()
 	psn := p.next
 	if psn-p.oldest == uint32(len(p.ring)) {
-		p.growRing() // full: ringRoom said it may grow
+		p.growRing() // the ring is full, and ringRoom said it may grow
 	}
 	p.next++
 	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now}
@@ -311,8 +336,9 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	h.SetBacklog(proto.EncodeBacklog(s.unsent))
 	var flags proto.Flags
 	// Ask for an ACK at once at the end of a message, on a probe, and when
-	// the packet fills the path's window: a sender with a small window would
-	// otherwise wait out the receiver's ACK coalescing with nothing to send.
+	// the packet fills the path's window. Otherwise a sender with a small
+	// window would wait out the receiver's ACK coalescing with nothing to
+	// send.
 	if r.off+r.n == m.length || m.typ == proto.TypeReadReq || probe || p.inflight >= p.window {
 		flags |= proto.FlagAckRequest
 	}

@@ -1,5 +1,5 @@
-// A path as the sender keeps it: its PSN ring of send records, its
-// packets in flight and its congestion window (spec sections 6.1-6.2).
+// A path as the sender keeps it. It holds the PSN ring of send records, the
+// packets in flight and the congestion window (spec sections 6.1 and 6.2).
 
 package engine
 
@@ -11,40 +11,47 @@ import (
 	"github.com/mroce/mroce/pathmgr"
 )
 
-// sendRec is one transmission on a path: the ring entry of its PSN.
+// sendRec is one transmission on a path, the ring entry of its PSN.
 type sendRec struct {
-	psn      uint32 // which PSN the slot holds
+	psn      uint32 // the PSN the slot holds
 	dsn      uint32
 	sentAt   clock.Time
 	resolved bool // acknowledged, declared lost, or refused
 }
 
-// sendPath is the sender's state of one path. Its state machine, source
-// port, epoch, RTT and counters are the path manager's (pathmgr.Path);
-// the packets in flight on it, its window and its timer are the sender's.
+// sendPath is the sender's state of one path. The path manager
+// (pathmgr.Path) keeps its state machine, source port, epoch, RTT and
+// counters. The sender keeps the packets in flight on it, its window and its
+// timer.
 type sendPath struct {
 	pathmgr.Path
 	s *sender
-	// ring holds PSN psn in slot psn & (len - 1): 4 slots at first,
-	// doubled as needed up to 256.
+
+	// PSNs in flight, from oldest to next. The ring holds PSN psn in slot
+	// psn & (len - 1). It starts with minPathRing slots and doubles as
+	// needed up to maxPathRing.
 	ring     []sendRec
 	next     uint32 // the next PSN
 	oldest   uint32 // the oldest PSN not resolved
 	inflight int
-	window   int // cwin in whole packets
-	cwin     *cc.Window
+
+	// Congestion window.
+	cwin   *cc.Window
+	window int    // cwin in whole packets
+	ce     uint32 // the receiver's CE count for the path, as last reported
+
+	// The timer, for tail probes and retransmission timeouts.
 	timer    clock.Timer
-	probed   bool   // a tail probe went out since the last acknowledgment
-	timeouts uint8  // retransmission timeouts in a row, saturating
-	ce       uint32 // the receiver's CE count for the path, as last reported
+	probed   bool  // a tail probe went out since the last acknowledgment
+	timeouts uint8 // retransmission timeouts in a row, saturating
 }
 
-// slot is PSN psn's send record (or the slot it would be in).
+// slot is PSN psn's send record, or the slot it would be in.
 func (p *sendPath) slot(psn uint32) *sendRec { return &p.ring[psn&uint32(len(p.ring)-1)] }
 
 // ringRoom reports whether the path can issue another PSN without reusing
-// the ring slot of an unresolved one: the ring has a free slot, or can
-// grow (transmit grows it).
+// the ring slot of an unresolved one. Either the ring has a free slot or it
+// can grow, which transmit does.
 func (p *sendPath) ringRoom() bool {
 	return p.next-p.oldest < uint32(len(p.ring)) || len(p.ring) < maxPathRing
 }
@@ -61,13 +68,13 @@ func (p *sendPath) growRing() {
 }
 
 // took and released count a packet in flight on the path and in the
-// connection's total: the timers read the total at every packet, and a
-// sum over the paths would read every path's state to learn it.
+// connection's total. The timers read the total at every packet, and
+// summing it over the paths would read every path's state.
 func (p *sendPath) took() { p.inflight++; p.s.inflightAll++ }
 
 func (p *sendPath) released() { p.inflight--; p.s.inflightAll-- }
 
-// inflight is the packets sent on any path and not yet resolved.
+// inflight is the number of packets sent on any path and not yet resolved.
 func (s *sender) inflight() int { return s.inflightAll }
 
 func (p *sendPath) advance() {
@@ -76,7 +83,7 @@ func (p *sendPath) advance() {
 	}
 }
 
-// rateChanged notes the path's window, minimum RTT or state for the
+// rateChanged records the path's window, minimum RTT and state for the
 // pacing rate. Whatever changes one of them calls it.
 func (p *sendPath) rateChanged() {
 	s := p.s

@@ -1,5 +1,5 @@
-// Timers: a path's probe and retransmission timer, the connection's ACK
-// and no-progress timers.
+// Timers. A path has one timer for tail probes and retransmission timeouts.
+// A connection has an ACK timer and a no-progress timer.
 
 package engine
 
@@ -11,10 +11,10 @@ import (
 	"github.com/mroce/mroce/pathmgr"
 )
 
-// armTimer sets the path's timer from now: a tail probe (timeout: once the
-// path has an RTT sample), then the retransmission timeout, doubled per
-// consecutive timeout. A path in ASSUMED_BAD is probed at its timeout.
-// probeOverdue may bring the timer forward.
+// armTimer sets the path's timer from now. Once the path has an RTT sample
+// it first fires for a tail probe. Then it fires at the retransmission
+// timeout, doubled for each timeout in a row. A path in ASSUMED_BAD is
+// probed at its timeout. probeOverdue may bring the timer forward.
 func (p *sendPath) armTimer(now clock.Time) {
 	if p.inflight == 0 && p.State() != pathmgr.AssumedBad {
 		p.timer.Stop()
@@ -47,11 +47,11 @@ func (p *sendPath) onTimer() {
 	c.ep.flush()
 }
 
-// expired is multipath's handling of the path's timer: packets another
-// transmission delivered are settled first; then an ASSUMED_BAD path whose
-// probe went unanswered moves to a new source port and probes again, and a
-// path with packets in flight sends a tail probe, or after one, declares
-// its packets lost.
+// expired is multipath's handling of the path's timer. It first settles the
+// packets that another transmission delivered. Then an ASSUMED_BAD path
+// whose probe went unanswered moves to a new source port and probes again.
+// A path with packets in flight sends a tail probe, or, when it already
+// has, declares its packets lost.
 func (p *sendPath) expired(now clock.Time) bool {
 	if p.State() != pathmgr.Down {
 		p.settleMoot()
@@ -60,10 +60,11 @@ func (p *sendPath) expired(now clock.Time) bool {
 	case p.State() == pathmgr.Down:
 		return false
 	case p.State() == pathmgr.AssumedBad:
-		// The route may be what failed.
+		// The route may be what failed, so the path moves to another (spec
+		// section 6.3).
 		p.repath(now)
 		p.sendProbe()
-		p.timeouts = min(p.timeouts, 15) + 1 // at most 16 (and a count of 255 does not wrap)
+		p.timeouts = min(p.timeouts, 15) + 1 // at most 16, so that the count never wraps
 	case p.inflight == 0:
 		return false
 	case !p.probed && p.RTT.Samples > 0:
@@ -74,35 +75,36 @@ func (p *sendPath) expired(now clock.Time) bool {
 	return true
 }
 
-// timeout is how long the path's timer waits from now (transport.timeout).
+// timeout is how long the path's timer waits from now. The transport
+// decides.
 func (p *sendPath) timeout() time.Duration { return p.s.c.tp.timeout(p) }
 
-// probeTimeout is multipath's timeout: a tail probe once the path has an
-// RTT sample, the probing interval of an ASSUMED_BAD path, else the
-// retransmission timeout.
+// probeTimeout is multipath's timeout. It is the tail-probe time once the
+// path has an RTT sample, the probing interval of an ASSUMED_BAD path, and
+// otherwise the retransmission timeout.
 func (p *sendPath) probeTimeout() time.Duration {
 	if !p.probed && p.RTT.Samples > 0 && (p.State() == pathmgr.Good || p.State() == pathmgr.Skip) {
 		cfg := &p.s.c.ep.cfg
 		floor := cfg.RTOMin
 		if p.s.hinted() {
 			// The drain time keeps the probe behind the queue the packets
-			// wait in; without a hint nothing does, and the timeout's
-			// floor stands (a floor of ProbeMin resent packets that were
-			// only late in an incast without hints).
+			// wait in. Without a hint nothing does, so the floor stays at
+			// RTOMin. A floor of ProbeMin would resend packets that are
+			// only late in an incast.
 			floor = cfg.ProbeMin
 		}
 		return min(max(2*p.RTT.SRTT+cfg.AckDelay, p.RTT.SRTT+p.s.drainTime()+cfg.AckDelay, floor), cfg.RTOMax)
 	}
 	if p.State() == pathmgr.AssumedBad {
-		// Probing: the wait doubles, but only so far: what failed may be
-		// repaired, and it is a small packet per path.
+		// Probing doubles the wait, but only up to BadProbeMax. What failed
+		// may be repaired, and a probe is one small packet per path.
 		return min(p.rto(), max(p.s.c.ep.cfg.BadProbeMax, p.rtoAfter(0)))
 	}
 	return p.rto()
 }
 
-// timedOut counts a timeout in a row, up to what the count holds: the
-// timeout doubles up to RTOMax long before, and a connection without
+// timedOut counts a timeout in a row, saturating at what the count holds.
+// The timeout reaches RTOMax long before that, and a connection without
 // progress fails after Config.NoProgress.
 func (p *sendPath) timedOut() {
 	if p.timeouts < math.MaxUint8 {
@@ -117,9 +119,10 @@ func (p *sendPath) rto() time.Duration { return p.rtoAfter(int(p.timeouts)) }
 func (p *sendPath) rtoAfter(timeouts int) time.Duration { return p.s.c.tp.rto(p, timeouts) }
 
 // adaptiveRTO is multipath's retransmission timeout after timeouts in a
-// row: from the path's RTT, or its connection's slowest sampled path's
-// (doubled) when it has none yet and the receiver granted a rate, never
-// before the packets in flight could drain, doubled per timeout.
+// row. It comes from the path's RTT. A path with no sample yet uses its
+// connection's slowest sampled path, doubled, once the receiver has granted
+// a rate. The timeout never comes before the packets in flight could drain,
+// and it doubles for each timeout in a row.
 func (p *sendPath) adaptiveRTO(timeouts int) time.Duration {
 	cfg := &p.s.c.ep.cfg
 	rtt := p.RTT
@@ -137,20 +140,23 @@ func (p *sendPath) adaptiveRTO(timeouts int) time.Duration {
 	return min(rto, cfg.RTOMax)
 }
 
-// hinted reports whether the receiver has granted a rate: the drain time,
-// and the timers that lean on it, need one. The first hinted ACK re-arms
-// every path's timer (the hint fell from none), so a path not yet sampled
-// is then armed by its connection's estimate.
+// hinted reports whether the receiver has granted a rate. The drain time,
+// and the timers that depend on it, need one. The first hinted ACK lowers
+// the hint from none, which re-arms every path's timer. A path not yet
+// sampled is then armed by its connection's estimate.
 func (s *sender) hinted() bool { return s.hint > 0 && !math.IsInf(s.hint, 1) }
 
 // slowestRTT is the RTT estimate of the connection's sampled path with the
-// largest smoothed RTT (no samples: none has one). A path not yet sampled
-// times out by twice the timeout it gives rather than by RTOInitial: its
-// connection's paths join the same two hosts, and with its first packets
-// lost a path would hold their DSNs, and soon the whole DSN window, for
-// RTOInitial (1 ms, two hundred round trips of a data-center fabric).
-// Twice, because a first window waits behind every other connection's in
-// the sending host's own queue, which no sample has measured yet.
+// largest smoothed RTT, or an estimate with no samples when no path has
+// one.
+//
+// A path not yet sampled times out by twice the timeout this gives, rather
+// than by RTOInitial. Its connection's paths join the same two hosts. If
+// its first packets were lost, the path would hold their DSNs, and soon the
+// whole DSN window, for RTOInitial, which is hundreds of round trips of a
+// data-center fabric. The factor of two is there because a first window
+// waits behind every other connection's in the sending host's own queue,
+// which no sample has measured yet.
 func (s *sender) slowestRTT() pathmgr.RTT {
 	var r pathmgr.RTT
 	for _, p := range s.paths {
@@ -162,17 +168,20 @@ func (s *sender) slowestRTT() pathmgr.RTT {
 }
 
 // drainTime is how long the receiver takes, at the rate it granted this
-// connection, to take everything the connection has in flight: no packet
-// is late before the ones sent with it could have been delivered. In an
-// N:1 incast the first round trip puts N initial windows in one queue; an
-// RTT sampled from the front of it says nothing of a packet at its back,
-// and a timer of twice that RTT would resend packets that are only
-// waiting their turn (and, resent, sit in the same queue again). At
-// line rate, alone, it is a fraction of a round trip and changes nothing.
-// It is at most RTOMax, whatever hint a peer sends.
+// connection, to take everything the connection has in flight. No packet is
+// late before the packets sent with it could have been delivered (spec
+// section 6.6).
+//
+// In an N:1 incast the first round trip puts N initial windows in one
+// queue. An RTT sampled at the front of that queue says nothing of a packet
+// at its back. A timer of twice that RTT would resend packets that are only
+// waiting their turn, and the resends would wait in the same queue again.
+// For a single sender at line rate the drain time is a fraction of a round
+// trip and changes nothing. It is at most RTOMax, whatever hint a peer
+// sends.
 func (s *sender) drainTime() time.Duration { return s.drainFor(s.inflight()) }
 
-// drainFor is drainTime for packets in flight.
+// drainFor is drainTime for the given number of packets in flight.
 func (s *sender) drainFor(packets int) time.Duration {
 	if !s.hinted() {
 		return 0
@@ -193,9 +202,10 @@ func (c *Conn) onAckTimer() {
 	c.ep.flush()
 }
 
-// madeProgress keeps the no-progress clock: it runs only while work is
-// outstanding, and restarts only when the peer acknowledged something new
-// (posting more work to a vanished peer must not keep it alive).
+// madeProgress keeps the no-progress clock. The clock runs only while work
+// is outstanding. It restarts only when the peer acknowledged something
+// new, so that posting more work to a vanished peer does not keep the
+// connection alive.
 func (c *Conn) madeProgress(acked bool) {
 	switch {
 	case !c.snd.busy():
