@@ -1,5 +1,6 @@
-// The receiver's acknowledgments: per-path records, coalescing, rate
-// hints and probe replies (spec sections 5.5, 5.10 and 6.6).
+// The receiver's acknowledgments. This file keeps the per-path records and
+// sends ACKs, coalesced, with rate hints. It also answers probes (spec
+// sections 5.5, 5.10 and 6.6).
 
 package engine
 
@@ -11,21 +12,24 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// recvPath is the receiver's state of one of the peer's paths (spec
-// section 6.3): what the ACK record for it says.
+// recvPath is the receiver's state of one of the peer's paths, which the
+// path's ACK record reports (spec section 6.3).
 type recvPath struct {
+	// The epoch, the highest PSN recorded in it, and the 256 PSNs below.
 	has     bool // a data packet was recorded
 	epoch   uint8
 	highest uint32
 	bits    bitvec256
-	ce      uint32     // CE-marked data packets, all epochs
-	lastTS  uint32     // Timestamp of the latest arrival
-	lastAt  clock.Time // its arrival
-	dirty   bool       // recorded something since the last ACK
+
+	ce     uint32     // CE-marked data packets, all epochs
+	lastTS uint32     // the Timestamp of the latest arrival
+	lastAt clock.Time // the latest arrival's time
+	dirty  bool       // recorded something since the last ACK
 }
 
-// record notes PSN psn of epoch e; it reports whether the arrival calls for
-// an immediate ACK (it is not the PSN after the highest).
+// record notes PSN psn of epoch e (spec section 6.3). It reports whether
+// the arrival calls for an immediate ACK, because its PSN is not the one
+// after the highest (spec section 6.6).
 func (p *recvPath) record(e uint8, psn uint32) bool {
 	switch {
 	case !p.has:
@@ -42,15 +46,15 @@ func (p *recvPath) record(e uint8, psn uint32) bool {
 			p.bits.set(int(k))
 		}
 		return true
-	case proto.SeqLess(p.highest, psn): // the sender repathed: tell it at once
+	case proto.SeqLess(p.highest, psn): // the sender repathed; tell it at once
 		p.epoch, p.highest, p.bits = e, psn, bitvec256{}
 		return true
 	}
-	return false // a late packet of an earlier route: not recorded
+	return false // a late packet of an earlier route, not recorded
 }
 
-// observe feeds the sender's declared backlog to the endpoint's allocator,
-// whose share is the rate hint of this connection's ACKs.
+// observe feeds the sender's declared backlog to the endpoint's allocator.
+// The allocator's share is the rate hint of this connection's ACKs.
 func (r *receiver) observe(h proto.CommonHeader, size int, at clock.Time) {
 	if r.share != nil && r.c.tp.hints() {
 		r.share.Observe(proto.DecodeBacklog(h.Backlog()), size, int64(at))
@@ -60,7 +64,7 @@ func (r *receiver) observe(h proto.CommonHeader, size int, at clock.Time) {
 // hint is the rate hint for this connection's ACKs (spec section 5.5).
 func (r *receiver) hint() uint64 {
 	if r.share == nil || !r.c.tp.hints() {
-		return proto.RateNoLimit // the baseline sends all-ones (spec section 10)
+		return proto.RateNoLimit // no limit, which the baseline always sends (spec section 10)
 	}
 	return max(1, uint64(r.share.Share())) // 0 would mean stop
 }
@@ -80,9 +84,9 @@ func (r *receiver) noteArrival(now bool, at clock.Time) {
 
 func (r *receiver) ackNow() { r.sendAck(r.ackPlane, true) }
 
-// sendAck sends ACKs carrying the records of every path that recorded data
-// since the last ACK (all of them with records unset: the handshake's empty
-// ACK).
+// sendAck sends ACKs that carry the records of every path that recorded
+// data since the last ACK. With records unset it sends one ACK with no
+// records, the handshake's third message (spec section 8.1).
 func (r *receiver) sendAck(plane int, records bool) {
 	c := r.c
 	if !c.knows(plane) {
@@ -115,7 +119,7 @@ func (r *receiver) sendAck(plane int, records bool) {
 			p.bits.write(rec)
 		}
 		r.dirty = r.dirty[:copy(r.dirty, r.dirty[n:])]
-		// Acks rotate over the source ports so that they spread over the
+		// ACKs rotate over the source ports, so that they spread over the
 		// plane's routes like the data they answer.
 		r.ackPort = (r.ackPort + 1) % len(c.ep.cfg.SourcePorts)
 		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[r.ackPort])
@@ -124,15 +128,16 @@ func (r *receiver) sendAck(plane int, records bool) {
 	r.pending = 0
 	c.ackTimer.Stop()
 	if records {
-		// If the sender goes quiet, say it all once more: an ACK lost at the
-		// tail of a transfer would otherwise cost a tail probe, a resend of
-		// data that arrived. (repeatAck disarms this for its own ACK.)
+		// If the sender goes quiet, send all the records once more. An ACK
+		// lost at the tail of a transfer would otherwise cost a tail probe,
+		// a resend of data that arrived. repeatAck disarms this for its own
+		// ACK.
 		r.repeat = true
 		c.ackTimer.Reset(now.Add(ackRepeatAfter * c.ep.cfg.AckDelay))
 	}
 }
 
-// repeatAck sends once more the records of every path, after a quiet spell.
+// repeatAck sends the records of every path once more, after a quiet spell.
 func (r *receiver) repeatAck() {
 	for id := range r.paths {
 		if p := &r.paths[id]; p.has && !p.dirty {
@@ -145,7 +150,8 @@ func (r *receiver) repeatAck() {
 	r.c.ackTimer.Stop()
 }
 
-// onProbe answers a PROBE over its own 5-tuple, reversed.
+// onProbe answers a PROBE over its own 5-tuple, reversed (spec section
+// 5.10).
 func (r *receiver) onProbe(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
 	c := r.c
 	var out proto.Packet

@@ -7,13 +7,13 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// bitvec256 is a receiver path's record of the 256 PSNs below its highest:
-// bit k is PSN highest-1-k, as in the ACK record, with k = 64w + i at bit i
-// of word w.
+// bitvec256 is a receiver path's record of the 256 PSNs below its highest.
+// Bit k is PSN highest-1-k, as in the ACK record (spec section 5.5). Bit k
+// = 64w + i is bit i of word w.
 type bitvec256 [4]uint64
 
-// advance moves the highest PSN up by d: the old highest becomes bit d-1 and
-// every bit k becomes k+d.
+// advance moves the highest PSN up by d. The old highest becomes bit d-1,
+// and every bit k becomes bit k+d.
 func (v *bitvec256) advance(d uint32) {
 	if d > 256 {
 		*v = bitvec256{}
@@ -38,11 +38,11 @@ func (v *bitvec256) advance(d uint32) {
 func (v *bitvec256) set(k int)      { v[k/64] |= 1 << (k % 64) }
 func (v *bitvec256) has(k int) bool { return v[k/64]&(1<<(k%64)) != 0 }
 
-// write stores the vector into an ACK record's Bitvector field: bit k in
-// byte k/8 at mask 0x80 >> (k mod 8). A word's bits reversed put its byte
-// i, reversed, in byte 7-i: written big-endian, that is byte i on the
-// wire: four stores, not 32 (an ACK carries a record for every path that
-// sent since the last, and a simulation writes hundreds of thousands).
+// write stores the vector into an ACK record's Bitvector field, where bit k
+// is in byte k/8 at mask 0x80 >> (k mod 8). Reversing a word's bits puts
+// its byte i, reversed, in byte 7-i. Written big-endian, that is byte i on
+// the wire. So the vector takes four stores, not 32. It matters because an
+// ACK carries a record for every path that sent since the last one.
 func (v *bitvec256) write(r proto.AckRecord) {
 	var out [32]byte
 	for w, x := range v {
@@ -51,8 +51,9 @@ func (v *bitvec256) write(r proto.AckRecord) {
 	r.SetBitvector(out)
 }
 
-// dsnWindow is a receiver's record of DSNs: every DSN before cum arrived;
-// bit (d mod size) of the ring is set for DSNs in [cum, cum+size) that did.
+// dsnWindow is a receiver's record of DSNs (spec section 6.5). Every DSN
+// before cum arrived. For the DSNs in [cum, cum+size), bit d mod n of the
+// ring is set when d arrived, where n is the ring's length in bits.
 type dsnWindow struct {
 	cum  uint32
 	size uint32
@@ -60,7 +61,8 @@ type dsnWindow struct {
 }
 
 func newDSNWindow(initial uint32, size int) dsnWindow {
-	// A power of two, so that d mod n stays continuous across the 2^32 wrap.
+	// n is a power of two, so that d mod n stays continuous across the 2^32
+	// wrap.
 	n := 64
 	for n < size {
 		n *= 2
@@ -80,7 +82,7 @@ const (
 func (w *dsnWindow) check(d uint32) dsnVerdict {
 	off := d - w.cum
 	switch {
-	case off >= 1<<31: // before cum (serially)
+	case off >= 1<<31: // before cum, serially
 		return dsnDuplicate
 	case off >= w.size:
 		return dsnOutOfWindow
@@ -92,7 +94,7 @@ func (w *dsnWindow) check(d uint32) dsnVerdict {
 	return dsnNew
 }
 
-// mark records d (which check found new) and advances cum past every DSN
+// mark records d, which check found new, and advances cum past every DSN
 // now received.
 func (w *dsnWindow) mark(d uint32) {
 	n := uint32(len(w.ring) * 64)
@@ -108,8 +110,7 @@ func (w *dsnWindow) mark(d uint32) {
 	}
 }
 
-// bitset is a set of small non-negative integers (a sender's ready
-// streams).
+// bitset is a set of small non-negative integers, a sender's ready streams.
 type bitset []uint64
 
 func newBitset(n int) bitset { return make(bitset, (n+63)/64) }

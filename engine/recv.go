@@ -11,23 +11,33 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
+// receiver is a connection's receive side. It validates and places data
+// packets (spec section 9), completes messages in order per stream (spec
+// section 6.5), and acknowledges what arrived (spec section 6.6).
 type receiver struct {
-	// What every data packet and ACK reads first, then its counts.
-	c        *Conn
-	ready    bool
-	repeat   bool // the ack timer is set to repeat the last ACK
-	pending  int  // data packets since the last ACK
-	ackPlane int
-	ackPort  int
-	paths    []recvPath
-	dsn      dsnWindow
-	streams  []recvStream
-	share    *cc.Member // in the endpoint's InboundCapacity allocation (its rate hints); nil without one
-	dirty    []uint8
-	stats    ReceiverStats
-	free     []*rxMessage
-	readsIn  int  // READs accepted and not yet fully answered
-	srq      *SRQ // where receives come from, when shared
+	c     *Conn
+	ready bool // init has run, so receives may be posted
+
+	// What the ACKs report. dirty lists the paths that recorded data since
+	// the last ACK.
+	paths []recvPath
+	dsn   dsnWindow
+	dirty []uint8
+
+	// Messages being received and the receives posted for them, by stream.
+	streams []recvStream
+	free    []*rxMessage // completed messages, kept for reuse
+	srq     *SRQ         // where receives come from, when shared
+	readsIn int          // READs accepted and not yet fully answered
+
+	// Acknowledgment.
+	pending  int        // data packets since the last ACK
+	repeat   bool       // the ACK timer is set to repeat the last ACK
+	ackPlane int        // the plane of the latest data packet, where ACKs go
+	ackPort  int        // the index in SourcePorts of the last ACK's source port
+	share    *cc.Member // this connection in the endpoint's InboundCapacity allocation, which sets its rate hints; nil without one
+
+	stats ReceiverStats
 }
 
 func (r *receiver) init(c *Conn) {
@@ -69,13 +79,13 @@ func (r *receiver) postRecv(wr RecvWR) error {
 	return nil
 }
 
-// onData validates and places a data packet: spec section 9, steps 8 to
-// 17, one after another. A packet refused at a step gets a NACK or a
-// counted drop and changes nothing.
+// onData validates and places a data packet, following spec section 9 from
+// step 8 to step 17 in order. A packet refused at a step gets a NACK or a
+// counted drop, and changes nothing.
 func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
 	c := r.c
 	h := pkt.Common
-	// Step 8: the path id and the size.
+	// Step 8, the size and the path id. A CE mark counts from here on.
 	if d.Size() > c.maxPacket || int(h.PathID()) >= len(r.paths) {
 		r.stats.BadPath++
 		return
@@ -88,7 +98,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 	if !c.tp.admit(r, h, d, plane, at) {
 		return
 	}
-	// Step 9: the DSN.
+	// Step 9, the DSN.
 	switch r.dsn.check(h.DSN()) {
 	case dsnOutOfWindow:
 		r.stats.OutOfWindow++
@@ -108,28 +118,28 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		r.nack(pkt, plane, proto.NackUnsupported, 0, 0)
 		return
 	}
-	// Steps 10 and 11: the message's first packet, and the stream.
+	// Steps 10 and 11, the stream and the message's first packet.
 	st, m, ok := r.checkMessage(pkt, plane, &in)
 	if !ok {
 		return
 	}
-	// Step 12: the operation allowed.
+	// Step 12, the operation allowed.
 	if in.msg.typ == proto.TypeReadReq && r.readsIn >= c.ep.cfg.MaxReadsIn {
 		r.nack(pkt, plane, proto.NackReadLimit, in.stream, in.msn)
 		return
 	}
-	// Steps 13 to 15: key, access and bounds of the target region.
+	// Steps 13 to 15, the key, access and bounds of the target region.
 	region, ok := r.checkRegion(pkt, plane, &in, at)
 	if !ok {
 		return
 	}
-	// Step 16: the posted receive.
+	// Step 16, the posted receive.
 	recv, ok := r.checkReceive(pkt, plane, st, &in)
 	if !ok {
 		release(region)
 		return
 	}
-	// Step 17: place and record.
+	// Step 17, place and record.
 	r.place(pkt, d, at, st, m, &in, region, recv)
 }
 
@@ -142,7 +152,7 @@ type arrival struct {
 }
 
 // arrivalOf reads the message fields of a WRITE, WRITE_IMM, SEND or
-// READ_REQ; it reports false for any other type.
+// READ_REQ. It reports false for any other type.
 func arrivalOf(pkt *proto.Packet) (arrival, bool) {
 	var in arrival
 	switch pkt.Type() {
@@ -169,9 +179,10 @@ func arrivalOf(pkt *proto.Packet) (arrival, bool) {
 }
 
 // checkMessage finds the packet's stream and its message in progress, if
-// any, and checks the packet against the message's first packet (steps 10
-// and 11). A packet of a message already complete, or further ahead than
-// any window allows, is dropped; one on a stream the connection does not
+// any. It checks the packet against the message's first packet (steps 10
+// and 11). The stream is checked first, since the message is looked up on
+// it. A packet of a message already complete, or further ahead than any
+// window allows, is dropped. A packet on a stream the connection does not
 // have is refused.
 func (r *receiver) checkMessage(pkt *proto.Packet, plane int, in *arrival) (*recvStream, *rxMessage, bool) {
 	if int(in.stream) >= len(r.streams) {
@@ -193,12 +204,13 @@ func (r *receiver) checkMessage(pkt *proto.Packet, plane int, in *arrival) (*rec
 	return st, m, true
 }
 
-// checkRegion looks up and checks the region a WRITE, WRITE_IMM or
-// READ_REQ names (steps 13 to 15). The region is held from here to its
-// placement, so that a Deregister waits for it, and released by hand on
-// every way out: a deferred release would hold it through the completions
-// the packet brings about, where an application may deregister it. A SEND
-// names no region: nil.
+// checkRegion looks up and checks the region that a WRITE, WRITE_IMM or
+// READ_REQ names (steps 13 to 15). A SEND names no region, and gets nil.
+//
+// The region is held from here to the placement, so that a Deregister waits
+// for it. It is released by hand on every way out. A deferred release would
+// hold it through the completions the packet brings about, and an
+// application may deregister the region from those.
 func (r *receiver) checkRegion(pkt *proto.Packet, plane int, in *arrival, at clock.Time) (*memreg.Region, bool) {
 	c := r.c
 	f := &in.msg
@@ -226,10 +238,10 @@ func (r *receiver) checkRegion(pkt *proto.Packet, plane int, in *arrival, at clo
 	return g, true
 }
 
-// checkReceive finds the posted receive a SEND or WRITE_IMM consumes
-// (step 16): the stream's own, or one handed out from a shared receive
-// queue in RSN order. It returns the receive a SEND is placed into; a
-// WRITE_IMM only consumes one.
+// checkReceive finds the posted receive that a SEND or WRITE_IMM consumes
+// (step 16). That is the stream's own, or one handed out from a shared
+// receive queue in RSN order. It returns the receive a SEND is placed into.
+// A WRITE_IMM only consumes one.
 func (r *receiver) checkReceive(pkt *proto.Packet, plane int, st *recvStream, in *arrival) (*recvEntry, bool) {
 	f := &in.msg
 	if f.typ != proto.TypeSend && f.typ != proto.TypeWriteImm {
@@ -251,8 +263,8 @@ func (r *receiver) checkReceive(pkt *proto.Packet, plane int, st *recvStream, in
 	return rw, true
 }
 
-// place copies the payload into its place, records the packet for the
-// next ACK and completes what it finishes (step 17).
+// place copies the payload into its place, records the packet for the next
+// ACK, and completes what the packet finishes (step 17).
 func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st *recvStream, m *rxMessage,
 	in *arrival, region *memreg.Region, recv *recvEntry) {
 	c := r.c
@@ -261,7 +273,8 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	var err error
 	switch {
 	case c.ep.cfg.PlaceholderPayloads:
-		// Checked as any payload (steps 13 to 16), placed nowhere.
+		// The payload was checked as any payload (steps 13 to 16), and is
+		// placed nowhere.
 	case recv != nil:
 		err = recv.scatter(in.msgOff, payload)
 	default:
@@ -282,7 +295,7 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	}
 	m.placed += uint32(len(payload))
 	if in.msg.typ == proto.TypeReadReq {
-		m.placed = m.msgLen // nothing to place: it waits only for its turn
+		m.placed = m.msgLen // a READ_REQ places nothing; it waits only for its turn
 		r.readsIn++
 	}
 	r.stats.Packets++
@@ -290,7 +303,7 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	if in.msn == st.next {
 		r.complete(in.stream)
 		if c.state == Closed {
-			return // the peer broke the receive order: the connection failed
+			return // the peer broke the receive order, and the connection failed
 		}
 	}
 	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
@@ -324,7 +337,8 @@ func (r *receiver) newMessage() *rxMessage {
 }
 
 // complete delivers, in MSN order, the messages of a stream that are fully
-// placed: a receive completion for SEND and WRITE_IMM, nothing for WRITE.
+// placed. SEND and WRITE_IMM get a receive completion, WRITE none (spec
+// section 6.5).
 func (r *receiver) complete(stream uint16) {
 	st := &r.streams[stream]
 	for {
@@ -333,8 +347,8 @@ func (r *receiver) complete(stream uint16) {
 			return
 		}
 		if m.typ == proto.TypeReadReq {
-			// Its turn: every earlier message of the stream is placed, so
-			// the READ sees them (spec section 6.5).
+			// Its turn has come. Every earlier message of the stream is
+			// placed, so the READ returns their data (spec section 6.5).
 			r.c.snd.queueResponse(m.rkey, m.roff, m.msgLen, m.rsn)
 			r.c.snd.pump()
 		} else if m.typ == proto.TypeWrite {
@@ -366,10 +380,10 @@ func (r *receiver) complete(stream uint16) {
 	}
 }
 
-// claimShared hands shared receives to a stream's RSNs up to base+i, in
-// order; it reports whether RSN base+i has one. An RSN further ahead than
-// any message window allows takes nothing, so a hostile peer cannot drain
-// the shared queue.
+// claimShared hands shared receives, in order, to a stream's RSNs up to
+// base+i. It reports whether RSN base+i has one. An RSN further ahead than
+// any message window allows takes nothing, so that a hostile peer cannot
+// drain the shared queue.
 func (r *receiver) claimShared(st *recvStream, i uint32) bool {
 	if r.srq == nil || i >= r.dsn.size || i-uint32(len(st.recvs)-st.head) >= uint32(r.srq.Len()) {
 		return false
@@ -381,8 +395,9 @@ func (r *receiver) claimShared(st *recvStream, i uint32) bool {
 	return true
 }
 
-// onReadResp places READ response data at the requester (spec section 9
-// with the READ_RESP steps: tag, length), then records the packet.
+// onReadResp places READ response data at the requester, then records the
+// packet. The READ_RESP steps of spec section 9 are the tag (step 13) and
+// the length (step 15).
 func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	c := r.c
 	h := pkt.Common
@@ -400,7 +415,8 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
 }
 
-// nack refuses a data packet (spec section 7): nothing is placed or recorded.
+// nack refuses a data packet (spec section 7). Nothing is placed or
+// recorded, so the packet's PSN stays clear in its path's bitvector.
 func (r *receiver) nack(pkt *proto.Packet, plane int, code proto.NackCode, stream uint16, msn uint32) {
 	c := r.c
 	r.stats.Nacks[code&15]++

@@ -1,37 +1,44 @@
-// A receive stream: messages being received by MSN and the receives
-// posted for them by RSN (spec section 6.5).
+// A receive stream. It holds the messages being received, by MSN, and the
+// receives posted for them, by RSN (spec section 6.5).
 
 package engine
 
 import "github.com/mroce/mroce/proto"
 
-// rxMessage is a message being received: the fields of its first accepted
-// packet, which every later packet must match, and the bytes placed.
+// rxMessage is a message being received. It keeps the fields of its first
+// accepted packet, which every later packet must repeat (spec section 6.5),
+// and counts the bytes placed.
 type rxMessage struct {
 	typ       proto.Type
 	msgLen    uint32
 	rkey      uint64
 	roff      uint64
-	rsn, imm  uint32
-	placed    uint32
+	rsn       uint32 // for a READ_REQ, its ReadTag
+	imm       uint32
 	solicited bool
+
+	placed uint32
 }
 
 // recvStream is one stream's receive side.
 type recvStream struct {
-	next  uint32 // the next MSN to complete
-	base  uint32
-	msgs  msgRing
-	recvs []recvEntry // posted receives, from head: RSN base, base+1, ...
+	// Messages in progress, by MSN from next.
+	next uint32 // the next MSN to complete
+	msgs msgRing
+
+	// Posted receives, by RSN. recvs[head] is the receive of RSN base.
+	recvs []recvEntry
 	head  int
+	base  uint32
 }
 
 // msgRing holds a stream's messages in progress by MSN, from the stream's
-// next: MSN msn in slot msn & (len - 1). It starts empty and doubles when a
-// message arrives further ahead than it reaches, which the DSN window
-// bounds: a peer can grow it to a pointer per DSN of the window (16 KiB a
-// stream at the default 2,048), no further, and it does not shrink. A
-// slice, not a map: every data packet looks its message up.
+// next. MSN msn is in slot msn & (len - 1). The ring starts empty and
+// doubles when a message arrives further ahead than it reaches. The DSN
+// window bounds that. A peer can grow the ring to a pointer per DSN of the
+// window, 16 KiB a stream at the default window of 2,048, and no further.
+// It does not shrink. It is a slice rather than a map because every data
+// packet looks its message up.
 type msgRing []*rxMessage
 
 // get is message msn, or nil.
@@ -42,7 +49,7 @@ func (q msgRing) get(next, msn uint32) *rxMessage {
 	return q[msn&uint32(len(q)-1)]
 }
 
-// put sets message msn (msn - next less than the DSN window).
+// put sets message msn. msn - next must be less than the DSN window.
 func (q *msgRing) put(next, msn uint32, m *rxMessage) {
 	if msn-next >= uint32(len(*q)) {
 		q.grow(next, msn-next+1)
@@ -63,7 +70,7 @@ func (q *msgRing) grow(next, reach uint32) {
 	*q = ring
 }
 
-// recvEntry is a posted receive: its id and buffers.
+// recvEntry is a posted receive, its id and buffers.
 type recvEntry struct {
 	id     uint64
 	local  SGE

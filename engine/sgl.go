@@ -8,13 +8,13 @@ import (
 	"github.com/mroce/mroce/memreg"
 )
 
-// sgl is a scatter-gather list: the local buffers of one work request,
-// which the message's bytes run through in order.
+// sgl is a scatter-gather list, the local buffers of one work request. The
+// message's bytes run through them in order.
 type sgl []SGE
 
-// gatherList returns the work request's list: SGL if given, else Local;
-// none at all when Local is empty too (a zero-length message, or a receive
-// that takes only a WRITE_IMM's notice).
+// gatherList returns the work request's list, which is SGL if given and
+// Local otherwise. It returns no list when Local is empty too, for a
+// zero-length message or a receive that takes only a WRITE_IMM's notice.
 func gatherList(local SGE, list []SGE, one *[1]SGE) sgl {
 	if len(list) > 0 {
 		return list
@@ -26,8 +26,8 @@ func gatherList(local SGE, list []SGE, one *[1]SGE) sgl {
 	return one[:]
 }
 
-// check verifies every entry is a range of a region of domain pd granting
-// want, and returns the total length.
+// check verifies that every entry is a range of a region of domain pd that
+// grants want, and returns the total length.
 func (l sgl) check(pd *memreg.Domain, want memreg.Access) (uint32, error) {
 	var total uint64
 	for i, e := range l {
