@@ -15,7 +15,7 @@ const (
 	OpWrite    Opcode = iota + 1 // RDMA WRITE
 	OpWriteImm                   // RDMA WRITE with immediate data
 	OpSend                       // SEND
-	OpRecv                       // a receive (its completion: a SEND or WRITE_IMM arrived)
+	OpRecv                       // a receive, whose completion says a SEND or WRITE_IMM arrived
 	OpRead                       // RDMA READ
 )
 
@@ -42,7 +42,7 @@ const (
 	StatusOK            Status = iota
 	StatusFlushed              // the connection ended before the request could complete
 	StatusRemoteAccess         // the peer refused the key, the access or the bounds
-	StatusRemoteInvalid        // the peer refused the request as invalid (stream, operation)
+	StatusRemoteInvalid        // the peer refused the request as invalid, for its stream or operation
 	StatusTimeout              // no forward progress for Config.NoProgress
 	StatusLocalLength          // a received message did not fit the posted receive
 )
@@ -71,10 +71,10 @@ type Completion struct {
 	Op     Opcode
 	Status Status
 	Stream uint16
-	// Bytes is the message length (for a receive: the bytes received).
+	// Bytes is the message length, or for a receive the bytes received.
 	Bytes uint32
-	// Imm is the immediate data of a WRITE_IMM, for a receive completion
-	// (HasImm set).
+	// Imm is the immediate data of a WRITE_IMM, in a receive completion
+	// with HasImm set.
 	Imm    uint32
 	HasImm bool
 	// Solicited is set on receive completions of solicited messages.
@@ -83,41 +83,45 @@ type Completion struct {
 	Err error
 }
 
-// SGE is one local buffer: a range of a registered region.
+// SGE is one local buffer, a range of a registered region.
 type SGE struct {
 	Region *memreg.Region
 	Offset uint64
 	Length uint32
 }
 
-// SendWR is a work request for the send side: a WRITE, WRITE_IMM, SEND or
+// SendWR is a work request for the send side, a WRITE, WRITE_IMM, SEND or
 // READ.
 type SendWR struct {
 	ID     uint64
 	Op     Opcode
 	Stream uint16
-	// Local is the local buffer; SGL, when not empty, replaces it with a
-	// list the message's bytes run through in order (gathered to send,
-	// scattered for a READ).
+	// Local is the local buffer. SGL, when not empty, replaces it with a
+	// list that the message's bytes run through in order. The bytes are
+	// gathered to send, and scattered for a READ. For a READ, Local is
+	// where the data lands, and its region must grant local write.
 	Local SGE
 	SGL   []SGE
-	// RKey and RemoteOffset name the target of a WRITE or WRITE_IMM.
+	// RKey and RemoteOffset name the target of a WRITE or WRITE_IMM, or the
+	// peer's region a READ reads.
 	RKey         uint64
 	RemoteOffset uint64
 	// Imm is the immediate data of a WRITE_IMM.
 	Imm uint32
-	// For a READ, Local is where the data lands (its region must grant
-	// local write) and RKey, RemoteOffset name the peer's region to read.
+	// Solicited marks a SEND or WRITE_IMM as solicited. Its receive
+	// completion says so.
 	Solicited bool
-	// Unsignaled requests complete without a completion when they succeed
-	// (an error is always reported). Completions of a stream come in
-	// posting order, so a signaled one implies the unsignaled ones before
-	// it are done: signal every Nth to bound what is outstanding.
+	// Unsignaled requests complete without a completion when they succeed.
+	// An error is always reported. Completions of a stream come in posting
+	// order, so a signaled completion implies that the unsignaled requests
+	// before it are done. Signal every Nth request to bound what is
+	// outstanding.
 	Unsignaled bool
 }
 
-// RecvWR posts a receive buffer on a stream: Local, or the list SGL, or
-// none (a receive that takes a WRITE_IMM's notice, or a SEND of no bytes).
+// RecvWR posts a receive buffer on a stream. The buffer is Local, or the
+// list SGL, or none. A receive with no buffer takes a WRITE_IMM's notice or
+// a SEND of no bytes.
 type RecvWR struct {
 	ID     uint64
 	Stream uint16
@@ -132,7 +136,7 @@ const (
 	Connecting  ConnState = iota // CONNECT sent, no ACCEPT yet
 	Accepting                    // ACCEPT sent, waiting for the initiator's first packet
 	Established                  // carrying data
-	Closed                       // ended: see Conn.Err
+	Closed                       // ended, see Conn.Err
 )
 
 func (s ConnState) String() string {
@@ -140,17 +144,17 @@ func (s ConnState) String() string {
 }
 
 // Events receives what a connection reports. Calls come from the engine's
-// goroutine; an implementation must not call back into the engine from
-// them except to post work.
+// goroutine. An implementation must not call back into the engine from
+// them, except to post work.
 type Events interface {
 	// Completion reports a finished work request.
 	Completion(c *Conn, wc Completion)
-	// State reports a state change; err is set when the connection failed.
+	// State reports a state change. err is set when the connection failed.
 	State(c *Conn, s ConnState, err error)
 }
 
-// PathEvent is a change of one path of a connection: its state, or a repath
-// to another source port.
+// PathEvent is a change of one path of a connection, of its state or a
+// repath to another source port (spec sections 6.3 and 6.4).
 type PathEvent struct {
 	Path, Plane int
 	From, To    pathmgr.State
@@ -160,17 +164,17 @@ type PathEvent struct {
 	At          clock.Time
 }
 
-// WriteObserver is an optional interface of Events: a connection whose
-// Events implement it tells when each WRITE it received (without
-// immediate) is placed whole, in its stream's order. An RDMA application
-// learns nothing of such a WRITE; a simulation starts what waits for the
-// data's arrival with it.
+// WriteObserver is an optional interface of Events. A connection whose
+// Events implement it tells when each WRITE it received without immediate
+// data is placed whole, in its stream's order. An RDMA application learns
+// nothing of such a WRITE. A simulation uses the call to start what waits
+// for the data.
 type WriteObserver interface {
 	WritePlaced(c *Conn, stream uint16, bytes uint32)
 }
 
-// PathObserver is an optional interface of Events: connections whose
-// Events implement it report every path state change and repath.
+// PathObserver is an optional interface of Events. Connections whose Events
+// implement it report every path state change and repath.
 type PathObserver interface {
 	PathChanged(c *Conn, ev PathEvent)
 }

@@ -10,32 +10,34 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// baseline is the transport of a connection in baseline mode (spec
-// section 10): RoCEv2 over the same wire format, so both can be compared
-// on one network with one engine. One path, a fixed source port, in-order
-// receive, go-back-N, a local ACK timeout, CNPs and DCQCN. It is honest,
-// not crippled: a go-back-N sender resends only from the PSN the receiver
-// names, and DCQCN runs with its published constants.
+// baseline is the transport of a connection in baseline mode (spec section
+// 10). It is RoCEv2 over the same wire format, so that both can be compared
+// on one network with one engine. It has one path, a fixed source port,
+// in-order receive, go-back-N, a local ACK timeout, CNPs and DCQCN. It is
+// faithful to RoCEv2 rather than crippled. A go-back-N sender resends only
+// from the PSN the receiver names, and DCQCN runs with its published
+// constants.
 type baseline struct {
 	c *Conn
 
-	// Receiver: the PSN expected next, and the SEQ_ERR NACK of the
-	// current gap (one per gap, again after the NACK timer).
+	// Receiver. expected is the PSN expected next. A gap gets one SEQ_ERR
+	// NACK, and another only after the NACK timer. CNPs go at most one per
+	// cnpInterval.
 	expected uint32
 	nakSent  bool
 	nakAt    clock.Time
-	lastCNP  clock.Time
 	cnpSent  bool
+	lastCNP  clock.Time
 
-	// Sender: go back to resendPSN and resend from there with the same
-	// PSNs; DCQCN sets the rate.
+	// Sender. It goes back to resendPSN and resends from there with the
+	// same PSNs. DCQCN sets the rate.
 	resend    bool
 	resendPSN uint32
 	dcqcn     *cc.DCQCN
-	retry     clock.Timer // a refused (RNR) PSN is resent after its wait
-	retryPSN  uint32
-	paused    bool // waiting out an RNR: nothing is sent
 	cnps      uint64
+	paused    bool        // waiting out an RNR, when nothing is sent
+	retry     clock.Timer // ends the wait after an RNR
+	retryPSN  uint32      // the refused PSN, resent after the wait
 }
 
 func newBaseline(c *Conn) *baseline {
@@ -45,7 +47,7 @@ func newBaseline(c *Conn) *baseline {
 	return b
 }
 
-// onRetry ends the wait after an RNR: go back to the refused PSN.
+// onRetry ends the wait after an RNR and goes back to the refused PSN.
 func (b *baseline) onRetry() {
 	c := b.c
 	if c.state == Closed {
@@ -57,7 +59,7 @@ func (b *baseline) onRetry() {
 	c.ep.flush()
 }
 
-// window is fixed before the run: DCQCN sets the rate.
+// window is fixed before the run, because DCQCN sets the rate.
 func (b *baseline) window(c *Conn) cc.WindowParams {
 	wp := cc.DefaultWindow
 	w := float64(c.ep.cfg.BaselineWindow)
@@ -65,7 +67,7 @@ func (b *baseline) window(c *Conn) cc.WindowParams {
 	return wp
 }
 
-// hint is ignored: DCQCN alone sets the rate, as deployed.
+// hint is ignored. DCQCN alone sets the rate, as deployed.
 func (b *baseline) hint(*sender, uint64) bool { return false }
 
 // cnp slows DCQCN down.
@@ -74,11 +76,11 @@ func (b *baseline) cnp(_ *sender, at clock.Time) {
 	b.dcqcn.OnCNP(int64(at))
 }
 
-// hints is false: the baseline's ACKs carry no limit (spec section 10).
+// hints is false. The baseline's ACKs carry no limit (spec section 10).
 func (b *baseline) hints() bool { return false }
 
-// admit is the baseline receiver's in-order check, before the spec's steps
-// from 9 on: only the expected PSN goes on. A CE-marked packet draws a
+// admit is the baseline receiver's in-order check, before steps 9 on of
+// spec section 9. Only the expected PSN goes on. A CE-marked packet draws a
 // CNP, at most one per cnpInterval.
 func (b *baseline) admit(r *receiver, h proto.CommonHeader, d *link.Datagram, plane int, at clock.Time) bool {
 	c := b.c
@@ -90,14 +92,14 @@ func (b *baseline) admit(r *receiver, h proto.CommonHeader, d *link.Datagram, pl
 		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])
 	}
 	switch d := int32(h.PSN() - b.expected); {
-	case d < 0: // a resend of what arrived: record it and acknowledge at once
+	case d < 0: // a resend of what arrived; record it and acknowledge at once
 		r.stats.Duplicates++
 		r.recordPath(h, at)
 		r.ackNow()
 		return false
-	case d > 0: // a gap: drop, and name the PSN expected (once per gap)
+	case d > 0: // a gap; drop, and name the PSN expected, once per gap
 		r.stats.OutOfOrder++
-		c.snd.equip() // the NAKs' spacing is its path's RTO
+		c.snd.equip() // the NACKs are spaced by its path's RTO
 		if !b.nakSent || at.Sub(b.nakAt) >= c.snd.paths[0].rto() {
 			b.nakSent, b.nakAt = true, at
 			r.stats.Nacks[proto.NackSeqErr]++
@@ -119,15 +121,15 @@ func (b *baseline) admit(r *receiver, h proto.CommonHeader, d *link.Datagram, pl
 // placed moves the expected PSN on.
 func (b *baseline) placed() { b.expected++ }
 
-// nacked notes a refusal of the expected packet: the packets behind it are
-// a gap the sender knows of already, so no SEQ_ERR follows for them.
+// nacked notes a refusal of the expected packet. The packets behind it are
+// a gap the sender already knows of, so no SEQ_ERR follows for them.
 func (b *baseline) nacked(psn uint32) {
 	if psn == b.expected {
 		b.nakSent, b.nakAt = true, b.c.ep.clock.Now()
 	}
 }
 
-// gapsLost is false: go-back-N resends from the PSN the receiver names.
+// gapsLost is false. Go-back-N resends from the PSN the receiver names.
 func (b *baseline) gapsLost() bool { return false }
 
 // goBack makes the sender resend from psn, with the same PSNs.
@@ -139,7 +141,7 @@ func (b *baseline) goBack(psn uint32) {
 	b.resend, b.resendPSN = true, psn
 }
 
-// sendOne sends resends first (go-back-N), then new data in order, all at
+// sendOne sends resends first, going back N, then new data in order, all at
 // DCQCN's rate.
 func (b *baseline) sendOne(s *sender) bool {
 	c := s.c
@@ -191,8 +193,8 @@ func (b *baseline) pace(s *sender, bytes int) {
 	s.pacer.Sent(now, bytes, b.dcqcn.Rate(now))
 }
 
-// acked resolves the transmissions whose DSN the cumulative DSN covers:
-// an ACK whose records were lost still frees the window.
+// acked resolves the transmissions whose DSN the cumulative DSN covers. An
+// ACK whose records were lost still frees the window.
 func (b *baseline) acked(s *sender) {
 	if s.paths == nil {
 		return
@@ -212,11 +214,11 @@ func (b *baseline) acked(s *sender) {
 	}
 }
 
-// overdue does nothing: go-back-N has no copies.
+// overdue does nothing. Go-back-N makes no copies.
 func (b *baseline) overdue(*sender, clock.Time) {}
 
-// expired is the local ACK timeout: go back to the oldest unacknowledged
-// PSN.
+// expired is the local ACK timeout. It goes back to the oldest
+// unacknowledged PSN.
 func (b *baseline) expired(p *sendPath, _ clock.Time) bool {
 	if p.State() == pathmgr.Down || p.inflight == 0 {
 		return false
@@ -228,11 +230,12 @@ func (b *baseline) expired(p *sendPath, _ clock.Time) bool {
 	return true
 }
 
-// timeout is the retransmission timeout: the baseline has no tail probes.
+// timeout is the retransmission timeout. The baseline has no tail probes.
 func (b *baseline) timeout(p *sendPath) time.Duration { return p.rto() }
 
-// rto is the local ACK timeout: fixed when LocalAckTimeout is set, as
-// RoCEv2 configures it, else adaptive and doubled per timeout in a row.
+// rto is the local ACK timeout. It is fixed when LocalAckTimeout is set, as
+// RoCEv2 configures it. Otherwise it is adaptive and doubles for each
+// timeout in a row.
 func (b *baseline) rto(p *sendPath, timeouts int) time.Duration {
 	cfg := &b.c.ep.cfg
 	if cfg.LocalAckTimeout > 0 {
@@ -245,9 +248,9 @@ func (b *baseline) rto(p *sendPath, timeouts int) time.Duration {
 	return min(rto, cfg.RTOMax)
 }
 
-// planeDown waits for the plane: with one path in order nothing can go
-// elsewhere, and go-back-N resends from the oldest unacknowledged when it
-// returns.
+// planeDown waits for the plane. With one path in order nothing can go
+// elsewhere, and go-back-N resends from the oldest unacknowledged PSN when
+// the plane returns.
 func (b *baseline) planeDown(p *sendPath) {
 	p.timer.Stop()
 	p.PlaneDown()
@@ -261,13 +264,14 @@ func (b *baseline) planeUp(p *sendPath, now clock.Time) {
 	p.armTimer(now)
 }
 
-// refused handles SEQ_ERR, which names the PSN to go back to, and RNR
-// and RESOURCE: stop, wait RetryAfter, then go back to the refused PSN.
+// refused handles SEQ_ERR, which names the PSN to go back to. On RNR and
+// RESOURCE it stops, waits RetryAfter, then goes back to the refused PSN
+// (spec section 10).
 func (b *baseline) refused(s *sender, n proto.NackHeader, _ *dsnRecord) {
 	switch n.Code() {
 	case proto.NackSeqErr:
 		if !b.paused && !(b.resend && proto.SeqLessEq(b.resendPSN, n.PSN())) {
-			b.goBack(n.PSN()) // not while waiting out an RNR, nor behind a resend already going
+			b.goBack(n.PSN()) // not while waiting out an RNR, nor behind a resend already under way
 		}
 	case proto.NackRNR, proto.NackResource:
 		b.paused, b.resend = true, false

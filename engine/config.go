@@ -13,125 +13,161 @@ import (
 // Config is an endpoint's configuration. Zero fields take the defaults
 // documented on each.
 type Config struct {
-	// Planes are the endpoint's local addresses, one per plane (NIC port).
+	// Addresses and ports.
+
+	// Planes are the endpoint's local addresses, one per plane, that is per
+	// NIC port (spec section 6.1).
 	Planes []netip.Addr
-	// Port is the UDP port the endpoint receives on (its ReplyPort).
-	// Default proto.DefaultPort.
+	// Port is the UDP port the endpoint receives on, its ReplyPort. Default
+	// proto.DefaultPort.
 	Port uint16
-	// SourcePorts is the pool of local UDP source ports paths and control
-	// packets are sent from. Default 49152-49407.
+	// SourcePorts is the pool of local UDP source ports that paths and
+	// control packets are sent from. Default 49152-49407.
 	SourcePorts []uint16
-	// MaxPacket is the largest packet this endpoint sends or accepts (UDP
-	// payload). Default 4,160: 4 KiB of payload in a WRITE.
+
+	// What each connection offers, or accepts, at the handshake (spec
+	// section 8.2).
+
+	// Mode is the transport of the connections this endpoint opens. It is
+	// proto.ModeMultipath, this spec's, or proto.ModeBaseline, the
+	// RoCEv2-like mode of spec section 10 with one path, go-back-N and
+	// DCQCN. An acceptor serves either.
+	Mode proto.Mode
+	// MaxPacket is the largest packet, as a UDP payload, that this endpoint
+	// sends or accepts. Default 4,160, which holds 4 KiB of payload in a
+	// WRITE.
 	MaxPacket int
-	// Paths and Streams offered or accepted per connection. Defaults 8, 8.
+	// Paths and Streams are offered or accepted per connection. Defaults 8
+	// and 8.
 	Paths, Streams int
 	// DSNWindow is the receive window in packets this endpoint offers.
 	// Default 2,048.
 	DSNWindow int
-	// PathWindow caps the packets in flight per path; congestion control
-	// moves each path's window below it (starting at min(16, PathWindow)).
+	// MaxReadsOut is how many READs a connection may have outstanding as
+	// requester, and MaxReadsIn how many it serves at once as responder.
+	// Both are negotiated. Defaults 16 and 16, or -1 for none.
+	MaxReadsOut, MaxReadsIn int
+
+	// Limits on the state an endpoint keeps.
+
+	// MaxSendWindow caps the DSNs a connection keeps in flight, whatever
+	// window the peer offers. It bounds the sender's state per connection.
+	// Default 4,096.
+	MaxSendWindow int
+	// MaxAccepting caps the connections in the middle of their handshake,
+	// accepted and not yet established. Beyond it CONNECTs are refused with
+	// CLOSE RESOURCE. Default 1,024.
+	MaxAccepting int
+
+	// Windows and rates.
+
+	// PathWindow caps the packets in flight per path. Congestion control
+	// moves each path's window below it, starting at min(16, PathWindow).
 	// Default 64, at most 255.
 	PathWindow int
 	// InboundCapacity is the rate this endpoint can receive, in bytes of
-	// payload a second: what its rate hints share among the connections
-	// sending to it. 0: unknown, and ACKs carry no limit.
+	// payload a second. The endpoint's rate hints share it among the
+	// connections sending to it. 0 means unknown, and then ACKs carry no
+	// limit.
 	InboundCapacity float64
 	// OutboundCapacity is the rate this endpoint's NIC can send, in bytes
-	// of payload a second over all its planes: its connections with data
-	// to send share it max-min, each wanting what its windows and its
-	// receiver's hint allow. Without it (0) every connection paces on its
-	// own, and together they may ask more of the NIC than it has: a queue
-	// at the host's own port, which every connection's packets wait in.
+	// of payload a second over all its planes. Its connections with data to
+	// send share it max-min, each asking for what its windows and its
+	// receiver's hint allow. Without it every connection paces on its own.
+	// Together they may then ask more of the NIC than it has, which builds
+	// a queue at the host's own port that every connection's packets wait
+	// in.
 	OutboundCapacity float64
-	// HintHorizon turns a sender's declared backlog into its demand
-	// (backlog / horizon) and is how long a silent sender keeps its share.
-	// Default 20 µs: a few round trips of a data-center fabric.
+	// HintHorizon turns a sender's declared backlog into its demand, which
+	// is backlog / horizon. It is also how long a silent sender keeps its
+	// share. Default 20 µs, a few round trips of a data-center fabric.
 	HintHorizon time.Duration
-	// NoRateHints makes the endpoint send no rate hints (ACKs say no
-	// limit): congestion control from the sending end only.
+	// NoRateHints makes the endpoint send no rate hints. Its ACKs say no
+	// limit, and congestion control runs from the sending end only.
 	NoRateHints bool
 	// NoPacing sends as the windows allow, without spacing packets.
 	NoPacing bool
-	// PlaceholderPayloads is for simulations where the bytes moved do not
-	// matter: data packets keep their full length (they take as long to
-	// cross a link and are checked against their regions and receives as
-	// always) but nothing copies their payload out of or into memory, and
-	// no packet carries a CRC (proto.Packet.Unsealed, DecodeNoCRC). Every
-	// protocol decision is the one real payloads get, as long as nothing
-	// corrupts packets in flight (that would go unseen). Both ends must
-	// set it; a peer without it rejects every packet's CRC. Never on a
-	// real network: the payload would be whatever the buffer last held,
-	// and nothing would be checked (software.OpenUDPEngine refuses it).
-	PlaceholderPayloads bool
-	// Mode is the transport of the connections this endpoint opens:
-	// proto.ModeMultipath (this spec's), or proto.ModeBaseline (RoCEv2-like,
-	// spec section 10: one path, go-back-N, DCQCN). An acceptor serves
-	// either.
-	Mode proto.Mode
-	// BaselineWindow is the go-back-N window in packets of a baseline
-	// connection: fixed before the run. Default 64.
-	BaselineWindow int
-	// LocalAckTimeout, when set, is a baseline connection's local ACK
-	// timeout, fixed as RoCEv2 configures it (4.096 µs x 2^n): no RTT
-	// estimate and no doubling. Zero (the default) uses the adaptive RTO
-	// (RTOMin, RTOMax), which real sockets with unknown delays need.
-	LocalAckTimeout time.Duration
-	// LineRate is the sending NIC's rate in bytes/s, where DCQCN starts.
-	// Default 12.5e9 (100 Gb/s).
-	LineRate float64
-	// AckEvery and AckDelay coalesce acknowledgments: an ACK after that
-	// many data packets, or that long after the first unacknowledged one.
-	// Defaults 8 and 5 µs.
+
+	// Acknowledgment.
+
+	// AckEvery and AckDelay coalesce acknowledgments. An ACK goes after
+	// AckEvery data packets, or AckDelay after the first unacknowledged one
+	// (spec section 6.6). Defaults 8 and 5 µs.
 	AckEvery int
 	AckDelay time.Duration
+
+	// Timers.
+
 	// RTOInitial, RTOMin and RTOMax bound the per-path retransmission
 	// timeout. Defaults 1 ms, 50 µs and 100 ms. Real sockets want an RTOMin
-	// that survives scheduling and GC pauses (milliseconds).
+	// of milliseconds, which survives scheduling and GC pauses.
 	RTOInitial, RTOMin, RTOMax time.Duration
-	// ProbeMin is the floor of a path's tail-probe timer once the
-	// receiver has granted a rate (without a hint the floor is RTOMin).
-	// Default a fifth of RTOMin (10 µs): a probe declares nothing lost, and
-	// a lost last packet that nothing follows waits this long to be found.
-	// Real sockets want it at RTOMin, for the same reason as that.
+	// ProbeMin is the floor of a path's tail-probe timer once the receiver
+	// has granted a rate. Without a hint the floor is RTOMin. Default a
+	// fifth of RTOMin, 10 µs. A probe declares nothing lost, and a lost
+	// last packet that nothing follows waits this long to be found. Real
+	// sockets want it at RTOMin, for the same reason as RTOMin.
 	ProbeMin time.Duration
 	// BadProbeMax bounds how long a path in ASSUMED_BAD waits between
-	// probes: each unanswered probe doubles the wait, from the path's
-	// retransmission timeout up to this (never below that timeout, which a
-	// reply needs to come back in). Default 4 RTOMin (200 µs): a
-	// blackholed plane that is repaired carries data again within that and
-	// a round trip, for a probe per path per interval while it is out.
+	// probes. Each unanswered probe doubles the wait, from the path's
+	// retransmission timeout up to BadProbeMax. The wait is never below
+	// that timeout, which a reply needs to come back in. Default 4 RTOMin,
+	// 200 µs. A blackholed plane that is repaired then carries data again
+	// within BadProbeMax and a round trip, for the cost of a probe per path
+	// per interval while it is out.
 	BadProbeMax time.Duration
 	// NoProgress is how long a connection may go without forward progress
 	// while it has work outstanding before it fails. Default 1 s.
 	NoProgress time.Duration
 	// ConnectTimeout bounds the handshake. Default 1 s.
 	ConnectTimeout time.Duration
-	// LossOutlierFactor moves a path to a new source port (a new route)
-	// when its smoothed loss is above 2% and this many times the other
-	// paths' average. Default 4; negative: never for loss.
-	LossOutlierFactor float64
-	// MPL is the maximum packet lifetime: a path is repathed at most once
-	// per MPL, and a closed connection's id stays quarantined for 2 MPL.
-	// Default 100 ms.
+	// MPL is the maximum packet lifetime. A path is repathed at most once
+	// per MPL, and a closed connection's id stays quarantined for 2 MPL
+	// (spec sections 6.3 and 8.5). Default 100 ms.
 	MPL time.Duration
-	// MaxSendWindow caps the DSNs a connection keeps in flight, whatever
-	// window the peer offers: the sender's state per connection. Default
-	// 4,096.
-	MaxSendWindow int
-	// MaxAccepting caps the connections in the middle of their handshake
-	// (accepted, not yet established); beyond it CONNECTs are refused with
-	// CLOSE RESOURCE. Default 1,024.
-	MaxAccepting int
-	// MaxReadsOut is how many READs a connection may have outstanding as
-	// requester, MaxReadsIn how many it serves at once as responder
-	// (negotiated: spec section 8.2). Defaults 16 and 16; -1 for none.
-	MaxReadsOut, MaxReadsIn int
-	// Random is the source of connection ids and initial sequence numbers
-	// (and memreg keys, when the registry is made from this config).
+
+	// Paths.
+
+	// LossOutlierFactor moves a path to a new source port, and so a new
+	// route, when its smoothed loss is above 2% and this many times the
+	// other paths' average. Default 4. A negative factor never repaths for
+	// loss.
+	LossOutlierFactor float64
+
+	// Baseline mode.
+
+	// BaselineWindow is the go-back-N window in packets of a baseline
+	// connection, fixed before the run. Default 64.
+	BaselineWindow int
+	// LocalAckTimeout, when set, is a baseline connection's local ACK
+	// timeout, fixed as RoCEv2 configures it, at 4.096 µs x 2^n. It uses no
+	// RTT estimate and no doubling. Zero, the default, uses the adaptive RTO
+	// between RTOMin and RTOMax, which real sockets with unknown delays
+	// need.
+	LocalAckTimeout time.Duration
+	// LineRate is the sending NIC's rate in bytes a second, where DCQCN
+	// starts. Default 12.5e9, which is 100 Gb/s.
+	LineRate float64
+
+	// Simulation and observation.
+
+	// PlaceholderPayloads is for simulations where the bytes moved do not
+	// matter. Data packets keep their full length, so they take as long to
+	// cross a link, and they are checked against their regions and
+	// receives as always. But nothing copies their payload out of or into
+	// memory, and no packet carries a CRC (see proto.Packet.Unsealed and
+	// DecodeNoCRC). Every protocol decision is the one real payloads get,
+	// as long as nothing corrupts packets in flight, which would go unseen.
+	// Both ends must set it, since a peer without it rejects every packet's
+	// CRC. Never set it on a real network. The payload would be whatever
+	// the buffer last held, and nothing would be checked.
+	// software.OpenUDPEngine refuses it.
+	PlaceholderPayloads bool
+	// Random is the source of connection ids and initial sequence numbers,
+	// and of memreg keys when the registry is made from this config.
 	// Default crypto/rand. Simulations pass a seeded source.
 	Random io.Reader
-	// Tracer, when set, hears of the sender's decisions (TraceEvent).
+	// Tracer, when set, hears of the sender's decisions (see TraceEvent).
 	Tracer Tracer
 }
 

@@ -13,49 +13,54 @@ import (
 
 var errNoRemote = errors.New("engine: no remote address")
 
-// Conn is one connection: its handshake, its send side (sender) and its
-// receive side (receiver).
+// Conn is one connection. It runs the handshake, and holds the send side
+// (sender) and the receive side (receiver) of the connection's two
+// directions (spec section 6.1).
 type Conn struct {
-	// What the packets read, first: every one the connection sends or
-	// receives reads some of these fields, its sender's or its receiver's,
-	// and with thousands of connections each cache line of them is one to
-	// fetch. What the handshake and the application's calls read comes
-	// after.
-	ep              *Endpoint
-	pd              *memreg.Domain
-	state           ConnState
-	mode            proto.Mode
-	peerPort        uint16
-	localID, peerID uint32
-	maxPacket       int // negotiated at the handshake, with paths, streams and readsOut
-	paths, streams  int
-	known           uint64       // bit p: remote[p] is known (planes 0-63; see knows)
-	readsOut        int          // READs this side may have outstanding
-	remote          []netip.Addr // the peer's address per plane; invalid until known
-	ackTimer        clock.Timer
-	progress        clock.Timer // fires after Config.NoProgress without progress while work is outstanding
-
-	snd sender
-	rcv receiver
-
-	events    Events
+	// Identity.
+	ep        *Endpoint
+	localID   uint32 // the DstConnID the peer sends to
+	peerID    uint32 // the DstConnID this side sends to
 	initiator bool
-	err       error
-	acceptKey acceptKey
+	acceptKey acceptKey // how the acceptor recognizes a resent CONNECT (spec section 8.1)
+	pd        *memreg.Domain
+	events    Events
 
-	// Negotiated at the handshake too.
+	state ConnState
+	err   error // why the connection closed
+
+	// The peer's addresses, one per plane, invalid until known. Bit p of
+	// known is set when remote[p] is known, for the planes 0 to 63 (see
+	// knows).
+	remote   []netip.Addr
+	known    uint64
+	peerPort uint16 // the peer's ReplyPort
+
+	// Negotiated at the handshake (spec section 8.2).
+	mode       proto.Mode
+	tp         transport // multipath, or baseline (spec section 10)
+	maxPacket  int
+	paths      int
+	streams    int
+	readsOut   int    // READs this side may have outstanding
 	peerWindow int    // DSNs the peer accepts beyond its cumulative DSN
 	isn, idsn  uint32 // this side's initial PSN and DSN
 	peerISN    uint32
 	peerIDSN   uint32
-	tp         transport // multipath, or baseline (spec section 10)
 
-	hsTimer    clock.Timer
+	// The two directions.
+	snd sender
+	rcv receiver
+
+	// Timers.
+	ackTimer   clock.Timer
+	progress   clock.Timer // fires after Config.NoProgress without progress while work is outstanding
+	hsTimer    clock.Timer // resends the CONNECT or ACCEPT until hsDeadline
 	hsInterval time.Duration
 	hsDeadline clock.Time
 }
 
-// ID is the connection's local id (the DstConnID its peer sends to).
+// ID is the connection's local id, the DstConnID its peer sends to.
 func (c *Conn) ID() uint32 { return c.localID }
 
 // RemoteAddr is the peer's address on plane p, or the zero Addr while it
@@ -67,10 +72,9 @@ func (c *Conn) RemoteAddr(p int) netip.Addr {
 	return c.remote[p]
 }
 
-// knows reports whether the peer's address on plane p is known: from a
-// bit in the connection's first cache line for the first 64 planes, which
-// every packet sent or received asks about (the addresses are a line or
-// three of their own).
+// knows reports whether the peer's address on plane p is known. Every
+// packet sent or received asks. For the first 64 planes a bit answers,
+// without reading the addresses.
 func (c *Conn) knows(p int) bool {
 	if p < 64 {
 		return c.known&(1<<p) != 0
@@ -109,8 +113,8 @@ func (c *Conn) MaxPacket() int { return c.maxPacket }
 func (c *Conn) Domain() *memreg.Domain { return c.pd }
 
 // build lays out a packet of type t in a fresh buffer from the port. When
-// the port pads (paddingPort), a placeholder payload is left out and the
-// packet takes a header buffer, as does any other packet that fits one.
+// the port pads (see paddingPort), a placeholder payload is left out and
+// the packet takes a header buffer, as does any other packet that fits one.
 func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
 	var err error
 	hlen, _ := proto.HeaderLen(t, records)
@@ -126,7 +130,7 @@ func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
 		err = proto.Build(pkt, buf[:cap(buf)], t, records, payload)
 	}
 	if err != nil {
-		panic("engine: building a packet: " + err.Error()) // sizes are ours: a bug
+		panic("engine: building a packet: " + err.Error()) // the sizes are ours, so this is a bug
 	}
 	pkt.Common.SetTimestamp(uint32(c.ep.clock.Now()))
 }
@@ -148,14 +152,14 @@ func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
 	})
 }
 
-// receive handles a decoded packet for this connection (spec section 9 from
-// step 7 on).
+// receive handles a decoded packet for this connection, from step 7 of spec
+// section 9 on.
 func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
 	if c.state == Closed {
 		return
 	}
 	if !c.knows(plane) {
-		c.setRemote(plane, d.Src.Addr()) // learn the peer's address on this plane
+		c.setRemote(plane, d.Src.Addr()) // learn the peer's address on this plane (spec section 8.1)
 	}
 	switch t := pkt.Type(); {
 	case t == proto.TypeAccept:
@@ -205,7 +209,8 @@ func (c *Conn) Post(wr SendWR) error {
 }
 
 // PostRecv posts a receive buffer on a stream. An accepted connection may
-// post receives from its accept callback on, before it is established.
+// post receives before it is established, once its accept callback has
+// returned.
 func (c *Conn) PostRecv(wr RecvWR) error {
 	switch c.state {
 	case Closed:

@@ -2,21 +2,21 @@ package engine
 
 import "time"
 
-// Fixed by the spec. Changing one breaks interoperability.
+// Values fixed by the spec. Changing one breaks interoperability.
 const (
-	maxPathRing     = 256                    // PSNs in flight on a path: what an ACK record's bitvector can name (section 5.5)
-	maxAckEvery     = 128                    // a record at least every 128 PSNs of a path keeps them in its bitvector (section 6.6)
-	sourcePortFirst = 49152                  // the first source port of the default pool: the dynamic range (section 11)
+	maxPathRing     = 256                    // PSNs in flight on a path, what an ACK record's bitvector can name (section 5.5)
+	maxAckEvery     = 128                    // a record at least every 128 PSNs keeps every PSN in two ACKs' bitvectors (section 6.6)
+	sourcePortFirst = 49152                  // the first source port of the default pool, in the dynamic range (section 11)
 	handshakeRetry  = 100 * time.Millisecond // the first CONNECT and ACCEPT resend interval, doubled each time (section 8.1)
 	closeResends    = 3                      // CLOSE resends until the peer answers CLOSE CLOSED (section 8.5)
 	closeInterval   = 100 * time.Millisecond // between CLOSE resends (section 8.5)
 )
 
-// Defaults of Config, tuned rather than specified. Config's fields say
-// what each one does.
+// Defaults of Config, tuned rather than specified. Config's fields say what
+// each one does.
 const (
 	defaultSourcePorts       = 256                    // as many as the most paths a connection has (section 6.1)
-	defaultMaxPacket         = 4160                   // 4 KiB of payload in a WRITE with its headers: a jumbo frame
+	defaultMaxPacket         = 4160                   // a jumbo frame with 4 KiB of payload in a WRITE, with its headers
 	defaultPaths             = 8                      // enough ECMP entropy for a few planes
 	defaultStreams           = 8                      // ordered streams above one connection
 	defaultDSNWindow         = 2048                   // a few bandwidth-delay products of a 100 Gb/s fabric
@@ -26,7 +26,7 @@ const (
 	defaultAckDelay          = 5 * time.Microsecond   // a fraction of a fabric round trip
 	defaultRTOInitial        = time.Millisecond       // before any RTT sample
 	defaultRTOMin            = 50 * time.Microsecond  // a data-center fabric's queues; real sockets set milliseconds
-	defaultRTOMax            = 100 * time.Millisecond // the MPL: past it no packet is still in flight
+	defaultRTOMax            = 100 * time.Millisecond // the MPL, after which no packet is still in flight
 	defaultNoProgress        = time.Second            // a connection this long without progress fails
 	defaultConnectTimeout    = time.Second            // the handshake's deadline
 	defaultMPL               = 100 * time.Millisecond // the spec's suggested maximum packet lifetime (section 6.3)
@@ -40,12 +40,12 @@ const (
 
 // Tuned internals.
 const (
-	initialRing    = 16                    // a sender's first DSN ring: most ends of a connection only receive
+	initialRing    = 16                    // a sender's first DSN ring, small because most ends of a connection only receive
 	minPathRing    = 4                     // a path's first PSN ring, doubled up to maxPathRing as it fills
 	initialMsgRing = 4                     // a receive stream's first ring of messages in progress
 	tailPackets    = 4                     // packets in flight that make the tail of a transfer (probeOverdue)
 	ackRepeatAfter = 4                     // ACK delays of quiet after which the last ACK is repeated
 	rnrRetryMicros = 100                   // the RetryAfter of an RNR NACK, in µs (section 7)
-	packetOverhead = 60 + 4 + 28           // a WRITE's header, trailer, IP and UDP headers: what pacing adds to a payload
-	cnpInterval    = 50 * time.Microsecond // the least time between two CNPs of a baseline connection, as DCQCN's notification point
+	packetOverhead = 60 + 4 + 28           // a WRITE's header and trailer and the IP and UDP headers, which pacing adds to a payload
+	cnpInterval    = 50 * time.Microsecond // the least time between two CNPs of a baseline connection, as at DCQCN's notification point
 )

@@ -15,27 +15,34 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// Endpoint is one host's transport: its connections, the port their
-// packets go through, and the clock their timers run on. It is the
-// link.Receiver of its port.
+// Endpoint is one host's transport. It holds the host's connections, the
+// port their packets go through, and the clock their timers run on. It is
+// the link.Receiver of its port.
 type Endpoint struct {
-	cfg       Config
-	clock     clock.Clock
-	port      link.Port
-	padPort   paddingPort // the port, when placeholder payloads travel as its padding
-	tracer    Tracer      // Config.Tracer
-	random    io.Reader
+	// What the endpoint runs on.
+	cfg     Config
+	clock   clock.Clock
+	port    link.Port
+	padPort paddingPort // the port, when placeholder payloads travel as its padding
+	random  io.Reader
+	tracer  Tracer // Config.Tracer
+
+	// Connections. Recently closed ones stay quarantined, by id in closed
+	// and by their CONNECT in closedKey (spec section 8.5).
 	conns     map[uint32]*Conn           // by local connection id
-	accepted  map[acceptKey]*Conn        // CONNECTs answered, by (source, initiator's id)
-	listener  func(*Conn) (Events, bool) // nil: not listening
+	listener  func(*Conn) (Events, bool) // nil when not listening
 	listenPD  *memreg.Domain
-	accepting int                    // connections accepted and not yet established
-	closed    map[uint32]*closedConn // recently closed ids, quarantined
+	accepted  map[acceptKey]*Conn // CONNECTs answered, by source address and initiator's id
+	accepting int                 // connections accepted and not yet established
+	closed    map[uint32]*closedConn
 	closedKey map[acceptKey]clock.Time
-	batch     []link.Datagram
-	stats     EndpointStats
-	alloc     *cc.Allocator // shares InboundCapacity among senders; nil when unknown
-	outAlloc  *cc.Allocator // shares OutboundCapacity among this endpoint's senders; nil when not set
+
+	// Rate allocation among this endpoint's connections.
+	alloc    *cc.Allocator // shares InboundCapacity among the senders to this endpoint; nil when unknown
+	outAlloc *cc.Allocator // shares OutboundCapacity among this endpoint's senders; nil when not set
+
+	batch []link.Datagram // datagrams queued for the port
+	stats EndpointStats
 }
 
 // NewEndpoint makes an endpoint sending through port on clk. Attach it to
@@ -60,9 +67,10 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.InboundCapacity, Horizon: cfg.HintHorizon})
 	}
 	if cfg.OutboundCapacity > 0 {
-		// Its connections join with their first packet and leave when they
-		// have nothing more to send (or close); one paced far below the
-		// level must not be forgotten between two of its packets.
+		// Connections join the allocation with their first packet and leave
+		// when they have nothing more to send, or close. A connection paced
+		// far below the level must not be forgotten between two of its
+		// packets, hence the long quiet time.
 		e.outAlloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.OutboundCapacity, Horizon: cfg.HintHorizon,
 			Quiet: 50 * cfg.HintHorizon})
 	}
@@ -72,7 +80,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 // Config returns the endpoint's configuration with defaults filled in.
 func (e *Endpoint) Config() Config { return e.cfg }
 
-// Listen accepts connections: for each CONNECT, accept decides whether to
+// Listen accepts connections. For each CONNECT, accept decides whether to
 // take it and returns the Events of the new connection. Connections use pd.
 func (e *Endpoint) Listen(pd *memreg.Domain, accept func(*Conn) (Events, bool)) {
 	e.listener, e.listenPD = accept, pd
@@ -139,24 +147,24 @@ func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 	e.flush()
 }
 
-// decode parses and checks a datagram's packet as this endpoint's packets
-// are sealed (seal).
+// decode parses and checks a datagram's packet the way this endpoint's
+// packets are sealed (see seal).
 func (e *Endpoint) decode(pkt *proto.Packet, d *link.Datagram) error {
 	switch {
 	case d.Pad != 0 && e.cfg.PlaceholderPayloads:
-		return pkt.DecodePlaceholder(d.Data, int(d.Pad)) // a placeholder: its datagram is padded
+		return pkt.DecodePlaceholder(d.Data, int(d.Pad)) // a placeholder, whose datagram is padded
 	case d.Pad != 0:
 		return proto.ErrTruncated // the bytes are not there
 	case e.cfg.PlaceholderPayloads:
-		// A deliberate bug; or a simulation's packets, which carry no CRC
-		// (nothing there flips their bits).
+		// A simulation's packets without padding carry no CRC. Nothing in
+		// such a simulation flips their bits (spec section 5.11).
 		return pkt.DecodeNoCRC(d.Data)
 	}
 	return pkt.Decode(d.Data)
 }
 
-// seal finishes a packet: its CRC, unless its payload is a placeholder
-// (Config.PlaceholderPayloads), which carries none.
+// seal finishes a packet with its CRC. A packet of an endpoint with
+// placeholder payloads carries none (see Config.PlaceholderPayloads).
 func (e *Endpoint) seal(pkt *proto.Packet) []byte {
 	if e.cfg.PlaceholderPayloads {
 		return pkt.Unsealed()
@@ -164,12 +172,12 @@ func (e *Endpoint) seal(pkt *proto.Packet) []byte {
 	return pkt.Seal()
 }
 
-// TooBig is told by the port that a datagram this endpoint sent did not
-// fit its path: the kernel refused it as larger than the path MTU (DF is
-// set; link.TooBigHandler). The connection that sent it cannot carry its
-// packets on that path, and resending would never help: it fails with a
-// PathMTUError that names the path and the sizes. (Learning the path MTU
-// beforehand, with padded PROBEs, is not built.)
+// TooBig is called by the port when a datagram this endpoint sent did not
+// fit its path. The kernel refused it as larger than the path MTU, because
+// DF is set (see link.TooBigHandler). The connection that sent it cannot
+// carry its packets on that path, and resending would never help. So the
+// connection fails with a PathMTUError that names the path and the sizes.
+// Learning the path MTU beforehand, with padded PROBEs, is not built.
 func (e *Endpoint) TooBig(d *link.Datagram) {
 	var pkt proto.Packet
 	if err := e.decode(&pkt, d); err != nil {
@@ -179,7 +187,7 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 	if plane < 0 {
 		return // not from one of our planes
 	}
-	for _, id := range e.connIDs() { // a refusal is rare: the sorted walk keeps failures in order
+	for _, id := range e.connIDs() { // a refusal is rare, and the sorted walk keeps failures in order
 		c := e.conns[id]
 		if c.state == Closed || c.peerID != pkt.Common.DstConnID() || c.peerPort != d.Dst.Port() {
 			continue
@@ -192,10 +200,10 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 	e.flush()
 }
 
-// send queues one datagram; flush hands the queue to the port. Everything a
-// call into the engine sends goes out as one batch (a queue of 64 at once).
-// A port that holds its sends to the end of its loop's turn (the UDP
-// driver) joins the batches of many calls.
+// send queues one datagram, and flush hands the queue to the port.
+// Everything a call into the engine sends goes out in batches of up to 64.
+// A port that holds its sends until the end of its loop's turn, like the
+// UDP driver, joins the batches of many calls.
 func (e *Endpoint) send(d link.Datagram) {
 	e.batch = append(e.batch, d)
 	if len(e.batch) >= 64 {
@@ -223,9 +231,9 @@ func (e *Endpoint) connIDs() []uint32 {
 	return ids
 }
 
-// Connect starts a connection to the peer whose plane addresses are remote
-// (one per plane, in plane order) and which listens on port. The handshake
-// runs in the background; ev.State reports Established or the failure.
+// Connect starts a connection to the peer whose plane addresses are remote,
+// one per plane in plane order, and which listens on port. The handshake
+// runs in the background. ev.State reports Established or the failure.
 func (e *Endpoint) Connect(remote []netip.Addr, port uint16, pd *memreg.Domain, ev Events) (*Conn, error) {
 	if len(remote) == 0 {
 		return nil, errNoRemote

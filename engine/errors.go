@@ -17,7 +17,7 @@ var (
 	ErrNotReady      = errors.New("engine: connection not established")
 )
 
-// PathMTUError ends a connection whose packet did not fit a path: the
+// PathMTUError ends a connection whose packet did not fit a path. The
 // kernel refused a Size-byte datagram from Src to Dst as larger than the
 // path MTU. The connection's MaxPacket must come down to what the path
 // carries.
@@ -32,8 +32,8 @@ func (e *PathMTUError) Error() string {
 		e.Size, e.Src, e.Dst, e.MaxPacket)
 }
 
-// ProtocolError is a fatal condition this side detected; the peer is told
-// with CLOSE FATAL carrying Code.
+// ProtocolError is a fatal condition this side detected. The peer is told
+// with CLOSE FATAL carrying Code (spec section 8.4).
 type ProtocolError struct {
 	Code proto.NackCode
 	Msg  string

@@ -1,5 +1,5 @@
-// The handshake: CONNECT and ACCEPT, and the values they negotiate
-// (spec section 8).
+// The handshake. CONNECT and ACCEPT, and the values they negotiate (spec
+// section 8).
 
 package engine
 
@@ -16,7 +16,7 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 	h := pkt.Handshake()
 	key := acceptKey{d.Src.Addr(), h.SrcConnID()}
 	if c := e.accepted[key]; c != nil {
-		c.sendHandshake() // a resent CONNECT: the same ACCEPT
+		c.sendHandshake() // a resent CONNECT gets the same ACCEPT
 		return
 	}
 	if until, ok := e.closedKey[key]; ok && e.clock.Now() < until {
@@ -32,7 +32,7 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		return
 	}
 	if h.Mode() > proto.ModeBaseline {
-		reply(proto.CloseParams, 40) // a mode this endpoint does not know
+		reply(proto.CloseParams, 40) // a mode this endpoint does not know (spec section 8.2)
 		return
 	}
 	if e.listener == nil {
@@ -41,8 +41,8 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		return
 	}
 	if e.accepting >= e.cfg.MaxAccepting {
-		// A flood of CONNECTs (forged, perhaps) must not grow state without
-		// bound: refuse beyond the cap.
+		// A flood of CONNECTs, forged perhaps, must not grow state without
+		// bound. Beyond the cap they are refused.
 		e.stats.Refused++
 		reply(proto.CloseResource, 0)
 		return
@@ -74,8 +74,8 @@ type acceptKey struct {
 	id  uint32
 }
 
-// checkHandshake checks the ranges of spec section 5.8; it returns the byte
-// offset of the first bad field.
+// checkHandshake checks the ranges of spec section 5.8. It returns the byte
+// offset of the first bad field, which CLOSE PARAMS carries as its Detail.
 func checkHandshake(h proto.HandshakeHeader) (int, bool) {
 	switch {
 	case h.SrcConnID() == 0:
@@ -97,7 +97,7 @@ func checkHandshake(h proto.HandshakeHeader) (int, bool) {
 }
 
 // negotiate fixes the connection's parameters from the peer's handshake
-// header and the path and stream counts chosen.
+// header and the path and stream counts chosen (spec section 8.2).
 func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 	c.paths, c.streams = paths, streams
 	c.maxPacket = min(c.ep.cfg.MaxPacket, int(h.MaxPacket()))
@@ -203,7 +203,8 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 		c.negotiate(h, int(h.Paths()), int(h.Streams()))
 		c.establish()
 	}
-	// The third message, on every plane (and again for a resent ACCEPT).
+	// The third message of the handshake goes on every plane, and again for
+	// each resent ACCEPT (spec section 8.1).
 	for p := range c.remote {
 		if c.knows(p) {
 			c.rcv.sendAck(p, false)

@@ -1,5 +1,5 @@
-// Teardown: CLOSE, failing a connection, flushing outstanding work
-// (spec section 8.5).
+// Teardown. This file sends and answers CLOSE, fails connections and
+// flushes their outstanding work (spec section 8.5).
 
 package engine
 
@@ -12,7 +12,8 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// Close ends the connection: CLOSE to the peer, outstanding work flushed.
+// Close ends the connection. The peer gets a CLOSE, and outstanding work is
+// flushed.
 func (c *Conn) Close() {
 	if c.state == Closed {
 		return
@@ -41,8 +42,8 @@ func (c *Conn) onClose(pkt *proto.Packet, plane int) {
 	c.fail(err, StatusFlushed, false)
 }
 
-// fail ends the connection with err: every outstanding request completes
-// with status st, and the peer is told when tell is set.
+// fail ends the connection with err. Every outstanding request completes
+// with status st. The peer is told when tell is set.
 func (c *Conn) fail(err error, st Status, tell bool) {
 	if c.state == Closed {
 		return
@@ -88,8 +89,8 @@ func (s *sender) flush(st Status, err error) {
 			}
 			wc := Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: uint16(i), Bytes: m.length, Err: err}
 			if m.done {
-				// Acknowledged in full, waiting behind an earlier message:
-				// it did complete.
+				// Acknowledged in full and waiting behind an earlier
+				// message, it did complete.
 				wc.Status, wc.Err = StatusOK, nil
 			}
 			m.done = true
@@ -113,8 +114,8 @@ func (s *sender) flush(st Status, err error) {
 	}
 }
 
-// flush completes every posted receive with a flush status; shared
-// receives taken but never filled go back to their queue.
+// flush completes every posted receive with a flush status. Shared receives
+// taken but never filled go back to their queue.
 func (r *receiver) flush(err error) {
 	for i := range r.streams {
 		st := &r.streams[i]
@@ -148,9 +149,10 @@ func (e *Endpoint) sendClose(plane int, dst netip.AddrPort, peerID uint32, reaso
 	})
 }
 
-// closedConn is a connection that ended recently: its id is quarantined
-// for 2 MPL (packets for it are dropped, a CLOSE is answered with CLOSED),
-// and its own CLOSE is resent until the peer acknowledges it.
+// closedConn is a connection that ended recently. Its id is quarantined for
+// 2 MPL, so packets for it are dropped and a CLOSE for it is answered with
+// CLOSED. Its own CLOSE is resent until the peer acknowledges it (spec
+// section 8.5).
 type closedConn struct {
 	peerID  uint32
 	plane   int
@@ -163,8 +165,8 @@ type closedConn struct {
 	timer   clock.Timer
 }
 
-// forget removes a connection that ended, quarantines its id, and, when
-// tell is set, sends its CLOSE and keeps resending it.
+// forget removes a connection that ended and quarantines its id. When tell
+// is set it sends the connection's CLOSE and keeps resending it.
 func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail uint32) {
 	delete(e.conns, c.localID)
 	if m := c.rcv.share; m != nil {

@@ -10,9 +10,9 @@ import (
 // SenderStats counts a connection's sending.
 type SenderStats struct {
 	Packets     uint64 // data packets sent, retransmissions included
-	Retransmits uint64 // of which retransmissions (gap, timeout, tail probe, retry, copy)
+	Retransmits uint64 // the retransmissions among them, for a gap, timeout, tail probe, retry or copy
 	TailProbes  uint64
-	Copies      uint64 // retransmissions sent twice (a transfer's tail, the DSN holding the window): the second, on another plane
+	Copies      uint64 // retransmissions sent a second time on another plane, at a transfer's tail or for the DSN holding the window
 	Timeouts    uint64
 	LossRepaths uint64 // paths moved to a new source port because their loss stood out
 	Nacks       uint64 // retryable NACKs received
@@ -27,24 +27,25 @@ type ReceiverStats struct {
 	AcksSent     uint64
 	Duplicates   uint64
 	OutOfWindow  uint64
-	OutOfOrder   uint64 // baseline mode: PSNs after the expected one, dropped
+	OutOfOrder   uint64 // in baseline mode, PSNs after the expected one, dropped
 	Inconsistent uint64 // disagreed with their message's first packet
 	BadPath      uint64 // path id beyond the negotiated count, or too long
 	Nacks        [16]uint64
 }
 
-// EndpointStats counts what the endpoint dropped before any connection saw it.
+// EndpointStats counts what the endpoint dropped before any connection saw
+// it.
 type EndpointStats struct {
-	Decode      [proto.NumErrors]uint64 // by proto.Error: steps 1-6 of spec section 9
+	Decode      [proto.NumErrors]uint64 // by proto.Error, steps 1 to 6 of spec section 9
 	UnknownConn uint64
 	Quarantined uint64 // packets for a recently closed connection
 	Malformed   uint64 // handshake packets out of range, unexpected types
-	Refused     uint64 // CONNECTs refused (no listener, listener said no, too many accepting)
+	Refused     uint64 // CONNECTs refused because no one listens, the listener said no, or too many are accepting
 }
 
-// Telemetry returns a snapshot of every path. Like every method of a
-// Conn it runs on the engine's goroutine: it may give the sender its
-// paths (equip).
+// Telemetry returns a snapshot of every path. Like every method of a Conn,
+// it runs on the engine's goroutine. It may give the sender its paths (see
+// equip).
 func (c *Conn) Telemetry() []pathmgr.Telemetry {
 	if c.snd.c != nil { // negotiated
 		c.snd.equip()

@@ -8,13 +8,13 @@ import (
 	"github.com/mroce/mroce/pathmgr"
 )
 
-// A Tracer hears of the sender's decisions as the engine makes them: each
-// data packet sent, acknowledged or declared lost, each path's change of
-// state, each timer that fires, each change of a path's window and of the
-// receiver's rate hint. It is how a reader watches the protocol decide, in
-// the manner of QUIC's qlog. Trace runs on the engine's goroutine; it must
-// be quick and must not call the engine. Without a tracer (Config.Tracer
-// nil) the engine builds no event.
+// A Tracer hears of the sender's decisions as the engine makes them. It
+// hears of each data packet sent, acknowledged or declared lost, each
+// path's change of state, each timer that fires, and each change of a
+// path's window and of the receiver's rate hint. It is how a reader watches
+// the protocol decide, in the manner of QUIC's qlog. Trace runs on the
+// engine's goroutine. It must be quick and must not call the engine.
+// Without a tracer the engine builds no event.
 type Tracer interface {
 	Trace(ev TraceEvent)
 }
@@ -27,7 +27,7 @@ const (
 	TraceSent TraceKind = iota + 1
 	// TraceAcked is a transmission an ACK record reports received.
 	TraceAcked
-	// TraceLost is a transmission declared lost; Loss says why.
+	// TraceLost is a transmission declared lost. Loss says why.
 	TraceLost
 	// TracePath is a path's change of state, or a repath.
 	TracePath
@@ -63,12 +63,12 @@ func (k TraceKind) String() string {
 type LossCause uint8
 
 const (
-	// LossGap: an ACK record's highest PSN passed it unacknowledged (spec
-	// section 6.6).
+	// LossGap means an ACK record's highest PSN passed the transmission,
+	// unacknowledged (spec section 6.6).
 	LossGap LossCause = iota + 1
-	// LossTimeout: the path's retransmission timeout fired.
+	// LossTimeout means the path's retransmission timeout fired.
 	LossTimeout
-	// LossPlaneDown: the path's plane went down.
+	// LossPlaneDown means the path's plane went down.
 	LossPlaneDown
 )
 
@@ -91,25 +91,27 @@ type TraceEvent struct {
 	At   clock.Time
 	Conn uint32 // the connection's local id
 	Path int    // the path's id, or -1 for a connection's event (TraceHint)
-	PSN  uint32 // the transmission's (TraceSent, TraceAcked, TraceLost)
+	PSN  uint32 // the transmission's, for TraceSent, TraceAcked and TraceLost
 	DSN  uint32
 	// Bytes is a sent packet's payload.
 	Bytes int
-	// Retransmit and Probe describe a sent packet: content sent before,
-	// and a tail probe or its copy asking for an ACK at once.
+	// Retransmit and Probe describe a sent packet. Retransmit is content
+	// sent before. Probe is a tail probe, or its copy, asking for an ACK at
+	// once.
 	Retransmit, Probe bool
 	// RTT is an acknowledged transmission's round trip.
 	RTT  time.Duration
 	Loss LossCause
-	// From and To are a path's states before and after (TracePath), or
-	// its state when its timer fired (TraceTimer, both). Repath, SrcPort
+	// From and To are a path's states before and after a TracePath. For a
+	// TraceTimer both are its state when its timer fired. Repath, SrcPort
 	// and Epoch go with TracePath.
 	From, To pathmgr.State
 	Repath   bool
 	SrcPort  uint16
 	Epoch    uint8
-	// Value is a path's new window in packets (TraceWindow) or the new
-	// hint in bytes of payload a second (TraceHint; +Inf for no limit).
+	// Value is a path's new window in packets for TraceWindow. For
+	// TraceHint it is the new hint in bytes of payload a second, +Inf for
+	// no limit.
 	Value float64
 }
 

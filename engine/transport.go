@@ -1,5 +1,5 @@
-// The two transports a connection may run (spec section 10): mroce's
-// multipath selective repeat, and the RoCEv2-like baseline.
+// The two transports a connection may run. One is mroce's multipath
+// selective repeat, the other the RoCEv2-like baseline of spec section 10.
 
 package engine
 
@@ -13,9 +13,9 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// transport is what the two modes of a connection do differently. The
-// rest of the engine (messages, DSNs, paths, placement, ACK records) is
-// shared. A connection's transport is fixed at the handshake.
+// transport is what the two modes of a connection do differently. The rest
+// of the engine is shared, including messages, DSNs, paths, placement and
+// ACK records. A connection's transport is fixed at the handshake.
 type transport interface {
 	recovery
 	rateControl
@@ -27,26 +27,26 @@ type recovery interface {
 	// sendOne sends one packet if the windows and the rate let it, and
 	// reports whether it did.
 	sendOne(s *sender) bool
-	// gapsLost reports whether a PSN an ACK record passes over is lost
-	// and resent at once, or left for a resend from the PSN the receiver
-	// names.
+	// gapsLost reports whether a PSN that an ACK record passes over is
+	// declared lost and resent at once. Otherwise it is left for a resend
+	// from the PSN the receiver names.
 	gapsLost() bool
 	// acked runs once an ACK's records are applied, before the sender
 	// sends again; overdue runs after.
 	acked(s *sender)
 	overdue(s *sender, at clock.Time)
 	// expired handles a path's timer. It reports false when nothing
-	// follows: no timer to arm again and nothing new to send.
+	// follows, with no timer to arm again and nothing new to send.
 	expired(p *sendPath, now clock.Time) bool
-	// timeout is how long the path's timer waits from now; rto is the
+	// timeout is how long the path's timer waits from now. rto is the
 	// retransmission timeout after timeouts in a row.
 	timeout(p *sendPath) time.Duration
 	rto(p *sendPath, timeouts int) time.Duration
 	// planeDown and planeUp follow the path's plane.
 	planeDown(p *sendPath)
 	planeUp(p *sendPath, now clock.Time)
-	// refused handles a NACK that does not end the connection (spec
-	// section 7); r is the record of its DSN, nil when none is in flight.
+	// refused handles a NACK that does not end the connection (spec section
+	// 7). r is the record of its DSN, or nil when none is in flight.
 	refused(s *sender, n proto.NackHeader, r *dsnRecord)
 	// stop stops the transport's own timers when the connection ends.
 	stop()
@@ -56,7 +56,7 @@ type recovery interface {
 type rateControl interface {
 	// window is the congestion-window parameters of each of c's paths.
 	window(c *Conn) cc.WindowParams
-	// hint takes an ACK's rate hint; it reports whether the connection's
+	// hint takes an ACK's rate hint. It reports whether the connection's
 	// share fell.
 	hint(s *sender, h uint64) bool
 	// cnp takes a congestion notification (spec section 5.7).
@@ -65,19 +65,20 @@ type rateControl interface {
 
 // ordering is how a receiver takes data packets.
 type ordering interface {
-	// admit reports whether a data packet goes on past the DSN check
-	// (spec section 9, step 9).
+	// admit reports whether a data packet goes on to the DSN check (spec
+	// section 9, step 9).
 	admit(r *receiver, h proto.CommonHeader, d *link.Datagram, plane int, at clock.Time) bool
-	// placed follows a data packet placed; nacked a data packet refused.
+	// placed follows a data packet placed, and nacked a data packet
+	// refused.
 	placed()
 	nacked(psn uint32)
 	// hints reports whether the receiver's ACKs carry rate hints.
 	hints() bool
 }
 
-// multipath is mroce's transport: packets sprayed over many paths,
-// selective repeat from per-path ACK records, tail probes, DCTCP-style
-// windows, pacing to the receiver's rate hints.
+// multipath is mroce's transport. It sprays packets over many paths and
+// repeats selectively from per-path ACK records, with tail probes,
+// DCTCP-style windows and pacing to the receiver's rate hints.
 type multipath struct{}
 
 func (multipath) sendOne(s *sender) bool                   { return s.sendSprayed() }
@@ -103,16 +104,16 @@ func (multipath) nacked(uint32) {}
 func (multipath) hints() bool   { return true }
 
 // overdue sends a copy of the oldest DSN not acknowledged when half the
-// receive window waits behind it (copyHead).
+// receive window waits behind it (see copyHead).
 func (multipath) overdue(s *sender, at clock.Time) {
 	if s.nextDSN-s.una >= s.window/2 {
 		s.copyHead(at)
 	}
 }
 
-// window spreads DefaultWindow.Initial packets over the connection's
-// paths: a burst of one window, not one per path, before the first
-// acknowledgment and the receiver's hint come.
+// window spreads DefaultWindow.Initial packets over the connection's paths.
+// Before the first acknowledgment and the receiver's hint, the connection
+// sends a burst of one window, not one per path.
 func (multipath) window(c *Conn) cc.WindowParams {
 	wp := cc.DefaultWindow
 	wp.Max = float64(c.ep.cfg.PathWindow)
@@ -120,14 +121,14 @@ func (multipath) window(c *Conn) cc.WindowParams {
 	return wp
 }
 
-// hint follows the receiver's fair share (spec section 5.5).
+// hint follows the receiver's fair share (spec sections 5.5 and 6.6).
 func (multipath) hint(s *sender, h uint64) bool {
 	hint := math.Inf(1)
 	if h != proto.RateNoLimit {
 		hint = float64(h)
 	}
 	if hint > s.hint {
-		s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new one back
+		s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new rate back
 	}
 	lower := hint < s.hint
 	if hint != s.hint && s.c.ep.tracer != nil {
