@@ -42,8 +42,8 @@ func (p *tapPort) nacks() []proto.NackCode {
 }
 
 // prober crafts packets as the initiator of an established pair would, and
-// hands them to the acceptor's endpoint directly: a peer that speaks the
-// wire format but means harm.
+// hands them to the acceptor's endpoint directly. It is a peer that speaks
+// the wire format but means harm.
 type prober struct {
 	t   *testing.T
 	n   *testNet
@@ -58,13 +58,13 @@ func newProber(t *testing.T, ec Config) *prober {
 	tap := &tapPort{Port: n.fab.Host(1)}
 	n.hosts[1].ep.port = tap
 	pr := n.connect(0, 1)
-	pr.a.snd.equip() // its paths, as a first WRITE would make them: the packets below pose as its
+	pr.a.snd.equip() // make its paths as a first WRITE would, since the packets below pose as its own
 	return &prober{t: t, n: n, pr: pr, tap: tap, dsn: pr.a.snd.nextDSN, psn: pr.a.snd.paths[0].next + 1000}
 }
 
-// data builds a data packet of type ty with payload, fills the common
-// header (next DSN and PSN on path 0), lets fill set the rest, and delivers
-// it to the acceptor.
+// data builds a data packet of type ty with payload and fills the common
+// header with the next DSN and PSN on path 0. It lets fill set the rest,
+// and delivers the packet to the acceptor.
 func (p *prober) data(ty proto.Type, payload []byte, fill func(*proto.Packet)) []byte {
 	var pkt proto.Packet
 	if err := proto.Build(&pkt, make([]byte, 9000), ty, 0, len(payload)); err != nil {
@@ -107,8 +107,8 @@ func writeTo(g *memreg.Region, off uint64, length uint32) func(*proto.Packet) {
 	}
 }
 
-// guarded registers a region with a guard region on each side in one
-// buffer, so a write outside the region (in bounds of the buffer) shows.
+// guarded registers a region with a guard region on each side, in one
+// buffer, so that a write outside the region but inside the buffer shows.
 func guarded(t *testing.T, h *host, size int, access memreg.Access) (all []byte, g *memreg.Region) {
 	all = make([]byte, 3*size)
 	for i := range all {
@@ -130,8 +130,9 @@ func untouched(t *testing.T, all []byte) {
 	}
 }
 
-// Hostile WRITEs: each is refused with its NACK code, and no byte of memory
-// changes, inside the region or around it.
+// TestHostileWritesAreRefused sends hostile WRITEs. Each is refused with
+// its NACK code, and no byte of memory changes, inside the region or around
+// it.
 func TestHostileWritesAreRefused(t *testing.T) {
 	payload := bytes.Repeat([]byte{0x5A}, 64)
 	cases := []struct {
@@ -181,9 +182,10 @@ func TestHostileWritesAreRefused(t *testing.T) {
 	})
 }
 
-// Hostile SENDs and READs: no receive posted (RNR), longer than the receive
+// TestHostileSendsAndReadsAreRefused sends hostile SENDs and READs. It
+// sends a SEND with no receive posted (RNR), one longer than the receive
 // (BOUNDS), a READ beyond the negotiated limit (READ_LIMIT), a READ of a
-// write-only region (ACCESS), a READ_RESP nobody asked for (BAD_TAG).
+// write-only region (ACCESS) and a READ_RESP nobody asked for (BAD_TAG).
 func TestHostileSendsAndReadsAreRefused(t *testing.T) {
 	t.Run("no receive posted", func(t *testing.T) {
 		p := newProber(t, Config{})
@@ -225,19 +227,20 @@ func TestHostileSendsAndReadsAreRefused(t *testing.T) {
 	})
 }
 
-// Packets that cannot be trusted or do not belong are dropped and counted,
-// with no NACK and no change to memory.
+// TestHostilePacketsAreDroppedAndCounted checks that packets that cannot be
+// trusted or do not belong are dropped and counted, with no NACK and no
+// change to memory.
 func TestHostilePacketsAreDroppedAndCounted(t *testing.T) {
 	p := newProber(t, Config{})
 	all, g := guarded(t, p.pr.hb, 4096, memreg.LocalWrite|memreg.RemoteWrite)
 	ep := p.n.hosts[1].ep
 	good := p.data(proto.TypeWrite, bytes.Repeat([]byte{1}, 64), writeTo(g, 0, 64))
-	copy(all[4096:4096+64], bytes.Repeat([]byte{0xA5}, 64)) // what the good packet wrote: restore the guard pattern
+	copy(all[4096:4096+64], bytes.Repeat([]byte{0xA5}, 64)) // restore the guard pattern where the good packet wrote
 	if !bytes.Equal(g.Bytes()[:64], bytes.Repeat([]byte{0xA5}, 64)) {
 		t.Fatal("setup")
 	}
 
-	// Truncated, bad CRC: counted by cause.
+	// Truncated packets and bad CRCs are counted by cause.
 	p.deliver(good[:20])
 	bad := append([]byte(nil), good...)
 	bad[40] ^= 1
@@ -253,8 +256,8 @@ func TestHostilePacketsAreDroppedAndCounted(t *testing.T) {
 	if ep.Stats().UnknownConn != 1 {
 		t.Fatalf("unknown connection: %+v", ep.Stats())
 	}
-	// A replay of the accepted packet, with other bytes in it: a duplicate
-	// by DSN, acknowledged, never placed again.
+	// A replay of the accepted packet, with other bytes in it, is a
+	// duplicate by DSN. It is acknowledged and never placed again.
 	replay := append([]byte(nil), good...)
 	for i := 60; i < 124; i++ {
 		replay[i] = 0xEE
@@ -290,8 +293,8 @@ func TestHostilePacketsAreDroppedAndCounted(t *testing.T) {
 	if n := p.tap.nacks(); len(n) != 0 {
 		t.Fatalf("NACKs for dropped packets: %v", n)
 	}
-	// Only the first 8 bytes were written (the consistent packet); the
-	// replays changed nothing; the guards hold.
+	// Only the first 8 bytes were written, by the consistent packet. The
+	// replays changed nothing, and the guards hold.
 	copy(all[4096:4096+8], bytes.Repeat([]byte{0xA5}, 8))
 	untouched(t, all)
 }
@@ -304,8 +307,9 @@ func reseal(b []byte) []byte {
 	return b
 }
 
-// Connect refuses a remote address of another IP family than the local
-// plane it would be reached from.
+// TestConnectRefusesMixedFamilies checks that Connect refuses a remote
+// address of another IP family than the local plane it would be reached
+// from.
 func TestConnectRefusesMixedFamilies(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{})
 	h := n.hosts[0]
@@ -314,9 +318,10 @@ func TestConnectRefusesMixedFamilies(t *testing.T) {
 	}
 }
 
-// A packet that reaches a region holds it until its placement, and lets it
-// go on every way out: placed, refused for its bounds, or refused for want
-// of a receive (a WRITE_IMM). A hold left behind would make the region's
+// TestRegionReleasedOnEveryWayOut checks that a packet that reaches a
+// region holds it until its placement, and lets it go on every way out. The
+// packet may be placed, refused for its bounds, or, as a WRITE_IMM, refused
+// for want of a receive. A hold left behind would make the region's
 // Deregister wait for ever.
 func TestRegionReleasedOnEveryWayOut(t *testing.T) {
 	payload := bytes.Repeat([]byte{0x5A}, 64)

@@ -14,9 +14,10 @@ import (
 
 func baselineConfig() Config { return Config{Mode: proto.ModeBaseline, BaselineWindow: 32, Streams: 4} }
 
-// A baseline connection is negotiated with one path and carries WRITE,
-// SEND and READ in order under loss, byte for byte, by go-back-N; after
-// every event its count of packets in flight is its path's.
+// TestBaselineUnderLoss checks that a baseline connection is negotiated
+// with one path and carries WRITE, SEND and READ in order under loss, byte
+// for byte, by go-back-N. After every event its count of packets in flight
+// is its path's.
 func TestBaselineUnderLoss(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
@@ -53,10 +54,10 @@ func TestBaselineUnderLoss(t *testing.T) {
 	}
 }
 
-// A receiver not ready stops a baseline sender for the RNR wait instead of
-// flooding it: every 100 µs (the RNR timer, fixed as in RoCEv2) it goes
-// back and resends its 16 packets, so about 20 x 16 packets over 2 ms, not
-// thousands.
+// TestBaselineRNRDoesNotFlood checks that a receiver not ready stops a
+// baseline sender for the RNR wait instead of being flooded. Every 100 µs,
+// the RNR timer fixed as in RoCEv2, the sender goes back and resends its 16
+// packets. That is about 20 x 16 packets over 2 ms, not thousands.
 func TestBaselineRNRDoesNotFlood(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), baselineConfig())
 	pr := n.connect(0, 1)
@@ -73,8 +74,9 @@ func TestBaselineRNRDoesNotFlood(t *testing.T) {
 	}
 }
 
-// The plane of a baseline connection fails and comes back mid-transfer:
-// the sender waits, goes back to the oldest unacknowledged PSN, finishes.
+// TestBaselinePlaneDownAndUp fails the plane of a baseline connection and
+// brings it back mid-transfer. The sender waits, goes back to the oldest
+// unacknowledged PSN, and finishes.
 func TestBaselinePlaneDownAndUp(t *testing.T) {
 	fc := twoHostFabric(1)
 	fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: netem.PlaneDown, Plane: 0},
@@ -92,9 +94,10 @@ func TestBaselinePlaneDownAndUp(t *testing.T) {
 	}
 }
 
-// ACKs lost for a while: the sender's ACK timeout goes back, and the
-// cumulative DSN of later ACKs frees its window (and its count of packets
-// in flight, checked after every event); the next WRITE goes out.
+// TestBaselineAckLoss loses ACKs for a while. The sender's ACK timeout goes
+// back, and the cumulative DSN of later ACKs frees its window and its count
+// of packets in flight, which is checked after every event. The next WRITE
+// goes out.
 func TestBaselineAckLoss(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), baselineConfig())
 	pr := n.connect(0, 1)
@@ -122,9 +125,10 @@ func TestBaselineAckLoss(t *testing.T) {
 	}
 }
 
-// An ACK whose records are missing still frees a baseline sender's window:
-// the transmissions its cumulative DSN covers are resolved, on the path and
-// in the connection's count of packets in flight.
+// TestBaselineCumulativeAckFreesTheWindow checks that an ACK whose records
+// are missing still frees a baseline sender's window. The transmissions its
+// cumulative DSN covers are resolved, on the path and in the connection's
+// count of packets in flight.
 func TestBaselineCumulativeAckFreesTheWindow(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), baselineConfig())
 	pr := n.connect(0, 1)

@@ -12,7 +12,7 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// wire is an in-memory port without I/O: datagrams queue until the test
+// wire is an in-memory port without I/O. Datagrams queue until the test
 // delivers them, and their buffers come back to a free list.
 type wire struct {
 	free [][]byte
@@ -84,7 +84,8 @@ func (w *wirePair) post() {
 	w.ca.Post(SendWR{Op: OpWrite, Local: SGE{w.src, 0, 64 << 20}, RKey: w.dst.Key()})
 }
 
-// round moves one exchange: a's data to b, b's acks to a, a little time.
+// round moves one exchange. It delivers a's data to b and b's ACKs to a,
+// and lets a little time pass.
 func (w *wirePair) round() (data int) {
 	now := w.sim.Now()
 	data = w.wa.deliver(w.b, now)
@@ -97,10 +98,11 @@ func (w *wirePair) round() (data int) {
 	return data
 }
 
-// BenchmarkEngine4K measures the engine alone (no emulator, no sockets) on
-// 4 KiB WRITE packets over 8 paths: nanoseconds per data packet on the send
-// side (segmenting, building, sealing, processing ACKs) and on the receive
-// side (decoding, validating, placing, acknowledging).
+// BenchmarkEngine4K measures the engine alone, with no emulator and no
+// sockets, on 4 KiB WRITE packets over 8 paths. It reports nanoseconds per
+// data packet on the send side, for segmenting, building, sealing and
+// processing ACKs. It reports them on the receive side too, for decoding,
+// validating, placing and acknowledging.
 func BenchmarkEngine4K(b *testing.B) {
 	w := newWirePair(b)
 	var sendT, recvT time.Duration
@@ -130,11 +132,13 @@ func BenchmarkEngine4K(b *testing.B) {
 	b.SetBytes(int64(4096 * packets / b.N))
 }
 
-// In steady state the engine allocates nothing per packet, send or receive.
+// TestEngineSteadyStateAllocatesNothing checks that in steady state the
+// engine allocates nothing per packet, on the send side or the receive
+// side.
 func TestEngineSteadyStateAllocatesNothing(t *testing.T) {
 	w := newWirePair(t)
-	// Warm up until the windows reach their cap and the buffer pools the
-	// most ever in flight.
+	// Warm up until the windows reach their cap and the buffer pools hold
+	// the most ever in flight.
 	for i := 0; i < 500; i++ {
 		w.round()
 	}
@@ -148,10 +152,11 @@ func TestEngineSteadyStateAllocatesNothing(t *testing.T) {
 	}
 }
 
-// A whole transfer, engine and emulator together, allocates nothing per
-// data packet in steady state: measured over stretches of a 256 MiB WRITE
-// on 8 paths over 4 planes with 1% loss (so recovery is in the loop too),
-// with real payloads and with placeholders (header buffers and padding).
+// TestTransferOverNetemAllocatesNothing checks that a whole transfer,
+// engine and emulator together, allocates nothing per data packet in steady
+// state. It looks at stretches of a 256 MiB WRITE on 8 paths over 4 planes
+// with 1% loss, so that recovery is in the loop too. It runs with real
+// payloads and with placeholders, which use header buffers and padding.
 func TestTransferOverNetemAllocatesNothing(t *testing.T) {
 	for _, placeholders := range []bool{false, true} {
 		fc := fourPlanes()
@@ -163,8 +168,8 @@ func TestTransferOverNetemAllocatesNothing(t *testing.T) {
 		src := pr.ha.region(t, size, 1, memreg.LocalWrite)
 		dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
 		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
-		// Warm up: buffer and event pools grow to the most ever in flight,
-		// rings and queues to their working size.
+		// Warm up. The buffer and event pools grow to the most ever in
+		// flight, and the rings and queues to their working size.
 		n.run(2*time.Millisecond, func() bool { return false })
 		before := pr.a.SenderStats().Packets
 		allocs := testing.AllocsPerRun(50, func() { n.run(20*time.Microsecond, func() bool { return false }) })

@@ -7,8 +7,9 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// The receiver's bitvector, written into an ACK record, reads back through
-// proto's accessor as "PSN highest-1-k received", against a plain set.
+// TestBitvectorMatchesModel checks the receiver's bitvector against a plain
+// set. Written into an ACK record, it reads back through proto's accessor
+// as "PSN highest-1-k received".
 func TestBitvectorMatchesModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 200; trial++ {
@@ -37,6 +38,9 @@ func TestBitvectorMatchesModel(t *testing.T) {
 	}
 }
 
+// TestDSNWindow checks the receiver's DSN window at its edges and across
+// the 2^32 wrap, with a hole that holds the cumulative DSN back until it
+// fills.
 func TestDSNWindow(t *testing.T) {
 	w := newDSNWindow(0xFFFFFFF0, 64)
 	if w.check(0xFFFFFFEF) != dsnDuplicate || w.check(0xFFFFFFF0) != dsnNew || w.check(0x30) != dsnOutOfWindow {
@@ -60,9 +64,10 @@ func TestDSNWindow(t *testing.T) {
 	}
 }
 
-// A stream's ring of messages in progress reads as a map of MSNs within the
-// window from next, as next advances over completed messages, wraps the
-// 32-bit MSN space and the ring grows.
+// TestMsgRingMatchesMap checks that a stream's ring of messages in progress
+// reads as a map of MSNs within the window from next. It does so as next
+// advances over completed messages, as the MSNs wrap the 32-bit space, and
+// as the ring grows.
 func TestMsgRingMatchesMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const window = 200
@@ -103,8 +108,8 @@ func TestMsgRingMatchesMap(t *testing.T) {
 	}
 }
 
-// bitset.next finds the least member in a range, as a scan would, across
-// word boundaries and at the ends.
+// TestBitsetNext checks that bitset.next finds the least member in a range,
+// as a scan would, across word boundaries and at the ends.
 func TestBitsetNext(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 300; trial++ {

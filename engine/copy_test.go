@@ -8,8 +8,9 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// sentData is a data packet host 0 sent: its DSN counted from the
-// connection's first, whether it is a retransmission, and its plane.
+// sentData is a data packet that host 0 sent. It holds the packet's DSN
+// counted from the connection's first, whether it is a retransmission, and
+// its plane.
 type sentData struct {
 	dsn   uint32
 	retx  bool
@@ -17,9 +18,9 @@ type sentData struct {
 }
 
 // writeThrough WRITEs packets of 4 KiB from host 0 to host 1 over two
-// planes of 10 µs links, plane 1's of 15 µs, with cfg; drop decides,
-// for each data packet host 0 sends, whether the fabric loses it. It
-// returns what twoPlanes' write does.
+// planes of 10 µs links, plane 1's of 15 µs, with cfg. For each data packet
+// host 0 sends, drop decides whether the fabric loses it. It returns what
+// twoPlanes' write does.
 func writeThrough(t *testing.T, packets int, cfg Config, drop func(sentData) bool) (time.Duration, SenderStats) {
 	t.Helper()
 	first, seen := uint32(0), false
@@ -35,9 +36,10 @@ func writeThrough(t *testing.T, packets int, cfg Config, drop func(sentData) boo
 	}, nil)
 }
 
-// A packet lost on a plane is resent on the other plane, though a path of
-// its own plane has the shorter RTT (plane 1's links are slower; the packet
-// is lost on plane 0): losses on a plane come together.
+// TestResendGoesToAnotherPlane checks that a packet lost on a plane is
+// resent on the other plane, though a path of its own plane has the shorter
+// RTT. Plane 1's links are slower, and the packet is lost on plane 0.
+// Losses on a plane come together, so the resend avoids it.
 func TestResendGoesToAnotherPlane(t *testing.T) {
 	lostOn, lostDSN := -1, uint32(0)
 	var resends []int
@@ -61,15 +63,15 @@ func TestResendGoesToAnotherPlane(t *testing.T) {
 	}
 }
 
-// The oldest DSN not acknowledged holds the receive window: once its
-// latest transmission is overdue it is copied on a path of another plane
-// (the copy is then its latest transmission), and not before; not on a
-// closed connection either.
+// TestHeadOfWindowCopied checks the oldest DSN not acknowledged, which
+// holds the receive window. Once its latest transmission is overdue, it is
+// copied on a path of another plane, and the copy becomes its latest
+// transmission. It is not copied before, nor on a closed connection.
 func TestHeadOfWindowCopied(t *testing.T) {
 	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8}, 10*time.Microsecond)
 	pr := n.connect(0, 1)
 	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
-		return proto.Type(d.Data[1]).IsData() // nothing arrives: the window fills and stays full
+		return proto.Type(d.Data[1]).IsData() // nothing arrives, so the window fills and stays full
 	}}
 	pr.postWrite(t, 64)
 	s := pr.a.snd
@@ -96,9 +98,10 @@ func TestHeadOfWindowCopied(t *testing.T) {
 	}
 }
 
-// The last packets of a WRITE are probed by the newest round trip, but
-// not before their own path's shortest one: with plane 1's links slower,
-// nothing is lost and nothing is resent or probed.
+// TestSlowPlaneNotProbedEarly checks that the last packets of a WRITE are
+// probed by the newest round trip, but not before their own path's shortest
+// one. With plane 1's links slower and nothing lost, nothing is resent or
+// probed.
 func TestSlowPlaneNotProbedEarly(t *testing.T) {
 	for _, packets := range []int{16, 64} {
 		_, st := writeThrough(t, packets, Config{Paths: 4, Streams: 1, InboundCapacity: 2.5e9}, func(sentData) bool { return false })

@@ -13,7 +13,8 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// seededReader is a deterministic byte source for ids, sequence numbers and keys.
+// seededReader is a deterministic byte source for ids, sequence numbers and
+// keys.
 type seededReader struct{ r *rand.ChaCha8 }
 
 func (s seededReader) Read(p []byte) (int, error) { return s.r.Read(p) }
@@ -80,7 +81,7 @@ type recorder struct {
 	done     []Completion
 	states   []ConnState
 	err      error
-	onPlaced func(bytes uint32) // a WRITE received was placed whole (WriteObserver)
+	onPlaced func(bytes uint32) // a WRITE received was placed whole (see WriteObserver)
 }
 
 func (r *recorder) Completion(_ *Conn, wc Completion) { r.done = append(r.done, wc) }
@@ -97,7 +98,8 @@ func (r *recorder) State(_ *Conn, s ConnState, err error) {
 	}
 }
 
-// pair is an established connection between host a (initiator) and b.
+// pair is an established connection between host a, the initiator, and host
+// b.
 type pair struct {
 	a, b     *Conn
 	ra, rb   *recorder
@@ -144,7 +146,8 @@ func (n *testNet) run(d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// region registers size bytes on host h, filled from seed (0: zeros).
+// region registers size bytes on host h, filled from seed, or with zeros
+// when seed is 0.
 func (h *host) region(t testing.TB, size int, seed uint64, access memreg.Access) *memreg.Region {
 	t.Helper()
 	buf := make([]byte, size)

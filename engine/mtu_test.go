@@ -12,10 +12,11 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// A data packet the port reports too big for its path (the kernel refused
-// it: DF set) fails its connection at once with a PathMTUError naming the
-// path and the sizes; its work is flushed and the peer told, rather than
-// the packet resent for ever. A report for no connection of ours, or a
+// TestPacketTooBigForThePathFailsTheConnection checks a data packet that
+// the port reports too big for its path, refused by the kernel because DF
+// is set. Its connection fails at once with a PathMTUError naming the path
+// and the sizes. Its work is flushed and the peer told, rather than the
+// packet resent for ever. A report for no connection of ours, or of a
 // datagram that is not ours, changes nothing.
 func TestPacketTooBigForThePathFailsTheConnection(t *testing.T) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
@@ -42,7 +43,8 @@ func TestPacketTooBigForThePathFailsTheConnection(t *testing.T) {
 	if refused == nil {
 		t.Fatal("no data packet seen")
 	}
-	// Not ours: garbage, and a packet for a connection id nobody has.
+	// Reports that are not ours, of garbage and of a packet for a
+	// connection id nobody has.
 	n.hosts[0].ep.TooBig(&link.Datagram{Src: refused.Src, Dst: refused.Dst, Data: []byte{1, 2, 3}})
 	stranger := append([]byte(nil), refused.Data...)
 	var pkt proto.Packet
@@ -72,13 +74,15 @@ func TestPacketTooBigForThePathFailsTheConnection(t *testing.T) {
 	}
 }
 
-// A peer that never answers the handshake: the connection fails with
-// ErrConnectFailed once the handshake's retries are spent, in either mode.
+// TestHandshakeTimesOut checks a peer that never answers the handshake. The
+// connection fails with ErrConnectFailed once the handshake's retries are
+// spent, in either mode.
 func TestHandshakeTimesOut(t *testing.T) {
 	for _, mode := range []proto.Mode{proto.ModeMultipath, proto.ModeBaseline} {
 		n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1, Mode: mode})
 		rec := &recorder{}
-		// Host 5 is on no link of this fabric: everything to it is dropped.
+		// Host 5 is on no link of this fabric, so everything to it is
+		// dropped.
 		c, err := n.hosts[0].ep.Connect([]netip.Addr{netem.Addr(0, 5), netem.Addr(1, 5)}, proto.DefaultPort, n.hosts[0].pd, rec)
 		if err != nil {
 			t.Fatal(err)
@@ -90,9 +94,10 @@ func TestHandshakeTimesOut(t *testing.T) {
 	}
 }
 
-// A sender's ring of DSNs in flight starts small and grows, up to the
-// window, only when it fills; the data arrives either way. The end that
-// only receives never has a ring or paths to send on (equip).
+// TestDSNRingGrowsOnDemand checks that a sender's ring of DSNs in flight
+// starts small and grows, up to the window, only when it fills. The data
+// arrives either way. The end that only receives never has a ring or paths
+// to send on (see equip).
 func TestDSNRingGrowsOnDemand(t *testing.T) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
 	pr := n.connect(0, 1)

@@ -13,8 +13,8 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// dropPort is a host's port that drops, once each, the first datagrams
-// matching a predicate: a loss aimed at one packet.
+// dropPort is a host's port that drops the first datagrams matching a
+// predicate, up to limit. It aims a loss at chosen packets.
 type dropPort struct {
 	link.Port
 	match   func(*proto.Packet) bool
@@ -56,8 +56,9 @@ func isFirstPacketOf(stream uint16, msn uint32) func(*proto.Packet) bool {
 	}
 }
 
-// A SEND that arrives before the one posted ahead of it on its stream lands
-// in its own posted receive (by RSN), and both complete in order.
+// TestSendOvertakingLandsInItsReceive checks that a SEND that arrives
+// before the one posted ahead of it on its stream lands in its own posted
+// receive, by RSN, and that both complete in order.
 func TestSendOvertakingLandsInItsReceive(t *testing.T) {
 	drop := &dropPort{match: isFirstPacketOf(0, 0), limit: 1}
 	n := newNetWithDrop(t, fourPlanes(), Config{Paths: 4, Streams: 1}, drop)
@@ -96,10 +97,10 @@ func (e *timedEvents) Completion(c *Conn, wc Completion) {
 	e.at[wc.ID] = e.sim.Now()
 }
 
-// A loss on stream A does not hold back stream B. A's last packet is lost
-// twice (the packet and its first resend), so A waits for a tail probe or
-// a timeout; B's message, posted after A's, completes as it would have
-// without any loss.
+// TestStreamsDoNotBlockEachOther checks that a loss on stream A does not
+// hold back stream B. A's last packet is lost twice, the packet and its
+// first resend, so A waits for a tail probe or a timeout. B's message,
+// posted after A's, completes as it would have without any loss.
 func TestStreamsDoNotBlockEachOther(t *testing.T) {
 	const sizeA, sizeB = 256 << 10, 4 << 10
 	run := func(drops int) (a, b clock.Time) {
@@ -135,8 +136,8 @@ func TestStreamsDoNotBlockEachOther(t *testing.T) {
 	}
 }
 
-// scripted feeds fixed 32-bit values (little-endian) to the engine's
-// random draws, then falls back to a seeded stream.
+// scripted feeds fixed 32-bit values, little-endian, to the engine's random
+// draws, then falls back to a seeded stream.
 type scripted struct {
 	vals []uint32
 	rest io.Reader
@@ -152,14 +153,16 @@ func (s *scripted) Read(p []byte) (int, error) {
 	return s.rest.Read(p)
 }
 
-// Sequence numbers that start just below 2^32 wrap in flight: PSNs of every
-// path and DSNs of both directions cross zero mid-transfer, with loss.
+// TestSequenceWrap starts the sequence numbers just below 2^32, so that
+// they wrap in flight. The PSNs of every path and the DSNs of both
+// directions cross zero mid-transfer, with loss.
 func TestSequenceWrap(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.02}
 	n := newNet(t, fc, Config{Paths: 8, Streams: 2})
 	for h, hs := range n.hosts {
-		// Draws: connection id, initial PSN, initial DSN.
+		// The draws are the connection id, the initial PSN and the initial
+		// DSN.
 		hs.ep.random = &scripted{vals: []uint32{0x1234 + uint32(h), 0xFFFFFFF0 - uint32(h), 0xFFFFFF80 + uint32(h)}, rest: seeded(9)}
 	}
 	pr := n.connect(0, 1)
@@ -182,8 +185,9 @@ func TestSequenceWrap(t *testing.T) {
 	}
 }
 
-// A peer that vanishes ends the connection with ErrTimeout within the
-// no-progress time, and the work in flight completes with a timeout status.
+// TestVanishedPeer checks that a peer that vanishes ends the connection
+// with ErrTimeout within the no-progress time, and that the work in flight
+// completes with a timeout status.
 func TestVanishedPeer(t *testing.T) {
 	n := newNet(t, fourPlanes(), Config{Paths: 4, NoProgress: 20 * time.Millisecond})
 	pr := n.connect(0, 1)
@@ -203,23 +207,24 @@ func TestVanishedPeer(t *testing.T) {
 		t.Fatalf("completions %+v", pr.ra.done)
 	}
 	if n.sim.Pending() > 64 {
-		// Timers of a closed connection are stopped; what remains is the
-		// fabric draining.
+		// The timers of a closed connection are stopped. What remains is
+		// the fabric draining.
 		t.Errorf("%d events still pending after the close", n.sim.Pending())
 	}
 }
 
-// A sender looks for data only on the streams it has marked ready: after
-// every event of a run with WRITEs, SENDs refused for want of a receive
-// (RNR) until receives are posted, READs beyond the limit and READ
-// responses on the internal stream, every stream with a message to send
-// and nothing refused is marked, and its count of packets in flight is its
-// paths' summed (the NACKs release packets too); the WRITE's stream, long
-// sent, ends unmarked; everything completes.
+// TestReadyStreamsHoldEveryStreamWithData checks that a sender that looks
+// for data only on the streams it has marked ready misses none. The run has
+// WRITEs, SENDs refused with RNR until receives are posted, READs beyond
+// the limit, and READ responses on the internal stream. After every event,
+// every stream with a message to send and nothing refused is marked. The
+// sender's count of packets in flight is its paths' summed, though NACKs
+// release packets too. The WRITE's stream, sent long before, ends unmarked,
+// and everything completes.
 func TestReadyStreamsHoldEveryStreamWithData(t *testing.T) {
 	n := newNet(t, fourPlanes(), Config{Paths: 4, Streams: 4, MaxReadsOut: 2})
 	pr := n.connect(0, 1)
-	const size, sends = 64 << 10, 16 // the SENDs: 4 KiB each, more than go out before the first refusal returns
+	const size, sends = 64 << 10, 16 // 4 KiB SENDs, more than go out before the first refusal returns
 	src := pr.ha.region(t, size, 7, memreg.LocalWrite)
 	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead)
 	back := pr.ha.region(t, size, 0, memreg.LocalWrite)

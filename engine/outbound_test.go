@@ -8,13 +8,14 @@ import (
 	"github.com/mroce/mroce/netem"
 )
 
-// Two connections from one host to two receivers share the host's
-// OutboundCapacity: together they send no faster than it and waste none
-// of it, and they finish together. Without it each paces on its own, far
-// faster than the capacity given here.
+// TestOutboundCapacityIsShared has two connections from one host to two
+// receivers share the host's OutboundCapacity. Together they send no faster
+// than the capacity and waste none of it, and they finish together. Without
+// it each connection paces on its own, far faster than the capacity given
+// here.
 func TestOutboundCapacityIsShared(t *testing.T) {
 	const size = 1 << 20
-	capacity := 2.5e9 // bytes of payload a second: a fifth of the 100 Gb/s link
+	capacity := 2.5e9 // bytes of payload a second, a fifth of the 100 Gb/s link
 	finish := func(outbound float64) (first, last time.Duration) {
 		fc := netem.Config{Seed: 1, Hosts: 3, Planes: 1, Uplink: link100(), Downlink: link100()}
 		n := newNet(t, fc, Config{Paths: 4, Streams: 1, OutboundCapacity: outbound})

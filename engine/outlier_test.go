@@ -10,9 +10,9 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// lossySpineFabric is a leaf-spine plane with 8 spines, each host on its
-// own leaf, where the leaf-to-spine link of host 0's leaf that ECMP gives
-// path 0 (its source port 49152 to the acceptor) drops 20%: one route of
+// lossySpineFabric is a leaf-spine plane with 8 spines and each host on its
+// own leaf. The leaf-to-spine link of host 0's leaf that ECMP gives path 0,
+// whose source port to the acceptor is 49152, drops 20%. So one route of
 // the connection's eight is bad.
 func lossySpineFabric(t *testing.T) netem.Config {
 	fc := netem.Config{Seed: 1, Hosts: 2, Planes: 1, HostsPerLeaf: 1, Spines: 8,
@@ -30,9 +30,9 @@ func lossySpineFabric(t *testing.T) netem.Config {
 	return fc
 }
 
-// A path whose route crosses a bad link loses far more than the others: it
-// moves to a new source port, and the transfer loses less than with the
-// rule off.
+// TestLossOutlierIsRepathed checks that a path whose route crosses a bad
+// link, and so loses far more than the others, moves to a new source port.
+// The transfer then loses less than with the rule off.
 func TestLossOutlierIsRepathed(t *testing.T) {
 	run := func(factor float64) (SenderStats, uint64) {
 		n := newNet(t, lossySpineFabric(t), Config{Paths: 8, LossOutlierFactor: factor})

@@ -12,7 +12,7 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// mixedRun is what a run of placeholderWorkload did: everything an
+// mixedRun is what a run of placeholderWorkload did. It holds everything an
 // application or the fabric could see, and the regions data went to.
 type mixedRun struct {
 	transcript []string // completions with their times, then counters
@@ -94,12 +94,12 @@ func placeholderWorkload(t *testing.T, placeholders bool) mixedRun {
 	return run
 }
 
-// TestPlaceholderPayloadsDecideAlike: with placeholder payloads the
-// engine makes every decision it makes with real ones (the same
-// completions in the same order, ending at the same virtual time, the
-// same counters at both ends and on every link, under loss) while placing
-// no byte anywhere and carrying data packets as headers with padding; with
-// real payloads every destination holds its data.
+// TestPlaceholderPayloadsDecideAlike checks that with placeholder payloads
+// the engine makes every decision it makes with real ones, under loss. The
+// completions come in the same order, the run ends at the same virtual
+// time, and the counters match at both ends and on every link. Meanwhile no
+// byte is placed anywhere, and data packets travel as headers with padding.
+// With real payloads every destination holds its data.
 func TestPlaceholderPayloadsDecideAlike(t *testing.T) {
 	real, placeholder := placeholderWorkload(t, false), placeholderWorkload(t, true)
 	if placeholder.data == 0 || placeholder.padded != placeholder.data || real.padded != 0 {
@@ -124,9 +124,11 @@ func TestPlaceholderPayloadsDecideAlike(t *testing.T) {
 	}
 }
 
-// A receiver's WriteObserver hears of every WRITE (without immediate) once
-// it is placed whole, in the stream's order, under loss that reorders what
-// arrives, and before the sender's completion of it; of nothing else.
+// TestWritePlacedInOrderBeforeItsCompletion checks that a receiver's
+// WriteObserver hears of every WRITE without immediate data once it is
+// placed whole. It hears in the stream's order, under loss that reorders
+// what arrives, and before the sender's completion. It hears of nothing
+// else.
 func TestWritePlacedInOrderBeforeItsCompletion(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.05}
@@ -143,7 +145,7 @@ func TestWritePlacedInOrderBeforeItsCompletion(t *testing.T) {
 		size := uint32(1000 + 37_000*id)
 		src := pr.ha.region(t, int(size), id, memreg.LocalWrite)
 		wr := SendWR{ID: id, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}
-		if id%4 == 0 { // a WRITE with immediate: a receive completion, not a placement
+		if id%4 == 0 { // a WRITE with immediate data makes a receive completion, not a placement
 			wr.Op, wr.Imm = OpWriteImm, 7
 			pr.b.PostRecv(RecvWR{ID: id, Local: SGE{dst, 0, 1}})
 		} else {
@@ -166,11 +168,11 @@ func TestWritePlacedInOrderBeforeItsCompletion(t *testing.T) {
 	}
 }
 
-// The application may deregister a region from the callback that tells it
-// a WRITE into it was placed: the packet that completed the WRITE no longer
-// holds the region then, so Deregister, which waits for every packet
-// holding it, returns at once (called on the loop, it would otherwise wait
-// for ever).
+// TestDeregisterFromWritePlaced checks that the application may deregister
+// a region from the callback that tells it a WRITE into it was placed. The
+// packet that completed the WRITE no longer holds the region then. So
+// Deregister, which waits for every packet holding the region, returns at
+// once. Called on the loop, it would otherwise wait for ever.
 func TestDeregisterFromWritePlaced(t *testing.T) {
 	n := newNet(t, fourPlanes(), Config{Paths: 4, Streams: 1})
 	pr := n.connect(0, 1)

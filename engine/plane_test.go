@@ -34,9 +34,10 @@ func (l *pathLog) of(path int) string {
 	return strings.Join(s, " ")
 }
 
-// A plane that fails mid-transfer and comes back: the application sees path
-// events but no error; the transfer completes byte for byte; the plane's
-// paths go DOWN, are probed back, and carry data again.
+// TestPlaneFailureIsSurvived fails a plane mid-transfer and brings it back.
+// The application sees path events but no error, and the transfer completes
+// byte for byte. The plane's paths go DOWN, are probed back, and carry data
+// again.
 func TestPlaneFailureIsSurvived(t *testing.T) {
 	for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
 		t.Run(fmt.Sprint(kind), func(t *testing.T) {
@@ -47,7 +48,7 @@ func TestPlaneFailureIsSurvived(t *testing.T) {
 			log := &pathLog{}
 			pr := n.connect(0, 1)
 			pr.a.events = log
-			const size = 128 << 20 // about 4 ms: the fault and the repair happen mid-transfer
+			const size = 128 << 20 // about 4 ms, so the fault and the repair happen mid-transfer
 			src := pr.ha.region(t, size, 5, memreg.LocalWrite)
 			dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
 			pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
@@ -64,7 +65,7 @@ func TestPlaneFailureIsSurvived(t *testing.T) {
 				got := log.of(path)
 				want := "DOWN ASSUMED_BAD GOOD"
 				if kind == netem.PlaneBlackhole {
-					want = "ASSUMED_BAD" // then repaths, then GOOD once repaired
+					want = "ASSUMED_BAD" // then it repaths, and is GOOD once repaired
 				}
 				if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "GOOD") {
 					t.Errorf("path %d events %q, want %q ... GOOD", path, got, want)
@@ -83,9 +84,10 @@ func TestPlaneFailureIsSurvived(t *testing.T) {
 	}
 }
 
-// A blackholed plane is probed, each path at most BadProbeMax apart however
-// long the outage lasts (not at a timeout that doubles without end), so
-// that once it is repaired its paths carry data again within that and a
+// TestBlackholedPlaneProbedAtMostBadProbeMaxApart checks that a blackholed
+// plane's paths are probed at most BadProbeMax apart however long the
+// outage lasts, rather than at a timeout that doubles without end. Once the
+// plane is repaired, its paths carry data again within BadProbeMax and a
 // round trip.
 func TestBlackholedPlaneProbedAtMostBadProbeMaxApart(t *testing.T) {
 	fc := fourPlanes()
@@ -93,7 +95,7 @@ func TestBlackholedPlaneProbedAtMostBadProbeMaxApart(t *testing.T) {
 	fc.Faults = []netem.Fault{{At: 50 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 1},
 		{At: repairAt, Kind: netem.Repair, Plane: 1}}
 	n := newNet(t, fc, Config{Paths: 8})
-	probes := map[int][]time.Duration{} // by path, when each left
+	probes := map[int][]time.Duration{} // when each probe left, by path
 	n.fab.AddTap(func(e *netem.TapEvent) {
 		d := e.Datagram
 		if e.Link.Kind() == netem.Uplink && (e.Verdict == netem.Sent || e.Verdict == netem.Dropped) && len(d.Data) > 1 && proto.Type(d.Data[1]) == proto.TypeProbe {

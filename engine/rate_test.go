@@ -12,15 +12,16 @@ import (
 	"github.com/mroce/mroce/pathmgr"
 )
 
-// The pacing rate's per-path inputs are kept as the paths change, not read
-// from every path at every packet: after every event of a run with ECN
-// marks, random loss and a plane that blackholes and comes back, each
-// sender's inputs are what its paths say, and the rate it paces by is what
-// they give. Its count of packets in flight, kept likewise, is its paths'
+// TestPacingRateFollowsThePaths checks that the pacing rate's per-path
+// inputs, kept up to date as the paths change rather than read from every
+// path at every packet, stay right. The run has ECN marks, random loss, and
+// a plane that blackholes and comes back. After every event, each sender's
+// inputs are what its paths say, and the rate it paces by is what they
+// give. Its count of packets in flight, kept likewise, is its paths'
 // summed.
 func TestPacingRateFollowsThePaths(t *testing.T) {
 	fc := netem.Config{Seed: 3, Hosts: 3, Planes: 4, Uplink: link100(), Downlink: link100()}
-	fc.Downlink.Queue.ECNThreshold = 32 << 10 // two senders into one host: marks
+	fc.Downlink.Queue.ECNThreshold = 32 << 10 // two senders into one host, to draw marks
 	fc.Downlink.Impair = netem.Impairments{Loss: &netem.RandomLoss{P: 0.01}}
 	fc.Faults = []netem.Fault{{At: 200 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 2},
 		{At: 600 * time.Microsecond, Kind: netem.Repair, Plane: 2}}

@@ -12,7 +12,8 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// READs of 0 B to 1 MiB land byte for byte in the requester's buffer.
+// TestRead checks that READs of 0 B to 1 MiB land byte for byte in the
+// requester's buffer.
 func TestRead(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.02}
@@ -37,9 +38,10 @@ func TestRead(t *testing.T) {
 	}
 }
 
-// A READ after a WRITE on the same stream returns the written data, even
-// when the WRITE's packets are delayed and resent: the responder waits for
-// the stream's earlier messages.
+// TestReadAfterWriteOnAStream checks that a READ after a WRITE on the same
+// stream returns the written data, even when the WRITE's packets are
+// delayed and resent. The responder waits for the stream's earlier messages
+// (spec section 6.5).
 func TestReadAfterWriteOnAStream(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.05}
@@ -62,8 +64,9 @@ func TestReadAfterWriteOnAStream(t *testing.T) {
 	}
 }
 
-// The READ limit is negotiated (min of the requester's MaxReadsOut and the
-// responder's MaxReadsIn) and kept: many READs complete, none refused.
+// TestReadLimitNegotiatedAndKept checks that the READ limit is negotiated,
+// as the smaller of the requester's MaxReadsOut and the responder's
+// MaxReadsIn, and kept. Many READs complete, and none is refused.
 func TestReadLimitNegotiatedAndKept(t *testing.T) {
 	n := newNet(t, fourPlanes(), Config{Paths: 4, Streams: 4, MaxReadsOut: 8, MaxReadsIn: 2})
 	pr := n.connect(0, 1)
@@ -90,9 +93,10 @@ func TestReadLimitNegotiatedAndKept(t *testing.T) {
 	}
 }
 
-// READ, WRITE, WRITE_IMM and SEND mixed on many streams under loss: every
-// completion comes, in posting order per stream (send side) and in message
-// order per stream (receive side), and every byte is right.
+// TestMixedOperationsUnderLoss mixes READ, WRITE, WRITE_IMM and SEND on
+// many streams under loss. Every completion comes, in posting order per
+// stream on the send side and in message order per stream on the receive
+// side, and every byte is right.
 func TestMixedOperationsUnderLoss(t *testing.T) {
 	for _, loss := range []float64{0, 0.01, 0.05, 0.10} {
 		t.Run(fmt.Sprintf("loss %g", loss), func(t *testing.T) {

@@ -14,9 +14,10 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// Refused packets leave holes in a path's ring behind an unresolved oldest
-// PSN. The path must not issue PSNs that would reuse that PSN's slot: the
-// lost WRITE is still resent, and every message completes.
+// TestRNRStormDoesNotOverrunThePathRing checks that refused packets, which
+// leave holes in a path's ring behind an unresolved oldest PSN, never make
+// the path issue PSNs that would reuse that PSN's slot. The lost WRITE is
+// still resent, and every message completes.
 func TestRNRStormDoesNotOverrunThePathRing(t *testing.T) {
 	drop := &dropPort{match: isFirstPacketOf(0, 0), limit: 1}
 	n := newNetWithDrop(t, twoHostFabric(1), Config{Paths: 1, Streams: 2}, drop)
@@ -28,7 +29,7 @@ func TestRNRStormDoesNotOverrunThePathRing(t *testing.T) {
 	for i := 0; i < sends; i++ {
 		pr.a.Post(SendWR{ID: uint64(100 + i), Op: OpSend, Stream: 1, Local: SGE{src, uint64(i), 1}})
 	}
-	n.run(5*time.Millisecond, func() bool { return false }) // RNR storm: no receives yet
+	n.run(5*time.Millisecond, func() bool { return false }) // an RNR storm, with no receives posted yet
 	inbox := pr.hb.region(t, sends, 0, memreg.LocalWrite)
 	for i := 0; i < sends; i++ {
 		pr.b.PostRecv(RecvWR{ID: uint64(i), Stream: 1, Local: SGE{inbox, uint64(i), 1}})
@@ -49,9 +50,10 @@ func TestRNRStormDoesNotOverrunThePathRing(t *testing.T) {
 	}
 }
 
-// A message acknowledged in full behind an earlier one that is not, when the
-// connection closes, completes ok; the earlier one is flushed. Every message
-// gets exactly one completion.
+// TestCloseReportsEveryMessageOnce closes a connection with a message
+// acknowledged in full behind an earlier one that is not. The later message
+// completes ok and the earlier one is flushed. Every message gets exactly
+// one completion.
 func TestCloseReportsEveryMessageOnce(t *testing.T) {
 	drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeWrite && p.Write().MSN() == 0 }, limit: 1 << 30}
 	n := newNetWithDrop(t, twoHostFabric(1), Config{Paths: 2, Streams: 1}, drop)
@@ -74,8 +76,9 @@ func TestCloseReportsEveryMessageOnce(t *testing.T) {
 	}
 }
 
-// A route that black-holes one source port: the path times out, goes
-// ASSUMED_BAD, is repathed to another port, and carries data again.
+// TestRepathAwayFromDeadRoute black-holes one source port's route. The path
+// times out, goes ASSUMED_BAD, is repathed to another port, and carries
+// data again.
 func TestRepathAwayFromDeadRoute(t *testing.T) {
 	deadPort := uint16(49152) // path 0's first source port
 	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1, MPL: time.Millisecond})
@@ -123,8 +126,9 @@ func (f *portFilter) Send(batch []link.Datagram) {
 	f.Port.Send(kept)
 }
 
-// A flood of CONNECTs from forged sources cannot grow the acceptor's state
-// beyond MaxAccepting: the rest are refused with CLOSE RESOURCE.
+// TestConnectFloodIsCapped checks that a flood of CONNECTs from forged
+// sources cannot grow the acceptor's state beyond MaxAccepting. The rest
+// are refused with CLOSE RESOURCE.
 func TestConnectFloodIsCapped(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{MaxAccepting: 16})
 	acc := n.hosts[1].ep
@@ -150,7 +154,8 @@ func TestConnectFloodIsCapped(t *testing.T) {
 	}
 }
 
-// A lost CLOSE is resent; once closed, the id is quarantined.
+// TestCloseIsResentAndIdQuarantined checks that a lost CLOSE is resent, and
+// that once the connection is closed its id is quarantined.
 func TestCloseIsResentAndIdQuarantined(t *testing.T) {
 	drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeClose }, limit: 1}
 	n := newNetWithDrop(t, twoHostFabric(1), Config{}, drop)
@@ -174,8 +179,9 @@ func TestCloseIsResentAndIdQuarantined(t *testing.T) {
 	}
 }
 
-// Posting more and more work to a vanished peer does not keep the
-// connection alive: it still fails after NoProgress.
+// TestPostingDoesNotDefeatTheNoProgressTimeout checks that posting more and
+// more work to a vanished peer does not keep the connection alive. It still
+// fails after NoProgress.
 func TestPostingDoesNotDefeatTheNoProgressTimeout(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{NoProgress: 10 * time.Millisecond})
 	pr := n.connect(0, 1)
@@ -191,9 +197,10 @@ func TestPostingDoesNotDefeatTheNoProgressTimeout(t *testing.T) {
 	}
 }
 
-// A receiver that is not ready is retried with back-off: the wait doubles
-// with each refusal of the same message, so a long stall costs a handful of
-// NACKs, not one per RetryAfter; when the receive comes, the SEND lands.
+// TestRNRBacksOff checks that a receiver that is not ready is retried with
+// back-off. The wait doubles with each refusal of the same message, so a
+// long stall costs a handful of NACKs, not one per RetryAfter. When the
+// receive comes, the SEND lands.
 func TestRNRBacksOff(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 1})
 	pr := n.connect(0, 1)
@@ -201,7 +208,8 @@ func TestRNRBacksOff(t *testing.T) {
 	pr.a.Post(SendWR{ID: 1, Op: OpSend, Local: SGE{src, 0, 100}})
 	n.run(10*time.Millisecond, func() bool { return false })
 	rnr := pr.b.ReceiverStats().Nacks[proto.NackRNR]
-	// Waits of 100 µs x 1, 2, 4 ... 64: about 8 refusals in 10 ms.
+	// Waits of 100 µs times 1, 2, 4 and so on up to 64 make about 8
+	// refusals in 10 ms.
 	if rnr < 5 || rnr > 10 {
 		t.Fatalf("%d RNR NACKs in 10 ms", rnr)
 	}
@@ -212,12 +220,13 @@ func TestRNRBacksOff(t *testing.T) {
 	}
 }
 
-// A path's tail probe and retransmission timeout wait, beyond the RTT, for
-// the connection's packets in flight to drain at the rate the receiver
-// granted: at 25 packets of 4,000 bytes of payload in flight and a hint
-// of 10^8 bytes of payload a second, one millisecond. Without a hint the
-// usual 2 SRTT rule stands (with RTOMin's floor), and a hostile hint of
-// one byte a second cannot stretch them past RTOMax.
+// TestPathTimersWaitForTheGrantedDrain checks that a path's tail probe and
+// retransmission timeout wait, beyond the RTT, for the connection's packets
+// in flight to drain at the rate the receiver granted. With 25 packets of
+// 4,000 bytes of payload in flight and a hint of 10^8 bytes of payload a
+// second, that is one millisecond. Without a hint the usual rule of 2 SRTT
+// stands, with RTOMin as its floor. A hostile hint of one byte a second
+// cannot stretch the timers past RTOMax.
 func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
 	pr := n.connect(0, 1)
@@ -239,7 +248,7 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	if got, want := p.timeout(), p.RTT.SRTT+time.Millisecond+cfg.AckDelay; got != want {
 		t.Errorf("hint 10^8 B/s: tail probe after %v, want %v", got, want)
 	}
-	p.probed = true // the probe went: next is the retransmission timeout
+	p.probed = true // the probe went, so next is the retransmission timeout
 	if got, want := p.timeout(), p.RTT.SRTT+time.Millisecond; got != want {
 		t.Errorf("hint 10^8 B/s: timeout after %v, want %v", got, want)
 	}
@@ -253,10 +262,10 @@ func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	}
 }
 
-// A baseline connection with a LocalAckTimeout waits exactly that long,
-// whatever its RTT and however many timeouts came before, as RoCEv2's
-// local ACK timer does; without one it uses the adaptive RTO, doubled per
-// timeout in a row.
+// TestBaselineLocalAckTimeoutIsFixed checks that a baseline connection with
+// a LocalAckTimeout waits exactly that long, whatever its RTT and however
+// many timeouts came before, as RoCEv2's local ACK timer does. Without one
+// it uses the adaptive RTO, doubled for each timeout in a row.
 func TestBaselineLocalAckTimeoutIsFixed(t *testing.T) {
 	const fixed = 16384 * time.Nanosecond
 	for _, lat := range []time.Duration{fixed, 0} {
@@ -276,13 +285,14 @@ func TestBaselineLocalAckTimeoutIsFixed(t *testing.T) {
 	}
 }
 
-// A stream whose receiver refused a packet (RNR: no receive posted) sends
-// no new data until a refused packet is accepted, since it would be
-// refused too, and retries one refused packet at a time: a SEND of 64
-// packets to a receiver with nothing posted costs the first window and
-// that one packet's backed-off retries (100 µs x 1, 2, 4, 8: 4 in 2 ms),
-// not every packet in every round (315 refusals in 2 ms without either).
-// When the receive comes, the SEND lands.
+// TestRNRHoldsTheStream checks a stream whose receiver refused a packet
+// with RNR because no receive is posted. The stream sends no new data until
+// a refused packet is accepted, since the new data would be refused too. It
+// retries one refused packet at a time. So a SEND of 64 packets to a
+// receiver with nothing posted costs the first window and that one packet's
+// backed-off retries, 100 µs times 1, 2, 4 and 8, which is 4 in 2 ms. It
+// does not cost every packet in every round. When the receive comes, the
+// SEND lands.
 func TestRNRHoldsTheStream(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 4, Streams: 1})
 	pr := n.connect(0, 1)
@@ -293,8 +303,9 @@ func TestRNRHoldsTheStream(t *testing.T) {
 	rnr := pr.b.ReceiverStats().Nacks[proto.NackRNR]
 	st := pr.a.SenderStats()
 	fresh := st.Packets - st.Retransmits
-	// The first window (16 packets) goes before the first refusal comes
-	// back; then only those are retried, each at its own backed-off time.
+	// The first window of 16 packets goes before the first refusal comes
+	// back. Then only those packets are retried, each at its own backed-off
+	// time.
 	if fresh > 16 || rnr > fresh+5 {
 		t.Fatalf("%d new packets sent and %d refused in 2 ms with no receive posted: the stream did not wait", fresh, rnr)
 	}
@@ -305,12 +316,13 @@ func TestRNRHoldsTheStream(t *testing.T) {
 	}
 }
 
-// Refusals that come back out of order (one plane much slower than the
-// other) do not leave the stream retrying a later message's packet while
-// the earlier one, whose receive the application posts first, waits: a
-// one-packet SEND on the slow plane's path, then a longer one, both
-// refused; receives posted one at a time, each after the SEND before it
-// completed: both land.
+// TestRNRRetriesTheOldestRefusal checks refusals that come back out of
+// order, because one plane is much slower than the other. The stream must
+// not keep retrying a later message's packet while the earlier message,
+// whose receive the application posts first, waits. A one-packet SEND goes
+// on the slow plane's path, then a longer one, and both are refused.
+// Receives are then posted one at a time, each after the SEND before it
+// completed. Both SENDs land.
 func TestRNRRetriesTheOldestRefusal(t *testing.T) {
 	fc := twoHostFabric(2)
 	slow := link100()

@@ -14,8 +14,8 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// scaleConn is one connection of the scale test: its sender side, its
-// receiver side, and the running hash of what arrived.
+// scaleConn is one connection of the scale test. It holds the connection's
+// sender side and receiver side, and the running hash of what arrived.
 type scaleConn struct {
 	progress      *scaleProgress
 	a, b          *Conn
@@ -29,7 +29,7 @@ type scaleConn struct {
 	sendDone, err int
 }
 
-// scaleEvents feeds a connection's completions back into the test: each
+// scaleEvents feeds a connection's completions back into the test. Each
 // receive completion hashes its buffer and posts it again.
 type scaleEvents struct {
 	sc   *scaleConn
@@ -92,9 +92,10 @@ const (
 	scaleDepth    = 4  // SENDs outstanding and receives posted per connection
 )
 
-// 4,000 connections between 64 hosts in one process, all moving data at
-// once: every connection SENDs 1 MiB, verified by SHA-256 as it arrives.
-// Reports the memory per connection and the end-to-end speed.
+// TestLargeScale4000Connections runs 4,000 connections between 64 hosts in
+// one process, all moving data at once. Every connection SENDs 1 MiB,
+// verified by SHA-256 as it arrives. It reports the memory per connection
+// and the end-to-end speed.
 func TestLargeScale4000Connections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4,000 connections: run without -short")
@@ -102,12 +103,12 @@ func TestLargeScale4000Connections(t *testing.T) {
 	l := netem.LinkConfig{Rate: 100e9, Delay: time.Microsecond, Queue: netem.QueueConfig{Limit: 4 << 20}}
 	fc := netem.Config{Seed: 5, Hosts: scaleHosts, Planes: 4, HostsPerLeaf: 8, Spines: 4,
 		Uplink: l, Downlink: l, FabricUp: l, FabricDown: l, MaxDatagram: 4160}
-	// A fixed window per path until congestion control exists: small enough
-	// that ~60 senders into one host do not overflow its downlinks.
+	// A small window per path keeps the 60 or so senders into one host from
+	// overflowing its downlinks.
 	ec := Config{Paths: 4, Streams: 1, DSNWindow: 256, PathWindow: 4, NoProgress: time.Second}
 	n := newNet(t, fc, ec)
 
-	// Each host's source data: 4 MiB of its own random bytes.
+	// Each host's source data is 4 MiB of its own random bytes.
 	srcs := make([]*memreg.Region, scaleHosts)
 	for h := range srcs {
 		srcs[h] = n.hosts[h].region(t, 4<<20, uint64(h+1), memreg.LocalWrite)
@@ -141,7 +142,7 @@ func TestLargeScale4000Connections(t *testing.T) {
 		pending[c.ID()] = sc
 		conns[i] = sc
 	}
-	// Handshakes, then the acceptor sides find their connections.
+	// Run the handshakes, then find the acceptor side of each connection.
 	n.run(time.Second, func() bool { return progress.established == scaleConns })
 	for h := range n.hosts {
 		for _, c := range n.hosts[h].ep.conns {

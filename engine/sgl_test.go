@@ -17,9 +17,9 @@ func concat(list []SGE) []byte {
 	return out
 }
 
-// Scatter-gather lists: a SEND gathered from three buffers lands scattered
-// over four; a WRITE gathers; a READ scatters. Under loss, so resends
-// gather again from the lists.
+// TestScatterGather checks scatter-gather lists. A SEND gathered from three
+// buffers lands scattered over four, a WRITE gathers, and a READ scatters.
+// It runs under loss, so that resends gather again from the lists.
 func TestScatterGather(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.03}
@@ -68,8 +68,9 @@ func TestScatterGather(t *testing.T) {
 	}
 }
 
-// Unsignaled requests complete silently when they succeed: signaling every
-// fifth gives two completions for ten WRITEs, and the data of all ten.
+// TestUnsignaledRequests checks that unsignaled requests complete silently
+// when they succeed. Signaling every fifth gives two completions for ten
+// WRITEs, and the data of all ten.
 func TestUnsignaledRequests(t *testing.T) {
 	n := newNet(t, fourPlanes(), Config{Paths: 4})
 	pr := n.connect(0, 1)
@@ -95,8 +96,9 @@ func TestUnsignaledRequests(t *testing.T) {
 	}
 }
 
-// A receive with no buffer takes a WRITE_IMM's notice (the data goes to the
-// region the WRITE names), and a SEND of no bytes: RDMA programs use both.
+// TestReceiveWithoutBuffers checks that a receive with no buffer takes a
+// WRITE_IMM's notice, while the data goes to the region the WRITE names,
+// and a SEND of no bytes. RDMA programs use both.
 func TestReceiveWithoutBuffers(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
 	pr := n.connect(0, 1)

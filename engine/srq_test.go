@@ -10,10 +10,11 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// Three clients SEND to one server whose connections share one receive
-// queue. When the queue runs dry the senders are told RNR and resume when
-// receives are posted again; every message lands once, in a receive of its
-// own, and each connection's receives complete in order.
+// TestSharedReceiveQueue has three clients SEND to one server whose
+// connections share one receive queue. When the queue runs dry the senders
+// are told RNR, and they resume when receives are posted again. Every
+// message lands once, in a receive of its own, and each connection's
+// receives complete in order.
 func TestSharedReceiveQueue(t *testing.T) {
 	fc := netem.Config{Seed: 2, Hosts: 4, Planes: 2, Uplink: link100(), Downlink: link100()}
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.02}

@@ -11,11 +11,11 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// tailFinish WRITEs packets of 4 KiB over two planes of 10 µs links (a round trip
-// of ~42 µs) to a receiver that grants 2.5 GB/s, losing the first
-// transmission of the data packets numbered in drop (from 1, in the order
-// sent), and returns when the WRITE completed and the sender's counters
-// 5 ms later.
+// tailFinish WRITEs packets of 4 KiB over two planes of 10 µs links, a
+// round trip of about 42 µs, to a receiver that grants 2.5 GB/s. It loses
+// the first transmission of the data packets numbered in drop, counted from
+// 1 in the order sent. It returns when the WRITE completed, and the
+// sender's counters 5 ms later.
 func tailFinish(t *testing.T, packets int, drop ...int) (time.Duration, SenderStats) {
 	t.Helper()
 	return tailFinishWatching(t, packets, nil, drop...)
@@ -36,8 +36,9 @@ func tailFinishWatching(t *testing.T, packets int, watch func(time.Duration, Sen
 	}, watch)
 }
 
-// twoPlanes is two hosts on two planes of 100 Gb/s links of 10 µs (a round
-// trip of ~42 µs), plane 1's of plane1Delay, the endpoints set by cfg.
+// twoPlanes is two hosts on two planes of 100 Gb/s links of 10 µs, a round
+// trip of about 42 µs. Plane 1's links have plane1Delay instead. cfg sets
+// the endpoints.
 func twoPlanes(t *testing.T, cfg Config, plane1Delay time.Duration) *testNet {
 	t.Helper()
 	l := link100()
@@ -51,8 +52,8 @@ func twoPlanes(t *testing.T, cfg Config, plane1Delay time.Duration) *testNet {
 	return newNet(t, fc, cfg)
 }
 
-// postWrite registers packets x 4 KiB at both ends and posts their WRITE
-// (ID 1) from the pair's initiator.
+// postWrite registers packets x 4 KiB at both ends and posts their WRITE,
+// with ID 1, from the pair's initiator.
 func (pr *pair) postWrite(t testing.TB, packets int) {
 	t.Helper()
 	size := packets * 4096
@@ -63,12 +64,12 @@ func (pr *pair) postWrite(t testing.TB, packets int) {
 	}
 }
 
-// write connects host 0 to host 1, loses the datagrams host 0 sends that
-// drop picks (none if nil), WRITEs packets of 4 KiB, calling watch (if
-// set) with the time since the post and the sender's counters after every
-// event, and returns how long the WRITE took and the sender's counters
-// 5 ms after it completed: what was still in flight has settled, and a
-// timeout for it counts.
+// write connects host 0 to host 1 and loses the datagrams from host 0 that
+// drop picks, none if drop is nil. It WRITEs packets of 4 KiB, calling
+// watch, if set, with the time since the post and the sender's counters
+// after every event. It returns how long the WRITE took, and the sender's
+// counters 5 ms after it completed. By then what was still in flight has
+// settled, and a timeout for it counts.
 func (n *testNet) write(t *testing.T, packets int, drop func(*link.Datagram) bool, watch func(time.Duration, SenderStats)) (time.Duration, SenderStats) {
 	t.Helper()
 	pr := n.connect(0, 1)
@@ -106,10 +107,11 @@ func lossCost(t *testing.T, packets int, drop ...int) (time.Duration, SenderStat
 	return lossy - clean, st
 }
 
-// The last packet of a WRITE, lost, is found about one and a half round
-// trips after it was sent (the round trip the packets sent with it took),
-// not two smoothed RTTs after its path's previous ACK, which came back
-// before it was sent. Nothing is resent without a loss.
+// TestLostLastPacketFoundSoon checks that the last packet of a WRITE, lost,
+// is found about one and a half round trips after it was sent. That is the
+// round trip the packets sent with it took. It is not two smoothed RTTs
+// after its path's previous ACK, which came back before it was sent.
+// Nothing is resent without a loss.
 func TestLostLastPacketFoundSoon(t *testing.T) {
 	late, st := lossCost(t, 64, 64)
 	if st.Retransmits == 0 {
@@ -120,11 +122,12 @@ func TestLostLastPacketFoundSoon(t *testing.T) {
 	}
 }
 
-// A tail probe with nothing behind it goes twice, the copy on another
-// plane: the last packet and its probe both lost, the copy finds it, with
-// no retransmission timeout; and whichever of the two is lost after the
-// other delivered the data, no timeout follows for it either (it would cut
-// a working path's window to one packet).
+// TestTailProbeHasACopy checks that a tail probe with nothing behind it
+// goes twice, the copy on another plane. When the last packet and its probe
+// are both lost, the copy finds the packet, with no retransmission timeout.
+// Whichever of the two is lost after the other delivered the data, no
+// timeout follows for it either. That timeout would cut a working path's
+// window to one packet.
 func TestTailProbeHasACopy(t *testing.T) {
 	for _, c := range []struct {
 		what string
@@ -143,13 +146,13 @@ func TestTailProbeHasACopy(t *testing.T) {
 	}
 }
 
-// A path whose only packets are lost has no RTT sample, and its timer
-// runs to twice its connection's estimate (about six round trips here);
-// once the connection has nothing new to send, the round trips of its
-// other path show sooner that they are overdue, and the path times out
-// then (a path with no sample is not probed: its packets are resent).
+// TestUnsampledPathOverdue checks a path whose only packets are lost. It
+// has no RTT sample, and its timer runs to twice its connection's estimate.
+// Once the connection has nothing new to send, the round trips of its other
+// path show sooner that its packets are overdue, and the path times out
+// then. A path with no sample is not probed, so its packets are resent.
 func TestUnsampledPathOverdue(t *testing.T) {
-	late, st := lossCost(t, 4, 2, 4) // packets alternate between the paths: all of path 1's
+	late, st := lossCost(t, 4, 2, 4) // packets alternate between the paths, so these are all of path 1's
 	if st.Retransmits < 2 {
 		t.Fatalf("path 1's packets lost: %+v, want both resent", st)
 	}
@@ -158,10 +161,11 @@ func TestUnsampledPathOverdue(t *testing.T) {
 	}
 }
 
-// A path whose whole first window is lost has no RTT sample of its own;
-// it times out by its connection's other path's estimate, well within
-// the 2 MiB WRITE, not after RTOInitial (1 ms), while the rest of the
-// message waits for those DSNs.
+// TestUnsampledPathTimesOutByItsConnection checks a path whose whole first
+// window is lost, so that it has no RTT sample of its own. It times out by
+// its connection's other path's estimate, well within the 2 MiB WRITE, not
+// after RTOInitial of 1 ms, while the rest of the message waits for those
+// DSNs.
 func TestUnsampledPathTimesOutByItsConnection(t *testing.T) {
 	var at time.Duration // when the first timeout came
 	_, st := tailFinishWatching(t, 512, func(now time.Duration, st SenderStats) {
@@ -177,11 +181,11 @@ func TestUnsampledPathTimesOutByItsConnection(t *testing.T) {
 	}
 }
 
-// A resend at the tail goes twice, the copy on another plane, as a probe
-// does: the packet before the last lost, then its resend or the copy,
-// costs about what losing the packet alone does (a round trip here, 46 us;
-// 109 us when the resend went once and its loss was found by probing), and
-// with both lost the connection probes, without a timeout.
+// TestTailResendHasACopy checks that a resend at the tail goes twice, the
+// copy on another plane, as a probe does. Losing the packet before the last
+// and then its resend or the copy costs about what losing the packet alone
+// does. With the packet, its resend and the copy all lost, the connection
+// probes, without a timeout.
 func TestTailResendHasACopy(t *testing.T) {
 	alone, st := lossCost(t, 64, 62)
 	if st.Copies != 1 || st.Retransmits != 2 {
@@ -208,11 +212,12 @@ func TestTailResendHasACopy(t *testing.T) {
 	}
 }
 
-// With no more than tailPackets in flight at the tail, a path's smoothed
-// RTT, which remembers the queues of the busy part of a transfer, no
-// longer holds its probe back: the newest round trip and ProbeMin set it.
-// With more in flight the longer of the two round trips, and half of it,
-// does.
+// TestLastPacketsProbedByTheNewestRTT checks the tail probe's margin. With
+// no more than tailPackets in flight at the tail, a path's smoothed RTT,
+// which remembers the queues of the busy part of a transfer, no longer
+// holds its probe back. The newest round trip and ProbeMin set it. With
+// more in flight, the longer of the two round trips, plus half of it, sets
+// it.
 func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
 	for _, packets := range []int{tailPackets, tailPackets + 4} {
 		n := twoPlanes(t, Config{Paths: 2, Streams: 1}, 10*time.Microsecond)
@@ -222,8 +227,8 @@ func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
 		if !n.run(time.Millisecond, func() bool { return s.unsent == 0 }) || s.inflight() != packets {
 			t.Fatalf("%d packets: not all sent before the first ACK (%d in flight)", packets, s.inflight())
 		}
-		// What a long busy phase leaves: a stale smoothed RTT, a fresh
-		// newest round trip, a receiver's grant.
+		// Set what a long busy phase leaves. That is a stale smoothed RTT,
+		// a fresh newest round trip, and a receiver's grant.
 		const stale, fresh = 500 * time.Microsecond, 12 * time.Microsecond
 		s.hint, s.newestRTT = 2.5e9, fresh
 		for _, p := range s.paths {

@@ -32,10 +32,10 @@ func (l *traceLog) count(k TraceKind, match func(TraceEvent) bool) int {
 	return n
 }
 
-// The tracer hears of every packet the sender sends, of every transmission
-// acknowledged or declared lost, as its counters count them, in time
-// order; and every loss is resent unless its DSN was acknowledged another
-// way.
+// TestTracerSeesEveryDecision checks that the tracer hears of every packet
+// the sender sends and of every transmission acknowledged or declared lost,
+// as the counters count them, in time order. Every loss is resent unless
+// its DSN was acknowledged another way.
 func TestTracerSeesEveryDecision(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.02}
@@ -103,8 +103,9 @@ func TestTracerSeesEveryDecision(t *testing.T) {
 	}
 }
 
-// A failed plane's paths are traced going DOWN and back, and what they had
-// in flight lost with the plane.
+// TestTracerSeesAPlaneFail checks that a failed plane's paths are traced
+// going DOWN and back, and what they had in flight traced lost with the
+// plane.
 func TestTracerSeesAPlaneFail(t *testing.T) {
 	fc := fourPlanes()
 	fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: netem.PlaneDown, Plane: 1},
@@ -142,8 +143,8 @@ type countTracer struct{ n int }
 
 func (c *countTracer) Trace(TraceEvent) { c.n++ }
 
-// With a tracer the engine still allocates nothing per packet: an event is
-// a value handed over, not kept.
+// TestTracerAllocatesNothing checks that with a tracer the engine still
+// allocates nothing per packet. An event is a value handed over, not kept.
 func TestTracerAllocatesNothing(t *testing.T) {
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}

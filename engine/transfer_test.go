@@ -20,7 +20,8 @@ type xfer struct {
 	dsts    []*memreg.Region
 }
 
-// start registers the buffers, posts the receives (SEND) and the messages.
+// start registers the buffers and posts the receives, for a SEND, and the
+// messages.
 func (x *xfer) start(t testing.TB, pr *pair) {
 	t.Helper()
 	for s := 0; s < x.streams; s++ {
@@ -42,8 +43,8 @@ func (x *xfer) start(t testing.TB, pr *pair) {
 	}
 }
 
-// finished reports whether the sender saw every completion (and, for SEND,
-// the receiver too).
+// finished reports whether the sender saw every completion, and for a SEND
+// the receiver too.
 func (x *xfer) finished(pr *pair) bool {
 	want := x.streams
 	if len(pr.ra.done) < want {
@@ -95,7 +96,7 @@ func runTransfer(t *testing.T, fc netem.Config, ec Config, x *xfer) (*testNet, *
 	return n, pr
 }
 
-// WRITE and SEND, 1 B to 1 MiB (64 MiB in the large run), over 1 to 16
+// TestTransferMatrix moves WRITEs and SENDs of 0 B to 1 MiB over 1 to 16
 // paths and 1 to 8 streams.
 func TestTransferMatrix(t *testing.T) {
 	sizes := []int{0, 1, 1000, 4096, 4097, 65539, 1 << 20}
@@ -110,6 +111,8 @@ func TestTransferMatrix(t *testing.T) {
 	}
 }
 
+// TestLargeTransfer64MiB moves a WRITE and a SEND of 64 MiB each over 16
+// paths.
 func TestLargeTransfer64MiB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("64 MiB: run without -short")
@@ -131,10 +134,11 @@ func dataDropCounter(f *netem.Fabric) *uint64 {
 	return &n
 }
 
-// Random loss on every downlink (data and acks alike), burst loss,
-// duplication and corruption: every transfer completes, byte for byte, and
-// only what was lost is resent (and, at the tail or holding the window,
-// copied once on another plane).
+// TestTransferUnderImpairments runs transfers under random loss on every
+// downlink, hitting data and ACKs alike, under burst loss, duplication and
+// corruption. Every transfer completes, byte for byte, and only what was
+// lost is resent. At the tail, or for the DSN holding the window, a resend
+// is also copied once on another plane.
 func TestTransferUnderImpairments(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -166,9 +170,9 @@ func TestTransferUnderImpairments(t *testing.T) {
 				x.check(t, pr)
 				st := pr.a.SenderStats()
 				if c.ratioOK && *lost > 0 {
-					// The copies sent on a second plane (at the tail, of
-					// the DSN holding the window) are redundancy by
-					// design, not resends of what arrived.
+					// The copies sent on a second plane, at the tail or of
+					// the DSN holding the window, are redundancy by design,
+					// not resends of what arrived.
 					resent := st.Retransmits - st.Copies
 					ratio := float64(resent) / float64(*lost)
 					t.Logf("%d data packets lost, %d retransmitted (%.3f) and %d copies, %d tail probes, %d timeouts",
@@ -185,8 +189,9 @@ func TestTransferUnderImpairments(t *testing.T) {
 	}
 }
 
-// Paths whose round-trip times differ by up to 10x: no spurious
-// retransmission, no tail probe.
+// TestUnequalPathsNoSpuriousRetransmission runs over paths whose round-trip
+// times differ by up to 10x. Nothing is retransmitted spuriously, and no
+// tail probe goes.
 func TestUnequalPathsNoSpuriousRetransmission(t *testing.T) {
 	fc := fourPlanes()
 	any := netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}
