@@ -76,7 +76,7 @@ func (p *sendPath) sendProbe() {
 // onProbeReply takes a PROBE_REPLY. It gives an RTT sample, and brings an
 // ASSUMED_BAD path back into service.
 func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
-	s.equip() // a reply names a path, which is checked even before any send
+	s.equip() // a reply names a path, which must exist to be checked
 	id := int(pkt.Common.PathID())
 	if id >= len(s.paths) {
 		s.stats.BadAcks++

@@ -11,7 +11,7 @@ import (
 
 // onNack handles a refused packet (spec section 7).
 func (s *sender) onNack(pkt *proto.Packet) {
-	s.equip() // a refusal names a DSN and a path, which are checked even before any send
+	s.equip() // a refusal names a DSN and a path, which must exist to be checked
 	n := pkt.Nack()
 	code := n.Code()
 	r := s.record(n.DSN())
@@ -73,9 +73,9 @@ func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
 	case !st.probing:
 		st.probing, st.probe = true, n.DSN()
 	case proto.SeqLess(n.DSN(), st.probe):
-		// An older packet was refused after a later one, because its NACK
-		// came by a slower path. The older one is the one to retry, because
-		// the application posts its receive first. The later one waits.
+		// The NACK of an older packet came after a later one's, by a slower
+		// path. The older packet is the one to retry, because the
+		// application posts its receive first. The later one waits.
 		if old := s.record(st.probe); old != nil && !old.acked && old.waiting {
 			old.retryAt = clock.Never
 		}

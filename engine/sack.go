@@ -22,7 +22,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		s.ackDSN(s.una)
 	}
 	if ack.RecordCount() > 0 {
-		s.equip() // records name paths, which are checked and counted even before any send
+		s.equip() // records name paths, which must exist to be checked and counted
 	}
 	for i := 0; i < int(ack.RecordCount()); i++ {
 		rec := pkt.AckRecord(i)
