@@ -96,6 +96,25 @@ func checkHandshake(h proto.HandshakeHeader) (int, bool) {
 	return 0, true
 }
 
+// acceptable checks an ACCEPT against the ranges of spec section 5.8 and
+// against what this side offered: no more paths or streams, the same
+// mode. It returns the byte offset of the first field refused, which
+// CLOSE PARAMS carries as its Detail (spec section 5.9).
+func acceptable(h proto.HandshakeHeader, cfg *Config) (int, bool) {
+	if off, ok := checkHandshake(h); !ok {
+		return off, false
+	}
+	switch {
+	case int(h.Paths()) > cfg.Paths:
+		return 18, false
+	case int(h.Streams()) > cfg.Streams:
+		return 20, false
+	case h.Mode() != cfg.Mode:
+		return 40, false
+	}
+	return 0, true
+}
+
 // negotiate fixes the connection's parameters from the peer's handshake
 // header and the path and stream counts chosen (spec section 8.2).
 func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
@@ -192,10 +211,9 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 	}
 	h := pkt.Handshake()
 	if c.state == Connecting {
-		if _, ok := checkHandshake(h); !ok || int(h.Paths()) > c.ep.cfg.Paths ||
-			int(h.Streams()) > c.ep.cfg.Streams || h.Mode() != c.ep.cfg.Mode {
+		if off, ok := acceptable(h, &c.ep.cfg); !ok {
 			c.peerID = h.SrcConnID()
-			c.ep.sendClose(c.firstPlane(), netip.AddrPortFrom(c.remote[c.firstPlane()], c.peerPort), h.SrcConnID(), proto.CloseParams, 0)
+			c.ep.sendClose(c.firstPlane(), netip.AddrPortFrom(c.remote[c.firstPlane()], c.peerPort), h.SrcConnID(), proto.CloseParams, uint32(off))
 			c.fail(&RemoteError{Reason: proto.CloseParams}, StatusFlushed, false)
 			return
 		}
