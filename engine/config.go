@@ -117,8 +117,14 @@ type Config struct {
 	// per interval while it is out.
 	BadProbeMax time.Duration
 	// NoProgress is how long a connection may go without forward progress
-	// while it has work outstanding before it fails. Default 1 s.
+	// while it has work outstanding before it fails, and how long it may
+	// hear nothing at all from its peer, busy or idle (spec section 8.6).
+	// Default 1 s.
 	NoProgress time.Duration
+	// KeepAlive is how long a connection hears nothing from its peer
+	// before it sends a keep-alive PROBE, and again each KeepAlive after
+	// that (spec section 8.6). Default a quarter of NoProgress.
+	KeepAlive time.Duration
 	// ConnectTimeout bounds the handshake. Default 1 s.
 	ConnectTimeout time.Duration
 	// MPL is the maximum packet lifetime. A path is repathed at most once
@@ -197,6 +203,7 @@ func (c *Config) fill() error {
 	setDur(&c.ProbeMin, c.RTOMin/5)
 	setDur(&c.BadProbeMax, 4*c.RTOMin)
 	setDur(&c.NoProgress, defaultNoProgress)
+	setDur(&c.KeepAlive, c.NoProgress/4)
 	setDur(&c.ConnectTimeout, defaultConnectTimeout)
 	setDur(&c.MPL, defaultMPL)
 	if c.LossOutlierFactor == 0 {

@@ -55,6 +55,8 @@ type Conn struct {
 	// Timers.
 	ackTimer   clock.Timer
 	progress   clock.Timer // fires after Config.NoProgress without progress while work is outstanding
+	alive      clock.Timer // sends keep-alives and declares a silent peer dead (spec section 8.6)
+	heard      clock.Time  // when the last packet from the peer arrived
 	hsTimer    clock.Timer // resends the CONNECT or ACCEPT until hsDeadline
 	hsInterval time.Duration
 	hsDeadline clock.Time
@@ -161,6 +163,7 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	if !c.knows(plane) {
 		c.setRemote(plane, d.Src.Addr()) // learn the peer's address on this plane (spec section 8.1)
 	}
+	c.heard = at
 	switch t := pkt.Type(); {
 	case t == proto.TypeAccept:
 		c.onAccept(pkt)

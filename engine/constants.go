@@ -10,6 +10,7 @@ const (
 	handshakeRetry  = 100 * time.Millisecond // the first CONNECT and ACCEPT resend interval, doubled each time (section 8.1)
 	closeResends    = 3                      // CLOSE resends until the peer answers CLOSE CLOSED (section 8.5)
 	closeInterval   = 100 * time.Millisecond // between CLOSE resends (section 8.5)
+	keepAliveProbe  = 0                      // the ProbeID of a keep-alive; path probes never use it (section 8.6)
 )
 
 // Defaults of Config, tuned rather than specified. Config's fields say what

@@ -262,7 +262,27 @@ func (e *Endpoint) newConn(pd *memreg.Domain, ev Events, initiator bool) *Conn {
 	}
 	e.conns[c.localID] = c
 	c.progress = e.clock.NewTimer(c.onNoProgress)
+	c.alive = e.clock.NewTimer(c.onAlive)
 	c.ackTimer = e.clock.NewTimer(c.onAckTimer)
 	c.hsTimer = e.clock.NewTimer(c.onHandshakeTimer)
 	return c
+}
+
+// Quiet reports whether the endpoint has nothing to do but keep its
+// connections alive: no handshake under way, no connection with work
+// outstanding, no CLOSE being resent. In virtual time a world of quiet
+// endpoints only exchanges keep-alives (spec section 8.6), so whatever a
+// caller still waits for will not happen.
+func (e *Endpoint) Quiet() bool {
+	for _, c := range e.conns {
+		if c.state != Established || c.snd.busy() {
+			return false
+		}
+	}
+	for _, cc := range e.closed {
+		if !cc.done {
+			return false
+		}
+	}
+	return true
 }

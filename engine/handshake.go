@@ -236,6 +236,8 @@ func (c *Conn) establish() {
 	}
 	c.state = Established
 	c.hsTimer.Stop()
+	c.heard = c.ep.clock.Now()
+	c.alive.Reset(c.heard.Add(c.ep.cfg.KeepAlive))
 	if c.events != nil {
 		c.events.State(c, Established, nil)
 	}

@@ -76,6 +76,9 @@ func (p *sendPath) sendProbe() {
 // onProbeReply takes a PROBE_REPLY. It gives an RTT sample, and brings an
 // ASSUMED_BAD path back into service.
 func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
+	if pkt.ProbeReply().ProbeID() == keepAliveProbe {
+		return // it answered a keep-alive: having heard it is all it says
+	}
 	s.equip() // a reply names a path, which must exist to be checked
 	id := int(pkt.Common.PathID())
 	if id >= len(s.paths) {
@@ -148,4 +151,21 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 		c.snd.pump()
 	}
 	e.flush()
+}
+
+// sendKeepAlive sends a keep-alive PROBE on each plane whose peer address
+// is known, so that one failed plane does not make a live peer look dead
+// (spec section 8.6). It names path 0 and ProbeID 0, which no path probe
+// uses, and needs none of the sender's path state.
+func (c *Conn) sendKeepAlive() {
+	for p := range c.remote {
+		if !c.knows(p) {
+			continue
+		}
+		var pkt proto.Packet
+		c.build(&pkt, proto.TypeProbe, 0, 0)
+		pkt.Common.SetDstConnID(c.peerID)
+		pkt.Probe().SetProbeID(keepAliveProbe)
+		c.emit(&pkt, p, c.ep.cfg.SourcePorts[0])
+	}
 }

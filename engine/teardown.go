@@ -67,6 +67,7 @@ func (c *Conn) fail(err error, st Status, tell bool) {
 	c.err = err
 	c.hsTimer.Stop()
 	c.progress.Stop()
+	c.alive.Stop()
 	c.ackTimer.Stop()
 	c.snd.flush(st, err)
 	c.rcv.flush(err)

@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -221,4 +222,33 @@ func (c *Conn) onNoProgress() {
 	}
 	c.fail(ErrTimeout, StatusTimeout, true)
 	c.ep.flush()
+}
+
+// onAlive watches the peer's liveness (spec section 8.6). A connection
+// that has heard nothing from its peer for KeepAlive sends a keep-alive
+// PROBE, and again each KeepAlive after that. One that has heard nothing
+// for NoProgress declares the peer dead, whether or not it has work
+// outstanding: a peer that crashed says nothing more, and a connection
+// that only receives would otherwise wait for it forever. Every packet
+// the peer sends counts, so a busy connection never probes; the timer
+// reads when the last one came rather than being reset by each.
+func (c *Conn) onAlive() {
+	if c.state != Established {
+		return
+	}
+	cfg := &c.ep.cfg
+	now := c.ep.clock.Now()
+	quiet := now.Sub(c.heard)
+	if quiet >= cfg.NoProgress {
+		c.fail(fmt.Errorf("%w: nothing heard from it for %v", ErrTimeout, quiet), StatusTimeout, true)
+		c.ep.flush()
+		return
+	}
+	next := c.heard.Add(cfg.KeepAlive)
+	if quiet >= cfg.KeepAlive {
+		c.sendKeepAlive()
+		c.ep.flush()
+		next = now.Add(cfg.KeepAlive)
+	}
+	c.alive.Reset(min(next, c.heard.Add(cfg.NoProgress)))
 }

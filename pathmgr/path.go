@@ -147,6 +147,9 @@ func (p *Path) PlaneUp(probe bool) {
 // newest probe counts (ProbeAnswers).
 func (p *Path) NewProbe() uint32 {
 	p.probeID++
+	if p.probeID == 0 {
+		p.probeID = 1 // 0 is a keep-alive's (spec section 8.6)
+	}
 	return p.probeID
 }
 

@@ -52,7 +52,7 @@ func TestDeregisterMidTransferRevokesTheKey(t *testing.T) {
 		t.Fatalf("the writer's completion: %v %+v; want a remote access error", err, out[:k])
 	}
 	// Everything still in the network arrives, or is dropped, by now.
-	if err := l.n.Backend(0).Progress(ctx, func() bool { return l.n.Sim.Pending() == 0 }); err != nil {
+	if err := l.n.Backend(0).Progress(ctx, l.n.Quiet); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(mem, was) {

@@ -33,6 +33,10 @@ type Stepper interface {
 // waiting means running the simulation until the condition holds.
 type SimRunner struct {
 	Sim Stepper
+	// Quiet, when set, reports whether the simulated world has nothing
+	// left to do but keep its connections alive. Progress then gives up
+	// with ErrStalled, since keep-alives never let the simulation run dry.
+	Quiet func() bool
 }
 
 // Do runs f at once: the caller's goroutine is the engine's.
@@ -41,12 +45,16 @@ func (r SimRunner) Do(f func()) error {
 	return nil
 }
 
-// Progress steps the simulation until cond holds.
+// Progress steps the simulation until cond holds. It returns ErrStalled
+// when nothing is left to happen: no event at all, or a quiet world.
 func (r SimRunner) Progress(ctx context.Context, cond func() bool) error {
 	for i := 0; !cond(); i++ {
 		if i%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("software: %w", err)
+			}
+			if i > 0 && r.Quiet != nil && r.Quiet() {
+				return ErrStalled
 			}
 		}
 		if !r.Sim.Step() {

@@ -72,7 +72,7 @@ func (n *SimNetwork) addHosts(fc netem.Config, seed uint64, cfgFor func(host int
 		}
 		fab.Host(h).Attach(ep)
 		reg := NewRegistry(newSeeded(seed, uint64(2*h+1)))
-		n.hosts = append(n.hosts, NewSoftware(ep, reg, SimRunner{clockOf(h)}))
+		n.hosts = append(n.hosts, NewSoftware(ep, reg, SimRunner{Sim: clockOf(h), Quiet: n.Quiet}))
 	}
 	// Every host's NIC sees a plane's link state change (over processes,
 	// on the host's own).
@@ -109,3 +109,14 @@ func newSeeded(seed, stream uint64) seededSource {
 }
 
 func (s seededSource) Read(p []byte) (int, error) { return s.r.Read(p) }
+
+// Quiet reports whether every host's engine has nothing to do but keep its
+// connections alive (engine.Endpoint.Quiet).
+func (n *SimNetwork) Quiet() bool {
+	for _, h := range n.hosts {
+		if !h.ep.Quiet() {
+			return false
+		}
+	}
+	return true
+}
