@@ -2,41 +2,42 @@ package clock
 
 import "math/bits"
 
-// calendar is the Sim's queue of events and timer entries: a calendar
-// queue (a ring of time buckets) for the near future, which is where an
-// emulator schedules almost everything (serializations, propagation delays,
-// pacing and acknowledgment timers of micro- and nanoseconds), and a 4-ary
-// heap for the rest. A bucket is a linked list of its events sorted by
-// (time, sequence). On one clock a bucket is one nanosecond, so events
-// arrive in that order (sequences grow) and are appended at its tail; a
-// group's process (one host's events) has buckets of 32 ns, whose few
-// events still come almost always in order. Push and pop cost O(1) for
-// near events instead of O(log n) (a push into a bucket of 32 ns out of
-// order walks its few events), and list nodes come from a pool that grows
-// only when more events are pending than ever before, so a steady run
+// calendar is the Sim's queue of events and timer entries. The near future
+// is a calendar queue, a ring of time buckets. An emulator schedules almost
+// everything there, because serializations, propagation delays, pacing and
+// acknowledgment timers are micro- and nanoseconds away. A 4-ary heap holds
+// the rest.
+//
+// A bucket is a linked list of its events sorted by time and sequence. On
+// NewSim's calendar a bucket is one nanosecond, so its events arrive in
+// order and are appended at its tail. A calendar with wider buckets, as one
+// host's process in a parallel run has, still sees its few events per
+// bucket arrive in order almost always. Push and pop therefore cost O(1)
+// for near events instead of O(log n). List nodes come from a pool that
+// grows only when more events are pending than ever before, so a steady run
 // allocates nothing.
 //
-// Every event in a bucket lies in the window [now rounded down to a bucket,
-// + the buckets' span, 65.5 us), so a bucket never mixes two laps of the
-// ring, and the
-// first non-empty bucket at or after now's holds the earliest near event.
-// Far events stay in the heap even when the window reaches them; pop
+// Every event in a bucket lies within one span of the ring from now's
+// bucket. A bucket therefore never mixes two laps of the ring, and the first
+// non-empty bucket at or after now's holds the earliest near event. Far
+// events stay in the heap even when the window reaches them, and pop
 // compares the two.
 type calendar struct {
+	ready    bool
+	mask     int  // buckets - 1, set before the first push for a size other than calendarBuckets
+	shift    uint // a bucket is 1 << shift ns, set with mask
 	buckets  []bucket
-	nonEmpty []uint64
-	mask     int  // buckets - 1; set before the first push for other than calendarBuckets
-	shift    uint // a bucket is 1 << shift ns; set with mask
+	nonEmpty []uint64 // a bit per bucket
+	near     int      // events in buckets
+	floor    Time     // no near event is earlier, so nearMin's scan starts here
 	nodes    []calNode
 	free     int32 // first free node, -1 when none
-	near     int   // events in buckets
-	floor    Time  // no near event is earlier: where nearMin's scan starts
 	far      []eventEntry
-	ready    bool
 }
 
-// bucket is a bucket's list: node indexes, head -1 when empty. Head and
-// tail side by side: a push or pop touches one line of the ring, not two.
+// bucket is a bucket's list of node indexes, with head -1 when empty. Head
+// and tail sit side by side, so a push or pop touches one cache line of the
+// ring, not two.
 type bucket struct{ head, tail int32 }
 
 type calNode struct {
@@ -45,8 +46,8 @@ type calNode struct {
 }
 
 const (
-	calendarBuckets = 1 << 16         // of 1 ns: a bucket holds one time
-	calendarSpan    = calendarBuckets // 65.5 µs
+	calendarBuckets = 1 << 16         // of 1 ns, so a bucket holds one time
+	calendarSpan    = calendarBuckets // in ns
 )
 
 func (c *calendar) init() {
@@ -76,7 +77,7 @@ func (c *calendar) newNode(e eventEntry) int32 {
 	return int32(len(c.nodes) - 1)
 }
 
-// push adds e; now is the Sim's current time (e.at >= now).
+// push adds e. The Sim's current time is now, and e.at is not earlier.
 func (c *calendar) push(e eventEntry, now Time) {
 	if !c.ready {
 		c.init()
@@ -95,7 +96,7 @@ func (c *calendar) push(e eventEntry, now Time) {
 	case bk.head < 0:
 		bk.head, bk.tail = n, n
 		c.nonEmpty[i/64] |= 1 << (i % 64)
-	case !e.less(c.nodes[bk.tail].e): // in order: the usual case
+	case !e.less(c.nodes[bk.tail].e): // in order, the usual case
 		c.nodes[bk.tail].next = n
 		bk.tail = n
 	case e.less(c.nodes[bk.head].e):
@@ -113,9 +114,10 @@ func (c *calendar) push(e eventEntry, now Time) {
 }
 
 // nearMin returns the bucket holding the earliest near event, or -1. It
-// scans the bitmap from the floor (or now), and moves the floor to what it
-// finds: a queue whose next event is far off (a process of a clock.Group,
-// looked at every window) scans the gap once, not at every look.
+// scans the bitmap from the floor or from now, whichever is later, and
+// moves the floor to what it finds. A queue whose next event is far off
+// then scans the gap once, not at every look. A parallel run looks at each
+// process's queue every window.
 func (c *calendar) nearMin(now Time) int {
 	if c.near == 0 {
 		return -1
@@ -139,12 +141,12 @@ func (c *calendar) nearMin(now Time) int {
 // Where the earliest event is, as peek finds it for take.
 const (
 	inFar  = -1 // the far heap's top
-	noneAt = -2 // nowhere: the calendar is empty
+	noneAt = -2 // nowhere, because the calendar is empty
 )
 
-// peek returns the earliest event without removing it, and where it is:
-// its bucket, inFar or noneAt. take(where) removes it, as long as nothing
-// was pushed in between.
+// peek returns the earliest event without removing it, and where it is.
+// That is its bucket, inFar or noneAt. take(where) removes it, as long as
+// nothing was pushed in between.
 func (c *calendar) peek(now Time) (eventEntry, int) {
 	b := c.nearMin(now)
 	switch {
@@ -182,7 +184,7 @@ func (c *calendar) take(b int) eventEntry {
 	return e
 }
 
-// The far heap is 4-ary: half the depth of a binary heap.
+// The far heap is 4-ary, half the depth of a binary heap.
 
 func heapUp(h []eventEntry, i int) {
 	e := h[i]

@@ -1,8 +1,8 @@
-// Package clock is how protocol code and the emulator tell time: a Clock
-// interface with re-armable timers, and Sim, a deterministic discrete-event
-// loop in virtual time. Protocol logic never reads the wall clock; the same
-// code runs over Sim in tests and simulations and over a real-time loop on
-// sockets.
+// Package clock is how protocol code and the emulator tell time. It holds
+// Time, the Clock and Timer interfaces, Sim, a deterministic event loop in
+// virtual time, and Loop, which runs a Sim against the wall clock. Protocol
+// logic never reads the wall clock, so the same code runs over Sim in tests
+// and simulations and over a Loop on real sockets.
 package clock
 
 import (
@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Time is a point in time: nanoseconds since the clock's origin.
+// Time is a point in time, in nanoseconds since the clock's origin.
 type Time int64
 
 // Add returns t + d.
@@ -21,7 +21,8 @@ func (t Time) Sub(u Time) time.Duration { return time.Duration(t - u) }
 
 func (t Time) String() string { return fmt.Sprintf("%v", time.Duration(t)) }
 
-// Never is a time later than any event: the deadline of a timer that is not armed.
+// Never is a time later than any event. It is the deadline of a timer that
+// is not armed.
 const Never Time = 1<<63 - 1
 
 // Clock gives protocol code the time and timers. All callbacks run on the
@@ -32,14 +33,14 @@ type Clock interface {
 	NewTimer(fire func()) Timer
 }
 
-// Timer is a re-armable one-shot timer. Making one may allocate; arming,
+// Timer is a re-armable one-shot timer. Making one may allocate. Arming,
 // re-arming and stopping it never do, so a protocol can reset its timers on
 // every packet.
 type Timer interface {
 	// Reset arms the timer to fire at the absolute time at, replacing any
 	// earlier deadline. A time in the past fires at the next opportunity.
 	Reset(at Time)
-	// Stop disarms the timer; it reports whether it was armed.
+	// Stop disarms the timer and reports whether it was armed.
 	Stop() bool
 	// Deadline is when the timer fires, or Never when it is stopped.
 	Deadline() Time

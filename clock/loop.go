@@ -6,19 +6,20 @@ import (
 	"time"
 )
 
-// Loop runs a Sim against the wall clock: events fire when their time comes
-// (or at once, if the loop is behind), and other goroutines hand work to the
-// loop with Post. Everything scheduled on the loop, and every posted
-// function, runs on the goroutine that called Run, one at a time, so the
-// same single-threaded protocol and emulator code that runs in virtual time
-// runs here unchanged. Times are nanoseconds since NewLoop.
+// Loop runs a Sim against the wall clock. Events fire when their time
+// comes, or at once if the loop is behind, and other goroutines hand work to
+// the loop with Post. Everything scheduled on the loop, and every posted
+// function, runs on the goroutine that called Run, one at a time. The same
+// single-threaded protocol and emulator code that runs in virtual time
+// therefore runs here unchanged. Times are nanoseconds since NewLoop.
 type Loop struct {
 	sim     Sim
 	origin  time.Time
-	mu      sync.Mutex
-	posted  []func()
-	wake    chan struct{}
 	turnEnd []func() // loop goroutine only
+
+	mu     sync.Mutex
+	posted []func()
+	wake   chan struct{}
 }
 
 // NewLoop returns a loop whose clock starts now.
@@ -27,7 +28,7 @@ func NewLoop() *Loop {
 }
 
 // Now is the loop's time. On the loop goroutine it is the time of the event
-// being run (which may be slightly behind the wall clock); it must not be
+// being run, which may be slightly behind the wall clock. It must not be
 // called from other goroutines.
 func (l *Loop) Now() Time { return l.sim.Now() }
 
@@ -49,11 +50,11 @@ func (l *Loop) Post(f func()) {
 }
 
 // AtTurnEnd makes the loop call f on its goroutine at the end of every
-// turn: after the events that were due and the functions posted by then
-// have run, before it looks for more. A port that holds what is sent
-// during a turn and sends it in one go (fewer, larger system calls) flushes
-// there. Safe from any goroutine; f is in place once the loop has run the
-// registration (it is posted).
+// turn. A turn ends after the events that were due and the functions posted
+// by then have run, before the loop looks for more. A port that holds what
+// is sent during a turn and sends it in fewer, larger system calls flushes
+// there. AtTurnEnd is safe from any goroutine. The registration is posted,
+// so f is in place once the loop has run it.
 func (l *Loop) AtTurnEnd(f func()) {
 	l.Post(func() { l.turnEnd = append(l.turnEnd, f) })
 }

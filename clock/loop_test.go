@@ -35,7 +35,7 @@ func TestLoopRunsPostedWorkAndEvents(t *testing.T) {
 	}
 }
 
-// A turn-end function runs after the work of each turn: everything posted
+// A turn-end function runs after the work of each turn. Everything posted
 // together runs first, then the turn-end function once.
 func TestLoopRunsTurnEndAfterTheTurnsWork(t *testing.T) {
 	l := NewLoop()
@@ -45,7 +45,7 @@ func TestLoopRunsTurnEndAfterTheTurnsWork(t *testing.T) {
 			log = append(log, "end")
 		}
 	})
-	// Posted before Run starts: the registration and all three run in the
+	// Posted before Run starts, the registration and all three run in the
 	// loop's first turn.
 	for _, s := range []string{"a", "b", "c"} {
 		l.Post(func() { log = append(log, s) })
@@ -67,9 +67,10 @@ func TestLoopRunsTurnEndAfterTheTurnsWork(t *testing.T) {
 	}
 }
 
-// How late a Go timer fires for a short wait: the loop sleeps on one
-// between events (docs/udp.md: real-socket timers are set above this).
-// go test ./clock -run '^$' -bench GoTimerLateness
+// BenchmarkGoTimerLateness measures how late a Go timer fires for a short
+// wait. The loop sleeps on one between events, and docs/udp.md sets the
+// timers of real sockets above this lateness. Run it with
+// go test ./clock -run '^$' -bench GoTimerLateness.
 func BenchmarkGoTimerLateness(b *testing.B) {
 	const wait = 100 * time.Microsecond
 	tm := time.NewTimer(time.Hour)

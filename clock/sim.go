@@ -1,35 +1,41 @@
 package clock
 
-import "time"
+import (
+	"math/bits"
+	"time"
+)
 
 // Event is something scheduled on a Sim that fires once, such as a packet
-// finishing its serialization on a link. Scheduling an Event never allocates
-// (the caller owns it), which keeps the emulator's per-packet cost flat.
+// finishing its serialization on a link. The caller owns the Event, so
+// scheduling one never allocates and the emulator's cost per packet stays
+// flat.
 type Event interface {
 	Fire()
 }
 
 // Sim is a discrete-event loop in virtual time. Events and timers fire in
-// order of (time, scheduling sequence), so two runs that schedule the same
-// things in the same order fire them in the same order: runs are
-// deterministic. Sim is not safe for concurrent use: one goroutine drives it,
-// and every callback runs on that goroutine.
+// order of time, then of scheduling, so two runs that schedule the same
+// things in the same order fire them in the same order. Runs are therefore
+// deterministic. Sim is not safe for concurrent use. One goroutine drives
+// it, and every callback runs on that goroutine.
 //
-// Timers share the events' queue: an armed timer has an entry there keyed
-// by its deadline or earlier. A timer moved to a later deadline (a
-// retransmission timer pushed back by every acknowledgment: most Resets)
-// or stopped keeps its entry where it is; the entry is put back at the
-// deadline, or dropped, only when it comes up. A Reset that postpones or a
-// Stop costs O(1), a Reset to an earlier deadline pushes a new entry (the
-// old one is dropped when it comes up), and timers still fire in order of
-// (deadline, sequence) with the events, exactly as with an exact queue.
+// Timers share the events' queue. An armed timer has an entry there, keyed
+// by its deadline or earlier. Most Resets move a timer to a later deadline,
+// as when every acknowledgment pushes back a retransmission timer. Such a
+// timer, or a stopped one, keeps its entry where it is. The entry is put
+// back at the deadline, or dropped, only when it comes up. A Reset that
+// postpones and a Stop therefore cost O(1). A Reset to an earlier deadline
+// pushes a new entry and leaves the old one to be dropped when it comes up.
+// Timers still fire in order of deadline and sequence with the events,
+// exactly as with an exact queue.
 type Sim struct {
-	now          Time
-	seq          uint64
-	events       calendar // events and timer entries, by (at, seq)
-	timerEntries int      // timer entries in events, live or not
-	armed        int      // timers armed
-	fired        uint64
+	now    Time
+	seq    uint64   // the last scheduling's sequence number
+	events calendar // events and timer entries, by time and sequence
+	fired  uint64
+
+	timerEntries int // timer entries in events, live or stale
+	armed        int // timers armed
 }
 
 type eventEntry struct {
@@ -40,6 +46,20 @@ type eventEntry struct {
 
 // NewSim returns a loop whose clock starts at 0.
 func NewSim() *Sim { return &Sim{} }
+
+// NewSimBuckets returns a loop whose clock starts at 0 and whose calendar
+// has n buckets of width nanoseconds each. Both must be powers of two.
+// NewSim's calendar has 65,536 buckets of 1 ns. A loop whose events are
+// sparse, such as one host's in a parallel run, keeps a smaller calendar in
+// the core's caches with fewer, wider buckets.
+func NewSimBuckets(n int, width Time) *Sim {
+	if n < 64 || n&(n-1) != 0 || width <= 0 || width&(width-1) != 0 {
+		panic("clock: calendar buckets and their width must be powers of two")
+	}
+	s := &Sim{}
+	s.events.mask, s.events.shift = n-1, uint(bits.TrailingZeros64(uint64(width)))
+	return s
+}
 
 // Now is the current virtual time.
 func (s *Sim) Now() Time { return s.now }
@@ -70,9 +90,9 @@ func (s *Sim) Next() Time {
 	return Never
 }
 
-// peek is the queue's first entry that fires: timer entries ahead of it
-// that are stale, or early for a postponed timer, are dropped or put back
-// at their timer's deadline first.
+// peek returns the queue's first entry that fires. Stale timer entries
+// ahead of it are dropped first, and early entries of postponed timers are
+// put back at their deadlines.
 func (s *Sim) peek() (eventEntry, int) {
 	for {
 		e, where := s.events.peek(s.now)
@@ -85,11 +105,11 @@ func (s *Sim) peek() (eventEntry, int) {
 		}
 		t := (*SimTimer)(m)
 		if t.armed && e.seq == t.qSeq && t.qSeq == t.seq {
-			return e, where // the live entry, at the deadline
+			return e, where // the live entry, at its deadline
 		}
 		s.events.take(where)
 		s.timerEntries--
-		if e.seq == t.qSeq { // the live entry, early or of a stopped timer
+		if e.seq == t.qSeq { // the live entry of a postponed or stopped timer
 			t.queued = false
 			if t.armed {
 				s.pushTimer(t)
@@ -102,10 +122,10 @@ func (s *Sim) peek() (eventEntry, int) {
 // reports false when nothing is scheduled.
 func (s *Sim) Step() bool { return s.StepUntil(Never) }
 
-// StepUntil is Step for an event or timer due at or before end: it reports
-// false, firing nothing, when the next one is later or there is none. (It
-// is Next and Step in one look at the queue: what a run to a deadline does
-// once per event.)
+// StepUntil is Step for an event or timer due at or before end. It reports
+// false and fires nothing when the next one is later or there is none. It
+// does Next and Step in one look at the queue, which a run to a deadline
+// does once per event.
 func (s *Sim) StepUntil(end Time) bool {
 	next, where := s.peek()
 	if where == noneAt || next.at > end {
@@ -139,9 +159,9 @@ func (s *Sim) RunUntil(end Time) {
 // RunFor runs for d of virtual time.
 func (s *Sim) RunFor(d time.Duration) { s.RunUntil(s.now.Add(d)) }
 
-// RunWhile fires events while cond() holds and something is scheduled; it
-// reports whether cond still holds (false: cond became false; true: the
-// loop ran dry first).
+// RunWhile fires events while cond() holds and something is scheduled. It
+// reports whether cond still holds, which is true when the loop ran dry
+// first.
 func (s *Sim) RunWhile(cond func() bool) bool {
 	for cond() {
 		if !s.Step() {
@@ -159,25 +179,26 @@ func (a eventEntry) less(b eventEntry) bool {
 type SimTimer struct {
 	sim   *Sim
 	ev    Event // fired on expiry
-	at    Time  // the deadline, when armed
-	seq   uint64
 	armed bool
-	// queued: the timer's live entry is in the queue, with sequence
-	// qSeq at time qAt (at or before the deadline). Other entries of the
+	at    Time   // the deadline, when armed
+	seq   uint64 // the sequence of the last Reset
+
+	// queued says the timer's live entry is in the queue, with sequence
+	// qSeq at time qAt, at or before the deadline. Other entries of the
 	// timer there are stale.
 	queued bool
 	qAt    Time
 	qSeq   uint64
 }
 
-// timerMark is a SimTimer as the queue holds it: an entry the Sim
-// recognizes and fires itself.
+// timerMark is a SimTimer as the queue holds it. The Sim recognizes the
+// entry and fires the timer itself.
 type timerMark SimTimer
 
 func (*timerMark) Fire() { panic("clock: a timer entry fired as an event") }
 
-// Func is a function as an Event: what a timer made with NewTimer fires,
-// and anything scheduled once with no object of its own to fire.
+// Func is a function as an Event. A timer made with NewTimer fires one, and
+// so does anything scheduled once with no object of its own to fire.
 type Func func()
 
 func (f Func) Fire() { f() }
@@ -199,7 +220,7 @@ func (t *SimTimer) Reset(at Time) {
 	if !t.queued || at < t.qAt {
 		s.pushTimer(t)
 	}
-	// Otherwise the live entry is early: peek puts it back when it comes up.
+	// Otherwise the live entry is early, and peek puts it back when it comes up.
 }
 
 // pushTimer queues a live entry of t at its deadline.
@@ -209,7 +230,7 @@ func (s *Sim) pushTimer(t *SimTimer) {
 	s.events.push(eventEntry{t.at, t.seq, (*timerMark)(t)}, s.now)
 }
 
-// Stop disarms the timer. Its entry, if any, is dropped when it comes up.
+// Stop disarms the timer. Its entry is dropped when it comes up.
 func (t *SimTimer) Stop() bool {
 	if !t.armed {
 		return false

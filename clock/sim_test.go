@@ -21,7 +21,7 @@ func TestSimFiresInTimeThenScheduleOrder(t *testing.T) {
 	var log []string
 	s.At(20, recorder{&log, "b", s})
 	s.At(10, recorder{&log, "a", s})
-	s.At(20, recorder{&log, "c", s}) // same time as b, scheduled later: after b
+	s.At(20, recorder{&log, "c", s}) // same time as b, scheduled later, so after b
 	tm := s.NewTimer(func() { log = append(log, "timer@"+s.Now().String()) })
 	tm.Reset(20) // same time, scheduled after c
 	s.At(5, recorder{&log, "early", s})
@@ -68,26 +68,34 @@ func TestSimTimerResetAndStop(t *testing.T) {
 	if fired != 1 {
 		t.Fatal("a stopped timer fired")
 	}
-	tm.Reset(10) // in the past: fires at the next step, at now
+	tm.Reset(10) // in the past, so it fires at the next step, at now
 	s.Step()
 	if fired != 2 || s.Now() != 100 {
 		t.Fatalf("past deadline: fired %d at %v", fired, s.Now())
 	}
 }
 
-// Random schedules, resets and stops, checked against a plain sorted list:
-// near events (inside one calendar bucket or a few), and, with a wide
-// spread, events beyond the calendar's window and across several laps of
-// its ring; on one clock's calendar (buckets of 1 ns) and on a group
-// process's (32 ns: events of different times share a bucket and come out
-// of order).
+// A calendar of wide buckets, as one host's process in a parallel run has.
+// Events of different times share a bucket and may come out of order.
+const (
+	wideBuckets = 1 << 11
+	wideBucket  = 32 // ns
+	wideSpan    = wideBuckets * wideBucket
+)
+
+func newWideSim() *Sim { return NewSimBuckets(wideBuckets, wideBucket) }
+
+// Random schedules, resets and stops are checked against a plain sorted
+// list. Narrow spreads keep events inside one calendar bucket or a few.
+// Wide spreads put them beyond the calendar's window and across several
+// laps of its ring. Both run on NewSim's calendar of 1 ns buckets and on a
+// calendar of wide buckets.
 func TestSimMatchesReferenceModel(t *testing.T) {
 	for _, spread := range []int{50, 3 * calendarSpan} {
 		testSimAgainstModel(t, spread, NewSim)
 	}
-	process := func() *Sim { return NewGroup(1, 100, 1).LP(0) }
-	for _, spread := range []int{20, 200, 3 * processBuckets << processShift} {
-		testSimAgainstModel(t, spread, process)
+	for _, spread := range []int{20, 200, 3 * wideSpan} {
+		testSimAgainstModel(t, spread, newWideSim)
 	}
 }
 
@@ -180,8 +188,8 @@ func BenchmarkSimEventChurn(b *testing.B) {
 	}
 }
 
-// A retransmission timer pushed back by every acknowledgment, among many
-// armed timers: the postponement keeps the timer's entry in the queue and
+// A retransmission timer is pushed back by every acknowledgment, among many
+// armed timers. The postponement keeps the timer's entry in the queue, so it
 // costs the same with 1,000 or 64,000 timers armed.
 func BenchmarkSimTimerPostpone(b *testing.B) {
 	for _, n := range []int{1000, 64000} {
@@ -224,12 +232,12 @@ func TestSimCalendarWindowEdges(t *testing.T) {
 	}
 }
 
-// The same at the window's edge of a group process's calendar, whose
-// buckets hold 32 ns: with an event in now's bucket, one a whole ring
-// later in the same bucket must wait in the far heap, not come up with it.
-func TestSimCalendarWindowEdgesOfAProcess(t *testing.T) {
-	s := NewGroup(1, 100, 1).LP(0)
-	const bucket, span = 1 << processShift, processBuckets << processShift
+// The same holds at the window's edge of a calendar of wide buckets. With
+// an event in now's bucket, one a whole ring later in the same bucket must
+// wait in the far heap, not come up with it.
+func TestSimCalendarWindowEdgesOfWideBuckets(t *testing.T) {
+	s := newWideSim()
+	const bucket, span = wideBucket, wideSpan
 	s.RunUntil(7*bucket + 5) // inside a bucket
 	var got []Time
 	rec := Func(func() { got = append(got, s.Now()) })
@@ -275,8 +283,8 @@ func TestSimTimerKeepsOneEntry(t *testing.T) {
 	}
 }
 
-// A timer armed earlier than its entry, stopped or not, gets a new entry:
-// it fires before a timer due after it, once, and the entries it left
+// A timer armed earlier than its entry, stopped or not, gets a new entry.
+// It fires once, before a timer due after it, and the entries it left
 // behind are dropped as they come up.
 func TestSimTimerMovedEarlier(t *testing.T) {
 	s := NewSim()
@@ -285,7 +293,7 @@ func TestSimTimerMovedEarlier(t *testing.T) {
 	b := s.NewTimer(func() { order = append(order, "b@"+s.Now().String()) })
 	b.Reset(40)
 	a.Reset(100)
-	a.Reset(50) // earlier than its entry: the entry moves
+	a.Reset(50) // earlier than its entry, so the entry moves
 	a.Stop()
 	a.Reset(30) // stopped, then earlier still
 	if s.Pending() != 2 {
@@ -297,12 +305,12 @@ func TestSimTimerMovedEarlier(t *testing.T) {
 	}
 }
 
-// TestSimStepUntilWithTimersReArmedInCallbacks: timers that re-arm
-// themselves when they fire (a pacer), some at once, among events, stops
-// and other timers armed from a callback (moving their entries up toward
-// the firing one's, still on top), fire one at a time in (time, arming
-// order) as a reference queue says, and StepUntil fires nothing due after
-// its end.
+// TestSimStepUntilWithTimersReArmedInCallbacks checks timers that re-arm
+// themselves when they fire, as a pacer does, some at once. Among them are
+// events, stops, and other timers armed from a callback, whose entries move
+// up toward the firing one's while it is still on top. They fire one at a
+// time in order of time and arming, as a reference queue says, and
+// StepUntil fires nothing due after its end.
 func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
 	type ref struct {
 		at  Time
@@ -366,7 +374,7 @@ func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
 				if due {
 					want = model[0].id
 					if want < 1000 {
-						model = model[1:] // an event: a timer's callback updates the model itself
+						model = model[1:] // an event, since a timer's callback updates the model itself
 					}
 				}
 				fired = -1

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/clock/parallel"
 	"github.com/mroce/mroce/link"
 )
 
@@ -30,8 +31,8 @@ type Fabric struct {
 	links  []*Link
 	planes []plane
 	procs  []*proc
-	group  *clock.Group // nil: one process
-	pfc    bool         // some link has PFC (no datagram's hop looks for it otherwise)
+	group  *parallel.Group // nil: one process
+	pfc    bool            // some link has PFC (no datagram's hop looks for it otherwise)
 
 	freePFC []*pfcEvent
 	// The pools' surplus, over processes (rebalance).
@@ -46,7 +47,7 @@ type Fabric struct {
 	singleDown   []*Link
 }
 
-// proc is the part of a fabric one logical process of a clock.Group owns
+// proc is the part of a fabric one logical process of a parallel.Group owns
 // (NewGrouped: a host, its NIC's uplinks and the switch ports that feed
 // it), with its own pools and counters; a fabric on one Scheduler has one.
 // A datagram crossing to another process's link is sent there a link
@@ -203,7 +204,7 @@ var ErrNotGrouped = errors.New("netem: not a fabric over processes")
 // changing the links it runs at the fault's time. One switch per plane, no
 // PFC, no trace or taps but host taps: each would share state between
 // processes.
-func NewGrouped(cfg Config, g *clock.Group) (*Fabric, error) {
+func NewGrouped(cfg Config, g *parallel.Group) (*Fabric, error) {
 	switch {
 	case g.Len() != cfg.Hosts:
 		return nil, fmt.Errorf("netem: %d processes for %d hosts", g.Len(), cfg.Hosts)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/clock/parallel"
 	"github.com/mroce/mroce/link"
 )
 
@@ -16,7 +17,7 @@ import (
 // would on one clock; the receiver's process runs the delivery.
 func TestGroupedDeliveryTime(t *testing.T) {
 	cfg := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, 2*time.Microsecond))
-	g := clock.NewGroup(2, time.Microsecond, 2)
+	g := parallel.NewGroup(2, time.Microsecond, 2)
 	f, err := NewGrouped(cfg, g)
 	if err != nil {
 		t.Fatal(err)
@@ -51,17 +52,17 @@ func TestGroupedRefuses(t *testing.T) {
 	} {
 		cfg := good
 		c.edit(&cfg)
-		_, err := NewGrouped(cfg, clock.NewGroup(c.procs, time.Microsecond, 1))
+		_, err := NewGrouped(cfg, parallel.NewGroup(c.procs, time.Microsecond, 1))
 		if err == nil || !strings.Contains(err.Error(), c.want) || errors.Is(err, ErrNotGrouped) != (c.procs == cfg.Hosts) {
 			t.Errorf("%s: error %v, want one mentioning %q (ErrNotGrouped: a configuration one clock can run)", c.name, err, c.want)
 		}
 	}
 	bad := good
 	bad.Faults = []Fault{{Kind: PlaneDown, Plane: 9}}
-	if _, err := NewGrouped(bad, clock.NewGroup(2, time.Microsecond, 1)); err == nil || errors.Is(err, ErrNotGrouped) {
+	if _, err := NewGrouped(bad, parallel.NewGroup(2, time.Microsecond, 1)); err == nil || errors.Is(err, ErrNotGrouped) {
 		t.Errorf("a fault on plane 9 of 1: %v (a bad configuration, not one for one clock)", err)
 	}
-	f, err := NewGrouped(good, clock.NewGroup(2, time.Microsecond, 1))
+	f, err := NewGrouped(good, parallel.NewGroup(2, time.Microsecond, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestGroupedFaults(t *testing.T) {
 			f, err = New(cfg, sim)
 			lp = func(int) Scheduler { return sim }
 		} else {
-			g := clock.NewGroup(3, time.Microsecond, workers)
+			g := parallel.NewGroup(3, time.Microsecond, workers)
 			f, err = NewGrouped(cfg, g)
 			lp = func(h int) Scheduler { return g.LP(h) }
 		}
@@ -150,7 +151,7 @@ func TestGroupedFaults(t *testing.T) {
 // link up, on its sender's process.
 func TestGroupedFaultAfterTheWire(t *testing.T) {
 	cfg := twoHosts(simpleLink(gbps, time.Microsecond), simpleLink(gbps, time.Microsecond))
-	g := clock.NewGroup(2, time.Microsecond, 1)
+	g := parallel.NewGroup(2, time.Microsecond, 1)
 	f, err := NewGrouped(cfg, g)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +182,7 @@ func TestGroupedFaultAfterTheWire(t *testing.T) {
 	// repair before it arrives would find it on the sender's process with
 	// the link up.
 	cfg.Faults = []Fault{{At: 5 * time.Microsecond, Kind: PlaneBlackhole, Link: up}}
-	g = clock.NewGroup(2, time.Microsecond, 1)
+	g = parallel.NewGroup(2, time.Microsecond, 1)
 	if f, err = NewGrouped(cfg, g); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestGroupedFaultAfterTheWire(t *testing.T) {
 // as many for 64 datagrams as for 512.)
 func TestGroupedSteadyStateAllocatesNothing(t *testing.T) {
 	cfg := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, time.Microsecond))
-	g := clock.NewGroup(2, time.Microsecond, 1) // the pools, not the cores
+	g := parallel.NewGroup(2, time.Microsecond, 1) // the pools, not the cores
 	f, err := NewGrouped(cfg, g)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/clock/parallel"
 	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
@@ -36,8 +37,8 @@ type host struct {
 // world is a fabric and its hosts, on one clock or over the processes of a
 // group (newGroupedWorld).
 type world struct {
-	sim   *clock.Sim   // nil over processes
-	group *clock.Group // nil on one clock
+	sim   *clock.Sim      // nil over processes
+	group *parallel.Group // nil on one clock
 	fab   *netem.Fabric
 	hosts []*host
 }
@@ -59,10 +60,10 @@ func newGroupedWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor fun
 	if fc.Uplink.Delay <= 0 {
 		return nil, fmt.Errorf("%w: no link delay to run windows of", netem.ErrNotGrouped)
 	}
-	return buildWorld(fc, seed, realPayloads, cfgFor, clock.NewGroup(fc.Hosts, fc.Uplink.Delay, workers))
+	return buildWorld(fc, seed, realPayloads, cfgFor, parallel.NewGroup(fc.Hosts, fc.Uplink.Delay, workers))
 }
 
-func buildWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config, g *clock.Group) (*world, error) {
+func buildWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config, g *parallel.Group) (*world, error) {
 	placeholders := !realPayloads && !corrupts(fc)
 	withPlaceholders := func(h int) engine.Config {
 		c := cfgFor(h)

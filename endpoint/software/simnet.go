@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/clock/parallel"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/netem"
@@ -43,7 +44,7 @@ func NewSimNetworkFor(fc netem.Config, seed uint64, cfgFor func(host int) engine
 // NewSimNetworkGrouped is NewSimNetworkFor over the processes of g, a host
 // each (netem.NewGrouped): every host's engine runs on its process's clock,
 // g.LP(h), and the network runs with g.RunWhile. Sim is nil.
-func NewSimNetworkGrouped(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config, g *clock.Group) (*SimNetwork, error) {
+func NewSimNetworkGrouped(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config, g *parallel.Group) (*SimNetwork, error) {
 	fab, err := netem.NewGrouped(fc, g)
 	if err != nil {
 		return nil, err
