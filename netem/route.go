@@ -1,0 +1,94 @@
+package netem
+
+import (
+	"net/netip"
+)
+
+// Addr is host h's address on plane p: 10.p.(h/256).(h%256).
+func Addr(plane, host int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(plane), byte(host >> 8), byte(host)})
+}
+
+// locate maps an address to (plane, host) on this fabric. Single-port hosts
+// have only their plane-0 address.
+func (f *Fabric) locate(a netip.Addr) (plane, host int, ok bool) {
+	if !a.Is4() {
+		return 0, 0, false
+	}
+	b := a.As4()
+	plane, host = int(b[1]), int(b[2])<<8|int(b[3])
+	ok = b[0] == 10 && plane < len(f.planes) && host < len(f.hosts) && (plane == 0 || !f.cfg.SinglePort)
+	return plane, host, ok
+}
+
+// Spine returns the spine that ECMP picks for a datagram from src to dst, or
+// -1 when it turns at its leaf (or the addresses do not route).
+func (f *Fabric) Spine(src, dst netip.AddrPort) int {
+	_, s := f.Path(src, dst)
+	return s
+}
+
+// Path returns the plane and spine a datagram from src to dst takes; spine
+// is -1 when it turns at its leaf, and both are -1 when the addresses do not
+// route. The plane is the source address's, or, with single-port hosts, the
+// one the source leaf's hash picks.
+func (f *Fabric) Path(src, dst netip.AddrPort) (plane, spine int) {
+	p, sh, ok1 := f.locate(src.Addr())
+	q, dh, ok2 := f.locate(dst.Addr())
+	if !ok1 || !ok2 || p != q {
+		return -1, -1
+	}
+	if f.cfg.HostsPerLeaf == 0 || f.leafOf(sh) == f.leafOf(dh) {
+		return p, -1
+	}
+	return f.ecmp(p, f.leafOf(sh), src, dst)
+}
+
+// ecmp picks the plane and spine of a datagram leaving leaf: a hash of the
+// 5-tuple (protocol UDP) keyed by the plane's key and the leaf's index, as a
+// switch with a per-switch hash seed would. With single-port hosts the leaf
+// hashes over the spines of every plane, so the hash picks the plane too.
+func (f *Fabric) ecmp(p, leaf int, src, dst netip.AddrPort) (plane, spine int) {
+	s, d := src.Addr().As4(), dst.Addr().As4()
+	x := uint64(s[0])<<24 | uint64(s[1])<<16 | uint64(s[2])<<8 | uint64(s[3])
+	y := uint64(d[0])<<24 | uint64(d[1])<<16 | uint64(d[2])<<8 | uint64(d[3])
+	h := mix64(f.planes[p].ecmpKey ^ uint64(leaf))
+	h = mix64(h ^ x<<32 ^ y)
+	h = mix64(h ^ uint64(src.Port())<<32 ^ uint64(dst.Port())<<16 ^ 17)
+	choices := uint64(f.cfg.Spines)
+	if f.cfg.SinglePort {
+		choices *= uint64(len(f.planes))
+	}
+	i := int((h >> 32) * choices >> 32)
+	if f.cfg.SinglePort {
+		return i / f.cfg.Spines, i % f.cfg.Spines
+	}
+	return p, i
+}
+
+// mix64 is a 64-bit finalizer (the one of SplitMix64): every input bit
+// affects every output bit.
+func mix64(z uint64) uint64 {
+	z ^= z >> 30
+	z *= 0xbf58476d1ce4e5b9
+	z ^= z >> 27
+	z *= 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// route fills pkt.route for a datagram from host sh to host dh on plane p.
+func (f *Fabric) route(pkt *packet, p, sh, dh int) {
+	pkt.route[0] = uint32(f.Uplink(p, sh).id)
+	sl, dl := f.leafOf(sh), f.leafOf(dh)
+	if f.cfg.HostsPerLeaf == 0 || sl == dl {
+		pkt.route[1] = uint32(f.Downlink(p, dh).id)
+		pkt.hops = 2
+		return
+	}
+	p, s := f.ecmp(p, sl, pkt.d.Src, pkt.d.Dst)
+	pl := &f.planes[p]
+	pkt.route[1] = uint32(pl.leafUp[sl][s].id)
+	pkt.route[2] = uint32(pl.spineDown[s][dl].id)
+	pkt.route[3] = uint32(f.Downlink(p, dh).id)
+	pkt.hops = 4
+}
