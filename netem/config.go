@@ -6,56 +6,58 @@ import (
 	"time"
 )
 
-// Config describes a fabric: hosts, planes, the topology of each plane, the
-// links of each kind, and the faults to play. Every plane has the same
-// topology. Rates are bits per second; sizes are bytes; times are durations
-// of virtual (or, in real-time mode, wall-clock) time.
+// Config describes a fabric. It gives the hosts, the planes, the topology of
+// each plane, the links of each kind and the faults to play. Every plane has
+// the same topology. Rates are bits per second and sizes are bytes. Times
+// are durations of virtual time, or of wall-clock time in real-time mode.
 type Config struct {
-	// Seed fixes every random choice: ECMP hash keys and each link's random
-	// stream. The same Config and Seed give the same run.
+	// Seed fixes every random choice, which are the ECMP hash keys and each
+	// link's random stream. The same Config and Seed give the same run.
 	Seed uint64
 	// Hosts is the number of hosts, 1 .. 65,536.
 	Hosts int
-	// Planes is the number of planes, 1 .. 8: every host has one NIC port on
-	// each plane, with its own address (see Fabric.Addr).
+	// Planes is the number of planes, 1 .. 8. Every host has one NIC port
+	// on each plane, with its own address given by Addr.
 	Planes int
-	// HostsPerLeaf, when > 0, makes each plane a two-tier leaf-spine: hosts
-	// h with the same h/HostsPerLeaf share a leaf, and every leaf connects to
-	// every one of Spines spines. When 0, each plane is a single switch.
+	// HostsPerLeaf, when > 0, makes each plane a two-tier leaf-spine. Hosts
+	// h with the same h/HostsPerLeaf share a leaf, and every leaf connects
+	// to every one of Spines spines. When 0, each plane is a single switch.
 	HostsPerLeaf int
 	Spines       int
-	// SinglePort gives every host one NIC port (its plane-0 address) instead
-	// of one per plane; its leaf connects to the spines of every plane, and
-	// the leaf's ECMP hash of the 5-tuple picks the plane along with the
-	// spine. Needs a leaf-spine. Plane faults then hit only spine links.
+	// SinglePort gives every host one NIC port, with its plane-0 address,
+	// instead of one per plane. Its leaf connects to the spines of every
+	// plane, and the leaf's ECMP hash of the 5-tuple picks the plane along
+	// with the spine. It needs a leaf-spine. Plane faults then hit only
+	// spine links.
 	SinglePort bool
-	// Link settings by kind. Uplinks go from a host to its leaf (or switch),
-	// Downlinks from the leaf to the host; FabricUp from leaf to spine,
-	// FabricDown from spine to leaf.
+	// Link settings by kind. Uplinks go from a host to its leaf or switch,
+	// and Downlinks from there to the host. FabricUp goes from leaf to
+	// spine, and FabricDown from spine to leaf.
 	Uplink, Downlink, FabricUp, FabricDown LinkConfig
-	// Overrides replace the settings of the links they match, in order
-	// (the last match wins): a plane with longer delays, one slow link.
+	// Overrides replace the settings of the links they match, in order, so
+	// the last match wins. One may give a plane longer delays, or slow a
+	// single link.
 	Overrides []Override
-	// MaxDatagram is the largest datagram (UDP payload) the fabric carries,
-	// and the capacity of the buffers Port.Buffer hands out. Default 9,000.
+	// MaxDatagram is the largest UDP payload the fabric carries, and the
+	// capacity of the buffers Host.Buffer hands out. It defaults to 9,000.
 	MaxDatagram int
 	// Faults are played at their times.
 	Faults []Fault
-	// Trace, when set, hashes every link event (time, link, packet,
-	// verdict) into Fabric.TraceHash, to prove two runs identical.
+	// Trace, when set, hashes every link event into Fabric.TraceHash, to
+	// prove two runs identical.
 	Trace bool
 }
 
-// LinkConfig is one direction of a link: its rate, delay, queue and
+// LinkConfig is one direction of a link, with its rate, delay, queue and
 // impairments.
 type LinkConfig struct {
-	// Rate in bits per second; required (> 0).
+	// Rate is in bits per second and must be positive.
 	Rate int64
 	// Delay is the propagation delay.
 	Delay time.Duration
-	// Overhead is added to each datagram's size for serialization: the IP,
-	// UDP and Ethernet headers, FCS, preamble and inter-frame gap. Default
-	// 66 bytes (20 + 8 + 14 + 4 + 8 + 12) when 0; set < 0 for none.
+	// Overhead is added to each datagram's size for serialization. It
+	// covers the IP, UDP and Ethernet headers, the FCS, the preamble and the
+	// inter-frame gap. Zero means DefaultOverhead, and a negative value none.
 	Overhead int
 	Queue    QueueConfig
 	Impair   Impairments
@@ -63,46 +65,50 @@ type LinkConfig struct {
 
 // QueueConfig is a link's output queue.
 type QueueConfig struct {
-	// Limit is the queue's capacity in bytes (datagram sizes, without
-	// overhead): a datagram that does not fit is tail-dropped. 0 = unlimited.
+	// Limit is the queue's capacity in bytes of datagram sizes, without
+	// overhead. A datagram that does not fit is tail-dropped. Zero means
+	// unlimited.
 	Limit int
-	// ECNThreshold, when > 0, is DCTCP-style step marking: an ECN-capable
+	// ECNThreshold, when > 0, is DCTCP-style step marking. An ECN-capable
 	// datagram that arrives to a queue holding more than ECNThreshold bytes
 	// is marked CE. A Not-ECT one is queued unmarked.
 	ECNThreshold int
 	// RED, when set, is Random Early Detection on the average queue.
 	RED *RED
-	// PFC, when set, makes the link lossless: the node it feeds pauses it.
+	// PFC, when set, makes the link lossless. The node it feeds pauses it.
 	PFC *PFC
 }
 
-// RED is Random Early Detection (Floyd and Jacobson) over an exponentially
-// weighted average of the queue in bytes: below MinThreshold nothing
-// happens, between MinThreshold and MaxThreshold the probability rises
-// linearly to MaxProb, above MaxThreshold every datagram is hit. A hit marks
-// CE if ECN is set and the datagram is ECN-capable, and drops it otherwise.
+// RED is Random Early Detection, after Floyd and Jacobson, over an
+// exponentially weighted average of the queue in bytes. Below MinThreshold
+// nothing happens. Between MinThreshold and MaxThreshold the probability
+// rises linearly to MaxProb, and above MaxThreshold every datagram is hit. A
+// hit marks CE if ECN is set and the datagram is ECN-capable, and drops the
+// datagram otherwise.
 type RED struct {
 	MinThreshold, MaxThreshold int
 	MaxProb                    float64
-	// Weight of the newest sample in the average, (0, 1]; default 0.002.
+	// Weight of the newest sample in the average, in (0, 1]. It defaults to
+	// 0.002.
 	Weight float64
 	ECN    bool
 }
 
-// PFC is priority flow control on a link, as one lossless class: the node
+// PFC is priority flow control on a link, as one lossless class. The node
 // the link feeds counts the bytes that came in on it and still sit in its
-// output queues; above XOff it pauses the link, at or below XOn it resumes
-// it. A pause or resume takes effect one link delay after it is decided. A
-// paused link finishes the datagram on the wire and sends nothing more; its
-// own queue grows and, in turn, pauses the links that feed it.
+// output queues. Above XOff it pauses the link, and at or below XOn it
+// resumes it. A pause or resume takes effect one link delay after it is
+// decided. A paused link finishes the datagram on the wire and sends nothing
+// more. Its own queue grows and in turn pauses the links that feed it.
 type PFC struct{ XOff, XOn int }
 
-// Impairments of one link direction, after Linux netem.
+// Impairments of one link direction, modelled on Linux netem.
 type Impairments struct {
 	// Loss, when set, decides which datagrams the link loses on arrival.
 	Loss LossModel
-	// Jitter is added to Delay: a random amount from Distribution, with
-	// Jitter as its scale. Datagrams keep their order unless Reorder is set.
+	// Jitter is added to Delay. It is a random amount from Distribution,
+	// with Jitter as its scale. Datagrams keep their order unless Reorder is
+	// set.
 	Jitter       time.Duration
 	Distribution Distribution
 	// Reorder is the probability that a datagram is held back by ReorderGap
@@ -119,12 +125,12 @@ type Impairments struct {
 type Distribution uint8
 
 const (
-	// Uniform jitter in [-Jitter, +Jitter].
+	// Uniform jitter lies in [-Jitter, +Jitter].
 	Uniform Distribution = iota
-	// Normal jitter, standard deviation Jitter.
+	// Normal jitter has standard deviation Jitter.
 	Normal
-	// Pareto jitter: Jitter x (Pareto(shape 3, scale 2/3) - 1), mean 0,
-	// heavy tail to the late side.
+	// Pareto jitter is Jitter × (X - 1), where X is Pareto with shape 3 and
+	// scale 2/3. Its mean is 0 and its heavy tail is on the late side.
 	Pareto
 )
 
@@ -132,15 +138,15 @@ const (
 type FaultKind uint8
 
 const (
-	// PlaneDown takes every link of a plane down: they drop everything and
-	// the hosts see the plane down (Fabric.PlaneUp).
+	// PlaneDown takes every link of a plane down. They drop everything, and
+	// the hosts see the plane down in Fabric.PlaneUp.
 	PlaneDown FaultKind = iota + 1
-	// PlaneBlackhole makes every link of a plane drop everything silently:
-	// the plane still looks up.
+	// PlaneBlackhole makes every link of a plane drop everything silently.
+	// The plane still looks up.
 	PlaneBlackhole
 	// LinkSlowdown multiplies the rate of the matching links by Factor.
 	LinkSlowdown
-	// Repair undoes every fault on the plane (or on the matching links).
+	// Repair undoes every fault on the plane, or on the matching links.
 	Repair
 )
 
@@ -163,7 +169,7 @@ type Fault struct {
 	At    time.Duration
 	Kind  FaultKind
 	Plane int
-	// Link, for LinkSlowdown and Repair, selects links of the plane; nil
+	// Link selects links of the plane for LinkSlowdown and Repair. Nil
 	// means every link of the plane.
 	Link *LinkMatch
 	// Factor for LinkSlowdown, in (0, 1].
@@ -172,12 +178,13 @@ type Fault struct {
 
 // Override gives the links it matches their own settings.
 type Override struct {
-	Plane int // -1: every plane
+	Plane int // -1 for every plane
 	Match LinkMatch
 	Link  LinkConfig
 }
 
-// LinkMatch selects links of a plane by kind and endpoint; -1 matches any.
+// LinkMatch selects links of a plane by kind and endpoint. A field of -1
+// matches any.
 type LinkMatch struct {
 	Kind  LinkKind
 	Host  int // for Uplink and Downlink
@@ -211,8 +218,8 @@ func (k LinkKind) String() string {
 }
 
 // DefaultOverhead is what a link adds to each datagram's size unless
-// LinkConfig.Overhead says otherwise: IPv4 and UDP headers, Ethernet
-// header and FCS, preamble and inter-frame gap.
+// LinkConfig.Overhead says otherwise. It covers the IPv4 and UDP headers,
+// the Ethernet header and FCS, the preamble and the inter-frame gap.
 const DefaultOverhead = 20 + 8 + 14 + 4 + 8 + 12
 
 const (

@@ -7,63 +7,68 @@ import (
 	"github.com/mroce/mroce/clock/parallel"
 )
 
-// Scheduler is the event loop a Fabric runs on: clock.Sim in virtual time.
+// Scheduler is the event loop a Fabric runs on, a clock.Sim in virtual time.
 type Scheduler interface {
 	Now() clock.Time
 	At(t clock.Time, ev clock.Event)
 }
 
-// Fabric is an emulated network: hosts with one NIC port per plane, and per
-// plane a switch or a leaf-spine. Datagrams enter through a Host (a
-// link.Port), cross their plane's links, and are pushed to the destination
-// host's Receiver. A Fabric is driven by one goroutine: the one running its
-// Scheduler.
+// Fabric is an emulated network. Each host has one NIC port per plane, and
+// each plane is a switch or a leaf-spine. Datagrams enter through a Host,
+// which is a link.Port. They cross their plane's links and are pushed to the
+// destination host's Receiver. The goroutine running the Fabric's Scheduler
+// is the only one that drives it.
 type Fabric struct {
-	cfg    Config
-	hosts  []*Host
-	links  []*Link
-	planes []plane
-	procs  []*proc
-	group  *parallel.Group // nil: one process
-	pfc    bool            // some link has PFC (no datagram's hop looks for it otherwise)
+	cfg        Config
+	hosts      []*Host
+	planes     []plane
+	links      []*Link // every link, by id
+	singleUp   []*Link // by host, with single-port hosts only
+	singleDown []*Link
+	pfc        bool // some link has PFC, so a datagram's hop must look for it
 
-	freePFC []*pfcEvent
-	// The pools' surplus, over processes (rebalance).
+	procs []*proc         // one, or one per host over processes
+	group *parallel.Group // nil on one Scheduler
+
+	// The pools' surplus over processes, which rebalance shares out.
 	sparePackets []*packet
 	spareBufs    [][]byte
 	spareHeaders [][]byte
-	trace        uint64
-	taps         []func(*TapEvent)
-	hostTaps     []func(host int, e *TapEvent)
-	planeWatch   []func(host, plane int, up bool)
-	singleUp     []*Link // [host], single-port hosts only
-	singleDown   []*Link
+	freePFC      []*pfcEvent
+
+	trace      uint64 // the trace hash
+	taps       []func(*TapEvent)
+	hostTaps   []func(host int, e *TapEvent)
+	planeWatch []func(host, plane int, up bool)
 }
 
-// proc is the part of a fabric one logical process of a parallel.Group owns
-// (NewGrouped: a host, its NIC's uplinks and the switch ports that feed
-// it), with its own pools and counters; a fabric on one Scheduler has one.
-// A datagram crossing to another process's link is sent there a link
-// delay ahead.
+// proc is the part of a fabric that one logical process owns, with its own
+// pools and counters. A fabric on one Scheduler has one. Over the processes
+// of a parallel.Group, each proc holds a host, its NIC's uplinks and the
+// switch ports that feed it. A datagram crossing to another process's link
+// is sent there a link delay ahead.
 type proc struct {
-	idx         int
-	sched       Scheduler
+	idx   int
+	sched Scheduler
+
+	freePackets []*packet
 	freeBufs    [][]byte
 	freeHeaders [][]byte // HeaderBufferLen each
-	freePackets []*packet
-	nextPacket  uint64
-	noRoute     uint64
-	delivered   uint64
-	planeDown   [maxPlanes]bool // as its hosts' NICs see each plane (PlaneDown, Repair)
+
+	nextPacket uint64 // packets made, which numbers them
+	noRoute    uint64
+	delivered  uint64
+
+	planeDown [maxPlanes]bool // each plane as its hosts' NICs see it
 }
 
-// plane is one plane's links and state.
+// plane is one plane's links and its ECMP hash key.
 type plane struct {
 	index     int
-	uplinks   []*Link   // [host]
-	downlinks []*Link   // [host]
-	leafUp    [][]*Link // [leaf][spine], leaf-spine only
-	spineDown [][]*Link // [spine][leaf]
+	uplinks   []*Link   // by host
+	downlinks []*Link   // by host
+	leafUp    [][]*Link // by leaf, then spine, in a leaf-spine only
+	spineDown [][]*Link // by spine, then leaf
 	ecmpKey   uint64
 }
 
@@ -82,7 +87,7 @@ func New(cfg Config, sched Scheduler) (*Fabric, error) {
 	}
 	seeds := rand.New(rand.NewPCG(cfg.Seed, 0x6d726f6365)) // "mroce"
 	if cfg.SinglePort {
-		// One NIC port per host, in no plane: plane faults never touch it.
+		// One NIC port per host, in no plane, so plane faults never touch it.
 		for h := 0; h < cfg.Hosts; h++ {
 			f.singleUp = append(f.singleUp, f.newLink(cfg.Uplink, Uplink, -1, h, f.leafOf(h)))
 			f.singleDown = append(f.singleDown, f.newLink(cfg.Downlink, Downlink, -1, f.leafOf(h), h))
@@ -177,8 +182,8 @@ func (f *Fabric) Hosts() int { return len(f.hosts) }
 // Links returns every link, indexed by Link.ID.
 func (f *Fabric) Links() []*Link { return f.links }
 
-// Uplink and Downlink return host h's links on plane p (with single-port
-// hosts, its only links, whatever p).
+// Uplink returns host h's uplink on plane p. A single-port host has one
+// uplink, whatever p.
 func (f *Fabric) Uplink(p, h int) *Link {
 	if f.cfg.SinglePort {
 		return f.singleUp[h]
@@ -186,6 +191,8 @@ func (f *Fabric) Uplink(p, h int) *Link {
 	return f.planes[p].uplinks[h]
 }
 
+// Downlink returns host h's downlink on plane p. A single-port host has
+// one downlink, whatever p.
 func (f *Fabric) Downlink(p, h int) *Link {
 	if f.cfg.SinglePort {
 		return f.singleDown[h]
@@ -193,8 +200,8 @@ func (f *Fabric) Downlink(p, h int) *Link {
 	return f.planes[p].downlinks[h]
 }
 
-// BytesTo returns, per plane, the bytes host h's downlinks have delivered
-// to it: how a host's traffic spread over its NIC ports.
+// BytesTo returns the bytes host h's downlinks have delivered to it, by
+// plane. It shows how a host's traffic spread over its NIC ports.
 func (f *Fabric) BytesTo(h int) []uint64 {
 	out := make([]uint64, len(f.planes))
 	for p := range out {
@@ -203,7 +210,8 @@ func (f *Fabric) BytesTo(h int) []uint64 {
 	return out
 }
 
-// FabricLink returns the leaf-to-spine (up) or spine-to-leaf link of plane p.
+// FabricLink returns plane p's link from leaf to spine if up is set, else
+// from spine to leaf.
 func (f *Fabric) FabricLink(p, leaf, spine int, up bool) *Link {
 	if up {
 		return f.planes[p].leafUp[leaf][spine]
@@ -212,8 +220,9 @@ func (f *Fabric) FabricLink(p, leaf, spine int, up bool) *Link {
 }
 
 // PlaneUp reports whether plane p is up, as a host's NIC sees its port
-// state: a PlaneDown fault takes it down, a blackhole does not. (Over
-// processes, as host 0's sees it: between windows, every host's does.)
+// state. A PlaneDown fault takes it down, and a blackhole does not. Over
+// processes it answers for host 0, which between windows sees what every
+// host sees.
 func (f *Fabric) PlaneUp(p int) bool { return !f.procs[0].planeDown[p] }
 
 // NoRoute counts datagrams dropped at a host because their addresses name no
@@ -223,7 +232,7 @@ func (f *Fabric) NoRoute() uint64 { return f.sum(func(p *proc) uint64 { return p
 // Delivered counts datagrams pushed to receivers.
 func (f *Fabric) Delivered() uint64 { return f.sum(func(p *proc) uint64 { return p.delivered }) }
 
-// InFlight counts datagrams inside the fabric (queued, on the wire).
+// InFlight counts datagrams inside the fabric, queued or on a wire.
 func (f *Fabric) InFlight() uint64 {
 	return f.sum(func(p *proc) uint64 { return p.nextPacket }) - f.Delivered() - f.dropped()
 }
@@ -244,9 +253,9 @@ func (f *Fabric) dropped() uint64 {
 	return n
 }
 
-// TraceHash is the FNV-1a hash of every link event so far (time, link,
-// packet, verdict), when Config.Trace is set: equal for two runs of one
-// configuration and seed.
+// TraceHash is the FNV-1a hash of every link event so far, when
+// Config.Trace is set. Each event hashes its time, link, packet and verdict.
+// Two runs of one configuration and seed have equal hashes.
 func (f *Fabric) TraceHash() uint64 { return f.trace }
 
 const (
@@ -254,7 +263,7 @@ const (
 	fnvPrime  = 1099511628211
 )
 
-// record is every link event: it feeds the trace hash and the taps.
+// record sees every link event. It feeds the trace hash and the taps.
 func (f *Fabric) record(l *Link, pkt *packet, v Verdict, cause DropCause, at clock.Time) {
 	if len(f.taps)+len(f.hostTaps) > 0 {
 		e := TapEvent{At: at, Link: l, ID: pkt.id, Datagram: &pkt.d, Verdict: v, Cause: cause}
@@ -269,7 +278,7 @@ func (f *Fabric) record(l *Link, pkt *packet, v Verdict, cause DropCause, at clo
 		return
 	}
 	h := f.trace
-	code := uint64(v) + uint64(cause) // a drop's code says its cause
+	code := uint64(v) + uint64(cause) // a drop's code includes its cause
 	for _, v := range [4]uint64{uint64(at), uint64(l.id), pkt.id, code} {
 		for i := 0; i < 8; i++ {
 			h ^= v & 0xFF

@@ -9,9 +9,9 @@ import (
 	"github.com/mroce/mroce/clock"
 )
 
-// scheduleFaults schedules faults already validated: on every process,
-// each applying the fault to the links it runs. Over processes, the links
-// note the changes to come too (Link.changes).
+// scheduleFaults schedules faults already validated. Each fault fires on
+// every process and changes the links that process runs. Over processes,
+// the links also note the changes to come in Link.changes.
 func (f *Fabric) scheduleFaults(faults []Fault) {
 	for _, ft := range faults {
 		for _, p := range f.procs {
@@ -38,8 +38,8 @@ type faultEvent struct {
 
 func (e *faultEvent) Fire() { e.fab.apply(e.fault, e.p) }
 
-// apply changes, for a fault, the state of the links process p runs and of
-// the plane as its hosts see it.
+// apply plays a fault on process p. It changes the state of the links p runs
+// and of the plane as p's hosts see it.
 func (f *Fabric) apply(ft Fault, p *proc) {
 	down := &p.planeDown[ft.Plane]
 	wasDown := *down
@@ -74,10 +74,11 @@ func (f *Fabric) apply(ft Fault, p *proc) {
 	}
 }
 
-// OnPlaneChange calls fn for every host, in host order, when a plane goes
-// down or comes back (PlaneDown, Repair): what the host's NIC sees as its
-// port's link state. Over processes it is called on the host's process.
-// A blackholed plane does not look down, so fn is not called for it.
+// OnPlaneChange calls fn for every host, in host order, when a PlaneDown
+// fault takes a plane down or a Repair brings it back. That is what the
+// host's NIC sees as its port's link state. Over processes fn is called on
+// the host's process. A blackholed plane does not look down, so fn is not
+// called for it.
 func (f *Fabric) OnPlaneChange(fn func(host, plane int, up bool)) {
 	f.planeWatch = append(f.planeWatch, fn)
 }
@@ -93,9 +94,9 @@ func (f *Fabric) notifyPlane(p *proc, plane int, up bool) {
 	}
 }
 
-// After runs fn at time at (now if in the past) on the fabric's
-// goroutine, in order with the fabric's own events: to look at the
-// fabric when a fault takes effect, say.
+// After runs fn at time at on the fabric's goroutine, in order with the
+// fabric's own events. A time in the past means now. It lets a caller look
+// at the fabric when a fault takes effect.
 func (f *Fabric) After(at time.Duration, fn func()) {
 	if f.group != nil {
 		panic("netem: After on a fabric over processes: on which?")
@@ -103,11 +104,12 @@ func (f *Fabric) After(at time.Duration, fn func()) {
 	f.procs[0].sched.At(clock.Time(at), clock.Func(fn))
 }
 
-// ScheduleFault adds a fault at time at (now if in the past). Over
-// processes, call it between windows, and for a time after the datagrams
-// on the wires of the uplinks it changes arrive (at most a datagram's
-// serialization, a link delay and a reorder gap ahead): each decided when
-// it left whether it would arrive (FaultLeadTime).
+// ScheduleFault adds a fault at time at, or now if at is in the past. Over
+// processes, call it between windows, for a time no earlier than
+// FaultLeadTime. Each datagram on the wire of an uplink decided when it left
+// whether it would arrive, so the fault must come after they all arrive.
+// That is at most a datagram's serialization, a link delay and a reorder gap
+// ahead.
 func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
 	ft.At = at
 	if err := ft.validate(&f.cfg); err != nil {
@@ -122,10 +124,10 @@ func (f *Fabric) ScheduleFault(at time.Duration, ft Fault) error {
 	return nil
 }
 
-// FaultLeadTime is, over processes and between windows, the earliest time
-// ScheduleFault takes ft for: after every datagram on the wire of an uplink
-// whose state it changes has arrived. On one clock, or for a slowdown, it
-// is now.
+// FaultLeadTime is the earliest time ScheduleFault accepts for ft. Over
+// processes and between windows, that is after every datagram on the wire of
+// an uplink whose state ft changes has arrived. On one clock, or for a
+// slowdown, it is now.
 func (f *Fabric) FaultLeadTime(ft Fault) time.Duration {
 	if f.group == nil {
 		return time.Duration(f.procs[0].sched.Now())

@@ -7,18 +7,19 @@ import (
 	"github.com/mroce/mroce/clock/parallel"
 )
 
-// ErrNotGrouped is NewGrouped's refusal of a configuration a fabric over
-// processes cannot carry: the caller may build it on one clock instead.
+// ErrNotGrouped is NewGrouped's refusal of a configuration that a fabric
+// over processes cannot carry. The caller may build it on one clock instead.
 var ErrNotGrouped = errors.New("netem: not a fabric over processes")
 
-// NewGrouped builds a fabric whose hosts are the processes of g, one each
-// (g.Len() == cfg.Hosts): host h's engine runs on g.LP(h), and so do its
-// NIC's uplinks and the switch ports that feed it, so that a datagram
-// crosses from one process to another on an uplink, a link delay (at least
-// g's lookahead) after it left. A fault is played on every process, each
-// changing the links it runs at the fault's time. One switch per plane, no
-// PFC, no trace or taps but host taps: each would share state between
-// processes.
+// NewGrouped builds a fabric whose hosts are the processes of g, one each,
+// so g.Len() must equal cfg.Hosts. Host h's engine runs on g.LP(h), and so
+// do its NIC's uplinks and the switch ports that feed it. A datagram thus
+// crosses from one process to another on an uplink, a link delay after it
+// left, and that delay must be at least g's lookahead. A fault is played on
+// every process, each changing the links it runs at the fault's time.
+//
+// The fabric has one switch per plane, no PFC, no trace and no taps but
+// host taps. Each of those would share state between processes.
 func NewGrouped(cfg Config, g *parallel.Group) (*Fabric, error) {
 	switch {
 	case g.Len() != cfg.Hosts:
@@ -26,7 +27,7 @@ func NewGrouped(cfg Config, g *parallel.Group) (*Fabric, error) {
 	case cfg.HostsPerLeaf > 0 || cfg.SinglePort || cfg.Trace:
 		return nil, fmt.Errorf("%w: it has one switch per plane, no single-port hosts and no trace", ErrNotGrouped)
 	}
-	if err := cfg.validate(); err != nil { // the faults too: New is given none
+	if err := cfg.validate(); err != nil { // the faults too, since New is given none
 		return nil, err
 	}
 	faults := cfg.Faults
@@ -59,13 +60,12 @@ func NewGrouped(cfg Config, g *parallel.Group) (*Fabric, error) {
 	return f, nil
 }
 
-// rebalance evens out the processes' pools between windows: datagrams are
-// taken from the pool of the process that sends them and given back to
-// that of the one they reach, so a process that receives more than it
-// sends would keep what another has to make anew. A pool above
-// poolHigh gives all but poolLow to the fabric's spare; one below poolLow
-// takes from it up to poolLow (a window's worth of a host's sending, and
-// more).
+// rebalance evens out the processes' pools between windows. A datagram is
+// taken from the pool of the process that sends it and given back to that of
+// the one it reaches. A process that receives more than it sends would
+// otherwise keep what another has to make anew. A pool above poolHigh gives
+// all but poolLow to the fabric's spare, and one below poolLow takes from it
+// up to poolLow. That is more than a host sends in a window.
 func (f *Fabric) rebalance() {
 	for _, p := range f.procs {
 		p.freePackets = balance(p.freePackets, &f.sparePackets)

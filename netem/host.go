@@ -6,8 +6,8 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// Host is one host's NIC ports: the link.Port through which it sends, and
-// the place its Receiver is attached.
+// Host is one host's NIC ports. It is the link.Port through which the host
+// sends, and the place its Receiver is attached.
 type Host struct {
 	fab  *Fabric
 	id   int
@@ -30,23 +30,23 @@ func (h *Host) Attach(r link.Receiver) {
 // Buffer returns an empty buffer with capacity Config.MaxDatagram.
 func (h *Host) Buffer() []byte { return h.fab.buffer(h.p) }
 
-// HeaderBuffer returns an empty buffer with capacity HeaderBufferLen, for
-// a datagram whose payload is padding (link.Datagram.Pad) or a small
-// control packet.
+// HeaderBuffer returns an empty buffer with capacity HeaderBufferLen. It
+// suits a small control packet, or a datagram whose payload is padding
+// given by link.Datagram.Pad.
 func (h *Host) HeaderBuffer() []byte { return h.p.headerBuffer() }
 
 // HeaderBufferLen is the capacity of a header buffer.
 func (h *Host) HeaderBufferLen() int { return HeaderBufferLen }
 
-// HeaderBufferLen is the capacity of a host's header buffers: room for any
+// HeaderBufferLen is the capacity of a host's header buffers. It holds any
 // header of a data packet, or an ACK of up to four records.
 const HeaderBufferLen = 256
 
-// Send injects datagrams from this host. Each Src must be one of this host's
-// addresses; it picks the plane. Send takes ownership of every Data buffer.
-// Datagrams larger than MaxDatagram, or with a source that is not this
-// host's or a destination on another plane, are dropped and counted in
-// NoRoute.
+// Send injects datagrams from this host. Each Src must be one of this
+// host's addresses, and it picks the plane. Send takes ownership of every
+// Data buffer. A datagram larger than MaxDatagram, or with a source that is
+// not this host's or a destination on another plane, is dropped and counted
+// in NoRoute.
 func (h *Host) Send(batch []link.Datagram) {
 	f := h.fab
 	for i := range batch {

@@ -14,7 +14,7 @@ type DropCause uint8
 
 const (
 	DropLoss      DropCause = iota // the loss model
-	DropQueueFull                  // tail drop: the queue limit
+	DropQueueFull                  // tail drop at the queue limit
 	DropRED                        // RED without ECN, or a Not-ECT datagram
 	DropDown                       // the plane is down
 	DropBlackhole                  // the plane is blackholed
@@ -32,7 +32,7 @@ var DropCauses = []DropCause{DropLoss, DropQueueFull, DropRED, DropDown, DropBla
 type LinkStats struct {
 	Enqueued uint64 // datagrams accepted into the queue
 	Packets  uint64 // datagrams that finished transmission
-	Bytes    uint64 // their bytes (datagram sizes, without overhead)
+	Bytes    uint64 // their datagram sizes, without overhead
 	CEMarks  uint64
 	// QueueHighWater is the most bytes the queue held.
 	QueueHighWater int
@@ -59,74 +59,72 @@ const (
 	linkBlackhole
 )
 
-// Link is one direction of a link: an output queue, a serializer at the
-// link's rate, and the propagation delay to the far node.
-//
-// What a datagram reads and writes on its way through comes first, in the
-// link's first four cache lines (TestLinkHotLines), with the queue
-// discipline's settings copied out of cfg: with thousands of connections a
-// link's lines have left the cache between one window and the next, and
-// each is one to fetch.
+// Link is one direction of a link. It is an output queue, a serializer at
+// the link's rate, and the propagation delay to the far node. The queue
+// discipline's settings are copied out of cfg into fields of their own,
+// which every datagram reads.
 type Link struct {
-	fab        *Fabric
-	p          *proc // the process that owns it
-	queue      ring
-	queueBytes int
+	fab *Fabric
+	p   *proc // the process that owns it
 
-	tx           *packet    // being serialized, with its completion event pending
-	wireFree     clock.Time // when the datagram on the wire finishes serialization
-	rate         int64      // bits/s now (a slowdown lowers it)
-	txRemainder  int64      // bit-nanoseconds carried between datagrams, so rates do not drift
-	overhead     int
-	limit, ecnK  int  // cfg.Queue's Limit and ECNThreshold
-	red          *RED // cfg.Queue.RED
-	delay        time.Duration
-	lastArrival  clock.Time
-	to           int // the far node: host, leaf or spine index, by kind
+	id          int
+	kind        LinkKind
+	plane       int
+	from, to    int // host, leaf or spine indexes, by kind
+	owner       int // the host whose uplink or downlink it is, or -1 between switches
+	cfg         LinkConfig
+	rng         *rand.Rand
+	rate        int64   // bits/s now, which a slowdown lowers
+	factor      float64 // the slowdown's factor of cfg.Rate
+	delay       time.Duration
+	overhead    int
+	limit, ecnK int  // cfg.Queue's Limit and ECNThreshold
+	red         *RED // cfg.Queue.RED
+	redWeight   float64
+	loss        LossModel
+	impaired    bool // loss, corruption or duplication, which enqueue applies
+	jittered    bool // jitter or reordering, which arrival applies
+
 	state        linkState
-	eventPending bool // the link's completion event is scheduled
-	pfc          bool // the node this link feeds may pause it
-	paused       bool // PFC: the far node paused this link
-	impaired     bool // loss, corruption or duplication: enqueue's impairments apply
-	jittered     bool // jitter or reordering: arrival's impairments apply
-	// changes are the state changes scheduled for the link and not yet
-	// made, in time order: over processes, an uplink decides when a
-	// datagram leaves whether the link will have failed when it arrives at
-	// the far end, which another process runs (crossed); decided is the
-	// latest arrival it decided so (-1: none), before which no change may
-	// come.
+	queue        ring
+	queueBytes   int
+	redAvg       float64
+	tx           *packet    // being serialized, with its completion event pending
+	eventPending bool       // the link's completion event is scheduled
+	wireFree     clock.Time // when the datagram on the wire finishes serialization
+	txRemainder  int64      // bit-nanoseconds carried between datagrams, so rates do not drift
+	lastArrival  clock.Time
+	stats        LinkStats
+
+	// PFC lets the node this link feeds pause it. ingressBytes counts the
+	// bytes that came in on this link and wait at the far node. pauseAsked
+	// says the far node has sent a pause or is sending one.
+	pfc          bool
+	paused       bool
+	pauseStart   clock.Time
+	ingressBytes int
+	pauseAsked   bool
+
+	// Over processes, an uplink decides when a datagram leaves whether the
+	// link will have failed when it arrives at the far end, which another
+	// process runs. changes holds the state changes scheduled for the link
+	// and not yet made, in time order. decided is the latest arrival the
+	// link decided so, or -1, and no change may come before it.
 	changes []stateChange
 	decided clock.Time
-	stats   LinkStats
-
-	id                int
-	kind              LinkKind
-	plane, from       int // from: host, leaf or spine index, by kind
-	owner             int // the host whose uplink or downlink it is; -1 for a link between switches
-	cfg               LinkConfig
-	factor            float64
-	rng               *rand.Rand
-	loss              LossModel
-	redAvg, redWeight float64
-	pauseStart        clock.Time
-	ingressBytes      int  // PFC: bytes that came in on this link and wait at the far node
-	pauseAsked        bool // PFC: the far node has sent (or is sending) a pause
-	// 576 bytes in all, Go's allocation class of that size: nine lines,
-	// every object starting on one.
-	_ [48]byte
 }
 
 // ID is the link's index in Fabric.Links.
 func (l *Link) ID() int { return l.id }
 
-// Kind, Plane, From and To say where the link is: From and To are host,
+// Kind, Plane, From and To say where the link is. From and To are host,
 // leaf or spine indexes according to Kind.
 func (l *Link) Kind() LinkKind { return l.kind }
 func (l *Link) Plane() int     { return l.plane }
 func (l *Link) From() int      { return l.from }
 func (l *Link) To() int        { return l.to }
 
-// Stats returns the link's counters; PauseTime includes a pause in progress.
+// Stats returns the link's counters. PauseTime includes a pause in progress.
 func (l *Link) Stats() LinkStats {
 	s := l.stats
 	if l.paused {
@@ -160,8 +158,8 @@ func (l *Link) matches(m *LinkMatch) bool {
 	}
 }
 
-// linkState is the state a fault of kind k leaves its links in; ok is
-// false for a kind that changes no state (a slowdown).
+// linkState is the state a fault of kind k leaves its links in. It reports
+// false for a kind that changes no state, such as a slowdown.
 func (k FaultKind) linkState() (s linkState, ok bool) {
 	switch k {
 	case PlaneDown:
@@ -180,7 +178,7 @@ type stateChange struct {
 	state linkState
 }
 
-// stateAt is the link's state at time at, its scheduled changes made.
+// stateAt is the link's state at time at, with its scheduled changes made.
 func (l *Link) stateAt(at clock.Time) linkState {
 	s := l.state
 	for _, c := range l.changes {
@@ -195,7 +193,7 @@ func (l *Link) stateAt(at clock.Time) linkState {
 func (l *Link) setState(s linkState) {
 	now := l.p.sched.Now()
 	for len(l.changes) > 0 && l.changes[0].at <= now {
-		l.changes = l.changes[1:] // made (apply is what makes them)
+		l.changes = l.changes[1:] // made, since apply is what makes them
 	}
 	l.state = s
 	if s == linkUp {
@@ -234,8 +232,8 @@ func (l *Link) drop(pkt *packet, cause DropCause) {
 	l.fab.freePacket(l.p, pkt)
 }
 
-// enqueue is a datagram arriving at the link's input: impairments, then the
-// queue discipline, then the serializer if it is idle.
+// enqueue is a datagram arriving at the link's input. The impairments come
+// first, then the queue discipline, then the serializer if it is idle.
 func (l *Link) enqueue(pkt *packet) {
 	if l.dropIfFailed(pkt) {
 		return
@@ -303,9 +301,9 @@ func (l *Link) admit(pkt *packet) {
 	l.kick()
 }
 
-// kick starts the next transmission if there is one and the link may send:
-// at once if the wire is free, else by scheduling the link's event for when
-// it is.
+// kick starts the next transmission if there is one and the link may send.
+// It starts at once if the wire is free, and otherwise schedules the link's
+// event for when it is.
 func (l *Link) kick() {
 	if l.paused || l.eventPending || l.queue.len() == 0 {
 		return
@@ -340,10 +338,10 @@ func (l *Link) serialization(size int) time.Duration {
 }
 
 // startTx puts the head of the queue on the wire. Its completion needs an
-// event only if something waits for it: the next datagram in the queue, or
-// the PFC accounting of the link it came in on. Otherwise it departs at once,
-// scheduled to arrive when its serialization and delay are over; that saves
-// an event per datagram on a link that is not backlogged.
+// event only if something waits for it, which is the next datagram in the
+// queue or the PFC accounting of the link it came in on. Otherwise it
+// departs at once, scheduled to arrive when its serialization and delay are
+// over. That saves an event per datagram on a link that is not backlogged.
 func (l *Link) startTx(now clock.Time) {
 	pkt := l.queue.pop()
 	size := pkt.d.Size()
@@ -368,13 +366,14 @@ func (l *Link) depart(pkt *packet, end clock.Time) {
 	at := l.arrival(end)
 	next := pkt.next()
 	if next != l.p {
-		// Its far end is another process's: its fate is decided now, and
+		// Its far end is another process's. Its fate is decided now, and
 		// no change of the link's state may come before it arrives.
 		l.decided = max(l.decided, at)
 	}
 	if next == l.p || l.stateAt(at) != linkUp {
-		// Its own process, or lost on the wire (the link will have
-		// failed when it arrives): the arrival drops it here.
+		// It arrives on its own process, or it is lost on the wire because
+		// the link will have failed when it arrives. The arrival here then
+		// drops it.
 		l.p.sched.At(at, pkt)
 	} else {
 		pkt.crossed = true
@@ -396,8 +395,8 @@ func (l *Link) leaveNode(pkt *packet) {
 	}
 }
 
-// Fire is the link's event: the datagram on the wire finished (if one
-// waited for it) and the wire is free.
+// Fire is the link's event. The wire is free, and the datagram on it has
+// finished if one waited for it.
 func (l *Link) Fire() {
 	l.eventPending = false
 	if pkt := l.tx; pkt != nil {
@@ -408,14 +407,14 @@ func (l *Link) Fire() {
 	l.kick()
 }
 
-// arrival is when a datagram that left now reaches the far node: delay,
-// jitter (which never reorders), and the explicit reordering impairment.
+// arrival is when a datagram that left now reaches the far node. It adds the
+// delay, the jitter, which never reorders, and the reordering impairment.
 func (l *Link) arrival(now clock.Time) clock.Time {
 	at := now.Add(l.delay)
 	if l.jittered {
 		var overtaken bool
 		if at, overtaken = l.jitter(now, at); overtaken {
-			return at // not the FIFO mark
+			return at // a reordered datagram does not move the FIFO mark
 		}
 	}
 	at = max(at, l.lastArrival)
@@ -424,8 +423,8 @@ func (l *Link) arrival(now clock.Time) clock.Time {
 }
 
 // jitter applies the jitter and reordering impairments to the arrival at
-// at of a datagram that left now; overtaken: the datagram is reordered,
-// overtaken by what follows.
+// at of a datagram that left now. It reports whether the datagram is
+// reordered, overtaken by what follows.
 func (l *Link) jitter(now, at clock.Time) (clock.Time, bool) {
 	im := &l.cfg.Impair
 	if im.Jitter > 0 {
@@ -435,7 +434,7 @@ func (l *Link) jitter(now, at clock.Time) (clock.Time, bool) {
 		case Normal:
 			x = l.rng.NormFloat64() * j
 		case Pareto:
-			// Pareto(shape 3, scale 2/3) has mean 1.
+			// Pareto with shape 3 and scale 2/3 has mean 1.
 			x = j * ((2.0/3.0)/math.Cbrt(1-l.rng.Float64()) - 1)
 		default:
 			x = (2*l.rng.Float64() - 1) * j
@@ -463,7 +462,7 @@ func (f *Fabric) schedulePFC(l *Link, pause bool) {
 		e = &pfcEvent{}
 	}
 	e.link, e.pause = l, pause
-	l.p.sched.At(l.p.sched.Now().Add(l.delay), e) // PFC: one process
+	l.p.sched.At(l.p.sched.Now().Add(l.delay), e) // a fabric with PFC has one process
 }
 
 func (e *pfcEvent) Fire() {

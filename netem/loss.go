@@ -9,8 +9,8 @@ import (
 	"github.com/mroce/mroce/clock"
 )
 
-// LossModel decides, packet by packet, whether a link loses it. Models keep
-// state (burst models do); each link has its own copy and its own random
+// LossModel decides, packet by packet, whether a link loses a packet. Burst
+// models keep state, so each link has its own copy and its own random
 // stream.
 type LossModel interface {
 	// Lose reports whether the next packet, arriving at now, is lost.
@@ -21,7 +21,8 @@ type LossModel interface {
 	clone() LossModel
 }
 
-// RandomLoss loses each packet independently with probability P (Bernoulli).
+// RandomLoss loses each packet independently with probability P, as a
+// Bernoulli process.
 type RandomLoss struct{ P float64 }
 
 func (m *RandomLoss) Lose(rng *rand.Rand, _ clock.Time) bool { return m.P > 0 && rng.Float64() < m.P }
@@ -29,14 +30,15 @@ func (m *RandomLoss) Rate() float64                          { return m.P }
 func (m *RandomLoss) clone() LossModel                       { c := *m; return &c }
 func (m *RandomLoss) validate() error                        { return checkProb("random loss P", m.P) }
 
-// GilbertElliott is the two-state burst loss model: a Good and a Bad state,
-// Good->Bad with probability P and Bad->Good with probability R per packet;
-// a packet is lost with probability LossGood in Good and LossBad in Bad (Linux
-// netem's "gemodel p r 1-h 1-k" has LossBad = 1-h, LossGood = 1-k). With
-// LossBad = 1 and LossGood = 0 (the simple Gilbert model) the mean burst of
-// consecutive losses is 1/R packets and the loss rate P/(P+R). Its state
-// moves only with packets: a link that carries none stays in its burst
-// (TimedBursts is the model whose bursts last a time).
+// GilbertElliott is the two-state burst loss model. It has a Good and a Bad
+// state, and per packet it moves from Good to Bad with probability P and
+// from Bad to Good with probability R. A packet is lost with probability
+// LossGood in Good and LossBad in Bad. Linux netem's "gemodel p r 1-h 1-k"
+// has LossBad = 1-h and LossGood = 1-k. With LossBad = 1 and LossGood = 0,
+// the simple Gilbert model, the mean burst of consecutive losses is 1/R
+// packets and the loss rate is P/(P+R). Its state moves only with packets,
+// so a link that carries none stays in its burst. TimedBursts is the model
+// whose bursts last a time.
 type GilbertElliott struct {
 	P, R, LossGood, LossBad float64
 	bad                     bool
@@ -71,13 +73,13 @@ func (m *GilbertElliott) validate() error {
 	return checkProbs("Gilbert-Elliott", prob{"P", m.P}, prob{"R", m.R}, prob{"LossGood", m.LossGood}, prob{"LossBad", m.LossBad})
 }
 
-// TimedBursts is the two-state burst model in time: the link is Good, then
-// Bad, then Good again, each state lasting an exponentially distributed
-// time (means GoodTime and BadTime), and a packet is lost with probability
-// LossGood in Good and LossBad in Bad. Its bursts end on time whether
-// packets come or not, as a fading link's or a flapping port's do; with
-// LossBad = 1 and LossGood = 0 it loses the fraction BadTime / (GoodTime +
-// BadTime) of what a steady stream sends.
+// TimedBursts is the two-state burst model in time. The link is Good, then
+// Bad, then Good again, each state lasting an exponentially distributed time
+// with mean GoodTime or BadTime. A packet is lost with probability LossGood
+// in Good and LossBad in Bad. Its bursts end on time whether packets come or
+// not, as a fading link's or a flapping port's do. With LossBad = 1 and
+// LossGood = 0 it loses the fraction BadTime / (GoodTime + BadTime) of what
+// a steady stream sends.
 type TimedBursts struct {
 	GoodTime, BadTime time.Duration
 	LossGood, LossBad float64
@@ -88,18 +90,18 @@ type TimedBursts struct {
 
 func (m *TimedBursts) Lose(rng *rand.Rand, now clock.Time) bool {
 	if !m.started {
-		// The link was in its stationary state all along: Bad with the
-		// probability of being found there (and an exponential state's
-		// time left is exponential with the same mean).
+		// The link was in its stationary state all along. It is Bad with the
+		// probability of being found there, and an exponential state's time
+		// left is exponential with the same mean.
 		m.started = true
 		m.bad = rng.Float64() < m.badShare()
 		m.until = now + m.draw(rng)
 	}
 	if now >= m.until {
-		// The state flipped at until. From there to now the link moves as
-		// a two-state Markov chain, whose state after a time d has a
-		// closed form (however many flips d holds: a quiet link costs
-		// nothing), and what is left of that state is again exponential.
+		// The state flipped at until. From there to now the link moves as a
+		// two-state Markov chain. Its state after a time d has a closed form
+		// however many flips d holds, so a quiet link costs nothing. What is
+		// left of that state is again exponential.
 		m.bad = !m.bad
 		stay := 0.0
 		if m.bad {
@@ -126,16 +128,16 @@ func (m *TimedBursts) draw(rng *rand.Rand) clock.Time {
 	return clock.Time(min(max(1, rng.ExpFloat64()*float64(mean)), maxStateTime))
 }
 
-// maxStateTime bounds a TimedBursts state's length (36 years): a far-off
-// end must not overflow the clock.
+// maxStateTime bounds a TimedBursts state's length to about 36 years, so
+// that a far-off end cannot overflow the clock.
 const maxStateTime = 1 << 60
 
 func (m *TimedBursts) badShare() float64 {
 	return float64(m.BadTime) / float64(m.GoodTime+m.BadTime)
 }
 
-// Rate is the loss of a steady stream of packets: the time in each state
-// weighs its loss.
+// Rate is the loss of a steady stream of packets, with each state's loss
+// weighted by its time.
 func (m *TimedBursts) Rate() float64 {
 	b := m.badShare()
 	return b*m.LossBad + (1-b)*m.LossGood
@@ -154,12 +156,13 @@ func (m *TimedBursts) validate() error {
 	return checkProbs("timed bursts", prob{"LossGood", m.LossGood}, prob{"LossBad", m.LossBad})
 }
 
-// FourState is the 4-state Markov loss model of Linux netem ("loss state p13
-// p31 p32 p23 p14"): state 1 delivers (gap period), 2 delivers inside a burst
-// period, 3 loses inside a burst period, 4 is an isolated loss. From 1: to 4
-// with P14 (lost), to 3 with P13 (lost), else stay. From 2: to 3 with P23
-// (lost), else stay. From 3: to 2 with P32 (delivered), to 1 with P31
-// (delivered), else stay (lost). From 4: back to 1 (delivered).
+// FourState is the 4-state Markov loss model of Linux netem, "loss state
+// p13 p31 p32 p23 p14". State 1 delivers in a gap period. State 2 delivers
+// inside a burst period, and state 3 loses inside one. State 4 is an
+// isolated loss. From 1 the chain moves to 4 with P14 and to 3 with P13,
+// both losing, or stays. From 2 it moves to 3 with P23, losing, or stays.
+// From 3 it moves to 2 with P32 or to 1 with P31, both delivering, or stays
+// and loses. From 4 it moves back to 1 and delivers.
 type FourState struct {
 	P13, P31, P32, P23, P14 float64
 	state                   uint8
@@ -197,15 +200,15 @@ func (m *FourState) Lose(rng *rand.Rand, _ clock.Time) bool {
 			return false
 		}
 		return true
-	default: // 4
+	default: // state 4
 		m.state = 1
 		return false
 	}
 }
 
-// Rate is the stationary loss probability of the chain (states 3 and 4).
+// Rate is the stationary loss probability of the chain, in states 3 and 4.
 func (m *FourState) Rate() float64 {
-	// Stationary equations with pi1 = 1 (unnormalized):
+	// The stationary equations with pi1 = 1, unnormalized, are
 	//   pi4 = P14 pi1
 	//   pi3 (P31+P32) = P13 pi1 + P23 pi2,  pi2 P23 = P32 pi3
 	// so pi3 P31 = P13 pi1, pi3 = P13/P31, pi2 = P32 pi3 / P23.

@@ -5,34 +5,29 @@ import (
 )
 
 // packet is a datagram inside the fabric. It is its own arrival event.
-//
-// What a hop reads (the route, the datagram's size and mark) is its first
-// cache line, the route as the links' ids rather than pointers so that
-// the datagram's first fields fit beside it (see link.Datagram): a large
-// run has tens of thousands of packets in flight, and each one's arrival
-// is the first touch of it in a while (TestPacketHopLine). The addresses,
-// read at the ends, are the next line.
 type packet struct {
-	fab       *Fabric
-	route     [4]uint32 // the links' ids (Fabric.links)
-	ingress   uint32    // 1 + the id of the link it arrived on at its current node, for PFC; 0: none
-	hops, hop uint8     // hop: index in route of the link it is on, or arriving from
-	// crossed: it arrives in another process than its link's, which
-	// decided when it left that the link would not fail under it.
+	fab *Fabric
+	id  uint64
+	d   link.Datagram
+
+	// The route holds the links' ids, and hop indexes the link the packet
+	// is on or arriving from.
+	route     [4]uint32
+	hops, hop uint8
+	// ingress is 1 + the id of the link the packet arrived on at its current
+	// node, for PFC, or 0.
+	ingress uint32
+	// crossed says the packet arrives in another process than its link's.
+	// That link decided when the packet left that it would not fail under it.
 	crossed bool
-	d       link.Datagram
-	id      uint64
-	// 192 bytes in all: Go's allocation class of that size starts every
-	// object on a cache line (136 bytes would straddle them).
-	_ [56]byte
 }
 
 // link is the link of route[hop].
 func (pkt *packet) link(hop uint8) *Link { return pkt.fab.links[pkt.route[hop]] }
 
-// pausable is the link the packet arrived on at its current node when the
-// node may pause it (PFC), else nil. In a fabric without PFC it reads no
-// link: a datagram's every hop asks.
+// pausable is the link the packet arrived on at its current node, when that
+// node may pause it with PFC, and nil otherwise. Every hop of a datagram
+// asks, so in a fabric without PFC it reads no link.
 func (pkt *packet) pausable() *Link {
 	if !pkt.fab.pfc || pkt.ingress == 0 {
 		return nil
@@ -65,7 +60,7 @@ func (f *Fabric) freePacket(p *proc, pkt *packet) {
 	p.freePackets = append(p.freePackets, pkt)
 }
 
-// clone copies a packet for duplication: its own buffer, its own id.
+// clone copies a packet for duplication, with a buffer and an id of its own.
 func (f *Fabric) clone(p *proc, pkt *packet) *packet {
 	c := f.newPacket(p)
 	id := c.id
@@ -79,8 +74,8 @@ func (f *Fabric) clone(p *proc, pkt *packet) *packet {
 	return c
 }
 
-// next is the process the packet arrives in at the far end of route[hop]:
-// the next link's, or the destination host's.
+// next is the process the packet arrives in at the far end of route[hop].
+// That is the next link's process, or the destination host's.
 func (pkt *packet) next() *proc {
 	if pkt.hop+1 < pkt.hops {
 		return pkt.link(pkt.hop + 1).p
@@ -93,7 +88,7 @@ func (pkt *packet) Fire() {
 	f := pkt.fab
 	from := pkt.link(pkt.hop)
 	if pkt.crossed {
-		pkt.crossed = false // from is another process's: not to be read here
+		pkt.crossed = false // from belongs to another process and must not be read here
 	} else if from.dropIfFailed(pkt) { // the link failed while the datagram was on its wire
 		return
 	}

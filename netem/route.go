@@ -4,13 +4,13 @@ import (
 	"net/netip"
 )
 
-// Addr is host h's address on plane p: 10.p.(h/256).(h%256).
+// Addr is host h's address on plane p, 10.p.(h/256).(h%256).
 func Addr(plane, host int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, byte(plane), byte(host >> 8), byte(host)})
 }
 
-// locate maps an address to (plane, host) on this fabric. Single-port hosts
-// have only their plane-0 address.
+// locate maps an address to its plane and host on this fabric. Single-port
+// hosts have only their plane-0 address.
 func (f *Fabric) locate(a netip.Addr) (plane, host int, ok bool) {
 	if !a.Is4() {
 		return 0, 0, false
@@ -21,17 +21,17 @@ func (f *Fabric) locate(a netip.Addr) (plane, host int, ok bool) {
 	return plane, host, ok
 }
 
-// Spine returns the spine that ECMP picks for a datagram from src to dst, or
-// -1 when it turns at its leaf (or the addresses do not route).
+// Spine returns the spine that ECMP picks for a datagram from src to dst.
+// It is -1 when the datagram turns at its leaf or the addresses do not route.
 func (f *Fabric) Spine(src, dst netip.AddrPort) int {
 	_, s := f.Path(src, dst)
 	return s
 }
 
-// Path returns the plane and spine a datagram from src to dst takes; spine
-// is -1 when it turns at its leaf, and both are -1 when the addresses do not
-// route. The plane is the source address's, or, with single-port hosts, the
-// one the source leaf's hash picks.
+// Path returns the plane and spine a datagram from src to dst takes. The
+// spine is -1 when the datagram turns at its leaf, and both are -1 when the
+// addresses do not route. The plane is the source address's. With
+// single-port hosts it is the one the source leaf's hash picks.
 func (f *Fabric) Path(src, dst netip.AddrPort) (plane, spine int) {
 	p, sh, ok1 := f.locate(src.Addr())
 	q, dh, ok2 := f.locate(dst.Addr())
@@ -44,10 +44,10 @@ func (f *Fabric) Path(src, dst netip.AddrPort) (plane, spine int) {
 	return f.ecmp(p, f.leafOf(sh), src, dst)
 }
 
-// ecmp picks the plane and spine of a datagram leaving leaf: a hash of the
-// 5-tuple (protocol UDP) keyed by the plane's key and the leaf's index, as a
-// switch with a per-switch hash seed would. With single-port hosts the leaf
-// hashes over the spines of every plane, so the hash picks the plane too.
+// ecmp picks the plane and spine of a datagram leaving leaf. It hashes the
+// UDP 5-tuple keyed by the plane's key and the leaf's index, as a switch
+// with a hash seed of its own would. With single-port hosts the leaf hashes
+// over the spines of every plane, so the hash picks the plane too.
 func (f *Fabric) ecmp(p, leaf int, src, dst netip.AddrPort) (plane, spine int) {
 	s, d := src.Addr().As4(), dst.Addr().As4()
 	x := uint64(s[0])<<24 | uint64(s[1])<<16 | uint64(s[2])<<8 | uint64(s[3])
@@ -66,8 +66,8 @@ func (f *Fabric) ecmp(p, leaf int, src, dst netip.AddrPort) (plane, spine int) {
 	return p, i
 }
 
-// mix64 is a 64-bit finalizer (the one of SplitMix64): every input bit
-// affects every output bit.
+// mix64 is SplitMix64's 64-bit finalizer. Every input bit affects every
+// output bit.
 func mix64(z uint64) uint64 {
 	z ^= z >> 30
 	z *= 0xbf58476d1ce4e5b9

@@ -15,7 +15,7 @@ const (
 	Queued    Verdict = iota + 1 // accepted into the link's queue
 	Marked                       // accepted and marked CE
 	Sent                         // finished its serialization on the link
-	Delivered                    // handed to the destination host (Link is its downlink)
+	Delivered                    // handed to the destination host, on its downlink
 	Dropped                      // TapEvent.Cause says why
 )
 
@@ -35,22 +35,22 @@ func (v Verdict) String() string {
 	return "unknown"
 }
 
-// TapEvent is one link event, as a tap sees it: the emulator's record of
-// what it did to each datagram. Datagram and its Data are valid only during
-// the tap call.
+// TapEvent is one link event as a tap sees it. It is the emulator's record
+// of what it did to each datagram. Datagram and its Data are valid only
+// during the tap call.
 type TapEvent struct {
 	At       clock.Time
 	Link     *Link
-	ID       uint64 // the datagram's id in the fabric; a duplicate has its own
+	ID       uint64 // the datagram's id in the fabric, a duplicate having its own
 	Datagram *link.Datagram
 	Verdict  Verdict
 	Cause    DropCause // for Dropped
 }
 
 // AddTap calls tap for every link event from now on, on the fabric's
-// goroutine. Taps are how tests and judges read the emulator's records
-// (which datagrams a link dropped, marked or carried) without touching its
-// state.
+// goroutine. Tests and judges read the emulator's records through taps,
+// such as which datagrams a link dropped, marked or carried, without
+// touching its state.
 func (f *Fabric) AddTap(tap func(*TapEvent)) {
 	if f.group != nil {
 		panic("netem: taps on a fabric over processes would run on every core at once")
@@ -58,16 +58,16 @@ func (f *Fabric) AddTap(tap func(*TapEvent)) {
 	f.taps = append(f.taps, tap)
 }
 
-// AddHostTap calls tap for every link event from now on with the host
-// whose uplink or downlink the link is (-1 for a link between switches).
-// Over processes it is called on that host's process, on any core, beside
-// the others': tap must touch only what is that host's (a count or a
-// sample of its own, say), and be added between windows.
+// AddHostTap calls tap for every link event from now on, with the host whose
+// uplink or downlink the link is, or -1 for a link between switches. Over
+// processes it is called on that host's process, on any core, beside the
+// others'. The tap must touch only what is that host's, such as a count or a
+// sample of its own, and it must be added between windows.
 func (f *Fabric) AddHostTap(tap func(host int, e *TapEvent)) {
 	f.hostTaps = append(f.hostTaps, tap)
 }
 
-// DatagramWriter is where a capture writes; internal/pcapio's Writer is one.
+// DatagramWriter is where a capture writes. internal/pcapio's Writer is one.
 type DatagramWriter interface {
 	WriteDatagram(ts time.Time, src, dst netip.AddrPort, dscp uint8, ecn link.ECN, payload []byte) error
 }
@@ -78,14 +78,15 @@ type Capture struct {
 	n   int
 }
 
-// Err is the first write error, if any; the capture stops at it.
+// Err is the first write error, if any. The capture stops at it.
 func (c *Capture) Err() error { return c.err }
 
 // Packets is the number of datagrams written.
 func (c *Capture) Packets() int { return c.n }
 
-// CaptureLink writes every datagram that finishes transmission on l to w,
-// as it leaves the link (ECN as marked), stamped origin + its virtual time.
+// CaptureLink writes every datagram that finishes transmission on l to w as
+// it leaves the link, with ECN as marked. Each is stamped with origin plus
+// its virtual time.
 func (f *Fabric) CaptureLink(l *Link, w DatagramWriter, origin time.Time) *Capture {
 	c := &Capture{}
 	var padded []byte
@@ -95,7 +96,7 @@ func (f *Fabric) CaptureLink(l *Link, w DatagramWriter, origin time.Time) *Captu
 		}
 		d := e.Datagram
 		data := d.Data
-		if d.Pad > 0 { // written with zeros where a placeholder has no bytes
+		if d.Pad > 0 { // a placeholder's missing bytes are written as zeros
 			padded = append(append(padded[:0], d.Data...), make([]byte, d.Pad)...)
 			data = padded
 		}
