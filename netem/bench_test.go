@@ -8,11 +8,12 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// BenchmarkFabricTraversals loads a 64-host, 8-plane leaf-spine fabric (8
-// hosts per leaf, 4 spines, 100 Gb/s links with ECN marking): every host
-// sends 4 KiB datagrams to a permutation partner on every plane, each with
-// its own source port, at ~90% of line rate. It reports link traversals
-// (a datagram finishing transmission on one link) per second of wall time.
+// BenchmarkFabricTraversals loads a 64-host, 8-plane leaf-spine fabric with
+// 8 hosts per leaf, 4 spines and 100 Gb/s links with ECN marking. Every
+// host sends 4 KiB datagrams to a permutation partner on every plane, each
+// with its own source port, at about 90% of line rate. It reports link
+// traversals per second of wall time. A traversal is a datagram finishing
+// transmission on one link.
 func BenchmarkFabricTraversals(b *testing.B) {
 	cfg := leafSpine(1, 64, 8, 8, 4)
 	for _, l := range []*LinkConfig{&cfg.Uplink, &cfg.Downlink, &cfg.FabricUp, &cfg.FabricDown} {

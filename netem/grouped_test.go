@@ -12,9 +12,9 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// A fabric over processes, a host each: a datagram crosses from its
-// sender's process to its receiver's on the uplink and arrives when it
-// would on one clock; the receiver's process runs the delivery.
+// In a fabric over processes, a host each, a datagram crosses from its
+// sender's process to its receiver's on the uplink. It arrives when it would
+// on one clock, and the receiver's process runs the delivery.
 func TestGroupedDeliveryTime(t *testing.T) {
 	cfg := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, 2*time.Microsecond))
 	g := parallel.NewGroup(2, time.Microsecond, 2)
@@ -33,9 +33,10 @@ func TestGroupedDeliveryTime(t *testing.T) {
 	}
 }
 
-// What a fabric over processes cannot share between them is refused: a
-// leaf-spine, PFC, a trace, taps (but host taps), an uplink faster than
-// the processes' lookahead, a count of processes that is not the hosts'.
+// A fabric over processes refuses what it cannot share between them. That
+// is a leaf-spine, PFC, a trace, taps other than host taps, an uplink faster
+// than the processes' lookahead, and a count of processes other than the
+// hosts'.
 func TestGroupedRefuses(t *testing.T) {
 	good := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, time.Microsecond))
 	for _, c := range []struct {
@@ -74,14 +75,14 @@ func TestGroupedRefuses(t *testing.T) {
 	f.AddTap(func(*TapEvent) {})
 }
 
-// Faults over processes: each process changes its own links at the
-// fault's time, and its hosts hear of a plane going down and coming back
-// on their own process; host taps see their host's links. A datagram sent
-// on the plane before the fault arrives; one on its uplink's wire when the
-// fault comes is lost there (the uplink decided so when it left, its far
-// end being another process's); one sent while the plane is down is
-// dropped at its sender's uplink; one sent after the repair arrives. All
-// of it as on one clock, and the same on any number of cores.
+// Over processes, each process changes its own links at a fault's time, and
+// its hosts hear on their own process of a plane going down and coming
+// back. Host taps see their host's links. A datagram sent on the plane
+// before the fault arrives. One on its uplink's wire when the fault comes is
+// lost there, because the uplink decided so when it left, its far end being
+// another process's. One sent while the plane is down is dropped at its
+// sender's uplink, and one sent after the repair arrives. All of it happens
+// as on one clock, and the same on any number of cores.
 func TestGroupedFaults(t *testing.T) {
 	run := func(workers int) string {
 		cfg := Config{Seed: 1, Hosts: 3, Planes: 2, Uplink: simpleLink(10*gbps, time.Microsecond), Downlink: simpleLink(10*gbps, time.Microsecond)}
@@ -89,7 +90,7 @@ func TestGroupedFaults(t *testing.T) {
 		var f *Fabric
 		var err error
 		var lp func(h int) Scheduler
-		if workers == 0 { // one clock
+		if workers == 0 { // on one clock
 			sim := clock.NewSim()
 			f, err = New(cfg, sim)
 			lp = func(int) Scheduler { return sim }
@@ -104,7 +105,7 @@ func TestGroupedFaults(t *testing.T) {
 		if err := f.ScheduleFault(20*time.Microsecond, Fault{Kind: Repair, Plane: 1}); err != nil {
 			t.Fatal(err)
 		}
-		logs := make([][]string, 3) // by host: only its process writes it
+		logs := make([][]string, 3) // by host, and only its process writes it
 		f.OnPlaneChange(func(h, plane int, up bool) {
 			logs[h] = append(logs[h], fmt.Sprintf("plane %d up %v at %v", plane, up, lp(h).Now()))
 		})
@@ -143,11 +144,11 @@ func TestGroupedFaults(t *testing.T) {
 }
 
 // Over processes, a fault is taken only for after the datagrams already on
-// the wire of an uplink it changes have arrived: each decided when it left
-// that it would arrive (its far end is another process's). A datagram on a
-// slow uplink's wire arrives 1 us after its serialization ends, 10.3 us
-// after it was sent. A datagram its uplink already decided is lost on the
-// wire holds back a repair the same way: it must not arrive to find the
+// the wire of an uplink it changes have arrived. Each decided when it left
+// that it would arrive, its far end being another process's. A datagram on
+// a slow uplink's wire arrives 1 us after its serialization ends, 10.3 us
+// after it was sent. A datagram that its uplink already decided is lost on
+// the wire holds back a repair the same way. It must not arrive to find the
 // link up, on its sender's process.
 func TestGroupedFaultAfterTheWire(t *testing.T) {
 	cfg := twoHosts(simpleLink(gbps, time.Microsecond), simpleLink(gbps, time.Microsecond))
@@ -178,7 +179,7 @@ func TestGroupedFaultAfterTheWire(t *testing.T) {
 		t.Fatalf("%d delivered: the datagram on the wire arrives before the fault", f.Delivered())
 	}
 	// A datagram that left before a blackhole of its uplink and arrives
-	// after it is lost on the wire, as its uplink decided when it left: a
+	// after it is lost on the wire, as its uplink decided when it left. A
 	// repair before it arrives would find it on the sender's process with
 	// the link up.
 	cfg.Faults = []Fault{{At: 5 * time.Microsecond, Kind: PlaneBlackhole, Link: up}}
@@ -202,14 +203,14 @@ func TestGroupedFaultAfterTheWire(t *testing.T) {
 	}
 }
 
-// One host sending to another over processes, in steady state, allocates
-// nothing a datagram: the datagrams the receiver's process frees go back,
-// between windows, to the sender's, which would otherwise make new ones
-// for ever. (A run of windows starts its helpers: a few allocations a run,
-// as many for 64 datagrams as for 512.)
+// One host sending to another over processes allocates nothing per
+// datagram in steady state. The datagrams the receiver's process frees go
+// back to the sender's between windows. The sender would otherwise make new
+// ones for ever. A run of windows starts its helpers, which costs a few
+// allocations per run, as many for 64 datagrams as for 512.
 func TestGroupedSteadyStateAllocatesNothing(t *testing.T) {
 	cfg := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, time.Microsecond))
-	g := parallel.NewGroup(2, time.Microsecond, 1) // the pools, not the cores
+	g := parallel.NewGroup(2, time.Microsecond, 1) // one worker, since this tests the pools and not the cores
 	f, err := NewGrouped(cfg, g)
 	if err != nil {
 		t.Fatal(err)

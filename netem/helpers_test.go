@@ -56,8 +56,8 @@ func attachSink(f *Fabric, host int) *sink {
 	return s
 }
 
-// datagram makes a datagram of size bytes from (src host, plane, port) to
-// dst host on the same plane, numbered seq in its first 4 bytes.
+// datagram makes a datagram of size bytes from host src's port srcPort on
+// plane to host dst on the same plane, numbered seq in its first 4 bytes.
 func datagram(f *Fabric, src, dst, plane int, srcPort uint16, size int, seq uint32, ecn link.ECN) link.Datagram {
 	b := f.Host(src).Buffer()[:size]
 	{
@@ -76,7 +76,8 @@ func datagram(f *Fabric, src, dst, plane int, srcPort uint16, size int, seq uint
 	}
 }
 
-// pacer sends count datagrams from src to dst, one every gap, as a clock.Event.
+// pacer is a clock.Event that sends count datagrams from src to dst, one
+// every gap.
 type pacer struct {
 	f                *Fabric
 	sim              *clock.Sim
@@ -87,7 +88,7 @@ type pacer struct {
 	sent, count      int
 	ecn              link.ECN
 	portsPerDatagram bool // vary the source port per datagram
-	noFill           bool // leave the payload as the buffer had it (benchmarks)
+	noFill           bool // leave the payload as the buffer had it, for benchmarks
 	batch            [1]link.Datagram
 }
 
@@ -114,7 +115,8 @@ func (p *pacer) Fire() {
 }
 
 // After runs its function at the time given, in order with a fault
-// scheduled for the same time before it: it sees the fault in effect.
+// scheduled for the same time before it, so the function sees the fault in
+// effect.
 func TestAfterRunsInOrderOnTheFabricClock(t *testing.T) {
 	f, sim := newTestFabric(t, Config{Hosts: 2, Planes: 2, Uplink: simpleLink(1e9, time.Microsecond), Downlink: simpleLink(1e9, time.Microsecond)})
 	at := 7 * time.Microsecond

@@ -9,7 +9,7 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// The same fabric runs in real time on a clock.Loop: datagrams posted from
+// The same fabric runs in real time on a clock.Loop. Datagrams posted from
 // another goroutine arrive, no earlier than the path's delay.
 func TestRealTimeMode(t *testing.T) {
 	loop := clock.NewLoop()
@@ -44,7 +44,7 @@ func TestRealTimeMode(t *testing.T) {
 	}
 	received := 0
 	deadline := time.After(5 * time.Second)
-	for received < n/4 { // half are lost; a quarter is a safe floor
+	for received < n/4 { // half are lost, so a quarter is a safe floor
 		select {
 		case a := <-arrivals:
 			if a.at-a.sent < clock.Time(5*time.Millisecond) {

@@ -99,7 +99,7 @@ func TestCaptureLink(t *testing.T) {
 			ce++
 		}
 	}
-	// Datagram i >= 1 joins a queue of (i-1) x 1000 bytes: CE from i = 4.
+	// Datagram i >= 1 joins a queue of (i-1) × 1000 bytes, so CE marks start at i = 4.
 	if ce != 6 {
 		t.Errorf("%d CE-marked datagrams in the capture, want 6", ce)
 	}

@@ -1,0 +1,106 @@
+package netem
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+)
+
+// A 5-tuple always takes the same spine, the one Spine reports. 256 source
+// ports spread over 8 spines within a 3-sigma binomial bound of 32 ± 16.
+func TestECMPSpreadAndStability(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		f, sim := newTestFabric(t, leafSpine(seed, 16, 1, 8, 8))
+		counts := make([]int, 8)
+		for port := 0; port < 256; port++ {
+			d := datagram(f, 0, 12, 0, uint16(49152+port), 100, 0, link.ECT0)
+			s := f.Spine(d.Src, d.Dst)
+			for rep := 0; rep < 3; rep++ {
+				if again := f.Spine(d.Src, d.Dst); again != s {
+					t.Fatalf("seed %d port %d: spine %d then %d", seed, port, s, again)
+				}
+			}
+			counts[s]++
+			before := f.FabricLink(0, 0, s, true).Stats().Packets
+			f.Host(0).Send([]link.Datagram{d})
+			sim.RunUntil(sim.Now() + clock.Time(time.Millisecond))
+			if f.FabricLink(0, 0, s, true).Stats().Packets != before+1 {
+				t.Fatalf("seed %d port %d: the datagram did not cross spine %d", seed, port, s)
+			}
+		}
+		for s, c := range counts {
+			if c < 16 || c > 48 {
+				t.Errorf("seed %d: spine %d got %d of 256 ports, outside 32 +- 16", seed, s, c)
+			}
+		}
+	}
+}
+
+// Spines are picked per seed, so two seeds send some 5-tuple different ways.
+func TestECMPDependsOnSeed(t *testing.T) {
+	a, _ := newTestFabric(t, leafSpine(1, 16, 1, 8, 8))
+	b, _ := newTestFabric(t, leafSpine(2, 16, 1, 8, 8))
+	differ := 0
+	for port := 0; port < 64; port++ {
+		d := datagram(a, 0, 12, 0, uint16(49152+port), 10, 0, link.ECT0)
+		if a.Spine(d.Src, d.Dst) != b.Spine(d.Src, d.Dst) {
+			differ++
+		}
+	}
+	if differ < 32 {
+		t.Fatalf("only %d of 64 tuples change spine with the seed", differ)
+	}
+}
+
+// With single-port hosts the source leaf's hash picks the plane as well as
+// the spine. 256 source ports spread over 4 planes × 2 spines, each
+// datagram crosses the plane Path names, and a plane that fails takes only
+// the flows hashed onto it.
+func TestSinglePortHostsHashOverPlanes(t *testing.T) {
+	cfg := leafSpine(4, 16, 4, 8, 2)
+	cfg.SinglePort = true
+	cfg.Faults = []Fault{{At: time.Millisecond, Kind: PlaneDown, Plane: 1}}
+	f, sim := newTestFabric(t, cfg)
+	s := attachSink(f, 12)
+	counts := map[[2]int]int{}
+	onPlane1 := 0
+	for port := 0; port < 256; port++ {
+		d := datagram(f, 3, 12, 0, uint16(49152+port), 100, uint32(port), link.ECT0)
+		p, sp := f.Path(d.Src, d.Dst)
+		counts[[2]int{p, sp}]++
+		if p == 1 {
+			onPlane1++
+		}
+		before := f.FabricLink(p, 0, sp, true).Stats().Packets
+		f.Host(3).Send([]link.Datagram{d})
+		sim.RunUntil(sim.Now() + clock.Time(3*time.Microsecond))
+		if f.FabricLink(p, 0, sp, true).Stats().Packets != before+1 {
+			t.Fatalf("port %d: not carried by plane %d spine %d", port, p, sp)
+		}
+	}
+	for k, c := range counts {
+		if c < 16 || c > 48 { // Binomial(256, 1/8) is 32 ± 3 sigma
+			t.Errorf("plane %d spine %d got %d of 256 ports", k[0], k[1], c)
+		}
+	}
+	if len(counts) != 8 {
+		t.Errorf("ports used %d plane-spine pairs, want 8", len(counts))
+	}
+	sim.RunUntil(clock.Time(2 * time.Millisecond)) // plane 1 is down by now
+	got := len(s.got)
+	for port := 0; port < 256; port++ {
+		f.Host(3).Send([]link.Datagram{datagram(f, 3, 12, 0, uint16(49152+port), 100, uint32(port), link.ECT0)})
+	}
+	sim.RunUntil(sim.Now() + clock.Time(time.Millisecond))
+	if lost := 256 - (len(s.got) - got); lost != onPlane1 {
+		t.Errorf("plane 1 down lost %d datagrams; %d ports hash onto it", lost, onPlane1)
+	}
+	if f.Uplink(1, 3).Stats().Drops[DropDown] != 0 {
+		t.Error("a plane fault touched a host's own link")
+	}
+	if _, err := New(Config{Hosts: 2, Planes: 2, SinglePort: true, Uplink: simpleLink(gbps, 0), Downlink: simpleLink(gbps, 0)}, clock.NewSim()); err == nil {
+		t.Error("single-port hosts without a leaf-spine accepted")
+	}
+}
