@@ -8,40 +8,41 @@ import (
 
 // AllocParams are a receiver's allocation parameters.
 type AllocParams struct {
-	// Capacity is the inbound rate to share, bytes/s.
+	// Capacity is the inbound rate to share, in bytes/s.
 	Capacity float64
-	// Horizon turns a declared backlog into a demand: a sender with B
-	// bytes left wants B / Horizon bytes/s (a greedy sender, more than its
-	// share). A sender silent for a Horizon has left.
+	// Horizon turns a declared backlog into a demand. A sender with B bytes
+	// left wants B / Horizon bytes/s, and a greedy sender wants more than
+	// its share. A sender silent for a Horizon has left.
 	Horizon time.Duration
 	// Quiet, when set, is how long a connection may go without a packet
-	// before it is forgotten, in place of the rule for senders to a
-	// receiver (the horizon, or eight of its packets at the level). A
-	// host's own connections leave by Leave; a long Quiet only forgets
-	// one that stalled without saying so.
+	// before it is forgotten. It replaces the rule for senders to a
+	// receiver, which is the horizon or eight of its packets at the level.
+	// A host's own connections leave by Leave, and a long Quiet only
+	// forgets one that stalled without saying so.
 	Quiet time.Duration
 }
 
 // Allocator is a max-min fair share of a capacity among connections. A
-// receiver's shares its inbound capacity among the connections sending to
-// it (demands from their declared backlogs; the share is the rate hint
-// their ACKs carry); a sender's shares its NIC among its connections with
-// data to send (each wanting the rate its windows and hint allow).
+// receiver's Allocator shares its inbound capacity among the connections
+// sending to it. Their demands come from their declared backlogs, and their
+// ACKs carry the share as the rate hint. A sender's Allocator shares its
+// NIC among its connections with data to send, each wanting the rate its
+// windows and hint allow.
 type Allocator struct {
 	p          AllocParams
 	flows      map[uint32]*flow
-	active     []*flow // the flows in the map, in no order: what a recompute or an expiry walks
-	level      float64 // the water level: every active connection's hint
+	active     []*flow // the flows in the map, in no order, which a recompute or an expiry walks
+	level      float64 // the water level, every active connection's hint
 	lastExpire int64
 	demands    []float64 // recompute's scratch
 }
 
 type flow struct {
-	demand   float64 // bytes/s: the declared backlog over the horizon, at most the capacity
+	demand   float64 // the declared backlog over the horizon in bytes/s, at most the capacity
 	used     float64 // the demand the last recompute used
 	lastSeen int64
 	bytes    int  // the last packet's size
-	in       bool // in flows: false once it expired or left (a Member may still hold it)
+	in       bool // in flows, false once it expired or left while a Member may still hold it
 	id       uint32
 	at       int // its index in active, while in
 }
@@ -52,34 +53,35 @@ func NewAllocator(p AllocParams) *Allocator {
 }
 
 // Observe notes a data packet from connection id declaring backlog bytes
-// still to send, at now (ns): its demand is the backlog over the horizon.
+// still to send, at now in ns. Its demand is the backlog over the horizon.
 // It reports whether the allocation changed.
 func (a *Allocator) Observe(id uint32, backlog uint64, bytes int, now int64) bool {
 	return a.ObserveDemand(id, float64(backlog)/a.p.Horizon.Seconds(), bytes, now)
 }
 
 // ObserveDemand notes a packet of bytes from connection id wanting demand
-// bytes/s, at now (ns). It reports whether the allocation changed.
+// bytes/s, at now in ns. It reports whether the allocation changed.
 //
-// The allocation is recomputed only when it can change: a connection
-// appears or leaves, turns from greedy (wanting at least the level) to not
-// or back, or, not greedy, changes its demand by more than a tenth. Each
-// packet of a greedy connection costs a map lookup (through its Member,
-// none).
+// The allocation is recomputed only when it can change. That is when a
+// connection appears or leaves, turns from greedy to not or back, or
+// changes its demand by more than a tenth while not greedy. A greedy
+// connection wants at least the level. Each packet of a greedy connection
+// costs a map lookup, or none through its Member.
 func (a *Allocator) ObserveDemand(id uint32, demand float64, bytes int, now int64) bool {
 	_, changed := a.observe(a.flows[id], nil, id, demand, bytes, now)
 	return changed
 }
 
-// observe is ObserveDemand given id's entry f (nil: it has none) and
-// where a new entry goes (nil: a new allocation); it returns the entry.
+// observe is ObserveDemand given id's entry f, or nil if it has none, and
+// slot, where a new entry goes, or nil for a new allocation. It returns the
+// entry.
 func (a *Allocator) observe(f, slot *flow, id uint32, demand float64, bytes int, now int64) (*flow, bool) {
 	d := min(demand, a.p.Capacity)
 	dirty := false
 	switch {
 	case f == nil:
 		if old := a.flows[id]; old != nil {
-			a.remove(old) // id joined another way too (by id and as a member): one entry
+			a.remove(old) // id joined both by id and as a member, and keeps one entry
 		}
 		if slot == nil {
 			slot = new(flow)
@@ -92,7 +94,7 @@ func (a *Allocator) observe(f, slot *flow, id uint32, demand float64, bytes int,
 	case (d >= a.level) != (f.used >= a.level):
 		dirty = true
 	case d < a.level && math.Abs(d-f.used) > 0.1*f.used:
-		dirty = true // compared with what the allocation used: slow drifts count
+		dirty = true // compared with what the allocation used, so slow drifts count
 	}
 	f.demand, f.lastSeen, f.bytes = d, now, bytes
 	if now-a.lastExpire > int64(a.p.Horizon)/2 {
@@ -107,7 +109,7 @@ func (a *Allocator) observe(f, slot *flow, id uint32, demand float64, bytes int,
 	return f, false
 }
 
-// Leave removes connection id (it closed).
+// Leave removes connection id, which closed.
 func (a *Allocator) Leave(id uint32) {
 	if f, ok := a.flows[id]; ok {
 		a.remove(f)
@@ -124,13 +126,13 @@ func (a *Allocator) remove(f *flow) {
 	f.in = false
 }
 
-// A Member is connection id's entry in the allocation, for the connection
-// to keep. Its methods are the allocator's for id without a map lookup
-// per packet. A connection with a Member goes through it only, not
-// through the id-based methods.
+// Member is connection id's entry in the allocation, for the connection to
+// keep. Its methods are the allocator's for id without a map lookup per
+// packet. A connection with a Member goes through it only, not through the
+// id-based methods.
 type Member struct {
 	a *Allocator
-	f *flow // the entry when it last had one (see flow.in): own
+	f *flow // the entry it last had, current while f.in holds
 	// own is where the member's entry lives, beside the handle. An entry
 	// that expired or left is out of the allocator's map before it is
 	// reused. Its id is the member's connection's from the start.
@@ -176,8 +178,8 @@ func (m *Member) Leave() {
 	}
 }
 
-// Share is the rate (bytes/s) connection id may send at: the water level
-// for a sender, and the whole capacity for one not (yet) sending.
+// Share is the rate in bytes/s at which connection id may send. It is the
+// water level for a sender, and the whole capacity for one not sending yet.
 func (a *Allocator) Share(id uint32) float64 {
 	if _, ok := a.flows[id]; !ok {
 		return a.p.Capacity
@@ -189,12 +191,12 @@ func (a *Allocator) Share(id uint32) float64 {
 func (a *Allocator) Senders() int { return len(a.flows) }
 
 // expire removes the senders silent for longer than the horizon, or than
-// eight of their packets at the level (a sender paced at its share sends a
-// packet every bytes/level: it must not be forgotten between two).
+// eight of their packets at the level. A sender paced at its share sends a
+// packet every bytes/level, and it must not be forgotten between two.
 func (a *Allocator) expire(now int64) bool {
 	gone := false
-	// Backwards: a removal moves the last flow, already looked at, into
-	// the removed one's place.
+	// The walk goes backwards, since a removal moves the last flow, already
+	// looked at, into the removed one's place.
 	for i := len(a.active) - 1; i >= 0; i-- {
 		f := a.active[i]
 		quiet := max(int64(a.p.Horizon), int64(8*float64(f.bytes)/a.level*1e9))
@@ -209,9 +211,9 @@ func (a *Allocator) expire(now int64) bool {
 	return gone
 }
 
-// recompute fills the water level: the largest L with sum of min(demand,
-// L) <= Capacity. Every sender gets L as its hint; one that wants less
-// uses less, and the rest is what the others share.
+// recompute fills the water level, the largest L with the sum of
+// min(demand, L) <= Capacity. Every sender gets L as its hint. One that
+// wants less uses less, and the rest is what the others share.
 func (a *Allocator) recompute() bool {
 	a.demands = a.demands[:0]
 	for _, f := range a.active {
@@ -238,7 +240,7 @@ func waterLevel(demands []float64, capacity float64) float64 {
 		}
 		left -= d
 	}
-	// Everyone wants less than an equal share: the level is what the
+	// Everyone wants less than an equal share. The level is what the
 	// largest could take on top of what the others use.
 	return max(left+demands[len(demands)-1], demands[len(demands)-1])
 }

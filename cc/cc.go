@@ -1,35 +1,38 @@
-// Package cc is mroce's congestion control, from both ends, as pure
-// objects of (signals, now): no I/O, no clock of their own.
+// Package cc is mroce's congestion control, at both ends of a connection.
+// Its types are pure objects driven by signals and the time they are given.
+// They do no I/O and keep no clock of their own.
 //
-//   - Window is a path's congestion window: DCTCP-style ECN-driven AIMD.
-//     The fraction of CE-marked packets is averaged once per round trip;
-//     the first mark of a round cuts the window by half that average;
-//     every acknowledged packet grows it by 1/W (one packet per round
-//     trip). Random loss does not cut it; a retransmission timeout does,
-//     to the minimum: that path only.
+//   - Window is a path's congestion window, a DCTCP-style AIMD driven by
+//     ECN. The fraction of CE-marked packets is averaged once per round
+//     trip. The first mark of a round cuts the window by half that average,
+//     and every acknowledged packet grows it by 1/W, one packet per round
+//     trip. Random loss does not cut it. A retransmission timeout cuts that
+//     path's window to the minimum.
 //   - Allocator is a receiver's max-min fair share of its inbound capacity
-//     among the connections sending to it, from the backlog each one
-//     declares in its data packets. The share is the rate hint every ACK
-//     carries.
-//   - Pacer spaces a sender's packets at its rate: the minimum of its
-//     windows' rate (sum of window / RTT over the paths) and the receiver's
+//     among the connections sending to it. Each connection declares its
+//     backlog in its data packets, and every ACK carries the share as a rate
 //     hint.
-//   - DCQCN is the rate controller of the RoCEv2 baseline mode.
+//   - Pacer spaces a sender's packets at its rate. That is the minimum of its
+//     windows' rate, the sum of window / RTT over the paths, and the
+//     receiver's hint.
+//   - DCQCN is the rate controller of the RoCEv2 baseline mode, described in
+//     section 10 of docs/spec.md.
 //
 // docs/cc.md gives every parameter, its default and the reason for it.
 package cc
 
 import "github.com/mroce/mroce/proto"
 
-// WindowParams are a path window's parameters (in packets).
+// WindowParams are a path window's parameters, in packets.
 type WindowParams struct {
 	Initial, Min, Max float64
-	// G is the gain of the ECN fraction's moving average (DCTCP's g).
+	// G is the gain of the ECN fraction's moving average, DCTCP's g.
 	G float64
 }
 
 // DefaultWindow is DCTCP's published gain with a window that starts at 16
-// packets and is held to [1, 255] (255: the path's ring of 256 PSNs).
+// packets and is held to [1, 255]. The maximum of 255 fits the path's ring
+// of 256 PSNs.
 var DefaultWindow = WindowParams{Initial: 16, Min: 1, Max: 255, G: 1.0 / 16}
 
 // Window is one path's congestion window, updated by every ACK record
@@ -38,14 +41,14 @@ type Window struct {
 	w     float64 // packets
 	alpha float64 // moving average of the fraction of packets marked CE
 
-	acked, marked int32  // in the current round (a round is a window's worth: at most hundreds)
+	acked, marked int32  // in the current round, a window's worth of at most hundreds
 	roundEnd      uint32 // the round ends when this PSN is acknowledged
 	cut           bool   // the window was cut in this round
 	p             WindowParams
 }
 
-// NewWindow returns a window at p.Initial with alpha 1 (DCTCP's start: the
-// first mark halves the window).
+// NewWindow returns a window at p.Initial with alpha 1. That is DCTCP's
+// start, where the first mark halves the window.
 func NewWindow(p WindowParams, nextPSN uint32) *Window {
 	return &Window{p: p, w: p.Initial, alpha: 1, roundEnd: nextPSN}
 }
@@ -59,25 +62,26 @@ func (w *Window) Value() float64 { return w.w }
 // Alpha is the current average ECN fraction.
 func (w *Window) Alpha() float64 { return w.alpha }
 
-// OnAck applies one ACK record's news for the path: acked packets newly
-// reported received, of which marked carried CE. through is the highest
-// PSN the record covers and next the path's next PSN, which delimit
-// rounds (one round trip each).
+// OnAck applies one ACK record's news for the path. Of the acked packets
+// newly reported received, marked carried CE. through is the highest PSN
+// the record covers, and next is the path's next PSN. Together they delimit
+// rounds of one round trip each.
 func (w *Window) OnAck(acked, marked int, through, next uint32) {
 	w.acked += int32(acked)
 	w.marked += int32(marked)
 	if marked > 0 && !w.cut {
-		// The first mark of a round: cut by half the average fraction.
+		// The first mark of a round cuts by half the average fraction.
 		w.w = max(w.p.Min, w.w*(1-w.alpha/2))
 		w.cut = true
 	} else if marked == 0 && w.w > 0 {
-		// Additive increase: one packet per window of acknowledgments.
+		// Additive increase adds one packet per window of acknowledgments.
 		w.w = min(w.p.Max, w.w+float64(acked)/w.w)
 	}
 	if proto.SeqLessEq(w.roundEnd, through) {
 		if w.acked > 0 {
-			// Marks can outnumber acknowledgments in a round (a duplicate or a
-			// refused packet is marked too): the fraction is at most 1.
+			// Marks can outnumber acknowledgments in a round, because a
+			// duplicate or a refused packet is marked too. The fraction is
+			// at most 1.
 			f := min(1, float64(w.marked)/float64(w.acked))
 			w.alpha = (1-w.p.G)*w.alpha + w.p.G*f
 		}
@@ -86,6 +90,6 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) {
 	}
 }
 
-// OnTimeout trims the window to its minimum: the path timed out. Other
-// paths are not touched, and random loss (a gap) never calls this.
+// OnTimeout trims the window to its minimum after the path timed out. Other
+// paths are not touched, and random loss, a gap, never calls this.
 func (w *Window) OnTimeout() { w.w = w.p.Min }

@@ -12,28 +12,28 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 // DCTCP's rules against hand-computed values.
 func TestWindowRules(t *testing.T) {
 	w := NewWindow(WindowParams{Initial: 10, Min: 1, Max: 100, G: 1.0 / 16}, 100)
-	// Additive increase: 5 acked at W=10 -> 10.5.
+	// Additive increase takes W=10 with 5 acked to 10.5.
 	w.OnAck(5, 0, 99, 110)
 	if !near(w.Value(), 10.5) {
 		t.Fatalf("after 5 acks at W=10: %v, want 10.5", w.Value())
 	}
-	// The first mark of a round with alpha 1 halves: 10.5 -> 5.25.
+	// The first mark of a round with alpha 1 halves, from 10.5 to 5.25.
 	w.OnAck(1, 1, 101, 110)
 	if !near(w.Value(), 5.25) {
 		t.Fatalf("after the first mark: %v, want 5.25", w.Value())
 	}
-	// The round ended at PSN 100 (covered: through 101): alpha = 15/16 +
-	// 1/16 x (1 marked of 6 acked) = 0.9375 + 0.0104166.. = 0.947916..
+	// The round ended at PSN 100, which through 101 covers. Alpha becomes
+	// 15/16 + 1/16 × (1 marked of 6 acked) = 0.9375 + 0.0104166.. = 0.947916..
 	if want := 15.0/16 + 1.0/16*(1.0/6); !near(w.Alpha(), want) {
 		t.Fatalf("alpha %v, want %v", w.Alpha(), want)
 	}
-	// New round (ends at 110): a second mark cuts again (once per round).
+	// A new round ends at 110, and a second mark cuts again, once per round.
 	w.OnAck(1, 1, 102, 112)
 	want := 5.25 * (1 - w.Alpha()/2)
 	if !near(w.Value(), want) {
 		t.Fatalf("second round's mark: %v, want %v", w.Value(), want)
 	}
-	// More marks in the same round do not cut again; unmarked acks grow.
+	// More marks in the same round do not cut again, and unmarked acks grow.
 	w.OnAck(1, 1, 103, 112)
 	if !near(w.Value(), want) {
 		t.Fatalf("a second mark in one round cut again: %v", w.Value())
@@ -42,7 +42,8 @@ func TestWindowRules(t *testing.T) {
 	if !near(w.Value(), want+2/want) {
 		t.Fatalf("growth after marks: %v, want %v", w.Value(), want+2/want)
 	}
-	// A timeout trims to the minimum; never below it, never above max.
+	// A timeout trims to the minimum. The window is never below it or above
+	// the maximum.
 	w.OnTimeout()
 	if w.Value() != 1 || w.Packets() != 1 {
 		t.Fatalf("after a timeout: %v", w.Value())
@@ -79,7 +80,7 @@ func TestPacer(t *testing.T) {
 	if ok, _ := p.Ready(0); !ok {
 		t.Fatal("a new pacer is not ready")
 	}
-	p.Sent(0, 1000, 1e9) // 1000 bytes at 1 GB/s: 1 µs
+	p.Sent(0, 1000, 1e9) // 1000 bytes at 1 GB/s take 1 µs
 	if ok, at := p.Ready(500); ok || at != 1000 {
 		t.Fatalf("ready at %v", at)
 	}
@@ -99,8 +100,8 @@ func TestPacer(t *testing.T) {
 }
 
 func TestRate(t *testing.T) {
-	// Two paths of 40 KB windows, RTTs 10 µs and 20 µs: 4e9 + 2e9 B/s,
-	// paced 1.25 x faster.
+	// Two paths of 40 KB windows with RTTs of 10 µs and 20 µs give
+	// 4e9 + 2e9 B/s, paced 1.25 × faster.
 	got := Rate(WindowRate([]PathRate{{40000, 10 * time.Microsecond}, {40000, 20 * time.Microsecond}}), math.Inf(1))
 	if !near(got, 7.5e9) {
 		t.Fatalf("rate %v, want 7.5e9", got)
@@ -115,7 +116,7 @@ func TestRate(t *testing.T) {
 		t.Fatalf("no RTT sample, hinted: %v, want the hint", got)
 	}
 	// A path without a sample yet counts at the fastest sampled path's RTT,
-	// not as nothing: 4e9 + 4e9 + 2e9 B/s.
+	// not as nothing. That gives 4e9 + 4e9 + 2e9 B/s.
 	got = Rate(WindowRate([]PathRate{{40000, 10 * time.Microsecond}, {40000, 0}, {40000, 20 * time.Microsecond}}), math.Inf(1))
 	if !near(got, 12.5e9) {
 		t.Fatalf("a path not yet sampled: rate %v, want 12.5e9", got)
@@ -130,10 +131,10 @@ func TestWaterLevel(t *testing.T) {
 		level    float64
 	}{
 		{nil, 100, 100},
-		{[]float64{1000, 1000, 1000, 1000}, 100, 25}, // four greedy: a quarter each
-		{[]float64{10, 1000, 1000}, 100, 45},         // one small: the others split the rest
+		{[]float64{1000, 1000, 1000, 1000}, 100, 25}, // four greedy get a quarter each
+		{[]float64{10, 1000, 1000}, 100, 45},         // beside one small, the others split the rest
 		{[]float64{10, 20, 1000}, 100, 70},           // two small
-		{[]float64{10, 20, 30}, 100, 70},             // nobody greedy: the largest may take 70
+		{[]float64{10, 20, 30}, 100, 70},             // nobody greedy, so the largest may take 70
 		{[]float64{50, 50}, 100, 50},                 // exactly full
 		{[]float64{0, 0, 1000, 1000, 1000}, 90, 30},  // idle senders cost nothing
 	} {
@@ -145,8 +146,8 @@ func TestWaterLevel(t *testing.T) {
 
 func TestAllocator(t *testing.T) {
 	a := NewAllocator(AllocParams{Capacity: 1e9, Horizon: time.Microsecond})
-	// Backlogs in bytes over a 1 µs horizon: 1 MiB -> ~1e12 B/s, capped at
-	// the capacity: greedy.
+	// Backlogs in bytes over a 1 µs horizon make 1 MiB about 1e12 B/s,
+	// capped at the capacity, so the sender is greedy.
 	if a.Share(1) != 1e9 {
 		t.Fatal("a stranger's share is the capacity")
 	}
@@ -160,18 +161,18 @@ func TestAllocator(t *testing.T) {
 	if a.Share(1) != 2.5e8 || a.Share(4) != 2.5e8 {
 		t.Fatalf("four greedy senders: %v", a.Share(1))
 	}
-	// Sender 4 done (0 bytes left): it wants nothing and the others get a
-	// third each.
+	// Sender 4 is done with 0 bytes left. It wants nothing, and the others
+	// get a third each.
 	if a.Observe(4, 0, 4096, 400) == false || !near(a.Share(1), 1e9/3) {
 		t.Fatalf("a sender finishing: %v", a.Share(1))
 	}
-	// A sender paced at its share (a 4 KiB packet every 12 µs here) is not
-	// forgotten between two packets, though the horizon is 1 µs...
+	// A sender paced at its share, here a 4 KiB packet every 12 µs, is not
+	// forgotten between two packets, though the horizon is 1 µs.
 	a.Observe(1, 1<<20, 4096, 10_000)
 	if a.Senders() != 4 {
 		t.Fatalf("senders between packets: %d", a.Senders())
 	}
-	// ... but one silent for eight of its packets leaves.
+	// One silent for eight of its packets leaves.
 	a.Observe(1, 1<<20, 4096, 200_000)
 	if a.Senders() != 1 || a.Share(1) != 1e9 {
 		t.Fatalf("after the others went silent: %d senders, share %v", a.Senders(), a.Share(1))
@@ -196,11 +197,11 @@ func TestAllocatorFollowsDrift(t *testing.T) {
 	}
 }
 
-// A sender's NIC shared by demands given as rates: one connection held
+// A sender's NIC is shared by demands given as rates. One connection held
 // below the equal share by its receiver leaves the rest to the others.
 func TestAllocatorObserveDemand(t *testing.T) {
 	a := NewAllocator(AllocParams{Capacity: 100, Horizon: time.Second})
-	a.ObserveDemand(1, math.Inf(1), 4096, 0) // no limit of its own: the capacity
+	a.ObserveDemand(1, math.Inf(1), 4096, 0) // no limit of its own, so the capacity
 	a.ObserveDemand(2, 1000, 4096, 0)
 	a.ObserveDemand(3, 10, 4096, 0)
 	if !near(a.Share(1), 45) || !near(a.Share(2), 45) {
@@ -215,9 +216,9 @@ func TestAllocatorObserveDemand(t *testing.T) {
 	}
 }
 
-// With Quiet set (a host's own NIC), a connection paced far below the level
-// is not forgotten between two of its packets, as a receiver would forget
-// a sender, only after Quiet.
+// With Quiet set, as for a host's own NIC, a connection paced far below the
+// level is not forgotten between two of its packets, as a receiver would
+// forget a sender. It is forgotten only after Quiet.
 func TestAllocatorQuiet(t *testing.T) {
 	a := NewAllocator(AllocParams{Capacity: 1e9, Horizon: time.Microsecond, Quiet: time.Millisecond})
 	a.ObserveDemand(1, 1e6, 4096, 0) // a 4 KiB packet every 4 ms
@@ -232,7 +233,7 @@ func TestAllocatorQuiet(t *testing.T) {
 	}
 }
 
-// A Member is its id without the lookups: two allocators fed the same
+// A Member is its id without the lookups. Two allocators fed the same
 // packets, one by id and one through members, give the same shares at
 // every step, through joining, expiring, joining again and leaving.
 func TestAllocatorMemberIsItsID(t *testing.T) {
@@ -284,14 +285,14 @@ func TestDCQCN(t *testing.T) {
 	if d.Rate(0) != 12.5e9 {
 		t.Fatalf("start %v", d.Rate(0))
 	}
-	// The first CNP (alpha 1) halves: rt = 12.5e9, rc = 6.25e9; alpha
-	// becomes 255/256 + 1/256 = 1.
+	// The first CNP with alpha 1 halves, so rt = 12.5e9 and rc = 6.25e9.
+	// Alpha becomes 255/256 + 1/256 = 1.
 	d.OnCNP(0)
 	if d.Rate(0) != 6.25e9 || d.alpha != 1 {
 		t.Fatalf("after a CNP: rate %v alpha %v", d.Rate(0), d.alpha)
 	}
-	// 55 µs later: alpha decays once, and one timer event recovers halfway:
-	// rc = (12.5e9 + 6.25e9) / 2.
+	// 55 µs later alpha decays once, and one timer event recovers halfway,
+	// so rc = (12.5e9 + 6.25e9) / 2.
 	if got := d.Rate(55000); !near(got, 9.375e9) || !near(d.alpha, 255.0/256) {
 		t.Fatalf("after 55 µs: rate %v alpha %v", got, d.alpha)
 	}
@@ -310,8 +311,8 @@ func TestDCQCN(t *testing.T) {
 	if !near(d.Rate(5*55000), r*(1-a/2)) {
 		t.Fatalf("second CNP: %v, want %v", d.Rate(5*55000), r*(1-a/2))
 	}
-	// After F = 5 timer events of fast recovery, the sixth is additive:
-	// the target (what the rate was at the second CNP) grows by R_AI.
+	// After F = 5 timer events of fast recovery, the sixth is additive. The
+	// target, the rate at the second CNP, grows by R_AI.
 	t0 := int64(5 * 55000)
 	target := d.rt
 	for i := int64(1); i <= 5; i++ {
@@ -337,7 +338,7 @@ func TestDCQCN(t *testing.T) {
 // A gap taken at a low rate shrinks when the rate rises.
 func TestPacerFaster(t *testing.T) {
 	var p Pacer
-	p.Sent(0, 1000, 1) // 1000 s at 1 B/s
+	p.Sent(0, 1000, 1) // 1000 bytes at 1 B/s take 1000 s
 	p.Faster(1e9)
 	if ok, at := p.Ready(1000); !ok || at != 1000 {
 		t.Fatalf("after the rate rose: ready at %v", at)
@@ -362,11 +363,11 @@ func TestDCQCNIdleAndParams(t *testing.T) {
 	}
 }
 
-// A receiver recomputes its shares on the packets of senders whose demand
-// moves (a draining backlog does, packet by packet): without allocating.
+// A receiver recomputes its shares without allocating on the packets of
+// senders whose demand moves, as a draining backlog does packet by packet.
 func TestAllocatorRecomputesWithoutAllocating(t *testing.T) {
-	// Every sender wants less than an equal share (1 MiB over the horizon
-	// is 10^10 bytes/s of 10^12): each move of a demand moves the level.
+	// Every sender wants less than an equal share, 1 MiB over the horizon
+	// being 10^10 bytes/s of 10^12. Each move of a demand moves the level.
 	a := NewAllocator(AllocParams{Capacity: 1e12, Horizon: 100 * time.Microsecond})
 	for id := uint32(0); id < 64; id++ { // an all-to-all of 65 hosts
 		a.Observe(id, 1<<20, 4096, 0)
@@ -374,7 +375,7 @@ func TestAllocatorRecomputesWithoutAllocating(t *testing.T) {
 	backlog := uint64(1 << 20)
 	recomputed := 0
 	if n := testing.AllocsPerRun(1000, func() {
-		backlog = backlog * 7 / 8 // a tenth and more below the last: recomputed
+		backlog = backlog * 7 / 8 // a tenth and more below the last, so recomputed
 		if backlog < 4096 {
 			backlog = 1 << 20
 		}
@@ -389,11 +390,12 @@ func TestAllocatorRecomputesWithoutAllocating(t *testing.T) {
 	}
 }
 
-// The allocator walks its flows as a list beside its map: whatever joins,
-// leaves or expires, by id or as a member (the same ids both ways, which a
-// connection should not do, but which must not leave a flow in one and not
-// the other), the list holds exactly the map's flows, each knowing its
-// place, and the level is the water level of the map's demands.
+// The allocator walks its flows as a list beside its map. Flows join, leave
+// or expire, by id or as a member. The test uses the same ids both ways,
+// which a connection should not do but which must not leave a flow in one
+// and not the other. Through all of it the list holds exactly the map's
+// flows, each knowing its place, and the level is the water level of the
+// map's demands.
 func TestAllocatorListIsTheMap(t *testing.T) {
 	a := NewAllocator(AllocParams{Capacity: 1e9, Horizon: time.Microsecond})
 	members := make([]*Member, 40)

@@ -5,48 +5,50 @@ import (
 	"time"
 )
 
-// DCQCNParams are DCQCN's parameters (Zhu et al., "Congestion Control for
-// Large-Scale RDMA Deployments", SIGCOMM 2015): the published defaults are
-// DefaultDCQCN.
+// DCQCNParams are DCQCN's parameters, from Zhu et al., "Congestion Control
+// for Large-Scale RDMA Deployments", SIGCOMM 2015. DefaultDCQCN gives the
+// published defaults.
 type DCQCNParams struct {
-	LineRate float64       // bytes/s: the starting and highest rate
-	MinRate  float64       // bytes/s: the floor
+	LineRate float64       // the starting and highest rate, in bytes/s
+	MinRate  float64       // the floor, in bytes/s
 	G        float64       // gain of alpha's moving average
 	AlphaT   time.Duration // alpha decays once per AlphaT without a CNP
 	RateT    time.Duration // a rate-increase event per RateT without a CNP
-	ByteB    float64       // ... and per ByteB bytes sent
+	ByteB    float64       // and one per ByteB bytes sent
 	F        int           // fast-recovery stages before additive increase
-	RAI      float64       // additive increase, bytes/s
-	RHAI     float64       // hyper increase, bytes/s
+	RAI      float64       // additive increase, in bytes/s
+	RHAI     float64       // hyper increase, in bytes/s
 }
 
-// DefaultDCQCN returns the published constants for a line rate (bytes/s):
-// g = 1/256, alpha and rate timers of 55 µs, a byte counter of 10 MB, F = 5,
-// R_AI = 40 Mb/s, R_HAI = 400 Mb/s, and a floor of 10 Mb/s.
+// DefaultDCQCN returns the published constants for a line rate in bytes/s.
+// They are g = 1/256, alpha and rate timers of 55 µs, a byte counter of
+// 10 MB, F = 5, R_AI = 40 Mb/s, R_HAI = 400 Mb/s and a floor of 10 Mb/s.
 func DefaultDCQCN(lineRate float64) DCQCNParams {
 	return DCQCNParams{LineRate: lineRate, MinRate: 10e6 / 8, G: 1.0 / 256,
 		AlphaT: 55 * time.Microsecond, RateT: 55 * time.Microsecond, ByteB: 10e6,
 		F: 5, RAI: 40e6 / 8, RHAI: 400e6 / 8}
 }
 
-// DCQCN is the reaction point's rate controller: a CNP cuts the current
-// rate by alpha/2 and remembers it as the target; without CNPs, timer and
-// byte-counter events raise the rate back in fast recovery (halfway to the
-// target), then additive, then hyper increase. Timers are applied lazily
-// from the times given, so the controller needs no clock of its own.
+// DCQCN is the reaction point's rate controller. A CNP cuts the current
+// rate by alpha/2 and remembers the old rate as the target. Without CNPs,
+// timer and byte-counter events raise the rate back, first in fast
+// recovery halfway to the target, then by additive and then hyper
+// increase. Timers are applied lazily from the times given, so the
+// controller needs no clock of its own.
 type DCQCN struct {
 	p             DCQCNParams
-	rc, rt        float64 // current and target rate, bytes/s
+	rc, rt        float64 // current and target rate, in bytes/s
 	alpha         float64
-	lastAlpha     int64 // ns: the last alpha decay (or CNP)
-	lastRateT     int64 // ns: the last timer event (or CNP)
+	lastAlpha     int64 // ns of the last alpha decay or CNP
+	lastRateT     int64 // ns of the last timer event or CNP
 	bytes         float64
 	timerN, byteN int // increase events since the last CNP, by source
 	cnps          uint64
 }
 
 // NewDCQCN starts at line rate with alpha 1. Parameters that would make no
-// sense (zero or negative periods, byte counts, rates) take the defaults.
+// sense, such as zero or negative periods, byte counts or rates, take the
+// defaults.
 func NewDCQCN(p DCQCNParams, now int64) *DCQCN {
 	def := DefaultDCQCN(p.LineRate)
 	if !(p.LineRate > 0) {
@@ -80,7 +82,7 @@ func (d *DCQCN) Rate(now int64) float64 {
 // CNPs counts the congestion notifications received.
 func (d *DCQCN) CNPs() uint64 { return d.cnps }
 
-// OnCNP is a congestion notification at now: the rate cut.
+// OnCNP is a congestion notification at now, which cuts the rate.
 func (d *DCQCN) OnCNP(now int64) {
 	d.advance(now)
 	d.cnps++
@@ -109,7 +111,7 @@ func (d *DCQCN) advance(now int64) {
 	}
 	for now-d.lastRateT >= int64(d.p.RateT) {
 		if d.rc >= d.p.LineRate && d.rt >= d.p.LineRate {
-			// At line rate nothing more can change: skip the idle periods.
+			// At line rate nothing more can change, so the idle periods are skipped.
 			d.lastRateT += (now - d.lastRateT) / int64(d.p.RateT) * int64(d.p.RateT)
 			break
 		}
@@ -127,5 +129,5 @@ func (d *DCQCN) increase() {
 	case d.timerN > d.p.F || d.byteN > d.p.F: // additive increase
 		d.rt = min(d.p.LineRate, d.rt+d.p.RAI)
 	}
-	d.rc = min(d.p.LineRate, (d.rt+d.rc)/2) // fast recovery: halfway to the target
+	d.rc = min(d.p.LineRate, (d.rt+d.rc)/2) // fast recovery, halfway to the target
 }

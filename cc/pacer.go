@@ -21,8 +21,8 @@ func (p *Pacer) Ready(now int64) (bool, int64) {
 	return false, p.next
 }
 
-// Sent accounts for bytes sent at now at rate (bytes/s; +Inf or <= 0 means
-// unpaced).
+// Sent accounts for bytes sent at now at rate, in bytes per second. A rate
+// of +Inf or <= 0 means unpaced.
 func (p *Pacer) Sent(now int64, bytes int, rate float64) {
 	if rate <= 0 || math.IsInf(rate, 1) {
 		p.next = now
@@ -34,7 +34,7 @@ func (p *Pacer) Sent(now int64, bytes int, rate float64) {
 	p.last, p.lastBytes = now, bytes
 }
 
-// Faster tells the pacer the rate rose to rate: the wait after the last
+// Faster tells the pacer the rate rose to rate. The wait after the last
 // packet shrinks to what the new rate asks, so a gap taken at a low rate
 // does not hold the sender back.
 func (p *Pacer) Faster(rate float64) {
@@ -49,30 +49,30 @@ func (p *Pacer) Faster(rate float64) {
 }
 
 // PacingGain is how much faster than its windows' rate a sender paces. The
-// windows decide how much is in flight; pacing only spaces it and must not
-// hold the sender below what its windows allow (Linux paces at 1.2 x in
-// congestion avoidance for the same reason).
+// windows decide how much is in flight. Pacing only spaces it and must not
+// hold the sender below what its windows allow. Linux paces at 1.2 × in
+// congestion avoidance for the same reason.
 const PacingGain = 1.25
 
-// Rate is a sender's pacing rate: PacingGain times its windows' rate
-// (WindowRate), capped by the receiver's hint (bytes/s; +Inf for none),
-// which is a rate to keep, not to exceed.
+// Rate is a sender's pacing rate, PacingGain times its windows' rate from
+// WindowRate. The receiver's hint in bytes per second caps it, and +Inf
+// means no hint. The hint is a rate to keep, not to exceed.
 func Rate(windowRate, hint float64) float64 { return math.Min(PacingGain*windowRate, hint) }
 
-// PathRate is what one path gives a sender's windows' rate: its window in
-// bytes and its minimum RTT (0: no sample yet).
+// PathRate is what one path gives a sender's windows' rate. That is its
+// window in bytes and its minimum RTT, or 0 before the first sample.
 type PathRate struct {
 	WindowBytes float64
 	MinRTT      time.Duration
 }
 
-// WindowRate is the rate a sender's windows deliver: the sum over its
-// paths of window bytes per RTT. A path without an RTT sample yet counts
-// at the fastest sampled path's RTT (the paths of a connection join the
-// same two hosts): counted as nothing, it would hold the sender to the
-// rate of the paths its first ACKs happened to come back on, in the round
-// trips when every path's window is still open. With no sample at all it
-// is +Inf: the windows alone hold the sender back.
+// WindowRate is the rate a sender's windows deliver, the sum over its paths
+// of window bytes per RTT. A path without an RTT sample yet counts at the
+// fastest sampled path's RTT, since the paths of a connection join the same
+// two hosts. Counted as nothing, it would hold the sender to the rate of
+// the paths its first ACKs happened to come back on, in the round trips
+// when every path's window is still open. With no sample at all the rate is
+// +Inf, and the windows alone hold the sender back.
 //
 // The RTT to give is each path's minimum: a smoothed RTT lags behind a
 // queue that drains, and pacing by it would slow the sender just when the
