@@ -1,42 +1,46 @@
-// Package udp carries an engine's datagrams over real UDP sockets: a
-// link.Port for the engine's sends and a reader per socket that hands
+// Package udp carries an engine's datagrams over real UDP sockets. A Driver
+// is the engine's link.Port for sending, and a reader per socket hands
 // arriving datagrams to the engine on its clock.Loop. docs/udp.md describes
 // the driver and what it measures.
 //
-// One pool of bound sockets serves every connection of an endpoint: for
-// each plane (a local address, one per NIC port) one socket per source port
-// of the pool, plus the receive port. A datagram leaves from the socket of
-// its Src (plane address and source port: the path), so however many
-// connections and paths there are, the endpoint holds planes x (ports + 1)
-// sockets. Datagrams are written and read in batches: sendmmsg through
-// golang.org/x/net, recvmmsg through a reader of our own that writes into
-// the batch's buffers and allocates nothing (mmsg_linux.go). What the
-// engine sends during one turn of its loop is held and goes out at the
-// turn's end; where the kernel segments (UDP_SEGMENT), a run of datagrams
-// of one size to one destination goes as one GSO message, and on the
-// receive port the kernel joins arriving runs (UDP_GRO), which the reader
-// cuts apart again. Each datagram's ECN and DSCP go on the wire as the
-// engine set them and come back as the network left them (IP_TOS /
-// IPV6_TCLASS ancillary data, see sockopt_linux.go).
+// One pool of bound sockets serves every connection of an endpoint. Each
+// plane is a local address, one per NIC port, with one socket per source
+// port of the pool plus the receive port. A datagram leaves from the socket
+// of its Src, whose plane address and source port name the path. However
+// many connections and paths there are, the endpoint holds
+// planes × (ports + 1) sockets.
 //
-// Every socket has a reader goroutine: the receive port's reads big
-// batches, a source-port socket small ones of small datagrams (it gets
-// only the replies to PROBEs, which return over the probe's 5-tuple, and
-// CLOSEs).
+// Datagrams are written and read in batches. sendmmsg goes through
+// golang.org/x/net. recvmmsg goes through a reader of the package's own in
+// mmsg_linux.go, which writes into the batch's buffers and allocates
+// nothing. It hands the kernel its message headers through unsafe, as the
+// system call requires. What the engine sends during one turn of its loop
+// is held and goes out at the turn's end. Where the kernel segments with
+// UDP_SEGMENT, a run of datagrams of one size to one destination goes as one
+// GSO message. On the receive port the kernel joins arriving runs with
+// UDP_GRO, and the reader cuts them apart again. Each datagram's ECN and
+// DSCP go on the wire as the engine set them and come back as the network
+// left them, through IP_TOS and IPV6_TCLASS ancillary data.
 //
-// Kernel drops (a receive buffer that overflowed) are counted from the
+// Every socket has a reader goroutine. The receive port's reader reads big
+// batches. A source-port socket's reads small batches of small datagrams,
+// since it gets only CLOSEs and the replies to PROBEs, which return over the
+// probe's 5-tuple.
+//
+// Kernel drops from a receive buffer that overflowed are counted from the
 // SO_RXQ_OVFL count the kernel attaches to each datagram.
 //
-// DF is set on every socket, and New checks the largest datagram against
-// each plane's interface MTU; a datagram the kernel still finds too big
-// for its path is counted (Stats.TooBig) and dropped, never fragmented.
+// DF is set on every socket, as section 11 of docs/spec.md requires, and
+// New checks the largest datagram against each plane's interface MTU. A
+// datagram the kernel still finds too big for its path is counted in
+// Stats.TooBig and dropped, never fragmented.
 //
-// Not built yet: learning a path MTU below the interface's (probes with
-// padding), ICMP errors, and readers that scale to a pool of hundreds of
-// ports (one goroutine and two batches each today). On other systems than
-// Linux the ECN field is neither set per datagram nor read, drops are not
-// counted, there is no GSO or GRO, and the batch reader is x/net's, which
-// allocates an address per datagram (sockopt_other.go, mmsg_other.go).
+// Not built yet are learning a path MTU below the interface's with padded
+// probes, ICMP errors, and readers that scale to a pool of hundreds of
+// ports. Today each port has one goroutine and two batches. On systems
+// other than Linux the ECN field is neither set per datagram nor read,
+// drops are not counted, there is no GSO or GRO, and the batch reader is
+// x/net's, which allocates an address per datagram.
 package udp
 
 import (
@@ -55,14 +59,15 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// RTOMin and RTOInitial are the engine's retransmission timeout floor
-// (also the tail probe's, ProbeMin) and its value before a connection's
-// first RTT sample that real sockets want (engine.Config.RTOMin,
-// RTOInitial; software.RealTimeTimers sets them). The floor must be above
-// the host's scheduling noise, so that an ACK that is late, not lost, is
-// not taken for a loss; RTOInitial must outlast the first windows an
-// incast queues. docs/udp.md gives the measurements. The engine's
-// defaults are for a data-center fabric in virtual time.
+// RTOMin and RTOInitial are the retransmission timeout values that real
+// sockets want for the engine. RTOMin is the timeout's floor, and the tail
+// probe's as engine.Config.ProbeMin. RTOInitial is the timeout before a
+// connection's first RTT sample. software.RealTimeTimers sets them in
+// engine.Config. The floor must be above the host's scheduling noise, so
+// that an ACK that is late, not lost, is not taken for a loss. RTOInitial
+// must outlast the first windows an incast queues. docs/udp.md gives the
+// measurements. The engine's defaults are for a data-center fabric in
+// virtual time.
 const (
 	RTOMin     = 10 * time.Millisecond
 	RTOInitial = 100 * time.Millisecond
@@ -70,25 +75,26 @@ const (
 
 // Config says which sockets a driver binds.
 type Config struct {
-	// Planes are the local addresses, one per plane; the same list as the
+	// Planes are the local addresses, one per plane, the same list as the
 	// engine's Planes. IPv4 and IPv6 addresses may be mixed.
 	Planes []netip.Addr
-	// Port is the receive port (the engine's Port).
+	// Port is the receive port, the engine's Port.
 	Port uint16
-	// SourcePorts is the source-port pool (the engine's SourcePorts).
+	// SourcePorts is the source-port pool, the engine's SourcePorts.
 	SourcePorts []uint16
-	// MaxDatagram is the largest UDP payload sent or received: at most
-	// what every plane's interface MTU carries after the IP and UDP
-	// headers (New refuses more). Default: that, or 9,000 if less. The
-	// engine's MaxPacket must not exceed it (Driver.MaxDatagram).
+	// MaxDatagram is the largest UDP payload sent or received. It is at
+	// most what every plane's interface MTU carries after the IP and UDP
+	// headers, and New refuses more. It defaults to that, or to 9,000 if
+	// that is less. The engine's MaxPacket must not exceed it.
 	MaxDatagram int
-	// Batch is how many datagrams one system call moves. Default 64.
+	// Batch is how many datagrams one system call moves. It defaults to 64.
 	Batch int
-	// NoGRO keeps the kernel from joining arriving datagrams (UDP_GRO is
-	// asked for on the receive port's sockets otherwise).
+	// NoGRO keeps the kernel from joining arriving datagrams. Otherwise the
+	// receive port's sockets ask for UDP_GRO.
 	NoGRO bool
-	// SocketBuffer is each socket's send and receive buffer in bytes.
-	// Default 4 MiB (the kernel may cap it at net.core.rmem_max / wmem_max).
+	// SocketBuffer is each socket's send and receive buffer in bytes. It
+	// defaults to 4 MiB. The kernel may cap it at net.core.rmem_max and
+	// net.core.wmem_max.
 	SocketBuffer int
 }
 
@@ -122,7 +128,7 @@ func (c *Config) fitMTU() error {
 		if err != nil {
 			return err
 		}
-		headers := 20 + 8 // IPv4 without options, UDP
+		headers := 20 + 8 // IPv4 without options, and UDP
 		if plane.Is6() {
 			headers = 40 + 8
 		}
@@ -158,8 +164,8 @@ func interfaceMTU(addr netip.Addr) (int, string, error) {
 			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == addr.WithZone("").Unmap() {
 				return ifc.MTU, ifc.Name, nil
 			}
-			// A whole local prefix (127.0.0.0/8 on loopback) answers for
-			// every address in it.
+			// A whole local prefix, such as 127.0.0.0/8 on loopback,
+			// answers for every address in it.
 			if ifc.Flags&net.FlagLoopback != 0 && ipn.Contains(net.IP(addr.Unmap().AsSlice())) {
 				return ifc.MTU, ifc.Name, nil
 			}
@@ -168,67 +174,75 @@ func interfaceMTU(addr netip.Addr) (int, string, error) {
 	return 0, "", fmt.Errorf("udp: plane %v: no local interface has this address", addr)
 }
 
-// MaxDatagram is the largest UDP payload the driver carries: the engine's
+// MaxDatagram is the largest UDP payload the driver carries. The engine's
 // MaxPacket must not exceed it.
 func (d *Driver) MaxDatagram() int { return d.cfg.MaxDatagram }
 
 // Stats are a driver's counters. Read them with Driver.Stats.
 type Stats struct {
 	Sent, Received uint64
-	// SendCalls counts the system calls that sent: Sent / SendCalls is the
+	// SendCalls counts the system calls that sent. Sent / SendCalls is the
 	// batching achieved.
 	SendCalls uint64
-	// SendErrors counts datagrams the kernel refused (no route, a
-	// destination of the other IP family); they are dropped, as a network
-	// would. (A full send buffer makes the write wait rather than drop.)
+	// SendErrors counts datagrams the kernel refused, for no route or a
+	// destination of the other IP family. They are dropped, as a network
+	// would drop them. A full send buffer makes the write wait rather than
+	// drop.
 	SendErrors uint64
-	// TooBig counts datagrams refused as larger than the path MTU
-	// (EMSGSIZE: DF is set, nothing is fragmented); dropped.
+	// TooBig counts datagrams refused with EMSGSIZE as larger than the path
+	// MTU. DF is set, so nothing is fragmented, and they are dropped.
 	TooBig uint64
-	// Segmented counts the datagrams of Sent that went in GSO messages
-	// (several datagrams of one size, cut apart by the kernel).
+	// Segmented counts the datagrams of Sent that went in GSO messages,
+	// several datagrams of one size that the kernel cut apart.
 	Segmented uint64
 	// GSOFallbacks counts GSO messages the kernel refused while their
-	// datagrams, sent one by one, passed: GSO is then turned off.
+	// datagrams, sent one by one, passed. GSO is then turned off.
 	GSOFallbacks uint64
 	// NoSocket counts datagrams whose Src is not one of the driver's
-	// sockets: dropped.
+	// sockets. They are dropped.
 	NoSocket uint64
 	// Padded counts datagrams with link.Datagram.Pad set, bytes a socket
-	// has nothing to send for (a simulation's placeholders): dropped.
+	// has nothing to send for. Only a simulation's placeholders have them,
+	// and they are dropped.
 	Padded uint64
-	// Coalesced counts the datagrams of Received that arrived joined by
-	// the kernel (GRO), several in one message.
+	// Coalesced counts the datagrams of Received that the kernel joined
+	// with GRO, several in one message.
 	Coalesced uint64
-	// Truncated counts received datagrams longer than MaxDatagram: the
+	// Truncated counts received datagrams longer than MaxDatagram. The
 	// kernel cut them, and they are dropped.
 	Truncated uint64
 	// ECNSeen counts received datagrams whose ECN field was readable.
 	ECNSeen uint64
 	// KernelDrops counts datagrams the kernel dropped because a socket's
-	// receive buffer was full, as it reports them (SO_RXQ_OVFL, with the
-	// next datagram that arrives).
+	// receive buffer was full. The kernel reports them with SO_RXQ_OVFL on
+	// the next datagram that arrives.
 	KernelDrops uint64
 }
 
-// Driver is the sockets of one endpoint. Send and Buffer (the link.Port)
-// are called on the loop goroutine only.
+// Driver is the sockets of one endpoint. Send and Buffer, the link.Port's
+// methods, are called on the loop goroutine only.
 type Driver struct {
-	cfg       Config
-	loop      *clock.Loop
-	socks     map[netip.AddrPort]*socket
-	recvs     []*socket          // the receive port's socket on each plane
-	free      [][]byte           // buffers handed back by Send, for Buffer
-	pending   []link.Datagram    // what Send holds until Flush
-	refused   []link.Datagram    // refused as too big during a flush: for tooBig once it is over
-	tooBig    link.TooBigHandler // told of datagrams the kernel refused as too big, if the receiver wants to know
-	slots     []slot             // per outgoing message of a batch
-	out       []ipv4.Message     // the batch handed to the kernel
-	grouped   []bool             // which datagrams of a chunk went out already
-	spare     slot               // for resending a refused GSO message singly
-	spareMsg  [1]ipv4.Message
-	gso       bool  // the kernel segments for us (UDP_SEGMENT)
-	stats     Stats // loop goroutine only, like everything the loop runs
+	cfg   Config
+	loop  *clock.Loop
+	socks map[netip.AddrPort]*socket
+	recvs []*socket // the receive port's socket on each plane
+	gso   bool      // the kernel segments with UDP_SEGMENT
+
+	free     [][]byte        // buffers handed back by Send, for Buffer
+	pending  []link.Datagram // what Send holds until Flush
+	slots    []slot          // per outgoing message of a batch
+	out      []ipv4.Message  // the batch handed to the kernel
+	grouped  []bool          // which datagrams of a chunk went out already
+	spare    slot            // for resending a refused GSO message singly
+	spareMsg [1]ipv4.Message
+
+	// refused holds the datagrams refused as too big during a flush. tooBig
+	// is told of them once the flush is over, if the receiver wants to know.
+	refused []link.Datagram
+	tooBig  link.TooBigHandler
+
+	stats Stats // loop goroutine only, like everything the loop runs
+
 	wg        sync.WaitGroup
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -240,18 +254,18 @@ type socket struct {
 	conn  *net.UDPConn
 	batch batchConn
 	v6    bool
-	gro   bool   // the kernel joins arriving datagrams (UDP_GRO)
-	drops uint32 // the kernel's drop count last seen (loop goroutine)
+	gro   bool   // the kernel joins arriving datagrams with UDP_GRO
+	drops uint32 // the kernel's drop count last seen, on the loop goroutine
 }
 
-// reaches reports whether the socket can send to dst: a valid address of
-// its own IP family (v6 sockets are IPv6-only).
+// reaches reports whether the socket can send to dst. That needs a valid
+// address of the socket's own IP family, since v6 sockets are IPv6-only.
 func (s *socket) reaches(dst netip.AddrPort) bool {
 	a := dst.Addr()
 	return dst.IsValid() && dst.Port() != 0 && (s.v6 == (a.Is6() && !a.Is4In6()))
 }
 
-// batchConn is what ipv4.PacketConn and ipv6.PacketConn share: both move
+// batchConn is what ipv4.PacketConn and ipv6.PacketConn share. Both move
 // socket.Message batches.
 type batchConn interface {
 	ReadBatch(ms []ipv4.Message, flags int) (int, error)
@@ -314,7 +328,7 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 	_ = conn.SetWriteBuffer(buffer)
 	s := &socket{local: ap, conn: conn, v6: ap.Addr().Is6()}
 	if s.v6 {
-		s.batch = ipv6.NewPacketConn(conn) // its Message is ipv4's: both are socket.Message
+		s.batch = ipv6.NewPacketConn(conn) // its Message is ipv4's, since both are socket.Message
 	} else {
 		s.batch = ipv4.NewPacketConn(conn)
 	}
@@ -331,16 +345,16 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 
 // Start reads every socket and hands each datagram to r on the loop
 // goroutine, with the loop's time. The receive port carries nearly
-// everything; a source-port socket gets what answers a packet at its
-// source address (a PROBE's reply, spec section 7), so it reads in small
-// batches.
+// everything. A source-port socket gets only what answers a packet at its
+// source address, such as a PROBE's reply from section 5.10 of the spec, so
+// it reads in small batches.
 func (d *Driver) Start(r link.Receiver) {
 	d.tooBig, _ = r.(link.TooBigHandler)
 	for _, s := range d.socks {
 		batch := d.cfg.Batch
 		switch {
 		case s.local.Port() != d.cfg.Port:
-			batch = min(batch, 2) // replies to probes and CLOSEs only: few and small
+			batch = min(batch, 2) // only replies to probes and CLOSEs, few and small
 		case s.gro:
 			// Each message holds up to 64 KiB of joined datagrams.
 			batch = max(1, batch/2)
@@ -389,14 +403,14 @@ func (d *Driver) Buffer() []byte {
 }
 
 // Send implements link.Port. It holds the datagrams until the end of the
-// loop's turn (or until Flush, or until a few batches are waiting), so
-// that everything the engine sends in one turn goes out together: fewer
-// system calls, and longer runs for GSO to join.
+// loop's turn, until Flush, or until a few batches are waiting. Everything
+// the engine sends in one turn then goes out together, in fewer system
+// calls and with longer runs for GSO to join.
 func (d *Driver) Send(batch []link.Datagram) {
 	for i := range batch {
 		if batch[i].Pad != 0 {
 			d.stats.Padded++
-			if cap(batch[i].Data) >= d.cfg.MaxDatagram { // one of Buffer's: reuse it
+			if cap(batch[i].Data) >= d.cfg.MaxDatagram { // one of Buffer's, to reuse
 				d.free = append(d.free, batch[i].Data)
 			}
 			continue
@@ -409,19 +423,19 @@ func (d *Driver) Send(batch []link.Datagram) {
 }
 
 // Flush sends what Send holds. The datagrams of each Src go out in one
-// system call from that Src's socket, in their order; datagrams of
-// different sources (different paths) need no order between them, and an
+// system call from that Src's socket, in their order. Datagrams of
+// different sources, on different paths, need no order between them. An
 // engine spraying over paths interleaves them, so grouping only runs of the
 // same Src would cost a system call per datagram. The kernel copies each
 // datagram, so its buffer is free again when Flush returns. The loop calls
-// it at the end of every turn; loop goroutine only.
+// Flush at the end of every turn, and it runs on the loop goroutine only.
 func (d *Driver) Flush() {
 	batch := d.pending
 	for len(batch) > 0 {
 		chunk := batch[:min(len(batch), len(d.out))]
 		d.sendChunk(chunk)
 		for i := range chunk {
-			if cap(chunk[i].Data) >= d.cfg.MaxDatagram { // one of Buffer's: reuse it
+			if cap(chunk[i].Data) >= d.cfg.MaxDatagram { // one of Buffer's, to reuse
 				d.free = append(d.free, chunk[i].Data)
 			}
 			chunk[i].Data = nil
@@ -434,8 +448,8 @@ func (d *Driver) Flush() {
 	}
 }
 
-// sendChunk sends at most len(d.out) datagrams, grouped by source, and
-// with GSO, runs of one size to one destination in one message each.
+// sendChunk sends at most len(d.out) datagrams, grouped by source. With
+// GSO, each run of one size to one destination goes in one message.
 func (d *Driver) sendChunk(chunk []link.Datagram) {
 	done := d.grouped[:len(chunk)]
 	clear(done)
@@ -476,8 +490,8 @@ func (d *Driver) sendChunk(chunk []link.Datagram) {
 	}
 }
 
-// write sends msgs (the messages of slots) from s. A message the kernel
-// refuses is counted and dropped; a refused GSO message turns GSO off and
+// write sends msgs, the messages of slots, from s. A message the kernel
+// refuses is counted and dropped. A refused GSO message turns GSO off and
 // goes again as single datagrams.
 func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 	for sent := 0; sent < len(msgs); {
@@ -497,8 +511,8 @@ func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 		sl := &slots[sent]
 		switch {
 		case len(sl.bufs) > 1:
-			// A GSO message: its datagrams go one by one. If they pass,
-			// the kernel or device cannot segment: GSO goes off.
+			// A GSO message's datagrams go one by one. If they pass, the
+			// kernel or device cannot segment, and GSO goes off.
 			if d.resendSingly(s, sl) > 0 {
 				d.gso = false
 				d.stats.GSOFallbacks++
@@ -513,12 +527,12 @@ func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 }
 
 // refusedTooBig counts a datagram the kernel refused as larger than its
-// path's MTU and tells the receiver (the engine), which fails the
-// connection with a clear error rather than resend it for ever.
+// path's MTU and tells the receiver. The engine then fails the connection
+// with a clear error rather than resend the datagram for ever.
 func (d *Driver) refusedTooBig(s *socket, dst netip.AddrPort, data []byte) {
 	d.stats.TooBig++
 	if d.tooBig != nil {
-		// Told after the flush: the engine may send (a CLOSE) in reply.
+		// Told after the flush, since the engine may send a CLOSE in reply.
 		d.refused = append(d.refused, link.Datagram{Src: s.local, Dst: dst, Data: append([]byte(nil), data...)})
 	}
 }
@@ -556,22 +570,22 @@ func (d *Driver) resendSingly(s *socket, sl *slot) int {
 	return went
 }
 
-// slot is one outgoing message: a datagram, or with GSO several of the
-// same size to the same destination that the kernel cuts apart
-// (UDP_SEGMENT). Its fields are kept between calls so that sending
-// allocates nothing.
+// slot is one outgoing message. It holds a datagram, or with GSO several of
+// the same size to the same destination that the kernel cuts apart with
+// UDP_SEGMENT. Its fields are kept between calls so that sending allocates
+// nothing.
 type slot struct {
 	addr net.UDPAddr
 	ip   [16]byte
-	bufs [][]byte // the datagrams, gathered (cap maxSegments)
+	bufs [][]byte // the datagrams, gathered, with capacity maxSegments
 	size int      // bytes in bufs
 	tos  byte
 	dst  netip.AddrPort
 	oob  []byte
 }
 
-// maxSegments bounds a GSO message: a 64 KiB UDP payload holds 15
-// datagrams of 4 KiB; the kernel's limit is 64 segments.
+// maxSegments bounds a GSO message. A 64 KiB UDP payload holds 15 datagrams
+// of 4 KiB, and the kernel's limit is 64 segments.
 const maxSegments = 16
 
 // gsoMax is the largest UDP payload one GSO message may carry.
@@ -583,8 +597,8 @@ func (sl *slot) start(dg *link.Datagram) {
 	sl.size, sl.dst, sl.tos = len(dg.Data), dg.Dst, byte(dg.DSCP)<<2|byte(dg.ECN&3)
 }
 
-// join adds dg to sl's segments if GSO can carry them together: the same
-// destination and TOS, and every segment but the last of one size.
+// join adds dg to sl's segments if GSO can carry them together. That needs
+// the same destination and TOS, and every segment but the last of one size.
 func (sl *slot) join(dg *link.Datagram) bool {
 	seg := len(sl.bufs[0])
 	if len(sl.bufs) >= maxSegments || dg.Dst != sl.dst || byte(dg.DSCP)<<2|byte(dg.ECN&3) != sl.tos ||

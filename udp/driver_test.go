@@ -107,7 +107,7 @@ type counting struct {
 }
 
 func (c *counting) Receive(d *link.Datagram, at clock.Time) {
-	if len(d.Data) > 1 && d.Data[1] < 0x10 { // data types are 0x01..0x0F (spec section 3)
+	if len(d.Data) > 1 && d.Data[1] < 0x10 { // data types are 0x01..0x0F, per section 3 of the spec
 		c.mu.Lock()
 		c.perPort[d.Src.Port()]++
 		c.data++
@@ -119,15 +119,15 @@ func (c *counting) Receive(d *link.Datagram, at clock.Time) {
 	c.next.Receive(d, at)
 }
 
-// A WRITE of 32 MiB over real loopback sockets, 8 paths over 2 planes:
-// the bytes arrive intact, every source port carries data, and the ECN
-// field the sender set (ECT(0) on data) is read at the receiver.
+// A WRITE of 32 MiB goes over real loopback sockets, on 8 paths over 2
+// planes. The bytes arrive intact, every source port carries data, and the
+// receiver reads the ECN field the sender set, ECT(0) on data.
 func TestLoopbackTransfer(t *testing.T) {
 	transfer(t, []string{"127.0.0.1", "127.0.0.2"}, []string{"127.0.0.3", "127.0.0.4"}, 8, 32<<20)
 }
 
-// The same over IPv6 loopback: one plane (::1 is the only address), 4
-// paths, the traffic class carrying ECN.
+// The same holds over IPv6 loopback, with one plane, since ::1 is the only
+// address, and 4 paths. The traffic class carries ECN.
 func TestLoopbackTransferIPv6(t *testing.T) {
 	probe, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
 	if err != nil {
@@ -239,7 +239,7 @@ type SenderCheck struct {
 	paths int
 }
 
-// waitFor polls cond until it holds or d passes (wall time: real sockets).
+// waitFor polls cond until it holds or d of wall time passes.
 func waitFor(d time.Duration, cond func() bool) bool {
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		if cond() {
@@ -281,8 +281,8 @@ func TestSendDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// A receive buffer that overflows is counted: the kernel's drop count
-// comes with the next datagram it queues.
+// A receive buffer that overflows is counted. The kernel's drop count comes
+// with the next datagram it queues.
 func TestKernelDropsAreCounted(t *testing.T) {
 	loop := runningLoop(t)
 	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.6"}), SocketBuffer: 1})
@@ -293,7 +293,7 @@ func TestKernelDropsAreCounted(t *testing.T) {
 	}
 	defer from.Close()
 	payload := make([]byte, 1200)
-	for i := 0; i < 500; i++ { // nobody reads yet: the smallest buffer overflows
+	for i := 0; i < 500; i++ { // nobody reads yet, so the smallest buffer overflows
 		from.WriteToUDP(payload, to)
 	}
 	var mu sync.Mutex
@@ -313,7 +313,7 @@ func TestKernelDropsAreCounted(t *testing.T) {
 	t.Logf("%+v", st)
 }
 
-// A batch whose datagrams alternate between two sources (two paths) goes
+// A batch whose datagrams alternate between two sources, on two paths, goes
 // out in one system call per source, each source's datagrams in order.
 func TestSendGroupsBySource(t *testing.T) {
 	s, peer := senderAndPeer(t)
@@ -347,9 +347,9 @@ func TestSendGroupsBySource(t *testing.T) {
 	}
 }
 
-// senderAndPeer binds a driver on 127.0.0.1 with two source ports (not
-// started: only its sending is used) and a plain socket on 127.0.0.5 to
-// send to; both close when the test ends.
+// senderAndPeer binds a driver on 127.0.0.1 with two source ports, not
+// started, since only its sending is used. It also binds a plain socket on
+// 127.0.0.5 to send to. Both close when the test ends.
 func senderAndPeer(t *testing.T) (*side, *net.UDPConn) {
 	t.Helper()
 	s := bindSide(t, clock.NewLoop(), []netip.Addr{netip.MustParseAddr("127.0.0.1")}, 2)
@@ -362,8 +362,8 @@ func senderAndPeer(t *testing.T) (*side, *net.UDPConn) {
 	return s, peer
 }
 
-// New fits the largest datagram to the planes' interface MTU: by default,
-// and refusing a MaxDatagram that would not fit.
+// New fits the largest datagram to the planes' interface MTU by default,
+// and refuses a MaxDatagram that would not fit.
 func TestMaxDatagramFitsTheMTU(t *testing.T) {
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	port := uint16(20000 + rand.IntN(40000))
@@ -397,8 +397,8 @@ type tooBigRecorder struct {
 func (r *tooBigRecorder) TooBig(d *link.Datagram) { r.refused = append(r.refused, *d) }
 
 // A datagram the kernel refuses as too big is counted and dropped, and the
-// receiver (the engine) told of it once the flush is over; the rest of the
-// batch still goes.
+// receiver is told of it once the flush is over. The rest of the batch
+// still goes.
 func TestTooBigIsCountedAndDropped(t *testing.T) {
 	s, peer := senderAndPeer(t)
 	rec := &tooBigRecorder{}
@@ -420,7 +420,7 @@ func TestTooBigIsCountedAndDropped(t *testing.T) {
 }
 
 // With GSO, datagrams of one size from one source to one destination go as
-// one message that the kernel cuts apart; a shorter one may end the run,
+// one message that the kernel cuts apart. A shorter one may end the run,
 // and the receiver gets each datagram whole and in order.
 func TestGSOSendsRunsAsOneMessage(t *testing.T) {
 	s, peer := senderAndPeer(t)
@@ -454,8 +454,8 @@ func TestGSOSendsRunsAsOneMessage(t *testing.T) {
 	}
 }
 
-// refusingConn is a socket that refuses every GSO message (as a kernel or
-// device without segmentation would) and records what it sends.
+// refusingConn is a socket that refuses every GSO message, as a kernel or
+// device without segmentation would, and records what it sends.
 type refusingConn struct {
 	batchConn
 	sizes []int
@@ -478,8 +478,8 @@ func (c *refusingConn) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
 	return n, nil
 }
 
-// A GSO message the kernel refuses turns GSO off and its datagrams go one
-// by one: nothing is lost.
+// A GSO message the kernel refuses turns GSO off, and its datagrams go one
+// by one. Nothing is lost.
 func TestGSORefusedFallsBackToSingleDatagrams(t *testing.T) {
 	s, peer := senderAndPeer(t)
 	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
@@ -500,7 +500,7 @@ func TestGSORefusedFallsBackToSingleDatagrams(t *testing.T) {
 	}
 }
 
-// A destination the socket cannot reach (the other IP family, or none) is
+// A destination the socket cannot reach, of the other IP family or none, is
 // counted and dropped, and the rest of the batch goes.
 func TestWrongFamilyIsDropped(t *testing.T) {
 	s, peer := senderAndPeer(t)
@@ -517,8 +517,8 @@ func TestWrongFamilyIsDropped(t *testing.T) {
 	}
 }
 
-// A padded datagram (a simulation's placeholder) has bytes a socket
-// cannot send: dropped and counted, the others of the batch sent.
+// A padded datagram, a simulation's placeholder, has bytes a socket cannot
+// send. It is dropped and counted, and the others of the batch are sent.
 func TestPaddedDatagramIsDropped(t *testing.T) {
 	s, peer := senderAndPeer(t)
 	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
@@ -534,7 +534,7 @@ func TestPaddedDatagramIsDropped(t *testing.T) {
 }
 
 // A GSO message refused along with each of its datagrams alone is not the
-// kernel failing to segment: GSO stays on and the datagrams are counted.
+// kernel failing to segment. GSO stays on and the datagrams are counted.
 func TestGSOStaysOnWhenSinglesFailToo(t *testing.T) {
 	s, peer := senderAndPeer(t)
 	dst := peer.LocalAddr().(*net.UDPAddr).AddrPort()
@@ -556,8 +556,8 @@ type failingConn struct{ batchConn }
 
 func (failingConn) WriteBatch([]ipv4.Message, int) (int, error) { return 0, syscall.ENETUNREACH }
 
-// A datagram longer than MaxDatagram arrives cut: it is counted and
-// dropped, never handed to the engine.
+// A datagram longer than MaxDatagram arrives cut. It is counted and dropped,
+// never handed to the engine.
 func TestTruncatedDatagramIsDropped(t *testing.T) {
 	loop := runningLoop(t)
 	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.6"}), MaxDatagram: 1000})
@@ -565,7 +565,7 @@ func TestTruncatedDatagramIsDropped(t *testing.T) {
 }
 
 // checkLongDropped sends a long datagram, then a short one, from fromIP to
-// the driver's socket at to: only the short one is delivered, and the long
+// the driver's socket at to. Only the short one is delivered, and the long
 // one is counted as truncated.
 func checkLongDropped(t *testing.T, loop *clock.Loop, drv *Driver, fromIP string, to netip.AddrPort, long, short int) {
 	t.Helper()
@@ -613,8 +613,8 @@ func runningLoop(t *testing.T) *clock.Loop {
 	return loop
 }
 
-// newDriver binds a driver of cfg on a free receive port (cfg.Port is
-// chosen here), closed when the test ends.
+// newDriver binds a driver of cfg on a free receive port, which it chooses
+// for cfg.Port. The driver is closed when the test ends.
 func newDriver(t *testing.T, loop *clock.Loop, cfg Config) *Driver {
 	t.Helper()
 	var err error
@@ -631,7 +631,7 @@ func newDriver(t *testing.T, loop *clock.Loop, cfg Config) *Driver {
 }
 
 // What the engine sends during one turn of the loop goes out together at
-// the turn's end: two Sends of one turn, one system call; a backlog of
+// the turn's end. Two Sends of one turn take one system call. A backlog of
 // four batches goes at once, without waiting for the turn to end.
 func TestSendsOfOneTurnGoTogether(t *testing.T) {
 	loop := runningLoop(t)
@@ -661,7 +661,7 @@ func TestSendsOfOneTurnGoTogether(t *testing.T) {
 		t.Fatalf("during the turn %+v, after it %+v: want nothing, then 2 datagrams in one call", before, after)
 	}
 	onLoop(loop, func() {
-		drv.Send(one(32)) // 4 x Batch
+		drv.Send(one(32)) // 4 × Batch
 		late = drv.Stats()
 	})
 	if late.Sent != 34 {
@@ -669,16 +669,16 @@ func TestSendsOfOneTurnGoTogether(t *testing.T) {
 	}
 }
 
-// A source-port socket takes the small datagrams that come back to it (a
-// PROBE_REPLY, a CLOSE) and counts and drops anything longer than a few
-// hundred bytes: its buffers are small.
+// A source-port socket takes the small datagrams that come back to it, a
+// PROBE_REPLY or a CLOSE. Its buffers are small, so it counts and drops
+// anything longer than a few hundred bytes.
 func TestSourcePortsReadSmallDatagrams(t *testing.T) {
 	loop := runningLoop(t)
 	drv := newDriver(t, loop, Config{Planes: addrs([]string{"127.0.0.13"}), SourcePorts: []uint16{0}})
 	var sport netip.AddrPort
 	for ap, sock := range drv.socks {
 		if ap.Port() != drv.cfg.Port {
-			sport = sock.conn.LocalAddr().(*net.UDPAddr).AddrPort() // port 0 asked: the one the system gave
+			sport = sock.conn.LocalAddr().(*net.UDPAddr).AddrPort() // port 0 was asked, so this is the one the system gave
 		}
 	}
 	checkLongDropped(t, loop, drv, "127.0.0.14", sport, 2000, 44)

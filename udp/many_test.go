@@ -38,10 +38,10 @@ func (c counter) State(_ *engine.Conn, s engine.ConnState, err error) {
 	}
 }
 
-// 4,000 connections between two endpoints, all established, then all
-// WRITEing their own 64 KiB of one region at once, over one pool of
-// sockets per endpoint (2 planes x (receive port + 4 source ports) = 10
-// sockets): every byte arrives.
+// 4,000 connections between two endpoints are all established, then all
+// WRITE their own 64 KiB of one region at once. Each endpoint has one pool
+// of 10 sockets, 2 planes × (receive port + 4 source ports). Every byte
+// arrives.
 func TestLargeManyConnectionsShareOnePool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4,000 connections: not in -short")
@@ -95,10 +95,10 @@ func TestLargeManyConnectionsShareOnePool(t *testing.T) {
 		}
 	}
 	setup := time.Since(start)
-	// All 4,000 WRITE at once: their first windows (16 packets each, the
-	// whole 250 MiB) overflow the receiving socket's buffer, and on
-	// loopback nothing marks ECN to slow them (docs/udp.md); the transfer
-	// recovers from the drops, which the log reports.
+	// All 4,000 WRITE at once. Their first windows of 16 packets each, the
+	// whole 250 MiB, overflow the receiving socket's buffer, and on
+	// loopback nothing marks ECN to slow them, as docs/udp.md explains. The
+	// transfer recovers from the drops, which the log reports.
 	onLoop(loop, func() {
 		for i := 0; i < conns && err == nil; i++ {
 			off := uint64(i * each)

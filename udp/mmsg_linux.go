@@ -11,9 +11,10 @@ import (
 )
 
 // mmsgReader reads batches with recvmmsg(2) straight into a batch's
-// buffers. Its headers, scatter lists and address buffers are made once,
-// so reading allocates nothing (golang.org/x/net's batch reader allocates
-// a net.UDPAddr for every datagram).
+// buffers. Its headers, scatter lists and address buffers are made once, so
+// reading allocates nothing. golang.org/x/net's batch reader allocates a
+// net.UDPAddr for every datagram. The headers point into those buffers
+// through unsafe, which is how the kernel's msghdr takes them.
 type mmsgReader struct {
 	rc    syscall.RawConn
 	hdrs  []unix.Mmsghdr
@@ -43,8 +44,8 @@ func newBatchReader(s *socket, msgs []inMsg) batchReader {
 	return r
 }
 
-// read waits until the socket has datagrams and reads as many as msgs
-// holds (up to len(msgs) that are there, at least one).
+// read waits until the socket has datagrams and reads as many as are there,
+// at least one and at most len(msgs).
 func (r *mmsgReader) read(msgs []inMsg) (int, error) {
 	for i := range r.hdrs { // the kernel wrote these last time
 		h := &r.hdrs[i].Hdr
@@ -70,7 +71,7 @@ func (r *mmsgReader) read(msgs []inMsg) (int, error) {
 }
 
 // recvmmsg is the system call, run by the runtime when the socket is
-// readable; it asks to be run again when nothing was there.
+// readable. It asks to be run again when nothing was there.
 func (r *mmsgReader) recvmmsg(fd uintptr) bool {
 	for {
 		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(len(r.hdrs)),
@@ -79,15 +80,15 @@ func (r *mmsgReader) recvmmsg(fd uintptr) bool {
 		case unix.EINTR:
 			continue // interrupted before anything was read
 		case unix.EAGAIN:
-			return false // nothing there: the runtime calls again once readable
+			return false // nothing there, so the runtime calls again once readable
 		}
 		r.n, r.errno = int(n), errno
 		return true
 	}
 }
 
-// sockaddrPort reads a source address the kernel wrote (sockaddr_in or
-// sockaddr_in6, the port in network byte order). A v4-mapped source on a
+// sockaddrPort reads a source address the kernel wrote, a sockaddr_in or
+// sockaddr_in6 with the port in network byte order. A v4-mapped source on a
 // v6 socket is the v4 peer it stands for. Anything else is invalid.
 func sockaddrPort(sa *unix.RawSockaddrInet6, length uint32) netip.AddrPort {
 	raw := (*[unsafe.Sizeof(unix.RawSockaddrInet6{})]byte)(unsafe.Pointer(sa))
@@ -101,8 +102,8 @@ func sockaddrPort(sa *unix.RawSockaddrInet6, length uint32) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// enableGRO asks the kernel to join datagrams of one flow and size into
-// one message (UDP_GRO, Linux 5.0 on); it reports whether it will.
+// enableGRO asks the kernel to join datagrams of one flow and size into one
+// message with UDP_GRO, from Linux 5.0 on. It reports whether it will.
 func enableGRO(conn *net.UDPConn) bool {
 	return control(conn, func(fd int) error {
 		return unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1)

@@ -10,27 +10,27 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// inMsg is one received message: a datagram, or with GRO several of one
-// size that the kernel joined (the last may be shorter).
+// inMsg is one received message. It holds a datagram, or with GRO several
+// of one size that the kernel joined, the last of which may be shorter.
 type inMsg struct {
-	buf   []byte // what was read: buf[:n]
+	buf   []byte // the message read, buf[:n]
 	n     int
-	oob   []byte // the ancillary data: oob[:oobn]
+	oob   []byte // the ancillary data, oob[:oobn]
 	oobn  int
 	src   netip.AddrPort
-	trunc bool // longer than buf: the kernel cut it
+	trunc bool // longer than buf, so the kernel cut it
 }
 
-// batchReader reads a batch of messages from one socket into msgs (the
-// platform's recvmmsg, mmsg_linux.go; elsewhere golang.org/x/net's batch
-// reader, mmsg_other.go). It returns how many it filled.
+// batchReader reads a batch of messages from one socket into msgs. On Linux
+// it is recvmmsg in mmsg_linux.go, and elsewhere golang.org/x/net's batch
+// reader in mmsg_other.go. It returns how many messages it filled.
 type batchReader interface {
 	read(msgs []inMsg) (int, error)
 }
 
-// read is a receive socket's goroutine: it reads a batch, hands it to the
-// loop, and reads the next into a second batch while the loop delivers the
-// first.
+// read is a receive socket's goroutine. It reads a batch and hands it to
+// the loop, then reads the next into a second batch while the loop delivers
+// the first.
 func (d *Driver) read(s *socket, r link.Receiver, size int) {
 	defer d.wg.Done()
 	batches := [2]*inBatch{newInBatch(d, s, r, size), newInBatch(d, s, r, size)}
@@ -46,7 +46,7 @@ func (d *Driver) read(s *socket, r link.Receiver, size int) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			b.done <- struct{}{} // a transient error: try again, not at once
+			b.done <- struct{}{} // a transient error, so try again, not at once
 			time.Sleep(time.Millisecond)
 			continue
 		}
@@ -65,7 +65,7 @@ type inBatch struct {
 	n       int
 	done    chan struct{}
 	deliver func()        // b.deliverNow, bound once
-	dg      link.Datagram // the datagram handed to the receiver: kept here so that it is not allocated each time
+	dg      link.Datagram // the datagram handed to the receiver, kept here so that it is not allocated each time
 }
 
 func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
@@ -87,23 +87,23 @@ func newInBatch(d *Driver, s *socket, r link.Receiver, size int) *inBatch {
 	return b
 }
 
-// groMax is a GRO receive buffer: the largest UDP payload.
+// groMax is the size of a GRO receive buffer, the largest UDP payload.
 const groMax = 65535
 
 // sourcePortDatagram is the largest datagram a source-port socket takes.
-// Peers send everything to the receive port; what comes back to a source
-// port is a PROBE_REPLY or a CLOSE (tens of bytes), so its buffers are
-// small: a pool of hundreds of ports must not hold hundreds of full-size
-// batches. A longer datagram there is counted (Stats.Truncated) and
+// Peers send everything to the receive port. What comes back to a source
+// port is a PROBE_REPLY or a CLOSE of tens of bytes, so its buffers are
+// small. A pool of hundreds of ports must not hold hundreds of full-size
+// batches. A longer datagram there is counted in Stats.Truncated and
 // dropped.
 const sourcePortDatagram = 512
 
-// deliverNow runs on the loop goroutine: what the receiver sends in reply
+// deliverNow runs on the loop goroutine. What the receiver sends in reply
 // to the whole batch waits in Send until the end of the loop's turn.
 func (b *inBatch) deliverNow() {
 	select {
 	case <-b.d.closed:
-		b.done <- struct{}{} // closed while this batch waited: deliver nothing
+		b.done <- struct{}{} // closed while this batch waited, so deliver nothing
 		return
 	default:
 	}
@@ -114,8 +114,8 @@ func (b *inBatch) deliverNow() {
 	b.done <- struct{}{}
 }
 
-// deliverMsg hands one message's datagrams to the receiver: with GRO,
-// the segments the kernel joined, each as its own datagram.
+// deliverMsg hands one message's datagrams to the receiver. With GRO, each
+// segment the kernel joined goes as its own datagram.
 func (b *inBatch) deliverMsg(m *inMsg, now clock.Time) {
 	st := &b.d.stats
 	anc := parseAncillary(m.oob[:m.oobn])
@@ -136,7 +136,7 @@ func (b *inBatch) deliverMsg(m *inMsg, now clock.Time) {
 		st.Coalesced += uint64(count)
 	}
 	if m.trunc || seg > b.d.cfg.MaxDatagram || seg > len(m.buf) || !m.src.IsValid() {
-		st.Truncated += uint64(count) // longer than MaxDatagram: cut or refused, so dropped
+		st.Truncated += uint64(count) // longer than MaxDatagram, cut or refused, so dropped
 		return
 	}
 	var ecn link.ECN

@@ -17,8 +17,8 @@ import (
 )
 
 // gsoToDriver sends sizes as one GSO run from a driver's source port to a
-// second driver (GRO unless noGRO) and returns what the second delivered,
-// in order, and its counters.
+// second driver, with GRO unless noGRO. It returns what the second
+// delivered, in order, and its counters.
 func gsoToDriver(t *testing.T, sizes []int, noGRO bool) ([]link.Datagram, Stats, netip.AddrPort) {
 	t.Helper()
 	s, _ := senderAndPeer(t)
@@ -60,9 +60,9 @@ func gsoToDriver(t *testing.T, sizes []int, noGRO bool) ([]link.Datagram, Stats,
 	return got, st, src
 }
 
-// A GSO run arrives at a GRO socket as one message (on loopback the
-// kernel keeps it whole) and is handed to the engine as the datagrams it
-// was: each whole, in order, from its source, with its ECN and DSCP.
+// A GSO run arrives at a GRO socket as one message, since on loopback the
+// kernel keeps it whole. It is handed to the engine as the datagrams it
+// was, each whole, in order, from its source, with its ECN and DSCP.
 func TestGRODeliversEachDatagram(t *testing.T) {
 	sizes := []int{3000, 3000, 3000, 3000, 1200}
 	got, st, src := gsoToDriver(t, sizes, false)
@@ -72,7 +72,7 @@ func TestGRODeliversEachDatagram(t *testing.T) {
 	}
 }
 
-// Without GRO the kernel cuts the run apart before the socket: the same
+// Without GRO the kernel cuts the run apart before the socket. The same
 // datagrams arrive, none joined.
 func TestNoGRODeliversEachDatagram(t *testing.T) {
 	sizes := []int{3000, 3000, 3000, 1200}
@@ -98,9 +98,9 @@ func checkDelivered(t *testing.T, got []link.Datagram, sizes []int, src netip.Ad
 	}
 }
 
-// Reading and delivering a batch allocates nothing: the system call
-// writes into the batch's own buffers and the source address is decoded
-// in place.
+// Reading and delivering a batch allocates nothing. The system call writes
+// into the batch's own buffers, and the source address is decoded in
+// place.
 func TestReceiveDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -114,7 +114,7 @@ func TestReceiveDoesNotAllocate(t *testing.T) {
 	defer from.Close()
 	to := drv.LocalPorts()[0]
 	payload := make([]byte, 1000)
-	for i := 0; i < (runs+1)*per; i++ { // queued before reading: nothing else runs while measuring
+	for i := 0; i < (runs+1)*per; i++ { // queued before reading, so nothing else runs while measuring
 		if _, err := from.WriteToUDPAddrPort(payload, to); err != nil {
 			t.Fatal(err)
 		}
@@ -143,9 +143,9 @@ func TestReceiveDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// The source address is read from what the kernel wrote: v4, v6, and a
-// v4-mapped v6 source as the v4 peer it is; short or foreign ones are
-// invalid.
+// The source address is read from what the kernel wrote. v4 and v6 sources
+// are read as they are, and a v4-mapped v6 source as the v4 peer it is.
+// Short or foreign ones are invalid.
 func TestSockaddrPort(t *testing.T) {
 	var v4 unix.RawSockaddrInet6
 	raw := (*[28]byte)(unsafe.Pointer(&v4))
@@ -172,8 +172,8 @@ func TestSockaddrPort(t *testing.T) {
 	}
 }
 
-// FuzzSockaddrPort: any bytes and length as a source address: no panic;
-// a valid answer carries the port the bytes hold.
+// FuzzSockaddrPort feeds any bytes and length as a source address. Nothing
+// panics, and a valid answer carries the port the bytes hold.
 func FuzzSockaddrPort(f *testing.F) {
 	f.Add([]byte{2, 0, 0x12, 0xB7, 127, 0, 0, 1}, uint32(16))
 	f.Add([]byte{10, 0, 0, 9, 0, 0, 0, 0, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7}, uint32(28))

@@ -17,10 +17,10 @@ import (
 	"github.com/mroce/mroce/pathmgr"
 )
 
-// needRootTool skips the test unless it runs as root with tool (from
-// Debian package pkg), which it uses to change how loopback behaves for
-// addresses of its own (why says what for). With MROCE_REQUIRE_NETADMIN set
-// (CI), it fails instead.
+// needRootTool skips the test unless it runs as root with tool, from Debian
+// package pkg. The test uses it to change how loopback behaves for
+// addresses of its own, and why says what for. With MROCE_REQUIRE_NETADMIN
+// set, as in CI, it fails instead.
 func needRootTool(t *testing.T, tool, pkg, why string) {
 	t.Helper()
 	_, err := exec.LookPath(tool)
@@ -43,7 +43,7 @@ func run(t *testing.T, name string, args ...string) {
 }
 
 // blackhole drops, from now until the test ends, every UDP datagram that
-// leaves addr from port: the route through that source port has failed.
+// leaves addr from port, as if the route through that source port failed.
 // The table is this test's own and is deleted however the test ends.
 func blackhole(t *testing.T, addr string, port uint16) (repair func()) {
 	t.Helper()
@@ -77,16 +77,16 @@ func blackhole(t *testing.T, addr string, port uint16) (repair func()) {
 	return repair
 }
 
-// On real sockets, a path whose source port stops getting through (its
-// route failed: every datagram from that port is dropped) times out, is
-// assumed bad, moves to a fresh source port of the pool, is probed back
-// to good and carries data again; the connection never stops and every
-// byte arrives.
+// On real sockets, a path whose source port stops getting through times
+// out. Its route failed, and every datagram from that port is dropped. The
+// path is assumed bad, moves to a fresh source port of the pool, is probed
+// back to good and carries data again. The connection never stops and
+// every byte arrives.
 func TestLargeBlackholedSourcePortIsLeft(t *testing.T) {
 	needRootTool(t, "nft", "nftables", "blackhole a source port")
 	loop := runningLoop(t)
 	const paths = 4
-	morePorts := func(c *engine.Config) { // a pool of twice the paths: fresh ports to move to
+	morePorts := func(c *engine.Config) { // a pool of twice the paths, with fresh ports to move to
 		for i := 1; i <= paths; i++ {
 			c.SourcePorts = append(c.SourcePorts, c.SourcePorts[len(c.SourcePorts)-1]+1)
 		}
@@ -120,8 +120,8 @@ func TestLargeBlackholedSourcePortIsLeft(t *testing.T) {
 	if !waitFor(10*time.Second, func() bool { ea.mu.Lock(); defer ea.mu.Unlock(); return ea.state == engine.Established }) {
 		t.Fatal("not established in 10 s")
 	}
-	// Keep two WRITEs of the whole buffer in flight until the test has
-	// seen what it looks for (each writes the same bytes to the same place).
+	// Keep two WRITEs of the whole buffer in flight until the test has seen
+	// what it looks for. Each writes the same bytes to the same place.
 	posted := 0
 	post := func() {
 		onLoop(loop, func() {
@@ -186,9 +186,9 @@ func TestLargeBlackholedSourcePortIsLeft(t *testing.T) {
 	if now.Repaths == 0 || now.Timeouts == 0 {
 		t.Errorf("path 0 %+v: want a timeout and a move", now)
 	}
-	// The engine's own record of path 0 (the polling above can miss a
-	// state that lasts less than a poll): it went ASSUMED_BAD, moved, and
-	// came back GOOD.
+	// The polling above can miss a state that lasts less than a poll, so the
+	// engine's own record of path 0 is checked too. The path went
+	// ASSUMED_BAD, moved, and came back GOOD.
 	ea.mu.Lock()
 	var steps []string
 	bad, moved := false, false
@@ -212,11 +212,11 @@ func TestLargeBlackholedSourcePortIsLeft(t *testing.T) {
 		strings.Join(seen, " -> "), posted, size>>20, now)
 }
 
-// A path whose MTU is below the connection's packets (a route on loopback
-// that carries at most 1,400 bytes, DF set): the kernel refuses the first
-// data packet, and the connection fails at once with an error that names
-// the path and the sizes, instead of resending into the refusal until its
-// no-progress timeout.
+// A path whose MTU is below the connection's packets fails clearly. A route
+// on loopback carries at most 1,400 bytes with DF set. The kernel refuses
+// the first data packet, and the connection fails at once with an error
+// that names the path and the sizes. It does not resend into the refusal
+// until its no-progress timeout.
 func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
 	needRootTool(t, "ip", "iproute2", "give a loopback address a smaller path MTU")
 	const peer = "127.0.0.88"

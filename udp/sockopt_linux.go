@@ -8,13 +8,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// oobSpace holds a TOS or traffic-class message (a v6 socket carrying v4
-// traffic may get either, so room for both), the drop count and a GRO
-// segment size, or on send a TOS and a GSO segment size.
+// oobSpace holds, on receive, a TOS or traffic-class message, the drop count
+// and a GRO segment size. A v6 socket carrying v4 traffic may get either
+// message, so there is room for both. On send it holds a TOS and a GSO
+// segment size.
 var oobSpace = 4 * unix.CmsgSpace(4)
 
-// canSegment reports whether the kernel takes UDP_SEGMENT (GSO, Linux 4.18
-// on): the socket option answers.
+// canSegment reports whether the kernel takes UDP_SEGMENT for GSO, from
+// Linux 4.18 on. The socket option answers.
 func canSegment(conn *net.UDPConn) bool {
 	return control(conn, func(fd int) error {
 		_, err := unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT)
@@ -35,9 +36,9 @@ func control(conn *net.UDPConn, f func(fd int) error) error {
 	return ferr
 }
 
-// setByFamily sets an option at the IPv4 level, or for a v6 socket at the
-// IPv6 level and, best effort, at the IPv4 level too (for v4-mapped peers
-// on a dual-stack socket).
+// setByFamily sets an option at the IPv4 level. For a v6 socket it sets it
+// at the IPv6 level and, best effort, at the IPv4 level too, for v4-mapped
+// peers on a dual-stack socket.
 func setByFamily(fd int, v6 bool, opt4, opt6, value4, value6 int) error {
 	if !v6 {
 		return unix.SetsockoptInt(fd, unix.IPPROTO_IP, opt4, value4)
@@ -62,34 +63,34 @@ func putSegment(b []byte, size int) int {
 	return n
 }
 
-// enableAncillary asks the kernel for each datagram's TOS byte (v4) or
-// traffic class (v6), and for the socket's drop count, as ancillary data.
+// enableAncillary asks the kernel for each datagram's TOS byte on v4 or
+// traffic class on v6, and for the socket's drop count, as ancillary data.
 func enableAncillary(conn *net.UDPConn, v6 bool) error {
 	return control(conn, func(fd int) error {
-		// Kernel drops (receive buffer full): best effort, counted when given.
+		// Kernel drops from a full receive buffer are best effort, counted when given.
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 		return setByFamily(fd, v6, unix.IP_RECVTOS, unix.IPV6_RECVTCLASS, 1, 1)
 	})
 }
 
-// setDontFragment sets DF on everything the socket sends (spec section 11):
-// a datagram too big for the path is refused with EMSGSIZE, never
-// fragmented.
+// setDontFragment sets DF on everything the socket sends, as section 11 of
+// docs/spec.md requires. A datagram too big for the path is refused with
+// EMSGSIZE, never fragmented.
 func setDontFragment(conn *net.UDPConn, v6 bool) error {
 	return control(conn, func(fd int) error {
 		return setByFamily(fd, v6, unix.IP_MTU_DISCOVER, unix.IPV6_MTU_DISCOVER, unix.IP_PMTUDISC_DO, unix.IPV6_PMTUDISC_DO)
 	})
 }
 
-// cmsgAlign rounds n up to the kernel's ancillary-data alignment (the word
-// size).
+// cmsgAlign rounds n up to the kernel's ancillary-data alignment, the word
+// size.
 func cmsgAlign(n int) int {
 	a := strconv.IntSize / 8
 	return (n + a - 1) &^ (a - 1)
 }
 
-// putCmsgHeader writes a cmsghdr: its length field is a word, then level and
-// type as 32-bit integers, in the machine's byte order.
+// putCmsgHeader writes a cmsghdr. Its length field is a word, followed by
+// level and type as 32-bit integers, in the machine's byte order.
 func putCmsgHeader(b []byte, length, level, typ int) {
 	lenSize := unix.SizeofCmsghdr - 8
 	if lenSize == 8 {
@@ -101,8 +102,8 @@ func putCmsgHeader(b []byte, length, level, typ int) {
 	binary.NativeEndian.PutUint32(b[lenSize+4:], uint32(int32(typ)))
 }
 
-// putTOS writes the ancillary data that sets one datagram's TOS byte (v4)
-// or traffic class (v6) into b and returns its length.
+// putTOS writes the ancillary data that sets one datagram's TOS byte on v4
+// or traffic class on v6 into b, and returns its length.
 func putTOS(b []byte, tos byte, v6 bool) int {
 	level, typ := unix.IPPROTO_IP, unix.IP_TOS
 	if v6 {
@@ -120,16 +121,16 @@ func putTOS(b []byte, tos byte, v6 bool) int {
 
 // ancillary is what the driver reads from a datagram's ancillary data.
 type ancillary struct {
-	tos     byte // TOS byte (v4) or traffic class (v6)
+	tos     byte // TOS byte on v4 or traffic class on v6
 	hasTOS  bool
-	drops   uint32 // the socket's kernel drops so far (SO_RXQ_OVFL), cumulative
+	drops   uint32 // the socket's cumulative kernel drops from SO_RXQ_OVFL
 	hasDrop bool
-	segment int // with GRO: the size of the datagrams the kernel joined (0: one datagram)
+	segment int // with GRO, the size of the datagrams the kernel joined, or 0 for one datagram
 }
 
-// parseAncillary reads a datagram's ancillary data. Data it cannot read
-// (truncated, a length that runs past the end) ends the walk: what was
-// found before it stands, nothing is guessed.
+// parseAncillary reads a datagram's ancillary data. Data it cannot read,
+// truncated or with a length that runs past the end, ends the walk. What was
+// found before it stands, and nothing is guessed.
 func parseAncillary(oob []byte) ancillary {
 	var a ancillary
 	hdr := unix.SizeofCmsghdr

@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// recvTOS builds the ancillary data the kernel delivers for IP_RECVTOS:
+// recvTOS builds the ancillary data the kernel delivers for IP_RECVTOS,
 // one byte of data.
 func recvTOS(tos byte) []byte {
 	b := make([]byte, unix.CmsgSpace(1))
@@ -49,7 +49,7 @@ func TestParseAncillaryReadsDropsAndTOS(t *testing.T) {
 }
 
 // recvGRO builds the ancillary data the kernel delivers with a message of
-// joined datagrams: their size, an int.
+// joined datagrams, whose size is an int.
 func recvGRO(size int32) []byte {
 	b := make([]byte, unix.CmsgSpace(4))
 	putCmsgHeader(b, unix.CmsgLen(4), unix.SOL_UDP, unix.UDP_GRO)
@@ -103,8 +103,9 @@ func v6Short() []byte {
 	return b
 }
 
-// FuzzParseAncillary: any bytes at all as ancillary data: no panic, the
-// same answer twice, and a TOS found is a byte of the input.
+// FuzzParseAncillary feeds any bytes at all as ancillary data. Nothing
+// panics, the answer is the same twice, and a TOS found is a byte of the
+// input.
 func FuzzParseAncillary(f *testing.F) {
 	f.Add(recvTOS(0x02))
 	f.Add(v6Short())
@@ -124,7 +125,7 @@ func FuzzParseAncillary(f *testing.F) {
 	})
 }
 
-// Every socket the driver binds sets DF (spec section 11).
+// Every socket the driver binds sets DF, as section 11 of the spec requires.
 func TestDontFragmentIsSet(t *testing.T) {
 	s, _ := senderAndPeer(t)
 	for ap, sock := range s.drv.socks {

@@ -4,9 +4,10 @@ package udp
 
 import "net"
 
-// Elsewhere the ECN field is neither set per datagram nor read (datagrams
-// go out with the socket's default TOS and arrive as Not-ECT), and kernel
-// drops are not counted, and DF is left as the system sets it.
+// oobSpace is 0 on systems other than Linux. There the ECN field is neither
+// set per datagram nor read, so datagrams go out with the socket's default
+// TOS and arrive as Not-ECT. Kernel drops are not counted, and DF is left
+// as the system sets it.
 var oobSpace = 0
 
 func enableAncillary(conn *net.UDPConn, v6 bool) error { return nil }
