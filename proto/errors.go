@@ -1,9 +1,9 @@
 package proto
 
-// Error is why Decode refused a packet: steps 1-6 of the spec's receiver
-// validation order (section 9). Each is a silent, counted drop. Error is a
-// small integer so that returning one never allocates: a flood of malformed
-// packets costs no garbage. Compare with == or errors.Is.
+// Error is why Decode refused a packet, one of steps 1-6 of the spec's
+// receiver validation order in section 9. Each is a silent, counted drop.
+// Error is a small integer so that returning one never allocates, and a
+// flood of malformed packets costs no garbage. Compare with == or errors.Is.
 type Error uint8
 
 const (
@@ -14,7 +14,7 @@ const (
 	ErrRecordCount                   // ACK RecordCount above 18
 	ErrHeaderLength                  // HdrLen does not match the type
 	ErrPayload                       // payload where none is allowed, or beyond MsgLen
-	ErrBufferSize                    // Build: buffer too small or packet too large
+	ErrBufferSize                    // Build's buffer is too small or the packet too large
 	numErrors
 )
 

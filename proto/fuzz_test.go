@@ -9,7 +9,7 @@ import "testing"
 func FuzzDecode(f *testing.F) {
 	for _, g := range loadGolden(f) {
 		f.Add(g.wire)
-		// The packet as a placeholder: its padding in two bytes, then its header.
+		// The packet as a placeholder puts its padding in two bytes, then its header.
 		var p Packet
 		if p.Decode(g.wire) == nil && p.Type() != TypeAck {
 			hlen, _ := HeaderLen(p.Type(), 0)
@@ -21,7 +21,7 @@ func FuzzDecode(f *testing.F) {
 		var p Packet
 		_ = p.Decode(b)
 		_ = p.DecodeNoCRC(b)
-		if len(b) >= 2 { // the first two bytes as a placeholder's padding, the rest its header
+		if len(b) >= 2 { // the first two bytes are a placeholder's padding, and the rest its header
 			checkPlaceholder(t, b[2:], int(b[0])<<8|int(b[1]))
 		}
 		b = reseal(append([]byte(nil), b...))

@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// parseHex reads a golden file: hex byte pairs, '#' comments to end of line.
+// parseHex reads a golden file of hex byte pairs, with '#' comments to the
+// end of a line.
 func parseHex(t testing.TB, text string) []byte {
 	t.Helper()
 	var out []byte

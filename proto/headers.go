@@ -2,10 +2,10 @@ package proto
 
 import "encoding/binary"
 
-// The views below are the spec's layout tables in code: one named []byte type
-// per part, one getter and one setter per field row, at the row's offset and
-// width. A view must be at least as long as its part; Packet hands out views
-// of the right length for the packet's type.
+// The views below are the spec's layout tables in code. Each part has one
+// named []byte type, with one getter and one setter per field row, at the
+// row's offset and width. A view must be at least as long as its part.
+// Packet hands out views of the right length for the packet's type.
 
 var be = binary.BigEndian
 
@@ -33,7 +33,7 @@ func (h CommonHeader) SetDSN(v uint32)       { be.PutUint32(h[16:], v) }
 func (h CommonHeader) Timestamp() uint32     { return be.Uint32(h[20:]) }
 func (h CommonHeader) SetTimestamp(v uint32) { be.PutUint32(h[20:], v) }
 
-// Backlog is in units of BacklogUnit bytes; see EncodeBacklog.
+// Backlog is in units of BacklogUnit bytes. See EncodeBacklog.
 func (h CommonHeader) Backlog() uint32     { return be.Uint32(h[24:]) }
 func (h CommonHeader) SetBacklog(v uint32) { be.PutUint32(h[24:], v) }
 
@@ -101,7 +101,7 @@ func (h ReadRespHeader) SetMsgOffset(v uint32) { be.PutUint32(h[4:], v) }
 func (h ReadRespHeader) MsgLen() uint32        { return be.Uint32(h[8:]) }
 func (h ReadRespHeader) SetMsgLen(v uint32)    { be.PutUint32(h[8:], v) }
 
-// AckHeader views the 16-byte fixed part of an ACK; AckRecords follow it.
+// AckHeader views the 16-byte fixed part of an ACK. AckRecords follow it.
 type AckHeader []byte
 
 func (h AckHeader) CumDSN() uint32         { return be.Uint32(h[0:]) }
@@ -133,13 +133,16 @@ func (r AckRecord) Bitvector() (v [32]byte) { copy(v[:], r[20:52]); return v }
 // SetBitvector writes the 256-bit received-PSN vector.
 func (r AckRecord) SetBitvector(v [32]byte) { copy(r[20:52], v[:]) }
 
-// Received reports bit k: whether PSN HighestPSN-1-k was received (k < 256).
+// Received reports bit k, which says whether PSN HighestPSN-1-k was
+// received. k is below 256.
 func (r AckRecord) Received(k int) bool { return r[20+k>>3]&(0x80>>(k&7)) != 0 }
 
-// MarkReceived sets bit k: PSN HighestPSN-1-k was received (k < 256).
+// MarkReceived sets bit k to say PSN HighestPSN-1-k was received. k is
+// below 256.
 func (r AckRecord) MarkReceived(k int) { r[20+k>>3] |= 0x80 >> (k & 7) }
 
-// ClearReceived clears bit k: PSN HighestPSN-1-k was not received (k < 256).
+// ClearReceived clears bit k to say PSN HighestPSN-1-k was not received. k
+// is below 256.
 func (r AckRecord) ClearReceived(k int) { r[20+k>>3] &^= 0x80 >> (k & 7) }
 
 // NackHeader views the 20-byte extension of NACK.

@@ -2,9 +2,10 @@ package proto
 
 import "fmt"
 
-// FieldLayout is one row of a layout table in docs/spec.md: a field of Width
-// bits starting at bit Bit (0 = most significant) of byte Byte of its part.
-// Fields narrower than a byte stay inside one byte; wider ones start at bit 0.
+// FieldLayout is one row of a layout table in docs/spec.md. It is a field of
+// Width bits starting at bit Bit of byte Byte of its part, where bit 0 is
+// the most significant. Fields narrower than a byte stay inside one byte,
+// and wider ones start at bit 0.
 type FieldLayout struct {
 	Name  string // the accessor name, or "reserved"
 	Byte  int
@@ -27,10 +28,11 @@ func (f FieldLayout) Uint(b []byte) uint64 {
 	return v
 }
 
-// PartLayout is one layout table of the spec: the fields of one part, in order.
+// PartLayout is one layout table of the spec, the fields of one part in
+// order.
 type PartLayout struct {
 	Name   string // the view type's name, as in the spec's layout marker
-	Size   int    // bytes
+	Size   int    // in bytes
 	Fields []FieldLayout
 }
 
@@ -102,8 +104,9 @@ type Section struct {
 	Index  int // the record number, for AckRecord sections
 }
 
-// Sections lists the parts of a decoded packet in wire order, header first,
-// trailer last (the payload is not a section). It allocates; it is for tools.
+// Sections lists the parts of a decoded packet in wire order, header first
+// and trailer last. The payload is not a section. Sections allocates, so it
+// is for tools.
 func (p *Packet) Sections() []Section {
 	part := func(name string, b []byte, i int) Section {
 		l, ok := LayoutOf(name)

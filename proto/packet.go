@@ -7,18 +7,18 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Checksum returns the CRC32C (Castagnoli) of b, as the trailer carries it.
 func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-// Packet is a view of one packet: every field aliases the buffer it was decoded
-// from or built in, so a Packet is valid only as long as that buffer is.
-// The zero Packet is empty; fill one with Decode or Build.
+// Packet is a view of one packet. Every field aliases the buffer it was
+// decoded from or built in, so a Packet is valid only as long as that buffer
+// is. The zero Packet is empty. Fill one with Decode or Build.
 type Packet struct {
-	// Common is the common header; Type() says which extension accessors apply.
+	// Common is the common header. Type() says which extension accessors apply.
 	Common CommonHeader
 	// Payload is the bytes between the header and the trailer.
 	Payload []byte
 
-	raw []byte // the whole packet, trailer included (a placeholder: the header)
+	raw []byte // the whole packet with its trailer, or a placeholder's header
 	ext []byte // the header after the common header
-	pad int    // a placeholder's bytes not materialized: payload and trailer
+	pad int    // a placeholder's bytes not materialized, payload and trailer
 }
 
 // Type returns the packet's type.
@@ -27,15 +27,17 @@ func (p *Packet) Type() Type { return p.Common.Type() }
 // Bytes returns the whole packet, trailer included.
 func (p *Packet) Bytes() []byte { return p.raw }
 
-// Ext returns the header bytes after the common header (every extension of the type).
+// Ext returns the header bytes after the common header, every extension of
+// the type.
 func (p *Packet) Ext() []byte { return p.ext }
 
-// Trailer returns the CRC trailer. A placeholder has none: do not call it.
+// Trailer returns the CRC trailer. A placeholder has none, so do not call it
+// on one.
 func (p *Packet) Trailer() Trailer { return Trailer(p.raw[len(p.raw)-TrailerLen:]) }
 
-// The extension accessors below return the view of the packet's type. Calling
-// one that does not belong to the type returns a view of the wrong bytes, or
-// panics when the packet is too short: switch on Type first.
+// The extension accessors below return the view of the packet's type.
+// Calling one that does not belong to the type returns a view of the wrong
+// bytes, or panics when the packet is too short. Switch on Type first.
 
 // Write returns the WRITE / WRITE_IMM extension.
 func (p *Packet) Write() WriteHeader { return WriteHeader(p.ext[:32]) }
@@ -76,8 +78,9 @@ func (p *Packet) Probe() ProbeHeader { return ProbeHeader(p.ext[:4]) }
 // ProbeReply returns the PROBE_REPLY extension.
 func (p *Packet) ProbeReply() ProbeReplyHeader { return ProbeReplyHeader(p.ext[:12]) }
 
-// MsgBounds returns the MsgOffset and MsgLen of a packet that carries message
-// data (WRITE, WRITE_IMM, SEND, READ_RESP); ok is false for other types.
+// MsgBounds returns the MsgOffset and MsgLen of a packet that carries
+// message data, which is a WRITE, WRITE_IMM, SEND or READ_RESP. ok is false
+// for other types.
 func (p *Packet) MsgBounds() (offset, length uint32, ok bool) {
 	switch p.Type() {
 	case TypeWrite, TypeWriteImm:
@@ -93,9 +96,9 @@ func (p *Packet) MsgBounds() (offset, length uint32, ok bool) {
 	return 0, 0, false
 }
 
-// Decode checks b as a receiver must before trusting any field (spec section 9,
-// steps 1-6) and, if it passes, makes p a view of it. It allocates nothing and
-// copies nothing. On error p is left unchanged.
+// Decode checks b as a receiver must before trusting any field, in steps
+// 1-6 of section 9 of the spec. If b passes, Decode makes p a view of it.
+// It allocates nothing and copies nothing. On error p is left unchanged.
 func (p *Packet) Decode(b []byte) error {
 	if len(b) < MinPacketLen {
 		return ErrTruncated
@@ -107,9 +110,10 @@ func (p *Packet) Decode(b []byte) error {
 	return p.decodeChecked(b)
 }
 
-// DecodeNoCRC is Decode without the CRC check (step 2), for packets whose
-// integrity was checked elsewhere (a NIC that verified the CRC, a test that
-// crafts packets field by field). Every other check still runs.
+// DecodeNoCRC is Decode without the CRC check of step 2. It serves packets
+// whose integrity was checked elsewhere, such as by a NIC that verified the
+// CRC, or a test that crafts packets field by field. Every other check
+// still runs.
 func (p *Packet) DecodeNoCRC(b []byte) error {
 	if len(b) < MinPacketLen {
 		return ErrTruncated
@@ -157,8 +161,8 @@ func (p *Packet) decodeChecked(b []byte) error {
 	return nil
 }
 
-// checkPayload is step 6: payload only where the type allows it, and message
-// data within its message.
+// checkPayload is step 6. A payload is allowed only where the type allows
+// it, and message data must lie within its message.
 func (p *Packet) checkPayload() error {
 	if !typeTable[p.Type()].hasPayload {
 		if len(p.Payload) != 0 {
@@ -173,10 +177,11 @@ func (p *Packet) checkPayload() error {
 	return nil
 }
 
-// Build lays out a packet of type t in buf: a zeroed header with Version,
-// Type and HdrLen set (and RecordCount for an ACK), room for payloadLen bytes
-// of payload and the trailer. The caller sets the other fields through p's
-// views, fills p.Payload, then calls Seal. buf must hold the whole packet.
+// Build lays out a packet of type t in buf. The header is zeroed, with
+// Version, Type and HdrLen set, and RecordCount for an ACK. Room is left for
+// payloadLen bytes of payload and the trailer. The caller sets the other
+// fields through p's views, fills p.Payload, then calls Seal. buf must hold
+// the whole packet.
 func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
 	hlen, err := HeaderLen(t, ackRecords)
 	if err != nil {

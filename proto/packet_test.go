@@ -95,8 +95,8 @@ func TestDecodeNoCRCSkipsOnlyTheCRC(t *testing.T) {
 }
 
 // A placeholder is a packet's header with its payload and trailer left as
-// padding: decoded, it has the fields and payload length of the whole
-// packet; built again from those fields, the same header.
+// padding. Decoded, it has the fields and payload length of the whole
+// packet. Built again from those fields, it gives the same header.
 func TestPlaceholderRoundTrip(t *testing.T) {
 	whole := golden(t, "01-write.hex")
 	var p, ph Packet
@@ -260,8 +260,9 @@ func TestChecksumCheckValue(t *testing.T) {
 	}
 }
 
-// buildWrite makes a 4 KiB-payload WRITE as the engine will: Build, set the
-// fields, copy the payload from the source region, Seal.
+// buildWrite makes a WRITE with a 4 KiB payload as the engine will. It
+// builds the packet, sets the fields, copies the payload from the source
+// region and seals it.
 func buildWrite(p *Packet, buf, region []byte, psn uint32) []byte {
 	if err := Build(p, buf, TypeWrite, 0, len(region)); err != nil {
 		panic(err)
@@ -330,8 +331,8 @@ func BenchmarkDecodeWrite4K(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeNoCRCWrite4K is Decode without the CRC: what the header
-// checks cost on their own.
+// BenchmarkDecodeNoCRCWrite4K is Decode without the CRC. It measures what
+// the header checks cost on their own.
 func BenchmarkDecodeNoCRCWrite4K(b *testing.B) {
 	buf := make([]byte, 4200)
 	var p, q Packet
@@ -351,8 +352,8 @@ func BenchmarkCRC32C4K(b *testing.B) {
 	}
 }
 
-// Bit k of a record's bitvector is PSN HighestPSN-1-k: bit 0 is the top
-// bit of the vector's first byte, bit 255 the low bit of its last. Marking
+// Bit k of a record's bitvector is PSN HighestPSN-1-k. Bit 0 is the top bit
+// of the vector's first byte, and bit 255 the low bit of its last. Marking
 // and clearing a bit touch that bit only.
 func TestAckRecordBits(t *testing.T) {
 	rec := make(AckRecord, AckRecordLen)
@@ -364,7 +365,7 @@ func TestAckRecordBits(t *testing.T) {
 		t.Fatalf("bitvector % x", bv)
 	}
 	rec.ClearReceived(7)
-	rec.ClearReceived(9) // not set: stays clear
+	rec.ClearReceived(9) // not set, so it stays clear
 	for k := 0; k < 256; k++ {
 		if want := k == 0 || k == 8 || k == 255; rec.Received(k) != want {
 			t.Errorf("bit %d: %v", k, rec.Received(k))

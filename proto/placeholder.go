@@ -1,26 +1,27 @@
-// Placeholder packets are a simulation's, not the wire format's: a
-// packet whose payload and trailer are not materialized, carried by the
-// emulator as padding (link.Datagram.Pad). They keep every header check
-// and their full length, so a simulation decides as it would with real
-// payloads without copying them. No receiver that follows the spec
-// accepts one.
+// Placeholder packets belong to a simulation, not to the wire format. A
+// placeholder's payload and trailer are not materialized, and the emulator
+// carries them as padding in link.Datagram.Pad. Placeholders keep every
+// header check and their full length, so a simulation decides as it would
+// with real payloads without copying them. No receiver that follows the
+// spec accepts one.
 
 package proto
 
-// Pad is how many of the packet's bytes, after Bytes, are not materialized:
-// its payload and trailer if it is a placeholder (BuildPlaceholder,
-// DecodePlaceholder), else 0.
+// Pad is how many of the packet's bytes, after Bytes, are not materialized.
+// For a placeholder from BuildPlaceholder or DecodePlaceholder those are its
+// payload and trailer. For any other packet Pad is 0.
 func (p *Packet) Pad() int { return p.pad }
 
-// placeholderPayload is the Payload of every placeholder packet: a view of
-// its length, of bytes nothing writes or reads.
+// placeholderPayload is the Payload of every placeholder packet. Each is a
+// view of its length into bytes nothing writes or reads.
 var placeholderPayload [MaxPacketLen]byte
 
-// DecodePlaceholder is DecodeNoCRC for a placeholder (BuildPlaceholder): b
-// is its header and pad the bytes of payload and trailer that were not
-// materialized. Every check of the header runs against the whole length;
-// Payload is a read-only view of pad - TrailerLen bytes that are not the
-// packet's. No receiver that follows the spec accepts a placeholder.
+// DecodePlaceholder is DecodeNoCRC for a placeholder made by
+// BuildPlaceholder. b is its header, and pad is the bytes of payload and
+// trailer that were not materialized. Every check of the header runs
+// against the whole length. Payload is a read-only view of pad - TrailerLen
+// bytes that are not the packet's. No receiver that follows the spec
+// accepts a placeholder.
 func (p *Packet) DecodePlaceholder(b []byte, pad int) error {
 	if pad < TrailerLen || len(b) < CommonHeaderLen || pad > MaxPacketLen-len(b) {
 		return ErrTruncated
@@ -53,12 +54,12 @@ func (p *Packet) DecodePlaceholder(b []byte, pad int) error {
 	return nil
 }
 
-// BuildPlaceholder is Build for a placeholder: a packet of a simulation
-// whose payload (payloadLen bytes) and trailer are not materialized. buf
-// holds the header only; Bytes is the header, Pad the rest of the length,
-// and Payload a read-only view of payloadLen bytes that are not the
-// packet's (fill nothing in). A placeholder's datagram carries Bytes as
-// its data and Pad as its link.Datagram.Pad; the receiver reads it with
+// BuildPlaceholder is Build for a placeholder, a packet of a simulation
+// whose payload of payloadLen bytes and trailer are not materialized. buf
+// holds the header only. Bytes is the header and Pad the rest of the
+// length. Payload is a read-only view of payloadLen bytes that are not the
+// packet's, so fill nothing in. A placeholder's datagram carries Bytes as
+// its data and Pad as its link.Datagram.Pad, and the receiver reads it with
 // DecodePlaceholder. No receiver that follows the spec accepts it.
 func BuildPlaceholder(p *Packet, buf []byte, t Type, payloadLen int) error {
 	if t == TypeAck {
@@ -90,8 +91,8 @@ func BuildPlaceholder(p *Packet, buf []byte, t Type, payloadLen int) error {
 	return nil
 }
 
-// Unsealed returns the packet with its trailer as the buffer held it, no
-// CRC written: for a simulation whose packets nothing corrupts, read with
-// DecodeNoCRC. No receiver that follows the spec accepts it. (A
-// placeholder's is its header.)
+// Unsealed returns the packet with its trailer as the buffer held it, with
+// no CRC written. It serves a simulation whose packets nothing corrupts,
+// read with DecodeNoCRC. A placeholder's is its header. No receiver that
+// follows the spec accepts it.
 func (p *Packet) Unsealed() []byte { return p.raw }

@@ -1,12 +1,14 @@
 package proto
 
-// Serial-number arithmetic (RFC 1982) for every 32-bit sequence number and
-// timestamp on the wire: PSN, DSN, MSN, RSN, Timestamp, CECount. Values wrap
-// modulo 2^32; a is before b when b-a, read as a signed 32-bit integer, is
-// positive. Two values exactly 2^31 apart are unordered: neither is before the
-// other. Protocol windows stay below 2^31 so that never happens in practice.
+// Serial-number arithmetic, after RFC 1982, applies to every 32-bit
+// sequence number and timestamp on the wire. Those are PSN, DSN, MSN, RSN,
+// Timestamp and CECount, described in section 2 of the spec. Values wrap
+// modulo 2^32. a is before b when b-a, read as a signed 32-bit integer, is
+// positive. Two values exactly 2^31 apart are unordered, and neither is
+// before the other. Protocol windows stay below 2^31 so that this never
+// happens in practice.
 
-// SeqDiff returns b - a as a signed distance: positive when b is after a.
+// SeqDiff returns b - a as a signed distance, positive when b is after a.
 func SeqDiff(a, b uint32) int32 { return int32(b - a) }
 
 // SeqLess reports whether a is strictly before b.
@@ -18,7 +20,7 @@ func SeqLess(a, b uint32) bool {
 // SeqLessEq reports whether a is before b or equal to it.
 func SeqLessEq(a, b uint32) bool { return a == b || SeqLess(a, b) }
 
-// SeqMax returns the later of a and b (a when they are unordered).
+// SeqMax returns the later of a and b, or a when they are unordered.
 func SeqMax(a, b uint32) uint32 {
 	if SeqLess(a, b) {
 		return b
@@ -27,14 +29,14 @@ func SeqMax(a, b uint32) uint32 {
 }
 
 // EpochRelation says how a packet's 2-bit path epoch relates to the
-// receiver's current epoch of that path (spec section 6.3).
+// receiver's current epoch of that path, as section 6.3 of the spec defines.
 type EpochRelation uint8
 
 const (
-	EpochCurrent   EpochRelation = iota // same epoch: record the PSN
-	EpochNext                           // the sender repathed: reset the path state
-	EpochAmbiguous                      // two epochs apart: drop
-	EpochPrevious                       // a late packet of the old route: process, do not record
+	EpochCurrent   EpochRelation = iota // the same epoch, so record the PSN
+	EpochNext                           // the sender repathed, so reset the path state
+	EpochAmbiguous                      // two epochs apart, so drop
+	EpochPrevious                       // a late packet of the old route, to process but not record
 )
 
 // CompareEpoch classifies epoch e of a packet against the current epoch cur.

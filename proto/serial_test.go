@@ -14,7 +14,7 @@ func TestSeqLess(t *testing.T) {
 		{0, 0xFFFFFFFF, false},
 		{0xFFFFFF00, 0x00000100, true},
 		{0, 1<<31 - 1, true},
-		{0, 1 << 31, false}, // exactly half: unordered
+		{0, 1 << 31, false}, // exactly half apart, so unordered
 		{1 << 31, 0, false}, // and not the other way either
 		{0x7FFFFFFF, 0x80000000, true},
 	} {

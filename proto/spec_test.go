@@ -30,8 +30,8 @@ var viewTypes = map[string]reflect.Type{
 	"Trailer":          reflect.TypeFor[Trailer](),
 }
 
-// bitHelpers are view methods that are not field accessors: they read and set
-// single bits of the Bitvector field, which has its own spec row.
+// bitHelpers are view methods that are not field accessors. They read and
+// set single bits of the Bitvector field, which has its own spec row.
 var bitHelpers = map[string]bool{"Received": true, "MarkReceived": true, "ClearReceived": true}
 
 var (
@@ -203,8 +203,8 @@ func checkAccessor(t *testing.T, vt reflect.Type, part PartLayout, f FieldLayout
 	}
 }
 
-// sentinels returns values of the given bit width: all ones, alternating bits,
-// a single low bit and a single high bit.
+// sentinels returns values of the given bit width. They are all ones,
+// alternating bits, a single low bit and a single high bit.
 func sentinels(width int) []*big.Int {
 	one := big.NewInt(1)
 	all := new(big.Int).Sub(new(big.Int).Lsh(one, uint(width)), one)

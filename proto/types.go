@@ -8,7 +8,8 @@ import (
 // Version is the wire format version this package speaks.
 const Version = 0
 
-// DefaultPort is the default UDP destination port (spec section 11).
+// DefaultPort is the default UDP destination port, from section 11 of the
+// spec.
 const DefaultPort = 4797
 
 // Sizes fixed by the spec.
@@ -30,7 +31,8 @@ const (
 	maxHeaderLenInWord = 255
 )
 
-// Rate hint values with a special meaning (spec section 5.5), in bytes per second.
+// Rate hint values with a special meaning, in bytes per second, from section
+// 5.5 of the spec.
 const (
 	RateStop    uint64 = 0
 	RateNoLimit uint64 = ^uint64(0)
@@ -39,7 +41,7 @@ const (
 // CapacityUnknown is the InboundCapacity of a side that does not know its own.
 const CapacityUnknown uint64 = ^uint64(0)
 
-// Type is a packet type (spec section 3).
+// Type is a packet type, from section 3 of the spec.
 type Type uint8
 
 const (
@@ -61,8 +63,8 @@ const (
 // typeInfo is what the spec's section 3 table says of each type.
 type typeInfo struct {
 	name       string
-	headerLen  int  // bytes; for ACK, without records
-	hasPayload bool // data payload bounded by MsgOffset/MsgLen, or PROBE padding
+	headerLen  int  // in bytes, and for an ACK without records
+	hasPayload bool // data payload bounded by MsgOffset and MsgLen, or PROBE padding
 }
 
 var typeTable = [256]typeInfo{
@@ -88,15 +90,18 @@ var Types = []Type{TypeWrite, TypeWriteImm, TypeSend, TypeReadReq, TypeReadResp,
 // Known reports whether version 0 defines t.
 func (t Type) Known() bool { return typeTable[t].headerLen != 0 }
 
-// IsData reports whether t is a data type: sequenced, acknowledged, retransmitted.
+// IsData reports whether t is a data type, one that is sequenced,
+// acknowledged and retransmitted.
 func (t Type) IsData() bool { return t.Known() && t < 0x10 }
 
-// HasPayload reports whether packets of type t may carry a payload: message
-// data (WRITE, WRITE_IMM, SEND, READ_RESP) or padding (PROBE).
+// HasPayload reports whether packets of type t may carry a payload. That is
+// message data for WRITE, WRITE_IMM, SEND and READ_RESP, or padding for
+// PROBE.
 func (t Type) HasPayload() bool { return typeTable[t].hasPayload }
 
-// SetAside says what a reserved type code is kept for (spec section 3), or ""
-// for a code with no planned use. Version 0 treats them all as unknown.
+// SetAside says what a reserved type code is kept for, as section 3 of the
+// spec lists, or "" for a code with no planned use. Version 0 treats them
+// all as unknown.
 func SetAside(t Type) string {
 	switch {
 	case t == 0x04:
@@ -108,8 +113,8 @@ func SetAside(t Type) string {
 }
 
 // DefaultDSCP is the DSCP a packet of type t carries unless configured
-// otherwise (spec section 11): 26 for data, ACK and NACK, 48 for CNP, 0 for
-// the rest.
+// otherwise, as section 11 of the spec says. That is 26 for data, ACK and
+// NACK, 48 for CNP and 0 for the rest.
 func DefaultDSCP(t Type) uint8 {
 	switch {
 	case t.IsData(), t == TypeAck, t == TypeNack:
@@ -120,8 +125,8 @@ func DefaultDSCP(t Type) uint8 {
 	return 0
 }
 
-// HeaderLen returns the header length in bytes of a packet of type t with the
-// given number of ACK records (ignored for other types).
+// HeaderLen returns the header length in bytes of a packet of type t with
+// the given number of ACK records, which other types ignore.
 func HeaderLen(t Type, ackRecords int) (int, error) {
 	if !t.Known() {
 		return 0, ErrUnknownType
@@ -143,14 +148,14 @@ func (t Type) String() string {
 	return fmt.Sprintf("UNKNOWN(0x%02x)", uint8(t))
 }
 
-// Flags is the 16-bit flag field (spec section 4.1).
+// Flags is the 16-bit flag field, from section 4.1 of the spec.
 type Flags uint16
 
 const (
-	FlagAckRequest Flags = 0x8000 // AR: acknowledge at once
-	FlagRetransmit Flags = 0x4000 // RT: this content was sent before
-	FlagSolicited  Flags = 0x2000 // SE: solicited completion event
-	FlagsReserved  Flags = 0x1FFF // sent as 0, ignored
+	FlagAckRequest Flags = 0x8000 // AR asks for an acknowledgment at once
+	FlagRetransmit Flags = 0x4000 // RT says this content was sent before
+	FlagSolicited  Flags = 0x2000 // SE asks for a solicited completion event
+	FlagsReserved  Flags = 0x1FFF // sent as 0 and ignored
 )
 
 func (f Flags) String() string {
@@ -172,7 +177,8 @@ func (f Flags) String() string {
 	return strings.Join(names, "|")
 }
 
-// NackCode says why a receiver refused a data packet (spec section 7).
+// NackCode says why a receiver refused a data packet, from section 7 of the
+// spec.
 type NackCode uint8
 
 const (
@@ -206,7 +212,7 @@ func (c NackCode) String() string {
 	return fmt.Sprintf("UNKNOWN(0x%02x)", uint8(c))
 }
 
-// CloseReason says why a connection ended (spec section 8.4).
+// CloseReason says why a connection ended, from section 8.4 of the spec.
 type CloseReason uint16
 
 const (
@@ -217,7 +223,7 @@ const (
 	CloseFatal    CloseReason = 4
 	CloseTimeout  CloseReason = 5
 	CloseResource CloseReason = 6
-	CloseClosed   CloseReason = 7 // acknowledges a CLOSE; never answered
+	CloseClosed   CloseReason = 7 // acknowledges a CLOSE and is never answered
 )
 
 var closeNames = []string{"NORMAL", "REFUSED", "VERSION", "PARAMS", "FATAL", "TIMEOUT", "RESOURCE", "CLOSED"}
@@ -229,12 +235,12 @@ func (r CloseReason) String() string {
 	return fmt.Sprintf("UNKNOWN(%d)", uint16(r))
 }
 
-// Mode is the transport mode a connection runs (HandshakeHeader.Mode).
+// Mode is the transport mode a connection runs, in HandshakeHeader.Mode.
 type Mode uint8
 
 const (
 	ModeMultipath Mode = 0 // this spec's transport
-	ModeBaseline  Mode = 1 // RoCEv2-like: one path, in order, go-back-N, DCQCN
+	ModeBaseline  Mode = 1 // RoCEv2-like, with one path, in order, go-back-N and DCQCN
 )
 
 func (m Mode) String() string {
@@ -247,12 +253,13 @@ func (m Mode) String() string {
 	return fmt.Sprintf("UNKNOWN(%d)", uint8(m))
 }
 
-// Capabilities are the handshake's capability bits (spec section 8.3).
+// Capabilities are the handshake's capability bits, from section 8.3 of the
+// spec.
 type Capabilities uint32
 
 const (
 	CapAtomics Capabilities = 1 << 0
-	CapAuth    Capabilities = 1 << 1 // not defined in version 0; never set
+	CapAuth    Capabilities = 1 << 1 // not defined in version 0 and never set
 )
 
 func (c Capabilities) String() string {
@@ -272,8 +279,8 @@ func (c Capabilities) String() string {
 	return strings.Join(names, "|")
 }
 
-// EncodeBacklog converts a byte count to the Backlog field: units of 64
-// bytes, rounded up, saturating at the field's maximum.
+// EncodeBacklog converts a byte count to the Backlog field, in units of 64
+// bytes, rounded up and saturating at the field's maximum.
 func EncodeBacklog(bytes uint64) uint32 {
 	units := bytes / BacklogUnit
 	if bytes%BacklogUnit != 0 {
@@ -285,6 +292,7 @@ func EncodeBacklog(bytes uint64) uint32 {
 	return uint32(units)
 }
 
-// DecodeBacklog converts the Backlog field to bytes: the sender's backlog
-// rounded up to 64 bytes, or a lower bound of it when the field is saturated.
+// DecodeBacklog converts the Backlog field to bytes. That is the sender's
+// backlog rounded up to 64 bytes, or a lower bound of it when the field is
+// saturated.
 func DecodeBacklog(field uint32) uint64 { return uint64(field) * BacklogUnit }
