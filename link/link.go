@@ -1,12 +1,12 @@
 // Package link is the seam between protocol engines and whatever carries
-// their packets: the emulator (netem), UDP sockets, one day a NIC. An engine
-// sends batches of datagrams through a Port and has datagrams pushed to its
-// Receiver; it never blocks on a read, so the same engine runs in virtual time
-// and on real sockets.
+// their packets, be it the emulator in netem, UDP sockets or one day a NIC.
+// An engine sends batches of datagrams through a Port and has datagrams
+// pushed to its Receiver. It never blocks on a read, so the same engine runs
+// in virtual time and on real sockets.
 //
 // Buffer ownership is explicit. A buffer comes from Port.Buffer and belongs
-// to the caller until it hands it to Port.Send; from then on it belongs to the
-// port (the emulator or driver), which recycles it after the datagram is
+// to the caller until it hands it to Port.Send. From then on it belongs to
+// the port, the emulator or driver, which recycles it after the datagram is
 // delivered or dropped. A buffer passed to Receiver.Receive is valid only
 // during that call.
 package link
@@ -17,7 +17,7 @@ import (
 	"github.com/mroce/mroce/clock"
 )
 
-// ECN is the two-bit ECN field of the IP header (RFC 3168).
+// ECN is the two-bit ECN field of the IP header, defined in RFC 3168.
 type ECN uint8
 
 const (
@@ -32,32 +32,32 @@ func (e ECN) String() string {
 }
 
 // Datagram is one UDP datagram and the IP header fields the transport uses.
-// The plane a datagram travels is the one its source address belongs to; its
-// UDP source port is the path's ECMP entropy.
+// The plane a datagram travels is the one its source address belongs to,
+// and its UDP source port is the path's ECMP entropy.
 type Datagram struct {
-	Data []byte
-	// Pad is how many bytes the datagram carries on the wire after Data
-	// without their being materialized: a simulation's placeholder
-	// payload and trailer. Only the emulator carries them; every other
-	// port drops a datagram with Pad set and counts it.
-	Pad      int32
-	ECN      ECN
-	DSCP     uint8 // 0..63
 	Src, Dst netip.AddrPort
+	Data     []byte
+	// Pad is how many bytes the datagram carries on the wire after Data
+	// without their being materialized. They are a simulation's placeholder
+	// payload and trailer. Only the emulator carries them, and every other
+	// port drops a datagram with Pad set and counts it.
+	Pad  int32
+	ECN  ECN
+	DSCP uint8 // 0..63
 }
 
-// Size is the datagram's length on the wire: Data and Pad.
+// Size is the datagram's length on the wire, Data and Pad together.
 func (d *Datagram) Size() int { return len(d.Data) + int(d.Pad) }
 
 // Port sends datagrams on behalf of one host.
 type Port interface {
-	// Buffer returns an empty buffer (length 0) with capacity for the
-	// largest datagram the port carries. It belongs to the caller until it is
-	// passed to Send.
+	// Buffer returns an empty buffer of length 0 with capacity for the
+	// largest datagram the port carries. It belongs to the caller until it
+	// is passed to Send.
 	Buffer() []byte
 	// Send takes a batch of datagrams whose Data came from Buffer. The port
-	// owns every buffer from then on; the slice itself may be reused by the
-	// caller as soon as Send returns.
+	// owns every buffer from then on. The caller may reuse the slice itself
+	// as soon as Send returns.
 	Send(batch []Datagram)
 }
 
@@ -69,10 +69,10 @@ type Receiver interface {
 }
 
 // TooBigHandler is a Receiver that wants to know when a datagram it sent
-// did not fit its path: the kernel refused it as larger than the path MTU
-// (DF is set, so nothing is fragmented). A port that can tell (the UDP
-// driver) calls TooBig with the datagram, on the receiver's goroutine; d
-// is valid only during the call.
+// did not fit its path. The kernel refused it as larger than the path MTU,
+// since DF is set and nothing is fragmented. A port that can tell, such as
+// the UDP driver, calls TooBig with the datagram on the receiver's
+// goroutine. d is valid only during the call.
 type TooBigHandler interface {
 	Receiver
 	TooBig(d *Datagram)
