@@ -1,14 +1,15 @@
-// Package memreg is registered memory: protection domains, memory regions
-// over caller-provided []byte with access rights, and the 64-bit random keys
-// (rkeys) by which a peer names a region. It is where every placement of
-// remote data is checked: a packet can write only inside a region that
+// Package memreg is registered memory. It holds protection domains, memory
+// regions over caller-provided []byte with access rights, and the 64-bit
+// random keys, or rkeys, by which a peer names a region. Every placement of
+// remote data is checked here. A packet can write only inside a region that
 // grants remote write, in the connection's protection domain, through a key
 // that is still registered.
 //
-// Keys are looked up without locks (the key table is copy-on-write), so
+// Keys are looked up without locks, since the key table is copy-on-write, so
 // placements on many connections never contend. Deregistration revokes the
-// key at once (no lookup finds it afterwards, so no packet already in flight
-// can use it) and then waits for placements that had already looked it up.
+// key at once, so that no lookup finds it afterwards and no packet already
+// in flight can use it. It then waits for placements that had already
+// looked it up.
 package memreg
 
 import (
@@ -25,7 +26,7 @@ import (
 type Access uint8
 
 const (
-	LocalWrite   Access = 1 << iota // the local side may write it (receive buffers, READ targets)
+	LocalWrite   Access = 1 << iota // the local side may write it, as receive buffers and READ targets
 	RemoteWrite                     // peers may WRITE into it
 	RemoteRead                      // peers may READ from it
 	RemoteAtomic                    // peers may run atomics on it
@@ -62,8 +63,8 @@ var (
 	ErrNeedsLocal  = errors.New("memreg: remote write or atomic access needs local write too")
 )
 
-// Registry is one device's key space: every region of every protection
-// domain of the device.
+// Registry is one device's key space, holding every region of every
+// protection domain of the device.
 type Registry struct {
 	mu      sync.Mutex // serializes writers of keys
 	keys    atomic.Pointer[map[uint64]*Region]
@@ -71,9 +72,9 @@ type Registry struct {
 	domains atomic.Uint32
 }
 
-// NewRegistry returns an empty registry drawing keys from random
-// (crypto/rand.Reader when nil). Simulations pass a seeded source so runs
-// repeat; anything facing a real network keeps the default.
+// NewRegistry returns an empty registry drawing keys from random, or from
+// crypto/rand.Reader when random is nil. Simulations pass a seeded source so
+// runs repeat. Anything facing a real network keeps the default.
 func NewRegistry(random io.Reader) *Registry {
 	if random == nil {
 		random = rand.Reader
@@ -84,7 +85,7 @@ func NewRegistry(random io.Reader) *Registry {
 	return r
 }
 
-// Domain is a protection domain: connections and regions of one domain can
+// Domain is a protection domain. Connections and regions of one domain can
 // reach only each other.
 type Domain struct {
 	reg *Registry
@@ -117,7 +118,7 @@ func (d *Domain) Register(buf []byte, access Access) (*Region, error) {
 		return nil, ErrEmpty
 	}
 	if access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
-		return nil, ErrNeedsLocal // as in verbs: remote write implies local write
+		return nil, ErrNeedsLocal // as in verbs, remote write implies local write
 	}
 	r := d.reg
 	r.mu.Lock()
@@ -163,7 +164,7 @@ func (g *Region) Deregister() error {
 	r.keys.Store(&next)
 	r.mu.Unlock()
 	for g.active.Load() != 0 {
-		// A placement is a bounded memory copy: spin politely until it ends.
+		// A placement is a bounded memory copy, so spin politely until it ends.
 		yield()
 	}
 	return nil
@@ -186,8 +187,8 @@ func (g *Region) Bytes() []byte { return g.buf }
 
 // Lookup finds the region for a key presented by a peer of domain d and
 // checks that it grants want. On success the caller holds a placement
-// reference: it must call Release when its access ends (Deregister waits for
-// it).
+// reference. It must call Release when its access ends, and Deregister
+// waits for it.
 func (d *Domain) Lookup(key uint64, want Access) (*Region, error) {
 	g, ok := (*d.reg.keys.Load())[key]
 	if !ok {
@@ -228,8 +229,8 @@ func (g *Region) Place(off uint64, data []byte) error {
 	return nil
 }
 
-// Slice returns the region's bytes [off, off+n), after checking the bounds:
-// the source of a READ response or of a packet being (re)sent.
+// Slice returns the region's bytes [off, off+n), after checking the bounds.
+// It is the source of a READ response or of a packet being sent or resent.
 func (g *Region) Slice(off, n uint64) ([]byte, error) {
 	if err := g.CheckRange(off, n); err != nil {
 		return nil, err
