@@ -1,7 +1,6 @@
-// Package metrics exports connections' per-path telemetry to Prometheus,
-// with the official client library: a Collector reads the telemetry when
-// it is scraped, so nothing is counted twice and nothing runs between
-// scrapes.
+// Package metrics exports connections' per-path telemetry to Prometheus
+// with the official client library. A Collector reads the telemetry when it
+// is scraped, so nothing is counted twice and nothing runs between scrapes.
 package metrics
 
 import (
@@ -13,7 +12,7 @@ import (
 	"github.com/mroce/mroce/endpoint"
 )
 
-// Source returns a connection's telemetry now (endpoint.QP.Telemetry).
+// Source returns a connection's telemetry now, as endpoint.QP.Telemetry does.
 type Source func() []endpoint.PathTelemetry
 
 // Collector exports the telemetry of the connections added to it.
@@ -25,8 +24,8 @@ type Collector struct {
 // NewCollector returns a collector with no connections.
 func NewCollector() *Collector { return &Collector{conns: map[string]Source{}} }
 
-// Add exports a connection under the label conn (a name the operator
-// recognises: the peer, say).
+// Add exports a connection under the label conn, a name the operator
+// recognises, such as the peer.
 func (c *Collector) Add(conn string, src Source) {
 	c.mu.Lock()
 	c.conns[conn] = src
@@ -85,8 +84,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector: every connection's telemetry,
-// read now.
+// Collect implements prometheus.Collector. It reads every connection's
+// telemetry now.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	conns := make(map[string]Source, len(c.conns))

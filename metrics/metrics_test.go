@@ -51,7 +51,7 @@ mroce_path_rtt_seconds{conn="peer",path="1",plane="1",source_port="50002"} 0
 	if calls == 0 {
 		t.Fatal("the telemetry was not read at scrape time")
 	}
-	// The state gauge: 1 for the present state only.
+	// The state gauge is 1 for the present state only.
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL)
