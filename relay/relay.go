@@ -1,22 +1,23 @@
-// Package relay is the emulator for machines without root (or without
-// Linux's namespaces): a UDP relay that runs netem's pipeline in real time
-// between unmodified UDP endpoints.
+// Package relay emulates a network for machines without root or without
+// Linux's namespaces. It is a UDP relay that runs netem's pipeline in real
+// time between unmodified UDP endpoints.
 //
 // Every emulated host h has, on each plane p, a real address R(h, p) where
 // its own sockets are bound, and a virtual address V(h, p) that the others
 // send to. The relay binds the configured ports on every virtual address.
-// A datagram from R(a, p):x to V(b, p):y enters the fabric as host a's
-// (plane p, source port x, destination port y: ECMP inside the plane sees
-// the 5-tuple) and, if the fabric delivers it, leaves the relay from
-// V(a, p):x to R(b, p):y, with the ECN field the queues left. Ports are
-// kept, so each source port stays a distinct path, and b's replies to
+// A datagram from R(a, p):x to V(b, p):y enters the fabric as host a's, on
+// plane p with source port x and destination port y, so ECMP inside the
+// plane sees the 5-tuple. If the fabric delivers it, it leaves the relay
+// from V(a, p):x to R(b, p):y, with the ECN field the queues left. Ports
+// are kept, so each source port stays a distinct path, and b's replies to
 // V(a, p):x come back the same way. The relay's sockets are the UDP
-// driver's: batched, with GSO and GRO, ECN read and written per datagram.
+// driver's, batched, with GSO and GRO, and ECN read and written per
+// datagram.
 //
 // The default addresses are on the loopback network, which Linux answers
-// for any 127.0.0.0/8 address without configuration: R(h, p) = 127.(10+p).0.(h+1)
-// and V(h, p) = 127.(20+p).0.(h+1). Elsewhere, give addresses the machine
-// has.
+// for any 127.0.0.0/8 address without configuration. They are
+// R(h, p) = 127.(10+p).0.(h+1) and V(h, p) = 127.(20+p).0.(h+1). Elsewhere,
+// give addresses the machine has.
 package relay
 
 import (
@@ -34,19 +35,19 @@ import (
 
 // Config describes a relay.
 type Config struct {
-	// Hosts (1 .. 254) and Planes (1 .. 8).
+	// Hosts is 1 .. 254 and Planes is 1 .. 8.
 	Hosts, Planes int
-	// Real and Virtual are host h's addresses on plane p: where its sockets
-	// are bound, and where the others send to it. nil: the loopback
-	// defaults, RealAddr and VirtualAddr.
+	// Real and Virtual are host h's addresses on plane p. Its sockets are
+	// bound at the real address, and the others send to it at the virtual
+	// one. Nil means the loopback defaults, RealAddr and VirtualAddr.
 	Real, Virtual func(h, p int) netip.Addr
-	// Ports are the UDP ports the hosts use, as receivers and as sources
-	// (for mroce: its receive port and its source-port pool). The relay
-	// binds each on every virtual address; a datagram from another port
-	// cannot be carried (Stats.Unmapped).
+	// Ports are the UDP ports the hosts use, as receivers and as sources.
+	// For mroce they are its receive port and its source-port pool. The
+	// relay binds each on every virtual address. A datagram from another
+	// port cannot be carried and is counted in Stats.Unmapped.
 	Ports []uint16
-	// Fabric is netem's configuration; its Hosts, Planes and MaxDatagram
-	// are set here.
+	// Fabric is netem's configuration. Start sets its Hosts, Planes and
+	// MaxDatagram.
 	Fabric netem.Config
 }
 
@@ -65,10 +66,10 @@ type Stats struct {
 	Relayed   uint64 // datagrams that entered the fabric
 	Delivered uint64 // datagrams the fabric delivered and the relay sent on
 	// Unknown counts datagrams from an address that is no host's real
-	// address on the plane they were sent to: dropped.
+	// address on the plane they were sent to. They are dropped.
 	Unknown uint64
-	// Unmapped counts delivered datagrams whose source port the relay has
-	// no socket for (not in Ports): dropped.
+	// Unmapped counts delivered datagrams whose source port is not in
+	// Ports, so the relay has no socket for it. They are dropped.
 	Unmapped uint64
 }
 
@@ -76,14 +77,15 @@ type place struct{ host, plane int }
 
 // Relay is a running relay.
 type Relay struct {
-	cfg       Config
-	loop      *clock.Loop
-	fab       *netem.Fabric
-	drv       *udp.Driver
-	real      map[netip.Addr]place
-	virtual   map[netip.Addr]place
-	stats     Stats           // loop goroutine
-	one       []link.Datagram // a batch of one, reused
+	cfg     Config
+	loop    *clock.Loop
+	fab     *netem.Fabric
+	drv     *udp.Driver
+	real    map[netip.Addr]place
+	virtual map[netip.Addr]place
+	one     []link.Datagram // a batch of one, reused
+	stats   Stats           // loop goroutine only
+
 	done      chan struct{}
 	stop      func()
 	closeOnce sync.Once
@@ -148,8 +150,8 @@ func Start(cfg Config) (*Relay, error) {
 	return r, nil
 }
 
-// arrive runs on the loop for every datagram a relay socket receives: it
-// enters the fabric at its sender's host.
+// arrive runs on the loop for every datagram a relay socket receives. The
+// datagram enters the fabric at its sender's host.
 func (r *Relay) arrive(d *link.Datagram, _ clock.Time) {
 	from, ok1 := r.real[d.Src.Addr()]
 	to, ok2 := r.virtual[d.Dst.Addr()]
@@ -170,8 +172,9 @@ func (r *Relay) arrive(d *link.Datagram, _ clock.Time) {
 	r.one[0] = link.Datagram{}
 }
 
-// deliver runs on the loop when the fabric delivers a datagram: it leaves
-// from the sender's virtual address and port for the receiver's real one.
+// deliver runs on the loop when the fabric delivers a datagram. The datagram
+// leaves from the sender's virtual address and port for the receiver's real
+// one.
 func (r *Relay) deliver(d *link.Datagram, _ clock.Time) {
 	src, dst := d.Src.Addr().As4(), d.Dst.Addr().As4()
 	plane := int(src[1])
@@ -202,7 +205,7 @@ func (r *Relay) hasPort(port uint16) bool {
 	return false
 }
 
-// Do runs f on the relay's loop with its fabric (faults, counters) and
+// Do runs f on the relay's loop with its fabric, for faults or counters, and
 // waits for it.
 func (r *Relay) Do(f func(fab *netem.Fabric)) {
 	done := make(chan struct{})

@@ -15,16 +15,16 @@ import (
 	"github.com/mroce/mroce/netem"
 )
 
-// loopbackOnly skips where 127.0.0.0/8 is not all local (only Linux
-// answers every loopback address without configuration).
+// loopbackOnly skips where 127.0.0.0/8 is not all local. Only Linux answers
+// every loopback address without configuration.
 func loopbackOnly(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the default addresses need Linux's whole 127.0.0.0/8 loopback")
 	}
 }
 
-// ports are the test's: a receive port and a source-port pool, chosen
-// from a random base so that runs do not meet.
+// ports returns the test's ports, a receive port and a source-port pool. They
+// start from a random base so that runs do not meet.
 func ports(n int) []uint16 {
 	base := uint16(20000 + rand.IntN(30000))
 	out := []uint16{base}
@@ -56,9 +56,9 @@ func links(rate int64) netem.Config {
 }
 
 // A datagram from a host's real address to another's virtual address is
-// relayed through the fabric and arrives from the sender's virtual
-// address, its source port kept; a reply goes back the same way. A
-// datagram from an address that is no host's is dropped and counted.
+// relayed through the fabric. It arrives from the sender's virtual address
+// with its source port kept, and a reply goes back the same way. A datagram
+// from an address that is no host's is dropped and counted.
 func TestRelayKeepsPortsBothWays(t *testing.T) {
 	cfg := Config{Hosts: 2, Planes: 2, Ports: ports(2), Fabric: links(10e9)}
 	r := start(t, cfg)
@@ -106,8 +106,8 @@ func TestRelayKeepsPortsBothWays(t *testing.T) {
 	}
 }
 
-// One mroce connection through the relay, 4 planes and 8 paths, no root:
-// the bytes arrive intact and every plane carries some.
+// One mroce connection runs through the relay without root, on 4 planes and
+// 8 paths. The bytes arrive intact and every plane carries some.
 func TestMroceThroughTheRelay(t *testing.T) {
 	ps := ports(16)
 	r := start(t, Config{Hosts: 2, Planes: 4, Ports: ps, Fabric: links(1e9)})
