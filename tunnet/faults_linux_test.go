@@ -33,8 +33,8 @@ func newWriter(t *testing.T, n *tunnet.Net, size int) *writer {
 	return &writer{t: t, Pair: pair}
 }
 
-// keepBusy reaps completions (each must be OK) and posts WRITEs so that
-// two are in flight.
+// keepBusy reaps completions, each of which must be OK, and posts WRITEs so
+// that two are in flight.
 func (w *writer) keepBusy() {
 	wc := make([]endpoint.Completion, 8)
 	k, err := w.CQ.Poll(wc)
@@ -85,11 +85,11 @@ func onPlane(tel []endpoint.PathTelemetry, p int) (sent, ce uint64, states strin
 	return sent, ce, states
 }
 
-// A plane blackholed mid-transfer (its links drop everything; the hosts'
-// interfaces stay up, so only the transport can tell): the connection's
-// paths on it time out and stop carrying data, the WRITEs keep completing
-// over the other planes, and after the repair the plane's paths answer
-// their probes and carry data again. The telemetry shows each step.
+// A plane is blackholed mid-transfer. Its links drop everything while the
+// hosts' interfaces stay up, so only the transport can tell. The
+// connection's paths on it time out and stop carrying data, and the WRITEs
+// keep completing over the other planes. After the repair the plane's paths
+// answer their probes and carry data again. The telemetry shows each step.
 func TestBlackholedPlaneIsLeftAndRejoined(t *testing.T) {
 	n := up(t, 2, 4, planes1G(0))
 	w := newWriter(t, n, 4<<20)
@@ -140,13 +140,13 @@ func TestBlackholedPlaneIsLeftAndRejoined(t *testing.T) {
 	t.Logf("plane %d's paths (G good, S skip, A assumed bad):\n%s", plane, strings.Join(steps, "\n"))
 }
 
-// ECN end to end: a plane whose link to the receiver is slowed to 20
-// Mb/s, with step marking at a small queue, marks CE; the marks cross
-// the receiving kernel, are counted by the receiver and come back in its
-// ACKs, and the sender moves its traffic off that plane: it carries less
-// than half as many packets as the others do on average (however fast the
-// machine lets the sender go). The sender hears of the marks the slow link
-// made (at least 80% of them: the last ACKs may still be on their way),
+// ECN works end to end. A plane whose link to the receiver is slowed to
+// 20 Mb/s, with step marking at a small queue, marks CE. The marks cross the
+// receiving kernel, are counted by the receiver and come back in its ACKs,
+// and the sender moves its traffic off that plane. The plane carries less
+// than half as many packets as the others do on average, however fast the
+// machine lets the sender go. The sender hears of at least 80% of the marks
+// the slow link made, since the last ACKs may still be on their way, and
 // never of more.
 func TestCEMarksReachTheSenderAndSteerIt(t *testing.T) {
 	fc := planes1G(0)

@@ -8,17 +8,17 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// The IP packets a TUN device carries: what the emulator reads from them
-// (the 5-tuple that picks an ECMP path, the ECN field that queues may set
-// to CE) and the one change it makes (setting that field).
+// A TUN device carries IP packets. The emulator reads from them the
+// 5-tuple that picks an ECMP path and the ECN field that queues may set to
+// CE. The one change it makes is setting that field.
 
 const (
 	protoTCP = 6
 	protoUDP = 17
 )
 
-// Errors of parseIP: a packet that is not a whole IPv4 header is not
-// forwarded (it is counted).
+// Errors of parseIP. A packet that is not a whole IPv4 header is counted
+// and not forwarded.
 var (
 	errShort   = errors.New("tunnet: shorter than an IPv4 header")
 	errVersion = errors.New("tunnet: not IPv4")
@@ -28,14 +28,15 @@ var (
 
 // ipInfo is what the emulator needs of a packet.
 type ipInfo struct {
-	src, dst netip.AddrPort // ports only for TCP and UDP (0 otherwise)
+	src, dst netip.AddrPort // with ports only for TCP and UDP, and 0 otherwise
 	ecn      link.ECN
 	dscp     uint8
 }
 
-// parseIP reads an IPv4 packet's addresses, ports (TCP and UDP, when the
-// packet is not a later fragment and holds them) and ECN field. IPv6 is
-// not carried: the emulated planes are IPv4 (netem's 10.plane.host.host).
+// parseIP reads an IPv4 packet's addresses and ECN field, and its TCP or
+// UDP ports when the packet is not a later fragment and holds them. IPv6
+// is not carried, since the emulated planes are IPv4, netem's
+// 10.plane.host.host.
 func parseIP(b []byte) (ipInfo, error) {
 	var in ipInfo
 	if len(b) < 20 {
@@ -62,10 +63,10 @@ func parseIP(b []byte) (ipInfo, error) {
 	return in, nil
 }
 
-// UDPPayload is the payload of the UDP datagram in IPv4 packet b, as the
-// emulator's datagrams carry whole IP packets: for a tap that reads what a
-// UDP protocol sent. ok is false for anything else (TCP, fragments, bad
-// headers).
+// UDPPayload is the payload of the UDP datagram in IPv4 packet b. The
+// emulator's datagrams carry whole IP packets, and a tap uses UDPPayload to
+// read what a UDP protocol sent. ok is false for anything else, such as
+// TCP, fragments or bad headers.
 func UDPPayload(b []byte) (payload []byte, ok bool) {
 	if _, err := parseIP(b); err != nil || b[9] != protoUDP || binary.BigEndian.Uint16(b[6:8])&0x3FFF != 0 {
 		return nil, false
@@ -77,9 +78,9 @@ func UDPPayload(b []byte) (payload []byte, ok bool) {
 	return b[ihl+8:], true
 }
 
-// setECN writes ecn into an IPv4 packet's header (b parsed by parseIP)
-// and updates the header checksum incrementally (RFC 1624), so that the
-// receiving kernel sees the mark a queue set.
+// setECN writes ecn into the header of an IPv4 packet b that parseIP
+// accepted. It updates the header checksum incrementally, as RFC 1624
+// describes, so that the receiving kernel sees the mark a queue set.
 func setECN(b []byte, ecn link.ECN) {
 	old := binary.BigEndian.Uint16(b[0:2])
 	b[1] = b[1]&^3 | byte(ecn&3)

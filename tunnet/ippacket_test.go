@@ -36,7 +36,7 @@ func TestParseIP(t *testing.T) {
 		t.Fatalf("ICMP: %+v, %v", in, err)
 	}
 	frag := ipv4(protoTCP, src, dst, 0, 100)
-	binary.BigEndian.PutUint16(frag[6:], 185) // a later fragment: no ports in it
+	binary.BigEndian.PutUint16(frag[6:], 185) // a later fragment, with no ports in it
 	if in, _ := parseIP(frag); in.src.Port() != 0 {
 		t.Fatalf("a later fragment's ports: %+v", in)
 	}
@@ -78,8 +78,9 @@ func TestSetECNKeepsTheChecksum(t *testing.T) {
 	}
 }
 
-// FuzzParseIP: any bytes: no panic, a parsed packet's fields come from its
-// bytes, and setting its ECN field keeps its header checksum consistent.
+// FuzzParseIP feeds any bytes. Nothing panics, a parsed packet's fields
+// come from its bytes, and setting its ECN field keeps its header checksum
+// consistent.
 func FuzzParseIP(f *testing.F) {
 	f.Add(ipv4(protoUDP, netip.MustParseAddrPort("10.0.0.1:1"), netip.MustParseAddrPort("10.0.0.2:2"), 2, 0))
 	f.Add(ipv4(protoTCP, netip.MustParseAddrPort("10.2.0.1:80"), netip.MustParseAddrPort("10.2.0.2:443"), 0, 20))
@@ -103,8 +104,8 @@ func FuzzParseIP(f *testing.F) {
 	})
 }
 
-// The UDP payload of a UDP packet, whatever its IP options; nothing from
-// TCP, fragments or a bad header.
+// UDPPayload returns the UDP payload of a UDP packet, whatever its IP
+// options, and nothing from TCP, fragments or a bad header.
 func TestUDPPayload(t *testing.T) {
 	src, dst := netip.MustParseAddrPort("10.1.0.1:50000"), netip.MustParseAddrPort("10.1.0.2:4797")
 	b := ipv4(protoUDP, src, dst, 0, 5)

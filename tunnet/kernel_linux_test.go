@@ -17,10 +17,10 @@ import (
 	"github.com/mroce/mroce/tunnet"
 )
 
-// planes1G is 4 planes of 1 Gb/s with DCTCP step marking at K = 512 KiB
-// (4 ms at 1 Gb/s: the emulator forwards in turns of its loop, and its
-// bursts must not read as congestion) and random loss p on every downlink
-// (a packet crosses one: data and ACKs alike lose p).
+// planes1G is 4 planes of 1 Gb/s with DCTCP step marking at K = 512 KiB and
+// random loss p on every downlink. K is 4 ms at 1 Gb/s, because the
+// emulator forwards in turns of its loop and its bursts must not read as
+// congestion. A packet crosses one downlink, so data and ACKs alike lose p.
 func planes1G(p float64) netem.Config {
 	l := netem.LinkConfig{Rate: 1e9, Delay: 5 * time.Microsecond, Queue: netem.QueueConfig{Limit: 4 << 20, ECNThreshold: 512 << 10}}
 	down := l
@@ -31,8 +31,8 @@ func planes1G(p float64) netem.Config {
 }
 
 // mroceWrite moves size bytes from host 0 to host 1 in one WRITE over 8
-// paths and returns the goodput (b/s) and the bytes each plane carried to
-// host 1; the bytes are checked.
+// paths and checks them. It returns the goodput in b/s and the bytes each
+// plane carried to host 1.
 func mroceWrite(t *testing.T, n *tunnet.Net, size int) (float64, []uint64) {
 	t.Helper()
 	a, b := openIn(t, n, 0, 4, 8), openIn(t, n, 1, 4, 8)
@@ -56,10 +56,10 @@ func mroceWrite(t *testing.T, n *tunnet.Net, size int) (float64, []uint64) {
 	return xfer.Gbps(size, took) * 1e9, after
 }
 
-// tcpStream moves up to size bytes over one kernel TCP connection from
-// host 0 to host 1 (plane 0: one connection is one 5-tuple, which ECMP
-// and routing keep on one plane), for at most limit, and returns the
-// goodput (b/s) and the bytes moved, checked.
+// tcpStream moves up to size bytes over one kernel TCP connection from host
+// 0 to host 1 on plane 0, for at most limit, and checks them. One connection
+// is one 5-tuple, which ECMP and routing keep on one plane. It returns the
+// goodput in b/s and the bytes moved.
 func tcpStream(t *testing.T, n *tunnet.Net, size int, limit time.Duration) (float64, int) {
 	t.Helper()
 	var ln net.Listener
@@ -102,13 +102,12 @@ func tcpStream(t *testing.T, n *tunnet.Net, size int, limit time.Duration) (floa
 	return float64(len(b)) * 8 / took.Seconds(), len(b)
 }
 
-// Through the kernel path with 4 planes of 1 Gb/s: one mroce connection
-// at 0%, 1% and 10% random loss (on every downlink), each transfer checked byte
-// for byte, beside one TCP connection through the same emulator. The
-// goodputs and ratios are reported (docs/netem.md), not asserted; what is
-// asserted is that mroce spreads over every plane (each carries at least
-// 10% of the bytes; 20-30% on a quiet machine) while TCP's one 5-tuple
-// stays on one.
+// One mroce connection runs through the kernel path on 4 planes of 1 Gb/s,
+// at 0%, 1% and 10% random loss on every downlink, each transfer checked
+// byte for byte, beside one TCP connection through the same emulator. The
+// goodputs and ratios are reported in docs/netem.md, not asserted. The test
+// asserts that mroce spreads over every plane, each carrying at least 10%
+// of the bytes, while TCP's one 5-tuple stays on one.
 func TestLargeThroughTheKernelPath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("transfers through the kernel path: not in -short")

@@ -21,7 +21,7 @@ import (
 // Stats are the emulator's counters at the TUN devices.
 type Stats struct {
 	Read      uint64 // packets read from the hosts' TUN devices
-	Malformed uint64 // of those, not a whole IPv4 packet: not forwarded
+	Malformed uint64 // of those, not a whole IPv4 packet, so not forwarded
 	Written   uint64 // packets delivered into a host's TUN device
 	// WriteErrors counts packets the kernel refused from a TUN device.
 	WriteErrors uint64
@@ -29,19 +29,21 @@ type Stats struct {
 
 // Net is a running emulated network.
 type Net struct {
-	cfg       Config
-	loop      *clock.Loop
-	fab       *netem.Fabric
-	hosts     []*nsHost
-	stats     Stats // loop goroutine
+	cfg   Config
+	fab   *netem.Fabric
+	hosts []*nsHost
+	loop  *clock.Loop
+	stats Stats // loop goroutine only
+
 	cancel    context.CancelFunc
 	loopDone  chan struct{}
 	readers   sync.WaitGroup
-	closed    chan struct{} // closed by Close: readers stop waiting for the loop
+	closed    chan struct{} // closed by Close, so readers stop waiting for the loop
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// nsHost is one emulated host, its namespace and its TUN devices.
 type nsHost struct {
 	n     *Net
 	id    int
@@ -59,7 +61,7 @@ type tunPort struct {
 }
 
 // headroom is what the TUN device needs in front of every packet it reads
-// or writes (its virtio header).
+// or writes, its virtio header.
 const headroom = 16
 
 // Up creates cfg's namespaces and TUN devices and starts forwarding their
@@ -82,7 +84,7 @@ func Up(cfg Config) (*Net, error) {
 	fc.Hosts, fc.Planes, fc.MaxDatagram = cfg.Hosts+1, cfg.Planes, cfg.MTU
 	for _, lc := range []*netem.LinkConfig{&fc.Uplink, &fc.Downlink, &fc.FabricUp, &fc.FabricDown} {
 		if lc.Overhead == 0 {
-			lc.Overhead = 38 // Ethernet framing: the IP and UDP headers are in the packet
+			lc.Overhead = 38 // Ethernet framing, since the IP and UDP headers are in the packet
 		}
 	}
 	loop := clock.NewLoop()
@@ -169,7 +171,7 @@ func ip(args ...string) error {
 func inNamespace(ns string, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // not unlocked: the thread exits with this goroutine
+		runtime.LockOSThread() // not unlocked, so the thread exits with this goroutine
 		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			errc <- fmt.Errorf("tunnet: namespace %s: %w", ns, err)
@@ -185,11 +187,11 @@ func inNamespace(ns string, f func() error) error {
 	return <-errc
 }
 
-// InHost runs f inside host h's network namespace: sockets it opens belong
-// to that host (and keep working from any goroutine afterwards).
+// InHost runs f inside host h's network namespace. Sockets it opens belong
+// to that host and keep working from any goroutine afterwards.
 func (n *Net) InHost(h int, f func() error) error { return inNamespace(n.hosts[h].ns, f) }
 
-// Command is a command to run inside host h's namespace (ip netns exec).
+// Command is a command to run inside host h's namespace with ip netns exec.
 func (n *Net) Command(h int, name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", n.hosts[h].ns, name}, args...)...)
 }
@@ -197,8 +199,8 @@ func (n *Net) Command(h int, name string, args ...string) *exec.Cmd {
 // Namespace is host h's namespace.
 func (n *Net) Namespace(h int) string { return n.hosts[h].ns }
 
-// Do runs f on the emulator's loop, with its fabric (to inject faults or
-// read its counters), and waits for it.
+// Do runs f on the emulator's loop with its fabric, to inject faults or read
+// its counters, and waits for it.
 func (n *Net) Do(f func(fab *netem.Fabric)) {
 	done := make(chan struct{})
 	n.loop.Post(func() { f(n.fab); close(done) })
@@ -214,9 +216,9 @@ func (n *Net) Stats() (st Stats) {
 	return st
 }
 
-// read is a TUN device's goroutine: it reads batches of packets (the
-// device cuts the kernel's offloaded runs apart) and hands each batch to
-// the loop, reading the next into a second batch meanwhile.
+// read is a TUN device's goroutine. It reads batches of packets, which the
+// device cuts from the kernel's offloaded runs, and hands each batch to the
+// loop while it reads the next into a second batch.
 func (p *tunPort) read() {
 	defer p.h.n.readers.Done()
 	size := max(p.dev.BatchSize(), 1)
@@ -239,7 +241,7 @@ func (p *tunPort) read() {
 			default:
 			}
 			b.done <- struct{}{}
-			continue // a packet the device could not cut apart: dropped
+			continue // a packet the device could not cut apart is dropped
 		}
 		b.n = n
 		p.h.n.loop.Post(b.forward)
@@ -267,7 +269,7 @@ func (p *tunPort) newBatch(size int) *inBatch {
 	return b
 }
 
-// forwardNow runs on the loop: each packet enters the fabric at its host.
+// forwardNow runs on the loop. Each packet enters the fabric at its host.
 func (b *inBatch) forwardNow() {
 	n := b.p.h.n
 	host := n.fab.Host(b.p.h.id + 1)
@@ -275,7 +277,7 @@ func (b *inBatch) forwardNow() {
 	for i := range b.n {
 		pkt := b.bufs[i][headroom : headroom+b.sizes[i]]
 		n.stats.Read++
-		in, err := parseIP(pkt) // a read fills at most the MTU: its buffer's size
+		in, err := parseIP(pkt) // a read fills at most the MTU, its buffer's size
 		if err != nil {
 			n.stats.Malformed++
 			continue
@@ -288,8 +290,8 @@ func (b *inBatch) forwardNow() {
 	b.done <- struct{}{}
 }
 
-// deliver runs on the loop when the fabric delivers a packet to host h:
-// it goes into the TUN device of its plane at the end of the turn, with
+// deliver runs on the loop when the fabric delivers a packet to host h. The
+// packet goes into the TUN device of its plane at the end of the turn, with
 // the ECN field the queues left it.
 func (h *nsHost) deliver(d *link.Datagram, _ clock.Time) {
 	plane := int(d.Dst.Addr().As4()[1])
@@ -344,7 +346,7 @@ func (n *Net) Close() error {
 	return n.closeErr
 }
 
-// teardown closes the devices (their readers end) and deletes the
+// teardown closes the devices, which ends their readers, and deletes the
 // namespaces.
 func (n *Net) teardown() error {
 	close(n.closed)
@@ -357,8 +359,8 @@ func (n *Net) teardown() error {
 	return Down(n.cfg.Name)
 }
 
-// List returns the namespaces of the network called name ("" for every
-// network this package made).
+// List returns the namespaces of the network called name, or of every
+// network this package made when name is "".
 func List(name string) ([]string, error) {
 	entries, err := os.ReadDir("/run/netns")
 	if errors.Is(err, os.ErrNotExist) {
@@ -381,7 +383,8 @@ func List(name string) ([]string, error) {
 }
 
 // Down deletes the namespaces of the network called name, and with them
-// their devices and routes: what Close does, for a process that died.
+// their devices and routes. It does what Close does, for a process that
+// died.
 func Down(name string) error {
 	left, err := List(name)
 	if err != nil {

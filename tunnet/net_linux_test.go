@@ -18,8 +18,8 @@ import (
 	"github.com/mroce/mroce/tunnet"
 )
 
-// needRoot skips the test unless it runs as root with ip (iproute2); with
-// MROCE_REQUIRE_NETADMIN set (CI) it fails instead.
+// needRoot skips the test unless it runs as root with iproute2's ip. With
+// MROCE_REQUIRE_NETADMIN set, as in CI, it fails instead.
 func needRoot(t *testing.T) {
 	t.Helper()
 	_, err := exec.LookPath("ip")
@@ -60,8 +60,8 @@ func fabric(rate int64) netem.Config {
 }
 
 // A datagram sent in one host's namespace to another's address on each
-// plane crosses the emulator and arrives with its ECN field; the planes
-// are separate networks.
+// plane crosses the emulator and arrives with its ECN field. The planes are
+// separate networks.
 func TestDatagramsCrossEveryPlane(t *testing.T) {
 	n := up(t, 2, 2, fabric(10e9))
 	for p := 0; p < 2; p++ {
@@ -120,8 +120,8 @@ func openIn(t *testing.T, n *tunnet.Net, h, planes, paths int) *software.UDPHost
 	return host
 }
 
-// One mroce connection over 4 planes of the emulator, 8 paths: the bytes
-// arrive intact and every plane carries its share.
+// One mroce connection runs over 4 planes of the emulator on 8 paths. The
+// bytes arrive intact and every plane carries its share.
 func TestMroceOverFourPlanes(t *testing.T) {
 	n := up(t, 2, 4, fabric(10e9))
 	a, b := openIn(t, n, 0, 4, 8), openIn(t, n, 1, 4, 8)

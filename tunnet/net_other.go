@@ -14,7 +14,7 @@ type Stats struct {
 	Read, Malformed, Written, WriteErrors uint64
 }
 
-// Net is a running emulated network: Linux only.
+// Net is a running emulated network. It exists on Linux only.
 type Net struct{}
 
 var errLinux = errors.New("tunnet: the kernel-path emulator needs Linux (network namespaces and TUN devices)")

@@ -1,18 +1,18 @@
-// Package tunnet is the kernel-path emulator: hosts in network namespaces,
-// each with one TUN interface per plane, whose packets cross netem's
-// pipeline (planes, ECMP by 5-tuple inside a plane, queues with ECN
-// marking, rate, delay, loss, faults) on their way to the destination
-// host's TUN. Unmodified programs in those namespaces (mroce, TCP, QUIC,
-// another implementation) see real loss, queueing, CE marks and plane
-// failures on real kernel sockets.
+// Package tunnet is the kernel-path emulator. It puts hosts in network
+// namespaces, each with one TUN interface per plane, and carries their
+// packets through netem's pipeline to the destination host's TUN. On the
+// way the packets meet the planes, ECMP by 5-tuple inside a plane, queues
+// with ECN marking, rate, delay, loss and faults. Unmodified programs in
+// those namespaces, such as mroce, TCP, QUIC or another implementation, see
+// real loss, queueing, CE marks and plane failures on real kernel sockets.
 //
-// Host i's address on plane p is netem's address of fabric host i+1
-// (10.p.x.y, /16 on the plane's TUN, mr<p>): fabric host 0 would be a
-// subnet's first address, and is left unused.
+// Host i's address on plane p is netem's address of fabric host i+1, in
+// 10.p.x.y/16 on the plane's TUN, named mr<p>. Fabric host 0 would be a
+// subnet's first address, so it is left unused.
 //
-// It needs Linux, root and iproute2 (`ip`). Everything it creates is named
-// mroce-<name>-h<i> and removed by Close; Down removes what a process that
-// died left behind.
+// The package needs Linux, root and iproute2's ip. Everything it creates is
+// named mroce-<name>-h<i> and removed by Close. Down removes what a process
+// that died left behind.
 package tunnet
 
 import (
@@ -26,15 +26,15 @@ import (
 
 // Config describes an emulated network of hosts in namespaces.
 type Config struct {
-	// Name tags everything created: namespaces mroce-<Name>-h<i>. Letters,
-	// digits and '-', at most 20 characters.
+	// Name tags everything created, as in namespaces mroce-<Name>-h<i>. It
+	// holds letters, digits and '-', at most 20 characters.
 	Name string
-	// Hosts (1 .. 254) and Planes (1 .. 8).
+	// Hosts is 1 .. 254 and Planes is 1 .. 8.
 	Hosts, Planes int
-	// Fabric is netem's configuration: links, queues, impairments,
-	// faults, topology. Its Hosts, Planes and MaxDatagram are set here.
+	// Fabric is netem's configuration of links, queues, impairments, faults
+	// and topology. Up sets its Hosts, Planes and MaxDatagram.
 	Fabric netem.Config
-	// MTU of every TUN interface. Default 9,000.
+	// MTU is the MTU of every TUN interface. It defaults to 9,000.
 	MTU int
 }
 
