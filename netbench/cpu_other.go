@@ -4,5 +4,5 @@ package netbench
 
 import "time"
 
-// cpuTime is not measured here: CPU per GB reads 0.
+// cpuTime is not measured on this system, so CPU per GB reads 0.
 func cpuTime() time.Duration { return 0 }

@@ -1,9 +1,9 @@
-// Package netbench measures, on the loopback interface and in one run, one
-// mroce connection over the UDP driver beside what the same machine does
-// with raw UDP (through the same driver) and with a Go TCP connection, so that
-// the figures it prints are ratios of things measured together.
+// Package netbench measures one mroce connection over the UDP driver on the
+// loopback interface. In the same run it measures what the machine does
+// with raw UDP through the same driver and with a Go TCP connection, so
+// that the figures it prints are ratios of things measured together.
 //
-// Everything here uses real sockets and the wall clock: it is a
+// Everything here uses real sockets and the wall clock. It is a
 // measurement, never a test assertion.
 package netbench
 
@@ -57,86 +57,48 @@ func measure(name string, f func() (int64, string, error)) (Result, error) {
 }
 
 // Mroce WRITEs size bytes over one connection of paths paths between two
-// endpoints on loopback (planes 127.0.0.1 and 127.0.0.2 against 127.0.0.3
-// and 127.0.0.4), each endpoint on its own loop goroutine, MaxPacket 4,160
-// (4 KiB of payload per packet).
+// endpoints on loopback. The planes are 127.0.0.1 and 127.0.0.2 against
+// 127.0.0.3 and 127.0.0.4. Each endpoint runs on its own loop goroutine, with
+// a MaxPacket of 4,160 bytes, 4 KiB of payload per packet.
 func Mroce(size, paths int) (Result, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	la, lb := clock.NewLoop(), clock.NewLoop()
-	go la.Run(ctx)
-	go lb.Run(ctx)
-	a, err := newSide(la, []string{"127.0.0.1", "127.0.0.2"}, paths)
+	m, err := connectPair(ctx, size, paths)
+	if m != nil {
+		defer m.close()
+	}
 	if err != nil {
 		return Result{}, err
 	}
-	defer a.drv.Close()
-	b, err := newSide(lb, []string{"127.0.0.3", "127.0.0.4"}, paths)
-	if err != nil {
-		return Result{}, err
-	}
-	defer b.drv.Close()
-	a.drv.Start(a.ep)
-	b.drv.Start(b.ep)
-
-	src, dst := make([]byte, size), make([]byte, size)
-	fill(src)
-	touch(dst)
-	established := make(chan error, 1)
-	done := make(chan engine.Completion, 1)
-	ev := &events{established: established, done: done}
-	var conn *engine.Conn
-	onLoop(lb, func() { b.ep.Listen(b.pd, func(*engine.Conn) (engine.Events, bool) { return &events{}, true }) })
-	var dstKey uint64
-	onLoop(lb, func() {
-		var g *memreg.Region
-		if g, err = b.pd.Register(dst, memreg.LocalWrite|memreg.RemoteWrite); err == nil {
-			dstKey = g.Key()
-		}
-	})
-	if err != nil {
-		return Result{}, err
-	}
-	onLoop(la, func() { conn, err = a.ep.Connect(addrs([]string{"127.0.0.3", "127.0.0.4"}), b.port, a.pd, ev) })
-	if err != nil {
-		return Result{}, err
-	}
-	select {
-	case err = <-established:
-	case <-time.After(5 * time.Second):
-		err = errors.New("not established in 5 s")
-	}
-	if err != nil {
-		return Result{}, fmt.Errorf("mroce: %w", err)
-	}
+	la, lb, a, b := m.la, m.lb, m.a, m.b
 	var stats engine.SenderStats
 	r, err := measure("mroce, 1 connection", func() (int64, string, error) {
 		var perr error
 		onLoop(la, func() {
 			var g *memreg.Region
-			if g, perr = a.pd.Register(src, memreg.LocalWrite); perr == nil {
-				perr = conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: g, Length: uint32(size)}, RKey: dstKey})
+			if g, perr = a.pd.Register(m.src, memreg.LocalWrite); perr == nil {
+				perr = m.conn.Post(engine.SendWR{ID: 1, Op: engine.OpWrite, Local: engine.SGE{Region: g, Length: uint32(size)}, RKey: m.dstKey})
 			}
 		})
 		if perr != nil {
 			return 0, "", perr
 		}
 		select {
-		case wc := <-done:
+		case wc := <-m.done:
 			if wc.Status != engine.StatusOK {
 				return 0, "", fmt.Errorf("mroce: %v: %v", wc.Status, wc.Err)
 			}
 		case <-time.After(2 * time.Minute):
 			return 0, "", errors.New("mroce: no completion in 2 minutes")
 		}
-		onLoop(la, func() { stats = conn.SenderStats() })
+		onLoop(la, func() { stats = m.conn.SenderStats() })
 		return int64(size), "", nil
 	})
 	if err != nil {
 		return r, err
 	}
 	same := false
-	onLoop(lb, func() { same = bytes.Equal(src, dst) }) // dst is the receiving loop's until then
+	onLoop(lb, func() { same = bytes.Equal(m.src, m.dst) }) // dst is the receiving loop's until then
 	if !same {
 		return r, errors.New("mroce: the data arrived wrong")
 	}
@@ -148,17 +110,89 @@ func Mroce(size, paths int) (Result, error) {
 	return r, nil
 }
 
-// fill fills b with pseudo-random bytes, fast: the data only has to be
-// checked on arrival, not secret.
+// mrocePair is two endpoints on loops of their own and one established
+// connection from a to b, with the buffers of a WRITE between them.
+type mrocePair struct {
+	la, lb   *clock.Loop
+	a, b     *side
+	conn     *engine.Conn
+	done     chan engine.Completion // the WRITE's completion
+	src, dst []byte
+	dstKey   uint64 // the key of dst's region at b
+}
+
+// close closes the pair's sockets.
+func (m *mrocePair) close() {
+	if m.a != nil {
+		m.a.drv.Close()
+	}
+	if m.b != nil {
+		m.b.drv.Close()
+	}
+}
+
+// connectPair binds the two endpoints Mroce measures, with loops that run
+// until ctx is done. It registers b's buffer of size bytes and establishes
+// a connection of paths paths from a. The pair it returns, even with an
+// error, must be closed.
+func connectPair(ctx context.Context, size, paths int) (*mrocePair, error) {
+	m := &mrocePair{la: clock.NewLoop(), lb: clock.NewLoop()}
+	la, lb := m.la, m.lb
+	go la.Run(ctx)
+	go lb.Run(ctx)
+	var err error
+	if m.a, err = newSide(la, []string{"127.0.0.1", "127.0.0.2"}, paths); err != nil {
+		return m, err
+	}
+	if m.b, err = newSide(lb, []string{"127.0.0.3", "127.0.0.4"}, paths); err != nil {
+		return m, err
+	}
+	a, b := m.a, m.b
+	a.drv.Start(a.ep)
+	b.drv.Start(b.ep)
+
+	m.src, m.dst = make([]byte, size), make([]byte, size)
+	fill(m.src)
+	touch(m.dst)
+	established := make(chan error, 1)
+	m.done = make(chan engine.Completion, 1)
+	ev := &events{established: established, done: m.done}
+	onLoop(lb, func() { b.ep.Listen(b.pd, func(*engine.Conn) (engine.Events, bool) { return &events{}, true }) })
+	onLoop(lb, func() {
+		var g *memreg.Region
+		if g, err = b.pd.Register(m.dst, memreg.LocalWrite|memreg.RemoteWrite); err == nil {
+			m.dstKey = g.Key()
+		}
+	})
+	if err != nil {
+		return m, err
+	}
+	onLoop(la, func() { m.conn, err = a.ep.Connect(addrs([]string{"127.0.0.3", "127.0.0.4"}), b.port, a.pd, ev) })
+	if err != nil {
+		return m, err
+	}
+	select {
+	case err = <-established:
+	case <-time.After(5 * time.Second):
+		err = errors.New("not established in 5 s")
+	}
+	if err != nil {
+		return m, fmt.Errorf("mroce: %w", err)
+	}
+	return m, nil
+}
+
+// fill fills b with pseudo-random bytes, fast. The data only has to be
+// checked on arrival, not kept secret.
 func fill(b []byte) {
 	var seed [32]byte
 	rand.Read(seed[:])
 	mrand.NewChaCha8(seed).Read(b)
 }
 
-// touch writes every page of b, so that the kernel has mapped it before
-// the measurement: RDMA memory is registered (pinned) before use, and
-// both sides of the TCP transfer get the same.
+// touch writes every page of b, so that the kernel has mapped it before the
+// measurement. RDMA memory is registered and pinned before use, and both
+// sides of the TCP transfer get the same.
 func touch(b []byte) {
 	for i := 0; i < len(b); i += 4096 {
 		b[i] = 0
@@ -241,11 +275,12 @@ func (e *events) State(_ *engine.Conn, s engine.ConnState, err error) {
 	}
 }
 
-// RawUDP sends size bytes of datagrams of payload bytes through the same
-// UDP driver the mroce connection uses (the same batching, GSO on send and
-// GRO on receive), from one socket to another, with no protocol at all,
-// and counts what arrives. UDP has no flow control: what the receiver
-// loses is reported, and goodput counts only what arrived.
+// RawUDP sends size bytes of datagrams of payload bytes from one socket to
+// another, with no protocol at all, and counts what arrives. It goes
+// through the same UDP driver the mroce connection uses, with the same
+// batching, GSO on send and GRO on receive. UDP has no flow control, so
+// what the receiver loses is reported, and goodput counts only what
+// arrived.
 func RawUDP(size, payload, batch int) (Result, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -270,7 +305,7 @@ func RawUDP(size, payload, batch int) (Result, error) {
 		got.Add(int64(len(d.Data)))
 		last.Store(int64(time.Since(origin)))
 	}))
-	// The sender's loop never runs: this goroutine is its only user, and
+	// The sender's loop never runs. This goroutine is its only user, and it
 	// flushes after each batch.
 	var tx *udp.Driver
 	for try := 0; try < 20; try++ {
@@ -316,9 +351,9 @@ func RawUDP(size, payload, batch int) (Result, error) {
 }
 
 // TCP moves size bytes from one buffer to another over a Go TCP loopback
-// connection, in writes of write bytes: the same work as the mroce WRITE
-// (memory to memory, both buffers mapped beforehand), and the bytes are
-// checked the same way.
+// connection, in writes of write bytes. That is the same work as the mroce
+// WRITE, memory to memory with both buffers mapped beforehand, and the
+// bytes are checked the same way.
 func TCP(size, write int) (Result, error) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {

@@ -2,8 +2,8 @@ package netbench
 
 import "testing"
 
-// Each measurement runs and moves its bytes: a small run of each (the
-// figures themselves are printed by mroce bench-net, not asserted).
+// Each measurement runs and moves its bytes in a small run. mroce bench-net
+// prints the figures themselves, and nothing asserts them.
 func TestMeasurementsRun(t *testing.T) {
 	m, err := Mroce(4<<20, 8)
 	if err != nil {
