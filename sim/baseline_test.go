@@ -5,15 +5,13 @@ import (
 	"testing"
 )
 
-// The baseline mode is honest: under random loss its goodput, relative to
+// The baseline mode is honest. Under random loss its goodput, relative to
 // its own loss-free run, follows the go-back-N model 1/(1 + p W) within
-// 10% from 0.1% to 5% loss, and the exact go-back-N efficiency
+// 10% from 0.1% to 5% loss. It follows the exact go-back-N efficiency
 // (1 - p)/(1 - p + p W) within 10% at every loss up to 10%. W is its
-// configured window, tuned as DefaultLoss tunes it: the window that fills
-// the plane, and RoCEv2's fixed local ACK timeout of 16 µs. At 10% it
-// sits up to 12% under the first-order model (it depends on the seed and
-// the size), which leaves out that every resend is lost with p too
-// (docs/cc.md).
+// window, tuned as DefaultLoss tunes it, with RoCEv2's fixed local ACK
+// timeout. At 10% the first-order model does not hold, as it leaves out
+// that every resend is lost with p too. docs/cc.md explains.
 func TestBaselineFollowsGoBackNModel(t *testing.T) {
 	window := DefaultLoss().BaselineWindow
 	run := func(p float64) TransferResult {

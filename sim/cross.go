@@ -12,8 +12,9 @@ import (
 )
 
 // CrossConfig is one connection spread one path per plane over Planes
-// planes, while unresponsive cross traffic (not ECN-capable, from a third
-// host) takes CrossShare of one plane's downlink to the same receiver.
+// planes. Meanwhile a third host's cross traffic takes CrossShare of one
+// plane's downlink to the same receiver. The cross traffic is not
+// ECN-capable and does not respond to congestion.
 type CrossConfig struct {
 	Bytes      int
 	Planes     int
@@ -21,18 +22,18 @@ type CrossConfig struct {
 	CrossShare float64
 	Seed       uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
-	// as on a real wire; by default payloads are placeholders (newWorld).
+	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
 }
 
 // CrossResult is what the run measured.
 type CrossResult struct {
 	Config CrossConfig
-	// Goodput of the connection and the payload capacity left to it: every
-	// plane's, less what the cross traffic takes of one.
+	// Goodput is the connection's. Left is the payload capacity left to
+	// it, every plane's less what the cross traffic takes of one.
 	Goodput, Left float64
 	// ShareOnCrossed is the fraction of the connection's packets that went
-	// to the crossed plane (1/Planes without steering).
+	// to the crossed plane. Without steering it would be 1/Planes.
 	ShareOnCrossed float64
 }
 
@@ -62,7 +63,7 @@ func (b *blaster) Fire() {
 	b.w.sim.After(b.gap, b)
 }
 
-// Cross runs the scenario.
+// Cross runs the cross-traffic scenario.
 func Cross(cfg CrossConfig) (CrossResult, error) {
 	res := CrossResult{Config: cfg}
 	l := netem.LinkConfig{Rate: cfg.LinkRate, Delay: time.Microsecond,

@@ -2,9 +2,9 @@ package sim
 
 import "testing"
 
-// One path of eight congested by cross traffic: the connection shifts its
-// packets to the other paths and keeps at least 90% of the capacity left to
-// it.
+// With one path of eight congested by cross traffic, the connection shifts
+// its packets to the other paths and keeps at least 90% of the capacity
+// left to it.
 func TestCrossTrafficOnOnePath(t *testing.T) {
 	r, err := Cross(CrossConfig{Bytes: 128 << 20, Planes: 8, LinkRate: 100e9, CrossShare: 0.8, Seed: 1})
 	if err != nil {

@@ -20,38 +20,239 @@ import (
 // FabricOptions are the network and the engines of a many-flow scenario.
 type FabricOptions struct {
 	Hosts, Planes int
-	// HostsPerLeaf and Spines make each plane a leaf-spine (0: one switch
-	// per plane).
+	// HostsPerLeaf and Spines make each plane a leaf-spine. Zero gives
+	// one switch per plane.
 	HostsPerLeaf, Spines int
 	LinkRate             int64
 	Links
 	Loss          float64 // random loss on every downlink
 	Paths         int     // per connection
 	Baseline, PFC bool
-	// Faults are played at their times from the flows' start (after the
-	// connections are set up); one sooner than a packet's serialization
-	// and Delay, or one with flows that wait for others, keeps the run on
-	// one clock.
+	// Faults are played at their times, counted from the flows' start
+	// once the connections are set up. A fault sooner than a packet's
+	// serialization and Delay keeps the run on one clock, and so do
+	// faults with flows that wait for others.
 	Faults []netem.Fault
 	Seed   uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
-	// as on a real wire; by default payloads are placeholders (newWorld).
+	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
-	// Workers is the cores one run takes (0: one per core) when it runs
-	// over processes, a host each (newGroupedWorld): when no flow waits
-	// for one that ends at another host and the fabric has one switch per
-	// plane, a delay and no PFC. Its results are the same for any Workers.
+	// Workers is the cores a run over processes takes, one per core when
+	// zero. A run goes over processes, a host each, when no flow waits
+	// for one that ends at another host and the fabric has one switch
+	// per plane, a delay and no PFC. Its results are the same for any
+	// Workers.
 	Workers int
 }
 
+// DefaultFabric is 64 hosts on planes of 100 Gb/s, one switch each.
+func DefaultFabric(planes int) FabricOptions {
+	return FabricOptions{Hosts: 64, Planes: planes, LinkRate: 100e9, Links: DefaultLinks(), Paths: 8, Seed: 1}
+}
+
+// Flow is one WRITE of Bytes from host Src to host Dst. It is posted at
+// Start, counted from the run's start, once every flow in After is done.
+// After holds indices into the flow list. A flow of After that ends at
+// this flow's Src is done when all its data has arrived there, as a
+// collective's step waits for what it receives. Any other is done when
+// its sender's WRITE completes. Flows from the same Src to the same Dst
+// share a connection and a stream, and are posted in list order.
+type Flow struct {
+	Src, Dst, Bytes int
+	Start           time.Duration
+	After           []int
+}
+
+// FlowsResult is what a many-flow run measured.
+type FlowsResult struct {
+	// FCT is each flow's completion time from its posting, or 0 for a
+	// flow that failed. Started is when it was posted, from the run's
+	// start.
+	FCT, Started []time.Duration
+	// Makespan runs from the first Start to the last completion.
+	Makespan time.Duration
+	// Failed counts the flows whose connection failed.
+	Failed int
+	// Delivered is the payload bytes the hosts' downlinks carried in each
+	// Bucket, from the first Start.
+	Delivered []float64
+	Bucket    time.Duration
+	// HostCapacity is one host's payload rate in bytes/s over all its
+	// planes.
+	HostCapacity float64
+	Connections  int
+	// Packets counts the data packets the senders sent. WallTime is what
+	// the run took in real time, set-up included. Together they give the
+	// simulator's speed.
+	Packets  uint64
+	WallTime time.Duration
+	// Retransmits, TailProbes and Timeouts sum the senders' counters.
+	Retransmits, TailProbes, Timeouts uint64
+	// HeapBytes is the live Go heap at the end of the run with the world
+	// still in it. It is the simulator's memory for the connections,
+	// regions and fabric.
+	HeapBytes uint64
+	// OverProcesses is set when the run went over processes, a host
+	// each, rather than on one clock.
+	OverProcesses bool
+	// Events counts the events and timers the run fired and Datagrams
+	// the datagrams the fabric delivered, set-up included. They are what
+	// the simulator's speed is made of.
+	Events, Datagrams uint64
+}
+
+// Goodput is the bytes of every flow over the makespan, in bytes/s.
+func (r FlowsResult) Goodput(flows []Flow) float64 {
+	var b int
+	for _, f := range flows {
+		b += f.Bytes
+	}
+	return float64(b) / r.Makespan.Seconds()
+}
+
+// PacketRate is the simulator's speed in data packets per second of wall
+// time.
+func (r FlowsResult) PacketRate() float64 { return float64(r.Packets) / r.WallTime.Seconds() }
+
+// RunFlows runs flows over a fabric of o, one connection per (Src, Dst),
+// and samples what the downlinks deliver every bucket.
+func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult, error) {
+	wallStart := time.Now()
+	r := &flowRun{o: o, flows: flows, ps: sizeFor(o.MTU),
+		res: FlowsResult{FCT: make([]time.Duration, len(flows)), Started: make([]time.Duration, len(flows)), Bucket: bucket}}
+	if err := r.buildWorld(); err != nil {
+		return r.res, err
+	}
+	r.groupPairs()
+	if err := r.linkDependencies(); err != nil {
+		return r.res, err
+	}
+	r.countPlacements()
+	if err := r.registerRegions(); err != nil {
+		return r.res, err
+	}
+	if err := r.connectPairs(); err != nil {
+		return r.res, err
+	}
+	if err := r.startClock(); err != nil {
+		return r.res, err
+	}
+	r.sampleDownlinks(bucket)
+	r.schedule()
+	if !r.w.run(time.Minute, func() bool { return r.left() == 0 }) {
+		return r.res, fmt.Errorf("%d flows did not finish in a minute of virtual time", r.left())
+	}
+	r.collect()
+	r.res.WallTime = time.Since(wallStart)
+	r.res.Events, r.res.Datagrams = r.w.fired(), r.w.fab.Delivered()
+	err := r.measureHeap()
+	runtime.KeepAlive(r.w)
+	return r.res, err
+}
+
+// hostPair is a connection's two hosts.
+type hostPair struct{ src, dst int }
+
+// flowRun is the state of one RunFlows. Its steps are methods, called in
+// the order RunFlows lists them.
+type flowRun struct {
+	o     FabricOptions
+	flows []Flow
+	ps    packetSize
+	res   FlowsResult
+	w     *world
+
+	// pairOf numbers the pairs of hosts that flows connect. pairFlows
+	// holds each pair's flows in list order, which is the order they are
+	// posted in and so the order their WRITEs are placed at the receiver.
+	pairOf    map[hostPair]int
+	pairFlows [][]int
+
+	// waiting counts what each flow still waits for. Its start time
+	// counts one until its timer fires, and each flow of its After list
+	// counts one more. dependents lists the flows that wait for each.
+	waiting    []int
+	dependents [][]int
+
+	// src and dst are each host's source and target regions.
+	src, dst []*memreg.Region
+
+	// conns and evs are each pair's connection and its sender's events,
+	// set up in the order of order.
+	conns map[hostPair]*engine.Conn
+	evs   map[hostPair]*flowEvents
+	order []hostPair
+
+	// start is when the flows start, and delivered each host's downlink
+	// bytes per bucket from then.
+	start     clock.Time
+	delivered [][]float64
+
+	// pending counts each source host's flows not yet done. Over
+	// processes, each host's process counts its own.
+	pending []int
+	// postFailed marks the flows whose post was refused.
+	postFailed []bool
+	// readyToPost marks the flows no longer waiting. nextPost is, for
+	// each pair, its next flow to post, counted by the sender's process.
+	readyToPost []bool
+	nextPost    []int
+}
+
+// buildWorld builds the fabric and the engines. The run goes over
+// processes when the flows, the faults and the fabric allow it.
+func (r *flowRun) buildWorld() error {
+	o, ps := r.o, r.ps
+	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: netem.QueueConfig{Limit: o.Buffer, ECNThreshold: o.ECNThreshold}}
+	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines,
+		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: ps.maxPacket()}
+	// A host's uplink is its NIC's port. Its connections share it by the
+	// endpoint's OutboundCapacity, and it marks nothing, since ECN marks
+	// come from switch ports. A marked queue that the host's own
+	// connections build would cut their windows for what no other host
+	// caused.
+	fc.Uplink.Queue.ECNThreshold = 0
+	if o.Loss > 0 {
+		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: o.Loss}
+	}
+	if o.PFC {
+		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
+	}
+	r.res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * ps.payloadShare()
+	cfgFor := func(h int) engine.Config {
+		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
+			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * r.res.HostCapacity, OutboundCapacity: r.res.HostCapacity,
+			MaxAccepting: 4096}
+		if o.Baseline {
+			c.Mode = proto.ModeBaseline
+		}
+		return c
+	}
+	var w *world
+	err := netem.ErrNotGrouped
+	if grouped(o, r.flows) {
+		w, err = newGroupedWorld(fc, o.Seed, o.RealPayloads, cfgFor, o.Workers)
+	}
+	if errors.Is(err, netem.ErrNotGrouped) {
+		w, err = newWorld(fc, o.Seed, o.RealPayloads, cfgFor)
+	}
+	if err != nil {
+		return err
+	}
+	r.w = w
+	r.res.OverProcesses = w.group != nil
+	return nil
+}
+
 // grouped reports whether a run of flows on o may go over processes, as
-// far as the flows and the faults go; the fabric has its say too
-// (netem.NewGrouped: one switch per plane, a delay, no PFC).
+// far as the flows and the faults go. The fabric has its say too in
+// netem.NewGrouped.
 func grouped(o FabricOptions, flows []Flow) bool {
-	// Over processes a fault comes after what is on an uplink's wire has
-	// arrived (netem.Fabric.ScheduleFault): at most a full packet's
-	// serialization and a link delay after the flows' start.
-	lead := o.Delay + sizeFor(o.MTU).serialization(o.LinkRate) + 2 // a nanosecond of the serializer's remainder, and after
+	// Over processes, a fault comes after what is on an uplink's wire has
+	// arrived. That is at most a full packet's serialization and a link
+	// delay after the flows' start. The 2 ns cover the serializer's
+	// remainder and come after it.
+	lead := o.Delay + sizeFor(o.MTU).serialization(o.LinkRate) + 2
 	for _, ft := range o.Faults {
 		if ft.At < lead {
 			return false
@@ -59,7 +260,9 @@ func grouped(o FabricOptions, flows []Flow) bool {
 	}
 	for _, f := range flows {
 		if len(f.After) > 0 && len(o.Faults) > 0 {
-			return false // a flow a fault fails releases, over processes, only the flows of its own host
+			// Over processes, a flow that a fault fails would release only
+			// the flows of its own host.
+			return false
 		}
 		for _, d := range f.After {
 			if d < 0 || d >= len(flows) || flows[d].Dst != f.Src {
@@ -70,331 +273,271 @@ func grouped(o FabricOptions, flows []Flow) bool {
 	return true
 }
 
-// DefaultFabric is 64 hosts on planes of 100 Gb/s, one switch each.
-func DefaultFabric(planes int) FabricOptions {
-	return FabricOptions{Hosts: 64, Planes: planes, LinkRate: 100e9, Links: DefaultLinks(), Paths: 8, Seed: 1}
-}
-
-// Flow is one WRITE of Bytes from host Src to host Dst, posted at Start
-// (virtual time from the run's start) once every flow in After (indices
-// in the list) is done: for a flow of After that ends at this flow's Src,
-// when its data has all arrived there (as a collective's step waits for
-// what it receives); for another, when its sender's WRITE completes.
-// Flows from the same Src to the same Dst share a connection and a
-// stream, and are posted in list order.
-type Flow struct {
-	Src, Dst, Bytes int
-	Start           time.Duration
-	After           []int
-}
-
-// FlowsResult is what a many-flow run measured.
-type FlowsResult struct {
-	// FCT is each flow's completion time from its posting (0 for a flow
-	// that failed), and Started when it was posted, from the run's start.
-	FCT, Started []time.Duration
-	// Makespan runs from the first Start to the last completion.
-	Makespan time.Duration
-	// Failed counts flows whose connection failed: "connections lost".
-	Failed int
-	// Delivered is the payload bytes the hosts' downlinks carried per
-	// Bucket, from the first Start.
-	Delivered []float64
-	Bucket    time.Duration
-	// HostCapacity is one host's payload rate over all its planes (bytes/s).
-	HostCapacity float64
-	Connections  int
-	// Packets counts the data packets the senders sent (for the
-	// simulator's speed), WallTime what the run took, set-up included.
-	Packets  uint64
-	WallTime time.Duration
-	// Retransmits, TailProbes and Timeouts sum the senders' counters.
-	Retransmits, TailProbes, Timeouts uint64
-	// HeapBytes is the live Go heap at the end of the run, the world
-	// still in it (the simulator's memory: connections, regions, fabric).
-	HeapBytes uint64
-	// OverProcesses: the run went over processes, a host each
-	// (newGroupedWorld), not on one clock.
-	OverProcesses bool
-	// Events counts the events and timers the run fired, Datagrams the
-	// datagrams the fabric delivered (set-up included): what the
-	// simulator's speed is made of.
-	Events, Datagrams uint64
-}
-
-// Goodput is the bytes of every flow over the makespan (bytes/s).
-func (r FlowsResult) Goodput(flows []Flow) float64 {
-	var b int
-	for _, f := range flows {
-		b += f.Bytes
-	}
-	return float64(b) / r.Makespan.Seconds()
-}
-
-// PacketRate is the simulator's speed: data packets per second of wall
-// time.
-func (r FlowsResult) PacketRate() float64 { return float64(r.Packets) / r.WallTime.Seconds() }
-
-// RunFlows runs flows over a fabric of o, one connection per (Src, Dst),
-// and samples what the downlinks deliver every bucket.
-func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult, error) {
-	wallStart := time.Now()
-	res := FlowsResult{FCT: make([]time.Duration, len(flows)), Started: make([]time.Duration, len(flows)), Bucket: bucket}
-	ps := sizeFor(o.MTU)
-	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: netem.QueueConfig{Limit: o.Buffer, ECNThreshold: o.ECNThreshold}}
-	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines,
-		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: ps.maxPacket()}
-	// A host's uplink is its NIC's port: its connections share it by the
-	// endpoint's OutboundCapacity, and it marks nothing (ECN marks come
-	// from switch ports). Marked, a queue the host's own connections make
-	// would cut their windows for what no other host caused.
-	fc.Uplink.Queue.ECNThreshold = 0
-	if o.Loss > 0 {
-		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: o.Loss}
-	}
-	if o.PFC {
-		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
-	}
-	res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * ps.payloadShare()
-	cfgFor := func(h int) engine.Config {
-		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
-			LineRate: float64(o.LinkRate) / 8, InboundCapacity: 0.98 * res.HostCapacity, OutboundCapacity: res.HostCapacity,
-			MaxAccepting: 4096}
-		if o.Baseline {
-			c.Mode = proto.ModeBaseline
-		}
-		return c
-	}
-	var w *world
-	err := netem.ErrNotGrouped
-	if grouped(o, flows) {
-		w, err = newGroupedWorld(fc, o.Seed, o.RealPayloads, cfgFor, o.Workers)
-	}
-	if errors.Is(err, netem.ErrNotGrouped) {
-		w, err = newWorld(fc, o.Seed, o.RealPayloads, cfgFor)
-	}
-	if err != nil {
-		return res, err
-	}
-	res.OverProcesses = w.group != nil
-	// The flows of each pair, in list order: the order they are posted in
-	// (post), so the order their WRITEs are placed at the receiver.
-	type pair struct{ a, b int }
-	pairOf := map[pair]int{}
-	var pairFlows [][]int
-	for i, f := range flows {
-		k, ok := pairOf[pair{f.Src, f.Dst}]
+// groupPairs numbers the pairs of hosts and lists each pair's flows.
+func (r *flowRun) groupPairs() {
+	r.pairOf = map[hostPair]int{}
+	for i, f := range r.flows {
+		p := hostPair{f.Src, f.Dst}
+		k, ok := r.pairOf[p]
 		if !ok {
-			k = len(pairFlows)
-			pairOf[pair{f.Src, f.Dst}] = k
-			pairFlows = append(pairFlows, nil)
+			k = len(r.pairFlows)
+			r.pairOf[p] = k
+			r.pairFlows = append(r.pairFlows, nil)
 		}
-		pairFlows[k] = append(pairFlows[k], i)
+		r.pairFlows[k] = append(r.pairFlows[k], i)
 	}
-	// waiting counts what each flow waits for: its start time (1, until
-	// its timer fires) and the flows of its After list.
-	waiting := make([]int, len(flows))
-	dependents := make([][]int, len(flows))
-	for i, f := range flows {
-		waiting[i] = 1 + len(f.After)
+}
+
+// linkDependencies counts what each flow waits for and lists the flows
+// that wait for each.
+func (r *flowRun) linkDependencies() error {
+	r.waiting = make([]int, len(r.flows))
+	r.dependents = make([][]int, len(r.flows))
+	for i, f := range r.flows {
+		r.waiting[i] = 1 + len(f.After)
 		for _, d := range f.After {
-			if d < 0 || d >= len(flows) || d == i {
-				return res, fmt.Errorf("flow %d waits for flow %d: no such other flow", i, d)
+			if d < 0 || d >= len(r.flows) || d == i {
+				return fmt.Errorf("flow %d waits for flow %d: no such other flow", i, d)
 			}
-			dependents[d] = append(dependents[d], i)
+			r.dependents[d] = append(r.dependents[d], i)
 		}
 	}
-	var ready func(i int)
-	// release readies what waits for flow id: arrived, what starts at its
-	// destination; completed (at its source), the others; failed, all on
-	// one clock, and over processes those on its source's.
-	release := func(id int, arrived, completed, failed bool) {
-		for _, d := range dependents[id] {
-			atDst := flows[d].Src == flows[id].Dst
-			if arrived && atDst || completed && !atDst || failed && (w.group == nil || flows[d].Src == flows[id].Src) {
-				ready(d)
-			}
-		}
-	}
+	return nil
+}
+
+// countPlacements makes every host listen and count the WRITEs placed
+// whole at it, pair by pair. Each one placed releases the flows that
+// wait for its arrival.
+func (r *flowRun) countPlacements() {
+	w := r.w
 	hostAt := map[netip.Addr]int{}
 	for h := range w.hosts {
-		for p := 0; p < o.Planes; p++ {
+		for p := 0; p < r.o.Planes; p++ {
 			hostAt[netem.Addr(p, h)] = h
 		}
 	}
-	placed := make([]int, len(pairFlows)) // by pair: WRITEs placed, counted by the receiver's process
+	// placed counts each pair's WRITEs placed, by the receiver's process.
+	placed := make([]int, len(r.pairFlows))
 	for h := range w.hosts {
 		w.hosts[h].ep.Listen(w.hosts[h].pd, func(*engine.Conn) (engine.Events, bool) {
 			return &arrivals{events: events{sim: w.hosts[h].clk}, placed: func(c *engine.Conn) {
 				src := -1
-				for p := 0; p < o.Planes && src < 0; p++ {
+				for p := 0; p < r.o.Planes && src < 0; p++ {
 					if a := c.RemoteAddr(p); a.IsValid() {
 						src = hostAt[a]
 					}
 				}
-				k, ok := pairOf[pair{src, h}]
-				if !ok || placed[k] == len(pairFlows[k]) {
-					return // not a connection of the flows' (none other is made)
+				k, ok := r.pairOf[hostPair{src, h}]
+				if !ok || placed[k] == len(r.pairFlows[k]) {
+					return // not a connection of the flows, and none other is made
 				}
-				id := pairFlows[k][placed[k]]
+				id := r.pairFlows[k][placed[k]]
 				placed[k]++
-				release(id, true, false, false)
+				r.release(id, true, false, false)
 			}}, true
 		})
 	}
-	// Regions: one source and one target per host, as large as the
-	// largest flow; flows to one host overlap in its target (nothing here
-	// reads it).
+}
+
+// registerRegions gives every host one source and one target region, as
+// large as the largest flow. Flows to one host overlap in its target,
+// since nothing here reads it.
+func (r *flowRun) registerRegions() error {
 	largest := 1
-	for _, f := range flows {
+	for _, f := range r.flows {
 		largest = max(largest, f.Bytes)
-		if f.Src == f.Dst || f.Src < 0 || f.Dst < 0 || f.Src >= o.Hosts || f.Dst >= o.Hosts {
-			return res, fmt.Errorf("flow %d -> %d: hosts are 0 .. %d and differ", f.Src, f.Dst, o.Hosts-1)
+		if f.Src == f.Dst || f.Src < 0 || f.Dst < 0 || f.Src >= r.o.Hosts || f.Dst >= r.o.Hosts {
+			return fmt.Errorf("flow %d -> %d: hosts are 0 .. %d and differ", f.Src, f.Dst, r.o.Hosts-1)
 		}
 	}
-	src := make([]*memreg.Region, o.Hosts)
-	dst := make([]*memreg.Region, o.Hosts)
-	for h := range w.hosts {
-		src[h] = w.hosts[h].region(largest, memreg.LocalWrite)
-		dst[h] = w.hosts[h].region(largest, memreg.LocalWrite|memreg.RemoteWrite)
+	r.src = make([]*memreg.Region, r.o.Hosts)
+	r.dst = make([]*memreg.Region, r.o.Hosts)
+	for h := range r.w.hosts {
+		r.src[h] = r.w.hosts[h].region(largest, memreg.LocalWrite)
+		r.dst[h] = r.w.hosts[h].region(largest, memreg.LocalWrite|memreg.RemoteWrite)
 	}
-	// One connection per pair, set up before any flow starts: one after
-	// the other on one clock, all at once over processes.
-	conns := map[pair]*engine.Conn{}
-	evs := map[pair]*flowEvents{}
-	var order []pair
-	for _, f := range flows {
-		if p := (pair{f.Src, f.Dst}); conns[p] == nil {
-			ev := &flowEvents{sim: w.hosts[f.Src].clk, started: map[uint64]clock.Time{}, done: map[uint64]clock.Time{}}
-			var c *engine.Conn
-			var err error
-			if w.group != nil {
-				c, err = w.dial(f.Src, f.Dst, ev)
-			} else {
-				c, err = w.connect(f.Src, f.Dst, ev)
-			}
-			if err != nil {
-				return res, err
-			}
-			conns[p], evs[p] = c, ev
-			order = append(order, p)
+	return nil
+}
+
+// connectPairs sets up one connection per pair before any flow starts.
+// On one clock they are set up one after the other, over processes all
+// at once.
+func (r *flowRun) connectPairs() error {
+	w := r.w
+	r.conns = map[hostPair]*engine.Conn{}
+	r.evs = map[hostPair]*flowEvents{}
+	for _, f := range r.flows {
+		p := hostPair{f.Src, f.Dst}
+		if r.conns[p] != nil {
+			continue
 		}
+		ev := &flowEvents{sim: w.hosts[f.Src].clk, started: map[uint64]clock.Time{}, done: map[uint64]clock.Time{}}
+		var c *engine.Conn
+		var err error
+		if w.group != nil {
+			c, err = w.dial(f.Src, f.Dst, ev)
+		} else {
+			c, err = w.connect(f.Src, f.Dst, ev)
+		}
+		if err != nil {
+			return err
+		}
+		r.conns[p], r.evs[p] = c, ev
+		r.order = append(r.order, p)
 	}
 	if w.group != nil {
 		w.run(time.Second, func() bool {
-			for _, p := range order {
-				if conns[p].State() == engine.Connecting {
+			for _, p := range r.order {
+				if r.conns[p].State() == engine.Connecting {
 					return false
 				}
 			}
 			return true
 		})
-		for _, p := range order {
-			if c := conns[p]; c.State() != engine.Established {
-				return res, fmt.Errorf("connection %d->%d: %v", p.a, p.b, c.Err())
+		for _, p := range r.order {
+			if c := r.conns[p]; c.State() != engine.Established {
+				return fmt.Errorf("connection %d->%d: %v", p.src, p.dst, c.Err())
 			}
 		}
 	}
-	res.Connections = len(conns)
-	// Measure what the downlinks deliver from the first start.
-	start := w.now()
-	for _, ft := range o.Faults {
-		if err := w.fab.ScheduleFault(time.Duration(start)+ft.At, ft); err != nil {
-			return res, err
+	r.res.Connections = len(r.conns)
+	return nil
+}
+
+// startClock marks the flows' start and schedules the faults from it.
+func (r *flowRun) startClock() error {
+	r.start = r.w.now()
+	for _, ft := range r.o.Faults {
+		if err := r.w.fab.ScheduleFault(time.Duration(r.start)+ft.At, ft); err != nil {
+			return err
 		}
 	}
-	// Each host's downlinks are sampled into its own buckets (over
-	// processes, by its own process), summed after the run: whole bytes,
-	// so in any order the same sums.
-	delivered := make([][]float64, o.Hosts)
-	if bucket > 0 {
-		w.fab.AddHostTap(func(h int, e *netem.TapEvent) {
-			d := e.Datagram
-			if e.Verdict != netem.Sent || e.Link.Kind() != netem.Downlink || len(d.Data) < 2 || !proto.Type(d.Data[1]).IsData() {
-				return
-			}
-			i := int(e.At.Sub(start) / bucket)
-			for len(delivered[h]) <= i {
-				delivered[h] = append(delivered[h], 0)
-			}
-			delivered[h][i] += float64(d.Size())
-		})
+	return nil
+}
+
+// sampleDownlinks counts the data bytes each host's downlinks deliver,
+// per bucket from the flows' start. Each host has its own buckets,
+// filled by its own process, and collect sums them after the run. The
+// bytes are whole numbers, so the sums are the same in any order.
+func (r *flowRun) sampleDownlinks(bucket time.Duration) {
+	r.delivered = make([][]float64, r.o.Hosts)
+	if bucket <= 0 {
+		return
 	}
-	// pending counts the flows not yet done, by source host: over
-	// processes, each host's process counts its own.
-	pending := make([]int, o.Hosts)
-	for _, f := range flows {
-		pending[f.Src]++
-	}
-	postFailed := make([]bool, len(flows))
-	post := func(i int) {
-		f := flows[i]
-		p := pair{f.Src, f.Dst}
-		c, ev := conns[p], evs[p]
-		ev.started[uint64(i)] = ev.sim.Now()
-		err := c.Post(engine.SendWR{ID: uint64(i), Op: engine.OpWrite, Local: engine.SGE{Region: src[f.Src], Length: uint32(f.Bytes)},
-			RKey: dst[f.Dst].Key()})
-		if err != nil {
-			postFailed[i] = true
-			pending[f.Src]--
-			release(i, false, false, true)
-		}
-	}
-	// A ready flow is posted once the flows listed before it on its pair
-	// are: in list order.
-	readyToPost := make([]bool, len(flows))
-	nextPost := make([]int, len(pairFlows)) // by pair, counted by the sender's process
-	ready = func(i int) {
-		if waiting[i]--; waiting[i] != 0 {
+	r.w.fab.AddHostTap(func(h int, e *netem.TapEvent) {
+		d := e.Datagram
+		if e.Verdict != netem.Sent || e.Link.Kind() != netem.Downlink || len(d.Data) < 2 || !proto.Type(d.Data[1]).IsData() {
 			return
 		}
-		readyToPost[i] = true
-		k := pairOf[pair{flows[i].Src, flows[i].Dst}]
-		clk := w.hosts[flows[i].Src].clk
-		for ; nextPost[k] < len(pairFlows[k]) && readyToPost[pairFlows[k][nextPost[k]]]; nextPost[k]++ {
-			j := pairFlows[k][nextPost[k]]
-			clk.NewTimer(func() { post(j) }).Reset(clk.Now()) // not from inside the engine's callback
+		i := int(e.At.Sub(r.start) / bucket)
+		for len(r.delivered[h]) <= i {
+			r.delivered[h] = append(r.delivered[h], 0)
 		}
+		r.delivered[h][i] += float64(d.Size())
+	})
+}
+
+// schedule arms every flow. A flow with no start time is ready at once,
+// and the others when their timers fire.
+func (r *flowRun) schedule() {
+	r.pending = make([]int, r.o.Hosts)
+	for _, f := range r.flows {
+		r.pending[f.Src]++
 	}
-	for _, p := range order {
-		evs[p].pending = &pending[p.a]
-		evs[p].finished = func(id uint64, ok bool) { release(int(id), false, ok, !ok) }
+	r.postFailed = make([]bool, len(r.flows))
+	r.readyToPost = make([]bool, len(r.flows))
+	r.nextPost = make([]int, len(r.pairFlows))
+	for _, p := range r.order {
+		r.evs[p].pending = &r.pending[p.src]
+		r.evs[p].finished = func(id uint64, ok bool) { r.release(int(id), false, ok, !ok) }
 	}
-	for i, f := range flows {
+	for i, f := range r.flows {
 		if f.Start == 0 {
-			ready(i)
+			r.ready(i)
 		} else {
-			w.hosts[f.Src].clk.NewTimer(func() { ready(i) }).Reset(start.Add(f.Start))
+			r.w.hosts[f.Src].clk.NewTimer(func() { r.ready(i) }).Reset(r.start.Add(f.Start))
 		}
 	}
-	left := func() int {
-		n := 0
-		for _, p := range pending {
-			n += p
+}
+
+// release readies the flows that wait for flow id. When id has arrived,
+// that is the flows that start at its destination. When it completed at
+// its source, it is the others. When it failed, it is all of them on one
+// clock, and over processes those at its source.
+func (r *flowRun) release(id int, arrived, completed, failed bool) {
+	for _, d := range r.dependents[id] {
+		atDst := r.flows[d].Src == r.flows[id].Dst
+		if arrived && atDst || completed && !atDst || failed && (r.w.group == nil || r.flows[d].Src == r.flows[id].Src) {
+			r.ready(d)
 		}
-		return n
 	}
-	last := start
-	if !w.run(time.Minute, func() bool { return left() == 0 }) {
-		return res, fmt.Errorf("%d flows did not finish in a minute of virtual time", left())
+}
+
+// ready counts down what flow i waits for. Once it waits for nothing, it
+// is posted after the flows listed before it on its pair, so that each
+// pair posts in list order.
+func (r *flowRun) ready(i int) {
+	if r.waiting[i]--; r.waiting[i] != 0 {
+		return
 	}
-	for _, failed := range postFailed {
+	r.readyToPost[i] = true
+	k := r.pairOf[hostPair{r.flows[i].Src, r.flows[i].Dst}]
+	clk := r.w.hosts[r.flows[i].Src].clk
+	for ; r.nextPost[k] < len(r.pairFlows[k]) && r.readyToPost[r.pairFlows[k][r.nextPost[k]]]; r.nextPost[k]++ {
+		j := r.pairFlows[k][r.nextPost[k]]
+		// A timer posts it, since ready may run inside the engine's callback.
+		clk.NewTimer(func() { r.post(j) }).Reset(clk.Now())
+	}
+}
+
+// post posts flow i's WRITE. A refused post counts the flow done and
+// failed.
+func (r *flowRun) post(i int) {
+	f := r.flows[i]
+	p := hostPair{f.Src, f.Dst}
+	c, ev := r.conns[p], r.evs[p]
+	ev.started[uint64(i)] = ev.sim.Now()
+	err := c.Post(engine.SendWR{ID: uint64(i), Op: engine.OpWrite, Local: engine.SGE{Region: r.src[f.Src], Length: uint32(f.Bytes)},
+		RKey: r.dst[f.Dst].Key()})
+	if err != nil {
+		r.postFailed[i] = true
+		r.pending[f.Src]--
+		r.release(i, false, false, true)
+	}
+}
+
+// left counts the flows not yet done on every host.
+func (r *flowRun) left() int {
+	n := 0
+	for _, p := range r.pending {
+		n += p
+	}
+	return n
+}
+
+// collect gathers the flows' times, the failures, the delivered bytes and
+// the senders' counters into the result.
+func (r *flowRun) collect() {
+	res := &r.res
+	for _, failed := range r.postFailed {
 		if failed {
 			res.Failed++
 		}
 	}
-	for _, p := range order {
-		for id, at := range evs[p].started {
-			res.Started[id] = at.Sub(start)
+	last := r.start
+	for _, p := range r.order {
+		ev := r.evs[p]
+		for id, at := range ev.started {
+			res.Started[id] = at.Sub(r.start)
 		}
-		for id, at := range evs[p].done {
-			res.FCT[id] = at.Sub(evs[p].started[id])
+		for id, at := range ev.done {
+			res.FCT[id] = at.Sub(ev.started[id])
 			last = max(last, at)
 		}
-		res.Failed += evs[p].failed
+		res.Failed += ev.failed
 	}
-	res.Makespan = last.Sub(start)
-	for _, d := range delivered {
+	res.Makespan = last.Sub(r.start)
+	for _, d := range r.delivered {
 		for len(res.Delivered) < len(d) {
 			res.Delivered = append(res.Delivered, 0)
 		}
@@ -402,34 +545,33 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 			res.Delivered[i] += b
 		}
 	}
-	for _, c := range conns {
+	for _, c := range r.conns {
 		st := c.SenderStats()
 		res.Packets += st.Packets
 		res.Retransmits += st.Retransmits
 		res.TailProbes += st.TailProbes
 		res.Timeouts += st.Timeouts
 	}
-	res.WallTime = time.Since(wallStart)
-	res.Events, res.Datagrams = w.fired(), w.fab.Delivered()
-	// The live heap with the world still in it (connections, regions,
-	// fabric): collected first, so that garbage does not count.
+}
+
+// measureHeap reads the live heap with the world still in it, after a
+// collection so that garbage does not count, and writes HeapProfile when
+// it is set.
+func (r *flowRun) measureHeap() error {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	res.HeapBytes = ms.HeapAlloc
+	r.res.HeapBytes = ms.HeapAlloc
 	if HeapProfile != "" {
-		if err := writeHeapProfile(HeapProfile); err != nil {
-			return res, err
-		}
+		return writeHeapProfile(HeapProfile)
 	}
-	runtime.KeepAlive(w)
-	return res, nil
+	return nil
 }
 
-// HeapProfile, when set, is a file that receives a heap profile
-// (runtime/pprof's) at the end of every run of flows, with the world
-// still live in it; each run's replaces the one before. A diagnostic for
-// mroce sim --memprofile: set it before running, not during runs.
+// HeapProfile, when set, names a file that receives a runtime/pprof heap
+// profile at the end of every run of flows, with the world still live in
+// it. Each run's profile replaces the one before. It serves mroce sim
+// --memprofile and is set before running, never during runs.
 var HeapProfile string
 
 func writeHeapProfile(path string) error {
@@ -446,12 +588,14 @@ func writeHeapProfile(path string) error {
 
 // flowEvents records the completions of one pair's flows.
 type flowEvents struct {
-	sim      *clock.Sim
-	started  map[uint64]clock.Time
-	done     map[uint64]clock.Time
-	failed   int
-	pending  *int
-	finished func(id uint64, ok bool) // a flow completed (or failed): what waits for it may go
+	sim     *clock.Sim
+	started map[uint64]clock.Time
+	done    map[uint64]clock.Time
+	failed  int
+	pending *int
+	// finished is told of every flow that completed or failed, so that
+	// what waits for it may go.
+	finished func(id uint64, ok bool)
 }
 
 func (e *flowEvents) Completion(_ *engine.Conn, wc engine.Completion) {
@@ -468,8 +612,10 @@ func (e *flowEvents) Completion(_ *engine.Conn, wc engine.Completion) {
 	}
 }
 
-// arrivals are a receiver's events in a run of flows: placed is told of
-// every WRITE placed whole (engine.WriteObserver).
+func (e *flowEvents) State(*engine.Conn, engine.ConnState, error) {}
+
+// arrivals are a receiver's events in a run of flows. As an
+// engine.WriteObserver it tells placed of every WRITE placed whole.
 type arrivals struct {
 	events
 	placed func(c *engine.Conn)
@@ -477,9 +623,7 @@ type arrivals struct {
 
 func (a *arrivals) WritePlaced(c *engine.Conn, _ uint16, _ uint32) { a.placed(c) }
 
-func (e *flowEvents) State(*engine.Conn, engine.ConnState, error) {}
-
-// Percentile is the p-th percentile (0 to 1) of d.
+// Percentile is the p-th percentile of d, p running from 0 to 1.
 func Percentile(d []time.Duration, p float64) time.Duration {
 	if len(d) == 0 {
 		return 0

@@ -6,14 +6,15 @@ import (
 	"time"
 )
 
-// The scenarios of many flows over a fabric: the collectives, the
-// permutation and a traffic file's flows.
+// The scenarios of many flows over a fabric are the collectives, the
+// permutation and a traffic file's flows. The functions below make the
+// flows they run.
 
-// RingAllReduce is a ring all-reduce of bytes on every host: 2 (hosts - 1)
-// steps, in each of which every host WRITEs a chunk of bytes / hosts to the
-// next host on the ring. As NCCL does, each chunk goes in slices, and a
-// slice of a step leaves as soon as the same slice of the step before has
-// arrived, so that the steps overlap.
+// RingAllReduce is a ring all-reduce of bytes on every host. It takes
+// 2 (hosts - 1) steps, in each of which every host WRITEs a chunk of
+// bytes / hosts to the next host on the ring. As in NCCL, each chunk goes
+// in slices. A slice of a step leaves as soon as the same slice of the
+// step before has arrived, so that the steps overlap.
 func RingAllReduce(hosts, bytes, slices int) []Flow {
 	slices = max(1, slices)
 	slice := max(1, bytes/hosts/slices)
@@ -35,41 +36,66 @@ func RingAllReduce(hosts, bytes, slices int) []Flow {
 	return flows
 }
 
+// AllToAll is every host WRITEing bytes to every other, all at once. Host
+// h sends to h+1, h+2 and so on, as a pairwise all-to-all goes, so every
+// receiver is some host's first. In host order every host's first window
+// would go to host 0.
+func AllToAll(hosts, bytes int) []Flow {
+	var flows []Flow
+	for a := 0; a < hosts; a++ {
+		for i := 1; i < hosts; i++ {
+			flows = append(flows, Flow{Src: a, Dst: (a + i) % hosts, Bytes: bytes})
+		}
+	}
+	return flows
+}
+
+// Permutation is every host h WRITEing bytes to host (h + shift) mod
+// hosts. Each sends to one and receives from one.
+func Permutation(hosts, shift, bytes int) []Flow {
+	var flows []Flow
+	for h := 0; h < hosts; h++ {
+		flows = append(flows, Flow{Src: h, Dst: (h + shift) % hosts, Bytes: bytes})
+	}
+	return flows
+}
+
 // CollectiveOptions are the allreduce and alltoall scenarios' settings.
 type CollectiveOptions struct {
 	Fabric FabricOptions
-	Sizes  []int // bytes per host (the buffer being reduced, or sent to all)
+	Sizes  []int // bytes per host, reduced or sent to all
 	Losses []float64
-	// Baseline runs the baseline too (one path per connection: one plane).
+	// Baseline runs the baseline too, with one path and so one plane per
+	// connection.
 	Baseline bool
-	// Slices is how many pieces each all-reduce step's chunk goes in
-	// (pipelined, as NCCL's slices).
+	// Slices is how many pieces each all-reduce step's chunk goes in, the
+	// pipelining of NCCL's slices.
 	Slices int
-	Jobs   int // runs at once (runEach)
+	Jobs   int // runs at once
 }
 
-// DefaultCollective is the collectives' scenario of docs/results.md: 16
-// hosts on 4 planes of 100 Gb/s. The all-reduce's chunks go in 8 slices:
-// at 64 MiB on 16 hosts, 512 KiB each, the step NCCL moves with its
-// default buffer (4 MiB in 8 steps).
+// DefaultCollective is the collectives' scenario of docs/results.md, 16
+// hosts on 4 planes of 100 Gb/s. The all-reduce's chunks go in 8 slices.
+// At 64 MiB on 16 hosts a slice is 512 KiB, the step NCCL moves with its
+// default buffer of 4 MiB in 8 steps.
 func DefaultCollective() CollectiveOptions {
 	f := DefaultFabric(4)
 	f.Hosts = 16
 	return CollectiveOptions{Fabric: f, Sizes: []int{1 << 20, 64 << 20}, Losses: []float64{0, 0.001, 0.01}, Baseline: true, Slices: 8}
 }
 
-// CollectiveResult is what the allreduce or alltoall scenario measured: a
+// CollectiveResult is what the allreduce or alltoall scenario measured, a
 // row per size, loss rate and mode, in that order.
 type CollectiveResult struct {
 	Name    string // "allreduce" or "alltoall"
 	Options CollectiveOptions
-	// BusFactor is bus bandwidth over algorithm bandwidth (NCCL's):
-	// 2 (hosts - 1) / hosts for an all-reduce, (hosts - 1) / hosts for an
-	// all-to-all.
+	// BusFactor is bus bandwidth over algorithm bandwidth, as NCCL
+	// defines them. It is 2 (hosts - 1) / hosts for an all-reduce and
+	// (hosts - 1) / hosts for an all-to-all.
 	BusFactor float64
 	Rows      []CollectiveRow
-	// HeapShared is set when runs went side by side (Options.Jobs): a
-	// run's HeapBytes is then not its own.
+	// HeapShared is set when runs went side by side. A run's HeapBytes is
+	// then not its own.
 	HeapShared bool
 }
 
@@ -80,15 +106,15 @@ type CollectiveRow struct {
 	Baseline bool
 	Run      FlowsResult
 	// AlgBW is Bytes over the makespan and BusBW is it times BusFactor,
-	// both bytes/s; BusShare is BusBW over one host's payload rate over
+	// both in bytes/s. BusShare is BusBW over one host's payload rate over
 	// all its planes.
 	AlgBW, BusBW, BusShare float64
 	FCTP50, FCTP99         time.Duration
 }
 
 // Collective runs the all-reduce (ring) or the all-to-all of every size at
-// every loss rate, for mroce and the baseline, and measures the algorithm
-// and bus bandwidth (NCCL's definitions) and the flows' completion times.
+// every loss rate, for mroce and the baseline. It measures the algorithm
+// and bus bandwidth as NCCL defines them, and the flows' completion times.
 func Collective(name string, o CollectiveOptions) (CollectiveResult, error) {
 	h := o.Fabric.Hosts
 	factor := 2 * float64(h-1) / float64(h) // busbw / algbw for an all-reduce
@@ -149,21 +175,22 @@ type PermutationOptions struct {
 	Shift     int   // host h sends to h + Shift
 	Paths     []int // mroce runs once with each count of paths per connection
 	Baseline  bool
-	Jobs      int // runs at once (runEach)
+	Jobs      int // runs at once
 }
 
-// DefaultPermutationScenario: 64 hosts, 8 per leaf, 8 spines per plane (no
-// oversubscription), 4
-// planes of 100 Gb/s; each host sends 16 MiB to the host half the fabric
-// away (every flow crosses the spines).
+// DefaultPermutationScenario is the permutation scenario of
+// docs/results.md. It has 64 hosts on 4 planes of 100 Gb/s, each plane a
+// leaf-spine of 8 hosts per leaf and 8 spines with no oversubscription.
+// Each host sends 16 MiB to the host half the fabric away, so every flow
+// crosses the spines.
 func DefaultPermutationScenario() PermutationOptions {
 	f := DefaultFabric(4)
 	f.HostsPerLeaf, f.Spines = 8, 8
 	return PermutationOptions{Fabric: f, FlowBytes: 16 << 20, Shift: 32, Paths: []int{8, 32, 64}, Baseline: true}
 }
 
-// PermutationResult is what the permutation scenario measured: a row per
-// count of paths, then the baseline's.
+// PermutationResult is what the permutation scenario measured, a row per
+// count of paths and then the baseline's.
 type PermutationResult struct {
 	Options PermutationOptions
 	Rows    []PermutationRow
@@ -172,9 +199,9 @@ type PermutationResult struct {
 // PermutationRow is one run of the permutation.
 type PermutationRow struct {
 	Baseline bool
-	Paths    int // per connection: 1 for the baseline
+	Paths    int // per connection, 1 for the baseline
 	Run      FlowsResult
-	// Goodput is the aggregate, bytes/s; OfCapacity is it over every
+	// Goodput is the aggregate in bytes/s. OfCapacity is it over every
 	// host's payload rate over all its planes.
 	Goodput, OfCapacity float64
 	FCTP50, FCTP99      time.Duration
@@ -184,9 +211,9 @@ type PermutationRow struct {
 }
 
 // PermutationScenario runs a permutation, mroce with each count of paths
-// beside the baseline: with a leaf-spine, ECMP hashing decides how evenly
-// the paths share the spines; the more paths a connection sprays over,
-// the more evenly the load spreads, and one path cannot.
+// beside the baseline. In a leaf-spine, ECMP hashing decides how evenly
+// the paths share the spines. The more paths a connection sprays over,
+// the more evenly the load spreads, which one path cannot do.
 func PermutationScenario(o PermutationOptions) (PermutationResult, error) {
 	flows := Permutation(o.Fabric.Hosts, o.Shift, o.FlowBytes)
 	type run struct {
@@ -226,7 +253,7 @@ type FlowsScenarioResult struct {
 	Traffic Traffic
 	Run     FlowsResult
 	Bytes   int     // all flows'
-	Goodput float64 // aggregate, bytes/s over the makespan
+	Goodput float64 // aggregate bytes/s over the makespan
 	// FCTP50, FCTP99 and FCTMax are percentiles of the flows' completion
 	// times, each from the flow's posting; SortedFCT is them all, sorted.
 	FCTP50, FCTP99, FCTMax time.Duration

@@ -9,12 +9,12 @@ import (
 )
 
 // A run of flows goes over processes, a host each, when no flow waits for
-// one that ends elsewhere than at its own source, and gives the same
-// result to the last counter and nanosecond on any number of cores, under
-// loss: an all-to-all, a ring all-reduce whose steps wait for the data
-// they receive, and an all-to-all through a plane that is blackholed and
-// repaired, and one that goes down (the hosts told) and comes back, its
-// deliveries sampled.
+// one that ends elsewhere than at its own source. Under loss it then gives
+// the same result to the last counter and nanosecond on any number of
+// cores. The runs are an all-to-all, a ring all-reduce whose steps wait
+// for the data they receive, and two all-to-alls with sampled deliveries.
+// In one a plane is blackholed and repaired. In the other a plane goes
+// down, with the hosts told, and comes back.
 func TestGroupedRunSameForAnyWorkers(t *testing.T) {
 	o := DefaultFabric(4)
 	o.Hosts, o.Loss = 8, 0.01
@@ -53,14 +53,15 @@ func TestGroupedRunSameForAnyWorkers(t *testing.T) {
 }
 
 // A flow waiting for one that ends at its own source is posted when that
-// one's data has all arrived, before its sender hears so: every step of a
+// one's data has all arrived, before its sender hears so. Every step of a
 // ring all-reduce is posted after the step it waits for was, and before
-// that one completed at its sender. Over processes and on one clock alike.
+// that one completed at its sender. This holds over processes and on one
+// clock alike.
 func TestAfterWaitsForArrival(t *testing.T) {
 	o := DefaultFabric(4)
 	o.Hosts = 4
 	flows := RingAllReduce(o.Hosts, 1<<20, 2)
-	for _, pfc := range []bool{false, true} { // PFC: on one clock
+	for _, pfc := range []bool{false, true} { // PFC keeps the run on one clock
 		o.PFC = pfc
 		r, err := RunFlows(o, flows, 0)
 		if err != nil {
@@ -77,10 +78,10 @@ func TestAfterWaitsForArrival(t *testing.T) {
 	}
 }
 
-// A fault with flows that wait for others keeps a run on one clock, where
-// a flow the fault fails releases those waiting for it wherever they are:
-// a ring all-reduce through a plane blackholed for good ends, its flows
-// failed, rather than waiting for ever.
+// A fault with flows that wait for others keeps a run on one clock. There
+// a flow the fault fails releases those waiting for it wherever they are.
+// A ring all-reduce through a plane blackholed for good ends with its
+// flows failed, rather than waiting for ever.
 func TestFaultWithWaitingFlowsEnds(t *testing.T) {
 	o := DefaultFabric(1)
 	o.Hosts = 3

@@ -6,15 +6,17 @@ import (
 	"sync/atomic"
 )
 
-// runEach runs run(0) to run(n-1), jobs of them at once (jobs 0 or 1: one
-// after the other on the caller's goroutine; below 0: one per core), and
-// returns their results in order of i; the error is that of the first run
-// (by i) that failed, and once one has, no other is handed out (the
-// scenario fails: minutes of runs would be for nothing; one already handed
-// to a worker still runs). A scenario's runs share nothing (each builds its own
-// fabric, engines and clock), so their results are the same for any jobs;
-// only their wall times, and the heap a run can measure, are not its own
-// when others run beside it.
+// runEach runs run(0) to run(n-1), jobs of them at once, and returns
+// their results in order of i. With jobs 0 or 1 they run one after the
+// other on the caller's goroutine, and with jobs below 0 one per core.
+// The error is that of the failed run with the lowest i. Once a run has
+// failed no other is handed out, since the scenario fails and minutes of
+// runs would be for nothing. A run already handed to a worker still runs.
+//
+// A scenario's runs share nothing, as each builds its own fabric, engines
+// and clock. Their results are the same for any jobs. Only their wall
+// times, and the heap a run can measure, are not their own when others
+// run beside them.
 func runEach[T any](jobs, n int, run func(i int) (T, error)) ([]T, error) {
 	if jobs < 0 {
 		jobs = runtime.GOMAXPROCS(0)

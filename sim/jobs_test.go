@@ -8,8 +8,8 @@ import (
 )
 
 // runEach returns every run's result in order of its index, however many
-// go at once, and the error of the first run (by index) that failed; after
-// a failure no other run starts.
+// go at once, and the error of the failed run with the lowest index.
+// After a failure no other run starts.
 func TestRunEach(t *testing.T) {
 	for _, jobs := range []int{0, 1, 3, -1} {
 		got, err := runEach(jobs, 50, func(i int) (int, error) { return i * i, nil })
@@ -21,7 +21,7 @@ func TestRunEach(t *testing.T) {
 				t.Fatalf("jobs %d: result %d is %d", jobs, i, v)
 			}
 		}
-		// Runs after 17 wait for it to fail; then the rest of the 1,000
+		// Runs after 17 wait for it to fail. Then the rest of the 1,000
 		// must not all run.
 		var ran atomic.Int64
 		failed := make(chan struct{})

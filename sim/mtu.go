@@ -9,30 +9,30 @@ import (
 )
 
 // Links are a scenario's links and queues, as its flags or traffic file
-// set them: every link's propagation delay, every switch queue's DCTCP
-// marking threshold and buffer, and the largest payload a data packet
-// carries.
+// set them. They give every link's propagation delay, every switch
+// queue's DCTCP marking threshold and buffer, and the largest payload a
+// data packet carries.
 type Links struct {
 	Delay        time.Duration
-	ECNThreshold int // bytes (0: no marking)
+	ECNThreshold int // bytes, 0 for no marking
 	Buffer       int // bytes
-	MTU          int // bytes (0: DefaultMTU)
+	MTU          int // bytes, 0 for DefaultMTU
 }
 
-// DefaultLinks are the links of every scenario in docs/results.md: 1 µs,
-// marking at 200 KiB, 16 MiB buffers, 4 KiB packets.
+// DefaultLinks are the links of every scenario in docs/results.md. They
+// have a 1 µs delay, marking at 200 KiB, 16 MiB buffers and 4 KiB packets.
 func DefaultLinks() Links {
 	return Links{Delay: time.Microsecond, ECNThreshold: 200 << 10, Buffer: 16 << 20, MTU: DefaultMTU}
 }
 
-// MaxDelay bounds a link's delay: four of them are a base round trip (40
-// ms at this bound, far beyond a data center's), and the engines the
-// scenarios run give up on a connection without progress for a second.
+// MaxDelay bounds a link's delay. Four delays make a base round trip,
+// here 40 ms, far beyond a data center's. The engines the scenarios run
+// give up on a connection without progress for a second.
 const MaxDelay = 10 * time.Millisecond
 
-// Validate says what is wrong with the links, if anything: an MTU out of
-// range, a delay out of range, a marking threshold below zero, a buffer
-// that cannot hold one full packet.
+// Validate says what is wrong with the links, if anything. It refuses an
+// MTU or a delay out of range, a marking threshold below zero and a
+// buffer that cannot hold one full packet.
 func (l Links) Validate() error {
 	p := sizeFor(l.MTU)
 	switch {
@@ -49,21 +49,23 @@ func (l Links) Validate() error {
 }
 
 // DefaultMTU is the largest payload a data packet carries unless a
-// scenario is told otherwise: 4 KiB, RoCE's path MTU of 4096.
+// scenario is told otherwise. It is RoCE's path MTU of 4096 bytes.
 const DefaultMTU = 4096
 
-// MinMTU and MaxMTU bound a scenario's MTU: RoCE's smallest path MTU, and
-// the largest payload a 9,000-byte jumbo frame carries as a WRITE.
+// MinMTU and MaxMTU bound a scenario's MTU. MinMTU is RoCE's smallest
+// path MTU, and MaxMTU the largest payload a 9,000-byte jumbo frame
+// carries as a WRITE.
 const (
 	MinMTU = 256
 	MaxMTU = 8192
 )
 
 // PacketName names the packets of an MTU by their payload, for a
-// scenario's title: "4 KiB" for 4096 bytes, "1500-byte" (0: DefaultMTU).
+// scenario's title. It gives "4 KiB" for 4096 bytes and "1500-byte" for
+// 1500. An MTU of 0 is DefaultMTU.
 func PacketName(mtu int) string { return sizeFor(mtu).String() }
 
-// String names the packets by their payload: "4 KiB" for 4096 bytes.
+// String names the packets by their payload, "4 KiB" for 4096 bytes.
 func (p packetSize) String() string {
 	if p.mtu%1024 == 0 {
 		return fmt.Sprintf("%d KiB", p.mtu>>10)
@@ -71,8 +73,8 @@ func (p packetSize) String() string {
 	return fmt.Sprintf("%d-byte", p.mtu)
 }
 
-// writeOverhead is what a WRITE packet adds to its payload: the mroce
-// header and the trailer.
+// writeOverhead is what a WRITE packet adds to its payload, the mroce
+// header and the trailer of docs/spec.md sections 5.1 and 5.11.
 var writeOverhead = func() int {
 	h, _ := proto.HeaderLen(proto.TypeWrite, 0)
 	return h + proto.TrailerLen
@@ -81,7 +83,7 @@ var writeOverhead = func() int {
 // packetSize is what a scenario's MTU makes of its packets.
 type packetSize struct{ mtu int }
 
-// sizeFor is the packets of an MTU (0: DefaultMTU).
+// sizeFor is the packets of an MTU. An MTU of 0 is DefaultMTU.
 func sizeFor(mtu int) packetSize {
 	if mtu == 0 {
 		mtu = DefaultMTU
@@ -89,17 +91,17 @@ func sizeFor(mtu int) packetSize {
 	return packetSize{mtu}
 }
 
-// maxPacket is the largest packet, a full WRITE (the engines' MaxPacket,
-// the fabric's largest datagram).
+// maxPacket is the largest packet, a full WRITE. It is the engines'
+// MaxPacket and the fabric's largest datagram.
 func (p packetSize) maxPacket() int { return p.mtu + writeOverhead }
 
-// wire is what a full packet takes on a link: with netem's per-datagram
-// overhead (headers, preamble, gap).
+// wire is what a full packet takes on a link, with netem's per-datagram
+// overhead for headers, preamble and gap.
 func (p packetSize) wire() int { return p.maxPacket() + netem.DefaultOverhead }
 
-// serialization is how long a full packet takes on a link of rate bits/s,
-// to the nanosecond below (a link carries the remainder to the next one,
-// so one packet may take a nanosecond more).
+// serialization is how long a full packet takes on a link of rate
+// bits/s, rounded down to the nanosecond. A link carries the remainder
+// to the next packet, so one packet may take a nanosecond more.
 func (p packetSize) serialization(rate int64) time.Duration {
 	return time.Duration(float64(p.wire()*8) / float64(rate) * 1e9)
 }

@@ -10,10 +10,10 @@ import (
 	"github.com/mroce/mroce/netem"
 )
 
-// TestPlaceholderPayloadsChangeNoResult: an all-to-all under loss gives
-// the same result, to the last counter and nanosecond, whether the engines
-// move real payloads or placeholders (the default); only the wall time
-// and the heap differ.
+// TestPlaceholderPayloadsChangeNoResult checks that an all-to-all under
+// loss gives the same result, to the last counter and nanosecond, whether
+// the engines move real payloads or the default placeholders. Only the
+// wall time and the heap differ.
 func TestPlaceholderPayloadsChangeNoResult(t *testing.T) {
 	o := DefaultFabric(2)
 	o.Hosts, o.Loss = 6, 0.01
@@ -28,9 +28,10 @@ func TestPlaceholderPayloadsChangeNoResult(t *testing.T) {
 	}
 }
 
-// lossyRun runs flows on o under loss and returns all it measured but the
-// wall time and the heap, which differ from run to run, as text; it fails
-// t when nothing was resent (the loss did not bite) or a flow failed.
+// lossyRun runs flows on o under loss and returns as text all it measured
+// but the wall time and the heap, which differ from run to run. It fails
+// t when nothing was resent, as the loss then did not bite, or when a
+// flow failed.
 func lossyRun(t *testing.T, o FabricOptions, flows []Flow, bucket time.Duration) string {
 	t.Helper()
 	r, err := RunFlows(o, flows, bucket)
@@ -44,9 +45,10 @@ func lossyRun(t *testing.T, o FabricOptions, flows []Flow, bucket time.Duration)
 	return fmt.Sprintf("%+v", r)
 }
 
-// TestWhenPayloadsAreReal: the engines carry placeholder payloads unless
-// asked for real ones or a link flips bits (only a CRC would notice); with
-// placeholders, every host's regions are views of one allocation.
+// TestWhenPayloadsAreReal checks that the engines carry placeholder
+// payloads unless asked for real ones or a link flips bits, which only a
+// CRC would notice. With placeholders, every host's regions are views of
+// one allocation.
 func TestWhenPayloadsAreReal(t *testing.T) {
 	clean := netem.Config{Hosts: 2, Planes: 1, Uplink: netem.LinkConfig{Rate: 100e9}, Downlink: netem.LinkConfig{Rate: 100e9}}
 	corrupting := clean

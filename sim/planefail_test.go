@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// A plane of 8 blackholed under an all-to-all (56 connections here; 4,032
-// in docs/results.md) loses no connection, keeps at least 0.95 x 7/8 of
-// all planes' capacity over the measured window, and after the repair the
-// plane carries data again: more than 7/8.
+// A plane of 8 blackholed under an all-to-all of 56 connections loses no
+// connection. The run keeps at least 0.95 x 7/8 of all planes' capacity
+// over the measured window. After the repair the plane carries data
+// again, for more than 7/8.
 func TestPlaneFailAllToAll(t *testing.T) {
 	if testing.Short() {
 		t.Skip("56 connections, 900 MiB: run without -short")
@@ -32,9 +32,9 @@ func TestPlaneFailAllToAll(t *testing.T) {
 	}
 }
 
-// A repair inside the window the target is measured over is refused: the
-// figure would mix the failure with the recovery. So is one before the
-// failure.
+// A repair inside the window the target is measured over is refused,
+// since the figure would mix the failure with the recovery. So is one
+// before the failure.
 func TestPlaneFailRefusesRepairInTheWindow(t *testing.T) {
 	o := DefaultPlaneFail()
 	for _, c := range []struct {

@@ -1,9 +1,17 @@
-// Package sim runs mroce's scenarios: the real engine on the emulated
-// fabric in virtual time, with the measurements each scenario reports.
-// Every run is deterministic for its seed. The definitions follow the
-// design's section 6: the base RTT is the unloaded round trip, "ideal" is
-// the wire bytes over the bottleneck rate plus a base RTT, and rates are
-// measured over windows of max(1 base RTT, 10 x N x MTU / capacity).
+// Package sim runs mroce's scenarios. Each one runs the real engine on
+// the emulated fabric of package netem in virtual time and returns what it
+// measured as a typed result. Every run is deterministic for its seed.
+// Package report turns the results into tables and plots.
+//
+// The measurements follow the definitions of docs/results.md. The base
+// RTT is the unloaded round trip. The ideal completion time is the wire
+// bytes over the bottleneck rate plus a base RTT. Rates are measured over
+// windows of max(1 base RTT, 10 x N x MTU / capacity).
+//
+// Three runners underlie the scenarios. Transfer moves one connection's
+// bytes, Incast runs N senders into one receiver, and RunFlows runs many
+// flows over a fabric of planes. Each scenario has a file of its own with
+// its options, its defaults and its result.
 package sim
 
 import (
@@ -25,17 +33,37 @@ type host struct {
 	ep  *engine.Endpoint
 	reg *memreg.Registry
 	pd  *memreg.Domain
-	clk *clock.Sim // its engine's: the world's, or its process's
-	// memory, with placeholder payloads, is the world's one allocation
-	// that every host's regions are views of: no byte of them is read or
-	// written, and a run of large messages on many hosts would otherwise
-	// hold hosts x 2 x the message in heap it never touches. Nil with
-	// real payloads.
+	clk *clock.Sim // its engine's clock, the world's or its process's
+	// memory is the world's one allocation that every host's regions are
+	// views of, when payloads are placeholders. No byte of it is read or
+	// written. Without it, a run of large messages on many hosts would
+	// hold hosts x 2 x the message in heap it never touches. It is nil
+	// with real payloads.
 	memory *[]byte
 }
 
-// world is a fabric and its hosts, on one clock or over the processes of a
-// group (newGroupedWorld).
+// region registers size bytes on the host. They are its own, or with
+// placeholder payloads a view of the world's memory.
+func (h *host) region(size int, access memreg.Access) *memreg.Region {
+	var b []byte
+	switch {
+	case h.memory == nil:
+		b = make([]byte, size)
+	case len(*h.memory) < size:
+		*h.memory = make([]byte, size)
+		fallthrough
+	default:
+		b = (*h.memory)[:size:size]
+	}
+	g, err := h.pd.Register(b, access)
+	if err != nil {
+		panic(err) // sizes and access are ours
+	}
+	return g
+}
+
+// world is a fabric and its hosts, on one clock or over the processes of
+// a group.
 type world struct {
 	sim   *clock.Sim      // nil over processes
 	group *parallel.Group // nil on one clock
@@ -43,19 +71,19 @@ type world struct {
 	hosts []*host
 }
 
-// newWorld builds the fabric and an endpoint per host (endpoint's
-// simulated network); cfgFor gives each host's engine configuration. The
-// engines carry placeholder payloads (engine.Config.PlaceholderPayloads:
-// the same decisions without copying or checksumming the bytes) unless
-// realPayloads is set or a link corrupts bits, which only a CRC would
-// notice.
+// newWorld builds the fabric and an endpoint per host on one clock, with
+// the simulated network of package endpoint/software. cfgFor gives each
+// host's engine configuration. The engines carry placeholder payloads
+// unless realPayloads is set or a link corrupts bits, which only a CRC
+// would notice. Placeholders make the same decisions without copying or
+// checksumming the bytes.
 func newWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config) (*world, error) {
 	return buildWorld(fc, seed, realPayloads, cfgFor, nil)
 }
 
-// newGroupedWorld is newWorld over a group of processes, one a host
-// (software.NewSimNetworkGrouped), run on workers cores (0: one per core)
-// in windows of the links' delay. Its runs are the same for any workers.
+// newGroupedWorld is newWorld over a group of processes, one a host. They
+// run in windows of the links' delay on workers cores, or one per core
+// when workers is 0. Its runs are the same for any workers.
 func newGroupedWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config, workers int) (*world, error) {
 	if fc.Uplink.Delay <= 0 {
 		return nil, fmt.Errorf("%w: no link delay to run windows of", netem.ErrNotGrouped)
@@ -63,6 +91,7 @@ func newGroupedWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor fun
 	return buildWorld(fc, seed, realPayloads, cfgFor, parallel.NewGroup(fc.Hosts, fc.Uplink.Delay, workers))
 }
 
+// buildWorld builds a world on one clock, or over g when g is not nil.
 func buildWorld(fc netem.Config, seed uint64, realPayloads bool, cfgFor func(h int) engine.Config, g *parallel.Group) (*world, error) {
 	placeholders := !realPayloads && !corrupts(fc)
 	withPlaceholders := func(h int) engine.Config {
@@ -110,11 +139,12 @@ func corrupts(fc netem.Config) bool {
 	return false
 }
 
-// events records a connection's completions and state.
+// events records a connection's completions and state. at is when the
+// last completion came.
 type events struct {
 	done   int
 	failed error
-	at     clock.Time // when the last completion came
+	at     clock.Time
 	sim    *clock.Sim
 }
 
@@ -132,8 +162,8 @@ func (e *events) State(_ *engine.Conn, s engine.ConnState, err error) {
 	}
 }
 
-// connect opens a connection from host a to host b (which must listen) and
-// runs until it is established.
+// connect opens a connection from host a to host b, which must listen,
+// and runs until it is established.
 func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
 	c, err := w.dial(a, b, ev)
 	if err != nil {
@@ -146,7 +176,7 @@ func (w *world) connect(a, b int, ev engine.Events) (*engine.Conn, error) {
 	return c, nil
 }
 
-// now is the world's time (between windows, over processes).
+// now is the world's time. Over processes it is read between windows.
 func (w *world) now() clock.Time {
 	if w.group != nil {
 		return w.group.Now()
@@ -169,7 +199,7 @@ func (w *world) total(count func(*clock.Sim) uint64) uint64 {
 	return n
 }
 
-// dial opens a connection from host a to host b (which must listen).
+// dial opens a connection from host a to host b, which must listen.
 func (w *world) dial(a, b int, ev engine.Events) (*engine.Conn, error) {
 	var remote []netip.Addr
 	for p := 0; p < w.fab.Config().Planes; p++ {
@@ -179,7 +209,7 @@ func (w *world) dial(a, b int, ev engine.Events) (*engine.Conn, error) {
 }
 
 // run runs the world until cond holds or d of virtual time passes. Over
-// processes, cond is looked at between windows: it must read only what
+// processes, cond is looked at between windows. It must read only what
 // the processes do not write while they run, or what is theirs alone.
 func (w *world) run(d time.Duration, cond func() bool) bool {
 	if g := w.group; g != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 // A traffic file describes a fabric and the flows to run on it, a line
-// each (mroce sim flows FILE):
+// each. The command mroce sim flows FILE runs one.
 //
 //	# a comment; blank lines are skipped
 //	hosts 16               planes 4            hosts-per-leaf 8    spines 8
@@ -20,12 +20,12 @@ import (
 //	0->1 start 0 size 1MiB
 //	3->7 start 10us size 64KiB after 0
 //
-// One setting per line (name, then value; "baseline" alone). A flow line
-// is SRC->DST, then "start T" (a Go duration), "size S" (bytes, or with
-// KiB, MiB or GiB) and, optionally, "after I,J" (the numbers of earlier
-// flow lines, from 0, that must be done first: arrived, if they end at
-// this flow's source; else completed at theirs; see Flow). Settings not given keep
-// DefaultFabric(4)'s values.
+// A setting line holds a name and its value, or "baseline" alone. A flow
+// line is SRC->DST, then "start T" with T a Go duration, and "size S"
+// with S in bytes or with KiB, MiB or GiB. An optional "after I,J" lists
+// the numbers of earlier flow lines, counted from 0, that must be done
+// first, as Flow's After does. Settings not given keep the values of
+// DefaultFabric(4).
 
 // Traffic is a parsed traffic file.
 type Traffic struct {
@@ -33,8 +33,8 @@ type Traffic struct {
 	Flows  []Flow
 }
 
-// maxTrafficFlows bounds a file's flows (a typo must not ask for a
-// million connections).
+// maxTrafficFlows bounds a file's flows, so that a typo cannot ask for a
+// million connections.
 const maxTrafficFlows = 1 << 20
 
 // ParseTraffic reads a traffic file. Errors name the line.
@@ -70,7 +70,7 @@ func ParseTraffic(r io.Reader) (Traffic, error) {
 		return t, fmt.Errorf("no flows")
 	}
 	if err := t.Fabric.Links.Validate(); err != nil {
-		return t, err // the buffer and the MTU, given on lines of their own
+		return t, err // the buffer and the MTU are given on lines of their own
 	}
 	for i, f := range t.Flows {
 		if f.Src >= t.Fabric.Hosts || f.Dst >= t.Fabric.Hosts {
@@ -204,9 +204,9 @@ func (t *Traffic) parseFlow(f []string) error {
 	return nil
 }
 
-// parseSize reads bytes with an optional unit: B, KiB, MiB or GiB; 1 byte
-// to 1 GiB (a WRITE's length is 32 bits, and every host holds a region of
-// the largest flow).
+// parseSize reads bytes with an optional unit of B, KiB, MiB or GiB. It
+// takes 1 byte to 1 GiB, since a WRITE's length is 32 bits and every host
+// holds a region of the largest flow.
 func parseSize(v string) (int, error) {
 	mult := 1
 	num := v

@@ -67,7 +67,7 @@ func TestParseTrafficErrors(t *testing.T) {
 	}
 }
 
-// A traffic file runs: its flows complete on its fabric.
+// A traffic file runs, and its flows complete on its fabric.
 func TestTrafficRuns(t *testing.T) {
 	tr, err := ParseTraffic(strings.NewReader(sampleTraffic))
 	if err != nil {
@@ -82,9 +82,9 @@ func TestTrafficRuns(t *testing.T) {
 	}
 }
 
-// FuzzParseTraffic: any text: no panic, and what is accepted is runnable:
-// hosts in range and different, sizes of 1 byte to 1 GiB, dependencies on
-// earlier flows only.
+// FuzzParseTraffic checks that no text makes ParseTraffic panic, and that
+// what it accepts is runnable. Hosts are in range and different, sizes
+// run from 1 byte to 1 GiB, and flows wait only for earlier flows.
 func FuzzParseTraffic(f *testing.F) {
 	f.Add(sampleTraffic)
 	f.Add("0->1 start 0 size 1KiB\n1->0 size 1 after 0")
@@ -108,9 +108,9 @@ func FuzzParseTraffic(f *testing.F) {
 	})
 }
 
-// A traffic file's run counts what the senders resent: nothing on a clean
-// fabric, the losses on a lossy one; its counters are the run's own (the
-// run is deterministic: RunFlows again gives the same).
+// A traffic file's run counts what the senders resent, nothing on a clean
+// fabric and the losses on a lossy one. Its counters are the run's own,
+// and as the run is deterministic RunFlows gives the same again.
 func TestFlowsScenarioCountsResends(t *testing.T) {
 	for _, loss := range []string{"0", "0.02"} {
 		tr, err := ParseTraffic(strings.NewReader("hosts 2\nplanes 2\nloss " + loss + "\n0->1 start 0 size 4MiB\n"))

@@ -10,10 +10,10 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// TransferConfig is one connection moving Bytes from host 0 to host 1 over
-// Planes planes of LinkRate each, with Paths paths, random loss on every
-// downlink (data and ACKs alike), and Links' delay, DCTCP marking, buffers
-// and MTU.
+// TransferConfig is one connection moving Bytes from host 0 to host 1
+// over Planes planes of LinkRate each, with Paths paths. Random loss hits
+// every downlink, data and ACKs alike. Links sets the delay, DCTCP
+// marking, buffers and MTU.
 type TransferConfig struct {
 	Bytes    int
 	Planes   int
@@ -23,22 +23,23 @@ type TransferConfig struct {
 	Loss float64
 	Seed uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
-	// as on a real wire; by default payloads are placeholders (newWorld).
+	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
-	// Baseline runs the connection in baseline mode (RoCEv2-like: one path,
-	// go-back-N with a window of BaselineWindow packets, DCQCN).
-	// BaselineAckTimeout, when set, is its local ACK timeout, fixed
-	// (engine.Config.LocalAckTimeout; RoCEv2 sets it as 4.096 µs x 2^n).
+	// Baseline runs the connection in the RoCEv2-like baseline mode, with
+	// one path, go-back-N over a window of BaselineWindow packets, and
+	// DCQCN. BaselineAckTimeout, when set, fixes its local ACK timeout as
+	// engine.Config.LocalAckTimeout does. RoCEv2 sets it as
+	// 4.096 µs x 2^n.
 	Baseline           bool
 	BaselineWindow     int
 	BaselineAckTimeout time.Duration
-	// PFC makes the fabric lossless for congestion (the switch pauses the
-	// uplinks that feed it); random loss still drops.
+	// PFC makes the fabric lossless for congestion, as the switch pauses
+	// the uplinks that feed it. Random loss still drops.
 	PFC bool
-	// Burst makes the loss come in bursts with the same mean rate Loss:
-	// Gilbert-Elliott, a mean burst of BurstLen packets, or with BurstTime
-	// set, bursts that last that long on average whether packets come or
-	// not (netem.TimedBursts).
+	// Burst makes the loss come in bursts with the same mean rate Loss.
+	// By default the bursts follow Gilbert-Elliott with a mean of
+	// BurstLen packets. With BurstTime set, they last that long on
+	// average whether packets come or not.
 	Burst     bool
 	BurstLen  float64
 	BurstTime time.Duration
@@ -54,11 +55,11 @@ type TransferResult struct {
 	Config TransferConfig
 	// Goodput is payload bytes per second from post to completion.
 	Goodput float64
-	// Bottleneck is the payload rate the planes can carry: every plane's
-	// link rate, less the headers of full packets.
+	// Bottleneck is the payload rate the planes can carry, every plane's
+	// link rate less the headers of full packets.
 	Bottleneck float64
-	// Lost counts data packets the fabric dropped; Retransmits the
-	// sender's resends.
+	// Lost counts the data packets the fabric dropped, and Retransmits
+	// the sender's resends.
 	Lost, Retransmits uint64
 }
 
@@ -92,8 +93,8 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		good := time.Duration(min(float64(cfg.BurstTime)*(1-cfg.Loss)/cfg.Loss, float64(time.Hour)))
 		fc.Downlink.Impair.Loss = &netem.TimedBursts{GoodTime: good, BadTime: cfg.BurstTime, LossBad: 1}
 	case cfg.Loss > 0 && cfg.Burst:
-		// Mean loss P / (P + R) with every packet lost in the bad state; a
-		// bad state lasts 1 / R packets.
+		// Every packet is lost in the bad state, for a mean loss of
+		// P / (P + R). A bad state lasts 1 / R packets.
 		r := 1 / max(1, cfg.BurstLen)
 		fc.Downlink.Impair.Loss = &netem.GilbertElliott{P: cfg.Loss * r / (1 - cfg.Loss), R: r, LossBad: 1}
 	case cfg.Loss > 0:
@@ -104,7 +105,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	}
 	planes := cfg.Planes
 	if cfg.Baseline {
-		planes = 1 // one path: one plane carries it all
+		planes = 1 // one path, so one plane carries it all
 	}
 	res.Bottleneck = float64(planes) * float64(cfg.LinkRate) / 8 * ps.payloadShare()
 	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
@@ -115,7 +116,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		}
 		if cfg.Baseline {
 			c.Mode, c.BaselineWindow = proto.ModeBaseline, cfg.BaselineWindow
-			c.LocalAckTimeout = cfg.BaselineAckTimeout // 0: the adaptive RTO
+			c.LocalAckTimeout = cfg.BaselineAckTimeout // 0 keeps the adaptive RTO
 		}
 		return c
 	})
@@ -138,8 +139,8 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	return res, nil
 }
 
-// write WRITEs bytes from host a to host b over conn (whose events are
-// ev) and returns how long it took, from post to completion.
+// write WRITEs bytes from host a to host b over conn, whose events are
+// ev. It returns how long the WRITE took from post to completion.
 func (w *world) write(conn *engine.Conn, ev *events, a, b, bytes int) (time.Duration, error) {
 	src := w.hosts[a].region(bytes, memreg.LocalWrite)
 	dst := w.hosts[b].region(bytes, memreg.LocalWrite|memreg.RemoteWrite)

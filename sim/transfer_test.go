@@ -6,7 +6,7 @@ import (
 
 // One connection over 4 planes of equal rate reaches at least 90% of their
 // aggregate, and keeps at least 0.98 x (1 - p) of its loss-free goodput at
-// random loss p up to 10% (ACKs lost as much as data).
+// random loss p up to 10%, with ACKs lost as much as data.
 func TestTransferOverPlanesAndLoss(t *testing.T) {
 	base, err := Transfer(DefaultTransfer())
 	if err != nil {

@@ -2,8 +2,9 @@ package sim
 
 import "testing"
 
-// The all-to-all posts each host's flows in pairwise order: host h first
-// to h+1, then h+2, ..., so no two hosts start on the same receiver.
+// The all-to-all posts each host's flows in pairwise order. Host h sends
+// first to h+1, then to h+2 and so on, so no two hosts start on the same
+// receiver.
 func TestAllToAllPairwiseOrder(t *testing.T) {
 	const hosts = 4
 	flows := AllToAll(hosts, 1)
