@@ -7,8 +7,8 @@ import (
 	"github.com/mroce/mroce/sim"
 )
 
-// The tables and plots of the scenarios of many flows over a fabric: the
-// collectives, the permutation and a traffic file's flows.
+// The tables and plots of the scenarios of many flows over a fabric are
+// those of the collectives, the permutation and a traffic file's flows.
 
 // collectiveWhat names a collective for its title.
 func collectiveWhat(name string) string {
@@ -26,8 +26,9 @@ func runMode(baseline bool) string {
 	return "mroce"
 }
 
-// CollectiveTables is the allreduce or alltoall scenario's tables: the
-// bandwidths and completion times of every run, and the simulator's speed.
+// CollectiveTables is the allreduce or alltoall scenario's tables. They
+// give the bandwidths and completion times of every run, and the
+// simulator's speed.
 func CollectiveTables(r sim.CollectiveResult) []*Table {
 	o := r.Options
 	t := &Table{
@@ -47,8 +48,8 @@ func CollectiveTables(r sim.CollectiveResult) []*Table {
 	return []*Table{t, speed}
 }
 
-// CollectivePlot is the allreduce or alltoall scenario's figure: bus
-// bandwidth against size, a line per mode and loss rate.
+// CollectivePlot is the allreduce or alltoall scenario's figure. It plots
+// bus bandwidth against size, a line per mode and loss rate.
 func CollectivePlot(r sim.CollectiveResult) *Plot {
 	pl := &Plot{Title: collectiveWhat(r.Name) + ": bus bandwidth against size", XLabel: "size (MiB, log2)", YLabel: "busbw / host capacity", YMin: 0, YMax: 1.05}
 	series := map[string]*Series{}
@@ -69,7 +70,7 @@ func CollectivePlot(r sim.CollectiveResult) *Plot {
 	return pl
 }
 
-// PermutationTables is the permutation scenario's table: a row per run.
+// PermutationTables is the permutation scenario's table, a row per run.
 func PermutationTables(r sim.PermutationResult) []*Table {
 	o := r.Options
 	topo := "one switch per plane"
@@ -89,8 +90,8 @@ func PermutationTables(r sim.PermutationResult) []*Table {
 	return []*Table{t}
 }
 
-// PermutationPlot is the permutation scenario's figure: every run's
-// completion times, sorted.
+// PermutationPlot is the permutation scenario's figure, every run's
+// completion times in order.
 func PermutationPlot(r sim.PermutationResult) *Plot {
 	pl := &Plot{Title: "Permutation: completion times, sorted", XLabel: "flows (sorted)", YLabel: "FCT (µs)"}
 	for _, w := range r.Rows {
@@ -111,7 +112,7 @@ func flowsMode(f sim.FabricOptions) string {
 	return fmt.Sprintf("mroce, %d paths per connection", f.Paths)
 }
 
-// FlowsTables is a traffic file's tables: a summary, and every flow's
+// FlowsTables is a traffic file's tables, a summary and every flow's
 // completion time.
 func FlowsTables(r sim.FlowsScenarioResult) []*Table {
 	f, flows, run := r.Traffic.Fabric, r.Traffic.Flows, r.Run
@@ -130,7 +131,7 @@ func FlowsTables(r sim.FlowsScenarioResult) []*Table {
 	return []*Table{sum, each}
 }
 
-// FlowsPlot is a traffic file's figure: the completion times, sorted.
+// FlowsPlot is a traffic file's figure, the completion times in order.
 func FlowsPlot(r sim.FlowsScenarioResult) *Plot {
 	pl := &Plot{Title: "Completion times, sorted", XLabel: "flows (sorted)", YLabel: "FCT (µs)"}
 	s := Series{Name: flowsMode(r.Traffic.Fabric)}

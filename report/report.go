@@ -1,7 +1,8 @@
-// Package report is how mroce sim presents a scenario: tables (as text,
-// CSV or JSON) and line plots (SVG or PNG, drawn with gonum.org/v1/plot).
-// Each scenario of package sim returns a typed result; its Tables and Plot
-// functions here lay it out, so the scenarios need no plotting code.
+// Package report lays out the results of mroce sim's scenarios as tables
+// and line plots. Tables are written as text, CSV or JSON, and plots as
+// SVG or PNG, drawn with gonum.org/v1/plot. Each scenario of package sim
+// returns a typed result, and its Tables and Plot functions here lay it
+// out, so the scenarios need no plotting code.
 package report
 
 import (
@@ -23,8 +24,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// Table is a scenario's result: named columns, rows of values (numbers,
-// strings, or nil for "none"), and notes printed under it.
+// Table is a scenario's result. It has named columns, rows of values and
+// notes printed under it. A value is a number, a string, or nil for none.
 type Table struct {
 	Title   string   `json:"title"`
 	Columns []string `json:"columns"`
@@ -35,8 +36,8 @@ type Table struct {
 // Add appends a row.
 func (t *Table) Add(row ...any) { t.Rows = append(t.Rows, row) }
 
-// cell formats one value for text and CSV: floats with 3 decimals (or
-// more when small), NaN as "never".
+// cell formats one value for text and CSV. Floats get 3 decimals, or
+// more when small, and NaN reads "never".
 func cell(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -141,16 +142,16 @@ type Plot struct {
 	Series                []Series
 	// YMin, YMax fix the Y axis when YMax > YMin.
 	YMin, YMax float64
-	// LegendBottomLeft puts the legend in the lower left corner (top right
-	// otherwise).
+	// LegendBottomLeft puts the legend in the lower left corner rather
+	// than the top right.
 	LegendBottomLeft bool
-	// Below, when set, is a second panel drawn under this one, over the
-	// same X (an incast's queue under its senders' rates, say): its
+	// Below, when set, is a second panel drawn under this one over the
+	// same X, such as an incast's queue under its senders' rates. Its
 	// Series, YLabel and Y range are its own.
 	Below *Plot
 }
 
-// CheckPlotPath reports whether Save can write a plot to path: its
+// CheckPlotPath reports whether Save can write a plot to path. Its
 // extension must be .svg or .png.
 func CheckPlotPath(path string) error {
 	if ext := strings.ToLower(filepath.Ext(path)); ext != ".svg" && ext != ".png" {
@@ -159,7 +160,7 @@ func CheckPlotPath(path string) error {
 	return nil
 }
 
-// Save draws the plot to path: SVG or PNG by its extension.
+// Save draws the plot to path, as SVG or PNG by its extension.
 func (p *Plot) Save(path string) error {
 	if err := CheckPlotPath(path); err != nil {
 		return err
@@ -218,7 +219,7 @@ func (p *Plot) panel() (*plot.Plot, error) {
 		line.Dashes = plotutil.Dashes(i)
 		points.Shape = plotutil.Shape(i)
 		if len(pts) > 60 {
-			points.Radius = 0 // a time series: the line alone
+			points.Radius = 0 // a time series draws the line alone
 		}
 		pl.Add(line, points)
 		pl.Legend.Add(s.Name, line, points)

@@ -30,7 +30,7 @@ func TestText(t *testing.T) {
 	}
 }
 
-// CSV keeps full precision; JSON turns NaN into null.
+// CSV keeps full precision, and JSON turns NaN into null.
 func TestCSVAndJSON(t *testing.T) {
 	var b bytes.Buffer
 	if err := table().CSV(&b); err != nil {
@@ -80,7 +80,7 @@ func TestPlotSave(t *testing.T) {
 	if err := p.Save(filepath.Join(dir, "p.gif")); err == nil {
 		t.Fatal("a .gif was accepted")
 	}
-	// A second panel below: both Y labels drawn, and a taller image.
+	// A second panel below draws both Y labels and makes a taller image.
 	one, _ := os.ReadFile(filepath.Join(dir, "p.png"))
 	p.Below = &Plot{YLabel: "queue KiB", Series: []Series{{"q", []float64{0, 1, 2}, []float64{5, 9, 2}}}}
 	for _, name := range []string{"two.svg", "two.png"} {
@@ -92,7 +92,7 @@ func TestPlotSave(t *testing.T) {
 		t.Fatal("the SVG lacks a panel's Y label")
 	}
 	two, _ := os.ReadFile(filepath.Join(dir, "two.png"))
-	height := func(png []byte) uint32 { return binary.BigEndian.Uint32(png[20:24]) } // the IHDR's
+	height := func(png []byte) uint32 { return binary.BigEndian.Uint32(png[20:24]) } // from the IHDR chunk
 	if height(two) <= height(one) {
 		t.Fatalf("two panels %d pixels high, one %d", height(two), height(one))
 	}

@@ -19,7 +19,7 @@ func gbps(bytesPerSecond float64) float64 { return bytesPerSecond * 8 / 1e9 }
 func us(d time.Duration) float64 { return float64(d.Microseconds()) }
 
 // linksNotes says what the links are when they are not the defaults, for
-// a scenario's table: nothing when they are.
+// a scenario's table. It says nothing when they are.
 func linksNotes(l sim.Links) []string {
 	if l.MTU == 0 {
 		l.MTU = sim.DefaultMTU
@@ -38,8 +38,8 @@ func describeLinks(l sim.Links) string {
 		l.Delay, l.ECNThreshold>>10, l.Buffer>>10, sim.PacketName(l.MTU))
 }
 
-// heapMiB is a run's live heap for a speed table, in MiB; nil (shown as
-// "-") when other runs shared the heap with it.
+// heapMiB is a run's live heap in MiB for a speed table. It is nil, shown
+// as "-", when other runs shared the heap with it.
 func heapMiB(r sim.FlowsResult, shared bool) any {
 	if shared {
 		return nil
@@ -47,8 +47,9 @@ func heapMiB(r sim.FlowsResult, shared bool) any {
 	return float64(r.HeapBytes) / (1 << 20)
 }
 
-// LossTables is the loss scenario's table: goodput at each loss rate, each
-// run's and as a ratio to its own at the first rate, beside the models.
+// LossTables is the loss scenario's table. It gives each run's goodput at
+// each loss rate, and its ratio to the same run's at the first rate,
+// beside the models.
 func LossTables(r sim.LossResult) []*Table {
 	o := r.Options
 	kind := "random"
@@ -79,8 +80,9 @@ func LossTables(r sim.LossResult) []*Table {
 	return []*Table{t}
 }
 
-// LossPlot is the loss scenario's figure: each run's goodput ratio against
-// the loss rate, with the go-back-N model and the limit 1 - p.
+// LossPlot is the loss scenario's figure. It plots each run's goodput
+// ratio against the loss rate, with the go-back-N model and the limit
+// 1 - p.
 func LossPlot(r sim.LossResult) *Plot {
 	pl := &Plot{Title: "Goodput under loss, as a share of each one's loss-free goodput", XLabel: "loss rate (%)", YLabel: "of loss-free goodput", YMin: 0, YMax: 1.05, LegendBottomLeft: true}
 	series := []Series{{Name: "mroce"}, {Name: "baseline, lossy fabric"}, {Name: "baseline, PFC fabric"}, {Name: "go-back-N model 1/(1+pW)"}, {Name: "limit 1 - p"}}
@@ -94,7 +96,7 @@ func LossPlot(r sim.LossResult) *Plot {
 	return pl
 }
 
-// IncastTables is the incast scenario's table: a row per run.
+// IncastTables is the incast scenario's table, a row per run.
 func IncastTables(r sim.IncastScenarioResult) []*Table {
 	o := r.Options
 	t := &Table{
@@ -111,9 +113,9 @@ func IncastTables(r sim.IncastScenarioResult) []*Table {
 	return []*Table{t}
 }
 
-// IncastPlot is the incast scenario's figure: the traced run's slowest,
-// mean and fastest sender over fair share, and under them the receiver's
-// queue.
+// IncastPlot is the incast scenario's figure. It plots the traced run's
+// slowest, mean and fastest sender over fair share, and under them the
+// receiver's queue.
 func IncastPlot(r sim.IncastScenarioResult) *Plot {
 	o := r.Options
 	nMax := 0
@@ -136,8 +138,8 @@ func IncastPlot(r sim.IncastScenarioResult) *Plot {
 	return pl
 }
 
-// PlanesTables is the planes scenario's tables: throughput by planes, and
-// the simulator's speed.
+// PlanesTables is the planes scenario's tables, the throughput by planes
+// and the simulator's speed.
 func PlanesTables(r sim.PlanesResult) []*Table {
 	o := r.Options
 	t := &Table{
@@ -162,8 +164,8 @@ func PlanesTables(r sim.PlanesResult) []*Table {
 	return []*Table{t, speed}
 }
 
-// PlanesPlot is the planes scenario's figure: aggregate goodput against
-// planes, beside the line from one plane's.
+// PlanesPlot is the planes scenario's figure. It plots aggregate goodput
+// against planes, beside the line from one plane's.
 func PlanesPlot(r sim.PlanesResult) *Plot {
 	pl := &Plot{Title: "All-to-all throughput against planes", XLabel: "planes (NIC ports per host)", YLabel: "aggregate goodput (Tb/s)"}
 	got, ideal := Series{Name: "mroce"}, Series{Name: "linear from one plane"}
@@ -187,9 +189,9 @@ func planeFailName(o sim.PlaneFailOptions) string {
 	return "blackholed"
 }
 
-// PlaneFailTables is the planefail scenario's table: the throughput before
-// the failure, over the window its target is measured over, and around the
-// repair.
+// PlaneFailTables is the planefail scenario's table. It gives the
+// throughput before the failure, over the window its target is measured
+// over, and around the repair.
 func PlaneFailTables(r sim.PlaneFailResult) []*Table {
 	o := r.Options
 	f := o.Fabric
@@ -218,8 +220,8 @@ func PlaneFailTables(r sim.PlaneFailResult) []*Table {
 	return []*Table{t}
 }
 
-// PlaneFailPlot is the planefail scenario's figure: throughput over time,
-// beside the share of the planes left.
+// PlaneFailPlot is the planefail scenario's figure. It plots throughput
+// over time beside the share of the planes left.
 func PlaneFailPlot(r sim.PlaneFailResult) *Plot {
 	o := r.Options
 	f := o.Fabric
