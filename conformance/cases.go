@@ -9,7 +9,7 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// Env is what a case needs: the responder, and a local address on its
+// Env is what a case needs, the responder and a local address on its
 // first plane to probe from.
 type Env struct {
 	Target Target
@@ -27,15 +27,15 @@ type Case struct {
 // Result is one case's outcome.
 type Result struct {
 	Case    string        `json:"case"`
-	Result  string        `json:"result"` // "pass", "fail" or (runner cases) "unsupported"
+	Result  string        `json:"result"` // pass or fail, or for runner cases unsupported
 	Details string        `json:"details,omitempty"`
 	Spec    string        `json:"spec"`
 	Elapsed time.Duration `json:"elapsed_ns"`
-	// For the runner's cases: the implementations in each role, the
-	// emulated network and its seed, the directory of the endpoints' logs
-	// and reports, and the capture of every datagram the emulator
-	// delivered (headers and the first bytes of data: a snap length of
-	// 1,200).
+	// The fields below serve the runner's cases. They name the
+	// implementations in each role, the emulated network and its seed,
+	// and the directory of the endpoints' logs and reports. Pcap is the
+	// capture of every datagram the emulator delivered, with its headers
+	// and the first bytes of its data.
 	Requester string `json:"requester,omitempty"`
 	Responder string `json:"responder,omitempty"`
 	Scenario  string `json:"scenario,omitempty"`
@@ -53,7 +53,7 @@ func Run(env Env, cases []Case) []Result {
 	return out
 }
 
-// judged runs one case: pass, or fail with the error it returned.
+// judged runs one case. It passes, or fails with the error it returned.
 func judged(name, spec string, run func() error) Result {
 	began := time.Now()
 	err := run()
@@ -75,8 +75,9 @@ func withProber(env Env, initialPSN uint32, f func(p *Prober) error) error {
 }
 
 // ackAfter sends a valid WRITE with AR on path and returns the first ACK
-// whose record for the path has that packet's PSN as its highest: the
-// responder's view of the path once everything before has been handled.
+// whose record for the path has that packet's PSN as its highest. That is
+// the responder's view of the path once everything before has been
+// handled.
 func ackAfter(p *Prober, path uint8) (*proto.Packet, proto.AckRecord, Sent, error) {
 	s, err := p.SendWrite(Write{Path: path, Payload: make([]byte, 64), Flags: proto.FlagAckRequest})
 	if err != nil {
@@ -106,7 +107,7 @@ func noNackFor(p *Prober, psn uint32, d time.Duration) error {
 }
 
 // expectNack waits for a NACK naming the refused packet s and checks its
-// fields (spec sections 5.6, 7).
+// fields by spec sections 5.6 and 7.
 func expectNack(p *Prober, s Sent, code proto.NackCode) error {
 	pkt, err := p.Expect(func(q *proto.Packet) bool { return q.Type() == proto.TypeNack && q.Nack().PSN() == s.PSN })
 	if err != nil {
@@ -121,8 +122,8 @@ func expectNack(p *Prober, s Sent, code proto.NackCode) error {
 }
 
 // refusedStaysClear checks what spec section 7 says of a refused or
-// dropped packet: neither placed nor recorded, so its PSN is clear in the
-// path's next ACK record and its DSN unreceived.
+// dropped packet. It is neither placed nor recorded, so its PSN is clear
+// in the path's next ACK record and its DSN is not received.
 func refusedStaysClear(p *Prober, s Sent) error {
 	pkt, r, _, err := ackAfter(p, s.Path)
 	if err != nil {
@@ -184,7 +185,7 @@ var Cases = []Case{
 						if firstMissingDSN == 0 {
 							firstMissingDSN = p.NextDSN()
 						}
-						p.psn[path]++ // never sent: a gap in PSN and in DSN
+						p.psn[path]++ // never sent, which leaves a gap in PSN and in DSN
 						p.dsn++
 						p.msn++
 						continue
@@ -340,8 +341,9 @@ var Cases = []Case{
 				if err != nil {
 					return fmt.Errorf("no ACK record of epoch 1: %w", err)
 				}
-				// The late packet's DSN counts (it was placed): the connection's
-				// CumDSN covers all three DSNs once acknowledged.
+				// The late packet's DSN counts, as it was placed. The
+				// connection's CumDSN covers all three DSNs once
+				// acknowledged.
 				for range 3 {
 					if proto.SeqLess(old.DSN, pkt.Ack().CumDSN()) {
 						break
@@ -403,8 +405,8 @@ var Cases = []Case{
 		}},
 }
 
-// bytesOf is n bytes whose second byte (the type) is typ, the rest zero
-// but a version-0 header: it decodes to nothing valid.
+// bytesOf is n bytes whose second byte, the type, is typ and the rest
+// zero. It is a version-0 header that decodes to nothing valid.
 func bytesOf(n int, typ byte) []byte {
 	b := make([]byte, n)
 	b[1] = typ

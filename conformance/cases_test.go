@@ -58,7 +58,7 @@ func TestMrocePassesEveryCase(t *testing.T) {
 }
 
 // Deliberately broken builds fail the cases that should catch them, and
-// only those: the suite tells one bug from another.
+// only those, so the suite tells one bug from another.
 func TestBrokenBuildsFailTheRightCases(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -111,9 +111,10 @@ func TestDocsListEveryCase(t *testing.T) {
 	}
 }
 
-// Record finds an ACK's record for a path, and a packet that is not an ACK
-// (a CLOSE, whose header is shorter than a record) has none: the probe's
-// predicates see every packet a responder sends, whatever its type.
+// Record finds an ACK's record for a path. A packet that is not an ACK
+// has none, even a CLOSE whose header is shorter than a record. The
+// probe's predicates see every packet a responder sends, whatever its
+// type.
 func TestRecordOnlyReadsACKs(t *testing.T) {
 	buf := make([]byte, proto.MaxPacketLen)
 	var ack proto.Packet

@@ -16,32 +16,35 @@ import (
 
 // Emulators the runner can put between the endpoints.
 const (
-	// Relay is the UDP relay (package relay): no root, any OS; the
-	// endpoints run as ordinary processes on loopback addresses.
+	// Relay is the UDP relay of package relay. It needs no root and runs
+	// on any OS. The endpoints run as ordinary processes on loopback
+	// addresses.
 	Relay = "relay"
-	// TUN is the kernel-path emulator (package tunnet): Linux and root;
-	// each endpoint runs in its own network namespace, on real kernel
-	// sockets, behind one TUN interface per plane.
+	// TUN is the kernel-path emulator of package tunnet. It needs Linux
+	// and root. Each endpoint runs in its own network namespace, on real
+	// kernel sockets, behind one TUN interface per plane.
 	TUN = "tun"
 )
 
-// emulator is a running emulated network of the runner: host h's
-// addresses, its commands, and the fabric between them. In both, host h is
-// the fabric's host h+1.
+// emulator is a running emulated network of the runner. It gives host h's
+// addresses and commands, and the fabric between the hosts. In both
+// emulators, host h is the fabric's host h+1.
 type emulator interface {
 	Do(func(*netem.Fabric))
 	Close() error
-	// local is the address host h binds on plane p; reach the one its
+	// local is the address host h binds on plane p, and reach the one its
 	// peers send to.
 	local(h, p int) netip.Addr
 	reach(h, p int) netip.Addr
 	port() uint16
 	command(ctx context.Context, h int, argv []string) *exec.Cmd
-	// payload is the UDP payload (an mroce packet) a datagram of the
-	// fabric carries, ok false for anything else.
+	// payload is the mroce packet a datagram of the fabric carries as its
+	// UDP payload. ok is false for anything else.
 	payload(d *link.Datagram) (b []byte, ok bool)
 }
 
+// startEmulator starts an emulator of kind with hosts and planes over a
+// fabric of fc.
 func startEmulator(kind string, hosts, planes int, fc netem.Config) (emulator, error) {
 	switch kind {
 	case Relay, "":
@@ -83,11 +86,12 @@ type tunEmulator struct{ *tunnet.Net }
 func (e *tunEmulator) local(h, p int) netip.Addr { return tunnet.Addr(h, p) }
 func (e *tunEmulator) reach(h, p int) netip.Addr { return tunnet.Addr(h, p) }
 
-// port is the default: every host has its own namespace.
+// port is the default, since every host has its own namespace.
 func (e *tunEmulator) port() uint16 { return proto.DefaultPort }
 func (e *tunEmulator) command(ctx context.Context, h int, argv []string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", e.Namespace(h)}, argv...)...)
 }
 
-// payload: the TUN emulator's datagrams are whole IP packets.
+// payload reads the UDP payload, since the TUN emulator's datagrams are
+// whole IP packets.
 func (e *tunEmulator) payload(d *link.Datagram) ([]byte, bool) { return tunnet.UDPPayload(d.Data) }

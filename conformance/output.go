@@ -20,10 +20,11 @@ type Report struct {
 	Results        []Result  `json:"results"`
 }
 
-// Passed reports whether no case failed and at least one passed (an
-// unsupported case is not a failure: the implementation said it does not
-// do it; but a run in which nothing passed tested nothing, as when a
-// wrapper's command is not found, which a shell also reports as 127).
+// Passed reports whether no case failed and at least one passed. An
+// unsupported case is not a failure, since the implementation said it
+// does not do it. A run in which nothing passed tested nothing, though,
+// as when a wrapper's command is not found, which a shell also reports as
+// 127.
 func (r Report) Passed() bool { return Cell{Results: r.Results}.Class() == "pass" }
 
 // Cell is one pair's results in the interop matrix.
@@ -56,8 +57,8 @@ func (c Cell) Summary() string {
 	return s
 }
 
-// Class is the cell's colour on the HTML page: fail if a case failed,
-// unsupported if none passed, pass otherwise.
+// Class is the cell's colour on the HTML page. It is fail if a case
+// failed, unsupported if none passed, and pass otherwise.
 func (c Cell) Class() string {
 	class := "unsupported"
 	for _, x := range c.Results {
@@ -71,7 +72,7 @@ func (c Cell) Class() string {
 	return class
 }
 
-// InteropMatrix is the runner's results by pair: a row per requester and
+// InteropMatrix is the runner's results by pair, a row per requester and
 // a column per responder, each in the order it first appears.
 type InteropMatrix struct {
 	Requesters, Responders []string
@@ -79,8 +80,8 @@ type InteropMatrix struct {
 }
 
 // Matrix arranges the results by pair. It is empty unless the results
-// name more than one pair (one pair is a column of cases, which the case
-// table shows).
+// name more than one pair. One pair is a column of cases, which the case
+// table shows.
 func (r Report) Matrix() InteropMatrix {
 	var requesters, responders []string
 	var cells [][]Cell
@@ -182,12 +183,12 @@ var page = template.Must(template.New("page").Parse(`<!doctype html>
 `))
 
 // HTML writes the results as a static page, a cell per case coloured by
-// its result, linking each runner case's logs and capture (paths as they
-// are in the results: RelativeTo makes them relative to the page).
+// its result. It links each runner case's logs and capture by the paths
+// in the results, which RelativeTo makes relative to the page.
 func (r Report) HTML(w io.Writer) error { return page.Execute(w, r) }
 
 // RelativeTo returns the report with every result's Logs and Pcap made
-// relative to dir (where an HTML page of it will be), when they can be.
+// relative to dir, where an HTML page of it will be, when they can be.
 func (r Report) RelativeTo(dir string) Report {
 	out := r
 	out.Results = append([]Result(nil), r.Results...)

@@ -1,14 +1,3 @@
-// Package conformance checks that an implementation speaks the wire format
-// (docs/spec.md) as the spec says, from the wire alone.
-//
-// The Prober needs no cooperation from the implementation under test: it
-// is a requester written directly against package proto. It opens a
-// connection with a real handshake and then sends crafted data packets
-// (gaps, duplicates, bad keys, out-of-window DSNs, stale epochs, other
-// versions, bad CRCs, PSNs that wrap) and reads the responder's ACKs and
-// NACKs, whose every field the cases check against the spec. The
-// responder only has to listen and expose a region it grants remote write
-// on (its key and length are the cases' input).
 package conformance
 
 import (
@@ -23,13 +12,13 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// Target is the responder under test: where it listens, and a region it
-// grants remote write on.
+// Target is the responder under test. It gives where the responder
+// listens and a region it grants remote write on.
 type Target struct {
 	Addr    netip.AddrPort
 	RKey    uint64
 	Len     uint64 // the region's length
-	Streams int    // streams to ask for (the responder may grant fewer)
+	Streams int    // streams to ask for, of which the responder may grant fewer
 }
 
 // Prober is one connection to the responder, driven packet by packet.
@@ -37,8 +26,8 @@ type Prober struct {
 	conn    *net.UDPConn
 	target  Target
 	start   time.Time
-	myID    uint32 // our SrcConnID: the DstConnID of what the responder sends us
-	peerID  uint32 // the responder's: the DstConnID of what we send
+	myID    uint32 // our SrcConnID, the DstConnID of what the responder sends us
+	peerID  uint32 // the responder's SrcConnID, the DstConnID of what we send
 	accept  proto.HandshakeHeader
 	psn     [4]uint32 // the next PSN of each of our paths
 	epoch   [4]uint8  // each path's epoch
@@ -58,10 +47,10 @@ func random32() uint32 {
 	return binary.BigEndian.Uint32(b[:])
 }
 
-// Dial opens a connection to target from local (an address on the
-// responder's first plane; port 0: any), running the handshake of spec
-// section 8.1. initialPSN is our paths' first PSN (a test of sequence wrap
-// picks one near 2^32).
+// Dial opens a connection to target from local, running the handshake of
+// spec section 8.1. local is an address on the responder's first plane,
+// and port 0 takes any. initialPSN is the first PSN of our paths. A test
+// of sequence wrap picks one near 2^32.
 func Dial(target Target, local netip.Addr, initialPSN uint32) (*Prober, error) {
 	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)))
 	if err != nil {
@@ -105,8 +94,8 @@ func Dial(target Target, local netip.Addr, initialPSN uint32) (*Prober, error) {
 	}
 	p.accept = append(proto.HandshakeHeader(nil), got.Handshake()...)
 	p.peerID = p.accept.SrcConnID()
-	// The third message: an ACK with no records (it establishes the
-	// responder's side).
+	// The third message is an ACK with no records. It establishes the
+	// responder's side.
 	if err := p.SendAck(p.accept.InitialDSN()); err != nil {
 		c.Close()
 		return nil, err
@@ -114,8 +103,8 @@ func Dial(target Target, local netip.Addr, initialPSN uint32) (*Prober, error) {
 	return p, nil
 }
 
-// Close closes the prober's socket (the responder is not told: its
-// connection times out).
+// Close closes the prober's socket. The responder is not told, and its
+// connection times out.
 func (p *Prober) Close() error { return p.conn.Close() }
 
 // Accept is the responder's ACCEPT.
@@ -145,16 +134,17 @@ func (p *Prober) SendAck(cumDSN uint32) error {
 }
 
 // Write describes one crafted WRITE packet. Zero fields take the prober's
-// defaults: the next PSN of the path, the next DSN, the target's key.
+// defaults, which are the next PSN of the path, the next DSN and the
+// target's key.
 type Write struct {
 	Path, Epoch   uint8
-	ExplicitEpoch bool // use Epoch (else the path's current one)
+	ExplicitEpoch bool // use Epoch rather than the path's current one
 	PSN, DSN      uint32
-	ExplicitPSN   bool // use PSN (else the path's next, which advances)
-	ExplicitDSN   bool // use DSN (else the next, which advances)
+	ExplicitPSN   bool // use PSN rather than the path's next, which advances
+	ExplicitDSN   bool // use DSN rather than the next, which advances
 	RKey          uint64
 	RemoteOffset  uint64
-	MsgLen        uint32 // 0: the payload's length (a one-packet message)
+	MsgLen        uint32 // 0 takes the payload's length, a one-packet message
 	MsgOffset     uint32
 	Stream        uint16
 	MSN           uint32
@@ -226,7 +216,7 @@ func (p *Prober) SendWrite(w Write) (Sent, error) {
 	return s, p.send(b)
 }
 
-// Repath moves path to its next epoch (as a new source port would).
+// Repath moves path to its next epoch, as a new source port would.
 func (p *Prober) Repath(path uint8) { p.epoch[path%Paths] = (p.epoch[path%Paths] + 1) & 3 }
 
 // NextDSN is the DSN the next default WRITE takes.
@@ -238,8 +228,8 @@ func (p *Prober) NextPSN(path uint8) uint32 { return p.psn[path%Paths] }
 // ErrTimeout is Expect's error when nothing matching arrived in time.
 var ErrTimeout = errors.New("conformance: nothing arrived in time")
 
-// Expect returns the first packet for this connection that want accepts
-// (decoded, CRC checked), or ErrTimeout after p.Timeout. Packets it
+// Expect returns the first packet for this connection that want accepts,
+// decoded and CRC-checked, or ErrTimeout after p.Timeout. Packets it
 // does not want are dropped.
 func (p *Prober) Expect(want func(*proto.Packet) bool) (*proto.Packet, error) {
 	return p.ExpectWithin(p.Timeout, want)
@@ -267,7 +257,7 @@ func (p *Prober) ExpectWithin(d time.Duration, want func(*proto.Packet) bool) (*
 			continue
 		}
 		if pkt.Type() == proto.TypeAccept && p.peerID != 0 {
-			p.SendAck(p.accept.InitialDSN()) // a resent ACCEPT: answer it again (spec 8.1)
+			p.SendAck(p.accept.InitialDSN()) // a resent ACCEPT is answered again, by spec section 8.1
 			if !want(&pkt) {
 				continue
 			}
@@ -292,8 +282,8 @@ func Record(pkt *proto.Packet, path uint8) (proto.AckRecord, bool) {
 	return nil, false
 }
 
-// Received reports whether record r says PSN psn arrived: it is the
-// highest, or its bit is set (spec section 5.5).
+// Received reports whether record r says PSN psn arrived. By spec section
+// 5.5 it did when it is the highest or its bit is set.
 func Received(r proto.AckRecord, psn uint32) bool {
 	h := r.HighestPSN()
 	if psn == h {

@@ -10,11 +10,12 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// SenderProbe tests a requester, a sender of data, from the wire: it is
+// SenderProbe tests a requester, a sender of data, from the wire. It is
 // the acceptor of one connection, written directly against package proto.
-// It answers the requester's CONNECT, keeps what a receiver keeps (the
-// DSNs received, each path's highest PSN and bitvector) and sends the ACKs
-// and NACKs a case crafts, reading how the sender reacts.
+// It answers the requester's CONNECT and keeps what a receiver keeps,
+// which is the DSNs received and each path's highest PSN and bitvector.
+// It sends the ACKs and NACKs a case crafts, and reads how the sender
+// reacts.
 type SenderProbe struct {
 	conn    *net.UDPConn
 	start   time.Time
@@ -37,18 +38,18 @@ type probePath struct {
 	has     bool
 	psns    map[uint32]bool // received, within 256 below highest
 	lastTS  uint32
-	ce      uint32 // CECount: data packets counted as arrived with CE
+	ce      uint32 // CECount, the data packets counted as arrived with CE
 }
 
-// ListenSender opens a SenderProbe on local (port 0: any).
+// ListenSender opens a SenderProbe on local. Port 0 takes any.
 func ListenSender(local netip.AddrPort) (*SenderProbe, error) {
 	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(local))
 	if err != nil {
 		return nil, fmt.Errorf("conformance: %w", err)
 	}
 	// The requester sends at full speed while the probe answers packet
-	// by packet: a large buffer keeps the kernel from dropping what the
-	// probe has not read yet (what it drops, the probe never saw).
+	// by packet. A large buffer keeps the kernel from dropping what the
+	// probe has not read yet, which the probe would never see.
 	c.SetReadBuffer(8 << 20)
 	return &SenderProbe{conn: c, start: time.Now(), myID: random32() | 1, buf: make([]byte, 65536),
 		got: map[uint32]bool{}, paths: map[uint8]*probePath{}, hint: proto.RateNoLimit, Timeout: 5 * time.Second}, nil
@@ -62,8 +63,9 @@ func (s *SenderProbe) Close() error { return s.conn.Close() }
 
 func (s *SenderProbe) now() uint32 { return uint32(time.Since(s.start).Nanoseconds()) }
 
-// read returns the next packet for the probe's connection (a CONNECT
-// before there is one), decoded and CRC-checked, or ErrTimeout.
+// read returns the next packet for the probe's connection, decoded and
+// CRC-checked, or ErrTimeout. Before there is a connection it returns a
+// CONNECT.
 func (s *SenderProbe) read(deadline time.Time) (*proto.Packet, netip.AddrPort, error) {
 	for {
 		s.conn.SetReadDeadline(deadline)
@@ -89,9 +91,9 @@ func (s *SenderProbe) read(deadline time.Time) (*proto.Packet, netip.AddrPort, e
 	}
 }
 
-// answerProbe sends a PROBE_REPLY back over the probe's own 5-tuple
-// (spec section 5.10): a receiver answers its sender's probes, or a path
-// the sender suspects would never come back into use.
+// answerProbe sends a PROBE_REPLY back over the probe's own 5-tuple, as
+// spec section 5.10 asks. A receiver answers its sender's probes, or a
+// path the sender suspects would never come back into use.
 func (s *SenderProbe) answerProbe(pkt *proto.Packet, from netip.AddrPort) {
 	var out proto.Packet
 	if proto.Build(&out, make([]byte, 256), proto.TypeProbeReply, 0, 0) != nil {
@@ -107,9 +109,9 @@ func (s *SenderProbe) answerProbe(pkt *proto.Packet, from netip.AddrPort) {
 	s.conn.WriteToUDPAddrPort(out.Seal(), from)
 }
 
-// Accept waits for the requester's CONNECT and answers it with an ACCEPT
-// granting what it asks (at most 4 paths: a case's arithmetic stays
-// small), a window of 4,096 DSNs and no rate limit.
+// Accept waits for the requester's CONNECT and answers it with an ACCEPT.
+// It grants what the requester asks but at most 4 paths, so that a case's
+// arithmetic stays small, with a window of 4,096 DSNs and no rate limit.
 func (s *SenderProbe) Accept() error {
 	deadline := time.Now().Add(s.Timeout)
 	for {
@@ -152,8 +154,8 @@ func (s *SenderProbe) Accept() error {
 	}
 }
 
-// checkConnect applies the handshake's own rules (spec section 8.1) to a
-// CONNECT: it returns what breaks them, or "".
+// checkConnect applies the handshake's rules of spec section 8.1 to a
+// CONNECT. It returns what breaks them, or "".
 func checkConnect(h proto.HandshakeHeader) string {
 	switch {
 	case h.SrcConnID() == 0:
@@ -180,9 +182,10 @@ type Arrival struct {
 	Timestamp, Length uint32
 }
 
-// NextData returns the next data packet within d, without recording it:
-// the case decides (Record, Refuse, or nothing: lost). Other packets of
-// the connection are dropped, except CLOSE, which ends it (ErrClosed).
+// NextData returns the next data packet within d, without recording it.
+// The case decides whether to Record it, refuse it with Nack, or treat it
+// as lost. Other packets of the connection are dropped, except CLOSE,
+// which ends it with ErrPeerClosed.
 func (s *SenderProbe) NextData(d time.Duration) (Arrival, *proto.Packet, error) {
 	deadline := time.Now().Add(d)
 	for {
@@ -201,10 +204,10 @@ func (s *SenderProbe) NextData(d time.Duration) (Arrival, *proto.Packet, error) 
 	}
 }
 
-// ErrPeerClosed: the requester sent CLOSE.
+// ErrPeerClosed reports that the requester sent CLOSE.
 var ErrPeerClosed = errors.New("conformance: the requester closed the connection")
 
-// Record notes a data packet as received: its DSN, and its PSN on its
+// Record notes a data packet as received, its DSN and its PSN on its
 // path.
 func (s *SenderProbe) Record(a Arrival) {
 	if proto.SeqLessEq(s.cum, a.DSN) {
@@ -230,8 +233,8 @@ func (s *SenderProbe) Record(a Arrival) {
 }
 
 // MarkCE makes every data packet recorded on path from now on count as
-// having arrived with CE: the ACKs' CECount for it rises with each, as
-// if a queue on its route were past its marking threshold.
+// having arrived with CE. The ACKs' CECount for the path rises with each,
+// as if a queue on its route were past its marking threshold.
 func (s *SenderProbe) MarkCE(path uint8) {
 	if s.marking == nil {
 		s.marking = map[uint8]bool{}
@@ -239,8 +242,8 @@ func (s *SenderProbe) MarkCE(path uint8) {
 	s.marking[path] = true
 }
 
-// SetHint sets the RateHint of the ACKs from now on (bytes/s; 0: stop new
-// data; proto.RateNoLimit: none).
+// SetHint sets the RateHint of the ACKs from now on, in bytes/s. A hint
+// of 0 stops new data, and proto.RateNoLimit sets no limit.
 func (s *SenderProbe) SetHint(h uint64) { s.hint = h }
 
 // Ack sends an ACK with CumDSN and a record for every path that has
@@ -274,8 +277,8 @@ func (s *SenderProbe) Ack() error {
 	return err
 }
 
-// Nack refuses data packet a with code (RetryAfter in µs for the
-// retryable codes): it is neither placed nor recorded.
+// Nack refuses data packet a with code, so that it is neither placed nor
+// recorded. retryAfter, in µs, serves the retryable codes.
 func (s *SenderProbe) Nack(a Arrival, pkt *proto.Packet, code proto.NackCode, retryAfter uint16) error {
 	var out proto.Packet
 	if err := proto.Build(&out, make([]byte, 256), proto.TypeNack, 0, 0); err != nil {
@@ -302,9 +305,9 @@ func (s *SenderProbe) Nack(a Arrival, pkt *proto.Packet, code proto.NackCode, re
 	return err
 }
 
-// SenderEnv starts the requester under test against the probe at peer
-// (its first plane's address and port) and returns a function that stops
-// it. Local is the address the probe listens on.
+// SenderEnv starts the requester under test against the probe at peer,
+// the probe's first plane's address and port. It returns a function that
+// stops the requester. Local is the address the probe listens on.
 type SenderEnv struct {
 	Local netip.Addr
 	Start func(peer netip.AddrPort) (stop func(), err error)
@@ -342,8 +345,8 @@ func runSenderCase(env SenderEnv, c SenderCase) error {
 	return c.Run(s)
 }
 
-// receive records and acknowledges data packets (every one) until n
-// have arrived, returning them.
+// receive records and acknowledges every data packet until n have
+// arrived, and returns them.
 func (s *SenderProbe) receive(n int) ([]Arrival, error) {
 	var out []Arrival
 	for len(out) < n {
@@ -374,56 +377,19 @@ var SenderCases = []SenderCase{
 		Run: fatalNack},
 }
 
+// sackRepair runs sender-sack-repair. It acknowledges a few packets one
+// by one while the requester's transfer gets under way, then collects a
+// burst, acknowledges all of it but one packet, and waits for that one's
+// resend.
 func sackRepair(s *SenderProbe) error {
-	// A few packets acknowledged one by one (the requester's transfer
-	// under way), then a burst: what it sends while no ACK comes, until a
-	// millisecond passes without a packet.
 	if _, err := s.receive(8); err != nil {
 		return err
 	}
-	var burst []Arrival
-	pair := func() bool {
-		for i := range burst {
-			for j := range burst {
-				if burst[i].Path == burst[j].Path && burst[i].Epoch == burst[j].Epoch && burst[i].PSN != burst[j].PSN {
-					return true
-				}
-			}
-		}
-		return false
+	burst, err := collectBurst(s)
+	if err != nil {
+		return err
 	}
-	// Collected until 300 us after a path has carried two (sooner than a
-	// sender's probe timer fires, so that what follows answers the ACK).
-	deadline := time.Now().Add(s.Timeout)
-	var stop time.Time
-	for len(burst) < 64 {
-		if stop.IsZero() && pair() {
-			stop = time.Now().Add(300 * time.Microsecond)
-		}
-		wait := time.Until(deadline)
-		if !stop.IsZero() {
-			wait = time.Until(stop)
-		}
-		a, _, err := s.NextData(max(wait, time.Microsecond))
-		if errors.Is(err, ErrTimeout) && !stop.IsZero() {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("the burst (%d packets): %w", len(burst), err)
-		}
-		burst = append(burst, a)
-	}
-	// The victim: the first packet of a path with a later one of the same
-	// epoch in the burst (a gap is a loss only within an epoch, spec
-	// section 6.6: a path repathed in between is left to its timer).
-	var victim *Arrival
-	for i := range burst {
-		for j := range burst {
-			if victim == nil && burst[i].Path == burst[j].Path && burst[i].Epoch == burst[j].Epoch && proto.SeqLess(burst[i].PSN, burst[j].PSN) {
-				victim = &burst[i]
-			}
-		}
-	}
+	victim := gapVictim(burst)
 	if victim == nil {
 		return fmt.Errorf("no path carried two packets in the burst (%d packets)", len(burst))
 	}
@@ -435,14 +401,60 @@ func sackRepair(s *SenderProbe) error {
 	if err := s.Ack(); err != nil {
 		return err
 	}
-	// What follows: the resend must come before the requester has sent
-	// 64 new packets, or four times the burst if more (the burst was cut
-	// short by the clock, and a busy machine delays the ACK), and within
-	// 20 ms. A
-	// sender that waits for a timer keeps sending new data as the ACKs
-	// free its window; one that misreads the bitvector resends others and
-	// not this one. (Resends of packets the ACK reported are not held
-	// against it: a timer can have fired before the ACK came.)
+	return awaitResend(s, *victim, len(burst))
+}
+
+// collectBurst collects what the requester sends while no ACK comes. It
+// stops 300 µs after some path has carried two packets, sooner than a
+// sender's probe timer fires, so that what follows answers the ACK.
+func collectBurst(s *SenderProbe) ([]Arrival, error) {
+	var burst []Arrival
+	deadline := time.Now().Add(s.Timeout)
+	var stop time.Time
+	for len(burst) < 64 {
+		if stop.IsZero() && gapVictim(burst) != nil {
+			stop = time.Now().Add(300 * time.Microsecond)
+		}
+		wait := time.Until(deadline)
+		if !stop.IsZero() {
+			wait = time.Until(stop)
+		}
+		a, _, err := s.NextData(max(wait, time.Microsecond))
+		if errors.Is(err, ErrTimeout) && !stop.IsZero() {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("the burst (%d packets): %w", len(burst), err)
+		}
+		burst = append(burst, a)
+	}
+	return burst, nil
+}
+
+// gapVictim is the first packet in the burst of a path that carried a
+// later one in the same epoch, or nil. A gap is a loss only within an
+// epoch, by spec section 6.6, and a path repathed in between is left to
+// its timer.
+func gapVictim(burst []Arrival) *Arrival {
+	for i := range burst {
+		for j := range burst {
+			if burst[i].Path == burst[j].Path && burst[i].Epoch == burst[j].Epoch && proto.SeqLess(burst[i].PSN, burst[j].PSN) {
+				return &burst[i]
+			}
+		}
+	}
+	return nil
+}
+
+// awaitResend waits for victim's resend with a new PSN. It must come
+// within 20 ms, and before the requester has sent 64 new packets or four
+// times the burst if that is more. The burst may have been cut short by
+// the clock, and a busy machine delays the ACK. A sender that waits for a
+// timer keeps sending new data as the ACKs free its window. One that
+// misreads the bitvector resends others and not this one. Resends of
+// packets the ACK reported are not held against it, since a timer can
+// have fired before the ACK came.
+func awaitResend(s *SenderProbe, victim Arrival, burst int) error {
 	until := time.Now().Add(20 * time.Millisecond)
 	for k := 0; ; k++ {
 		a, _, err := s.NextData(time.Until(until))
@@ -458,8 +470,8 @@ func sackRepair(s *SenderProbe) error {
 			return fmt.Errorf("DSN %d resent with its old PSN %d", a.DSN, a.PSN)
 		case a.DSN == victim.DSN:
 			return nil
-		case k >= max(64, 4*len(burst)):
-			return fmt.Errorf("DSN %d not resent before %d new packets (the burst was %d)", victim.DSN, k+1, len(burst))
+		case k >= max(64, 4*burst):
+			return fmt.Errorf("DSN %d not resent before %d new packets (the burst was %d)", victim.DSN, k+1, burst)
 		}
 		if err := s.Ack(); err != nil {
 			return err
@@ -563,10 +575,11 @@ func hintZero(s *SenderProbe) error {
 	if err := s.Ack(); err != nil {
 		return err
 	}
-	// For 50 ms, ACKs with the hint of 0, every millisecond and for every
-	// packet. What was in flight or queued when the hint came may still
-	// arrive: up to hintZeroGrace new DSNs; more is a sender that did not
-	// stop (one that ignores the hint, ACK-clocked here, sends thousands).
+	// For 50 ms, ACKs carry the hint of 0, every millisecond and for
+	// every packet. What was in flight or queued when the hint came may
+	// still arrive, up to hintZeroGrace new DSNs. More means a sender that
+	// did not stop. One that ignores the hint, ACK-clocked here, sends
+	// thousands.
 	stopped := time.Now()
 	fresh := 0
 	next := time.Now().Add(time.Millisecond)
@@ -596,8 +609,8 @@ func hintZero(s *SenderProbe) error {
 			next = time.Now().Add(time.Millisecond)
 		}
 	}
-	// The hint lifted, repeated every millisecond (an ACK lost would
-	// otherwise leave the sender stopped, spec section 6.6).
+	// The lifted hint is repeated every millisecond. Otherwise a lost ACK
+	// would leave the sender stopped, by spec section 6.6.
 	s.SetHint(proto.RateNoLimit)
 	until := time.Now().Add(time.Second)
 	for {
@@ -625,7 +638,7 @@ func hintZero(s *SenderProbe) error {
 }
 
 // hintZeroGrace is how many new DSNs a requester may send after a hint
-// of 0 reaches it: what it had in flight or had queued for the wire.
+// of 0 reaches it, for what it had in flight or had queued for the wire.
 const hintZeroGrace = 64
 
 func fatalNack(s *SenderProbe) error {
@@ -647,9 +660,10 @@ func fatalNack(s *SenderProbe) error {
 			if c.Reason() != proto.CloseFatal || c.Detail() != uint32(proto.NackBadKey) {
 				return fmt.Errorf("CLOSE with reason %v, detail %d: want FATAL, %d", c.Reason(), c.Detail(), proto.NackBadKey)
 			}
-			// Nothing sent after the CLOSE (by the sender's own clock, its
-			// Timestamp: packets from different source ports can arrive
-			// out of order): wait a little for stragglers.
+			// Nothing may be sent after the CLOSE by the sender's own
+			// clock, its Timestamp. Packets from different source ports
+			// can arrive out of order, so the probe waits a little for
+			// stragglers.
 			closed := closing.Common.Timestamp()
 			for {
 				b, _, err := s.NextData(100 * time.Millisecond)

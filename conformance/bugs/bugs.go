@@ -1,8 +1,9 @@
 // Package bugs makes deliberately broken endpoints for the conformance
 // suite's self-test. A broken endpoint is a correct engine behind a port
 // that rewrites what it sends and receives as a buggy implementation
-// would, so the engine has no broken mode of its own and the suite is
-// checked against bugs it must tell apart (docs/conformance.md).
+// would. The engine thus has no broken mode of its own, and the suite is
+// checked against bugs it must tell apart, as docs/conformance.md
+// describes.
 package bugs
 
 import (
@@ -13,27 +14,27 @@ import (
 
 // Set is a set of deliberate bugs. Each is named for what a peer sees.
 type Set struct {
-	// IgnoreSACKBit: ACK records never report the PSN just below the
-	// highest; bit 0 of the bitvector stays clear (spec section 5.5).
+	// IgnoreSACKBit makes ACK records never report the PSN just below the
+	// highest. Bit 0 of the bitvector of spec section 5.5 stays clear.
 	IgnoreSACKBit bool
-	// AcceptBadCRC: packets whose CRC is wrong are taken as if it were
-	// right, so corrupt ones are placed (spec section 5.11).
+	// AcceptBadCRC takes packets whose CRC of spec section 5.11 is wrong
+	// as if it were right, so corrupt ones are placed.
 	AcceptBadCRC bool
-	// SkipKeyCheck: a packet refused for a bad key gets no NACK (spec
-	// section 7).
+	// SkipKeyCheck sends no NACK for a packet refused for a bad key,
+	// against spec section 7.
 	SkipKeyCheck bool
-	// ReusePSN: a path's 64th, 128th, ... data packet, when it is a first
-	// transmission, goes out with the PSN of the packet before it on that
-	// path, used twice (spec section 6.2 forbids it).
+	// ReusePSN sends every 64th data packet of a path, when it is a first
+	// transmission, with the PSN of the packet before it on that path.
+	// The PSN is then used twice, which spec section 6.2 forbids.
 	ReusePSN bool
-	// IgnoreRetryAfter: a packet refused with a retryable NACK (RNR,
-	// RESOURCE) is resent at once, whatever RetryAfter asked.
+	// IgnoreRetryAfter resends a packet refused with a retryable NACK,
+	// RNR or RESOURCE, at once, whatever RetryAfter asked.
 	IgnoreRetryAfter bool
-	// IgnoreCE: the sender never learns of the CE marks its peer echoes,
-	// so it neither shrinks its windows nor steers away from marked paths.
+	// IgnoreCE keeps from the sender the CE marks its peer echoes, so it
+	// neither shrinks its windows nor steers away from marked paths.
 	IgnoreCE bool
-	// MiscountCE: the receiver leaves out of its CECount the CE marks of
-	// data packets whose PSN is a multiple of 16.
+	// MiscountCE makes the receiver leave out of its CECount the CE marks
+	// of data packets whose PSN is a multiple of 16.
 	MiscountCE bool
 }
 

@@ -113,7 +113,7 @@ func TestSendingBugs(t *testing.T) {
 	for i, b := range in.sent {
 		want := uint32(1000 + i)
 		if i == 63 {
-			want-- // the 64th: the PSN before it, again
+			want-- // the 64th reuses the PSN before it
 		}
 		if got := decode(t, b).Common.PSN(); got != want {
 			t.Fatalf("ReusePSN: packet %d went out with PSN %d, want %d", i, got, want)
@@ -186,8 +186,8 @@ type tooBig struct {
 
 func (t *tooBig) TooBig(*link.Datagram) { t.n++ }
 
-// MROCE_BREAK's format: entries for the other role are checked but left
-// out; unknown bugs and roles are refused.
+// ForRole reads MROCE_BREAK's format. Entries for the other role are
+// checked but left out, and unknown bugs and roles are refused.
 func TestForRole(t *testing.T) {
 	s, err := ForRole("responder:accept-bad-crc, requester:ignore-ce,responder:reuse-psn", "responder")
 	if err != nil || s != (Set{AcceptBadCRC: true, ReusePSN: true}) {

@@ -6,11 +6,11 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// Port is an endpoint's port with bugs: what the endpoint sends passes
+// Port is an endpoint's port with bugs. What the endpoint sends passes
 // through Send, and what arrives for it through the Receiver that Attach
-// returns. A packet a bug rewrites is sealed again, so that only the bug,
-// not a bad CRC, is what its peer sees. Like the endpoint it serves, a
-// Port is used from one goroutine.
+// returns. A packet a bug rewrites is sealed again, so that its peer sees
+// only the bug and not a bad CRC. Like the endpoint it serves, a Port is
+// used from one goroutine.
 type Port struct {
 	inner link.Port
 	bugs  Set
@@ -85,9 +85,9 @@ func (p *Port) outgoing(d *link.Datagram) bool {
 	return true
 }
 
-// Attach returns the receiving side of the port for r: what the inner
-// port delivers goes to it, and from it, with the receiving side's bugs,
-// to r. A TooBig report passes through when r takes them.
+// Attach returns the receiving side of the port for r. What the inner
+// port delivers goes to it, and from it to r with the receiving side's
+// bugs. A TooBig report passes through when r takes them.
 func (p *Port) Attach(r link.Receiver) link.Receiver {
 	rx := &receiver{p: p, next: r}
 	if tb, ok := r.(link.TooBigHandler); ok {
@@ -153,8 +153,8 @@ func (p *Port) incoming(d *link.Datagram) {
 }
 
 // Wrapper makes a Port of below with the set's bugs and returns it with
-// its Attach: the shape of software.Wrapper, which stands between a UDP
-// host's engine and its sockets.
+// its Attach. It has the shape of software.Wrapper, which stands between
+// a UDP host's engine and its sockets.
 func (s Set) Wrapper(below link.Port) (link.Port, func(link.Receiver) link.Receiver) {
 	p := Wrap(below, s)
 	return p, p.Attach
