@@ -1,10 +1,11 @@
-// Package dissect explains mroce packets as a Wireshark dissector does: a
-// decoded packet field by field, each value with what it means where the
-// spec gives it a meaning (docs/spec.md sections 4, 5, 7 and 8), and a
-// packet that failed to decode with the check it failed and the values
-// that failed it (section 9). It walks the spec's layout tables
-// (proto.Packet.Sections, proto.FieldLayout.Uint), so what it prints
-// follows the spec. mroce decode prints what it writes.
+// Package dissect explains mroce packets as a Wireshark dissector does.
+// It prints a decoded packet field by field, each value with what it
+// means where docs/spec.md sections 4, 5, 7 and 8 give it a meaning. It
+// explains a packet that failed to decode by the check of section 9 it
+// failed and the values that failed it. It walks the spec's layout tables
+// through proto.Packet.Sections and proto.FieldLayout.Uint, so what it
+// prints follows the spec. The command mroce decode prints what it
+// writes.
 package dissect
 
 import (
@@ -21,8 +22,8 @@ import (
 // payloadShown is how many payload bytes are printed.
 const payloadShown = 32
 
-// Summary is the title line of a decoded packet: its type, class and the
-// sizes of its parts.
+// Summary is the title line of a decoded packet, with its type, class and
+// the sizes of its parts.
 func Summary(p *proto.Packet) string {
 	class := "control"
 	if p.Type().IsData() {
@@ -58,7 +59,7 @@ func Fields(w io.Writer, p *proto.Packet, crcChecked bool) {
 			var meaning string
 			if f.Reserved() {
 				if v == 0 {
-					continue // sent as 0: nothing to show
+					continue // sent as 0, so there is nothing to show
 				}
 				meaning = fmt.Sprintf("[!] nonzero reserved field (%s): must be sent as 0, ignored on receipt", position(f))
 			} else {
@@ -93,7 +94,8 @@ func position(f proto.FieldLayout) string {
 	return fmt.Sprintf("bytes %d-%d", f.Byte, f.Byte+f.Width/8-1)
 }
 
-// printWideField prints a field wider than 64 bits: the AckRecord Bitvector.
+// printWideField prints a field wider than 64 bits, the AckRecord
+// Bitvector.
 func printWideField(w io.Writer, s proto.Section, f proto.FieldLayout) {
 	raw := s.Bytes[f.Byte : f.Byte+f.Width/8]
 	fmt.Fprintf(w, "    %-15s %20s  %s\n", f.Name, fmt.Sprintf("(%d bits)", f.Width), hex.EncodeToString(raw))
@@ -105,15 +107,15 @@ func printWideField(w io.Writer, s proto.Section, f proto.FieldLayout) {
 // maxRangesShown bounds the list of missing PSN ranges of a bitvector.
 const maxRangesShown = 16
 
-// bitvectorSummary lists the PSNs below HighestPSN that an AckRecord reports
-// missing (bit k clear: PSN HighestPSN-1-k not received), as ranges in
-// ascending serial order, computed modulo 2^32.
+// bitvectorSummary lists the PSNs below HighestPSN that an AckRecord
+// reports missing, as ranges in ascending serial order modulo 2^32. A
+// clear bit k says PSN HighestPSN-1-k was not received.
 func bitvectorSummary(r proto.AckRecord) string {
 	high := r.HighestPSN()
-	type psnRange struct{ lo, hi uint32 } // serial: lo, lo+1, ..., hi
+	type psnRange struct{ lo, hi uint32 } // lo, lo+1 and on to hi, in serial order
 	var ranges []psnRange
 	missing := 0
-	// Oldest first: bit 255 is PSN high-256, bit 0 is PSN high-1.
+	// Oldest first. Bit 255 is PSN high-256, and bit 0 is PSN high-1.
 	for k := proto.BitvectorBits - 1; k >= 0; k-- {
 		if r.Received(k) {
 			continue
@@ -183,7 +185,8 @@ func spacedHex(b []byte) string {
 }
 
 // fieldMeaning says what value v of field f of section s means, where the
-// spec gives it one; "" otherwise.
+// spec gives it one, and "" otherwise. It is one switch over the spec's
+// field names, a case per field, and reads best whole.
 func fieldMeaning(p *proto.Packet, s proto.Section, f proto.FieldLayout, v uint64, crcChecked bool) string {
 	part := s.Layout.Name
 	switch f.Name {
@@ -350,9 +353,9 @@ func bytesText(n uint64) string {
 	return fmt.Sprintf("%d bytes (%s %s)", n, strconv.FormatFloat(v, 'f', -1, 64), units[i])
 }
 
-// ExplainError says which check of proto.Packet.Decode b failed, err being
-// what Decode returned, with the values that failed it. It must not panic
-// on any input: it reads only bytes that are there.
+// ExplainError says which check of proto.Packet.Decode b failed, with the
+// values that failed it. err is what Decode returned. It must not panic
+// on any input, so it reads only bytes that are there.
 func ExplainError(b []byte, err error) string {
 	n := len(b)
 	byteAt := func(i int) int {
@@ -418,7 +421,7 @@ func ExplainError(b []byte, err error) string {
 	return strings.TrimPrefix(err.Error(), "proto: ")
 }
 
-// payloadError explains ErrPayload: payload on a type that has none, or
+// payloadError explains ErrPayload, a payload on a type that has none or
 // message data beyond MsgLen.
 func payloadError(b []byte, typ proto.Type) string {
 	records := 0

@@ -19,7 +19,7 @@ import (
 const goldenDir = "../testdata/golden"
 
 // goldenFiles are the golden packets' files, in name order. There must be
-// some: the tests below are about them.
+// some, since the tests below are about them.
 func goldenFiles(tb testing.TB) []string {
 	files, err := filepath.Glob(filepath.Join(goldenDir, "*.hex"))
 	if err != nil {
@@ -114,9 +114,9 @@ func checkFields(t *testing.T, name, out string, p *proto.Packet) {
 	}
 }
 
-// Every golden packet is written whole: every part in order with every
-// field and its value, under a title line naming its type, the CRC found
-// right.
+// Every golden packet is written whole. Every part comes in order with
+// every field and its value, under a title line naming its type, and the
+// CRC is found right.
 func TestFieldsGolden(t *testing.T) {
 	for _, file := range goldenFiles(t) {
 		text, err := os.ReadFile(file)
@@ -217,11 +217,11 @@ func fieldLine(t *testing.T, out, part, name string) string {
 	return ""
 }
 
-// Fields says what a value means where the spec gives it a meaning: the
-// type's class, flags with reserved bits, a saturated backlog, times, a
-// nonzero reserved byte, rate hints, NACK codes, CLOSE reasons and
-// details, handshake modes and capabilities, and where a payload lies in
-// its message.
+// Fields says what a value means where the spec gives it a meaning. The
+// cases cover the type's class, flags with reserved bits, a saturated
+// backlog, times, a nonzero reserved byte, rate hints, NACK codes, CLOSE
+// reasons and details, handshake modes and capabilities, and where a
+// payload lies in its message.
 func TestFieldMeanings(t *testing.T) {
 	write := build(t, proto.TypeWrite, 0, 100, func(p *proto.Packet) {
 		p.Common.SetFlags(proto.FlagAckRequest | 0x0001)
@@ -337,9 +337,9 @@ func TestBitvectorSummary(t *testing.T) {
 	}{
 		{"all received", rec(1000, all...), "all 256 PSNs below HighestPSN received (744-999)"},
 		{"one missing", rec(4096, all[:255]...), "missing 1 of the 256 PSNs below HighestPSN 4096: 3840"},
-		// Bits 0, 1, 3 set: PSNs 2, 1, 0xffffffff received; 0 and 0xfffffffe down lost.
+		// Bits 0, 1 and 3 are set, so PSNs 2, 1 and 0xffffffff arrived. PSN 0 and those from 0xfffffffe down were lost.
 		{"wrapped high", rec(3, 0, 1, 3), "missing 253 of the 256 PSNs below HighestPSN 3: 4294967043-4294967294, 0"},
-		// Bits 0-3 clear, the rest set: PSNs 0xfffffffe, 0xffffffff, 0, 1 lost.
+		// Bits 0-3 are clear and the rest set, so PSNs 0xfffffffe, 0xffffffff, 0 and 1 were lost.
 		{"range across the wrap", rec(2, all[4:]...), "missing 4 of the 256 PSNs below HighestPSN 2: 4294967294-1 (wraps)"},
 		{"none received", rec(0x100), "missing 256 of the 256 PSNs below HighestPSN 256: 0-255"},
 		{"many ranges", rec(1000, alternate...), "missing 128 of the 256 PSNs below HighestPSN 1000: 744, 746, 748"},
@@ -355,7 +355,7 @@ func TestBitvectorSummary(t *testing.T) {
 	}
 }
 
-// FuzzDissect holds the dissector to any input: it never panics, and
+// FuzzDissect holds the dissector to any input. It never panics, and
 // every packet Decode refuses gets an explanation.
 func FuzzDissect(f *testing.F) {
 	f.Add(strings.Repeat("00", 32))
@@ -372,8 +372,8 @@ func FuzzDissect(f *testing.F) {
 		if err != nil {
 			b = []byte(text) // fuzz raw bytes too
 		}
-		// Decode as given, with the CRC made right (so that later checks
-		// are reached), and without the CRC check.
+		// Decode as given, with the CRC made right so that later checks
+		// are reached, and without the CRC check.
 		inputs := [][]byte{b}
 		if len(b) >= proto.TrailerLen {
 			inputs = append(inputs, reseal(b))
