@@ -2,37 +2,39 @@ package endpoint
 
 import "context"
 
-// Backend is what carries out the API: one implementation of the
-// transport. Package endpoint/software is one, over mroce's own engine; a
-// NIC driver is another, and package endpoint/stub is where one starts.
-// The API calls a backend from any goroutine; a backend serializes what it
+// Backend carries out the API as one implementation of the transport.
+// Package endpoint/software is one, over mroce's own engine. A NIC driver
+// is another, and package endpoint/stub is where one starts. The API
+// calls a backend from any goroutine, and a backend serializes what it
 // must. It speaks only this package's types.
 //
-// What a NIC vendor implements, method by method:
+// A NIC vendor implements the methods as follows.
 //
-//   - Caps: the device's limits and features (paths, streams, packet size,
-//     planes).
-//   - AllocPD, DeallocPD, RegisterMR, DeregisterMR: the NIC's protection
-//     domains and memory translation and protection table. RegisterMR
-//     makes buf reachable with the given access and returns a handle whose
-//     Key is the rkey peers carry in WRITE and READ requests (docs/spec.md
-//     section 5.1). DeregisterMR must revoke the key before it returns, for
-//     packets already in flight too: they are refused with a NACK (section
-//     7), never placed. The API deregisters a domain's regions and closes
-//     its other objects before DeallocPD.
-//   - CreateSRQ, PostSRQRecv, DestroySRQ: shared receive queues.
-//   - Connect, Listen, CloseListener, CloseQP: the connection state machine
-//     (the handshake and teardown of docs/spec.md section 8), in hardware
-//     or firmware. A connection reports to its Sink, and takes its receives
-//     from the shared receive queue given, when one is. CloseListener stops
-//     accepting; the connections accepted stay.
-//   - PostSend, PostRecv: the doorbells: hand one work request to the NIC.
-//     They must not block on the network.
-//   - Telemetry: the per-path state and counters (section 6.4) the NIC
-//     keeps; of a closed connection, its last, or none.
-//   - Progress: wait until cond holds: a driver polls its completion queues
-//     or sleeps on its interrupt and delivers completions to the Sinks
-//     before evaluating cond.
+//   - Caps reports the device's limits and features, such as paths,
+//     streams, packet size and planes.
+//   - AllocPD, DeallocPD, RegisterMR and DeregisterMR are the NIC's
+//     protection domains and memory translation and protection table.
+//     RegisterMR makes buf reachable with the given access and returns a
+//     handle whose Key is the rkey peers carry in WRITE and READ requests,
+//     as docs/spec.md section 5.1 says. DeregisterMR must revoke the key
+//     before it returns, for packets already in flight too. They are
+//     refused with a NACK of section 7 and never placed. The API
+//     deregisters a domain's regions and closes its other objects before
+//     DeallocPD.
+//   - CreateSRQ, PostSRQRecv and DestroySRQ are shared receive queues.
+//   - Connect, Listen, CloseListener and CloseQP are the connection state
+//     machine of docs/spec.md section 8, with its handshake and teardown,
+//     in hardware or firmware. A connection reports to its Sink, and takes
+//     its receives from the shared receive queue given, when one is.
+//     CloseListener stops accepting, and the connections accepted stay.
+//   - PostSend and PostRecv are the doorbells that hand one work request
+//     to the NIC. They must not block on the network.
+//   - Telemetry reports the per-path state and counters of section 6.4
+//     that the NIC keeps. For a closed connection it reports the last, or
+//     none.
+//   - Progress waits until cond holds. A driver polls its completion
+//     queues or sleeps on its interrupt, and delivers completions to the
+//     Sinks before evaluating cond.
 //
 // The API calls nothing with a handle once its close has succeeded, except
 // Telemetry.

@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// recorder is a backend that keeps nothing but what was made and closed:
-// enough to see that every Close releases what the backend holds, once.
+// recorder is a backend that keeps nothing but what was made and closed.
+// That is enough to see that every Close releases what the backend holds,
+// once.
 type recorder struct {
 	next   int
 	open   map[string]int // by kind, what is made and not yet closed
@@ -70,7 +71,7 @@ func (r *recorder) CloseQP(h QPHandle) error {
 	return r.close("qp")
 }
 
-// Progress holds or fails at once: nothing happens on its own here.
+// Progress holds or fails at once, since nothing happens on its own here.
 func (r *recorder) Progress(_ context.Context, cond func() bool) error {
 	if !cond() {
 		return errors.New("recorder: the condition does not hold")

@@ -10,9 +10,9 @@ import (
 // completions because it was full.
 var ErrCQOverflow = errors.New("endpoint: completion queue overflow: completions were lost")
 
-// CQ is a completion queue: a bounded ring that work-request completions
-// are pushed to. If it fills, further completions are lost and the queue
-// reports ErrCQOverflow from then on: never silently.
+// CQ is a completion queue, a bounded ring that work-request completions
+// are pushed to. If it fills, further completions are lost, and the queue
+// reports ErrCQOverflow from then on so that the loss is never silent.
 type CQ struct {
 	dev      *Device
 	mu       sync.Mutex
@@ -23,7 +23,7 @@ type CQ struct {
 }
 
 // CreateCQ makes a completion queue holding up to depth completions. On a
-// closed device the queue comes back closed: its Poll and Wait report
+// closed device the queue comes back closed, and its Poll and Wait report
 // ErrClosed.
 func (d *Device) CreateCQ(depth int) *CQ {
 	if depth < 1 {
@@ -45,7 +45,7 @@ func (q *CQ) push(wc Completion) {
 	defer q.mu.Unlock()
 	switch {
 	case q.closed:
-		// Nobody will poll a closed queue: the completion has nowhere to go.
+		// Nobody will poll a closed queue, so the completion has nowhere to go.
 	case q.n == len(q.ring):
 		q.overflow = true
 	default:
@@ -82,15 +82,15 @@ func (q *CQ) Len() int {
 	return q.n
 }
 
-// ready reports whether Wait has something to return: a completion, or
-// the queue's end.
+// ready reports whether Wait has something to return, a completion or the
+// queue's end.
 func (q *CQ) ready() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.n > 0 || q.closed
 }
 
-// Wait blocks until at least one completion is waiting (or ctx ends), then
+// Wait blocks until at least one completion is waiting or ctx ends, then
 // polls into out.
 func (q *CQ) Wait(ctx context.Context, out []Completion) (int, error) {
 	if err := q.dev.b.Progress(ctx, q.ready); err != nil {
@@ -99,7 +99,7 @@ func (q *CQ) Wait(ctx context.Context, out []Completion) (int, error) {
 	return q.Poll(out)
 }
 
-// Close closes the queue: the completions in it are dropped, later ones
+// Close closes the queue. The completions in it are dropped, later ones
 // have nowhere to go, and Poll and Wait report ErrClosed. A Wait in
 // progress elsewhere returns.
 func (q *CQ) Close() error {
@@ -115,9 +115,9 @@ func (q *CQ) Close() error {
 	d.mu.Lock()
 	delete(d.cqs, q)
 	d.mu.Unlock()
-	// A waiter's condition is checked when the backend makes progress:
-	// ask it to, so that one now true is seen. A backend that cannot has
-	// no waiters to wake.
+	// A waiter's condition is checked when the backend makes progress.
+	// Closing asks for progress so that a condition now true is seen. A
+	// backend that cannot make progress has no waiters to wake.
 	d.b.Progress(context.Background(), func() bool { return true })
 	return nil
 }

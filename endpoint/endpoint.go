@@ -1,18 +1,19 @@
-// Package endpoint is mroce's verbs-style API: devices, protection domains,
-// registered memory, completion queues, shared receive queues and queue
-// pairs (connections with many paths below and many ordered streams above),
-// as an RDMA programmer knows them. It is defined over a Backend and has
-// types of its own only: package endpoint/software is the backend over
-// mroce's own engine, and package endpoint/stub is where a NIC driver
-// starts.
+// Package endpoint is mroce's verbs-style API, as an RDMA programmer knows
+// it. It offers devices, protection domains, registered memory,
+// completion queues, shared receive queues and queue pairs. A queue pair
+// is a connection with many paths below and many ordered streams above.
+// The API is defined over a Backend and has only types of its own.
+// Package endpoint/software is the backend over mroce's own engine, and
+// package endpoint/stub is where a NIC driver starts.
 //
 // A program opens a Device on a backend, allocates a protection domain,
-// registers its buffers, creates completion queues, connects (or listens and
-// accepts), posts work requests and polls or waits for their completions.
-// Every object has a Close (a region, Deregister) that is idempotent,
-// releases what the backend holds for it and for everything made from it,
-// and leaves later calls to fail with an error that matches ErrClosed.
-// Everything is safe to call from any goroutine.
+// registers its buffers and creates completion queues. It connects, or
+// listens and accepts, then posts work requests and polls or waits for
+// their completions. Every object has a Close, which for a region is
+// Deregister. Close is idempotent. It releases what the backend holds for
+// the object and for everything made from it, and leaves later calls to
+// fail with an error that matches ErrClosed. Everything is safe to call
+// from any goroutine.
 package endpoint
 
 import (
@@ -32,8 +33,8 @@ type Caps struct {
 	Atomics    bool
 }
 
-// Remote names a peer: its address on each plane, in plane order, and the
-// port it listens on.
+// Remote names a peer by its address on each plane, in plane order, and
+// the port it listens on.
 type Remote struct {
 	Planes []netip.Addr
 	Port   uint16
@@ -46,13 +47,13 @@ type SGE struct {
 	Length uint32
 }
 
-// SendWR is a send-side work request: WRITE, WRITE_IMM, SEND or READ.
+// SendWR is a send-side work request, a WRITE, WRITE_IMM, SEND or READ.
 type SendWR struct {
 	ID     uint64
 	Op     Opcode
 	Stream uint16
-	// SGL is the local buffers, in order: gathered from for WRITE and
-	// SEND, scattered into for READ.
+	// SGL is the local buffers, in order. WRITE and SEND gather from them,
+	// and READ scatters into them.
 	SGL []SGE
 	// RKey and RemoteOffset name the peer's region of a WRITE, WRITE_IMM
 	// or READ.
@@ -64,14 +65,15 @@ type SendWR struct {
 	Unsignaled bool
 }
 
-// RecvWR is a receive: buffers a SEND, or a WRITE_IMM's notice, lands in.
+// RecvWR is a receive, the buffers a SEND or a WRITE_IMM's notice lands
+// in.
 type RecvWR struct {
 	ID     uint64
 	Stream uint16
 	SGL    []SGE
 }
 
-// closedError is an object used after its Close: it matches ErrClosed.
+// closedError is an object used after its Close. It matches ErrClosed.
 type closedError string
 
 func (e closedError) Error() string        { return "endpoint: " + string(e) }
@@ -116,7 +118,7 @@ func (d *Device) Caps() Caps { return d.b.Caps() }
 
 // Close closes every protection domain and completion queue made on the
 // device, and with them everything made from those. The backend stays
-// open: it belongs to the host that made it.
+// open, as it belongs to the host that made it.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	pds, cqs := d.pds.list(), d.cqs.list()
@@ -261,7 +263,7 @@ func (m *MR) Bytes() []byte { return m.h.Bytes() }
 func (m *MR) Handle() MRHandle { return m.h }
 
 // Deregister revokes the region's key, for packets already in flight too,
-// and waits for placements in progress: once it returns nothing reaches
+// and waits for placements in progress. Once it returns nothing reaches
 // the memory, and work requests naming the region are refused. A second
 // call does nothing.
 func (m *MR) Deregister() error {

@@ -14,8 +14,8 @@ type QPOptions struct {
 	SRQ *SRQ
 	// OwnCQs, on a listener, gives each connection it accepts a send and a
 	// receive queue of its own, this deep, in place of the listener's
-	// (QP.SendCQ, QP.RecvCQ): what a server that serves each connection on
-	// its own goroutine wants. A connection's queues are fixed when it is
+	// QP.SendCQ and QP.RecvCQ. A server that serves each connection on its
+	// own goroutine wants that. A connection's queues are fixed when it is
 	// made, before anything can complete on it.
 	OwnCQs int
 }
@@ -32,8 +32,8 @@ func (o QPOptions) srq() (SRQHandle, error) {
 	return o.SRQ.h, nil
 }
 
-// QP is a connection (RDMA's queue pair): many paths below, many ordered
-// streams above. Its completion queues are fixed when it is made.
+// QP is a connection, RDMA's queue pair, with many paths below and many
+// ordered streams above. Its completion queues are fixed when it is made.
 type QP struct {
 	pd     *PD
 	h      QPHandle
@@ -63,8 +63,9 @@ func (qp *QP) State() (ConnState, error) {
 	return qp.state, qp.err
 }
 
-// sink is the QP as its backend's Sink. Its methods are not the QP's: what
-// a connection reports is the backend's to say, not the application's.
+// sink is the QP as its backend's Sink. Its methods are not the QP's,
+// since what a connection reports is the backend's to say, not the
+// application's.
 type sink QP
 
 func (s *sink) Completion(wc Completion) {
@@ -87,8 +88,8 @@ func (s *sink) Path(ev PathEvent) {
 	s.mu.Unlock()
 }
 
-// PathEvents returns the path events since the last call: state changes
-// and repaths.
+// PathEvents returns the path events since the last call, its state
+// changes and repaths.
 func (qp *QP) PathEvents() []PathEvent {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
@@ -211,8 +212,8 @@ func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 	return qp, err
 }
 
-// Close stops accepting: connections that arrived and were not accepted
-// are closed, those accepted are not.
+// Close stops accepting. Connections that arrived and were not accepted
+// are closed, and those accepted are not.
 func (l *Listener) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -231,10 +232,10 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// WaitEstablished waits until the connection is established: an accepted
+// WaitEstablished waits until the connection is established. An accepted
 // connection takes receives at once, but it sends only once its handshake
-// is complete (the peer's third message or first packet), which an
-// acceptor that speaks first waits for here.
+// is complete with the peer's third message or first packet. An acceptor
+// that speaks first waits for that here.
 func (qp *QP) WaitEstablished(ctx context.Context) error {
 	if err := qp.pd.dev.b.Progress(ctx, func() bool {
 		s, _ := qp.State()
@@ -265,12 +266,14 @@ func (qp *QP) Post(wr SendWR) error {
 	return qp.pd.dev.b.PostSend(qp.h, wr)
 }
 
-// PostWrite posts an RDMA WRITE of local to (rkey, remoteOffset) on stream.
+// PostWrite posts an RDMA WRITE of local to rkey at remoteOffset on
+// stream.
 func (qp *QP) PostWrite(id uint64, stream uint16, local SGE, rkey, remoteOffset uint64) error {
 	return qp.Post(SendWR{ID: id, Op: OpWrite, Stream: stream, SGL: []SGE{local}, RKey: rkey, RemoteOffset: remoteOffset})
 }
 
-// PostRead posts an RDMA READ of the peer's (rkey, remoteOffset) into local.
+// PostRead posts an RDMA READ of the peer's rkey at remoteOffset into
+// local.
 func (qp *QP) PostRead(id uint64, stream uint16, local SGE, rkey, remoteOffset uint64) error {
 	return qp.Post(SendWR{ID: id, Op: OpRead, Stream: stream, SGL: []SGE{local}, RKey: rkey, RemoteOffset: remoteOffset})
 }
@@ -291,7 +294,7 @@ func (qp *QP) PostRecv(id uint64, stream uint16, sgl ...SGE) error {
 	return qp.pd.dev.b.PostRecv(qp.h, RecvWR{ID: id, Stream: stream, SGL: sgl})
 }
 
-// Close closes the connection: its outstanding work completes as flushed,
+// Close closes the connection. Its outstanding work completes as flushed,
 // and later posts are refused. A second call does nothing.
 func (qp *QP) Close() error {
 	qp.mu.Lock()

@@ -13,7 +13,7 @@ const (
 	OpWrite    Opcode = iota + 1 // RDMA WRITE
 	OpWriteImm                   // RDMA WRITE with immediate data
 	OpSend                       // SEND
-	OpRecv                       // a receive: a SEND or a WRITE_IMM's notice arrived
+	OpRecv                       // a receive, where a SEND or a WRITE_IMM's notice arrived
 	OpRead                       // RDMA READ
 )
 
@@ -40,7 +40,7 @@ const (
 	StatusOK            Status = iota
 	StatusFlushed              // the connection ended before the request could complete
 	StatusRemoteAccess         // the peer refused the key, the access or the bounds
-	StatusRemoteInvalid        // the peer refused the request as invalid (stream, operation)
+	StatusRemoteInvalid        // the peer refused the request's stream or operation as invalid
 	StatusTimeout              // the connection made no forward progress and failed
 	StatusLocalLength          // a received message did not fit the posted receive
 )
@@ -85,7 +85,7 @@ type Completion struct {
 type Access uint8
 
 const (
-	LocalWrite   Access = 1 << iota // the local side may write it: receive buffers, READ targets
+	LocalWrite   Access = 1 << iota // the local side may write it, as receive buffers and READ targets
 	RemoteWrite                     // peers may WRITE into it
 	RemoteRead                      // peers may READ from it
 	RemoteAtomic                    // peers may run atomics on it
@@ -110,7 +110,8 @@ func (a Access) String() string {
 	return s
 }
 
-// ConnState is where a connection is in its life (docs/spec.md section 8).
+// ConnState is where a connection is in its life, by docs/spec.md
+// section 8.
 type ConnState uint8
 
 const (
@@ -134,14 +135,14 @@ func (s ConnState) String() string {
 	return fmt.Sprintf("ConnState(%d)", uint8(s))
 }
 
-// PathState is the state of one path of a connection (docs/spec.md
-// section 6.4).
+// PathState is the state of one path of a connection, by docs/spec.md
+// section 6.4.
 type PathState uint8
 
 const (
 	PathGood       PathState = iota // carries new data
-	PathSkip                        // saw a CE mark: new data prefers other paths for a while
-	PathAssumedBad                  // timed out: no new data, probed until it answers
+	PathSkip                        // saw a CE mark, so new data prefers other paths for a while
+	PathAssumedBad                  // timed out, so it gets no new data and is probed until it answers
 	PathDown                        // its plane is down
 )
 
@@ -159,8 +160,8 @@ func (s PathState) String() string {
 	return fmt.Sprintf("PathState(%d)", uint8(s))
 }
 
-// PathEvent is a change of one path of a connection: its state, or a
-// repath to another source port (docs/spec.md section 6.3).
+// PathEvent is a change of one path of a connection. It changes state, or
+// repaths to another source port by docs/spec.md section 6.3.
 type PathEvent struct {
 	Path, Plane int
 	From, To    PathState
@@ -172,8 +173,9 @@ type PathEvent struct {
 	At time.Duration
 }
 
-// RTTEstimate is a path's round-trip time as its sender estimates it:
-// smoothed, its mean deviation, the smallest seen, and the samples taken.
+// RTTEstimate is a path's round-trip time as its sender estimates it. It
+// holds the smoothed value, its mean deviation, the smallest seen and the
+// samples taken.
 type RTTEstimate struct {
 	SRTT, RTTVar, Min time.Duration
 	Samples           uint64
@@ -191,8 +193,8 @@ type PathCounters struct {
 	TailProbes             uint64 // retransmissions of a path's last packet to draw an ACK
 }
 
-// PathTelemetry is a snapshot of one path of a connection (docs/spec.md
-// section 6.4).
+// PathTelemetry is a snapshot of one path of a connection, by
+// docs/spec.md section 6.4.
 type PathTelemetry struct {
 	Path     int
 	Plane    int
@@ -206,8 +208,8 @@ type PathTelemetry struct {
 }
 
 // Utilization is how much of its congestion window the path holds in
-// flight: near 1 the window is what limits it; well under 1 the pacer, the
-// receiver's hint or a lack of data does.
+// flight. Near 1 the window is what limits it. Well under 1, the pacer,
+// the receiver's hint or a lack of data does.
 func (t PathTelemetry) Utilization() float64 {
 	if t.Window <= 0 {
 		return 0

@@ -11,9 +11,9 @@ import (
 	"github.com/mroce/mroce/endpoint"
 )
 
-// Closing through the engine: a closed listener's endpoint refuses
-// CONNECTs, a closed connection's peer sees it closed and its posted
-// receive flushed, and a closed device's queues and shared receive queues
+// Closing works through the engine. A closed listener's endpoint refuses
+// CONNECTs. A closed connection's peer sees it closed and its posted
+// receive flushed. A closed device's queues and shared receive queues
 // refuse their callers.
 func TestClosingReachesTheEngine(t *testing.T) {
 	l := listen(t)
@@ -63,7 +63,7 @@ func TestClosingReachesTheEngine(t *testing.T) {
 	}
 }
 
-// A closed UDP host's engine no longer runs: what needs it fails with
+// A closed UDP host's engine no longer runs. What needs it fails with
 // ErrClosed at once, and closing what was made on it neither hangs nor
 // fails.
 func TestClosedUDPHostRefusesWithoutHanging(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 )
 
 // The software backend speaks the engine's types inside and the API's at
-// its boundary: these convert one to the other, value by value, so that
-// neither side depends on how the other numbers its constants.
+// its boundary. These functions convert one to the other, value by value,
+// so that neither side depends on how the other numbers its constants.
 
 func engineOp(o endpoint.Opcode) engine.Opcode {
 	switch o {
@@ -27,7 +27,7 @@ func engineOp(o endpoint.Opcode) engine.Opcode {
 	case endpoint.OpRead:
 		return engine.OpRead
 	}
-	return 0 // no operation: the engine refuses it
+	return 0 // no operation, which the engine refuses
 }
 
 func apiOp(o engine.Opcode) endpoint.Opcode {
@@ -47,7 +47,7 @@ func apiOp(o engine.Opcode) endpoint.Opcode {
 }
 
 // statusUnknown is what an engine status this layer does not know
-// becomes: not ok, and named by its number.
+// becomes. It is not ok, and is named by its number.
 const statusUnknown endpoint.Status = 255
 
 func apiStatus(s engine.Status) endpoint.Status {
@@ -128,7 +128,7 @@ func apiTelemetry(tel []pathmgr.Telemetry) []endpoint.PathTelemetry {
 	return out
 }
 
-// engineError is an engine error with the API's meaning added: its
+// engineError is an engine error with the API's meaning added. Its
 // message is the engine's, and errors.Is finds both.
 type engineError struct{ kind, err error }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // Every engine value the backend can meet becomes the API value of the
-// same name, and back: the two vocabularies agree value by value.
+// same name, and back, so the two vocabularies agree value by value.
 func TestConversionsKeepMeaning(t *testing.T) {
 	for o := engine.OpWrite; o <= engine.OpRead; o++ {
 		if a := apiOp(o); a.String() != o.String() || engineOp(a) != o {

@@ -11,11 +11,11 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// A region deregistered in the middle of a WRITE into it: its key is
-// revoked at once, the WRITE's packets already in flight are refused with
-// a BAD_KEY NACK and counted, not one byte lands after the deregistration,
-// the writer's work request completes with a remote access error, and the
-// key stays dead for a new connection.
+// A region deregistered in the middle of a WRITE into it has its key
+// revoked at once. The WRITE's packets already in flight are refused with
+// a BAD_KEY NACK and counted, and not one byte lands after the
+// deregistration. The writer's work request completes with a remote
+// access error, and the key stays dead for a new connection.
 func TestDeregisterMidTransferRevokesTheKey(t *testing.T) {
 	l := listen(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -62,7 +62,7 @@ func TestDeregisterMidTransferRevokesTheKey(t *testing.T) {
 	if refused == 0 {
 		t.Fatal("no packet was refused for its revoked key")
 	}
-	// The key is never valid again: a WRITE of a new connection is refused.
+	// The key is never valid again, so a WRITE of a new connection is refused.
 	again, _ := l.connect(t, ctx)
 	other, _ := l.cpd.RegisterMR(bytes.Repeat([]byte{0x5A}, 64), endpoint.LocalWrite)
 	if err := again.PostWrite(2, 0, other.SGE(0, 64), key, 0); err != nil {

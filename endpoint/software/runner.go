@@ -9,8 +9,8 @@ import (
 	"github.com/mroce/mroce/endpoint"
 )
 
-// Runner is how the software backend reaches its engine: the goroutine, or
-// the simulation, that owns the engine's state.
+// Runner is how the software backend reaches its engine, through the
+// goroutine or the simulation that owns the engine's state.
 type Runner interface {
 	// Do runs f on the engine's goroutine and waits for it. It fails,
 	// without running f, once the engine has stopped.
@@ -24,13 +24,13 @@ type Runner interface {
 // to happen and the awaited condition still does not hold.
 var ErrStalled = errors.New("software: the simulation has nothing left to do and the condition does not hold")
 
-// Stepper is a simulation's event loop: clock.Sim.
+// Stepper is a simulation's event loop, such as clock.Sim.
 type Stepper interface {
 	Step() bool
 }
 
-// SimRunner runs the engine in virtual time on the caller's goroutine:
-// waiting means running the simulation until the condition holds.
+// SimRunner runs the engine in virtual time on the caller's goroutine.
+// Waiting means running the simulation until the condition holds.
 type SimRunner struct {
 	Sim Stepper
 	// Quiet, when set, reports whether the simulated world has nothing
@@ -39,7 +39,7 @@ type SimRunner struct {
 	Quiet func() bool
 }
 
-// Do runs f at once: the caller's goroutine is the engine's.
+// Do runs f at once, as the caller's goroutine is the engine's.
 func (r SimRunner) Do(f func()) error {
 	f()
 	return nil
@@ -64,15 +64,16 @@ func (r SimRunner) Progress(ctx context.Context, cond func() bool) error {
 	return nil
 }
 
-// ErrStopped is what a runner whose engine no longer runs returns: its
-// host was closed. It matches endpoint.ErrClosed.
+// ErrStopped is what a runner returns once its engine no longer runs
+// because its host was closed. It matches endpoint.ErrClosed.
 var ErrStopped = fmt.Errorf("software: the engine has stopped: %w", endpoint.ErrClosed)
 
-// LoopRunner runs the engine in real time on a clock.Loop's goroutine, over
-// the UDP driver: Do hands work to the loop and waits for it; Progress
-// waits until a condition, checked at the end of every turn of the loop,
-// holds. Neither may be called from the loop's own goroutine. Run runs the
-// loop; once it returns, Do and Progress fail with ErrStopped.
+// LoopRunner runs the engine in real time on a clock.Loop's goroutine,
+// over the UDP driver. Do hands work to the loop and waits for it.
+// Progress waits until a condition holds, checked at the end of every
+// turn of the loop. Neither may be called from the loop's own goroutine.
+// Run runs the loop, and once it returns Do and Progress fail with
+// ErrStopped.
 type LoopRunner struct {
 	loop    *clock.Loop
 	waiters []*waiter // loop goroutine only
@@ -111,7 +112,7 @@ func (r *LoopRunner) Do(f func()) error {
 	case <-done:
 		return nil
 	case <-r.stopped:
-		// The loop has returned: f ran to its end before, or never will.
+		// The loop has returned, so f either ran to its end before or never will.
 		select {
 		case <-done:
 			return nil
@@ -121,8 +122,8 @@ func (r *LoopRunner) Do(f func()) error {
 	}
 }
 
-// Progress returns once cond holds (it runs on the loop's goroutine, at
-// the end of each turn), or ctx ends.
+// Progress returns once cond holds or ctx ends. cond runs on the loop's
+// goroutine at the end of each turn.
 func (r *LoopRunner) Progress(ctx context.Context, cond func() bool) error {
 	w := &waiter{cond: cond, done: make(chan struct{})}
 	r.loop.Post(func() { r.waiters = append(r.waiters, w) })
@@ -142,7 +143,7 @@ func (r *LoopRunner) Progress(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// check runs at the end of every turn: it releases the waiters whose
+// check runs at the end of every turn. It releases the waiters whose
 // condition now holds.
 func (r *LoopRunner) check() {
 	kept := r.waiters[:0]

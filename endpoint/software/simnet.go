@@ -11,7 +11,7 @@ import (
 )
 
 // SimNetwork is hosts on an emulated fabric in virtual time, each with a
-// software device: what tests, simulations and the demo run on. It is
+// software device. Tests, simulations and the demo run on it. It is
 // deterministic for a seed.
 type SimNetwork struct {
 	Sim    *clock.Sim
@@ -26,8 +26,8 @@ func NewSimNetwork(fc netem.Config, ec engine.Config, seed uint64) (*SimNetwork,
 }
 
 // NewSimNetworkFor is NewSimNetwork with each host's own engine
-// configuration (a receiver with an inbound capacity, senders in baseline
-// mode).
+// configuration, such as a receiver with an inbound capacity or senders
+// in baseline mode.
 func NewSimNetworkFor(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config) (*SimNetwork, error) {
 	sim := clock.NewSim()
 	fab, err := netem.New(fc, sim)
@@ -41,9 +41,10 @@ func NewSimNetworkFor(fc netem.Config, seed uint64, cfgFor func(host int) engine
 	return n, nil
 }
 
-// NewSimNetworkGrouped is NewSimNetworkFor over the processes of g, a host
-// each (netem.NewGrouped): every host's engine runs on its process's clock,
-// g.LP(h), and the network runs with g.RunWhile. Sim is nil.
+// NewSimNetworkGrouped is NewSimNetworkFor over the processes of g, a
+// host each, as netem.NewGrouped builds them. Every host's engine runs on
+// its process's clock g.LP(h), and the network runs with g.RunWhile. Sim
+// is nil.
 func NewSimNetworkGrouped(fc netem.Config, seed uint64, cfgFor func(host int) engine.Config, g *parallel.Group) (*SimNetwork, error) {
 	fab, err := netem.NewGrouped(fc, g)
 	if err != nil {
@@ -75,8 +76,8 @@ func (n *SimNetwork) addHosts(fc netem.Config, seed uint64, cfgFor func(host int
 		reg := NewRegistry(newSeeded(seed, uint64(2*h+1)))
 		n.hosts = append(n.hosts, NewSoftware(ep, reg, SimRunner{Sim: clockOf(h), Quiet: n.Quiet}))
 	}
-	// Every host's NIC sees a plane's link state change (over processes,
-	// on the host's own).
+	// Every host's NIC sees a plane's link state change. Over processes
+	// each sees it on its own process.
 	fab.OnPlaneChange(func(h, plane int, up bool) { n.hosts[h].ep.SetPlaneUp(plane, up) })
 	return nil
 }
@@ -88,7 +89,7 @@ func (n *SimNetwork) Device(h int) *endpoint.Device { return endpoint.Open(n.hos
 // Backend is host h's software backend.
 func (n *SimNetwork) Backend(h int) *Software { return n.hosts[h] }
 
-// Remote is how host h is reached: its address on every plane.
+// Remote is how host h is reached, by its address on every plane.
 func (n *SimNetwork) Remote(h int) endpoint.Remote {
 	r := endpoint.Remote{Port: n.hosts[h].ep.Config().Port}
 	for p := 0; p < n.Fabric.Config().Planes; p++ {

@@ -1,8 +1,8 @@
 // Package software is the backend of the verbs API that runs mroce's own
-// protocol engine, and the hosts it is wired into: simulated networks in
-// virtual time (SimNetwork) and real UDP sockets (OpenUDP). It converts
-// between the engine's types and the API's at its boundary, so the API
-// package knows nothing of the engine.
+// protocol engine. It also wires the engine into hosts, on a SimNetwork
+// in virtual time or on real UDP sockets with OpenUDP. It converts between
+// the engine's types and the API's at its boundary, so the API package
+// knows nothing of the engine.
 package software
 
 import (
@@ -31,8 +31,8 @@ func NewSoftware(ep *engine.Endpoint, reg *memreg.Registry, r Runner) *Software 
 	return &Software{ep: ep, reg: reg, runner: r}
 }
 
-// NewRegistry makes the registry of a software backend: keys from random
-// (crypto/rand when nil).
+// NewRegistry makes the registry of a software backend, its keys drawn
+// from random, or from crypto/rand when random is nil.
 func NewRegistry(random io.Reader) *memreg.Registry { return memreg.NewRegistry(random) }
 
 // Endpoint is the engine under the backend.
@@ -41,7 +41,7 @@ func (s *Software) Endpoint() *engine.Endpoint { return s.ep }
 // Registry is where the backend's regions and keys live.
 func (s *Software) Registry() *memreg.Registry { return s.reg }
 
-// Runner is the backend's runner: what reaches the engine's goroutine.
+// Runner is the backend's runner, which reaches the engine's goroutine.
 func (s *Software) Runner() Runner { return s.runner }
 
 var _ endpoint.Backend = (*Software)(nil)
@@ -104,7 +104,8 @@ func (s *Software) RegisterMR(pd endpoint.PDHandle, buf []byte, access endpoint.
 }
 
 // DeregisterMR revokes the region's key, for packets already in flight
-// too, and waits for placements in progress (memreg.Region.Deregister).
+// too, and waits for placements in progress, as memreg.Region.Deregister
+// does.
 func (s *Software) DeregisterMR(mr endpoint.MRHandle) error {
 	g, ok := mr.(*memreg.Region)
 	if !ok || g == nil {
@@ -146,7 +147,7 @@ func (s *Software) PostSRQRecv(h endpoint.SRQHandle, wr endpoint.RecvWR) error {
 }
 
 // DestroySRQ frees a shared receive queue. The engine's queue is memory
-// only: the receives in it stay with the connections that use it until
+// only. The receives in it stay with the connections that use it until
 // they close, and the API posts no more.
 func (s *Software) DestroySRQ(h endpoint.SRQHandle) error {
 	_, err := srq(h)
@@ -194,9 +195,9 @@ func (s *Software) Connect(pd endpoint.PDHandle, remote endpoint.Remote, sh endp
 }
 
 // listening is a listener's handle. The engine has one listener per
-// endpoint: a later Listen takes over from an earlier one.
+// endpoint, and a later Listen takes over from an earlier one.
 type listening struct {
-	pd *memreg.Domain // not empty: distinct listeners have distinct addresses
+	pd *memreg.Domain // not empty, so that distinct listeners have distinct addresses
 }
 
 // Listen accepts connections into the domain; each takes its receives
@@ -226,8 +227,8 @@ func (s *Software) Listen(pd endpoint.PDHandle, sh endpoint.SRQHandle, accept fu
 	})
 }
 
-// CloseListener stops accepting, if the listener is still the endpoint's:
-// CONNECTs are refused from then on (docs/spec.md section 8.4).
+// CloseListener stops accepting, if the listener is still the endpoint's.
+// CONNECTs are refused from then on, by docs/spec.md section 8.4.
 func (s *Software) CloseListener(h endpoint.ListenerHandle) error {
 	l, ok := h.(*listening)
 	if !ok || l == nil {
@@ -292,8 +293,8 @@ func (s *Software) PostRecv(qp endpoint.QPHandle, wr endpoint.RecvWR) error {
 	return apiErr(err)
 }
 
-// CloseQP closes the connection: CLOSE to the peer, outstanding work
-// flushed (docs/spec.md section 8.5).
+// CloseQP closes the connection. It sends CLOSE to the peer and flushes
+// outstanding work, by docs/spec.md section 8.5.
 func (s *Software) CloseQP(qp endpoint.QPHandle) error {
 	c, err := conn(qp)
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/mroce/mroce/udp"
 )
 
-// UDPHost is one endpoint on real UDP sockets: its engine, the UDP driver
-// under it and the loop they run on, started and stopped together.
+// UDPHost is one endpoint on real UDP sockets. Its engine, the UDP driver
+// under it and the loop they run on start and stop together.
 type UDPHost struct {
 	sw     *Software
 	drv    *udp.Driver
@@ -23,17 +23,17 @@ type UDPHost struct {
 	done   chan struct{}
 }
 
-// Tap sees every datagram a host sends (sent true) and receives, on the
-// host's loop goroutine; d is valid only during the call. A capture
-// (--pcap) is one.
+// Tap sees every datagram a host sends, with sent true, and every one it
+// receives, on the host's loop goroutine. d is valid only during the
+// call. The capture of --pcap is a Tap.
 type Tap func(d *link.Datagram, sent bool)
 
 // UDPOptions are what a user sets of a host on real UDP sockets. The rest
-// takes the engine's defaults, with the timer settings real sockets want
-// (RealTimeTimers).
+// takes the engine's defaults, with the timer settings of RealTimeTimers
+// that real sockets want.
 type UDPOptions struct {
-	// Planes are the host's addresses, one per plane (NIC port), and Port
-	// the UDP port it receives on. Both are required.
+	// Planes are the host's addresses, one per plane or NIC port, and
+	// Port the UDP port it receives on. Both are required.
 	Planes []netip.Addr
 	Port   uint16
 	// SourcePorts are the local UDP ports paths and control packets are
@@ -45,17 +45,17 @@ type UDPOptions struct {
 	// MaxPacket is the largest datagram payload sent or accepted. Default
 	// the largest the planes' interfaces carry.
 	MaxPacket int
-	// InboundCapacity is the rate the host can receive, in bytes of payload
-	// a second: what its rate hints share among the connections sending to
-	// it. Zero leaves the hints without a limit.
+	// InboundCapacity is the rate the host can receive, in bytes of
+	// payload a second. Its rate hints share it among the connections
+	// sending to it. Zero leaves the hints without a limit.
 	InboundCapacity float64
 	// NoProgress is how long a connection with work outstanding may go
 	// without forward progress before it fails. Default 1 s.
 	NoProgress time.Duration
 	// ConnectTimeout bounds the handshake. Default 1 s.
 	ConnectTimeout time.Duration
-	// Baseline makes the connections the host opens RoCEv2-like
-	// (docs/spec.md section 10); it accepts either kind regardless.
+	// Baseline makes the connections the host opens RoCEv2-like, by
+	// docs/spec.md section 10. It accepts either kind regardless.
 	Baseline bool
 	// Tap, when set, sees the host's datagrams.
 	Tap Tap
@@ -85,13 +85,13 @@ func OpenUDP(opts UDPOptions) (*UDPHost, error) {
 // A Wrapper stands between a host's engine and its sockets. Given the port
 // below it, it returns the port the layer above sends through and a
 // function that, given the receiver above it, returns the receiver the
-// port below delivers to. A tap and the conformance suite's broken builds
-// (conformance/bugs) are wrappers.
+// port below delivers to. A tap and the broken builds of package
+// conformance/bugs are wrappers.
 type Wrapper func(below link.Port) (link.Port, func(above link.Receiver) link.Receiver)
 
 // RealTimeTimers is cfg with the timer settings left at zero set to what
-// real sockets want: udp.RTOMin (also as ProbeMin: the same host noise)
-// and udp.RTOInitial.
+// real sockets want. They are udp.RTOMin, also as ProbeMin since the host
+// noise is the same, and udp.RTOInitial.
 func RealTimeTimers(cfg engine.Config) engine.Config {
 	if cfg.RTOMin == 0 {
 		cfg.RTOMin = udp.RTOMin
@@ -105,11 +105,11 @@ func RealTimeTimers(cfg engine.Config) engine.Config {
 	return cfg
 }
 
-// OpenUDPEngine is OpenUDP from a whole engine configuration: for the
-// simulations, the conformance suite's deliberately broken builds and
+// OpenUDPEngine is OpenUDP from a whole engine configuration. It serves
+// the simulations, the conformance suite's deliberately broken builds and
 // experiments that need the engine's own knobs. It binds cfg's Planes,
-// Port and SourcePorts; timer settings left at zero get what real sockets
-// want, and MaxPacket, when zero, the largest datagram the planes'
+// Port and SourcePorts. Timer settings left at zero get what real sockets
+// want, and a MaxPacket of zero gets the largest datagram the planes'
 // interfaces carry. The wrappers stand between the engine and the
 // sockets, the first nearest the sockets.
 func OpenUDPEngine(cfg engine.Config, wrappers ...Wrapper) (*UDPHost, error) {
@@ -117,8 +117,8 @@ func OpenUDPEngine(cfg engine.Config, wrappers ...Wrapper) (*UDPHost, error) {
 		return nil, errors.New("software: a UDP host needs planes and a port")
 	}
 	if cfg.PlaceholderPayloads {
-		// No CRC, and payload bytes left over from other packets: only a
-		// simulation may send those.
+		// Placeholder payloads have no CRC and carry bytes left over from
+		// other packets. Only a simulation may send those.
 		return nil, errors.New("software: placeholder payloads are for simulations, not sockets")
 	}
 	cfg = RealTimeTimers(cfg)
@@ -135,7 +135,7 @@ func OpenUDPEngine(cfg engine.Config, wrappers ...Wrapper) (*UDPHost, error) {
 	for i, w := range wrappers {
 		port, attach[i] = w(port)
 	}
-	ep, err := engine.NewEndpoint(cfg, loop, port) // before the loop runs: timers are made here
+	ep, err := engine.NewEndpoint(cfg, loop, port) // before the loop runs, since timers are made here
 	if err != nil {
 		drv.Close()
 		return nil, err
@@ -163,7 +163,7 @@ func (h *UDPHost) Device() *endpoint.Device { return endpoint.Open(h.sw) }
 // Backend is the host's software backend.
 func (h *UDPHost) Backend() *Software { return h.sw }
 
-// Remote is how peers reach this host: its plane addresses and port.
+// Remote is how peers reach this host, by its plane addresses and port.
 func (h *UDPHost) Remote() endpoint.Remote {
 	cfg := h.sw.ep.Config()
 	return endpoint.Remote{Planes: cfg.Planes, Port: cfg.Port}
@@ -177,14 +177,15 @@ func (h *UDPHost) DriverStats() (st udp.Stats) {
 }
 
 // Close stops the engine's loop and closes the sockets. Connections are
-// not closed first: close them (QP.Close) before, for a clean teardown.
+// not closed first. Close them with QP.Close before, for a clean
+// teardown.
 func (h *UDPHost) Close() error {
 	h.cancel()
 	<-h.done
 	return h.drv.Close()
 }
 
-// Wrapper is the tap as a Wrapper: it sees every datagram sent before the
+// Wrapper is the tap as a Wrapper. It sees every datagram sent before the
 // port below sends it, and every datagram received before the layer above
 // gets it.
 func (tap Tap) Wrapper() Wrapper {

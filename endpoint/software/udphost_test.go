@@ -38,9 +38,9 @@ func openUDP(t *testing.T, planes []string, paths int) *UDPHost {
 	return nil
 }
 
-// The verbs flow over real UDP sockets in real time: connect, SEND, WRITE
-// and READ between two hosts on loopback, completions waited for through
-// the completion queues, the bytes checked, the paths' telemetry read.
+// The verbs flow over real UDP sockets in real time. Two hosts on
+// loopback connect, SEND, WRITE and READ, wait for completions through
+// the completion queues, check the bytes and read the paths' telemetry.
 func TestVerbsOverUDP(t *testing.T) {
 	server := openUDP(t, []string{"127.0.0.61", "127.0.0.62"}, 4)
 	client := openUDP(t, []string{"127.0.0.63", "127.0.0.64"}, 4)
@@ -120,7 +120,8 @@ func TestUDPHostTap(t *testing.T) {
 	}
 }
 
-// Placeholder payloads carry no CRC and stale bytes: a socket refuses them.
+// Placeholder payloads carry no CRC and stale bytes, so a socket refuses
+// them.
 func TestOpenUDPRefusesPlaceholderPayloads(t *testing.T) {
 	cfg := engine.Config{Port: 29999, Planes: []netip.Addr{netip.MustParseAddr("127.0.0.65")}, PlaceholderPayloads: true}
 	if h, err := OpenUDPEngine(cfg); err == nil {
@@ -129,7 +130,7 @@ func TestOpenUDPRefusesPlaceholderPayloads(t *testing.T) {
 	}
 }
 
-// The options are what a user sets: each reaches the engine, the baseline
+// The options are what a user sets. Each reaches the engine, the baseline
 // mode included, and a host without planes or a port is refused.
 func TestUDPOptionsReachTheEngine(t *testing.T) {
 	o := UDPOptions{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.67")}, Port: 4791, SourcePorts: []uint16{4792},

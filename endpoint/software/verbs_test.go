@@ -27,8 +27,9 @@ func simNet(t *testing.T, loss float64) *SimNetwork {
 	return n
 }
 
-// The verbs flow end to end through the API: register, listen, connect,
-// post receives, SEND, WRITE and READ, wait for completions.
+// The verbs flow end to end through the API. It registers, listens,
+// connects, posts receives, SENDs, WRITEs and READs, and waits for
+// completions.
 func TestVerbsFlow(t *testing.T) {
 	n := simNet(t, 0.01)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -45,7 +46,7 @@ func TestVerbsFlow(t *testing.T) {
 	}
 }
 
-// verbsFlow connects client to server (at remote), SENDs size bytes into a
+// verbsFlow connects client to server at remote, SENDs size bytes into a
 // posted receive, WRITEs them to a region and READs them back, checking
 // every completion and every byte. It returns the client's QP.
 func verbsFlow(t *testing.T, ctx context.Context, server, client *endpoint.Device, remote endpoint.Remote, size uint32) *endpoint.QP {
@@ -71,9 +72,9 @@ func verbsFlow(t *testing.T, ctx context.Context, server, client *endpoint.Devic
 	back, _ := cpd.RegisterMR(make([]byte, size), endpoint.LocalWrite)
 	inbox, _ := spd.RegisterMR(make([]byte, size), endpoint.LocalWrite)
 	target, _ := spd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite|endpoint.RemoteRead)
-	// One stream, in order: the WRITE, then the SEND (whose receive
-	// completes only after the WRITE is placed, so the server may read the
-	// region once it has it), then a READ of what the WRITE put there.
+	// One stream carries, in order, the WRITE, the SEND and a READ of what
+	// the WRITE put there. The SEND's receive completes only after the
+	// WRITE is placed, so the server may read the region once it has it.
 	if err := sqp.PostRecv(77, 1, inbox.SGE(0, size)); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestWaitInVirtualTimeNeverHangs(t *testing.T) {
 	}
 }
 
-// Through the API: READ, a shared receive queue for accepted connections,
+// The API serves READ, a shared receive queue for accepted connections,
 // and path events when a plane fails.
 func TestReadSRQAndPathEventsThroughTheAPI(t *testing.T) {
 	l := netem.LinkConfig{Rate: 100e9, Delay: time.Microsecond}
@@ -216,7 +217,7 @@ func TestReadSRQAndPathEventsThroughTheAPI(t *testing.T) {
 	if err != nil || k != 1 || out[0].ID != 5 || string(inbox.Bytes()[:out[0].Bytes]) != string(msg.Bytes()) {
 		t.Fatalf("SRQ receive: %v %+v", err, out[:k])
 	}
-	// Let the plane fail (the fabric's schedule says at 50 µs).
+	// Let the plane fail, at 50 µs by the fabric's schedule.
 	n.Backend(0).Progress(ctx, func() bool { return n.Sim.Now() >= clock.Time(50*time.Microsecond) })
 	evs := qp.PathEvents()
 	down := 0
@@ -274,7 +275,7 @@ func (l *server) connect(t *testing.T, ctx context.Context) (client, server *end
 	return qp, sqp
 }
 
-// An acceptor that speaks first: after WaitEstablished its send goes, and
+// An acceptor may speak first. After WaitEstablished its send goes, and
 // the initiator receives it.
 func TestAcceptorSpeaksFirst(t *testing.T) {
 	l := listen(t)
@@ -299,8 +300,8 @@ func TestAcceptorSpeaksFirst(t *testing.T) {
 }
 
 // Two accepted connections, each given queues of its own by the
-// listener's OwnCQs: each one's receive completes on its own queue, none
-// on the other's or the listener's.
+// listener's OwnCQs, complete each receive on its own queue, never on the
+// other's or the listener's.
 func TestAcceptedConnectionsGetTheirOwnQueues(t *testing.T) {
 	l := listenWith(t, endpoint.QPOptions{OwnCQs: 8})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -333,7 +334,7 @@ func TestAcceptedConnectionsGetTheirOwnQueues(t *testing.T) {
 }
 
 // Queues are a listener's option or a connecting side's arguments, never
-// both, and never missing: each mistake is a clear error.
+// both, and never missing. Each mistake is a clear error.
 func TestQueueOptionsAreChecked(t *testing.T) {
 	n := simNet(t, 0)
 	pd, _ := n.Device(1).AllocPD()

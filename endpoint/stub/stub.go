@@ -1,7 +1,8 @@
-// Package stub is the backend of a device that is not there: it reports
+// Package stub is the backend of a device that is not there. It reports
 // the capabilities it was given and answers every operation with
-// endpoint.ErrNotSupported. It is where a NIC driver starts: copy it, keep
-// the method set, and fill each method in as the hardware learns to do it.
+// endpoint.ErrNotSupported. It is where a NIC driver starts. A driver
+// copies it, keeps the method set, and fills each method in as the
+// hardware learns to do it.
 package stub
 
 import (

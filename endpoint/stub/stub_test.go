@@ -9,7 +9,7 @@ import (
 )
 
 // The stub backend reports its capabilities and refuses everything else
-// with ErrNotSupported: what a driver starts from.
+// with ErrNotSupported. A driver starts from that.
 func TestStubBackend(t *testing.T) {
 	dev := endpoint.Open(New(endpoint.Caps{Name: "example NIC", MaxPaths: 256, MaxStreams: 1024, MaxPacket: 4160, Planes: 8}))
 	if c := dev.Caps(); c.MaxPaths != 256 || c.Planes != 8 || c.Name != "stub (no hardware): example NIC" {
