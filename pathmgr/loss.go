@@ -5,12 +5,13 @@ package pathmgr
 // declares are not the route's loss rate and are not counted.
 const lossRound = 64
 
-// lossFloor is the smoothed loss below which no path stands out: random
+// lossFloor is the smoothed loss below which no path stands out. Random
 // loss at that level is left to selective repeat.
 const lossFloor = 0.02
 
-// lossMeter is a path's loss measurement: this round's counts and the
-// rounds' smoothed loss fraction (-1 before the first round).
+// lossMeter is a path's loss measurement. It holds this round's counts
+// and the rounds' smoothed loss fraction, which is -1 before the first
+// round.
 type lossMeter struct {
 	acked, lost int
 	avg         float64
@@ -40,14 +41,15 @@ func (p *Path) CountLoss(acked, lost int) bool {
 func (p *Path) LossAverage() float64 { return p.loss.avg }
 
 // LossOutlier reports whether the path's loss stands out from others, the
-// mean loss of the connection's other measured paths: above lossFloor and
-// more than factor times others. Loss that hits every path alike is not
-// a route's fault; a route through a bad link shows in its path's own
-// sequence, and a new source port may avoid it (spec section 6.3).
+// mean loss of the connection's other measured paths. It stands out when
+// it is above lossFloor and more than factor times others. Loss that hits
+// every path alike is not a route's fault. A route through a bad link
+// shows in its path's own sequence, and a new source port may avoid it,
+// by spec section 6.3.
 func (p *Path) LossOutlier(others, factor float64) bool {
 	return p.loss.avg > lossFloor && p.loss.avg > factor*others
 }
 
-// RestartLoss sets the path's smoothed loss to avg: a path on a new route
-// starts from its connection's average.
+// RestartLoss sets the path's smoothed loss to avg, so that a path on a
+// new route starts from its connection's average.
 func (p *Path) RestartLoss(avg float64) { p.loss.avg = avg }

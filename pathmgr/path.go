@@ -6,13 +6,13 @@ import (
 	"github.com/mroce/mroce/clock"
 )
 
-// Ports is how the paths of a connection take source ports (spec section
-// 6.3). Path i starts on Pool[i mod len(Pool)].
+// Ports is how the paths of a connection take source ports, by spec
+// section 6.3. Path i starts on Pool[i mod len(Pool)].
 type Ports struct {
 	// Pool is the source ports the paths take. It is never empty.
 	Pool []uint16
-	// Stride is how far a repath moves in the pool: the connection's
-	// path count, so that two paths never take the same port.
+	// Stride is how far a repath moves in the pool. It is the
+	// connection's path count, so that two paths never take the same port.
 	Stride int
 	// MPL is the maximum packet lifetime. A path moves at most once per
 	// MPL, so that a PSN range never lives in two routes' queues at once.
@@ -25,11 +25,12 @@ type Listener interface {
 	PathChanged(from State, repath bool)
 }
 
-// Path is one path of a connection as its sender keeps it: its plane and
-// source port, its epoch, its state (spec section 6.4), its probes, its
-// round-trip time, its loss and its counters. The sender's packets and
-// timers stay in the engine, which tells the path what happened and acts
-// on what the path says. Nothing here does I/O or reads a clock.
+// Path is one path of a connection as its sender keeps it. It holds its
+// plane and source port, its epoch, its state of spec section 6.4, its
+// probes, its round-trip time, its loss and its counters. The sender's
+// packets and timers stay in the engine, which tells the path what
+// happened and acts on what the path says. Nothing here does I/O or reads
+// a clock.
 type Path struct {
 	id    uint8
 	plane int
@@ -39,7 +40,8 @@ type Path struct {
 	portIndex int
 	epoch     uint8
 	// epochStart holds the first PSN of each epoch value's latest use.
-	// An ACK record of epoch e says nothing of PSNs before it (section 6.3).
+	// An ACK record of epoch e says nothing of PSNs before it, by section
+	// 6.3.
 	epochStart [4]uint32
 	probeID    uint32
 	// skipUntil is when a SKIP path turns GOOD again without news.
@@ -81,13 +83,13 @@ func (p *Path) Epoch() uint8 { return p.epoch }
 // EpochStart is the first PSN of epoch value e's latest use.
 func (p *Path) EpochStart(e uint8) uint32 { return p.epochStart[e&3] }
 
-// InUse reports whether the path carries data: neither ASSUMED_BAD nor
-// DOWN. Its window counts in the connection's rate only then.
+// InUse reports whether the path carries data, being neither ASSUMED_BAD
+// nor DOWN. Its window counts in the connection's rate only then.
 func (p *Path) InUse() bool { return p.state != AssumedBad && p.state != Down }
 
-// Ready reports whether the path takes new data now: GOOD, or SKIP when
-// skip is set. A SKIP path whose hold is over turns GOOD first: a round
-// trip without a mark clears it.
+// Ready reports whether the path takes new data now. It does when GOOD,
+// or SKIP when skip is set. A SKIP path whose hold is over turns GOOD
+// first, since a round trip without a mark clears it.
 func (p *Path) Ready(now clock.Time, skip bool) bool {
 	if p.state == Skip && now >= p.skipUntil {
 		p.set(Good, false)
@@ -96,7 +98,7 @@ func (p *Path) Ready(now clock.Time, skip bool) bool {
 }
 
 // Marked notes a CE mark in an ACK of the path. A GOOD or SKIP path is
-// held in SKIP for hold from now: new data prefers other paths.
+// held in SKIP for hold from now, and new data prefers other paths.
 func (p *Path) Marked(now clock.Time, hold time.Duration) {
 	if p.state != Good && p.state != Skip {
 		return
@@ -115,9 +117,9 @@ func (p *Path) Clean() {
 	}
 }
 
-// Delivered notes that the path delivered packets: an ACK resolved some,
-// or a probe was answered. An ASSUMED_BAD path turns GOOD; Delivered
-// reports whether it did.
+// Delivered notes that the path delivered packets, as an ACK resolved
+// some or a probe was answered. An ASSUMED_BAD path turns GOOD, and
+// Delivered reports whether it did.
 func (p *Path) Delivered() bool {
 	if p.state != AssumedBad {
 		return false
@@ -126,8 +128,8 @@ func (p *Path) Delivered() bool {
 	return true
 }
 
-// TimedOut notes a retransmission timeout: the path takes no new data
-// and is probed until it answers (ASSUMED_BAD).
+// TimedOut notes a retransmission timeout. The path turns ASSUMED_BAD,
+// takes no new data and is probed until it answers.
 func (p *Path) TimedOut() { p.set(AssumedBad, false) }
 
 // PlaneDown notes that the path's plane went down.
@@ -144,7 +146,7 @@ func (p *Path) PlaneUp(probe bool) {
 }
 
 // NewProbe returns the id of a new PROBE on the path. Only a reply to the
-// newest probe counts (ProbeAnswers).
+// newest probe counts in ProbeAnswers.
 func (p *Path) NewProbe() uint32 {
 	p.probeID++
 	if p.probeID == 0 {
@@ -160,9 +162,9 @@ func (p *Path) ProbeAnswers(id uint32, epoch uint8) bool {
 }
 
 // Repath gives the path another source port from the pool. Its epoch
-// advances and its PSN space continues at nextPSN (spec section 6.3). A
-// path moves at most once per MPL: Repath reports false, and the path
-// stays, when it moved more recently.
+// advances and its PSN space continues at nextPSN, by spec section 6.3. A
+// path moves at most once per MPL. When it moved more recently, Repath
+// reports false and the path stays.
 func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
 	if p.Counters.Repaths > 0 && now.Sub(p.repathedAt) < p.ports.MPL {
 		return false
@@ -170,7 +172,7 @@ func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
 	n := len(p.ports.Pool)
 	next := (p.portIndex + p.ports.Stride) % n
 	if next == p.portIndex {
-		next = (next + 1) % n // the pool is a multiple of the stride: step off
+		next = (next + 1) % n // the pool is a multiple of the stride, so step off
 	}
 	p.portIndex = next
 	p.port = p.ports.Pool[next]

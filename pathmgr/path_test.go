@@ -87,8 +87,8 @@ func TestPathStateMachine(t *testing.T) {
 }
 
 // A repath moves the path by the stride in the pool, advances its epoch
-// modulo 4 and starts the new epoch at the next PSN, at most once per MPL
-// (spec section 6.3).
+// modulo 4 and starts the new epoch at the next PSN, at most once per
+// MPL, by spec section 6.3.
 func TestPathRepath(t *testing.T) {
 	pool := []uint16{7000, 7001, 7002, 7003, 7004, 7005}
 	p, l := newPath(t, &Ports{Pool: pool, Stride: 2, MPL: time.Millisecond})
@@ -114,7 +114,7 @@ func TestPathRepath(t *testing.T) {
 		t.Fatalf("%d repaths counted, last heard %q", p.Counters.Repaths, l.log)
 	}
 	// A pool that is a multiple of the stride would bring a path back to
-	// its own port: it steps one further.
+	// its own port, so it steps one further.
 	q, _ := newPath(t, &Ports{Pool: []uint16{7000, 7001}, Stride: 2})
 	q.Repath(0, 0)
 	if q.Port() != 7000 {

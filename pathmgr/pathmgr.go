@@ -1,10 +1,10 @@
-// Package pathmgr is the path manager: the state machine of each path of a
-// connection (GOOD, SKIP, ASSUMED_BAD, DOWN, docs/spec.md section 6.4),
-// its repathing to new source ports with epochs (section 6.3), its probes,
-// its round-trip time, its loss measurement and counters, and the
-// telemetry snapshot the CLI and metrics show. The engine owns one Path
-// per path, tells it what happened and acts on what it says. Nothing here
-// does I/O or reads a clock.
+// Package pathmgr manages the paths of a connection. It keeps each path's
+// state machine of GOOD, SKIP, ASSUMED_BAD and DOWN from docs/spec.md
+// section 6.4, and its repathing to new source ports with epochs from
+// section 6.3. It also keeps each path's probes, round-trip time, loss
+// measurement and counters, and the telemetry snapshot the CLI and
+// metrics show. The engine owns one Path per path, tells it what happened
+// and acts on what it says. Nothing here does I/O or reads a clock.
 package pathmgr
 
 import (
@@ -17,8 +17,8 @@ type State uint8
 
 const (
 	Good       State = iota // carries new data
-	Skip                    // saw a CE mark: new data prefers other paths for a while
-	AssumedBad              // timed out: no new data; probed until it answers
+	Skip                    // saw a CE mark, so new data prefers other paths for a while
+	AssumedBad              // timed out, so it gets no new data and is probed until it answers
 	Down                    // its plane is down
 )
 
@@ -36,9 +36,9 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
-// RTT estimates a path's round-trip time from samples, as TCP does (RFC
-// 6298): smoothed RTT with gain 1/8, mean deviation with gain 1/4, and the
-// minimum ever seen.
+// RTT estimates a path's round-trip time from samples, as TCP does by RFC
+// 6298. It keeps the smoothed RTT with gain 1/8, the mean deviation with
+// gain 1/4, and the minimum ever seen.
 type RTT struct {
 	SRTT, RTTVar, Min time.Duration
 	Samples           uint64
@@ -63,8 +63,8 @@ func (r *RTT) Update(sample time.Duration) {
 	r.Samples++
 }
 
-// RTO is the retransmission timeout: SRTT + 4 RTTVar, clamped to [floor,
-// ceiling]; initial before the first sample.
+// RTO is the retransmission timeout, SRTT + 4 RTTVar clamped between
+// floor and ceiling. Before the first sample it is initial.
 func (r *RTT) RTO(initial, floor, ceiling time.Duration) time.Duration {
 	if r.Samples == 0 {
 		return initial
@@ -76,12 +76,12 @@ func (r *RTT) RTO(initial, floor, ceiling time.Duration) time.Duration {
 type Counters struct {
 	PacketsSent, BytesSent uint64 // every transmission, retransmissions included
 	Retransmits            uint64 // transmissions of content sent before
-	Lost                   uint64 // transmissions declared lost (gap or timeout)
+	Lost                   uint64 // transmissions declared lost by a gap or a timeout
 	Timeouts               uint64 // retransmission timeouts
 	CEMarks                uint64 // CE marks the peer reported for this path
 	Acked                  uint64 // transmissions reported received
 	Repaths                uint64
-	TailProbes             uint64 // retransmissions of a path's last packet to elicit an ACK (of Retransmits)
+	TailProbes             uint64 // the Retransmits that resent a path's last packet to elicit an ACK
 }
 
 // Telemetry is a read-only snapshot of one path.
@@ -98,7 +98,7 @@ type Telemetry struct {
 }
 
 // Utilization is how much of its congestion window the path holds in
-// flight now: near 1, the window is what limits it; well under 1, the
+// flight now. Near 1, the window is what limits it. Well under 1, the
 // pacer or the receiver's hint does, or it has little to send.
 func (t Telemetry) Utilization() float64 {
 	if t.Window <= 0 {

@@ -15,7 +15,7 @@ func TestRTTFollowsRFC6298(t *testing.T) {
 		t.Fatalf("after the first sample: %+v", r)
 	}
 	r.Update(200 * time.Microsecond)
-	// RTTVar = 50 + (100 - 50)/4 = 62.5; SRTT = 100 + 100/8 = 112.5.
+	// RTTVar = 50 + (100 - 50)/4 = 62.5, and SRTT = 100 + 100/8 = 112.5.
 	if r.SRTT != 112500*time.Nanosecond || r.RTTVar != 62500*time.Nanosecond || r.Min != 100*time.Microsecond {
 		t.Fatalf("after the second sample: %+v", r)
 	}
