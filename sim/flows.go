@@ -437,8 +437,8 @@ func (r *flowRun) sampleDownlinks(bucket time.Duration) {
 	})
 }
 
-// schedule arms every flow. A flow with no start time is ready at once,
-// and the others when their timers fire.
+// schedule arms every flow's start. A flow that starts at 0 stops
+// waiting for its start at once, and the others when their timers fire.
 func (r *flowRun) schedule() {
 	r.pending = make([]int, r.o.Hosts)
 	for _, f := range r.flows {
