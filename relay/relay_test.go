@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/app/xfertest"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 )
 
@@ -132,7 +132,7 @@ func TestMroceThroughTheRelay(t *testing.T) {
 		remote.Planes = append(remote.Planes, VirtualAddr(1, p))
 	}
 	const size = 32 << 20
-	pair, err := xfer.Connect(ctx, a.Device(), b.Device(), remote, size, 8)
+	pair, err := xfertest.Connect(ctx, a.Device(), b.Device(), remote, size, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,5 +148,5 @@ func TestMroceThroughTheRelay(t *testing.T) {
 		}
 	}
 	t.Logf("32 MiB in %v (%.2f Gb/s over 4 planes of 1 Gb/s); bytes per plane %v; relay %+v",
-		took.Round(time.Millisecond), xfer.Gbps(size, took), perPlane, r.Stats())
+		took.Round(time.Millisecond), xfertest.Gbps(size, took), perPlane, r.Stats())
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/app/xfertest"
 	"github.com/mroce/mroce/endpoint"
-	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/tunnet"
 )
@@ -17,7 +17,7 @@ import (
 // stopped, and reads the connection's telemetry.
 type writer struct {
 	t *testing.T
-	*xfer.Pair
+	*xfertest.Pair
 	out int // posted and not completed
 }
 
@@ -26,7 +26,7 @@ func newWriter(t *testing.T, n *tunnet.Net, size int) *writer {
 	a, b := openIn(t, n, 0, 4, 8), openIn(t, n, 1, 4, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pair, err := xfer.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 4)
+	pair, err := xfertest.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/internal/xfer"
+	"github.com/mroce/mroce/app/xfertest"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/tunnet"
 )
@@ -38,7 +38,7 @@ func mroceWrite(t *testing.T, n *tunnet.Net, size int) (float64, []uint64) {
 	a, b := openIn(t, n, 0, 4, 8), openIn(t, n, 1, 4, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	pair, err := xfer.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 5)
+	pair, err := xfertest.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func mroceWrite(t *testing.T, n *tunnet.Net, size int) (float64, []uint64) {
 		after[p] -= before[p]
 	}
 	pair.QP.Close()
-	return xfer.Gbps(size, took) * 1e9, after
+	return xfertest.Gbps(size, took) * 1e9, after
 }
 
 // tcpStream moves up to size bytes over one kernel TCP connection from host

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/app/xfertest"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/internal/xfer"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/tunnet"
 )
@@ -128,7 +128,7 @@ func TestMroceOverFourPlanes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const size = 32 << 20
-	pair, err := xfer.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 3)
+	pair, err := xfertest.Connect(ctx, a.Device(), b.Device(), b.Remote(), size, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,5 +144,5 @@ func TestMroceOverFourPlanes(t *testing.T) {
 		}
 	}
 	t.Logf("32 MiB in %v (%.2f Gb/s) over 4 planes of 10 Gb/s; bytes per plane %v; emulator %+v; sender %+v",
-		took.Round(time.Millisecond), xfer.Gbps(size, took), perPlane, n.Stats(), a.DriverStats())
+		took.Round(time.Millisecond), xfertest.Gbps(size, took), perPlane, n.Stats(), a.DriverStats())
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/app/perftest"
 	"github.com/mroce/mroce/endpoint"
-	"github.com/mroce/mroce/internal/bench"
 )
 
 func benchCommand() *cli.Command {
@@ -32,7 +32,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: "tx-depth", Aliases: []string{"t"}, Value: 128, Usage: "messages in flight (bandwidth tests)"},
 	)
 	var tests []*cli.Command
-	for _, test := range bench.Tests {
+	for _, test := range perftest.Tests {
 		tests = append(tests, &cli.Command{
 			Name:      test,
 			Usage:     benchTitles[test],
@@ -51,7 +51,7 @@ func benchCommand() *cli.Command {
 			"same TEST. Bandwidth tests keep --tx-depth messages in flight and report #bytes,\n" +
 			"#iterations, BW peak, BW average and MsgRate; write_lat ping-pongs WRITEs with\n" +
 			"immediate data and reports the one-way time (half the round trip): t_min, t_max,\n" +
-			"t_typical (median), t_avg, t_stdev, 99% and 99.9%. Tests: " + strings.Join(bench.Tests, ", ") + ".",
+			"t_typical (median), t_avg, t_stdev, 99% and 99.9%. Tests: " + strings.Join(perftest.Tests, ", ") + ".",
 	}
 }
 
@@ -75,13 +75,13 @@ func benchAction(c *cli.Context) error {
 		}
 		return runBenchServer(c.Context, c.App.Writer, test, planes, o)
 	}
-	req := bench.Request{Test: test, Sizes: []int{c.Int("size")}, Iters: c.Int("iters"), Depth: c.Int("tx-depth")}
+	req := perftest.Request{Test: test, Sizes: []int{c.Int("size")}, Iters: c.Int("iters"), Depth: c.Int("tx-depth")}
 	if c.Bool("all") {
-		req.Sizes = bench.Sweep()
+		req.Sizes = perftest.Sweep()
 	}
 	if req.Iters == 0 {
 		req.Iters = 5000
-		if bench.IsLatency(test) {
+		if perftest.IsLatency(test) {
 			req.Iters = 1000
 		}
 	}
@@ -124,8 +124,8 @@ func clientLocal(c *cli.Context, to []netip.Addr) ([]netip.Addr, error) {
 }
 
 var benchTitles = map[string]string{
-	bench.WriteBW: "RDMA_Write BW Test", bench.SendBW: "Send BW Test", bench.ReadBW: "RDMA_Read BW Test",
-	bench.WriteLat: "RDMA_Write Latency Test",
+	perftest.WriteBW: "RDMA_Write BW Test", perftest.SendBW: "Send BW Test", perftest.ReadBW: "RDMA_Read BW Test",
+	perftest.WriteLat: "RDMA_Write Latency Test",
 }
 
 const rule = "---------------------------------------------------------------------------------------"
@@ -150,7 +150,7 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 	defer done()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
-	s := bench.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
+	s := perftest.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
 	lis, err := pd.Listen(s.Send, s.Recv, endpoint.QPOptions{})
 	if err != nil {
 		return err
@@ -163,7 +163,7 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 		return err
 	}
 	col.Add("client", s.QP.Telemetry)
-	req, err := bench.Serve(ctx, s)
+	req, err := perftest.Serve(ctx, s)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -177,7 +177,7 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 	return nil
 }
 
-func runBenchClient(ctx context.Context, w io.Writer, req bench.Request, local, to []netip.Addr, o transferOptions) error {
+func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, local, to []netip.Addr, o transferOptions) error {
 	o.fill()
 	host, col, done, err := openWithTools(local, 0, o)
 	if err != nil {
@@ -186,7 +186,7 @@ func runBenchClient(ctx context.Context, w io.Writer, req bench.Request, local, 
 	defer done()
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
-	s := bench.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
+	s := perftest.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
 	cctx, cancel := context.WithTimeout(ctx, o.noProgress)
 	s.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: to, Port: o.port}, s.Send, s.Recv, endpoint.QPOptions{})
 	cancel()
@@ -199,25 +199,25 @@ func runBenchClient(ctx context.Context, w io.Writer, req bench.Request, local, 
 	// finishes.
 	if !o.json {
 		benchHeader(w, req.Test, o, "client")
-		if bench.IsLatency(req.Test) {
+		if perftest.IsLatency(req.Test) {
 			fmt.Fprintf(w, " %-10s %-12s %-12s %-12s %-16s %-12s %-14s %-21s %s\n", "#bytes", "#iterations", "t_min[usec]",
 				"t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]")
 		} else {
 			fmt.Fprintf(w, " %-10s %-12s %-17s %-20s %s\n", "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]", "MsgRate[Mpps]")
 		}
 	}
-	row := func(r bench.Result) {
+	row := func(r perftest.Result) {
 		if o.json {
 			return
 		}
-		if bench.IsLatency(req.Test) {
+		if perftest.IsLatency(req.Test) {
 			fmt.Fprintf(w, " %-10d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-21.2f %.2f\n", r.Bytes, r.Iterations, r.TMinUs, r.TMaxUs,
 				r.TTypicalUs, r.TAvgUs, r.TStdevUs, r.P99Us, r.P999Us)
 		} else {
 			fmt.Fprintf(w, " %-10d %-12d %-17.2f %-20.2f %.6f\n", r.Bytes, r.Iterations, r.BWPeakGbps, r.BWAvgGbps, r.MsgRateMpps)
 		}
 	}
-	res, err := bench.Run(ctx, s, req, row)
+	res, err := perftest.Run(ctx, s, req, row)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

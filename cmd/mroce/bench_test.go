@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/internal/bench"
+	"github.com/mroce/mroce/app/perftest"
 )
 
 // serveBench runs one bench server for test on a free port of addr (as a
@@ -32,7 +32,7 @@ func serveBench(t *testing.T, test, addr string) (int, chan error) {
 // mroce bench's client prints perftest's columns, one row per size, and
 // with --json one document whose results carry the same figures.
 func TestBenchClient(t *testing.T) {
-	port, done := serveBench(t, bench.WriteBW, "127.0.0.97")
+	port, done := serveBench(t, perftest.WriteBW, "127.0.0.97")
 	r := runCLI(t, "", "bench", "write_bw", "--to", "127.0.0.97", "--port", fmt.Sprint(port), "--paths", "4", "--size", "4096", "--iters", "300")
 	if err := <-done; err != nil || r.code != 0 {
 		t.Fatalf("server %v; client exit %d: %s", err, r.code, r.stderr)
@@ -46,14 +46,14 @@ func TestBenchClient(t *testing.T) {
 		t.Errorf("no row for 4096 bytes, 300 iterations:\n%s", r.stdout)
 	}
 
-	port, done = serveBench(t, bench.WriteLat, "127.0.0.97")
+	port, done = serveBench(t, perftest.WriteLat, "127.0.0.97")
 	r = runCLI(t, "", "bench", "write_lat", "--to", "127.0.0.97", "--port", fmt.Sprint(port), "--paths", "4", "--size", "8", "--iters", "200", "--json")
 	if err := <-done; err != nil || r.code != 0 {
 		t.Fatalf("server %v; client exit %d: %s", err, r.code, r.stderr)
 	}
 	var doc struct {
-		Test    string         `json:"test"`
-		Results []bench.Result `json:"results"`
+		Test    string            `json:"test"`
+		Results []perftest.Result `json:"results"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, r.stdout)

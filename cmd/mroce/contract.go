@@ -13,11 +13,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mroce/mroce/app/filexfer"
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/internal/filexfer"
 )
 
 // contractEndpoint is this mroce as an endpoint of the conformance

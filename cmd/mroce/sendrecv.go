@@ -27,10 +27,10 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/app/filexfer"
 	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/internal/filexfer"
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/metrics"

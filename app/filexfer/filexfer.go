@@ -1,20 +1,20 @@
-// Package filexfer is the small application protocol of mroce send and
-// mroce recv, over one connection of the verbs API: a header, the data in
-// SENDs of a chunk each, a trailer with the SHA-256 of the data, and the
-// receiver's verdict back.
+// Package filexfer is the protocol mroce send and mroce recv speak over
+// one connection of the verbs API to move a file and confirm that it
+// arrived whole.
 //
-// Everything travels on stream 1, in order (a stream's messages complete
-// in the order they were sent):
+// Everything travels on stream 1, in order, because a stream's messages
+// complete in the order they were sent and the protocol then needs no
+// sequence numbers of its own.
 //
 //	sender -> receiver  header   JSON {"name", "size", "chunk"}
-//	sender -> receiver  data     ceil(size / chunk) SENDs of chunk bytes (the last may be shorter)
+//	sender -> receiver  data     ceil(size / chunk) SENDs of chunk bytes, the last maybe shorter
 //	sender -> receiver  trailer  JSON {"sha256"}
 //	receiver -> sender  verdict  JSON {"ok", "sha256", "error"}
 //
-// The receiver keeps Depth receive buffers posted; a sender that gets
-// ahead is held back by the transport itself (RNR: receiver not ready).
-// A sender that cannot finish closes the connection; the receiver's
-// posted buffers then complete in error and it stops.
+// The receiver keeps Depth receive buffers posted. A sender that gets ahead
+// is held back by the transport's RNR retry, so the protocol needs no
+// credits. A sender that cannot finish closes the connection, which
+// completes the receiver's posted buffers in error and stops it.
 package filexfer
 
 import (

@@ -1,13 +1,10 @@
-// Package xfer moves data between two devices of the verbs API the way
-// the tests and measurements of real transfers need: one connection, one
-// source region filled with seeded bytes, one target region, WRITEs of the
-// whole region, the bytes checked on arrival.
+// Package xfertest connects two devices of the verbs API and moves checked
+// data between them, for the tests of the emulators and the applications.
 //
-// The WRITEs carry an immediate (WRITE_IMM), so that the target side gets
-// a completion of its own: that is when its program may read the region,
-// as an RDMA program would (a one-sided WRITE tells the target nothing),
-// and what orders the check after the bytes were placed.
-package xfer
+// Each WRITE carries an immediate so that the target gets a completion of
+// its own. A one-sided WRITE tells the target nothing, and the check of the
+// bytes must come after they were placed, as in any RDMA program.
+package xfertest
 
 import (
 	"bytes"
@@ -92,16 +89,16 @@ func (p *Pair) Write(ctx context.Context) (time.Duration, error) {
 	case err != nil:
 		return took, err
 	case k != 1 || wc[0].Status != endpoint.StatusOK:
-		return took, fmt.Errorf("xfer: completion %+v", wc[0])
+		return took, fmt.Errorf("xfertest: completion %+v", wc[0])
 	}
 	if _, err := p.targetCQ.Wait(ctx, wc); err != nil {
-		return took, fmt.Errorf("xfer: the target's completion: %w", err)
+		return took, fmt.Errorf("xfertest: the target's completion: %w", err)
 	}
 	if wc[0].Status != endpoint.StatusOK || !wc[0].HasImm {
-		return took, fmt.Errorf("xfer: the target's completion %+v", wc[0])
+		return took, fmt.Errorf("xfertest: the target's completion %+v", wc[0])
 	}
 	if !bytes.Equal(p.Dst.Bytes(), p.Src.Bytes()) {
-		return took, errors.New("xfer: the data arrived wrong")
+		return took, errors.New("xfertest: the data arrived wrong")
 	}
 	return took, nil
 }

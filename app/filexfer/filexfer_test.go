@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/internal/xfer"
+	"github.com/mroce/mroce/app/xfertest"
 )
 
 // pair connects two hosts on loopback: the client's end and the server's.
 func pair(t *testing.T) (Conn, Conn) {
 	t.Helper()
-	c, s := xfer.Loopback(t, "127.0.0.71", "127.0.0.72")
+	c, s := xfertest.Loopback(t, "127.0.0.71", "127.0.0.72")
 	return Conn(c), Conn(s)
 }
 

@@ -1,14 +1,15 @@
-// Package bench is mroce bench: perftest-style measurements of one
-// connection over the verbs API (write_bw, send_bw, read_bw, write_lat),
-// with a client that runs the test and a server that answers it.
+// Package perftest measures one connection over the verbs API as perftest
+// does, with the tests write_bw, send_bw, read_bw and write_lat that mroce
+// bench runs.
 //
-// The two sides agree on the test over stream 0: the client SENDs a
-// request (JSON: the test, the sizes, the iterations, and for write_lat
-// its own region), the server registers what the test needs (a region to
-// WRITE to or READ from, receives for SENDs) and answers (JSON: its
-// region's key and length). The test runs on stream 1. The client ends it
-// with a last SEND on stream 0, which the server answers before it leaves.
-package bench
+// A client runs the test and a server answers it. They agree on the test
+// over stream 0 and run it on stream 1, so that no control message queues
+// behind the measured ones. The client SENDs a JSON Request naming the
+// test, sizes, iterations and depth. The server registers what the test
+// needs and answers with a JSON Response that holds its region's key and
+// length. The client ends the test with one more SEND on stream 0, which
+// the server answers before it returns.
+package perftest
 
 import (
 	"context"
@@ -98,14 +99,14 @@ const (
 // Validate checks a request.
 func (r Request) Validate() error {
 	if !slices.Contains(Tests, r.Test) {
-		return fmt.Errorf("bench: unknown test %q (want one of %v)", r.Test, Tests)
+		return fmt.Errorf("perftest: unknown test %q (want one of %v)", r.Test, Tests)
 	}
 	if len(r.Sizes) == 0 || r.Iters < 1 || r.Iters > 10_000_000 || r.Depth < 1 || r.Depth > 4096 {
-		return fmt.Errorf("bench: %d sizes, %d iterations, depth %d: want sizes, 1 to 10,000,000 iterations, depth 1 to 4,096", len(r.Sizes), r.Iters, r.Depth)
+		return fmt.Errorf("perftest: %d sizes, %d iterations, depth %d: want sizes, 1 to 10,000,000 iterations, depth 1 to 4,096", len(r.Sizes), r.Iters, r.Depth)
 	}
 	for _, n := range r.Sizes {
 		if n < 1 || n > MaxSize {
-			return fmt.Errorf("bench: size %d: want 1 to %d bytes", n, MaxSize)
+			return fmt.Errorf("perftest: size %d: want 1 to %d bytes", n, MaxSize)
 		}
 	}
 	return nil
@@ -152,7 +153,7 @@ func receive(ctx context.Context, s Side, in *endpoint.MR, into any) error {
 			return err
 		}
 		if wc[0].Status != endpoint.StatusOK {
-			return fmt.Errorf("bench: control message: %v: %v", wc[0].Status, wc[0].Err)
+			return fmt.Errorf("perftest: control message: %v: %v", wc[0].Status, wc[0].Err)
 		}
 		if wc[0].ID == 1<<62 {
 			break
@@ -162,7 +163,7 @@ func receive(ctx context.Context, s Side, in *endpoint.MR, into any) error {
 		return nil
 	}
 	if err := json.Unmarshal(in.Bytes()[:wc[0].Bytes], into); err != nil {
-		return fmt.Errorf("bench: a control message that is not JSON: %w", err)
+		return fmt.Errorf("perftest: a control message that is not JSON: %w", err)
 	}
 	return nil
 }
@@ -174,7 +175,7 @@ func waitOne(ctx context.Context, cq *endpoint.CQ, id uint64) error {
 		return err
 	}
 	if wc[0].Status != endpoint.StatusOK || wc[0].ID != id {
-		return fmt.Errorf("bench: completion %+v, want %d", wc[0], id)
+		return fmt.Errorf("perftest: completion %+v, want %d", wc[0], id)
 	}
 	return nil
 }
@@ -225,7 +226,7 @@ func Serve(ctx context.Context, s Side) (Request, error) {
 		}
 		for _, c := range wc[:k] {
 			if c.Status != endpoint.StatusOK {
-				return req, fmt.Errorf("bench: receive: %v: %v", c.Status, c.Err)
+				return req, fmt.Errorf("perftest: receive: %v: %v", c.Status, c.Err)
 			}
 			switch {
 			case c.Stream == control:
@@ -267,7 +268,7 @@ func Run(ctx context.Context, s Side, req Request, done func(Result)) ([]Result,
 		return nil, err
 	}
 	if resp.Error != "" {
-		return nil, errors.New("bench: the server refused: " + resp.Error)
+		return nil, errors.New("perftest: the server refused: " + resp.Error)
 	}
 	var out []Result
 	for _, n := range req.Sizes {
@@ -321,7 +322,7 @@ func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, res
 		}
 		for _, c := range wc[:k] {
 			if c.Status != endpoint.StatusOK {
-				return r, fmt.Errorf("bench: %s of %d bytes: %v: %v", req.Test, n, c.Status, c.Err)
+				return r, fmt.Errorf("perftest: %s of %d bytes: %v: %v", req.Test, n, c.Status, c.Err)
 			}
 			completed++
 			if completed%window == 0 {
@@ -362,7 +363,7 @@ func latency(ctx context.Context, s Side, req Request, local *endpoint.MR, resp 
 		}
 		rtt := time.Since(began)
 		if wc[0].Status != endpoint.StatusOK || wc[0].Imm != uint32(i) {
-			return r, fmt.Errorf("bench: write_lat of %d bytes: pong %+v", n, wc[0])
+			return r, fmt.Errorf("perftest: write_lat of %d bytes: pong %+v", n, wc[0])
 		}
 		samples = append(samples, float64(rtt.Nanoseconds())/2/1e3)
 	}

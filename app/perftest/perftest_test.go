@@ -1,4 +1,4 @@
-package bench
+package perftest
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mroce/mroce/internal/xfer"
+	"github.com/mroce/mroce/app/xfertest"
 )
 
 // pair connects two hosts on loopback: the client's end and the server's.
 func pair(t *testing.T) (Side, Side) {
 	t.Helper()
-	c, s := xfer.Loopback(t, "127.0.0.73", "127.0.0.74")
+	c, s := xfertest.Loopback(t, "127.0.0.73", "127.0.0.74")
 	return Side(c), Side(s)
 }
 
@@ -70,7 +70,7 @@ func TestBadRequestsAreRefused(t *testing.T) {
 		{Test: WriteBW, Sizes: []int{MaxSize + 1}, Iters: 1, Depth: 1},
 		{Test: WriteBW, Sizes: []int{8}, Iters: 0, Depth: 1},
 	} {
-		if err := req.Validate(); err == nil || !strings.Contains(err.Error(), "bench:") {
+		if err := req.Validate(); err == nil || !strings.Contains(err.Error(), "perftest:") {
 			t.Errorf("%+v: %v", req, err)
 		}
 	}
