@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
@@ -84,6 +85,33 @@ var (
 	ErrMismatch = errors.New("filexfer: the data's SHA-256 does not match the sender's")
 	ErrProtocol = errors.New("filexfer: the peer broke the protocol")
 )
+
+// Dial connects to the receiver at remote from a new protection domain of
+// dev. Its completion queues hold a completion for each chunk in flight
+// and for the control messages.
+func Dial(ctx context.Context, dev *endpoint.Device, remote endpoint.Remote) (Conn, error) {
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return Conn{}, err
+	}
+	c := Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
+	if c.QP, err = pd.Connect(ctx, remote, c.Send, c.Recv, endpoint.QPOptions{}); err != nil {
+		pd.Close()
+		return Conn{}, err
+	}
+	return c, nil
+}
+
+// SafeName is the header's name reduced to its last element, so that a
+// receiver that writes into a directory never takes a path from the
+// sender. A name with nothing left becomes "received".
+func SafeName(name string) string {
+	base := filepath.Base(filepath.Clean("/" + name))
+	if base == "/" || base == "." {
+		return "received"
+	}
+	return base
+}
 
 // SendFile sends size bytes from r under name, chunk bytes per SEND with
 // at most depth in flight, calls progress after each chunk, and waits for

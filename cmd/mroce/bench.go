@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/app/host"
 	"github.com/mroce/mroce/app/perftest"
 	"github.com/mroce/mroce/endpoint"
 )
@@ -102,27 +103,6 @@ func benchAction(c *cli.Context) error {
 	return runBenchClient(c.Context, c.App.Writer, req, local, to, o)
 }
 
-// clientLocal is --local, or the system's source address for each --to.
-func clientLocal(c *cli.Context, to []netip.Addr) ([]netip.Addr, error) {
-	local, err := parseAddrs(c, "local")
-	if err != nil {
-		return nil, err
-	}
-	if len(local) == 0 {
-		for _, a := range to {
-			l, err := localFor(a)
-			if err != nil {
-				return nil, fmt.Errorf("%s: no local address reaches %v: %w", c.Command.Name, a, err)
-			}
-			local = append(local, l)
-		}
-	}
-	if len(local) != len(to) {
-		return nil, usagef(c, "%s: %d --local addresses for %d --to addresses: one per plane", c.Command.Name, len(local), len(to))
-	}
-	return local, nil
-}
-
 var benchTitles = map[string]string{
 	perftest.WriteBW: "RDMA_Write BW Test", perftest.SendBW: "Send BW Test", perftest.ReadBW: "RDMA_Read BW Test",
 	perftest.WriteLat: "RDMA_Write Latency Test",
@@ -143,13 +123,16 @@ func benchHeader(w io.Writer, test string, o transferOptions, role string) {
 
 func runBenchServer(ctx context.Context, w io.Writer, test string, planes []netip.Addr, o transferOptions) error {
 	o.fill()
-	host, col, done, err := openWithTools(planes, o.port, o)
+	h, err := host.Open(planes, o.hostOptions(o.port))
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	defer done()
-	dev := host.Device()
-	pd, _ := dev.AllocPD()
+	defer closeHost(h, o.log)
+	dev := h.Device()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
 	s := perftest.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
 	lis, err := pd.Listen(s.Send, s.Recv, endpoint.QPOptions{})
 	if err != nil {
@@ -162,7 +145,7 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 	if s.QP, err = lis.Accept(ctx); err != nil {
 		return err
 	}
-	col.Add("client", s.QP.Telemetry)
+	h.Metrics.Add("client", s.QP.Telemetry)
 	req, err := perftest.Serve(ctx, s)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -179,13 +162,16 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 
 func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, local, to []netip.Addr, o transferOptions) error {
 	o.fill()
-	host, col, done, err := openWithTools(local, 0, o)
+	h, err := host.Open(local, o.hostOptions(0))
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	defer done()
-	dev := host.Device()
-	pd, _ := dev.AllocPD()
+	defer closeHost(h, o.log)
+	dev := h.Device()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
 	s := perftest.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
 	cctx, cancel := context.WithTimeout(ctx, o.noProgress)
 	s.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: to, Port: o.port}, s.Send, s.Recv, endpoint.QPOptions{})
@@ -194,7 +180,7 @@ func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, loca
 		return fmt.Errorf("bench: no answer from %v port %d (is mroce bench %s --server running there?): %w", to, o.port, req.Test, err)
 	}
 	defer s.QP.Close()
-	col.Add(fmt.Sprintf("%v:%d", to[0], o.port), s.QP.Telemetry)
+	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), s.QP.Telemetry)
 	// Fixed columns, as perftest prints them: each row goes out as its size
 	// finishes.
 	if !o.json {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/app/contract"
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
@@ -38,18 +42,9 @@ func conformanceCommand() *cli.Command {
 			"every case and its pass criteria.",
 		Subcommands: []*cli.Command{
 			{
-				Name:  "endpoint",
-				Usage: "be this mroce as an endpoint of the runner's contract (ROLE, TESTCASE, PLANES, PORT, PEER, SIZE, LOGDIR, REQUESTERS, START)",
-				Action: func(c *cli.Context) error {
-					code, err := contractEndpoint(c.Context)
-					if err != nil {
-						fmt.Fprintln(c.App.ErrWriter, "endpoint:", err)
-					}
-					if code != 0 {
-						return exitStatus(code)
-					}
-					return nil
-				},
+				Name:   "endpoint",
+				Usage:  "be this mroce as an endpoint of the runner's contract (ROLE, TESTCASE, PLANES, PORT, PEER, SIZE, LOGDIR, REQUESTERS, START)",
+				Action: func(c *cli.Context) error { return runContractEndpoint(c.Context, c.App.ErrWriter) },
 			},
 			{
 				Name:  "run",
@@ -181,6 +176,24 @@ func conformanceCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// runContractEndpoint reads the contract's variables, plays the role
+// they name and prints why it failed. The runner reads the exit status, so
+// errors become exit statuses here rather than messages from run.
+func runContractEndpoint(ctx context.Context, errOut io.Writer) error {
+	cfg, err := contract.ParseEnv(os.Getenv)
+	if errors.Is(err, contract.ErrUnsupported) {
+		return exitStatus(conformance.Unsupported)
+	}
+	if err == nil {
+		err = contract.Run(ctx, cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(errOut, "endpoint:", err)
+		return exitStatus(1)
+	}
+	return nil
 }
 
 // selfResponder opens an mroce endpoint on addr that listens and grants

@@ -1,39 +1,25 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
-	"github.com/mattn/go-isatty"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
 	"github.com/mroce/mroce/app/filexfer"
-	"github.com/mroce/mroce/conformance/bugs"
+	"github.com/mroce/mroce/app/host"
 	"github.com/mroce/mroce/endpoint"
-	"github.com/mroce/mroce/endpoint/software"
-	"github.com/mroce/mroce/internal/pcapio"
-	"github.com/mroce/mroce/link"
-	"github.com/mroce/mroce/metrics"
 )
 
 // transferFlags are the settings send and recv share, each with an
@@ -67,7 +53,6 @@ type transferOptions struct {
 	metrics              string // address to serve /metrics at, or ""
 	pcap                 string // file to capture to, or ""
 	log                  *slog.Logger
-	broken               bugs.Set // deliberate bugs: the conformance suite's self-test only
 }
 
 func parseTransferOptions(c *cli.Context) (transferOptions, error) {
@@ -117,6 +102,14 @@ func (o *transferOptions) fill() {
 	}
 }
 
+// hostOptions are the host's settings, receiving on port. A sender gives
+// port 0 for a free one, since --port names the receiver's.
+func (o transferOptions) hostOptions(port uint16) host.Options {
+	return host.Options{Port: port, Paths: o.paths, SourcePorts: o.sourcePorts, MaxPacket: o.mtu,
+		InboundCapacity: o.inbound, Baseline: o.baseline, NoProgress: o.noProgress,
+		Pcap: o.pcap, Metrics: o.metrics, Log: o.log}
+}
+
 // maxPlanes is how many planes (NIC ports) the tool takes: as many as the
 // emulators build.
 const maxPlanes = 8
@@ -141,43 +134,6 @@ func parseAddrs(c *cli.Context, flag string) ([]netip.Addr, error) {
 		return nil, usagef(c, "%s: --%s: %d addresses, at most %d planes", c.Command.Name, flag, len(out), maxPlanes)
 	}
 	return out, nil
-}
-
-// openHost starts an endpoint on planes: on port (0: a free one chosen
-// here) with a pool of source ports after it, its packets captured when
-// the options ask.
-func openHost(planes []netip.Addr, port uint16, o transferOptions, uo software.UDPOptions) (*software.UDPHost, error) {
-	var lastErr error
-	for try := 0; try < 20; try++ {
-		p := port
-		if p == 0 {
-			p = uint16(20000 + rand.IntN(40000-o.sourcePorts))
-		}
-		uo.Planes, uo.Port, uo.Paths, uo.Streams, uo.MaxPacket = planes, p, o.paths, 2, o.mtu
-		uo.InboundCapacity, uo.NoProgress, uo.Baseline = o.inbound, o.noProgress, o.baseline
-		uo.SourcePorts = nil
-		for i := 1; i <= o.sourcePorts; i++ {
-			uo.SourcePorts = append(uo.SourcePorts, p+uint16(i))
-		}
-		// The deliberate bugs of the conformance suite's self-test stand
-		// between the engine and the sockets, below the capture's tap.
-		var wrappers []software.Wrapper
-		if uo.Tap != nil {
-			wrappers = append(wrappers, uo.Tap.Wrapper())
-		}
-		if !o.broken.Empty() {
-			wrappers = append(wrappers, o.broken.Wrapper)
-		}
-		h, err := software.OpenUDPEngine(uo.EngineConfig(), wrappers...)
-		if err == nil {
-			return h, nil
-		}
-		lastErr = err
-		if port != 0 {
-			break // the port was asked for: say why it cannot be had
-		}
-	}
-	return nil, fmt.Errorf("cannot open the endpoint: %w", lastErr)
 }
 
 func recvCommand() *cli.Command {
@@ -236,21 +192,9 @@ func sendCommand() *cli.Command {
 			if len(to) == 0 {
 				return usagef(c, "send: --to: the receiver's address is needed")
 			}
-			local, err := parseAddrs(c, "local")
+			local, err := clientLocal(c, to)
 			if err != nil {
 				return err
-			}
-			if len(local) == 0 {
-				for _, a := range to {
-					l, err := localFor(a)
-					if err != nil {
-						return fmt.Errorf("send: no local address reaches %v: %w", a, err)
-					}
-					local = append(local, l)
-				}
-			}
-			if len(local) != len(to) {
-				return usagef(c, "send: %d --local addresses for %d --to addresses: one per plane", len(local), len(to))
 			}
 			if c.NArg() > 1 {
 				return usagef(c, "send: one FILE at most")
@@ -265,15 +209,26 @@ func sendCommand() *cli.Command {
 	}
 }
 
-// localFor is the local address the system would send to dst from.
-func localFor(dst netip.Addr) (netip.Addr, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+// clientLocal is --local, or else the system's source address for each
+// --to.
+func clientLocal(c *cli.Context, to []netip.Addr) ([]netip.Addr, error) {
+	local, err := parseAddrs(c, "local")
 	if err != nil {
-		return netip.Addr{}, err
+		return nil, err
 	}
-	defer c.Close()
-	a := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
-	return a, nil
+	if len(local) == 0 {
+		for _, a := range to {
+			l, err := host.LocalFor(a)
+			if err != nil {
+				return nil, fmt.Errorf("%s: no local address reaches %v: %w", c.Command.Name, a, err)
+			}
+			local = append(local, l)
+		}
+	}
+	if len(local) != len(to) {
+		return nil, usagef(c, "%s: %d --local addresses for %d --to addresses: one per plane", c.Command.Name, len(local), len(to))
+	}
+	return local, nil
 }
 
 // source is what send sends: a file, or generated bytes.
@@ -310,397 +265,34 @@ func openSource(path string, sizeMiB int) (*source, error) {
 	return &source{Reader: f, name: filepath.Base(path), size: st.Size(), file: f}, nil
 }
 
-// transferReport is what send and recv print (as text while they run, or as one
-// JSON document at the end).
-type transferReport struct {
-	Role      string     `json:"role"`
-	Local     []string   `json:"local"`
-	Remote    []string   `json:"remote"`
-	Port      uint16     `json:"port"`
-	Paths     int        `json:"paths"`
-	Mode      string     `json:"mode"`
-	Name      string     `json:"name"`
-	Size      int64      `json:"size"`
-	Intervals []interval `json:"intervals"`
-	End       *summary   `json:"end,omitempty"`
-	PerPath   []pathRow  `json:"paths_detail,omitempty"`
-	Error     string     `json:"error,omitempty"`
-	mu        sync.Mutex `json:"-"`
-	started   time.Time  `json:"-"`
-	bytes     int64      `json:"-"`
-	last      interval   `json:"-"`
-	out       io.Writer  `json:"-"`
-	text      bool       `json:"-"`
-	micro     bool       `json:"-"` // intervals in microseconds (the demo's virtual time)
-	bar       *progressbar.ProgressBar
-}
-
-type interval struct {
-	Start       float64 `json:"start"` // seconds from the first byte
-	End         float64 `json:"end"`
-	Bytes       int64   `json:"bytes"`
-	Gbps        float64 `json:"gbps"`
-	Retransmits uint64  `json:"retransmits"`
-	CEMarks     uint64  `json:"ce_marks"`
-	RTTMicros   float64 `json:"rtt_us"`
-}
-
-type summary struct {
-	Bytes       int64   `json:"bytes"`
-	Seconds     float64 `json:"seconds"`
-	Gbps        float64 `json:"gbps"`
-	SHA256      string  `json:"sha256"`
-	Verified    bool    `json:"verified"`
-	Retransmits uint64  `json:"retransmits"`
-	CEMarks     uint64  `json:"ce_marks"`
-}
-
-type pathRow struct {
-	Path        int     `json:"path"`
-	Plane       int     `json:"plane"`
-	SourcePort  uint16  `json:"source_port"`
-	State       string  `json:"state"`
-	RTTMicros   float64 `json:"rtt_us"`
-	ECNPercent  float64 `json:"ecn_pct"`
-	Share       float64 `json:"share"`
-	Packets     uint64  `json:"packets"`
-	Retransmits uint64  `json:"retransmits"` // transmissions on this path of content sent before
-	// Lost counts this path's transmissions declared lost (a gap in an
-	// ACK's bitvector, or a timeout; each is resent on whichever path is
-	// free, not necessarily this one); TailProbes its tail probes (of
-	// Retransmits); Timeouts its retransmission timeouts. Summed over the
-	// paths, Retransmits less Lost and TailProbes is about the packets the
-	// receiver refused (RNR) and that were resent.
-	Lost       uint64 `json:"lost"`
-	TailProbes uint64 `json:"tail_probes"`
-	Timeouts   uint64 `json:"timeouts"`
-	Repaths    uint64 `json:"repaths"`
-}
-
-// totals sums what the paths report.
-func totals(tel []endpoint.PathTelemetry) (retx, ce uint64, rtt float64) {
-	n := 0
-	for _, p := range tel {
-		retx += p.Retransmits
-		ce += p.CEMarks
-		if p.RTT.Samples > 0 {
-			rtt += float64(p.RTT.SRTT.Microseconds())
-			n++
-		}
-	}
-	if n > 0 {
-		rtt /= float64(n)
-	}
-	return retx, ce, rtt
-}
-
-func pathRows(tel []endpoint.PathTelemetry) []pathRow {
-	var all uint64
-	for _, p := range tel {
-		all += p.BytesSent
-	}
-	rows := make([]pathRow, len(tel))
-	for i, p := range tel {
-		rows[i] = pathRow{Path: p.Path, Plane: p.Plane, SourcePort: p.SrcPort, State: p.State.String(),
-			RTTMicros: float64(p.RTT.SRTT.Microseconds()), ECNPercent: 100 * p.ECNFraction(), Packets: p.PacketsSent,
-			Retransmits: p.Retransmits, Lost: p.Lost, TailProbes: p.TailProbes, Timeouts: p.Timeouts, Repaths: p.Repaths}
-		if all > 0 {
-			rows[i].Share = float64(p.BytesSent) / float64(all)
-		}
-	}
-	return rows
-}
-
-// progress notes bytes moved (from the transfer's goroutine).
-func (r *transferReport) progress(p filexfer.Progress) {
-	r.mu.Lock()
-	if r.started.IsZero() {
-		r.started = time.Now()
-	}
-	r.bytes = p.Bytes
-	r.mu.Unlock()
-	if r.bar != nil {
-		r.bar.Set64(p.Bytes)
-	}
-}
-
-// tick closes an interval: the bytes since the last, and the connection's
-// counters since the last (tel nil on the receiving side).
-func (r *transferReport) tick(tel []endpoint.PathTelemetry) {
-	r.mu.Lock()
-	started := r.started
-	r.mu.Unlock()
-	if started.IsZero() {
-		return
-	}
-	r.tickAt(tel, time.Since(started).Seconds())
-}
-
-// tickAt closes the interval that ends at now (seconds from the start; the
-// demo's are virtual).
-func (r *transferReport) tickAt(tel []endpoint.PathTelemetry, now float64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	retx, ce, rtt := totals(tel)
-	iv := interval{Start: r.last.End, End: now, Bytes: r.bytes - r.lastBytes(), RTTMicros: rtt,
-		Retransmits: retx - r.last.Retransmits, CEMarks: ce - r.last.CEMarks}
-	if d := iv.End - iv.Start; d > 0 {
-		iv.Gbps = float64(iv.Bytes) * 8 / d / 1e9
-	}
-	r.Intervals = append(r.Intervals, iv)
-	r.last = interval{End: now, Bytes: r.bytes, Retransmits: retx, CEMarks: ce}
-	if r.text {
-		r.clearBar()
-		if r.micro {
-			fmt.Fprintf(r.out, "[%6.0f-%6.0f µs]  %9s  %7.2f Gb/s", iv.Start*1e6, iv.End*1e6, sizeText(iv.Bytes), iv.Gbps)
-		} else {
-			fmt.Fprintf(r.out, "[%6.2f-%6.2f s]  %9s  %7.2f Gb/s", iv.Start, iv.End, sizeText(iv.Bytes), iv.Gbps)
-		}
-		if tel != nil {
-			fmt.Fprintf(r.out, "  retransmits %-6d  CE %-6d  RTT %.0f µs", iv.Retransmits, iv.CEMarks, rtt)
-		}
-		fmt.Fprintln(r.out)
-	}
-}
-
-func (r *transferReport) lastBytes() int64 { return r.last.Bytes }
-
-func (r *transferReport) clearBar() {
-	if r.bar != nil {
-		r.bar.Clear()
-	}
-}
-
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-// newReport starts a report; a progress bar goes to errOut when it is a
-// terminal and the output is text.
-func newReport(role string, out, errOut io.Writer, o transferOptions, local, remote []netip.Addr) *transferReport {
-	r := &transferReport{Role: role, Port: o.port, Paths: o.paths, Mode: "mroce", out: out, text: !o.json, Intervals: []interval{}}
-	if o.baseline {
-		r.Mode = "baseline"
-	}
-	for _, a := range local {
-		r.Local = append(r.Local, a.String())
-	}
-	for _, a := range remote {
-		r.Remote = append(r.Remote, a.String())
-	}
-	return r
-}
-
-// startBar shows a progress bar of size bytes on errOut, if it is a
-// terminal and the output is text.
-func (r *transferReport) startBar(errOut io.Writer, size int64) {
-	f, ok := errOut.(*os.File)
-	if !r.text || !ok || !(isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
-		return
-	}
-	r.bar = progressbar.NewOptions64(size, progressbar.OptionSetWriter(f), progressbar.OptionShowBytes(true),
-		progressbar.OptionSetWidth(30), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-}
-
-// every runs f every d until stop is closed.
-func every(d time.Duration, stop <-chan struct{}, f func()) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			f()
-		case <-stop:
-			return
-		}
-	}
-}
-
-// finish prints the summary (and, for the sender, the per-path table), or
-// the JSON document.
-func (r *transferReport) finish(res filexfer.Result, tel []endpoint.PathTelemetry, err error) error {
-	r.clearBar()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if res.Header.Name != "" {
-		r.Name, r.Size = res.Header.Name, res.Header.Size
-	}
-	retx, ce, _ := totals(tel)
-	r.End = &summary{Bytes: r.bytes, Seconds: res.Elapsed.Seconds(), SHA256: res.SHA256, Verified: err == nil,
-		Retransmits: retx, CEMarks: ce}
-	if res.Elapsed > 0 {
-		r.End.Gbps = float64(r.bytes) * 8 / res.Elapsed.Seconds() / 1e9
-	}
-	if tel != nil {
-		r.PerPath = pathRows(tel)
-	}
-	if err != nil {
-		r.Error = err.Error()
-	}
-	if !r.text {
-		enc := json.NewEncoder(r.out)
-		enc.SetIndent("", "  ")
-		if jerr := enc.Encode(r); jerr != nil {
-			return jerr
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	verdict := "SHA-256 verified by the receiver"
-	if r.Role == "receiver" {
-		verdict = "SHA-256 matches the sender's"
-	}
-	fmt.Fprintf(r.out, "%s %s in %.3f s: %.2f Gb/s; %s (%s)\n", r.Role, sizeText(r.bytes), res.Elapsed.Seconds(), r.End.Gbps, verdict, res.SHA256)
-	if tel != nil {
-		fmt.Fprintf(r.out, "%d retransmissions, %d CE marks\n\n", retx, ce)
-		tw := tabwriter.NewWriter(r.out, 2, 8, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "path\tplane\tsource port\tstate\tRTT µs\tECN %\tshare\tpackets\tretransmits\tmoves\t")
-		for _, p := range r.PerPath {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%.0f\t%.1f\t%.1f%%\t%d\t%d\t%d\t\n", p.Path, p.Plane, p.SourcePort, p.State,
-				p.RTTMicros, p.ECNPercent, 100*p.Share, p.Packets, p.Retransmits, p.Repaths)
-		}
-		tw.Flush()
-	}
-	return nil
-}
-
-// capture opens the pcap file of --pcap and returns the tap that writes
-// to it (on the host's loop goroutine) and what closes it.
-func capture(path string, log *slog.Logger) (software.UDPOptions, func() error, error) {
-	if path == "" {
-		return software.UDPOptions{}, func() error { return nil }, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return software.UDPOptions{}, nil, fmt.Errorf("--pcap: %w", err)
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	pw, err := pcapio.NewWriter(bw)
-	if err != nil {
-		f.Close()
-		return software.UDPOptions{}, nil, fmt.Errorf("--pcap: %w", err)
-	}
-	failed := false
-	tap := func(d *link.Datagram, _ bool) {
-		if err := pw.WriteDatagram(time.Now(), d.Src, d.Dst, d.DSCP, d.ECN, d.Data); err != nil && !failed {
-			failed = true
-			log.Error("capture stopped", "file", path, "err", err)
-		}
-	}
-	done := func() error {
-		if err := bw.Flush(); err != nil {
-			f.Close()
-			return fmt.Errorf("--pcap: %w", err)
-		}
-		return f.Close()
-	}
-	return software.UDPOptions{Tap: tap}, done, nil
-}
-
-// logPathEvents logs what the connection's paths did since the last call.
-func logPathEvents(log *slog.Logger, qp *endpoint.QP) {
-	for _, ev := range qp.PathEvents() {
-		if ev.Repath {
-			log.Info("path moved", "path", ev.Path, "source_port", ev.SrcPort, "epoch", ev.Epoch)
-			continue
-		}
-		log.Info("path state", "path", ev.Path, "from", ev.From.String(), "to", ev.To.String())
-	}
-}
-
-// serveMetrics serves Prometheus metrics at addr until stop is called; its
-// collector exports the connections added to it.
-func serveMetrics(addr string) (*metrics.Collector, func(), error) {
-	col := metrics.NewCollector()
-	if addr == "" {
-		return col, func() {}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--metrics: %w", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(col, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	return col, func() { srv.Close() }, nil
-}
-
-// openWithTools opens a host on planes (port 0: a free one) with what the
-// options ask beside it: the metrics server and the packet capture. done
-// closes all three.
-func openWithTools(planes []netip.Addr, port uint16, o transferOptions) (*software.UDPHost, *metrics.Collector, func(), error) {
-	col, stopMetrics, err := serveMetrics(o.metrics)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	uo, closeCapture, err := capture(o.pcap, o.log)
-	if err != nil {
-		stopMetrics()
-		return nil, nil, nil, err
-	}
-	host, err := openHost(planes, port, o, uo)
-	if err != nil {
-		stopMetrics()
-		closeCapture()
-		return nil, nil, nil, err
-	}
-	return host, col, func() {
-		host.Close()
-		stopMetrics()
-		if err := closeCapture(); err != nil {
-			o.log.Error("capture", "err", err)
-		}
-	}, nil
-}
-
+// runSend sends src to the receiver at to and prints the transfer.
 func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr, src *source, o transferOptions) error {
 	o.fill()
-	host, col, done, err := openWithTools(local, 0, o)
+	h, err := host.Open(local, o.hostOptions(0))
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
-	defer done()
-	dev := host.Device()
-	pd, _ := dev.AllocPD()
-	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
+	defer closeHost(h, o.log)
 	cctx, cancel := context.WithTimeout(ctx, o.noProgress)
-	conn.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: to, Port: o.port}, conn.Send, conn.Recv, endpoint.QPOptions{})
+	conn, err := filexfer.Dial(cctx, h.Device(), endpoint.Remote{Planes: to, Port: o.port})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("send: no answer from %v port %d (is mroce recv running there?): %w", to, o.port, err)
 	}
 	o.log.Info("connected", "to", to, "port", o.port, "paths", o.paths)
-	col.Add(fmt.Sprintf("%v:%d", to[0], o.port), conn.QP.Telemetry)
-	r := newReport("sender", out, errOut, o, local, to)
-	r.Name, r.Size = src.name, src.size
-	if r.text {
+	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), conn.QP.Telemetry)
+	p := newPrinter("sender", out, o, local, to)
+	p.report.Name, p.report.Size = src.name, src.size
+	if p.text {
 		fmt.Fprintf(out, "sending %s (%s) to %v port %d over %d paths on %d planes\n", src.name, sizeText(src.size), to, o.port, o.paths, len(to))
 	}
-	r.startBar(errOut, src.size)
+	p.startBar(errOut, src.size)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		every(max(o.interval, 0), stop, func() { r.tick(conn.QP.Telemetry()); logPathEvents(o.log, conn.QP) })
-	}()
-	res, err := filexfer.SendFile(ctx, conn, src, src.name, src.size, o.chunk, filexfer.DefaultDepth, r.progress)
+	wg.Go(func() {
+		every(o.interval, stop, func() { p.tick(conn.QP.Telemetry()); logPathEvents(o.log, conn.QP) })
+	})
+	res, err := filexfer.SendFile(ctx, conn, src, src.name, src.size, o.chunk, filexfer.DefaultDepth, p.progress)
 	close(stop)
 	wg.Wait()
 	logPathEvents(o.log, conn.QP)
@@ -709,65 +301,57 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	}
 	tel := conn.QP.Telemetry()
 	if err == nil {
-		r.tick(tel)
+		p.tick(tel)
 		conn.QP.Close()
 	}
-	return r.finish(res, tel, err)
+	return p.finish(res, tel, err)
 }
 
+// runRecv receives one transfer on planes, writes it to outPath when
+// given, and prints it.
 func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, outPath string, o transferOptions) error {
 	o.fill()
-	host, col, done, err := openWithTools(planes, o.port, o)
+	h, err := host.Open(planes, o.hostOptions(o.port))
 	if err != nil {
 		return fmt.Errorf("recv: %w", err)
 	}
-	defer done()
-	dev := host.Device()
-	pd, _ := dev.AllocPD()
+	defer closeHost(h, o.log)
+	dev := h.Device()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
 	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
 	lis, err := pd.Listen(conn.Send, conn.Recv, endpoint.QPOptions{})
 	if err != nil {
 		return err
 	}
-	r := newReport("receiver", out, errOut, o, planes, nil)
-	if r.text {
+	p := newPrinter("receiver", out, o, planes, nil)
+	if p.text {
 		fmt.Fprintf(out, "listening on %v port %d\n", planes, o.port)
 	}
 	if conn.QP, err = lis.Accept(ctx); err != nil {
 		return err
 	}
-	col.Add("sender", conn.QP.Telemetry)
+	h.Metrics.Add("sender", conn.QP.Telemetry)
 	o.log.Info("accepted a connection")
 	var file *os.File
-	open := func(h filexfer.Header) (io.Writer, error) {
-		r.startBar(errOut, h.Size)
-		if r.text {
-			r.clearBar()
-			fmt.Fprintf(out, "receiving %q (%s)\n", h.Name, sizeText(h.Size))
+	open := func(hdr filexfer.Header) (io.Writer, error) {
+		p.startBar(errOut, hdr.Size)
+		if p.text {
+			p.clearBar()
+			fmt.Fprintf(out, "receiving %q (%s)\n", hdr.Name, sizeText(hdr.Size))
 		}
 		if outPath == "" {
 			return io.Discard, nil
 		}
-		path := outPath
-		if st, err := os.Stat(outPath); err == nil && st.IsDir() {
-			name := filepath.Base(filepath.Clean("/" + h.Name)) // the sender's name, never a path
-			if name == "/" || name == "." {
-				name = "received"
-			}
-			path = filepath.Join(outPath, name)
-		}
-		f, err := os.Create(path)
-		if err != nil {
-			return nil, err
-		}
-		file = f
-		return f, nil
+		file, err = createOutput(outPath, hdr.Name)
+		return file, err
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); every(o.interval, stop, func() { r.tick(nil) }) }()
-	res, err := filexfer.ReceiveFile(ctx, conn, filexfer.DefaultDepth, max(o.chunk, 16<<20), open, r.progress)
+	wg.Go(func() { every(o.interval, stop, func() { p.tick(nil) }) })
+	res, err := filexfer.ReceiveFile(ctx, conn, filexfer.DefaultDepth, max(o.chunk, 16<<20), open, p.progress)
 	close(stop)
 	wg.Wait()
 	if file != nil {
@@ -776,10 +360,29 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 		}
 	}
 	if err == nil {
-		r.tick(nil)
+		p.tick(nil)
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return r.finish(res, nil, err)
+	return p.finish(res, nil, err)
+}
+
+// createOutput creates the file --out names. When --out is a directory the
+// file goes in it under the sender's name, reduced to its last element so
+// that a sender cannot write elsewhere.
+func createOutput(outPath, name string) (*os.File, error) {
+	path := outPath
+	if st, err := os.Stat(outPath); err == nil && st.IsDir() {
+		path = filepath.Join(outPath, filexfer.SafeName(name))
+	}
+	return os.Create(path)
+}
+
+// closeHost closes h and logs what the capture could not write, since the
+// transfer's own result is what the command returns.
+func closeHost(h *host.Host, log *slog.Logger) {
+	if err := h.Close(); err != nil {
+		log.Error("capture", "err", err)
+	}
 }

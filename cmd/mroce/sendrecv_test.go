@@ -202,9 +202,9 @@ func TestSendRecvErrors(t *testing.T) {
 		{[]string{"send", "--to", "127.0.0.1", "--local", "127.0.0.1,127.0.0.2"}, 2, "2 --local addresses for 1 --to addresses"},
 		{[]string{"recv", "--listen", "127.0.0.94", "--port", busyPort}, 1, "address already in use"},
 		{[]string{"recv", "--mtu", "100"}, 2, "--mtu must be 0 or 256 to 9000"},
-		{[]string{"send", "--to", "127.0.0.1", "--metrics", "300.0.0.1:1"}, 1, "send: --metrics: listen tcp"},
+		{[]string{"send", "--to", "127.0.0.1", "--metrics", "300.0.0.1:1"}, 1, "send: metrics: listen tcp"},
 		{[]string{"send", "--to", "127.0.0.1", "--log-level", "loud"}, 2, `--log-level "loud": want debug, info, warn or error`},
-		{[]string{"recv", "--pcap", "/no/such/dir/x.pcap"}, 1, "recv: --pcap: open /no/such/dir/x.pcap"},
+		{[]string{"recv", "--pcap", "/no/such/dir/x.pcap"}, 1, "recv: pcap: open /no/such/dir/x.pcap"},
 		{[]string{"send", "--to", "127.0.0.95", "--port", "9", "--timeout", "300ms", "--size-mib", "1"}, 1, "no answer from [127.0.0.95] port 9 (is mroce recv running there?)"},
 	}
 	for _, c := range cases {
