@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,8 +16,6 @@ import (
 
 	"github.com/mroce/mroce/app/contract"
 	"github.com/mroce/mroce/conformance"
-	"github.com/mroce/mroce/endpoint"
-	"github.com/mroce/mroce/endpoint/software"
 )
 
 func conformanceCommand() *cli.Command {
@@ -58,48 +54,7 @@ func conformanceCommand() *cli.Command {
 					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
 					&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a case may take"},
 				}, report...),
-				Action: func(c *cli.Context) error {
-					mroce, err := thisEndpoint()
-					if err != nil {
-						return err
-					}
-					impls, err := parseImpls(c, c.StringSlice("impl"))
-					if err != nil {
-						return err
-					}
-					cases, unknown := selectCases(conformance.RunnerCases, func(rc conformance.RunnerCase) string { return rc.Name }, c.StringSlice("cases"))
-					if unknown != "" {
-						return usagef(c, "conformance run: no case %q", unknown)
-					}
-					emu := c.String("emulator")
-					if emu != conformance.Relay && emu != conformance.TUN {
-						return usagef(c, "conformance run: --emulator %q: want relay or tun", emu)
-					}
-					rep := conformance.Report{Target: "the " + emu + " emulator", Started: time.Now()}
-					if len(impls) > 0 {
-						if c.IsSet("requester") || c.IsSet("responder") {
-							return usagef(c, "conformance run: --impl runs every pair: no --requester or --responder with it")
-						}
-						impls = append([]conformance.Implementation{mroce}, impls...)
-						var names []string
-						for _, im := range impls {
-							names = append(names, im.Name)
-						}
-						rep.Implementation = "the interop matrix of " + strings.Join(names, ", ")
-						rep.Results = conformance.RunMatrix(emu, impls, cases, c.String("logs"), c.Duration("timeout"))
-						return writeConformance(c, rep)
-					}
-					impl := func(flag string) conformance.Implementation {
-						if v := c.String(flag); v != "" {
-							return commandImpl(v)
-						}
-						return mroce
-					}
-					req, resp := impl("requester"), impl("responder")
-					rep.Implementation = req.Name + " -> " + resp.Name
-					rep.Results = conformance.RunPair(emu, req, resp, cases, c.String("logs"), c.Duration("timeout"))
-					return writeConformance(c, rep)
-				},
+				Action: conformanceRun,
 			},
 			{
 				Name:  "probe",
@@ -132,28 +87,7 @@ func conformanceCommand() *cli.Command {
 					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for the requester's logs"},
 					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
 				}, report...),
-				Action: func(c *cli.Context) error {
-					probe, err := netip.ParseAddr(c.String("probe"))
-					if err != nil {
-						return usagef(c, "conformance sender: --probe %q: want an address", c.String("probe"))
-					}
-					req, err := thisEndpoint()
-					if err != nil {
-						return err
-					}
-					if v := c.String("requester"); v != "" {
-						req = commandImpl(v)
-					}
-					argv, name := req.Cmd, req.Name
-					cases, unknown := selectCases(conformance.SenderCases, func(sc conformance.SenderCase) string { return sc.Name }, c.StringSlice("cases"))
-					if unknown != "" {
-						return usagef(c, "conformance sender: no case %q", unknown)
-					}
-					env := conformance.SenderEnv{Local: probe, Start: contractRequesterStarter(argv, c.String("logs"))}
-					rep := conformance.Report{Implementation: name, Target: "the requester, through the sender probe", Started: time.Now()}
-					rep.Results = conformance.RunSender(env, cases)
-					return writeConformance(c, rep)
-				},
+				Action: conformanceSender,
 			},
 			{
 				Name:  "self",
@@ -166,16 +100,86 @@ func conformanceCommand() *cli.Command {
 					if err != nil {
 						return usagef(c, "conformance self: --listen %q: want an address", c.String("listen"))
 					}
-					host, t, err := selfResponder(a)
+					h, t, err := contract.ProbeTarget(a)
 					if err != nil {
 						return fmt.Errorf("conformance self: %w", err)
 					}
-					defer host.Close()
+					defer h.Close()
 					return runConformance(c, "mroce (this build)", t)
 				},
 			},
 		},
 	}
+}
+
+// conformanceRun runs the two-endpoint cases for one pair, or for every
+// pair of the interop matrix when --impl names implementations.
+func conformanceRun(c *cli.Context) error {
+	mroce, err := thisEndpoint()
+	if err != nil {
+		return err
+	}
+	impls, err := parseImpls(c, c.StringSlice("impl"))
+	if err != nil {
+		return err
+	}
+	cases, unknown := selectCases(conformance.RunnerCases, func(rc conformance.RunnerCase) string { return rc.Name }, c.StringSlice("cases"))
+	if unknown != "" {
+		return usagef(c, "conformance run: no case %q", unknown)
+	}
+	emu := c.String("emulator")
+	if emu != conformance.Relay && emu != conformance.TUN {
+		return usagef(c, "conformance run: --emulator %q: want relay or tun", emu)
+	}
+	rep := conformance.Report{Target: "the " + emu + " emulator", Started: time.Now()}
+	if len(impls) > 0 {
+		if c.IsSet("requester") || c.IsSet("responder") {
+			return usagef(c, "conformance run: --impl runs every pair: no --requester or --responder with it")
+		}
+		impls = append([]conformance.Implementation{mroce}, impls...)
+		var names []string
+		for _, im := range impls {
+			names = append(names, im.Name)
+		}
+		rep.Implementation = "the interop matrix of " + strings.Join(names, ", ")
+		rep.Results = conformance.RunMatrix(emu, impls, cases, c.String("logs"), c.Duration("timeout"))
+		return writeConformance(c, rep)
+	}
+	impl := func(flag string) conformance.Implementation {
+		if v := c.String(flag); v != "" {
+			return commandImpl(v)
+		}
+		return mroce
+	}
+	req, resp := impl("requester"), impl("responder")
+	rep.Implementation = req.Name + " -> " + resp.Name
+	rep.Results = conformance.RunPair(emu, req, resp, cases, c.String("logs"), c.Duration("timeout"))
+	return writeConformance(c, rep)
+}
+
+// conformanceSender checks a requester from the wire through the sender
+// probe.
+func conformanceSender(c *cli.Context) error {
+	probe, err := netip.ParseAddr(c.String("probe"))
+	if err != nil {
+		return usagef(c, "conformance sender: --probe %q: want an address", c.String("probe"))
+	}
+	req, err := thisEndpoint()
+	if err != nil {
+		return err
+	}
+	if v := c.String("requester"); v != "" {
+		req = commandImpl(v)
+	}
+	argv, name := req.Cmd, req.Name
+	cases, unknown := selectCases(conformance.SenderCases, func(sc conformance.SenderCase) string { return sc.Name }, c.StringSlice("cases"))
+	if unknown != "" {
+		return usagef(c, "conformance sender: no case %q", unknown)
+	}
+	env := conformance.SenderEnv{Local: probe, Start: contract.RequesterStarter(argv, c.String("logs"))}
+	rep := conformance.Report{Implementation: name, Target: "the requester, through the sender probe", Started: time.Now()}
+	rep.Results = conformance.RunSender(env, cases)
+	return writeConformance(c, rep)
 }
 
 // runContractEndpoint reads the contract's variables, plays the role
@@ -194,35 +198,6 @@ func runContractEndpoint(ctx context.Context, errOut io.Writer) error {
 		return exitStatus(1)
 	}
 	return nil
-}
-
-// selfResponder opens an mroce endpoint on addr that listens and grants
-// remote write on a 1 MiB region.
-func selfResponder(addr netip.Addr) (*software.UDPHost, conformance.Target, error) {
-	var lastErr error
-	for try := 0; try < 20; try++ {
-		base := uint16(20000 + rand.IntN(40000))
-		host, err := software.OpenUDP(software.UDPOptions{Planes: []netip.Addr{addr}, Port: base, Paths: 8, Streams: 2,
-			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second})
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		dev := host.Device()
-		pd, _ := dev.AllocPD()
-		cq := dev.CreateCQ(64)
-		if _, err := pd.Listen(cq, cq, endpoint.QPOptions{}); err != nil {
-			host.Close()
-			return nil, conformance.Target{}, err
-		}
-		mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
-		if err != nil {
-			host.Close()
-			return nil, conformance.Target{}, err
-		}
-		return host, conformance.Target{Addr: netip.AddrPortFrom(addr, base), RKey: mr.RKey(), Len: 1 << 20, Streams: 2}, nil
-	}
-	return nil, conformance.Target{}, lastErr
 }
 
 func runConformance(c *cli.Context, name string, t conformance.Target) error {
@@ -305,39 +280,6 @@ func thisEndpoint() (conformance.Implementation, error) {
 		return conformance.Implementation{}, err
 	}
 	return conformance.Implementation{Name: "mroce", Cmd: []string{self, "conformance", "endpoint"}}, nil
-}
-
-// contractRequesterStarter starts argv as a requester of the endpoint
-// contract that moves 64 MiB (more than any sender case waits for) to the
-// probe at peer, binding 127.0.0.1 and the probe's port there, its logs
-// under dir; the function it returns kills it.
-func contractRequesterStarter(argv []string, dir string) func(peer netip.AddrPort) (func(), error) {
-	n := 0
-	return func(peer netip.AddrPort) (func(), error) {
-		n++
-		logdir := filepath.Join(dir, fmt.Sprintf("sender-%d", n))
-		if err := os.MkdirAll(logdir, 0o755); err != nil {
-			return nil, err
-		}
-		out, err := os.Create(filepath.Join(logdir, "output.log"))
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), "ROLE=requester", "TESTCASE=transfer", "PLANES=127.0.0.1", "PEER="+peer.Addr().String(),
-			fmt.Sprintf("PORT=%d", peer.Port()), fmt.Sprintf("SIZE=%d", 64<<20), "REQUESTERS=1", "LOGDIR="+logdir,
-			"START=") // at once, whatever this process's environment says
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			out.Close()
-			return nil, err
-		}
-		return func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-			out.Close()
-		}, nil
-	}
 }
 
 // selectCases returns the cases of all that names names, in the order

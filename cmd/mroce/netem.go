@@ -85,36 +85,7 @@ func netemCommand() *cli.Command {
 				Usage:     "run a program inside an emulated host",
 				UsageText: progName + " netem exec [--name NAME] HOST -- COMMAND [ARGS...]",
 				Flags:     []cli.Flag{name},
-				Action: func(c *cli.Context) error {
-					if c.NArg() < 2 {
-						return usagef(c, "netem exec: want HOST and a command")
-					}
-					host, err := strconv.Atoi(c.Args().First())
-					if err != nil || host < 0 {
-						return usagef(c, "netem exec: host %q: want a host number", c.Args().First())
-					}
-					ns := fmt.Sprintf("mroce-%s-h%d", c.String("name"), host)
-					if _, err := os.Stat("/run/netns/" + ns); err != nil {
-						return fmt.Errorf("netem exec: no emulated host %d in network %q (is mroce netem up running?)", host, c.String("name"))
-					}
-					argv := c.Args().Tail()
-					if len(argv) > 0 && argv[0] == "--" {
-						argv = argv[1:]
-					}
-					if len(argv) == 0 {
-						return usagef(c, "netem exec: want a command after the host")
-					}
-					cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
-					cmd.Stdin, cmd.Stdout, cmd.Stderr = c.App.Reader, c.App.Writer, c.App.ErrWriter
-					if err := cmd.Run(); err != nil {
-						var exit *exec.ExitError
-						if errors.As(err, &exit) {
-							return exitStatus(exit.ExitCode()) // the program's own: passed on
-						}
-						return err
-					}
-					return nil
-				},
+				Action:    netemExec,
 			},
 			{
 				Name:  "status",
@@ -149,6 +120,39 @@ func netemCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// netemExec runs a program inside an emulated host with ip netns exec
+// and passes its exit status on.
+func netemExec(c *cli.Context) error {
+	if c.NArg() < 2 {
+		return usagef(c, "netem exec: want HOST and a command")
+	}
+	host, err := strconv.Atoi(c.Args().First())
+	if err != nil || host < 0 {
+		return usagef(c, "netem exec: host %q: want a host number", c.Args().First())
+	}
+	ns := fmt.Sprintf("mroce-%s-h%d", c.String("name"), host)
+	if _, err := os.Stat("/run/netns/" + ns); err != nil {
+		return fmt.Errorf("netem exec: no emulated host %d in network %q (is mroce netem up running?)", host, c.String("name"))
+	}
+	argv := c.Args().Tail()
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 {
+		return usagef(c, "netem exec: want a command after the host")
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.App.Reader, c.App.Writer, c.App.ErrWriter
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exitStatus(exit.ExitCode()) // the program's own: passed on
+		}
+		return err
+	}
+	return nil
 }
 
 // fabricFlags are the emulated network's settings, shared by netem up and
