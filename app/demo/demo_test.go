@@ -11,9 +11,9 @@ import (
 var small = Options{SizeMiB: 2, Planes: 2, Paths: 4, Streams: 2, Loss: 0.02, RateGbps: 100, Delay: 2 * time.Microsecond,
 	Interval: 20 * time.Microsecond, Seed: 3}
 
-// The demo's WRITE arrives whole through a lossy fabric; the fabric lost
-// data packets and the paths resent them; the ticks are the intervals the
-// result keeps and add up to what the paths carried.
+// The demo's WRITE arrives whole through a lossy fabric that lost data
+// packets, which the paths resent. The ticks are the intervals the result
+// keeps, and they add up to what the paths carried.
 func TestRun(t *testing.T) {
 	var ticks []xferstats.Interval
 	res, err := Run(context.Background(), small, func(iv xferstats.Interval) { ticks = append(ticks, iv) })

@@ -35,12 +35,16 @@ import (
 // Stream is the stream the protocol uses.
 const Stream = 1
 
-// Defaults.
-const (
-	DefaultChunk = 1 << 20
-	DefaultDepth = 16
-	maxControl   = 4096 // the largest header, trailer or verdict
-)
+// DefaultChunk is the bytes per SEND. A MiB a message keeps the cost of
+// each completion small beside the data it moves.
+const DefaultChunk = 1 << 20
+
+// DefaultDepth is how many chunks are in flight, and how many receives the
+// receiver keeps posted.
+const DefaultDepth = 16
+
+// maxControl is the largest header, trailer or verdict.
+const maxControl = 4096
 
 // Header opens a transfer.
 type Header struct {
@@ -70,10 +74,10 @@ type Progress struct {
 type Result struct {
 	Header  Header
 	SHA256  string
-	Elapsed time.Duration // from the header to the verdict
+	Elapsed time.Duration // time from the header to the verdict
 }
 
-// Conn is one side's connection: its QP, completion queues and domain.
+// Conn is one side's connection with its completion queues and domain.
 type Conn struct {
 	QP         *endpoint.QP
 	PD         *endpoint.PD
@@ -115,8 +119,8 @@ func SafeName(name string) string {
 
 // SendFile sends size bytes from r under name, chunk bytes per SEND with
 // at most depth in flight, calls progress after each chunk, and waits for
-// the receiver's verdict. If it cannot finish (the reader fails, say), it
-// closes the connection, so that the receiver stops waiting.
+// the receiver's verdict. If it cannot finish, because the reader fails
+// for one, it closes the connection so that the receiver stops waiting.
 func SendFile(ctx context.Context, c Conn, r io.Reader, name string, size int64, chunk, depth int, progress func(Progress)) (res Result, err error) {
 	defer func() {
 		if err != nil {
@@ -236,7 +240,7 @@ func SendFile(ctx context.Context, c Conn, r io.Reader, name string, size int64,
 }
 
 // ReceiveFile receives one transfer into the writer open returns for its
-// header, keeping depth receive buffers posted; it calls progress after
+// header, keeping depth receive buffers posted. It calls progress after
 // each chunk and answers the sender with its verdict.
 func ReceiveFile(ctx context.Context, c Conn, depth int, maxChunk int, open func(Header) (io.Writer, error), progress func(Progress)) (Result, error) {
 	if depth <= 0 {
@@ -325,8 +329,8 @@ func ReceiveFile(ctx context.Context, c Conn, depth int, maxChunk int, open func
 	if err := c.answer(ctx, v); err != nil {
 		// The data arrived whole and checked. A sender that closes as
 		// soon as it reads the verdict can close before the verdict's
-		// acknowledgment reaches us (the CLOSE took another plane): the
-		// verdict's send then fails as flushed, and the transfer still
+		// acknowledgment reaches us, when the CLOSE takes another plane.
+		// The verdict's send then fails as flushed, and the transfer still
 		// succeeded.
 		if !v.OK || !errors.Is(err, endpoint.ErrClosed) {
 			return res, err
@@ -338,8 +342,8 @@ func ReceiveFile(ctx context.Context, c Conn, depth int, maxChunk int, open func
 	return res, nil
 }
 
-// refuse tells the sender the transfer failed (best effort) and returns
-// err.
+// refuse tells the sender that the transfer failed and returns err. It
+// tries once for 2 s, since the sender may be gone.
 func (c Conn) refuse(err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -367,8 +371,8 @@ func (c Conn) answer(ctx context.Context, v Verdict) error {
 	return nil
 }
 
-// parseHeader reads a header: JSON with a size of 0 or more and a chunk
-// of 1 or more bytes.
+// parseHeader reads a header, JSON with a size of 0 or more and a chunk of
+// 1 or more bytes.
 func parseHeader(b []byte) (Header, error) {
 	var h Header
 	if err := json.Unmarshal(b, &h); err != nil || h.Size < 0 || h.Chunk <= 0 {
@@ -377,7 +381,7 @@ func parseHeader(b []byte) (Header, error) {
 	return h, nil
 }
 
-// parseTrailer reads a trailer: JSON with a SHA-256 in hex.
+// parseTrailer reads a trailer, JSON with a SHA-256 in hex.
 func parseTrailer(b []byte) (Trailer, error) {
 	var t Trailer
 	if err := json.Unmarshal(b, &t); err != nil || !isSHA256(t.SHA256) {
@@ -386,7 +390,7 @@ func parseTrailer(b []byte) (Trailer, error) {
 	return t, nil
 }
 
-// parseVerdict reads a verdict: JSON whose SHA-256, when present, is one.
+// parseVerdict reads a verdict, JSON whose SHA-256 is one when present.
 func parseVerdict(b []byte) (Verdict, error) {
 	var v Verdict
 	if err := json.Unmarshal(b, &v); err != nil || v.SHA256 != "" && !isSHA256(v.SHA256) || v.OK && v.SHA256 == "" {

@@ -16,15 +16,16 @@ import (
 	"github.com/mroce/mroce/app/xfertest"
 )
 
-// pair connects two hosts on loopback: the client's end and the server's.
+// pair connects two hosts on loopback and returns the client's end and
+// the server's.
 func pair(t *testing.T) (Conn, Conn) {
 	t.Helper()
 	c, s := xfertest.Loopback(t, "127.0.0.71", "127.0.0.72")
 	return Conn(c), Conn(s)
 }
 
-// run sends data (as the reader r yields it, claiming size) and receives
-// it, and returns both sides' results and errors and what was written.
+// run sends what r yields under the claim of size bytes and receives it.
+// It returns both sides' results and errors and what was written.
 func run(t *testing.T, r io.Reader, size int64, chunk int) (Result, error, Result, error, []byte) {
 	t.Helper()
 	snd, rcv := pair(t)
@@ -48,7 +49,7 @@ func run(t *testing.T, r io.Reader, size int64, chunk int) (Result, error, Resul
 	return sres, serr, rres, rerr, out.Bytes()
 }
 
-// A file's bytes arrive whole and in order, in chunks over many paths;
+// A file's bytes arrive whole and in order, in chunks over many paths, and
 // both sides agree on its SHA-256, which is the data's.
 func TestSendFileArrivesVerified(t *testing.T) {
 	for _, size := range []int{0, 1, 300 << 10, 5<<20 + 7} {
@@ -68,8 +69,8 @@ func TestSendFileArrivesVerified(t *testing.T) {
 	}
 }
 
-// A reader that ends early is the sender's error; the sender closes the
-// connection and the receiver stops with an error rather than waiting.
+// A reader that ends early is the sender's error. The sender closes the
+// connection, and the receiver stops with an error rather than waiting.
 func TestShortReaderFailsTheSender(t *testing.T) {
 	_, serr, _, rerr, _ := run(t, strings.NewReader("only this"), 1<<20, 64<<10)
 	if serr == nil || !strings.Contains(serr.Error(), "reading the data") {
@@ -102,8 +103,8 @@ func TestParsersRefuseGarbage(t *testing.T) {
 	}
 }
 
-// FuzzParseControl: any bytes as a header, trailer or verdict: no panic,
-// and what is accepted keeps the rules.
+// FuzzParseControl gives any bytes to the parsers of the header, trailer
+// and verdict. None may panic, and what they accept keeps the rules.
 func FuzzParseControl(f *testing.F) {
 	f.Add([]byte(`{"name":"a","size":10,"chunk":4}`))
 	f.Add([]byte(`{"sha256":"` + strings.Repeat("ab", 32) + `"}`))

@@ -23,7 +23,7 @@ import (
 	"github.com/mroce/mroce/endpoint"
 )
 
-// The tests.
+// The tests, named as perftest's ib_write_bw and its siblings.
 const (
 	WriteBW  = "write_bw"
 	SendBW   = "send_bw"
@@ -43,21 +43,22 @@ type Request struct {
 	Sizes []int  `json:"sizes"`
 	Iters int    `json:"iters"`
 	Depth int    `json:"depth"`
-	// For write_lat: the client's region the server WRITEs back to.
+	// RKey is the client's region that write_lat's server WRITEs back to.
 	RKey uint64 `json:"rkey,omitempty"`
 }
 
-// Response is the server's answer: its region.
+// Response is the server's answer, naming its region or its refusal.
 type Response struct {
 	RKey  uint64 `json:"rkey"`
 	Len   int    `json:"len"`
 	Error string `json:"error,omitempty"`
 }
 
-// MaxSize is the largest message a test may use: 64 MiB.
+// MaxSize is the largest message a test may use, 64 MiB.
 const MaxSize = 64 << 20
 
-// Sweep is the sizes of -a: 2 bytes to 8 MiB, powers of two, as perftest.
+// Sweep is the sizes of -a, the powers of two from 2 bytes to 8 MiB, as in
+// perftest.
 func Sweep() []int {
 	var s []int
 	for n := 2; n <= 8<<20; n *= 2 {
@@ -67,8 +68,8 @@ func Sweep() []int {
 }
 
 // Result is one size's measurement. Bandwidth tests fill the BW fields,
-// the latency test the latency ones (one-way: half the round trip, as
-// perftest reports).
+// the latency test the latency ones. Latencies are one-way, half the round
+// trip, as perftest reports them.
 type Result struct {
 	Bytes       int     `json:"bytes"`
 	Iterations  int     `json:"iterations"`
@@ -116,8 +117,8 @@ func (r Request) Validate() error {
 func maxOf(sizes []int) int { return slices.Max(sizes) }
 
 // exchange SENDs msg on the control stream and waits for the peer's
-// message into a posted receive (posted before sending, so that an answer
-// never finds no receive).
+// message. The receive is posted before the SEND, so that the answer
+// always finds one.
 func exchange(ctx context.Context, s Side, msg any, into any) error {
 	in, err := s.PD.RegisterMR(make([]byte, 4096), endpoint.LocalWrite)
 	if err != nil {
@@ -168,7 +169,7 @@ func receive(ctx context.Context, s Side, in *endpoint.MR, into any) error {
 	return nil
 }
 
-// waitOne waits for the completion id on cq (others are errors).
+// waitOne waits for the completion id on cq. Any other is an error.
 func waitOne(ctx context.Context, cq *endpoint.CQ, id uint64) error {
 	wc := make([]endpoint.Completion, 1)
 	if _, err := cq.Wait(ctx, wc); err != nil {
@@ -195,7 +196,8 @@ func Serve(ctx context.Context, s Side) (Request, error) {
 	if err != nil {
 		return req, err
 	}
-	// The client's end comes on the control stream; post its receive now.
+	// The client's end comes on the control stream, so its receive goes
+	// before the answer.
 	end, err := s.PD.RegisterMR(make([]byte, 4096), endpoint.LocalWrite)
 	if err != nil {
 		return req, err
@@ -230,13 +232,14 @@ func Serve(ctx context.Context, s Side) (Request, error) {
 			}
 			switch {
 			case c.Stream == control:
-				return req, send(ctx, s, Response{RKey: region.RKey(), Len: size}) // the end: answered
+				return req, send(ctx, s, Response{RKey: region.RKey(), Len: size}) // the end, answered
 			case req.Test == SendBW:
 				if err := s.QP.PostRecv(c.ID, data, region.SGE(0, uint32(size))); err != nil {
 					return req, err
 				}
 			case req.Test == WriteLat:
-				// Pong: the same size back, as a WRITE_IMM into the client's region.
+				// The pong is the same size back, a WRITE_IMM into the
+				// client's region.
 				if err := s.QP.PostRecv(0, data); err != nil {
 					return req, err
 				}
@@ -286,7 +289,7 @@ func Run(ctx context.Context, s Side, req Request, done func(Result)) ([]Result,
 			done(r)
 		}
 	}
-	// The end: the server answers it and leaves.
+	// The server answers the end and leaves.
 	var bye Response
 	if err := exchange(ctx, s, Request{Test: req.Test}, &bye); err != nil {
 		return out, err
@@ -305,7 +308,8 @@ func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, res
 	}
 	posted, completed := 0, 0
 	began := time.Now()
-	// Peak: the best rate over a window of a tenth of the iterations.
+	// The peak is the best rate over a window of a tenth of the
+	// iterations.
 	window := max(1, req.Iters/10)
 	marks := make([]time.Time, 0, req.Iters/window+2)
 	wc := make([]endpoint.Completion, 64)

@@ -10,7 +10,8 @@ import (
 	"github.com/mroce/mroce/app/xfertest"
 )
 
-// pair connects two hosts on loopback: the client's end and the server's.
+// pair connects two hosts on loopback and returns the client's end and
+// the server's.
 func pair(t *testing.T) (Side, Side) {
 	t.Helper()
 	c, s := xfertest.Loopback(t, "127.0.0.73", "127.0.0.74")
@@ -18,10 +19,10 @@ func pair(t *testing.T) (Side, Side) {
 }
 
 // Every test runs between a client and a server over real sockets and
-// reports figures that hang together: for bandwidth, a peak at least the
-// average and a message rate that is the average over the size; for
-// latency, min <= typical <= p99 <= p99.9 <= max, an average between min
-// and max.
+// reports figures that hang together. For bandwidth the peak is at least
+// the average and the message rate is the average over the size. For
+// latency min <= typical <= p99 <= p99.9 <= max, and the average lies
+// between min and max.
 func TestEveryTestRuns(t *testing.T) {
 	for _, test := range Tests {
 		client, server := pair(t)

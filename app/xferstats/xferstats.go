@@ -180,8 +180,9 @@ func (m *Meter) Intervals() []Interval {
 	return append([]Interval{}, m.intervals...)
 }
 
-// Summary is the finished transfer: the bytes moved in elapsed, the data's
-// SHA-256, whether both sides agreed on it, and the connection's counters.
+// Summary describes the finished transfer. It holds the bytes moved in
+// elapsed, the data's SHA-256 and whether both sides agreed on it, and the
+// connection's counters.
 func (m *Meter) Summary(elapsed time.Duration, sha256 string, verified bool, tel []endpoint.PathTelemetry) Summary {
 	retx, ce, _ := Totals(tel)
 	s := Summary{Bytes: m.Bytes(), Seconds: elapsed.Seconds(), SHA256: sha256, Verified: verified, Retransmits: retx, CEMarks: ce}

@@ -19,7 +19,7 @@ func path(i int, bytes, retx, ce uint64, srtt time.Duration) endpoint.PathTeleme
 	return p
 }
 
-// Totals adds the counters and averages only the paths with a sample;
+// Totals adds the counters and averages only the paths with a sample.
 // PathRows gives each path its share of the bytes.
 func TestTotalsAndRows(t *testing.T) {
 	tel := []endpoint.PathTelemetry{path(0, 3000, 2, 1, 100*time.Microsecond), path(1, 1000, 1, 0, 300*time.Microsecond), path(2, 0, 0, 0, 0)}
@@ -37,7 +37,7 @@ func TestTotalsAndRows(t *testing.T) {
 }
 
 // Intervals follow one another, each with the bytes and counters since the
-// last; before any progress Tick closes none.
+// last. Before any progress Tick closes none.
 func TestMeterIntervals(t *testing.T) {
 	var m Meter
 	if _, ok := m.Tick(nil); ok {

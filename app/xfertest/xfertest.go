@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/app/host"
 	"github.com/mroce/mroce/endpoint"
-	"github.com/mroce/mroce/endpoint/software"
 )
 
 // Pair is a connection from one device to another, with a source region of
@@ -32,8 +32,9 @@ type Pair struct {
 	targetCQ *endpoint.CQ
 }
 
-// Connect connects a to remote, where b listens (Connect makes b's
-// listener), and registers the regions.
+// Connect makes a listener on b, connects a to it at remote and registers
+// the regions. remote is b's address as a reaches it, which an emulator
+// between them may translate.
 func Connect(ctx context.Context, a, b *endpoint.Device, remote endpoint.Remote, size int, seed byte) (*Pair, error) {
 	apd, err := a.AllocPD()
 	if err != nil {
@@ -76,7 +77,7 @@ func (p *Pair) Post(id uint64) error {
 }
 
 // Write WRITEs the whole region once, waits for the completion and checks
-// the bytes; it returns how long the WRITE took.
+// the bytes. It returns how long the WRITE took.
 func (p *Pair) Write(ctx context.Context) (time.Duration, error) {
 	began := time.Now()
 	if err := p.Post(1); err != nil {
@@ -106,35 +107,26 @@ func (p *Pair) Write(ctx context.Context) (time.Duration, error) {
 // Gbps is size bytes over d in Gb/s.
 func Gbps(size int, d time.Duration) float64 { return float64(size) * 8 / d.Seconds() / 1e9 }
 
-// End is one side of a connection as the application protocols use it:
-// its QP, protection domain and completion queues.
+// End is one side of a connection as the application protocols use it,
+// with its protection domain and completion queues.
 type End struct {
 	QP         *endpoint.QP
 	PD         *endpoint.PD
 	Send, Recv *endpoint.CQ
 }
 
-// Loopback opens two hosts on real UDP sockets at the loopback addresses
-// client and server (4 paths, 2 streams, on free ports), connects the
-// first to the second, and returns both ends; the hosts close when the
-// test ends.
+// Loopback opens two hosts with 4 paths on real UDP sockets at the
+// loopback addresses client and server, connects the first to the second
+// and returns both ends. The hosts close when the test ends.
 func Loopback(tb testing.TB, client, server string) (End, End) {
 	tb.Helper()
-	open := func(addr string) *software.UDPHost {
-		var lastErr error
-		for try := 0; try < 20; try++ {
-			base := uint16(20000 + rand.IntN(40000))
-			cfg := software.UDPOptions{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 2,
-				SourcePorts: []uint16{base + 1, base + 2, base + 3, base + 4}, NoProgress: 10 * time.Second}
-			h, err := software.OpenUDP(cfg)
-			if err == nil {
-				tb.Cleanup(func() { h.Close() })
-				return h
-			}
-			lastErr = err
+	open := func(addr string) *host.Host {
+		h, err := host.Open([]netip.Addr{netip.MustParseAddr(addr)}, host.Options{Paths: 4, SourcePorts: 4, NoProgress: 10 * time.Second})
+		if err != nil {
+			tb.Fatal(err)
 		}
-		tb.Fatal(lastErr)
-		return nil
+		tb.Cleanup(func() { h.Close() })
+		return h
 	}
 	a, b := open(client), open(server)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -15,6 +15,8 @@ import (
 	"github.com/mroce/mroce/endpoint"
 )
 
+// benchCommand defines mroce bench with a subcommand for each of
+// perftest's tests.
 func benchCommand() *cli.Command {
 	var flags []cli.Flag
 	for _, f := range transferFlags() {
@@ -181,8 +183,8 @@ func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, loca
 	}
 	defer s.QP.Close()
 	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), s.QP.Telemetry)
-	// Fixed columns, as perftest prints them: each row goes out as its size
-	// finishes.
+	// The columns are fixed as perftest prints them, so that each row can go
+	// out as its size finishes.
 	if !o.json {
 		benchHeader(w, req.Test, o, "client")
 		if perftest.IsLatency(req.Test) {

@@ -13,9 +13,10 @@ import (
 	"github.com/mroce/mroce/app/perftest"
 )
 
-// serveBench runs one bench server for test on a free port of addr (as a
-// function: two command lines at once in one process race inside the flag
-// library) and returns the port and where its result goes.
+// serveBench runs one bench server for test on a free port of addr and
+// returns the port and where its result goes. It calls the function rather
+// than the command line, because two command lines at once in one process
+// race inside the flag library.
 func serveBench(t *testing.T, test, addr string) (int, chan error) {
 	t.Helper()
 	port := freePort(t, addr)

@@ -10,6 +10,7 @@ import (
 	"github.com/mroce/mroce/netbench"
 )
 
+// benchNetCommand defines mroce bench-net.
 func benchNetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench-net",

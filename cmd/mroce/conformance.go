@@ -18,8 +18,10 @@ import (
 	"github.com/mroce/mroce/conformance"
 )
 
+// conformanceCommand defines mroce conformance and its subcommands. It is
+// over 80 lines because it is one cli.Command literal declaring flags.
 func conformanceCommand() *cli.Command {
-	// report: how every subcommand writes its results (writeConformance).
+	// report holds the flags of how every subcommand writes its results.
 	report := []cli.Flag{
 		&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
 		&cli.StringFlag{Name: "html", Usage: "also write the results as a static HTML page to this file"},
@@ -215,9 +217,9 @@ func commandImpl(cmd string) conformance.Implementation {
 	return conformance.Implementation{Name: cmd, Cmd: strings.Fields(cmd)}
 }
 
-// parseImpls reads --impl NAME=COMMAND values. A name is letters, digits,
-// '.', '_' and '-' (it names the pair's log directory), and not "mroce",
-// which is this one.
+// parseImpls reads --impl NAME=COMMAND values. A name names the pair's log
+// directory, so it holds letters, digits, '.', '_' and '-' only. It is not
+// "mroce", which is this one.
 func parseImpls(c *cli.Context, specs []string) ([]conformance.Implementation, error) {
 	var out []conformance.Implementation
 	seen := map[string]bool{"mroce": true}
@@ -237,8 +239,8 @@ func parseImpls(c *cli.Context, specs []string) ([]conformance.Implementation, e
 	return out, nil
 }
 
-// writeConformance prints a conformance report (text or JSON), writes its HTML page
-// if asked, and fails when a case failed.
+// writeConformance prints a conformance report as text or JSON, writes its
+// HTML page if asked, and fails when a case failed.
 func writeConformance(c *cli.Context, rep conformance.Report) error {
 	var err error
 	if c.Bool("json") {
@@ -273,7 +275,7 @@ func writeConformance(c *cli.Context, rep conformance.Report) error {
 }
 
 // thisEndpoint is this mroce as an implementation of the endpoint
-// contract: its own binary, conformance endpoint.
+// contract, its own binary run as conformance endpoint.
 func thisEndpoint() (conformance.Implementation, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -283,7 +285,8 @@ func thisEndpoint() (conformance.Implementation, error) {
 }
 
 // selectCases returns the cases of all that names names, in the order
-// named (all of them when names is empty), or the first name of no case.
+// named, or all of them when names is empty. It returns the first name of
+// no case when there is one.
 func selectCases[C any](all []C, name func(C) string, names []string) ([]C, string) {
 	if len(names) == 0 {
 		return all, ""

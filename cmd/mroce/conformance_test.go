@@ -20,8 +20,8 @@ import (
 	"github.com/mroce/mroce/tunnet"
 )
 
-// conformance self passes every case; its JSON lists them; the HTML page
-// is written.
+// conformance self passes every case, its JSON lists them, and the HTML
+// page is written.
 func TestConformanceSelf(t *testing.T) {
 	page := filepath.Join(t.TempDir(), "c.html")
 	r := runCLI(t, "", "conformance", "self", "--json", "--html", page)
@@ -44,8 +44,8 @@ func TestConformanceSelf(t *testing.T) {
 	}
 }
 
-// conformance probe of a responder that skips its key checks: exit 1, and
-// the bad-key case marked FAIL.
+// conformance probe of a responder that skips its key checks exits 1 and
+// marks the bad-key case FAIL.
 func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 	var host *software.UDPHost
 	var base uint16
@@ -75,8 +75,8 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 // runnerResult is one case of mroce conformance run --json.
 type runnerResult struct{ Requester, Responder, Case, Result, Details, Logs, Pcap, Scenario string }
 
-// conformanceJSON runs bin conformance ARGS (which include --json), with
-// env added to this process's environment, and returns its results and
+// conformanceJSON runs bin conformance ARGS, which include --json, with
+// env added to this process's environment. It returns the results and the
 // exit status.
 func conformanceJSON(t *testing.T, bin string, env []string, args ...string) ([]runnerResult, int) {
 	t.Helper()
@@ -90,14 +90,14 @@ func conformanceJSON(t *testing.T, bin string, env []string, args ...string) ([]
 	return rep.Results, cmd.ProcessState.ExitCode()
 }
 
-// runMatrix runs mroce conformance run with args (and --logs, --json) and
-// returns every case's result. The cases judge timing in real time, on a
-// machine that also runs this test: a case that fails is run once more
-// (logs under logs/again; the first run's stay), its first result logged,
-// and the second one stands. An implementation
-// that is wrong fails both (the broken builds fail every time they run);
-// a scheduling stall longer than the real-socket timers (docs/udp.md)
-// seldom comes twice in a row.
+// runMatrix runs mroce conformance run with args, --logs and --json, and
+// returns every case's result. The cases judge timing in real time on a
+// machine that also runs this test, so a case that fails runs once more.
+// Its logs go under logs/again beside the first run's, its first result is
+// logged, and the second one stands. An implementation that is wrong fails
+// both, as the broken builds fail every time they run. A scheduling stall
+// longer than the real-socket timers of docs/udp.md seldom comes twice in a
+// row.
 func runMatrix(t *testing.T, bin, logs string, args ...string) []runnerResult {
 	t.Helper()
 	run := func(dir string, extra ...string) []runnerResult {
@@ -127,8 +127,9 @@ func runMatrix(t *testing.T, bin, logs string, args ...string) []runnerResult {
 	return results
 }
 
-// Every one of the runner's two-endpoint cases, mroce against itself
-// through the relay emulator (separate processes: the built binary).
+// Every one of the runner's two-endpoint cases passes with mroce against
+// itself through the relay emulator, the built binary in separate
+// processes.
 func TestLargeConformanceRunner(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary: with the large tests")
@@ -152,7 +153,8 @@ func TestLargeConformanceRunner(t *testing.T) {
 			t.Errorf("no report: %v", err)
 		}
 	}
-	// A case the endpoint does not know: 127, reported as unsupported.
+	// A case the endpoint does not know exits 127 and is reported as
+	// unsupported.
 	cmd := exec.Command(bin, "conformance", "endpoint")
 	cmd.Env = append(os.Environ(), "ROLE=requester", "TESTCASE=teleport")
 	if err := cmd.Run(); err == nil || cmd.ProcessState.ExitCode() != 127 {
@@ -172,8 +174,8 @@ func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 	}{
 		{"responder:ignore-sack-bit", "write,read,corruption", map[string]bool{"write": true}},
 		{"responder:accept-bad-crc", "write,read,corruption", map[string]bool{"corruption": true}},
-		// Every case checks the PSNs on the wire; READ's requester sends
-		// too few packets (16 requests) for the bug to show.
+		// Every case checks the PSNs on the wire. READ's requester sends
+		// too few packets, 16 requests, for the bug to show.
 		{"requester:reuse-psn", "write,read,corruption", map[string]bool{"write": true, "corruption": true}},
 		{"requester:ignore-ce", "ecn,write", map[string]bool{"ecn": true}},
 		{"responder:miscount-ce", "ecn,write", map[string]bool{"ecn": true}},
@@ -190,9 +192,9 @@ func TestLargeRunnerCatchesBrokenBuilds(t *testing.T) {
 	}
 }
 
-// The interop matrix: every ordered pair of this mroce, one built to place
-// corrupt packets as a responder, and one that supports nothing (exit
-// 127). Each cell shows the implementation in the failing role: the
+// The interop matrix runs every ordered pair of this mroce, one built to
+// place corrupt packets as a responder, and one that exits 127 for every
+// case. Each cell shows the implementation in the failing role. The
 // corruption case fails exactly where the broken one responds, and every
 // pair with the other is unsupported, not failed.
 func TestLargeConformanceInteropMatrix(t *testing.T) {
@@ -234,9 +236,9 @@ func TestLargeConformanceInteropMatrix(t *testing.T) {
 	}
 }
 
-// Every runner case through the TUN emulator: each endpoint in its own
-// network namespace, on real kernel sockets. Needs root and ip; nothing
-// is left behind.
+// Every runner case passes through the TUN emulator, each endpoint in its
+// own network namespace on real kernel sockets, and nothing is left
+// behind. It needs root and ip.
 func TestLargeConformanceRunnerTUN(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary: with the large tests")
@@ -310,8 +312,8 @@ func TestLargeConformanceSender(t *testing.T) {
 			if r.Result != want(r) && want(r) == "fail" {
 				t.Errorf("%q: %s passed: the bug went unnoticed", c.bug, r.Case) // never given a second chance
 			} else if r.Result != want(r) {
-				// A case that should pass is real time, as the runner's:
-				// once more (runMatrix).
+				// A case that should pass runs in real time, so it gets
+				// a second run as in runMatrix.
 				t.Logf("%q: %s %s (%s), want %s: run again", c.bug, r.Case, r.Result, r.Details, want(r))
 				if again := run(r.Case); len(again) != 1 || again[0].Result != want(r) {
 					t.Errorf("%q: %s %v, want %s", c.bug, r.Case, again, want(r))

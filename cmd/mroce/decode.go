@@ -17,6 +17,7 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
+// decodeCommand defines mroce decode.
 func decodeCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "decode",
@@ -174,8 +175,8 @@ func addrs(dg *pcapio.Datagram) string {
 }
 
 // decodePacket checks one packet, then prints it or reports why it is
-// malformed. where says where it came from (a line of the input), dg the
-// capture it was found in; either may be empty.
+// malformed. where says which line of the input it came from, and dg the
+// capture it was found in. Either may be empty.
 func (d *decoder) decodePacket(label, where string, b []byte, dg *pcapio.Datagram) {
 	d.packets++
 	var p proto.Packet

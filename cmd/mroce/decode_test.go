@@ -36,7 +36,7 @@ func TestDecodeGolden(t *testing.T) {
 			if want := "packet 1: " + dissect.Summary(&p) + "\n  Input: standard input, line 1\n" + fields.String() + "\n"; r.stdout != want {
 				t.Errorf("stdout:\n%s\nwant the dissection:\n%s", r.stdout, want)
 			}
-			// As an argument: the same fields.
+			// As an argument, the packet gives the same fields.
 			arg := runCLI(t, "", "decode", g.text)
 			if arg.code != 0 || arg.stderr != "" {
 				t.Fatalf("as argument: exit %d, stderr %q", arg.code, arg.stderr)
@@ -64,7 +64,7 @@ func TestDecodeGolden(t *testing.T) {
 }
 
 // A malformed packet, as a receiver finds it or as hex, is reported on
-// standard error with what is wrong and the count; nothing is printed for
+// standard error with what is wrong and the count. Nothing is printed for
 // it and the exit status is 1. The dissect package's tests hold the
 // explanations of every check.
 func TestDecodeMalformed(t *testing.T) {
@@ -199,7 +199,7 @@ func TestDecodePcap(t *testing.T) {
 		t.Errorf("stderr %q", r.stderr)
 	}
 
-	// Another port: every frame skipped, nothing malformed.
+	// On another port every frame is skipped and nothing is malformed.
 	r = runCLI(t, "", "decode", "--pcap", file, "--port", "4791")
 	if r.code != 0 || r.stdout != "3 frames: 0 UDP datagrams to or from port 4791, 3 other frames skipped\n" {
 		t.Errorf("--port 4791: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
@@ -222,7 +222,7 @@ func TestDecodePcapErrors(t *testing.T) {
 		t.Errorf("not a pcap: exit %d, stderr %q", r.code, r.stderr)
 	}
 
-	// A frame cut by the snap length: reported, not decoded.
+	// A frame cut by the snap length is reported, not decoded.
 	file := writeCapture(t, build(t, proto.TypeProbe, 0, 100, nil))
 	data, err := os.ReadFile(file)
 	if err != nil {

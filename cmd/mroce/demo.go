@@ -15,6 +15,7 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
+// demoCommand defines mroce demo.
 func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",

@@ -48,7 +48,7 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 	}
 }
 
-// demo --json prints one document: the configuration, intervals in
+// demo --json prints one document with the configuration, intervals in
 // virtual time that add up to what the paths sent, the end with the data
 // verified, and a row per path.
 func TestDemoJSON(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"github.com/mroce/mroce/internal/pcapio"
 )
 
-// goldenPcapCommand rebuilds testdata/golden.pcap (make golden). Hidden: it is
-// a build step, not a user command.
+// goldenPcapCommand rebuilds testdata/golden.pcap for make golden. It is
+// hidden because it is a build step, not a user command.
 func goldenPcapCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "golden-pcap",

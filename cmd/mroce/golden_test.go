@@ -14,7 +14,8 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// goldenPcap is the committed capture of the golden packets (make golden).
+// goldenPcap is the committed capture of the golden packets that make
+// golden writes.
 const goldenPcap = "../../testdata/golden.pcap"
 
 func TestGoldenPcap(t *testing.T) {
@@ -88,9 +89,9 @@ func TestGoldenPcapErrors(t *testing.T) {
 	}
 }
 
-// TestTshark has Wireshark read testdata/golden.pcap: one frame per golden
-// packet, each a UDP datagram to port 4797 whose UDP length is 8 plus the
-// packet's. CI sets MROCE_REQUIRE_TSHARK=1 so that it never skips there.
+// TestTshark has Wireshark read testdata/golden.pcap and finds one frame
+// per golden packet, each a UDP datagram to port 4797 whose UDP length is 8
+// plus the packet's. CI sets MROCE_REQUIRE_TSHARK=1 so that it never skips there.
 func TestTshark(t *testing.T) {
 	tshark, err := exec.LookPath("tshark")
 	if err != nil {
@@ -120,7 +121,7 @@ func TestTshark(t *testing.T) {
 		}
 	}
 
-	// The IPv4 and UDP checksums verify (status 1 is "Good").
+	// The IPv4 and UDP checksums verify, status 1 being "Good".
 	cmd = exec.Command(tshark, "-r", goldenPcap, "-o", "ip.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE",
 		"-T", "fields", "-e", "ip.checksum.status", "-e", "udp.checksum.status")
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())

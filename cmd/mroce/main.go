@@ -1,10 +1,13 @@
-// Command mroce is the command-line tool of the mroce transport: it runs a
-// demonstration transfer through the built-in emulator, measures a
-// connection over real UDP on loopback against raw UDP and TCP, and decodes
-// packets from hex or from captures, printing every field.
+// Command mroce is the command-line tool of the mroce transport. It holds
+// the commands, their flags and what they print. The packages it calls do
+// the work. app/ moves and measures data over the verbs API, sim and report
+// run and draw the scenarios, conformance and app/contract check
+// implementations, dissect decodes packets, and netem, relay and tunnet
+// emulate networks.
 //
-// Exit status: 0 on success, 1 for malformed packets and runtime errors, 2 for
-// bad usage (unknown commands or flags, wrong arguments, missing files).
+// The exit status is 0 on success and 1 for malformed packets and runtime
+// errors. It is 2 for bad usage, such as unknown commands or flags, wrong
+// arguments or missing files, so that scripts can tell the two apart.
 package main
 
 import (
@@ -23,7 +26,8 @@ func main() {
 	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
 }
 
-// run runs the tool with args (program name first) and returns its exit status.
+// run runs the tool with args, the program name first, and returns its
+// exit status.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := newApp(stdin, stdout, stderr).Run(args)
 	if err == nil {
@@ -79,13 +83,13 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 	return app
 }
 
-// exitStatus is a program's exit status that the tool passes on as its
-// own (netem exec), with nothing printed.
+// exitStatus is an exit status the tool returns with nothing printed, such
+// as that of the program netem exec ran.
 type exitStatus int
 
 func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)) }
 
-// usageError is a command line the tool cannot run: exit status 2.
+// usageError is a command line the tool cannot run. Its exit status is 2.
 type usageError struct {
 	msg     string
 	command string // the command whose --help to point at, or ""

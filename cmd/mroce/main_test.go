@@ -37,8 +37,8 @@ type goldenPacket struct {
 	bytes []byte
 }
 
-// goldenPackets reads every testdata/golden/*.hex, in name order. There must
-// be some: the tests below are about them.
+// goldenPackets reads every testdata/golden/*.hex in name order. There must
+// be some, since the tests below are about them.
 func goldenPackets(t *testing.T) []goldenPacket {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(goldenDir, "*.hex"))
@@ -152,7 +152,7 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("mroce %v: stderr %q, want %q after the program name", tt.args, r.stderr, tt.want)
 		}
 	}
-	// Empty standard input: nothing to decode.
+	// Empty standard input has nothing to decode.
 	r := runCLI(t, "# only a comment\n\n", "decode")
 	if r.code != 2 || !strings.Contains(r.stderr, "no packets") {
 		t.Errorf("decode of empty input: exit %d, stderr %q", r.code, r.stderr)

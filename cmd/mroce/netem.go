@@ -20,6 +20,8 @@ import (
 	"github.com/mroce/mroce/tunnet"
 )
 
+// netemCommand defines mroce netem and its subcommands. It is over 80
+// lines because it is one cli.Command literal declaring flags.
 func netemCommand() *cli.Command {
 	name := &cli.StringFlag{Name: "name", Value: "net", Usage: "the emulated network's name: its namespaces are mroce-NAME-hN"}
 	return &cli.Command{
@@ -148,7 +150,7 @@ func netemExec(c *cli.Context) error {
 	if err := cmd.Run(); err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return exitStatus(exit.ExitCode()) // the program's own: passed on
+			return exitStatus(exit.ExitCode()) // the program's own, passed on
 		}
 		return err
 	}

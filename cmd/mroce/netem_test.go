@@ -18,7 +18,8 @@ import (
 	"github.com/mroce/mroce/tunnet"
 )
 
-// Bad flags of netem up are usage errors (exit 2) before anything is made.
+// Bad flags of netem up are usage errors with exit status 2, before
+// anything is made.
 func TestNetemUpRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--loss", "1"}, {"--loss", "-0.1"}, {"--rate-gbps", "0"}, {"--delay", "-1us"}, {"--queue-kib", "0"},
@@ -36,8 +37,8 @@ func TestNetemUpRejectsBadFlags(t *testing.T) {
 
 // netem up runs an emulated network for as long as asked, exec runs
 // programs inside its hosts and passes their exit status on, status lists
-// the hosts, and nothing is left when up returns; down removes what a
-// dead emulator left.
+// the hosts, and nothing is left when up returns. down removes what a dead
+// emulator left.
 func TestNetemUpExecStatusDown(t *testing.T) {
 	_, err := exec.LookPath("ip")
 	if os.Geteuid() != 0 || err != nil {
@@ -48,8 +49,9 @@ func TestNetemUpExecStatusDown(t *testing.T) {
 	}
 	name := fmt.Sprintf("c%d", rand.IntN(1e6))
 	t.Cleanup(func() { tunnet.Down(name) })
-	// up runs without its command line (two command lines at once in one
-	// process race inside the flag library); its flags have their own test.
+	// up runs without its command line, because two command lines at once
+	// in one process race inside the flag library. Its flags have their own
+	// test.
 	done := make(chan result, 1)
 	go func() {
 		var out bytes.Buffer
@@ -91,7 +93,7 @@ func TestNetemUpExecStatusDown(t *testing.T) {
 	if left, _ := tunnet.List(name); len(left) != 0 {
 		t.Fatalf("left behind: %v", left)
 	}
-	// What a killed emulator leaves: its namespaces.
+	// A killed emulator leaves its namespaces.
 	if out, err := exec.Command("ip", "netns", "add", "mroce-"+name+"-h0").CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -128,7 +130,7 @@ func TestNetemRelay(t *testing.T) {
 	rx.SetReadDeadline(time.Now().Add(2 * time.Second))
 	buf := make([]byte, 64)
 	var from netip.AddrPort
-	for k := 0; k == 0; { // the relay may not be listening yet: send until it is
+	for k := 0; k == 0; { // send until the relay listens
 		tx.WriteToUDP([]byte("hello"), &net.UDPAddr{IP: net.IPv4(127, 20, 0, 2), Port: port})
 		rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		k, from, _ = rx.ReadFromUDPAddrPort(buf)
@@ -145,8 +147,8 @@ func TestNetemRelay(t *testing.T) {
 	}
 }
 
-// --blackhole-plane drops everything on that plane from --blackhole-at:
-// through the relay, plane 1 carries a datagram and plane 0 does not.
+// --blackhole-plane drops everything on that plane from --blackhole-at.
+// Through the relay, plane 1 carries a datagram and plane 0 does not.
 func TestNetemRelayBlackhole(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the relay's default addresses need Linux's whole 127.0.0.0/8 loopback")

@@ -17,13 +17,14 @@ import (
 const resultsDoc = "../../docs/results.md"
 
 // updateResults remakes the page's tables and plots from what their
-// commands print and draw now (make results), where a change moves them.
+// commands print and draw now, where a change moves them. make results
+// sets it.
 var updateResults = flag.Bool("update", false, "rewrite the tables and plots of docs/results.md from what their commands make")
 
-// docSection is one "## " section of the results page: its code blocks,
-// as paragraphs (runs of lines indented four spaces, the indentation
-// removed, between blank or unindented lines), and the `mroce sim`
-// commands among their lines.
+// docSection is one "## " section of the results page. It holds the
+// section's code blocks as paragraphs, which are runs of lines indented
+// four spaces between blank or unindented lines, with the indentation
+// removed. It also holds the `mroce sim` commands among their lines.
 type docSection struct {
 	title      string
 	paragraphs []docParagraph
@@ -40,8 +41,8 @@ type docCommand struct {
 	args []string // after "mroce", a trailing comment dropped
 }
 
-// speedTitle reports whether a line is a simulator speed table's title:
-// wall time, which no run repeats.
+// speedTitle reports whether a line is the title of a simulator speed
+// table, whose wall times no run repeats.
 func speedTitle(line string) bool { return strings.HasPrefix(line, "Simulator speed") }
 
 // speedTable reports whether a paragraph is a simulator speed table.
@@ -116,8 +117,8 @@ func docSections(text string) []docSection {
 }
 
 // resultParagraphs is what a run printed of its results, as paragraphs
-// (between blank lines): all but its simulator speed tables, its wall
-// time and where its plot went.
+// between blank lines. It leaves out the simulator speed tables, the wall
+// time and where the plot went.
 func resultParagraphs(out string) [][]string {
 	var paras [][]string
 	var cur []string
@@ -138,27 +139,28 @@ func resultParagraphs(out string) [][]string {
 
 // Every table in docs/results.md is what the command above it prints
 // today, to the last digit, and every plot it shows is what that command
-// draws, byte for byte: the page is the simulator's output, not a copy of
-// an older build's. Each `mroce sim` command of a code block runs (its
-// plot to a temporary file, and with --jobs 0, its runs side by side: a
-// table is the same for any --jobs and --workers). Every paragraph of its
-// output must be a paragraph of its section's code blocks, row for row,
-// and every paragraph there (but the commands and the speed tables, wall
-// time) must come from one of the section's commands: a table the page
+// draws, byte for byte. The page is the simulator's output, not a copy of
+// an older build's. Each `mroce sim` command of a code block runs with its
+// plot going to a temporary file and with --jobs 0, its runs side by side,
+// since a table is the same for any --jobs and --workers. Every paragraph
+// of its output must be a paragraph of its section's code blocks, row for
+// row. Every paragraph there must come from one of the section's commands,
+// except the commands themselves and the speed tables, so a table the page
 // keeps and no command prints fails too. What the prose says of other
-// runs (the commands inline in the text, the seeds) is not run here.
+// runs, in commands inline in the text or other seeds, is not run here.
 //
-// With -update (make results) a table that differs is rewritten from
-// what its command prints, found by its title line, and a plot from what
-// it draws; the prose around them is for the author to read again.
+// With -update, which make results sets, a table that differs is rewritten
+// from what its command prints, found by its title line, and a plot from
+// what it draws. The prose around them is for the author to read again.
 func TestLargeResultsDocTablesReproduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("every scenario of docs/results.md at full size: run without -short")
 	}
 	if !tablesRoundAsMade {
 		// The page was made by an amd64 build that fuses no multiply and
-		// add of its own. Where the compiler fuses them (arm64, amd64.v3),
-		// they round once, not twice, and a table's last digits may move.
+		// add of its own. Where the compiler fuses them, as on arm64 and
+		// amd64.v3, they round once, not twice, and a table's last digits
+		// may move.
 		t.Skip("this build may fuse multiply-adds: the page's last digits may differ")
 	}
 	text, err := os.ReadFile(resultsDoc)
@@ -167,7 +169,7 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 	}
 	plots := t.TempDir()
 	ran := 0
-	var edits []docEdit // with -update: the tables to rewrite
+	var edits []docEdit // the tables -update rewrites
 	for _, sec := range docSections(string(text)) {
 		if len(sec.commands) == 0 {
 			continue
@@ -254,8 +256,9 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 	}
 }
 
-// matching is the table of ps that is para, line for line: the first not
-// yet printed, else the first (a page may show one table twice), or -1.
+// matching is the table of ps that is para, line for line, or -1. It is
+// the first not yet printed, else the first, since a page may show one
+// table twice.
 func matching(ps []docParagraph, printed []bool, para []string) int {
 	first := -1
 	for i, p := range ps {
@@ -272,7 +275,7 @@ func matching(ps []docParagraph, printed []bool, para []string) int {
 }
 
 // retitled is the first table of ps not yet printed whose title line is
-// title, or -1: the one a table with that title replaces.
+// title, which a table with that title replaces, or -1.
 func retitled(ps []docParagraph, printed []bool, title string) int {
 	for i, p := range ps {
 		if !printed[i] && !p.isCommands() && !p.speedTable() && p.lines[0] == title {
@@ -289,7 +292,7 @@ type docEdit struct {
 }
 
 // applyEdits rewrites the page's tables, indented as code, from the last
-// up (each edit's line numbers are the page's as read).
+// up, because each edit's line numbers are the page's as read.
 func applyEdits(text string, edits []docEdit) string {
 	lines := strings.Split(text, "\n")
 	slices.SortFunc(edits, func(a, b docEdit) int { return b.old.line - a.old.line })

@@ -2,6 +2,7 @@
 
 package main
 
-// tablesRoundAsMade: this build may fuse multiply-adds (arm64, amd64.v3
-// and later), which round once where the page's build rounded twice.
+// tablesRoundAsMade is false because this build may fuse multiply-adds, as
+// arm64 and amd64.v3 and later do. A fused one rounds once where the
+// page's build rounded twice.
 const tablesRoundAsMade = false

@@ -52,9 +52,9 @@ func freePort(t *testing.T, addr string) int {
 	return 0
 }
 
-// The built binary, as a user runs it: recv in one process, send of a file
-// in another, over loopback with two planes; the file arrives intact and
-// both report success.
+// The built binary runs as a user runs it, recv in one process and send of
+// a file in another, over loopback with two planes. The file arrives
+// intact and both report success.
 func TestLargeSendRecvBinaryEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary: with the large tests")
@@ -111,9 +111,9 @@ func TestLargeSendRecvBinaryEndToEnd(t *testing.T) {
 	}
 }
 
-// --json prints one document with the schema's fields, on both sides. (The
-// receiver runs without its command line: two command lines at once in
-// one process race inside the flag library.)
+// --json prints one document with the schema's fields on both sides. The
+// receiver runs without its command line, because two command lines at
+// once in one process race inside the flag library.
 func TestSendRecvJSON(t *testing.T) {
 	port := freePort(t, "127.0.0.93")
 	done := make(chan result, 1)
@@ -181,8 +181,8 @@ func TestSendRecvJSON(t *testing.T) {
 	}
 }
 
-// Bad input gets a clear message and the right exit status: usage errors
-// 2, runtime errors 1.
+// Bad input gets a clear message and the right exit status, 2 for usage
+// errors and 1 for runtime errors.
 func TestSendRecvErrors(t *testing.T) {
 	busy, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 94)})
 	if err != nil {
@@ -215,8 +215,8 @@ func TestSendRecvErrors(t *testing.T) {
 	}
 }
 
-// --metrics serves Prometheus metrics while the transfer runs: a scrape
-// sees every path's counters with their labels.
+// --metrics serves Prometheus metrics while the transfer runs, and a
+// scrape sees every path's counters with their labels.
 func TestSendMetrics(t *testing.T) {
 	port := freePort(t, "127.0.0.96")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -29,17 +29,18 @@ func simOutputFlags(scenario string) []cli.Flag {
 	}
 }
 
-// hugeHeap is the heap --huge-pages readies: more than the largest
-// scenario at its defaults holds (4,032 connections: 86 MiB live, up to
-// twice that before a collection). Only what is used becomes resident.
+// hugeHeap is the heap --huge-pages readies. It is more than the largest
+// scenario holds at its defaults, 86 MiB live for 4,032 connections and up
+// to twice that before a collection. Only what is used becomes resident.
 const hugeHeap = 512 << 20
 
-// maxSizeMiB is the largest --size-mib: 4 GiB, or on a 32-bit machine
-// the most MiB whose bytes an int holds.
+// maxSizeMiB is the largest --size-mib. It is 4 GiB, or on a 32-bit
+// machine the most MiB whose bytes an int holds.
 const maxSizeMiB = min(4096, math.MaxInt>>20)
 
-// sizeMiBOK reports whether --size-mib is 1 to maxSizeMiB, checked before
-// it is turned into bytes (which would overflow an int on a 32-bit machine).
+// sizeMiBOK reports whether --size-mib is 1 to maxSizeMiB. It checks before
+// the value is turned into bytes, which would overflow an int on a 32-bit
+// machine.
 func sizeMiBOK(c *cli.Context) bool {
 	mib := c.Int("size-mib")
 	return mib >= 1 && mib <= maxSizeMiB
@@ -48,8 +49,8 @@ func sizeMiBOK(c *cli.Context) bool {
 // jobsFlag is the setting of the scenarios of several runs.
 var jobsFlag = &cli.IntFlag{Name: "jobs", Value: 1, Usage: "runs of the scenario at once, each on its own core (0: one per core); the results are the same for any, the speed tables' wall times are not each run's own, and their heap is left out"}
 
-// simJobs reads --jobs into jobs as the scenarios take it (below 0: one
-// per core).
+// simJobs reads --jobs into jobs as the scenarios take it, where a value
+// below 0 asks for one run per core.
 func simJobs(c *cli.Context, jobs *int) error {
 	switch n := c.Int("jobs"); {
 	case n < 0:
@@ -64,6 +65,8 @@ func simJobs(c *cli.Context, jobs *int) error {
 	return nil
 }
 
+// simCommand defines mroce sim with a subcommand for each scenario. It is
+// over 80 lines because it is one cli.Command literal declaring flags.
 func simCommand() *cli.Command {
 	dl, di, dp, df := sim.DefaultLoss(), sim.DefaultIncastScenario(), sim.DefaultPlanes(), sim.DefaultPlaneFail()
 	dc, dm := sim.DefaultCollective(), sim.DefaultPermutationScenario()
@@ -383,7 +386,7 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 	f.Hosts, f.LinkRate = c.Int("hosts"), int64(c.Float64("rate-gbps")*1e9)
 	for _, fl := range c.Command.Flags {
-		if _, one := fl.(*cli.IntFlag); one && fl.Names()[0] == "paths" { // (permutation's is a list)
+		if _, one := fl.(*cli.IntFlag); one && fl.Names()[0] == "paths" { // permutation's is a list
 			f.Paths = c.Int("paths")
 		}
 	}
@@ -392,7 +395,7 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		return err
 	}
 	if !c.IsSet("workers") && c.IsSet("jobs") && c.Int("jobs") != 1 {
-		f.Workers = 1 // the cores go to the runs side by side (--jobs)
+		f.Workers = 1 // the cores go to the runs of --jobs side by side
 	}
 	if f.HostsPerLeaf > 0 {
 		f.Spines = c.Int("spines")
@@ -412,8 +415,8 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 	return nil
 }
 
-// runScenario runs a scenario, prints the tables its result makes (text,
-// JSON or CSV) and writes its plot.
+// runScenario runs a scenario, prints the tables its result makes as text,
+// JSON or CSV, and writes its plot.
 func runScenario[R any](c *cli.Context, name string, run func() (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) error {
 	if c.Bool("json") && c.Bool("csv") {
 		return usagef(c, "sim %s: --json or --csv, not both", name)

@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// Each scenario runs from the command line at a reduced size: its table
-// as JSON with the expected columns and rows, its plot written, and the
-// same results for the same seed.
+// Each scenario runs from the command line at a reduced size. It prints
+// its table as JSON with the expected columns and rows, writes its plot,
+// and gives the same results for the same seed.
 func TestSimScenarios(t *testing.T) {
 	cases := []struct {
 		args    []string
@@ -60,9 +60,9 @@ func TestSimScenarios(t *testing.T) {
 		if b, err := os.ReadFile(plot); err != nil || !strings.Contains(string(b), "<svg") {
 			t.Errorf("%v: plot %v", c.args, err)
 		}
-		// The same seed, the same results (the first table: a second one, if
-		// any, is the simulator's wall-clock speed), however many runs go at
-		// once and however many cores a run takes.
+		// The same seed gives the same first table, however many runs go
+		// at once and however many cores a run takes. A second table, if
+		// any, is the simulator's wall-clock speed.
 		if takesJobs(c.args[1]) {
 			args = append(args, "--jobs", "3")
 		}
@@ -80,7 +80,7 @@ func TestSimScenarios(t *testing.T) {
 	}
 }
 
-// A traffic file runs: a summary and a row per flow.
+// A traffic file runs and prints a summary and a row per flow.
 func TestSimFlowsFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "t.txt")
 	os.WriteFile(file, []byte("hosts 3\nplanes 2\n0->1 start 0 size 256KiB\n1->2 start 0 size 64KiB after 0\n"), 0o644)
@@ -95,7 +95,7 @@ func TestSimFlowsFile(t *testing.T) {
 }
 
 // The link flags reach the fabric and the engines, and the table says
-// what they were: a quarter of the MTU takes four times the packets.
+// what they were. A quarter of the MTU takes four times the packets.
 func TestSimLinkFlags(t *testing.T) {
 	packets := func(args ...string) (uint64, []string) {
 		t.Helper()
@@ -109,8 +109,9 @@ func TestSimLinkFlags(t *testing.T) {
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &doc) != nil || len(doc.Tables) != 2 {
 			t.Fatalf("%v: exit %d: %s %s", args, r.code, r.stdout, r.stderr)
 		}
-		// What the speed is made of: a data packet's events (its pacing,
-		// the links it and its share of an ACK cross) and datagrams.
+		// The speed is made of a data packet's events, which are its
+		// pacing and the links it and its share of an ACK cross, and of
+		// datagrams.
 		if row := doc.Tables[1].Rows[0]; row[5] < 4 || row[6] <= 1 {
 			t.Errorf("%v: %.2f events and %.2f datagrams a data packet", args, row[5], row[6])
 		}
@@ -180,7 +181,7 @@ func TestSimOutputsAndErrors(t *testing.T) {
 }
 
 // --cpuprofile writes a CPU profile of the run, --memprofile a heap profile
-// of a run of flows (gzipped protobuf, as runtime/pprof writes them).
+// of a run of flows, each in the gzipped protobuf runtime/pprof writes.
 func TestSimProfiles(t *testing.T) {
 	for _, args := range [][]string{
 		{"sim", "incast", "--senders", "8", "--rates-gbps", "100", "--plot", "", "--cpuprofile"},

@@ -12,6 +12,7 @@ import (
 
 const modulePath = "github.com/mroce/mroce"
 
+// versionCommand defines mroce version.
 func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "version",

@@ -11,12 +11,13 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// wiresharkCommand writes the Wireshark dissector (make wireshark writes
-// it to tools/wireshark/mroce.lua). Hidden: a build step. The field tables
-// and each packet type's parts come from package proto (the spec's layout
-// tables, which spec_test.go checks against docs/spec.md), so the
-// dissector cannot drift from the wire format; TestWiresharkDissector
-// checks the committed file is what this writes, and runs it in tshark.
+// wiresharkCommand writes the Wireshark dissector that make wireshark puts
+// in tools/wireshark/mroce.lua. It is hidden because it is a build step.
+// The field tables and each packet type's parts come from the spec's
+// layout tables in package proto, which spec_test.go checks against
+// docs/spec.md, so the dissector cannot drift from the wire format.
+// TestWiresharkDissector checks that the committed file is what this
+// writes, and runs it in tshark.
 func wiresharkCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "wireshark-lua",
@@ -27,8 +28,8 @@ func wiresharkCommand() *cli.Command {
 }
 
 // typeParts lists, for every packet type, the parts its header has after
-// the common header, as proto.Packet.Sections finds them (an ACK's records
-// are added by the dissector, RecordCount of them).
+// the common header, as proto.Packet.Sections finds them. The dissector
+// adds an ACK's records itself, RecordCount of them.
 func typeParts() (map[proto.Type][]string, error) {
 	out := map[proto.Type][]string{}
 	buf := make([]byte, 256)

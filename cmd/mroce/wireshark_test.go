@@ -16,7 +16,7 @@ import (
 const dissectorPath = "../../tools/wireshark/mroce.lua"
 
 // The committed dissector is what mroce wireshark-lua writes from the
-// spec's layout tables (regenerate with make wireshark).
+// spec's layout tables. make wireshark regenerates it.
 func TestDissectorIsGenerated(t *testing.T) {
 	var b bytes.Buffer
 	if err := writeDissector(&b); err != nil {
@@ -65,8 +65,8 @@ func mroceFields(ps []pdmlProto) []pdmlField {
 }
 
 // Wireshark, with the dissector, reads every field of every golden packet
-// as mroce decode does: the same fields in the same order, with the same
-// values (the bitvector and the payload byte for byte).
+// as mroce decode does, the same fields in the same order with the same
+// values, the bitvector and the payload byte for byte.
 func TestWiresharkDissector(t *testing.T) {
 	tshark, err := exec.LookPath("tshark")
 	if err != nil {

@@ -1,11 +1,13 @@
 // Package hexfmt reads and writes packets as hex text, the form of the
-// hand-written packets in testdata/golden and of `mroce decode` arguments.
+// hand-written packets in testdata/golden and of the arguments of mroce
+// decode.
 //
-// The syntax: bytes are pairs of hex digits; whitespace separates tokens and
-// may be left out between bytes ("deadbeef" is four bytes); `#` starts a
-// comment that runs to the end of the line; a `0x` or `0X` prefix on a group
-// of digits and `:` between groups are tolerated ("0xde 0xad", "de:ad:be:ef").
-// Anything else is an error that names the line, the column and the token.
+// Bytes are pairs of hex digits. Whitespace separates tokens and may be
+// left out between bytes, so "deadbeef" is four bytes. A `#` starts a
+// comment that runs to the end of the line. A `0x` or `0X` prefix on a
+// group of digits is accepted, and so is `:` between groups, so that bytes
+// copied from other tools as "0xde 0xad" or "de:ad:be:ef" parse. Anything
+// else is an error that names the line, the column and the token.
 package hexfmt
 
 import (
@@ -27,23 +29,23 @@ func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("line %d, column %d: bad hex token %q: %s", e.Line, e.Column, e.Token, e.Reason)
 }
 
-// Parse reads every byte of text. It fails on the first token that is not hex
-// bytes; the error is a *SyntaxError.
+// Parse reads every byte of text. It fails on the first token that is not
+// hex bytes, with a *SyntaxError.
 func Parse(text string) ([]byte, error) {
 	return parseLines(text, 1, nil)
 }
 
-// Block is one blank-line-separated block of a text (see Blocks).
+// Block is one block of a text between blank lines, as Blocks finds it.
 type Block struct {
 	Line int    // 1-based line number of the block's first line in the text
 	Data []byte // the block's bytes, nil if Err is set
 	Err  error  // a *SyntaxError naming the line in the whole text, or nil
 }
 
-// Blocks splits text at blank lines (lines of whitespace only) and parses
-// each block of lines on its own, so that one bad block does not hide the
-// others. Blocks that hold no bytes (only comments) are left out. Error line
-// numbers count from the start of text.
+// Blocks splits text at blank lines, which hold whitespace only, and parses
+// each block on its own, so that one bad block does not hide the others. It
+// leaves out blocks that hold only comments. Error line numbers count from
+// the start of text.
 func Blocks(text string) []Block {
 	var blocks []Block
 	lines := strings.Split(text, "\n")
@@ -71,7 +73,7 @@ func Blocks(text string) []Block {
 	return blocks
 }
 
-// parseLines appends the bytes of text to dst; firstLine is the number of
+// parseLines appends the bytes of text to dst. firstLine is the number of
 // text's first line, for errors.
 func parseLines(text string, firstLine int, dst []byte) ([]byte, error) {
 	for i, line := range strings.Split(text, "\n") {
@@ -115,12 +117,12 @@ func parseLine(line string, dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// parseToken appends the bytes of one whitespace-free token to dst, or says
-// why it is not hex bytes.
+// parseToken appends the bytes of one token without whitespace to dst, or
+// says why it is not hex bytes.
 func parseToken(tok string, dst []byte) ([]byte, string) {
 	for group := range strings.SplitSeq(tok, ":") {
 		if group == "" {
-			continue // "aa:" or "aa::bb": colons are only separators
+			continue // "aa:" and "aa::bb" parse, since colons only separate
 		}
 		digits := group
 		if len(digits) >= 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X') {
@@ -161,8 +163,9 @@ func hexValue(c byte) (byte, bool) {
 	return 0, false
 }
 
-// Format writes b as hex text that Parse reads back: 16 bytes a line, a space
-// between bytes, an extra space after the eighth, a newline after each line.
+// Format writes b as hex text that Parse reads back. It writes 16 bytes a
+// line with a space between bytes and another after the eighth, so that a
+// line reads as two groups of eight, as in hexdump.
 func Format(b []byte) string {
 	const digits = "0123456789abcdef"
 	var sb strings.Builder

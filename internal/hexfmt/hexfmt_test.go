@@ -97,11 +97,11 @@ func TestErrorMessage(t *testing.T) {
 }
 
 func TestBlocks(t *testing.T) {
-	text := "# file header\n\n" + // comment-only block: left out
+	text := "# file header\n\n" + // a block of comments only is left out
 		"01 02 # first\n03\n" +
 		"  \t\n" + // whitespace-only line separates
 		"# second\n0a 0b\n\n\n" +
-		"0c zz\n0d\n\n" + // bad block: error, the others still parse
+		"0c zz\n0d\n\n" + // a bad block fails alone and the others still parse
 		"ff\n"
 	blocks := Blocks(text)
 	if len(blocks) != 4 {
@@ -190,7 +190,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("Parse(Format(%x)) = %x, %v", data, back, err)
 			}
 		}
-		// Blocks partitions the lines: together they hold exactly what Parse
+		// Blocks partitions the lines. Together they hold exactly what Parse
 		// reads, and one fails exactly when Parse fails, at the same line.
 		var joined []byte
 		var blockErr error

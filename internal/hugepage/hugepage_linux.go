@@ -29,7 +29,7 @@ func reserveOnce(n int) (int, error) {
 	if err := allowed(n); err != nil {
 		return 0, err
 	}
-	room := make([]byte, n) // fresh from the system: never touched, so never resident
+	room := make([]byte, n) // fresh from the system and never touched, so never resident
 	at := uintptr(unsafe.Pointer(unsafe.SliceData(room)))
 	room = nil
 	runtime.GC() // its pages back among the heap's free ones
@@ -37,7 +37,7 @@ func reserveOnce(n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// By address: the mapping is the runtime's, not a Go object to slice.
+	// By address, since the mapping is the runtime's and not a Go object to slice.
 	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, lo, hi-lo, unix.MADV_HUGEPAGE); errno != 0 {
 		return 0, fmt.Errorf("hugepage: madvise: %w", errno)
 	}
@@ -103,8 +103,9 @@ func mappingOf(at uintptr) (lo, hi uintptr, err error) {
 	return 0, 0, fmt.Errorf("hugepage: no mapping holds %#x", at)
 }
 
-// bounds reads the address range that starts a line of /proc/self/maps
-// (or a mapping's first line in smaps): "start-end perms ...", in hex.
+// bounds reads the address range in hex that starts a line of
+// /proc/self/maps or a mapping's first line in smaps, as in
+// "start-end perms ...".
 func bounds(line string) (start, end uintptr, ok bool) {
 	r, _, _ := strings.Cut(line, " ")
 	a, b, found := strings.Cut(r, "-")

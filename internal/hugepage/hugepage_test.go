@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// After Reserve, what the program allocates, more than the heap held
-// before, lies in a mapping marked for huge pages (the "hg" of its VmFlags
-// in /proc/self/smaps).
+// After Reserve, what the program allocates beyond what the heap held
+// before lies in a mapping marked for huge pages, which the "hg" of its
+// VmFlags in /proc/self/smaps shows.
 func TestReserveMarksWhereTheHeapGrows(t *testing.T) {
 	marked, err := Reserve(64 << 20)
 	if err != nil {
@@ -64,10 +64,10 @@ func vmFlags(t *testing.T, at uintptr) string {
 }
 
 // Growing the heap is refused, not tried, where it could end the program
-// or where huge pages were asked away: more than the memory available, or
-// GODEBUG=disablethp=1.
+// by asking for more than the memory available, and where
+// GODEBUG=disablethp=1 asks huge pages away.
 func TestAllowedRefusesWhatCouldFail(t *testing.T) {
-	if err := allowed(math.MaxInt); err == nil && math.MaxInt>>40 > 0 { // 8 EiB (on a 32-bit machine, 2 GiB may fit)
+	if err := allowed(math.MaxInt); err == nil && math.MaxInt>>40 > 0 { // 8 EiB, though 2 GiB may fit on a 32-bit machine
 		t.Fatal("a growth of 8 EiB allowed")
 	}
 	t.Setenv("GODEBUG", "disablethp=1")
@@ -76,9 +76,9 @@ func TestAllowedRefusesWhatCouldFail(t *testing.T) {
 	}
 }
 
-// Reserve works once a process: a second call returns the first's result
-// and makes nothing resident (a second growth would reuse, and so clear,
-// the first's pages).
+// Reserve works once a process. A second call returns the first's result
+// and makes nothing resident, since a second growth would reuse and so
+// clear the first's pages.
 func TestReserveOnce(t *testing.T) {
 	m1, err1 := Reserve(64 << 20)
 	before := residentKiB(t)
@@ -129,14 +129,13 @@ func mapped(b *testing.B, size int, huge bool) ([]byte, func()) {
 }
 
 // BenchmarkFirstTouch is what a process pays the kernel for memory it
-// touches for the first time, on small pages and on huge ones (MB/s: the
-// bytes made resident a second). On a virtual machine whose hypervisor
-// takes back the memory a guest frees, a huge page the guest has not
-// used lately can cost far more than the small pages it replaces, and
-// one a process just freed far less. Each iteration after the first maps
-// what the one before freed, so the first is the one that tells: run it
-// with -benchtime 1x once after the machine sat idle for a while, and
-// once right after.
+// touches for the first time, on small pages and on huge ones. Its MB/s
+// are bytes made resident a second. On a virtual machine whose hypervisor
+// takes back the memory a guest frees, a huge page the guest has not used
+// lately can cost far more than the small pages it replaces, and one a
+// process just freed far less. Each iteration after the first maps what
+// the one before freed, so only the first tells. Run it with -benchtime 1x
+// once after the machine sat idle for a while, and once right after.
 func BenchmarkFirstTouch(b *testing.B) {
 	const size = 64 << 20
 	for _, huge := range []bool{false, true} {
@@ -154,10 +153,10 @@ func BenchmarkFirstTouch(b *testing.B) {
 }
 
 // BenchmarkDependentLoadsOnHugePages times loads whose address the one
-// before gives, in a random walk of whole lines, over memory on huge
-// pages. Huge pages take the TLB out of it, so what is left is the caches. Where the time stays
-// high from a size on, that size is past what the caches give this
-// process.
+// before gives, in a random walk of whole lines over memory on huge pages.
+// Huge pages take the TLB out of it, so what is left is the caches. Where
+// the time stays high from a size on, that size is past what the caches
+// give this process.
 func BenchmarkDependentLoadsOnHugePages(b *testing.B) {
 	for _, size := range []int{1 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20, 128 << 20} {
 		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {

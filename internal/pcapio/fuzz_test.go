@@ -8,8 +8,8 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// FuzzReader feeds arbitrary files to the capture reader: it must return
-// datagrams or errors, never panic, whatever the headers claim.
+// FuzzReader feeds arbitrary files to the capture reader. It must return
+// datagrams or errors and never panic, whatever the headers claim.
 func FuzzReader(f *testing.F) {
 	golden, err := os.ReadFile("../../testdata/golden.pcap")
 	if err != nil {

@@ -37,7 +37,7 @@ func buildPacket(t *testing.T, typ proto.Type, payloadLen int) []byte {
 	return bytes.Clone(p.Seal())
 }
 
-// onesSum is the 16-bit ones' complement sum of b (RFC 1071), not inverted.
+// onesSum is the 16-bit ones' complement sum of b by RFC 1071, not inverted.
 func onesSum(sum uint32, b []byte) uint32 {
 	for i := 0; i+1 < len(b); i += 2 {
 		sum += uint32(b[i])<<8 | uint32(b[i+1])
@@ -93,7 +93,7 @@ func TestWritePacketsLayout(t *testing.T) {
 		buildPacket(t, proto.TypeCNP, 0),    // control
 		buildPacket(t, proto.TypeReadReq, 0),
 		buildPacket(t, proto.TypeAck, 0),
-		{0x00}, // too short to have a type: control
+		{0x00}, // too short to have a type, so control
 	}
 	var out bytes.Buffer
 	if err := WritePackets(&out, payloads); err != nil {
@@ -109,7 +109,7 @@ func TestWritePacketsLayout(t *testing.T) {
 	if len(recs) != len(payloads) {
 		t.Fatalf("%d records, want %d", len(recs), len(payloads))
 	}
-	wantTOS := []byte{0x6a, 0xc0, 0x6a, 0x68, 0x00} // DSCP 26 + ECT(0), 48, 26 + ECT(0), 26, 0
+	wantTOS := []byte{0x6a, 0xc0, 0x6a, 0x68, 0x00} // DSCP 26 with ECT0, 48, 26 with ECT0, 26, 0
 	be := binary.BigEndian
 	for i, r := range recs {
 		payload := payloads[i]
@@ -193,7 +193,7 @@ func TestWritePacketsZeroChecksum(t *testing.T) {
 	be.PutUint16(udp[4:], uint16(len(udp)))
 	copy(udp[8:], payload)
 	pseudo := []byte{192, 0, 2, 1, 192, 0, 2, 2, 0, 17, 0, byte(len(udp))}
-	// Pick the last two payload bytes so that the sum is 0xffff: the
+	// Pick the last two payload bytes so that the sum is 0xffff. The
 	// checksum, its complement, is then 0.
 	s := onesSum(onesSum(0, pseudo), udp)
 	be.PutUint16(payload[len(payload)-2:], uint16(0xffff-s))
@@ -305,8 +305,8 @@ var (
 	v6b = netip.MustParseAddr("2001:db8::2")
 )
 
-// ipUDP returns an IPv4 or IPv6 packet (by the addresses) carrying a UDP
-// datagram.
+// ipUDP returns an IPv4 or IPv6 packet carrying a UDP datagram, of the
+// version of the addresses.
 func ipUDP(t *testing.T, src, dst netip.Addr, tos uint8, sport, dport uint16, payload []byte) []byte {
 	t.Helper()
 	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
@@ -356,7 +356,7 @@ func sll2(ip []byte) []byte {
 	return append(f, ip...)
 }
 
-func null(ip []byte) []byte { // BSD loopback: address family, host (little-endian) order
+func null(ip []byte) []byte { // BSD loopback, the address family in little-endian host order
 	f := []byte{2, 0, 0, 0}
 	if ip[0]>>4 == 6 {
 		f[0] = 30 // AF_INET6 on macOS
@@ -367,7 +367,7 @@ func null(ip []byte) []byte { // BSD loopback: address family, host (little-endi
 func raw(ip []byte) []byte { return ip }
 
 // pcapFile writes a classic pcap with any link type number, which pcapgo's
-// writer cannot (its LinkType is a byte).
+// writer cannot because its LinkType is a byte.
 func pcapFile(t *testing.T, linkType uint32, snaplen uint32, frames ...[]byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -472,8 +472,8 @@ func TestReadLinkTypes(t *testing.T) {
 				}
 				frames := [][]byte{
 					tt.frame(ipUDP(t, src, dst, 0x6b, 50000, 4797, payload)), // DSCP 26, CE
-					tt.frame(ipUDP(t, dst, src, 0x00, 4797, 50000, payload)), // a reply: source port matches
-					tt.frame(ipUDP(t, src, dst, 0x00, 53, 53, payload)),      // another port: skipped
+					tt.frame(ipUDP(t, dst, src, 0x00, 4797, 50000, payload)), // a reply, whose source port matches
+					tt.frame(ipUDP(t, src, dst, 0x00, 53, 53, payload)),      // another port, skipped
 				}
 				ds, stats := readAll(t, pcapFile(t, lt, 0, frames...), 4797)
 				if len(ds) != 2 {
@@ -500,8 +500,8 @@ func TestReadPcapngMixedLinkTypes(t *testing.T) {
 	payload := []byte{1, 2, 3, 4}
 	ip := ipUDP(t, v4a, v4b, 0x6a, 49152, 4797, payload)
 	ip6 := ipUDP(t, v6a, v6b, 0x02, 49153, 4797, payload)
-	// Interfaces: Ethernet, SLL, SLL2 (which pcapgo writes as 20, the low
-	// byte of 276), raw IP and 802.11, whose frames are skipped.
+	// The interfaces are Ethernet, SLL, SLL2, raw IP and 802.11, whose
+	// frames are skipped. pcapgo writes SLL2 as 20, the low byte of 276.
 	lts := []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeLinuxSLL, linkTypeSLL2Byte,
 		layers.LinkTypeRaw, layers.LinkTypeIEEE802_11}
 	file := pcapngFile(t, lts, ethernetVLAN(ip), sll(ip6), sll2(ip), raw(ip6), []byte("not 802.11 at all"))
@@ -525,7 +525,7 @@ func TestReadPcapngMixedLinkTypes(t *testing.T) {
 func TestReadSkips(t *testing.T) {
 	payload := []byte("abcdefgh")
 	udp := ipUDP(t, v4a, v4b, 0, 49152, 4797, payload)
-	// An IPv4 fragment: MF set. mroce never fragments; fragments are skipped.
+	// An IPv4 fragment has MF set. mroce never fragments, so fragments are skipped.
 	frag := bytes.Clone(udp)
 	frag[6] |= 0x20
 	binary.BigEndian.PutUint16(frag[10:], 0)
@@ -560,7 +560,7 @@ func TestReadTruncatedCapture(t *testing.T) {
 }
 
 func TestReadEthernetPadding(t *testing.T) {
-	// A short frame padded to 60 bytes: the payload ends where IP says.
+	// A short frame padded to 60 bytes has its payload end where IP says.
 	frame := append([]byte{2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00}, ipUDP(t, v4a, v4b, 0, 1, 4797, []byte{7})...)
 	frame = append(frame, make([]byte, 60-len(frame))...)
 	ds, _ := readAll(t, pcapFile(t, 1, 0, frame), 4797)

@@ -16,18 +16,18 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// ECN is the 2-bit ECN field of an IP header (RFC 3168), as link defines it.
+// ECN is the 2-bit ECN field of an IP header, RFC 3168, as link defines it.
 type ECN = link.ECN
 
 const (
 	NotECT = link.NotECT // not ECN-capable
-	ECT1   = link.ECT1   // ECN-capable, ECT(1)
-	ECT0   = link.ECT0   // ECN-capable, ECT(0): what mroce sends data packets with
+	ECT1   = link.ECT1   // ECN-capable, the codepoint ECT(1)
+	ECT0   = link.ECT0   // ECN-capable, ECT(0), which mroce marks its data packets with
 	CE     = link.CE     // congestion experienced
 )
 
-// DSCPName returns the conventional name of a DSCP value (CS0-CS7, AF11-AF43,
-// EF, VOICE-ADMIT), or "" when it has none.
+// DSCPName returns the conventional name of a DSCP value, one of CS0-CS7,
+// AF11-AF43, EF and VOICE-ADMIT, or "" when it has none.
 func DSCPName(dscp uint8) string {
 	switch {
 	case dscp == 44:
@@ -53,7 +53,7 @@ type Datagram struct {
 	DSCP    uint8 // the upper 6 bits of the IPv4 TOS or IPv6 traffic class
 	ECN     ECN   // the lower 2 bits
 	// Payload is the UDP payload as captured. It is shorter than Length when
-	// the capture cut the frame (snap length).
+	// the capture's snap length cut the frame.
 	Payload []byte
 	// Length is the payload length the UDP header states.
 	Length int
@@ -67,9 +67,9 @@ func (d *Datagram) Truncated() bool { return len(d.Payload) < d.Length }
 type Stats struct {
 	Frames    int // frames read
 	Datagrams int // datagrams returned by Next
-	// Skipped frames: not IP, not UDP, UDP on other ports, IP fragments
-	// (mroce never fragments), frames of an unsupported link type, and
-	// frames too damaged to decode.
+	// Skipped counts the frames that are not IP or not UDP, UDP on other
+	// ports, IP fragments, frames of an unsupported link type and frames too
+	// damaged to decode. mroce never fragments, so a fragment is not its.
 	Skipped int
 }
 
@@ -83,20 +83,20 @@ type Reader struct {
 
 const (
 	magicPcapng = 0x0a0d0d0a // pcapng section header block type, either byte order
-	// linkTypeSLL2 is LINKTYPE_LINUX_SLL2 (276), Linux cooked capture v2
-	// (tcpdump -i any, libpcap 1.10 and later), which gopacket v1.1.19 does
-	// not know. Its LinkType is a uint8, so pcapgo hands 276 over as
-	// 276 mod 256 = 20, a value no link type uses. For an uncompressed pcap
-	// file NewReader reads the full value from the file header; in pcapng,
-	// 20 is taken to be SLL2.
+	// linkTypeSLL2 is LINKTYPE_LINUX_SLL2, 276, the Linux cooked capture v2
+	// that tcpdump -i any writes with libpcap 1.10 and later. gopacket
+	// v1.1.19 does not know it. Its LinkType is a uint8, so pcapgo hands 276
+	// over as 276 mod 256 = 20, a value no link type uses. For an
+	// uncompressed pcap file NewReader reads the full value from the file
+	// header. In pcapng, 20 is taken to be SLL2.
 	linkTypeSLL2     = 276
 	linkTypeSLL2Byte = layers.LinkType(linkTypeSLL2 & 0xff)
 	sll2HeaderLen    = 20
 )
 
-// NewReader reads the file header of the pcap or pcapng capture r (a gzip'ed
-// pcap too) and returns a Reader for the UDP datagrams whose source or
-// destination port is port.
+// NewReader reads the file header of the pcap or pcapng capture r, which
+// may be a gzip'ed pcap, and returns a Reader for the UDP datagrams whose
+// source or destination port is port.
 func NewReader(r io.Reader, port uint16) (*Reader, error) {
 	br := bufio.NewReader(r)
 	magic, err := br.Peek(4)
@@ -116,7 +116,7 @@ func NewReader(r io.Reader, port uint16) (*Reader, error) {
 			// With WantMixedLinkType, each packet comes with its
 			// interface's link type.
 			data, ci, err := ng.ReadPacketData()
-			lt := layers.LinkType(0xff) // none: skipped
+			lt := layers.LinkType(0xff) // none, so the frame is skipped
 			if len(ci.AncillaryData) > 0 {
 				if l, ok := ci.AncillaryData[0].(layers.LinkType); ok {
 					lt = l
@@ -151,7 +151,7 @@ func NewReader(r io.Reader, port uint16) (*Reader, error) {
 }
 
 // pcapLinkType reads the link type from a classic pcap file header, in the
-// byte order its magic number says; ok is false if header is not one.
+// byte order its magic number says. ok is false if header is not one.
 func pcapLinkType(header []byte) (lt uint32, ok bool) {
 	if len(header) < 24 {
 		return 0, false
@@ -168,7 +168,7 @@ func pcapLinkType(header []byte) (lt uint32, ok bool) {
 // Stats returns the counts so far.
 func (r *Reader) Stats() Stats { return r.stats }
 
-// Next returns the next datagram to or from the port, skipping (and counting)
+// Next returns the next datagram to or from the port, skipping and counting
 // every other frame. It returns io.EOF at the end of the capture, and
 // io.ErrUnexpectedEOF when the file ends inside a frame.
 func (r *Reader) Next() (Datagram, error) {
@@ -194,22 +194,23 @@ func (r *Reader) Next() (Datagram, error) {
 }
 
 // frameDecoder returns the gopacket decoder for a frame of link type lt and
-// the part of the frame it decodes; ok is false for link types it does not
+// the part of the frame it decodes. ok is false for link types it does not
 // support.
 func frameDecoder(frame []byte, lt layers.LinkType) (dec gopacket.Decoder, data []byte, ok bool) {
 	switch lt {
 	case layers.LinkTypeEthernet, layers.LinkTypeLinuxSLL, layers.LinkTypeNull, layers.LinkTypeLoop:
 		return lt, frame, true
-	case layers.LinkTypeRaw, 12, 14: // LINKTYPE_RAW; DLT_RAW is 12 or 14 on some systems
+	case layers.LinkTypeRaw, 12, 14: // LINKTYPE_RAW, and DLT_RAW, which is 12 or 14 on some systems
 		return layers.LinkTypeRaw, frame, true
 	case layers.LinkTypeIPv4:
 		return layers.LayerTypeIPv4, frame, true
 	case layers.LinkTypeIPv6:
 		return layers.LayerTypeIPv6, frame, true
 	case linkTypeSLL2Byte:
-		// Linux cooked v2 header: protocol type (2 bytes), reserved (2),
-		// interface index (4), ARPHRD type (2), packet type (1), link
-		// address length (1), link address (8); then the protocol's packet.
+		// A Linux cooked v2 header is 20 bytes. It holds the protocol type
+		// in 2 bytes, 2 reserved, the interface index in 4, the ARPHRD type
+		// in 2, the packet type and the link address length in 1 each, and
+		// the link address in 8. The protocol's packet follows.
 		if len(frame) < sll2HeaderLen {
 			return layers.LinkTypeRaw, nil, true // decodes to nothing
 		}
@@ -247,7 +248,7 @@ func (r *Reader) match(frame []byte, lt layers.LinkType) (Datagram, bool) {
 			return Datagram{}, false
 		case *layers.UDP:
 			if !haveIP || (uint16(l.SrcPort) != r.port && uint16(l.DstPort) != r.port) {
-				continue // an outer tunnel datagram, perhaps: look further in
+				continue // perhaps an outer tunnel datagram, so look further in
 			}
 			d.SrcPort, d.DstPort = uint16(l.SrcPort), uint16(l.DstPort)
 			d.Payload = l.Payload

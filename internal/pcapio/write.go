@@ -2,25 +2,27 @@
 // captures, so that they can be looked at with Wireshark or tshark and so that
 // captures of real traffic can be decoded with `mroce decode --pcap`.
 //
-// WritePackets writes a classic pcap file (microsecond timestamps, link type
-// Ethernet) in which every packet is the payload of an Ethernet/IPv4/UDP
-// frame with fixed addresses, so that the file is byte-for-byte reproducible:
+// WritePackets writes a classic pcap file with microsecond timestamps and
+// link type Ethernet. Every packet is the payload of an Ethernet/IPv4/UDP
+// frame with fixed addresses, so that the file is the same byte for byte
+// on every run.
 //
 //	Ethernet  02:00:00:00:00:01 -> 02:00:00:00:00:02, EtherType IPv4
-//	IPv4      192.0.2.1 -> 192.0.2.2 (TEST-NET-1), TTL 64, Identification 0,
-//	          Don't Fragment set, DSCP as docs/spec.md section 11 defaults it
-//	          (26 for data, ACK and NACK, 48 for CNP, 0 otherwise) and ECN
-//	          ECT(0) for data packets, Not-ECT for the rest, header checksum
-//	UDP       source port 49152+i (packet i, from 0, modulo 16384),
-//	          destination port proto.DefaultPort (4797), checksum
+//	IPv4      192.0.2.1 -> 192.0.2.2 of TEST-NET-1, TTL 64, Identification 0,
+//	          Don't Fragment set, DSCP as docs/spec.md section 11 defaults it,
+//	          26 for data, ACK and NACK, 48 for CNP and 0 otherwise,
+//	          ECN ECT(0) for data packets and Not-ECT for the rest, header checksum
+//	UDP       source port 49152+i for packet i from 0, modulo 16384,
+//	          destination port proto.DefaultPort 4797, checksum
 //	time      2026-01-01T00:00:00Z plus i milliseconds
 //
-// A packet is a data packet when its type byte (byte 1) is a data type
-// (proto.Type.IsData); payloads too short to have one count as control.
+// A packet is a data packet when its type byte, byte 1, is a data type by
+// proto.Type.IsData. Payloads too short to have one count as control.
 //
-// Reader reads pcap and pcapng files with Ethernet (VLAN tags included),
-// Linux cooked (SLL and SLL2), raw IP, IPv4, IPv6 and BSD loopback link types,
-// and yields the UDP datagrams to or from one port. It needs no libpcap.
+// Reader reads pcap and pcapng files of the link types Ethernet with or
+// without VLAN tags, Linux cooked SLL and SLL2, raw IP, IPv4, IPv6 and BSD
+// loopback, and yields the UDP datagrams to or from one port. It needs no
+// libpcap.
 package pcapio
 
 import (
@@ -37,7 +39,7 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
-// The fixed frame fields of WritePackets (see the package comment).
+// The fixed frame fields of WritePackets, which the package comment lists.
 var (
 	srcMAC = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}
 	dstMAC = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x02}
@@ -55,8 +57,8 @@ const (
 	snaplen = 262144
 	// maxPayload is the largest UDP payload an IPv4 packet can hold.
 	maxPayload = 65535 - 20 - 8
-	// udpChecksumOffset is where the UDP checksum is in a frame: after the
-	// Ethernet (14 bytes) and IPv4 (20 bytes) headers, 6 bytes into UDP.
+	// udpChecksumOffset is where the UDP checksum is in a frame, 6 bytes
+	// into UDP after 14 bytes of Ethernet and 20 of IPv4.
 	udpChecksumOffset = 14 + 20 + 6
 )
 
@@ -89,10 +91,10 @@ func WritePackets(w io.Writer, payloads [][]byte) error {
 	return nil
 }
 
-// Writer writes UDP datagrams into a classic pcap file (link type Ethernet,
-// microsecond timestamps), each in an Ethernet/IPv4 or Ethernet/IPv6 frame
-// with its own addresses, ports, DSCP and ECN: what a capture of one link of
-// the emulator needs.
+// Writer writes UDP datagrams into a classic pcap file of link type
+// Ethernet with microsecond timestamps. Each goes in an Ethernet/IPv4 or
+// Ethernet/IPv6 frame with its own addresses, ports, DSCP and ECN, which is
+// what a capture of one link of the emulator or of a host needs.
 type Writer struct {
 	pw   *pcapgo.Writer
 	buf  gopacket.SerializeBuffer
@@ -102,10 +104,10 @@ type Writer struct {
 // NewWriter writes the pcap file header to w.
 func NewWriter(w io.Writer) (*Writer, error) { return NewWriterSnap(w, snaplen) }
 
-// NewWriterSnap is NewWriter keeping at most snap bytes of each frame (its
-// headers and the start of its payload), as a capture with a snap length
-// does: enough to dissect every header of a long run without storing its
-// data.
+// NewWriterSnap is NewWriter keeping at most snap bytes of each frame, its
+// headers and the start of its payload, as a capture with a snap length
+// does. That is enough to dissect every header of a long run without
+// storing its data.
 func NewWriterSnap(w io.Writer, snap int) (*Writer, error) {
 	snap = min(max(snap, 64), snaplen)
 	pw := pcapgo.NewWriter(w)
@@ -164,8 +166,8 @@ func encodeFrame(buf gopacket.SerializeBuffer, src, dst netip.AddrPort, tos uint
 		return nil, err
 	}
 	frame := buf.Bytes()
-	// A UDP checksum that computes to 0 is sent as 0xffff: 0 means "no
-	// checksum" (RFC 768). gopacket leaves it 0.
+	// A UDP checksum that computes to 0 is sent as 0xffff, because RFC 768
+	// gives 0 the meaning "no checksum". gopacket leaves it 0.
 	if sum := frame[checksumAt:]; sum[0] == 0 && sum[1] == 0 {
 		sum[0], sum[1] = 0xff, 0xff
 	}
