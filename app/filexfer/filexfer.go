@@ -90,17 +90,25 @@ var (
 	ErrProtocol = errors.New("filexfer: the peer broke the protocol")
 )
 
-// Dial connects to the receiver at remote from a new protection domain of
-// dev. Its completion queues hold a completion for each chunk in flight
-// and for the control messages.
-func Dial(ctx context.Context, dev *endpoint.Device, remote endpoint.Remote) (Conn, error) {
+// NewConn allocates a protection domain of dev and completion queues for
+// a connection not yet made. The queues hold a completion for each chunk
+// in flight and for the control messages.
+func NewConn(dev *endpoint.Device) (Conn, error) {
 	pd, err := dev.AllocPD()
 	if err != nil {
 		return Conn{}, err
 	}
-	c := Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
-	if c.QP, err = pd.Connect(ctx, remote, c.Send, c.Recv, endpoint.QPOptions{}); err != nil {
-		pd.Close()
+	return Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}, nil
+}
+
+// Dial connects to the receiver at remote from a new Conn of dev.
+func Dial(ctx context.Context, dev *endpoint.Device, remote endpoint.Remote) (Conn, error) {
+	c, err := NewConn(dev)
+	if err != nil {
+		return Conn{}, err
+	}
+	if c.QP, err = c.PD.Connect(ctx, remote, c.Send, c.Recv, endpoint.QPOptions{}); err != nil {
+		c.PD.Close()
 		return Conn{}, err
 	}
 	return c, nil

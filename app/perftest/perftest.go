@@ -92,6 +92,17 @@ type Side struct {
 	Send, Recv *endpoint.CQ
 }
 
+// NewSide allocates a protection domain of dev and completion queues for
+// one side. The queues hold 4,096 completions, the deepest a request may
+// keep in flight.
+func NewSide(dev *endpoint.Device) (Side, error) {
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return Side{}, err
+	}
+	return Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}, nil
+}
+
 const (
 	control = 0 // the stream of the request, the answer and the end
 	data    = 1 // the stream of the test

@@ -130,13 +130,11 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer closeHost(h, o.log)
-	dev := h.Device()
-	pd, err := dev.AllocPD()
+	s, err := perftest.NewSide(h.Device())
 	if err != nil {
 		return err
 	}
-	s := perftest.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
-	lis, err := pd.Listen(s.Send, s.Recv, endpoint.QPOptions{})
+	lis, err := s.PD.Listen(s.Send, s.Recv, endpoint.QPOptions{})
 	if err != nil {
 		return err
 	}
@@ -169,14 +167,12 @@ func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, loca
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer closeHost(h, o.log)
-	dev := h.Device()
-	pd, err := dev.AllocPD()
+	s, err := perftest.NewSide(h.Device())
 	if err != nil {
 		return err
 	}
-	s := perftest.Side{PD: pd, Send: dev.CreateCQ(4096), Recv: dev.CreateCQ(4096)}
 	cctx, cancel := context.WithTimeout(ctx, o.noProgress)
-	s.QP, err = pd.Connect(cctx, endpoint.Remote{Planes: to, Port: o.port}, s.Send, s.Recv, endpoint.QPOptions{})
+	s.QP, err = s.PD.Connect(cctx, endpoint.Remote{Planes: to, Port: o.port}, s.Send, s.Recv, endpoint.QPOptions{})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("bench: no answer from %v port %d (is mroce bench %s --server running there?): %w", to, o.port, req.Test, err)

@@ -318,13 +318,11 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 		return fmt.Errorf("recv: %w", err)
 	}
 	defer closeHost(h, o.log)
-	dev := h.Device()
-	pd, err := dev.AllocPD()
+	conn, err := filexfer.NewConn(h.Device())
 	if err != nil {
 		return err
 	}
-	conn := filexfer.Conn{PD: pd, Send: dev.CreateCQ(64), Recv: dev.CreateCQ(64)}
-	lis, err := pd.Listen(conn.Send, conn.Recv, endpoint.QPOptions{})
+	lis, err := conn.PD.Listen(conn.Send, conn.Recv, endpoint.QPOptions{})
 	if err != nil {
 		return err
 	}
