@@ -24,7 +24,6 @@ type sendRec struct {
 // counters. The sender keeps the packets in flight on it, its window and its
 // timer.
 type sendPath struct {
-	pathmgr.Path
 	s *sender
 
 	// PSNs in flight, from oldest to next. The ring holds PSN psn in slot
@@ -44,6 +43,9 @@ type sendPath struct {
 	timer    clock.Timer
 	probed   bool  // a tail probe went out since the last acknowledgment
 	timeouts uint8 // retransmission timeouts in a row, saturating
+
+	// The path manager's part: state, source port, epoch, RTT, counters.
+	pathmgr.Path
 }
 
 // slot is PSN psn's send record, or the slot it would be in.

@@ -35,15 +35,15 @@ func (e ECN) String() string {
 // The plane a datagram travels is the one its source address belongs to,
 // and its UDP source port is the path's ECMP entropy.
 type Datagram struct {
-	Src, Dst netip.AddrPort
-	Data     []byte
+	Data []byte
 	// Pad is how many bytes the datagram carries on the wire after Data
 	// without their being materialized. They are a simulation's placeholder
 	// payload and trailer. Only the emulator carries them, and every other
 	// port drops a datagram with Pad set and counts it.
-	Pad  int32
-	ECN  ECN
-	DSCP uint8 // 0..63
+	Pad      int32
+	ECN      ECN
+	DSCP     uint8 // 0..63
+	Src, Dst netip.AddrPort
 }
 
 // Size is the datagram's length on the wire, Data and Pad together.

@@ -64,46 +64,30 @@ const (
 // discipline's settings are copied out of cfg into fields of their own,
 // which every datagram reads.
 type Link struct {
-	fab *Fabric
-	p   *proc // the process that owns it
-
-	id          int
-	kind        LinkKind
-	plane       int
-	from, to    int // host, leaf or spine indexes, by kind
-	owner       int // the host whose uplink or downlink it is, or -1 between switches
-	cfg         LinkConfig
-	rng         *rand.Rand
-	rate        int64   // bits/s now, which a slowdown lowers
-	factor      float64 // the slowdown's factor of cfg.Rate
-	delay       time.Duration
-	overhead    int
-	limit, ecnK int  // cfg.Queue's Limit and ECNThreshold
-	red         *RED // cfg.Queue.RED
-	redWeight   float64
-	loss        LossModel
-	impaired    bool // loss, corruption or duplication, which enqueue applies
-	jittered    bool // jitter or reordering, which arrival applies
-
-	state        linkState
+	// What a datagram's serialization reads and writes comes first, so
+	// that a busy link's work touches few cache lines; the simulator's
+	// speed with thousands of connections follows the lines it reads
+	// (docs/results.md, simulator speed). The settings come after.
+	fab          *Fabric
+	p            *proc // the process that owns it
 	queue        ring
 	queueBytes   int
-	redAvg       float64
 	tx           *packet    // being serialized, with its completion event pending
-	eventPending bool       // the link's completion event is scheduled
 	wireFree     clock.Time // when the datagram on the wire finishes serialization
+	rate         int64      // bits/s now, which a slowdown lowers
 	txRemainder  int64      // bit-nanoseconds carried between datagrams, so rates do not drift
+	overhead     int
+	limit, ecnK  int  // cfg.Queue's Limit and ECNThreshold
+	red          *RED // cfg.Queue.RED
+	delay        time.Duration
 	lastArrival  clock.Time
-	stats        LinkStats
-
-	// PFC lets the node this link feeds pause it. ingressBytes counts the
-	// bytes that came in on this link and wait at the far node. pauseAsked
-	// says the far node has sent a pause or is sending one.
-	pfc          bool
-	paused       bool
-	pauseStart   clock.Time
-	ingressBytes int
-	pauseAsked   bool
+	to           int // the far node: a host, leaf or spine index, by kind
+	state        linkState
+	eventPending bool // the link's completion event is scheduled
+	pfc          bool // PFC lets the node this link feeds pause it
+	paused       bool // the far node paused this link
+	impaired     bool // loss, corruption or duplication, which enqueue applies
+	jittered     bool // jitter or reordering, which arrival applies
 
 	// Over processes, an uplink decides when a datagram leaves whether the
 	// link will have failed when it arrives at the far end, which another
@@ -112,6 +96,27 @@ type Link struct {
 	// link decided so, or -1, and no change may come before it.
 	changes []stateChange
 	decided clock.Time
+	stats   LinkStats
+
+	id          int
+	kind        LinkKind
+	plane, from int // from is a host, leaf or spine index, by kind
+	owner       int // the host whose uplink or downlink it is, or -1 between switches
+	cfg         LinkConfig
+	factor      float64 // the slowdown's factor of cfg.Rate
+	rng         *rand.Rand
+	loss        LossModel
+	redAvg      float64
+	redWeight   float64
+	// PFC: pauseStart is when the far node paused the link, ingressBytes
+	// the bytes that came in on it and wait at the far node, and
+	// pauseAsked says the far node has sent a pause or is sending one.
+	pauseStart   clock.Time
+	ingressBytes int
+	pauseAsked   bool
+	// _ makes a Link 576 bytes, a size class whose objects all start on a
+	// cache line, so that the lines above are whole.
+	_ [48]byte
 }
 
 // ID is the link's index in Fabric.Links.

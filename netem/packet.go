@@ -6,20 +6,23 @@ import (
 
 // packet is a datagram inside the fabric. It is its own arrival event.
 type packet struct {
+	// What a hop reads comes first, in the packet's first cache line: the
+	// route, the hop and the datagram's size and mark (docs/results.md,
+	// simulator speed).
 	fab *Fabric
-	id  uint64
-	d   link.Datagram
-
 	// The route holds the links' ids, and hop indexes the link the packet
 	// is on or arriving from.
 	route     [4]uint32
+	ingress   uint32 // 1 + the id of the link it arrived on at its current node, for PFC, or 0
 	hops, hop uint8
-	// ingress is 1 + the id of the link the packet arrived on at its current
-	// node, for PFC, or 0.
-	ingress uint32
 	// crossed says the packet arrives in another process than its link's.
 	// That link decided when the packet left that it would not fail under it.
 	crossed bool
+	d       link.Datagram
+	id      uint64
+	// _ makes a packet 192 bytes, a size class whose objects all start on
+	// a cache line; at 136 bytes they would straddle lines.
+	_ [56]byte
 }
 
 // link is the link of route[hop].

@@ -32,27 +32,31 @@ type Listener interface {
 // happened and acts on what the path says. Nothing here does I/O or reads
 // a clock.
 type Path struct {
+	// What the path is now.
 	id    uint8
-	plane int
 	state State
+	epoch uint8
 	port  uint16
-	// portIndex is where port lies in the pool.
-	portIndex int
-	epoch     uint8
+	plane int
+	// skipUntil is when a SKIP path turns GOOD again without news.
+	skipUntil clock.Time
 	// epochStart holds the first PSN of each epoch value's latest use.
 	// An ACK record of epoch e says nothing of PSNs before it, by section
 	// 6.3.
 	epochStart [4]uint32
-	probeID    uint32
-	// skipUntil is when a SKIP path turns GOOD again without news.
-	skipUntil  clock.Time
-	repathedAt clock.Time
-	loss       lossMeter
-	ports      *Ports
-	listener   Listener
 
+	// What its ACKs measure and its packets count.
 	RTT      RTT
 	Counters Counters
+
+	// Bookkeeping of repaths, probes and loss. portIndex is where port
+	// lies in the pool.
+	portIndex  int
+	ports      *Ports
+	repathedAt clock.Time
+	probeID    uint32
+	loss       lossMeter
+	listener   Listener
 }
 
 // Init makes p path id of its connection, on plane, starting at PSN
