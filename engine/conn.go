@@ -17,46 +17,47 @@ var errNoRemote = errors.New("engine: no remote address")
 // (sender) and the receive side (receiver) of the connection's two
 // directions (spec section 6.1).
 type Conn struct {
-	// Identity.
-	ep        *Endpoint
-	localID   uint32 // the DstConnID the peer sends to
-	peerID    uint32 // the DstConnID this side sends to
-	initiator bool
-	acceptKey acceptKey // how the acceptor recognizes a resent CONNECT (spec section 8.1)
-	pd        *memreg.Domain
-	events    Events
-
-	state ConnState
-	err   error // why the connection closed
-
+	// What every packet the connection sends or receives reads comes
+	// first. The handshake's and the application's fields come after.
+	ep       *Endpoint
+	state    ConnState
+	localID  uint32 // the DstConnID the peer sends to
+	peerID   uint32 // the DstConnID this side sends to
+	peerPort uint16 // the peer's ReplyPort
 	// The peer's addresses, one per plane, invalid until known. Bit p of
 	// known is set when remote[p] is known, for the planes 0 to 63 (see
 	// knows).
-	remote   []netip.Addr
-	known    uint64
-	peerPort uint16 // the peer's ReplyPort
-
-	// Negotiated at the handshake (spec section 8.2).
-	mode       proto.Mode
-	tp         transport // multipath, or baseline (spec section 10)
-	maxPacket  int
-	paths      int
-	streams    int
-	readsOut   int    // READs this side may have outstanding
-	peerWindow int    // DSNs the peer accepts beyond its cumulative DSN
-	isn, idsn  uint32 // this side's initial PSN and DSN
-	peerISN    uint32
-	peerIDSN   uint32
+	known     uint64
+	remote    []netip.Addr
+	tp        transport // multipath, or baseline (spec section 10)
+	pd        *memreg.Domain
+	maxPacket int // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
+	paths     int
+	streams   int
+	readsOut  int // READs this side may have outstanding
+	ackTimer  clock.Timer
+	progress  clock.Timer // fires after Config.NoProgress without progress while work is outstanding
+	heard     clock.Time  // when the last packet from the peer arrived
 
 	// The two directions.
 	snd sender
 	rcv receiver
 
-	// Timers.
-	ackTimer   clock.Timer
-	progress   clock.Timer // fires after Config.NoProgress without progress while work is outstanding
+	// Identity, and what the application sees.
+	initiator bool
+	acceptKey acceptKey // how the acceptor recognizes a resent CONNECT (spec section 8.1)
+	events    Events
+	err       error // why the connection closed
+
+	// The rest of what the handshake negotiated (spec section 8.2).
+	mode       proto.Mode
+	peerWindow int    // DSNs the peer accepts beyond its cumulative DSN
+	isn, idsn  uint32 // this side's initial PSN and DSN
+	peerISN    uint32
+	peerIDSN   uint32
+
+	// The timers of liveness and of the handshake.
 	alive      clock.Timer // sends keep-alives and declares a silent peer dead (spec section 8.6)
-	heard      clock.Time  // when the last packet from the peer arrived
 	hsTimer    clock.Timer // resends the CONNECT or ACCEPT until hsDeadline
 	hsInterval time.Duration
 	hsDeadline clock.Time

@@ -15,8 +15,15 @@ import (
 // packets (spec section 9), completes messages in order per stream (spec
 // section 6.5), and acknowledges what arrived (spec section 6.6).
 type receiver struct {
-	c     *Conn
-	ready bool // init has run, so receives may be posted
+	c *Conn
+
+	// Acknowledgment.
+	pending  int        // data packets since the last ACK
+	repeat   bool       // the ACK timer is set to repeat the last ACK
+	ready    bool       // init has run, so receives may be posted
+	ackPlane int        // the plane of the latest data packet, where ACKs go
+	ackPort  int        // the index in SourcePorts of the last ACK's source port
+	share    *cc.Member // this connection in the endpoint's InboundCapacity allocation, which sets its rate hints; nil without one
 
 	// What the ACKs report. dirty lists the paths that recorded data since
 	// the last ACK.
@@ -29,13 +36,6 @@ type receiver struct {
 	free    []*rxMessage // completed messages, kept for reuse
 	srq     *SRQ         // where receives come from, when shared
 	readsIn int          // READs accepted and not yet fully answered
-
-	// Acknowledgment.
-	pending  int        // data packets since the last ACK
-	repeat   bool       // the ACK timer is set to repeat the last ACK
-	ackPlane int        // the plane of the latest data packet, where ACKs go
-	ackPort  int        // the index in SourcePorts of the last ACK's source port
-	share    *cc.Member // this connection in the endpoint's InboundCapacity allocation, which sets its rate hints; nil without one
 
 	stats ReceiverStats
 }

@@ -16,14 +16,6 @@ import (
 type sender struct {
 	c *Conn
 
-	// Posted messages, by stream. ready holds every stream that may have
-	// data to send, so that nextMessage skips the idle ones.
-	streams  []sendStream
-	ready    bitset
-	rrStream int    // the stream nextMessage tries first
-	msgs     int    // messages posted and not completed
-	unsent   uint64 // bytes posted and never sent, sent as the Backlog field
-
 	// DSNs in flight, from una to nextDSN. The ring holds DSN d at d & mask.
 	nextDSN uint32
 	una     uint32 // the oldest DSN not acknowledged
@@ -33,17 +25,20 @@ type sender struct {
 
 	// Paths. They are nil until equip.
 	paths       []*sendPath
-	ports       pathmgr.Ports // how the paths take source ports
-	rrPath      int           // the path new data tries first
-	inflightAll int           // packets in flight on all paths, the paths' inflight summed
+	rrPath      int // the path new data tries first
+	inflightAll int // packets in flight on all paths, the paths' inflight summed
+
+	// Posted messages, by stream. ready holds every stream that may have
+	// data to send, so that nextMessage skips the idle ones.
+	streams  []sendStream
+	ready    bitset
+	rrStream int    // the stream nextMessage tries first
+	msgs     int    // messages posted and not completed
+	unsent   uint64 // bytes posted and never sent, sent as the Backlog field
 
 	// Recovery. retx holds the DSNs to resend, oldest first from retxHead.
-	// waiting holds the DSNs refused with a retryable NACK, and retry fires
-	// when the next of them may go again.
 	retx     []uint32
 	retxHead int
-	waiting  []uint32
-	retry    clock.Timer
 	// newestAcked is the send time of the newest transmission that the ACK
 	// being applied reported received, on any path. newestRTT is its round
 	// trip.
@@ -65,6 +60,11 @@ type sender struct {
 	windowRate float64
 	rateStale  bool
 
+	// Refused DSNs. waiting holds the DSNs refused with a retryable NACK,
+	// and retry fires when the next of them may go again.
+	waiting []uint32
+	retry   clock.Timer
+
 	// READs. reads holds this side's READs as requester, by tag. READ
 	// responses, as responder, go out on the internal stream respStream.
 	reads       map[uint32]*message
@@ -72,6 +72,7 @@ type sender struct {
 	readsActive int // READ_REQs sent whose data has not all arrived
 	respStream  int
 
+	ports pathmgr.Ports // how the paths take source ports
 	stats SenderStats
 }
 
