@@ -36,11 +36,11 @@ type message struct {
 	// READs. The tag names the READ at both ends. The requester counts the
 	// response bytes that arrived. The responder reads from srcOff in the
 	// region srcKey.
-	tag      uint32
-	readGot  uint32
-	readDone bool
-	srcKey   uint64
-	srcOff   uint64
+	tag        uint32
+	readPlaced spans // the READ's data arrived, as ranges
+	readDone   bool
+	srcKey     uint64
+	srcOff     uint64
 }
 
 // finished reports whether every part of the message is done. Every DSN is
@@ -206,6 +206,10 @@ func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
 	return true
 }
 
+// overlapping is onReadData's answer to a response whose bytes arrived
+// already: no NACK, and the packet is not recorded.
+const overlapping proto.NackCode = 0xff
+
 // onReadData places READ response data at the requester (spec section 9,
 // steps 13 to 15 for READ_RESP). It returns the NACK code that refuses the
 // data, or 0.
@@ -217,13 +221,18 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 	if length != m.length {
 		return proto.NackBounds
 	}
+	// Each byte of a READ's data arrives once. A response that would place
+	// bytes already placed under another DSN is dropped, so that the READ
+	// completes only with every byte in place.
+	if !m.readPlaced.add(off, uint32(len(payload)), int(s.c.rcv.dsn.size)) {
+		return overlapping
+	}
 	if !s.c.ep.cfg.PlaceholderPayloads { // else there is nothing to place, and the decoder checked off+len against length
 		if err := m.list.scatter(off, payload); err != nil {
 			return proto.NackBounds // checked at post, so this is a bug
 		}
 	}
-	m.readGot += uint32(len(payload))
-	if m.readGot >= length && !m.readDone {
+	if m.readPlaced.covered() >= length && !m.readDone {
 		m.readDone = true
 		s.readsActive--
 		delete(s.reads, tag)

@@ -196,6 +196,13 @@ func (r *receiver) checkMessage(pkt *proto.Packet, plane int, in *arrival) (*rec
 	}
 	m := st.msgs.get(st.next, in.msn)
 	f := &in.msg
+	if m != nil && f.typ == proto.TypeReadReq {
+		// A READ_REQ is one packet. Another for the same MSN under a new
+		// DSN would take a second READ slot for one READ, which is served
+		// once.
+		r.stats.Inconsistent++
+		return nil, nil, false
+	}
 	if m != nil && (m.typ != f.typ || m.msgLen != f.msgLen || m.rkey != f.rkey ||
 		m.roff != f.roff || m.rsn != f.rsn || m.imm != f.imm) {
 		r.stats.Inconsistent++
@@ -270,6 +277,21 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	c := r.c
 	h := pkt.Common
 	payload := pkt.Payload
+	if m == nil {
+		m = r.newMessage()
+		held := m.placed
+		*m = in.msg
+		m.placed = held // the storage of a message reused
+		st.msgs.put(st.next, in.msn, m)
+	}
+	// Every byte of a message is placed once. A packet that would place
+	// bytes already placed under another DSN is not the message's: an
+	// honest sender never segments a message twice (spec section 6.5).
+	if in.msg.typ != proto.TypeReadReq && !m.placed.add(in.msgOff, uint32(len(payload)), int(r.dsn.size)) {
+		release(region)
+		r.stats.Overlaps++
+		return
+	}
 	var err error
 	switch {
 	case c.ep.cfg.PlaceholderPayloads:
@@ -288,14 +310,7 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	r.dsn.mark(h.DSN())
 	r.observe(h, d.Size(), at)
 	c.tp.placed()
-	if m == nil {
-		m = r.newMessage()
-		*m = in.msg
-		st.msgs.put(st.next, in.msn, m)
-	}
-	m.placed += uint32(len(payload))
 	if in.msg.typ == proto.TypeReadReq {
-		m.placed = m.msgLen // a READ_REQ places nothing; it waits only for its turn
 		r.readsIn++
 	}
 	r.stats.Packets++
@@ -343,7 +358,7 @@ func (r *receiver) complete(stream uint16) {
 	st := &r.streams[stream]
 	for {
 		m := st.msgs.get(st.next, st.next)
-		if m == nil || m.placed < m.msgLen {
+		if m == nil || m.typ != proto.TypeReadReq && m.placed.covered() < m.msgLen {
 			return
 		}
 		if m.typ == proto.TypeReadReq {
@@ -374,7 +389,8 @@ func (r *receiver) complete(stream uint16) {
 				Imm: m.imm, HasImm: m.typ == proto.TypeWriteImm, Solicited: m.solicited})
 		}
 		st.msgs.put(st.next, st.next, nil)
-		*m = rxMessage{}
+		m.placed.reset()
+		*m = rxMessage{placed: m.placed}
 		r.free = append(r.free, m)
 		st.next++
 	}
@@ -402,7 +418,12 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	c := r.c
 	h := pkt.Common
 	rs := pkt.ReadResp()
-	if code := c.snd.onReadData(rs.ReadTag(), rs.MsgOffset(), rs.MsgLen(), pkt.Payload); code != 0 {
+	switch code := c.snd.onReadData(rs.ReadTag(), rs.MsgOffset(), rs.MsgLen(), pkt.Payload); code {
+	case 0:
+	case overlapping:
+		r.stats.Overlaps++
+		return
+	default:
 		r.nack(pkt, plane, code, 0, 0)
 		return
 	}

@@ -7,7 +7,7 @@ import "github.com/mroce/mroce/proto"
 
 // rxMessage is a message being received. It keeps the fields of its first
 // accepted packet, which every later packet must repeat (spec section 6.5),
-// and counts the bytes placed.
+// and records the bytes placed.
 type rxMessage struct {
 	typ       proto.Type
 	msgLen    uint32
@@ -17,7 +17,9 @@ type rxMessage struct {
 	imm       uint32
 	solicited bool
 
-	placed uint32
+	// placed is the message's bytes placed so far. A READ_REQ places
+	// nothing: it is whole once accepted.
+	placed spans
 }
 
 // recvStream is one stream's receive side.

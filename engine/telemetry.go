@@ -28,7 +28,8 @@ type ReceiverStats struct {
 	Duplicates   uint64
 	OutOfWindow  uint64
 	OutOfOrder   uint64 // in baseline mode, PSNs after the expected one, dropped
-	Inconsistent uint64 // disagreed with their message's first packet
+	Inconsistent uint64 // disagreed with their message's first packet, or a READ_REQ again
+	Overlaps     uint64 // bytes of their message already placed under another DSN
 	BadPath      uint64 // path id beyond the negotiated count, or too long
 	Nacks        [16]uint64
 }
