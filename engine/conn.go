@@ -161,8 +161,15 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	if c.state == Closed {
 		return
 	}
-	if !c.knows(plane) {
+	switch {
+	case !c.knows(plane):
 		c.setRemote(plane, d.Src.Addr()) // learn the peer's address on this plane (spec section 8.1)
+	case d.Src.Addr() != c.remote[plane]:
+		// The peer's address on a plane does not change; its source ports
+		// may. A packet from another address is not the peer's (spec
+		// section 9, step 7).
+		c.ep.stats.WrongSource++
+		return
 	}
 	c.heard = at
 	switch t := pkt.Type(); {

@@ -15,6 +15,13 @@ func (s *sender) onNack(pkt *proto.Packet) {
 	n := pkt.Nack()
 	code := n.Code()
 	r := s.record(n.DSN())
+	if code != proto.NackSeqErr && (r == nil || r.acked || r.path != n.PathID() || r.psn != n.PSN()) {
+		// A NACK names the transmission it refuses (spec section 7). One
+		// that names none in flight is stale or forged and is not obeyed:
+		// a fatal one would end the connection.
+		s.stats.BadNacks++
+		return
+	}
 	if code.Fatal() {
 		st := StatusRemoteInvalid
 		switch code {

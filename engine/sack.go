@@ -14,6 +14,12 @@ import (
 // path record.
 func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	ack := pkt.Ack()
+	if cum := ack.CumDSN(); proto.SeqLess(s.nextDSN, cum) {
+		// It acknowledges DSNs never sent. Obeying it would drop data in
+		// flight as delivered, so the whole ACK is dropped and counted.
+		s.stats.BadAcks++
+		return
+	}
 	before := s.una
 	lower := s.c.tp.hint(s, ack.RateHint()) // true when the receiver's share fell
 	s.newestAcked = 0

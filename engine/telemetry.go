@@ -16,7 +16,8 @@ type SenderStats struct {
 	Timeouts    uint64
 	LossRepaths uint64 // paths moved to a new source port because their loss stood out
 	Nacks       uint64 // retryable NACKs received
-	BadAcks     uint64 // ACK records that named no path or PSN of ours
+	BadAcks     uint64 // ACKs whose cumulative DSN passed what was sent, and records that named no path or PSN of ours
+	BadNacks    uint64 // NACKs that named no transmission in flight, ignored
 }
 
 // ReceiverStats counts a connection's receiving.
@@ -39,6 +40,7 @@ type ReceiverStats struct {
 type EndpointStats struct {
 	Decode      [proto.NumErrors]uint64 // by proto.Error, steps 1 to 6 of spec section 9
 	UnknownConn uint64
+	WrongSource uint64 // packets of a connection from an address its peer does not use on that plane
 	Quarantined uint64 // packets for a recently closed connection
 	Malformed   uint64 // handshake packets out of range, unexpected types
 	Refused     uint64 // CONNECTs refused because no one listens, the listener said no, or too many are accepting
