@@ -147,7 +147,8 @@ func recvCommand() *cli.Command {
 			"without it). It reports the goodput every --interval and a summary at the end.",
 		Flags: append([]cli.Flag{
 			&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice("127.0.0.1"), EnvVars: []string{"MROCE_LISTEN"}, Usage: "local address of each plane"},
-			&cli.StringFlag{Name: "out", EnvVars: []string{"MROCE_OUT"}, Usage: "file (or existing directory) to write the data to"},
+			&cli.StringFlag{Name: "out", EnvVars: []string{"MROCE_OUT"}, Usage: "file (or existing directory) to write the data to; it appears only once verified"},
+			&cli.BoolFlag{Name: "overwrite", EnvVars: []string{"MROCE_OVERWRITE"}, Usage: "replace an existing output file"},
 		}, transferFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := parseTransferOptions(c)
@@ -161,7 +162,7 @@ func recvCommand() *cli.Command {
 			if len(planes) == 0 {
 				return usagef(c, "recv: --listen: no address")
 			}
-			return runRecv(c.Context, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), o)
+			return runRecv(c.Context, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), c.Bool("overwrite"), o)
 		},
 	}
 }
@@ -311,7 +312,7 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 
 // runRecv receives one transfer on planes, writes it to outPath when
 // given, and prints it.
-func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, outPath string, o transferOptions) error {
+func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, outPath string, overwrite bool, o transferOptions) error {
 	o.fill()
 	h, err := host.Open(planes, o.hostOptions(o.port))
 	if err != nil {
@@ -335,7 +336,9 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 	}
 	h.Metrics.Add("sender", conn.QP.Telemetry)
 	o.log.Info("accepted a connection")
-	var file *os.File
+	// The data goes to a temporary file beside the target, renamed to it
+	// once the SHA-256 is verified; a failed transfer leaves nothing.
+	var file *filexfer.Output
 	open := func(hdr filexfer.Header) (io.Writer, error) {
 		p.startBar(errOut, hdr.Size)
 		if p.text {
@@ -345,7 +348,7 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 		if outPath == "" {
 			return io.Discard, nil
 		}
-		file, err = createOutput(outPath, hdr.Name)
+		file, err = filexfer.CreateOutput(outPath, hdr.Name, overwrite)
 		return file, err
 	}
 	stop := make(chan struct{})
@@ -355,8 +358,10 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 	close(stop)
 	wg.Wait()
 	if file != nil {
-		if cerr := file.Close(); err == nil && cerr != nil {
-			err = cerr
+		if err == nil {
+			err = file.Commit()
+		} else {
+			file.Abort()
 		}
 	}
 	if err == nil {
@@ -366,17 +371,6 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 		return err
 	}
 	return p.finish(res, nil, err)
-}
-
-// createOutput creates the file --out names. When --out is a directory the
-// file goes in it under the sender's name, reduced to its last element so
-// that a sender cannot write elsewhere.
-func createOutput(outPath, name string) (*os.File, error) {
-	path := outPath
-	if st, err := os.Stat(outPath); err == nil && st.IsDir() {
-		path = filepath.Join(outPath, filexfer.SafeName(name))
-	}
-	return os.Create(path)
 }
 
 // closeHost closes h and logs what the capture could not write, since the

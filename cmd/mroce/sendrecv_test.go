@@ -121,7 +121,7 @@ func TestSendRecvJSON(t *testing.T) {
 		var out, errOut bytes.Buffer
 		o := transferOptions{port: uint16(port), paths: 8, sourcePorts: 16, chunk: 1 << 20, json: true,
 			interval: 10 * time.Millisecond, noProgress: 30 * time.Second}
-		err := runRecv(context.Background(), &out, &errOut, []netip.Addr{netip.MustParseAddr("127.0.0.93")}, "", o)
+		err := runRecv(context.Background(), &out, &errOut, []netip.Addr{netip.MustParseAddr("127.0.0.93")}, "", false, o)
 		code := 0
 		if err != nil {
 			code, errOut = 1, *bytes.NewBufferString(err.Error())
@@ -228,7 +228,7 @@ func TestSendMetrics(t *testing.T) {
 	recvDone := make(chan error, 1)
 	go func() {
 		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 8, chunk: 1 << 20, json: true, noProgress: 30 * time.Second}
-		recvDone <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.96")}, "", o)
+		recvDone <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.96")}, "", false, o)
 	}()
 	time.Sleep(200 * time.Millisecond)
 	sendDone := make(chan result, 1)
@@ -260,5 +260,48 @@ func TestSendMetrics(t *testing.T) {
 		if !strings.Contains(scraped, name) {
 			t.Errorf("the scrape lacks %s", name)
 		}
+	}
+}
+
+// A sender killed mid-transfer makes the receiver fail within its
+// --timeout, through the connection's keep-alives, and leave nothing in
+// its --out directory: the data goes to a temporary file that is renamed
+// only once verified.
+func TestLargeRecvOfAKilledSenderLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary: with the large tests")
+	}
+	bin := buildBinary(t)
+	outDir := t.TempDir()
+	port := freePort(t, "127.0.0.94")
+	done := make(chan error, 1)
+	go func() {
+		var out, errOut bytes.Buffer
+		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 16, chunk: 1 << 20,
+			interval: time.Hour, noProgress: 2 * time.Second}
+		done <- runRecv(context.Background(), &out, &errOut, []netip.Addr{netip.MustParseAddr("127.0.0.94")}, outDir, false, o)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	send := exec.Command(bin, "send", "--to", "127.0.0.94", "--port", fmt.Sprint(port), "--size-mib", "100000", "--paths", "4")
+	if err := send.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	send.Process.Kill()
+	send.Wait()
+	killed := time.Now()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("recv succeeded though its sender was killed")
+		}
+		if waited := time.Since(killed); waited > 2*time.Second+time.Second {
+			t.Fatalf("recv took %v to give up, with --timeout 2s", waited)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("recv still waiting 20 s after its sender was killed")
+	}
+	if entries, _ := os.ReadDir(outDir); len(entries) != 0 {
+		t.Fatalf("recv left %d files in its --out directory: %v", len(entries), entries)
 	}
 }
