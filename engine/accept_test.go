@@ -71,3 +71,51 @@ func TestInitiatorRefusesABadAccept(t *testing.T) {
 		})
 	}
 }
+
+// A CONNECT that never completes draws one ACCEPT and no more, so a
+// forged source address cannot be made the target of a stream of them;
+// the half-open connection is freed at its connect timeout (spec section
+// 8.1). A resent CONNECT draws one more.
+func TestOneAcceptPerConnect(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{ConnectTimeout: time.Second})
+	tap := &tapPort{Port: n.fab.Host(1)}
+	n.hosts[1].ep.port = tap
+	n.hosts[1].ep.Listen(n.hosts[1].pd, func(*Conn) (Events, bool) { return &recorder{}, true })
+	connect := func() {
+		var pkt proto.Packet
+		proto.Build(&pkt, make([]byte, 512), proto.TypeConnect, 0, 0)
+		h := pkt.Handshake()
+		h.SetSrcConnID(99)
+		h.SetDSNWindow(64)
+		h.SetMaxPacket(4160)
+		h.SetPaths(1)
+		h.SetStreams(1)
+		h.SetReplyPort(proto.DefaultPort)
+		h.SetInboundCapacity(proto.CapacityUnknown)
+		d := link.Datagram{Src: netip.AddrPortFrom(netem.Addr(0, 7), 49152), Dst: netip.AddrPortFrom(netem.Addr(0, 1), proto.DefaultPort),
+			Data: pkt.Seal()}
+		n.hosts[1].ep.Receive(&d, n.sim.Now())
+	}
+	accepts := func() int {
+		k := 0
+		for i := range tap.sent {
+			if tap.sent[i].Type() == proto.TypeAccept {
+				k++
+			}
+		}
+		return k
+	}
+	connect()
+	n.sim.RunFor(900 * time.Millisecond)
+	if got := accepts(); got != 1 {
+		t.Fatalf("%d ACCEPTs for one CONNECT, want 1", got)
+	}
+	connect() // resent
+	n.sim.RunFor(200 * time.Millisecond)
+	if got := accepts(); got != 2 {
+		t.Fatalf("%d ACCEPTs for a CONNECT and its copy, want 2", got)
+	}
+	if e := n.hosts[1].ep; e.accepting != 0 || len(e.conns) != 0 {
+		t.Fatalf("after the connect timeout: %d accepting, %d connections; want none", e.accepting, len(e.conns))
+	}
+}

@@ -64,9 +64,13 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 	c.negotiate(h, min(int(h.Paths()), e.cfg.Paths), min(int(h.Streams()), e.cfg.Streams))
 	e.accepted[key] = c
 	e.accepting++
+	// One ACCEPT answers each CONNECT, this one and every copy resent, and
+	// no timer sends more: a forged CONNECT draws one ACCEPT to its forged
+	// source, no more (spec section 8.1). The timer only ends the half-open
+	// connection at its deadline.
 	c.hsDeadline = e.clock.Now().Add(e.cfg.ConnectTimeout)
 	c.sendHandshake()
-	c.armHandshakeTimer(handshakeRetry)
+	c.hsTimer.Reset(c.hsDeadline)
 }
 
 type acceptKey struct {
@@ -156,6 +160,9 @@ func (c *Conn) onHandshakeTimer() {
 		c.fail(ErrConnectFailed, StatusFlushed, false)
 		c.ep.flush()
 		return
+	}
+	if c.state == Accepting {
+		return // an acceptor answers CONNECTs and sends nothing of its own
 	}
 	c.sendHandshake()
 	c.armHandshakeTimer(2 * c.hsInterval)
