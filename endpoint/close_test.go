@@ -79,7 +79,8 @@ func (r *recorder) Progress(_ context.Context, cond func() bool) error {
 	return nil
 }
 
-// arrive has the backend accept a connection, as a peer's CONNECT would.
+// arrive has the backend accept a connection, as a peer's CONNECT would,
+// and complete its handshake.
 func (r *recorder) arrive(t *testing.T) {
 	t.Helper()
 	h := r.make("qp")
@@ -88,6 +89,7 @@ func (r *recorder) arrive(t *testing.T) {
 		t.Fatal("the listener refused a connection")
 	}
 	r.sinks[h] = s
+	s.State(Established, nil)
 }
 
 // everything makes one of each object on a device.

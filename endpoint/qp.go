@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -44,6 +45,8 @@ type QP struct {
 	err    error
 	paths  []PathEvent
 	closed bool // Close was called
+	// lis is the listener a connection arrived on, until it is accepted.
+	lis *Listener
 }
 
 // SendCQ is the queue the connection's send completions go to.
@@ -79,7 +82,11 @@ func (s *sink) Completion(wc Completion) {
 func (s *sink) State(st ConnState, err error) {
 	s.mu.Lock()
 	s.state, s.err = st, err
+	l := s.lis
 	s.mu.Unlock()
+	if l != nil {
+		l.settled((*QP)(s), st)
+	}
 }
 
 func (s *sink) Path(ev PathEvent) {
@@ -136,13 +143,37 @@ func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, op
 	return qp, nil
 }
 
-// Listener accepts connections.
+// Listener accepts connections. A connection is handed out once its
+// handshake completes, so that one that never completes, a stray or
+// forged CONNECT, is never what Accept returns.
 type Listener struct {
-	pd     *PD
-	h      ListenerHandle
-	mu     sync.Mutex
-	ready  []*QP
-	closed bool
+	pd       *PD
+	h        ListenerHandle
+	mu       sync.Mutex
+	arriving []*QP // handshakes under way
+	ready    []*QP // established, not yet accepted
+	closed   bool
+}
+
+// settled moves a connection that arrived on the listener on: to the
+// ready ones once established, out of the listener once closed.
+func (l *Listener) settled(qp *QP, st ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch st {
+	case Established:
+		if i := slices.Index(l.arriving, qp); i >= 0 {
+			l.arriving = slices.Delete(l.arriving, i, i+1)
+			l.ready = append(l.ready, qp)
+		}
+	case Closed:
+		if i := slices.Index(l.arriving, qp); i >= 0 {
+			l.arriving = slices.Delete(l.arriving, i, i+1)
+		}
+		if i := slices.Index(l.ready, qp); i >= 0 {
+			l.ready = slices.Delete(l.ready, i, i+1)
+		}
+	}
 }
 
 // Listen accepts connections on the device; their completions go to the
@@ -163,7 +194,7 @@ func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 	}
 	l := &Listener{pd: pd}
 	h, err := pd.dev.b.Listen(pd.h, srq, func(h QPHandle) (Sink, bool) {
-		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: Accepting}
+		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: Accepting, lis: l}
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		// A listener or domain closed while the backend was reaching here
@@ -174,7 +205,7 @@ func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 		if opts.OwnCQs > 0 {
 			qp.sendCQ, qp.recvCQ = pd.dev.CreateCQ(opts.OwnCQs), pd.dev.CreateCQ(opts.OwnCQs)
 		}
-		l.ready = append(l.ready, qp)
+		l.arriving = append(l.arriving, qp)
 		return (*sink)(qp), true
 	})
 	if err != nil {
@@ -188,8 +219,9 @@ func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 	return l, nil
 }
 
-// Accept returns the next connection that arrived. It may still be
-// completing its handshake; receives may be posted at once.
+// Accept returns the next connection whose handshake has completed, in
+// the order they completed. One that fails its handshake is never
+// returned.
 func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 	var qp *QP
 	closed := false
@@ -201,6 +233,9 @@ func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 			closed = true
 		case len(l.ready) > 0:
 			qp, l.ready = l.ready[0], l.ready[1:]
+			qp.mu.Lock()
+			qp.lis = nil
+			qp.mu.Unlock()
 		default:
 			return false
 		}
@@ -221,8 +256,8 @@ func (l *Listener) Close() error {
 		return nil
 	}
 	l.closed = true
-	waiting := l.ready
-	l.ready = nil
+	waiting := append(l.arriving, l.ready...)
+	l.arriving, l.ready = nil, nil
 	l.mu.Unlock()
 	err := l.pd.dev.b.CloseListener(l.h)
 	for _, qp := range waiting {
