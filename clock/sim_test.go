@@ -388,8 +388,3 @@ func TestSimStepUntilWithTimersReArmedInCallbacks(t *testing.T) {
 		}
 	}
 }
-
-// nothing is an event with an identity of its own, to compare entries by.
-type nothing struct{ _ byte }
-
-func (*nothing) Fire() {}

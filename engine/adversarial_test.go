@@ -17,7 +17,6 @@ import (
 type tapPort struct {
 	link.Port
 	sent []proto.Packet
-	bufs [][]byte
 }
 
 func (p *tapPort) Send(batch []link.Datagram) {

@@ -45,13 +45,12 @@ func (w *wire) deliver(ep *Endpoint, now clock.Time) int {
 // wirePair is two endpoints joined by wires, with an established
 // connection from a to b and a big WRITE to keep it busy.
 type wirePair struct {
-	sim        *clock.Sim
-	wa, wb     *wire
-	a, b       *Endpoint
-	ca         *Conn
-	src, dst   *memreg.Region
-	rec        *recorder
-	sentPerMsg int
+	sim      *clock.Sim
+	wa, wb   *wire
+	a, b     *Endpoint
+	ca       *Conn
+	src, dst *memreg.Region
+	rec      *recorder
 }
 
 func newWirePair(t testing.TB) *wirePair {

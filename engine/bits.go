@@ -35,8 +35,7 @@ func (v *bitvec256) advance(d uint32) {
 	}
 }
 
-func (v *bitvec256) set(k int)      { v[k/64] |= 1 << (k % 64) }
-func (v *bitvec256) has(k int) bool { return v[k/64]&(1<<(k%64)) != 0 }
+func (v *bitvec256) set(k int) { v[k/64] |= 1 << (k % 64) }
 
 // write stores the vector into an ACK record's Bitvector field, where bit k
 // is in byte k/8 at mask 0x80 >> (k mod 8). Reversing a word's bits puts

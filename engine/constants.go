@@ -47,6 +47,6 @@ const (
 	tailPackets    = 4                     // packets in flight that make the tail of a transfer (probeOverdue)
 	ackRepeatAfter = 4                     // ACK delays of quiet after which the last ACK is repeated
 	rnrRetryMicros = 100                   // the RetryAfter of an RNR NACK, in µs (section 7)
-	packetOverhead = 60 + 4 + 28           // a WRITE's header and trailer and the IP and UDP headers, which pacing adds to a payload
+	packetOverhead = 60 + 4 + 28           // a WRITE's headers, trailer, IP and UDP headers, which the baseline's DCQCN pacing charges beyond a payload
 	cnpInterval    = 50 * time.Microsecond // the least time between two CNPs of a baseline connection, as at DCQCN's notification point
 )

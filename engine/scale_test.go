@@ -17,16 +17,16 @@ import (
 // scaleConn is one connection of the scale test. It holds the connection's
 // sender side and receiver side, and the running hash of what arrived.
 type scaleConn struct {
-	progress      *scaleProgress
-	a, b          *Conn
-	src           *memreg.Region
-	srcOff        int
-	sends, recvd  int
-	bufs          [scaleDepth]*memreg.Region
-	posted        int // SENDs posted
-	got           hash.Hash
-	done, failed  bool
-	sendDone, err int
+	progress *scaleProgress
+	a, b     *Conn
+	src      *memreg.Region
+	srcOff   int
+	recvd    int
+	bufs     [scaleDepth]*memreg.Region
+	posted   int // SENDs posted
+	got      hash.Hash
+	failed   bool
+	sendDone int
 }
 
 // scaleEvents feeds a connection's completions back into the test. Each

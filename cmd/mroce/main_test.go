@@ -78,15 +78,6 @@ func build(t *testing.T, typ proto.Type, records, payloadLen int, set func(p *pr
 	return bytes.Clone(p.Seal())
 }
 
-// reseal rewrites the CRC trailer of b after a test changed its bytes.
-func reseal(b []byte) []byte {
-	b = bytes.Clone(b)
-	n := len(b) - proto.TrailerLen
-	c := proto.Checksum(b[:n])
-	b[n], b[n+1], b[n+2], b[n+3] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
-	return b
-}
-
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"-h"}, {}, {"help"}} {
 		r := runCLI(t, "", args...)
