@@ -130,7 +130,7 @@ func (f *Fabric) leafOf(host int) int {
 
 func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	l := &Link{
-		fab: f, p: f.procs[0], id: len(f.links), kind: kind, plane: p, from: from, to: to, owner: -1, factor: 1, decided: -1,
+		fab: f, p: f.procs[0], id: len(f.links), kind: kind, plane: p, from: from, to: to, owner: -1, decided: -1,
 		rng: rand.New(rand.NewPCG(f.cfg.Seed, uint64(len(f.links))+1)),
 	}
 	switch kind {

@@ -64,11 +64,9 @@ func (f *Fabric) apply(ft Fault, p *proc) {
 		case PlaneBlackhole:
 			l.setState(linkBlackhole)
 		case LinkSlowdown:
-			l.factor = ft.Factor
 			l.rate = max(1, int64(float64(l.cfg.Rate)*ft.Factor))
 		case Repair:
 			l.setState(linkUp)
-			l.factor = 1
 			l.rate = l.cfg.Rate
 		}
 	}

@@ -103,7 +103,6 @@ type Link struct {
 	plane, from int // from is a host, leaf or spine index, by kind
 	owner       int // the host whose uplink or downlink it is, or -1 between switches
 	cfg         LinkConfig
-	factor      float64 // the slowdown's factor of cfg.Rate
 	rng         *rand.Rand
 	loss        LossModel
 	redAvg      float64
@@ -116,7 +115,7 @@ type Link struct {
 	pauseAsked   bool
 	// _ makes a Link 576 bytes, a size class whose objects all start on a
 	// cache line, so that the lines above are whole.
-	_ [48]byte
+	_ [56]byte
 }
 
 // ID is the link's index in Fabric.Links.
