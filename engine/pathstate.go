@@ -20,11 +20,11 @@ func (p *sendPath) PathChanged(from pathmgr.State, repath bool) {
 	p.rateChanged()
 	c := p.s.c
 	to := p.State()
-	if c.ep.tracer != nil && (from != to || repath) {
+	if c.ep.tracer != nil {
 		c.trace(TraceEvent{Kind: TracePath, Path: int(p.ID()), From: from, To: to, Repath: repath,
 			SrcPort: p.Port(), Epoch: p.Epoch()})
 	}
-	if o, ok := c.events.(PathObserver); ok && (from != to || repath) {
+	if o, ok := c.events.(PathObserver); ok {
 		o.PathChanged(c, PathEvent{Path: int(p.ID()), Plane: p.Plane(), From: from, To: to, Repath: repath,
 			SrcPort: p.Port(), Epoch: p.Epoch(), At: c.ep.clock.Now()})
 	}

@@ -191,6 +191,9 @@ func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
 // set moves the path to st and tells the listener.
 func (p *Path) set(st State, repath bool) {
 	from := p.state
+	if st == from && !repath {
+		return // no transition: the listener hears of changes only
+	}
 	p.state = st
 	if p.listener != nil {
 		p.listener.PathChanged(from, repath)
