@@ -103,10 +103,24 @@ func (q *CQ) Wait(ctx context.Context, out []Completion) (int, error) {
 // have nowhere to go, and Poll and Wait report ErrClosed. A Wait in
 // progress elsewhere returns.
 func (q *CQ) Close() error {
+	if !q.drop() {
+		return nil
+	}
+	d := q.dev
+	// A waiter's condition is checked when the backend makes progress.
+	// Closing asks for progress so that a condition now true is seen. A
+	// backend that cannot make progress has no waiters to wake.
+	d.b.Progress(context.Background(), func() bool { return true })
+	return nil
+}
+
+// drop closes the queue without asking the backend for progress, for a
+// queue no one can be waiting on. It reports whether the queue was open.
+func (q *CQ) drop() bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return nil
+		return false
 	}
 	q.closed = true
 	q.ring, q.head, q.n = nil, 0, 0
@@ -115,9 +129,5 @@ func (q *CQ) Close() error {
 	d.mu.Lock()
 	delete(d.cqs, q)
 	d.mu.Unlock()
-	// A waiter's condition is checked when the backend makes progress.
-	// Closing asks for progress so that a condition now true is seen. A
-	// backend that cannot make progress has no waiters to wake.
-	d.b.Progress(context.Background(), func() bool { return true })
-	return nil
+	return true
 }

@@ -47,4 +47,10 @@ func TestAcceptReturnsOnlyCompletedConnections(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d connections left on the listener after the stray failed", left)
 	}
+	pd.mu.Lock()
+	held := len(pd.qps)
+	pd.mu.Unlock()
+	if held != 1 {
+		t.Fatalf("the domain holds %d connections after the stray failed, want the accepted one", held)
+	}
 }

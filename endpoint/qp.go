@@ -47,6 +47,8 @@ type QP struct {
 	closed bool // Close was called
 	// lis is the listener a connection arrived on, until it is accepted.
 	lis *Listener
+	// ownCQs says the listener made sendCQ and recvCQ for this connection.
+	ownCQs bool
 }
 
 // SendCQ is the queue the connection's send completions go to.
@@ -159,7 +161,7 @@ type Listener struct {
 // ready ones once established, out of the listener once closed.
 func (l *Listener) settled(qp *QP, st ConnState) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	found := false
 	switch st {
 	case Established:
 		if i := slices.Index(l.arriving, qp); i >= 0 {
@@ -168,10 +170,20 @@ func (l *Listener) settled(qp *QP, st ConnState) {
 		}
 	case Closed:
 		if i := slices.Index(l.arriving, qp); i >= 0 {
-			l.arriving = slices.Delete(l.arriving, i, i+1)
+			l.arriving, found = slices.Delete(l.arriving, i, i+1), true
 		}
 		if i := slices.Index(l.ready, qp); i >= 0 {
-			l.ready = slices.Delete(l.ready, i, i+1)
+			l.ready, found = slices.Delete(l.ready, i, i+1), true
+		}
+	}
+	l.mu.Unlock()
+	if found {
+		// Never handed out, so no one else will free it. A sink must not
+		// call the backend, and the backend has ended the connection.
+		qp.pd.forget(func() { delete(qp.pd.qps, qp) })
+		if qp.ownCQs {
+			qp.sendCQ.drop()
+			qp.recvCQ.drop()
 		}
 	}
 }
@@ -204,6 +216,7 @@ func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 		}
 		if opts.OwnCQs > 0 {
 			qp.sendCQ, qp.recvCQ = pd.dev.CreateCQ(opts.OwnCQs), pd.dev.CreateCQ(opts.OwnCQs)
+			qp.ownCQs = true
 		}
 		l.arriving = append(l.arriving, qp)
 		return (*sink)(qp), true
