@@ -296,6 +296,8 @@ func closeDetail(r proto.CloseReason, v uint64) string {
 		}
 	case proto.CloseVersion:
 		return fmt.Sprintf("highest supported version %d", v)
+	case proto.CloseApplication:
+		return fmt.Sprintf("application code %d", v)
 	case proto.CloseFatal:
 		if v > 0xFF {
 			return "NACK code out of range"

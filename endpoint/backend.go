@@ -53,6 +53,7 @@ type Backend interface {
 	PostSend(qp QPHandle, wr SendWR) error
 	PostRecv(qp QPHandle, wr RecvWR) error
 	CloseQP(qp QPHandle) error
+	AbortQP(qp QPHandle, code uint32) error
 	Telemetry(qp QPHandle) []PathTelemetry
 	Progress(ctx context.Context, cond func() bool) error
 }

@@ -70,6 +70,10 @@ func (r *recorder) CloseQP(h QPHandle) error {
 	r.sinks[h].State(Closed, ErrClosed)
 	return r.close("qp")
 }
+func (r *recorder) AbortQP(h QPHandle, code uint32) error {
+	r.sinks[h].State(Closed, &AbortError{Code: code})
+	return r.close("qp")
+}
 
 // Progress holds or fails at once, since nothing happens on its own here.
 func (r *recorder) Progress(_ context.Context, cond func() bool) error {

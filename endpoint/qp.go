@@ -343,8 +343,24 @@ func (qp *QP) PostRecv(id uint64, stream uint16, sgl ...SGE) error {
 }
 
 // Close closes the connection. Its outstanding work completes as flushed,
-// and later posts are refused. A second call does nothing.
+// and later posts are refused. A second call, or one after Abort, does
+// nothing.
 func (qp *QP) Close() error {
+	return qp.end(func() error { return qp.pd.dev.b.CloseQP(qp.h) })
+}
+
+// Abort ends the connection at once with code, a value of the
+// application's own protocol that the peer's connection ends with in an
+// *AbortError (docs/spec.md section 8.5, CLOSE APPLICATION). It tells the
+// peer why this side gave up. In-flight data is abandoned, outstanding
+// work completes as flushed, and later posts are refused. After Close or
+// Abort it does nothing.
+func (qp *QP) Abort(code uint32) error {
+	return qp.end(func() error { return qp.pd.dev.b.AbortQP(qp.h, code) })
+}
+
+// end closes the connection once, the backend's way.
+func (qp *QP) end(close func() error) error {
 	qp.mu.Lock()
 	if qp.closed {
 		qp.mu.Unlock()
@@ -352,7 +368,7 @@ func (qp *QP) Close() error {
 	}
 	qp.closed = true
 	qp.mu.Unlock()
-	err := qp.pd.dev.b.CloseQP(qp.h)
+	err := close()
 	qp.pd.forget(func() { delete(qp.pd.qps, qp) })
 	return err
 }

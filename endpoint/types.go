@@ -242,3 +242,22 @@ var (
 	// ErrNotSupported is what a backend returns for something it cannot do.
 	ErrNotSupported = errors.New("endpoint: not supported by this backend")
 )
+
+// AbortError ends a connection an application aborted with Code: this
+// side's with QP.Abort, or the peer's when Remote is set. The code's
+// meaning belongs to the application's protocol. errors.Is finds ErrClosed
+// in it, since the connection has ended.
+type AbortError struct {
+	Code   uint32
+	Remote bool
+}
+
+func (e *AbortError) Error() string {
+	if e.Remote {
+		return fmt.Sprintf("endpoint: the peer aborted the connection with code %d", e.Code)
+	}
+	return fmt.Sprintf("endpoint: aborted with code %d", e.Code)
+}
+
+// Is reports ErrClosed as what an AbortError is.
+func (e *AbortError) Is(target error) bool { return target == ErrClosed }

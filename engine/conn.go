@@ -202,11 +202,12 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	}
 }
 
-// Post queues a WRITE, WRITE_IMM or SEND.
+// Post queues a WRITE, WRITE_IMM or SEND. On a connection that has ended
+// it returns why it ended.
 func (c *Conn) Post(wr SendWR) error {
 	if c.state != Established {
 		if c.state == Closed {
-			return ErrClosed
+			return c.err
 		}
 		return ErrNotReady
 	}
@@ -221,11 +222,11 @@ func (c *Conn) Post(wr SendWR) error {
 
 // PostRecv posts a receive buffer on a stream. An accepted connection may
 // post receives before it is established, once its accept callback has
-// returned.
+// returned. On a connection that has ended it returns why it ended.
 func (c *Conn) PostRecv(wr RecvWR) error {
 	switch c.state {
 	case Closed:
-		return ErrClosed
+		return c.err
 	case Connecting:
 		return ErrNotReady
 	}

@@ -41,6 +41,21 @@ type ProtocolError struct {
 
 func (e *ProtocolError) Error() string { return "engine: " + e.Msg }
 
+// AbortError is a connection an application ended at once with Code:
+// this side's, or the peer's when Remote is set (CLOSE APPLICATION, spec
+// section 8.4). The code's meaning is the application's.
+type AbortError struct {
+	Code   uint32
+	Remote bool
+}
+
+func (e *AbortError) Error() string {
+	if e.Remote {
+		return fmt.Sprintf("engine: the peer's application ended the connection with code %d", e.Code)
+	}
+	return fmt.Sprintf("engine: the application ended the connection with code %d", e.Code)
+}
+
 // RemoteError is a fatal NACK or a CLOSE from the peer.
 type RemoteError struct {
 	Nack   proto.NackCode

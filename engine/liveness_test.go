@@ -91,3 +91,44 @@ func TestSilentPeerIsDeclaredDead(t *testing.T) {
 		}
 	}
 }
+
+// An application's abort reaches the peer in one CLOSE APPLICATION with
+// its code, even when the first CLOSE is lost, and both sides' outstanding
+// work completes with the code (spec section 8.5).
+func TestAbortTellsThePeerItsCode(t *testing.T) {
+	for _, lose := range []int{0, 1} {
+		drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeClose }, limit: lose}
+		n := newNetWithDrop(t, twoHostFabric(1), Config{}, drop)
+		pr := n.connect(0, 1)
+		if err := pr.b.PostRecv(RecvWR{ID: 7, Stream: 1}); err != nil {
+			t.Fatal(err)
+		}
+		const size = 64 << 20 // longer than the test: the abort comes mid-transfer
+		src := pr.ha.region(t, size, 1, memreg.LocalWrite)
+		dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+		n.run(100*time.Microsecond, func() bool { return false })
+		at := n.sim.Now()
+		pr.a.Abort(42)
+		if !n.run(time.Second, func() bool { return pr.b.State() == Closed }) {
+			t.Fatalf("lose %d: the peer never learned of the abort", lose)
+		}
+		// One round trip, or the CLOSE's 100 ms resend when one is lost.
+		if took := n.sim.Now().Sub(at); took > time.Duration(lose)*100*time.Millisecond+time.Millisecond {
+			t.Fatalf("lose %d: the peer closed %v after the abort", lose, took)
+		}
+		var local, remote *AbortError
+		if !errors.As(pr.a.Err(), &local) || local.Code != 42 || local.Remote {
+			t.Fatalf("lose %d: aborting side ended with %v", lose, pr.a.Err())
+		}
+		if !errors.As(pr.b.Err(), &remote) || remote.Code != 42 || !remote.Remote {
+			t.Fatalf("lose %d: peer ended with %v", lose, pr.b.Err())
+		}
+		if len(pr.ra.done) != 1 || pr.ra.done[0].Status != StatusFlushed || !errors.As(pr.ra.done[0].Err, &local) {
+			t.Fatalf("lose %d: the aborted WRITE completed %+v", lose, pr.ra.done)
+		}
+		if len(pr.rb.done) != 1 || pr.rb.done[0].ID != 7 || !errors.As(pr.rb.done[0].Err, &remote) {
+			t.Fatalf("lose %d: the peer's posted receive completed %+v", lose, pr.rb.done)
+		}
+	}
+}

@@ -22,6 +22,17 @@ func (c *Conn) Close() {
 	c.ep.flush()
 }
 
+// Abort ends the connection at once with an application's code, which the
+// peer receives in a CLOSE APPLICATION (spec section 8.5). In-flight data
+// is abandoned and outstanding work is flushed.
+func (c *Conn) Abort(code uint32) {
+	if c.state == Closed {
+		return
+	}
+	c.fail(&AbortError{Code: code}, StatusFlushed, true)
+	c.ep.flush()
+}
+
 // onClose handles the peer's CLOSE.
 func (c *Conn) onClose(pkt *proto.Packet, plane int) {
 	cl := pkt.Close()
@@ -38,6 +49,8 @@ func (c *Conn) onClose(pkt *proto.Packet, plane int) {
 		err = ErrClosed
 	case proto.CloseRefused:
 		err = ErrRefused
+	case proto.CloseApplication:
+		err = &AbortError{Code: cl.Detail(), Remote: true}
 	}
 	c.fail(err, StatusFlushed, false)
 }
@@ -52,6 +65,7 @@ func (c *Conn) fail(err error, st Status, tell bool) {
 	var detail uint32
 	var re *RemoteError
 	var pe *ProtocolError
+	var ae *AbortError
 	switch {
 	case errors.Is(err, ErrTimeout):
 		reason = proto.CloseTimeout
@@ -59,6 +73,8 @@ func (c *Conn) fail(err error, st Status, tell bool) {
 		reason, detail = proto.CloseFatal, uint32(re.Nack)
 	case errors.As(err, &pe):
 		reason, detail = proto.CloseFatal, uint32(pe.Code)
+	case errors.As(err, &ae) && !ae.Remote:
+		reason, detail = proto.CloseApplication, ae.Code
 	}
 	if c.state == Accepting {
 		c.ep.accepting--

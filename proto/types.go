@@ -224,9 +224,12 @@ const (
 	CloseTimeout  CloseReason = 5
 	CloseResource CloseReason = 6
 	CloseClosed   CloseReason = 7 // acknowledges a CLOSE and is never answered
+	// CloseApplication is an abortive close by the application, with a
+	// code of the application's own protocol in Detail.
+	CloseApplication CloseReason = 8
 )
 
-var closeNames = []string{"NORMAL", "REFUSED", "VERSION", "PARAMS", "FATAL", "TIMEOUT", "RESOURCE", "CLOSED"}
+var closeNames = []string{"NORMAL", "REFUSED", "VERSION", "PARAMS", "FATAL", "TIMEOUT", "RESOURCE", "CLOSED", "APPLICATION"}
 
 func (r CloseReason) String() string {
 	if int(r) < len(closeNames) {

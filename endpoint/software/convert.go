@@ -138,9 +138,12 @@ func (e *engineError) Unwrap() []error { return []error{e.kind, e.err} }
 // apiErr gives the engine's connection errors the API's meaning.
 func apiErr(err error) error {
 	var kind error
+	var abort *engine.AbortError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &abort):
+		return &endpoint.AbortError{Code: abort.Code, Remote: abort.Remote}
 	case errors.Is(err, engine.ErrClosed):
 		kind = endpoint.ErrClosed
 	case errors.Is(err, engine.ErrTimeout), errors.Is(err, engine.ErrConnectFailed):

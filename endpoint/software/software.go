@@ -304,6 +304,17 @@ func (s *Software) CloseQP(qp endpoint.QPHandle) error {
 	return nil // a stopped engine's connections ended with it
 }
 
+// AbortQP ends the connection at once and tells the peer code in a CLOSE
+// APPLICATION, by docs/spec.md section 8.5.
+func (s *Software) AbortQP(qp endpoint.QPHandle, code uint32) error {
+	c, err := conn(qp)
+	if err != nil {
+		return err
+	}
+	s.runner.Do(func() { c.Abort(code) })
+	return nil
+}
+
 // Telemetry reads the connection's paths.
 func (s *Software) Telemetry(qp endpoint.QPHandle) []endpoint.PathTelemetry {
 	c, err := conn(qp)

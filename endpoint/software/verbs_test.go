@@ -3,6 +3,7 @@ package software
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -351,5 +352,40 @@ func TestQueueOptionsAreChecked(t *testing.T) {
 	}
 	if _, err := pd.Connect(ctx, n.Remote(0), nil, cq, endpoint.QPOptions{}); err == nil {
 		t.Error("a connection without a send queue")
+	}
+}
+
+// QP.Abort carries the application's code to the peer: the peer's posted
+// receive and its connection end with an *endpoint.AbortError naming it,
+// remote, and this side's connection with the same code, local.
+func TestAbortCarriesTheCodeToThePeer(t *testing.T) {
+	l := listen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	qp, sqp := l.connect(t, ctx)
+	inbox, _ := l.spd.RegisterMR(make([]byte, 64), endpoint.LocalWrite)
+	if err := sqp.PostRecv(5, 1, inbox.SGE(0, 64)); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Abort(0xC0DE); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]endpoint.Completion, 1)
+	var remote *endpoint.AbortError
+	if k, err := l.scq.Wait(ctx, buf); err != nil || k != 1 || buf[0].Status != endpoint.StatusFlushed || !errors.As(buf[0].Err, &remote) {
+		t.Fatalf("the peer's receive: %v %+v", err, buf)
+	}
+	if remote.Code != 0xC0DE || !remote.Remote || !errors.Is(buf[0].Err, endpoint.ErrClosed) {
+		t.Fatalf("the peer's receive ended with %v", buf[0].Err)
+	}
+	var local *endpoint.AbortError
+	if _, err := qp.State(); !errors.As(err, &local) || local.Code != 0xC0DE || local.Remote {
+		t.Fatalf("the aborting side ended with %v", err)
+	}
+	if _, err := sqp.State(); !errors.As(err, &remote) || remote.Code != 0xC0DE {
+		t.Fatalf("the peer's connection ended with %v", err)
+	}
+	if err := qp.Close(); err != nil {
+		t.Fatalf("Close after Abort: %v", err)
 	}
 }

@@ -83,6 +83,10 @@ func (s *Stub) PostRecv(endpoint.QPHandle, endpoint.RecvWR) error {
 // CloseQP would tear the connection down.
 func (s *Stub) CloseQP(endpoint.QPHandle) error { return notSupported("close") }
 
+// AbortQP would tear the connection down at once, telling the peer the
+// application's code.
+func (s *Stub) AbortQP(endpoint.QPHandle, uint32) error { return notSupported("abort") }
+
 // Telemetry would read the NIC's per-path counters.
 func (s *Stub) Telemetry(endpoint.QPHandle) []endpoint.PathTelemetry { return nil }
 
