@@ -41,7 +41,7 @@ func transferResponder(ctx context.Context, cfg Config, rep *conformance.Endpoin
 		}
 		conn := filexfer.Conn{PD: pd, QP: qp, Send: qp.SendCQ(), Recv: qp.RecvCQ()}
 		go func() {
-			res, err := filexfer.ReceiveFile(actx, conn, 2*filexfer.DefaultDepth, 16<<20, discard, nil)
+			res, err := filexfer.ReceiveFile(actx, conn, discard, filexfer.Options{Depth: 2 * filexfer.DefaultDepth, Chunk: 16 << 20})
 			results <- result{res, err}
 		}()
 	}
@@ -88,7 +88,7 @@ func transferRequester(ctx context.Context, cfg Config, rep *conformance.Endpoin
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	began := time.Now()
-	res, err := filexfer.SendFile(tctx, conn, conformance.Data(cfg.Size), cfg.Case, cfg.Size, 1<<20, filexfer.DefaultDepth, nil)
+	res, err := filexfer.SendFile(tctx, conn, conformance.Data(cfg.Size), cfg.Case, cfg.Size, filexfer.Options{Chunk: 1 << 20})
 	rep.Bytes, rep.SHA256, rep.ElapsedNS = cfg.Size, res.SHA256, time.Since(began).Nanoseconds()
 	reportPaths(conn.QP, rep)
 	conn.QP.Close()

@@ -13,8 +13,15 @@
 //
 // The receiver keeps Depth receive buffers posted. A sender that gets ahead
 // is held back by the transport's RNR retry, so the protocol needs no
-// credits. A sender that cannot finish closes the connection, which
-// completes the receiver's posted buffers in error and stops it.
+// credits.
+//
+// A side that cannot finish gives up at once and says why: it aborts the
+// connection with a Code (docs/spec.md section 8.5, CLOSE APPLICATION),
+// which ends the other side's waits with a PeerError naming it. A receiver
+// that refuses the transfer, or cannot write it, first sends its verdict
+// with the reason in words, and the sender reports both. Every wait for
+// the peer is bounded by Options.Patience as well as by the connection's
+// own liveness.
 package filexfer
 
 import (
@@ -25,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
@@ -75,6 +83,84 @@ type Result struct {
 	Elapsed time.Duration // time from the header to the verdict
 }
 
+// Options are a transfer's settings. Zero values take the defaults.
+type Options struct {
+	// Chunk is the sender's bytes per SEND, and the largest chunk a
+	// receiver takes.
+	Chunk int
+	// Depth is the chunks in flight, and the receives a receiver keeps
+	// posted.
+	Depth int
+	// Patience bounds each wait for the peer: for a chunk, a free buffer,
+	// the trailer or the verdict. A side that waits longer gives up with
+	// CodeTimeout. 0 sets no bound beyond the connection's liveness.
+	Patience time.Duration
+	// Progress, when set, is called after each chunk.
+	Progress func(Progress)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Chunk <= 0 {
+		o.Chunk = DefaultChunk
+	}
+	if o.Depth <= 0 {
+		o.Depth = DefaultDepth
+	}
+	return o
+}
+
+// Code is why a side gave up a transfer. It travels to the other side as
+// the code of the connection's abort (docs/spec.md section 8.4,
+// APPLICATION).
+type Code uint32
+
+// Codes of the protocol. 0 is never sent.
+const (
+	CodeInterrupted Code = 1 // the side was interrupted, by a signal for one
+	CodeTimeout     Code = 2 // the side waited for its peer longer than its patience
+	CodeRead        Code = 3 // the sender could not read the data
+	CodeWrite       Code = 4 // the receiver could not write the data
+	CodeProtocol    Code = 5 // the peer broke the protocol
+	CodeRefused     Code = 6 // the receiver refused the transfer
+	CodeFailed      Code = 7 // the side failed for a reason of its own
+)
+
+var codeText = map[Code]string{
+	CodeInterrupted: "was interrupted",
+	CodeTimeout:     "gave up waiting",
+	CodeRead:        "could not read the data",
+	CodeWrite:       "could not write the data",
+	CodeProtocol:    "saw the protocol broken",
+	CodeRefused:     "refused the transfer",
+	CodeFailed:      "failed",
+}
+
+func (c Code) String() string {
+	if t, ok := codeText[c]; ok {
+		return t
+	}
+	return fmt.Sprintf("gave up with code %d", uint32(c))
+}
+
+// PeerError is a transfer the other side gave up: Side ("sender" or
+// "receiver") aborted with Code, and a receiver's verdict may add Reason.
+type PeerError struct {
+	Side   string
+	Code   Code
+	Reason string
+}
+
+func (e *PeerError) Error() string {
+	msg := "filexfer: the " + e.Side + " " + e.Code.String()
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// ErrImpatient is a wait for the peer that outlasted Options.Patience.
+var ErrImpatient = errors.New("filexfer: the peer did not answer in time")
+
 // Conn is one side's connection with its completion queues and domain.
 type Conn struct {
 	QP         *endpoint.QP
@@ -123,13 +209,40 @@ func SafeName(name string) string {
 	return base
 }
 
-// refuse tells the sender that the transfer failed and returns err. It
-// tries once for 2 s, since the sender may be gone.
-func (c Conn) refuse(err error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	c.answer(ctx, Verdict{Error: err.Error()})
+// giveUp ends the transfer for err. It aborts the connection with the
+// code err calls for, so that the peer learns why at once, and returns
+// err. A connection the peer already ended takes the abort as a no-op.
+func (c Conn) giveUp(code Code, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = CodeInterrupted
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrImpatient):
+		code = CodeTimeout
+	}
+	c.QP.Abort(uint32(code))
 	return err
+}
+
+// cause is err, or the peer's abort when that is what ended the
+// connection; side names the peer. A post to a connection that has ended
+// returns why it ended, and so may err.
+func (c Conn) cause(side string, err error) error {
+	var ae *endpoint.AbortError
+	_, cerr := c.QP.State()
+	if errors.As(err, &ae) && ae.Remote || errors.As(cerr, &ae) && ae.Remote {
+		return &PeerError{Side: side, Code: Code(ae.Code)}
+	}
+	return err
+}
+
+// refuse tells the sender in a verdict why the receiver gives up, then
+// aborts with code and returns err. It waits for the verdict at most a
+// second, since the sender may be gone.
+func (c Conn) refuse(code Code, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.answer(ctx, Verdict{Error: strings.TrimPrefix(err.Error(), "filexfer: ")})
+	return c.giveUp(code, err)
 }
 
 // answer SENDs the verdict and waits for it to be acknowledged.
@@ -139,6 +252,7 @@ func (c Conn) answer(ctx context.Context, v Verdict) error {
 	if err != nil {
 		return err
 	}
+	defer mr.Deregister()
 	if err := c.QP.PostSend(verdictID, Stream, mr.SGE(0, uint32(len(b)))); err != nil {
 		return err
 	}
@@ -150,6 +264,34 @@ func (c Conn) answer(ctx context.Context, v Verdict) error {
 		return fmt.Errorf("filexfer: sending the verdict: %v: %w", wc[0].Status, wc[0].Err)
 	}
 	return nil
+}
+
+// wait waits for completions on cq for at most patience, when set. A wait
+// that runs out ends with ErrImpatient naming what it waited for.
+func wait(ctx context.Context, cq *endpoint.CQ, wcs []endpoint.Completion, patience time.Duration, what string) (int, error) {
+	if patience <= 0 {
+		return cq.Wait(ctx, wcs)
+	}
+	wctx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	k, err := cq.Wait(wctx, wcs)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return k, fmt.Errorf("%w: no %s for %v", ErrImpatient, what, patience)
+	}
+	return k, err
+}
+
+// failed reads the error a failed completion carries. The peer's abort
+// becomes a PeerError naming its side and code.
+func failed(side string, wc endpoint.Completion, what string) error {
+	var ae *endpoint.AbortError
+	if errors.As(wc.Err, &ae) && ae.Remote {
+		return &PeerError{Side: side, Code: Code(ae.Code)}
+	}
+	if wc.Err == nil {
+		return fmt.Errorf("filexfer: %s failed: %v", what, wc.Status)
+	}
+	return fmt.Errorf("filexfer: %s failed: %v: %w", what, wc.Status, wc.Err)
 }
 
 // parseHeader reads a header, JSON with a size of 0 or more and a chunk of

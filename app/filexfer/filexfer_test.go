@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,10 +39,10 @@ func run(t *testing.T, r io.Reader, size int64, chunk int) (Result, error, Resul
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rres, rerr = ReceiveFile(ctx, rcv, 8, 1<<20, func(Header) (io.Writer, error) { return &out, nil }, nil)
+		rres, rerr = ReceiveFile(ctx, rcv, func(Header) (io.Writer, error) { return &out, nil }, Options{Depth: 8})
 	}()
 	var last Progress
-	sres, serr := SendFile(ctx, snd, r, "data.bin", size, chunk, 8, func(p Progress) { last = p })
+	sres, serr := SendFile(ctx, snd, r, "data.bin", size, Options{Chunk: chunk, Depth: 8, Progress: func(p Progress) { last = p }})
 	wg.Wait()
 	if serr == nil && last.Bytes != size {
 		t.Errorf("last progress %+v, want %d bytes", last, size)
@@ -69,16 +70,127 @@ func TestSendFileArrivesVerified(t *testing.T) {
 	}
 }
 
-// A reader that ends early is the sender's error. The sender closes the
-// connection, and the receiver stops with an error rather than waiting.
+// A reader that ends early is the sender's error. The sender aborts with
+// CodeRead, and the receiver stops with that reason rather than waiting.
 func TestShortReaderFailsTheSender(t *testing.T) {
 	_, serr, _, rerr, _ := run(t, strings.NewReader("only this"), 1<<20, 64<<10)
 	if serr == nil || !strings.Contains(serr.Error(), "reading the data") {
 		t.Fatalf("sender: %v", serr)
 	}
-	if rerr == nil {
-		t.Fatal("the receiver saw no error")
+	if !isPeer(rerr, "sender", CodeRead) {
+		t.Fatalf("receiver: %v", rerr)
 	}
+}
+
+// isPeer reports whether err is the peer side's abort with code.
+func isPeer(err error, side string, code Code) bool {
+	var pe *PeerError
+	return errors.As(err, &pe) && pe.Side == side && pe.Code == code
+}
+
+// failingWriter takes limit bytes and then fails as a full disk does.
+type failingWriter struct{ limit int }
+
+func (w *failingWriter) Write(b []byte) (int, error) {
+	if len(b) > w.limit {
+		return 0, syscall.ENOSPC
+	}
+	w.limit -= len(b)
+	return len(b), nil
+}
+
+// Each way one side gives up reaches the other as its reason: a full
+// disk and a refusal with the receiver's words, an interrupt of either
+// side, a peer that stalls past the patience of the other. Each ends the
+// other side with a PeerError naming the side and its code, well within
+// the connection's no-progress timeout, which could not name it.
+func TestEachSideTellsTheOtherWhyItGaveUp(t *testing.T) {
+	const size = 64 << 20
+	data := make([]byte, size)
+	for _, c := range []struct {
+		name         string
+		failing      string // the side that gives up
+		code         Code
+		reason       string // in the receiver's verdict
+		open         func(Header) (io.Writer, error)
+		sendCtx      func(context.Context) context.Context
+		recvCtx      func(context.Context) context.Context
+		stallReader  bool
+		recvPatience time.Duration
+	}{
+		{name: "disk full", failing: "receiver", code: CodeWrite, reason: "no space left on device",
+			open: func(Header) (io.Writer, error) { return &failingWriter{limit: 3 << 20}, nil }},
+		{name: "refused", failing: "receiver", code: CodeRefused, reason: "the output file exists",
+			open: func(Header) (io.Writer, error) { return nil, ErrExists }},
+		{name: "sender interrupted", failing: "sender", code: CodeInterrupted, sendCtx: cancelAfter(20 * time.Millisecond)},
+		{name: "receiver interrupted", failing: "receiver", code: CodeInterrupted, recvCtx: cancelAfter(20 * time.Millisecond)},
+		{name: "sender stalls", failing: "receiver", code: CodeTimeout, stallReader: true, recvPatience: 200 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			snd, rcv := pair(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			sctx, rctx := ctx, ctx
+			if c.sendCtx != nil {
+				sctx = c.sendCtx(ctx)
+			}
+			if c.recvCtx != nil {
+				rctx = c.recvCtx(ctx)
+			}
+			open := c.open
+			if open == nil {
+				open = func(Header) (io.Writer, error) { return io.Discard, nil }
+			}
+			var r io.Reader = bytes.NewReader(data)
+			stalled := make(chan struct{})
+			if c.stallReader {
+				r = io.MultiReader(io.LimitReader(r, 1<<20), &stallingReader{until: stalled}, r)
+			}
+			var rerr error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, rerr = ReceiveFile(rctx, rcv, open, Options{Depth: 4, Patience: c.recvPatience})
+				close(stalled)
+			}()
+			_, serr := SendFile(sctx, snd, r, "data.bin", size, Options{Chunk: 256 << 10, Depth: 4})
+			<-done
+			failer, other, otherSide := rerr, serr, "receiver"
+			if c.failing == "sender" {
+				failer, other, otherSide = serr, rerr, "sender"
+			}
+			if failer == nil {
+				t.Fatalf("the %s did not fail", c.failing)
+			}
+			if !isPeer(other, c.failing, c.code) {
+				t.Fatalf("the %s ended with %v, want the %s's %v", otherSide, other, c.failing, c.code)
+			}
+			var pe *PeerError
+			errors.As(other, &pe)
+			if !strings.Contains(pe.Reason, c.reason) {
+				t.Fatalf("the reason %q does not say %q", pe.Reason, c.reason)
+			}
+		})
+	}
+}
+
+// cancelAfter gives a context that is cancelled after d, as an interrupt
+// cancels the command's.
+func cancelAfter(d time.Duration) func(context.Context) context.Context {
+	return func(ctx context.Context) context.Context {
+		ctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(d, cancel)
+		return ctx
+	}
+}
+
+// stallingReader blocks its first read until until is closed, and then
+// has nothing.
+type stallingReader struct{ until chan struct{} }
+
+func (s *stallingReader) Read([]byte) (int, error) {
+	<-s.until
+	return 0, io.EOF
 }
 
 // The parsers refuse what is not a header, trailer or verdict.

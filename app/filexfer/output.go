@@ -53,6 +53,29 @@ func (o *Output) Commit() error {
 	return nil
 }
 
+// KeepPartial closes the output of a failed transfer and names it as
+// partial: the target's name with ".partial", or with ".partial-N" when
+// that exists. It returns the name.
+func (o *Output) KeepPartial() (string, error) {
+	o.File.Close()
+	for i := 0; i < 100; i++ {
+		name := o.target + ".partial"
+		if i > 0 {
+			name = fmt.Sprintf("%s-%d", name, i)
+		}
+		if _, err := os.Lstat(name); err == nil {
+			continue
+		}
+		if err := os.Rename(o.File.Name(), name); err != nil {
+			os.Remove(o.File.Name())
+			return "", err
+		}
+		return name, nil
+	}
+	os.Remove(o.File.Name())
+	return "", fmt.Errorf("filexfer: %s.partial and 99 more exist", o.target)
+}
+
 // Abort closes the output and removes it.
 func (o *Output) Abort() {
 	o.File.Close()

@@ -14,93 +14,133 @@ import (
 )
 
 // ReceiveFile receives one transfer into the writer open returns for its
-// header, keeping depth receive buffers posted. It calls progress after
-// each chunk and answers the sender with its verdict.
-func ReceiveFile(ctx context.Context, c Conn, depth int, maxChunk int, open func(Header) (io.Writer, error), progress func(Progress)) (Result, error) {
-	if depth <= 0 {
-		depth = DefaultDepth
-	}
-	if maxChunk <= 0 {
-		maxChunk = DefaultChunk
-	}
-	var res Result
-	r, err := newFileReceiver(ctx, c, depth, max(maxChunk, maxControl))
+// header and answers the sender with its verdict.
+func ReceiveFile(ctx context.Context, c Conn, open func(Header) (io.Writer, error), o Options) (Result, error) {
+	in, err := AwaitHeader(ctx, c, o)
 	if err != nil {
-		return res, err
+		return Result{}, err
 	}
-	b, i, err := r.next()
+	w, err := open(in.Header)
 	if err != nil {
-		return res, err
+		return Result{Header: in.Header}, in.Refuse(err)
 	}
-	began := time.Now()
-	if res.Header, err = parseHeader(b); err != nil {
-		return res, c.refuse(err)
+	return in.Receive(ctx, w, o.Progress)
+}
+
+// Incoming is a transfer whose header has arrived: the receiver may take
+// it with Receive or turn it down with Refuse.
+type Incoming struct {
+	Header Header
+	r      *fileReceiver
+	began  time.Time
+}
+
+// AwaitHeader posts the receiver's buffers and waits for the sender's
+// header. A header that is not one, or whose chunk is over o.Chunk, is
+// refused here.
+func AwaitHeader(ctx context.Context, c Conn, o Options) (*Incoming, error) {
+	o = o.withDefaults()
+	r, err := newFileReceiver(ctx, c, o)
+	if err != nil {
+		return nil, c.giveUp(CodeFailed, c.cause("sender", err))
 	}
-	if res.Header.Chunk > maxChunk {
-		return res, c.refuse(fmt.Errorf("filexfer: the sender's chunk of %d bytes is over this receiver's %d", res.Header.Chunk, maxChunk))
+	b, i, err := r.next("header")
+	if err != nil {
+		r.release()
+		return nil, err
+	}
+	in := &Incoming{r: r, began: time.Now()}
+	if in.Header, err = parseHeader(b); err != nil {
+		return nil, in.refuse(CodeProtocol, err)
+	}
+	if in.Header.Chunk > o.Chunk {
+		return nil, in.refuse(CodeRefused, fmt.Errorf("filexfer: the sender's chunk of %d bytes is over this receiver's %d", in.Header.Chunk, o.Chunk))
 	}
 	if err := r.repost(i); err != nil {
+		r.release()
+		return nil, c.giveUp(CodeFailed, c.cause("sender", err))
+	}
+	return in, nil
+}
+
+// Refuse turns the transfer down: it tells the sender err in its verdict,
+// aborts the connection and returns err.
+func (in *Incoming) Refuse(err error) error { return in.refuse(CodeRefused, err) }
+
+func (in *Incoming) refuse(code Code, err error) error {
+	defer in.r.release()
+	return in.r.c.refuse(code, err)
+}
+
+// Receive takes the transfer's data into w, calling progress after each
+// chunk when set, and answers the sender with its verdict.
+func (in *Incoming) Receive(ctx context.Context, w io.Writer, progress func(Progress)) (Result, error) {
+	r := in.r
+	defer r.release()
+	r.ctx, r.o.Progress = ctx, progress
+	res := Result{Header: in.Header}
+	if err := r.receiveData(w, res.Header.Size); err != nil {
 		return res, err
 	}
-	w, err := open(res.Header)
-	if err != nil {
-		return res, c.refuse(err)
-	}
-	if err := r.receiveData(w, res.Header.Size, progress); err != nil {
-		return res, err
-	}
-	b, _, err = r.next()
+	b, _, err := r.next("trailer")
 	if err != nil {
 		return res, err
 	}
 	res.SHA256 = hex.EncodeToString(r.sum.Sum(nil))
 	tr, err := parseTrailer(b)
 	if err != nil {
-		return res, c.refuse(err)
+		return res, r.c.refuse(CodeProtocol, err)
 	}
-	res.Elapsed = time.Since(began)
+	res.Elapsed = time.Since(in.began)
 	return res, r.conclude(res.SHA256, tr.SHA256)
 }
 
-// fileReceiver is one ReceiveFile's state: its receive buffers, a slot
+// fileReceiver is one transfer's receiving state: its buffers, a slot
 // each, and the checksum of what arrived.
 type fileReceiver struct {
 	ctx  context.Context
 	c    Conn
+	o    Options
 	bufs *endpoint.MR
 	slot int
 	sum  hash.Hash
 }
 
-// newFileReceiver registers depth slots of slot bytes and posts a receive
-// into each.
-func newFileReceiver(ctx context.Context, c Conn, depth, slot int) (*fileReceiver, error) {
-	r := &fileReceiver{ctx: ctx, c: c, slot: slot, sum: sha256.New()}
+// newFileReceiver registers o.Depth slots large enough for a chunk or a
+// control message and posts a receive into each.
+func newFileReceiver(ctx context.Context, c Conn, o Options) (*fileReceiver, error) {
+	r := &fileReceiver{ctx: ctx, c: c, o: o, slot: max(o.Chunk, maxControl), sum: sha256.New()}
 	var err error
-	if r.bufs, err = c.PD.RegisterMR(make([]byte, depth*slot), endpoint.LocalWrite); err != nil {
+	if r.bufs, err = c.PD.RegisterMR(make([]byte, o.Depth*r.slot), endpoint.LocalWrite); err != nil {
 		return nil, err
 	}
-	for i := 0; i < depth; i++ {
+	for i := 0; i < o.Depth; i++ {
 		if err := r.repost(i); err != nil {
+			r.release()
 			return nil, err
 		}
 	}
 	return r, nil
 }
 
+// release deregisters the receiver's buffers.
+func (r *fileReceiver) release() { r.bufs.Deregister() }
+
 // repost posts the receive of slot i again.
 func (r *fileReceiver) repost(i int) error {
 	return r.c.QP.PostRecv(uint64(i), Stream, r.bufs.SGE(uint64(i*r.slot), uint32(r.slot)))
 }
 
-// next waits for the next message and returns its bytes and its slot.
-func (r *fileReceiver) next() ([]byte, int, error) {
+// next waits for the next message, what, and returns its bytes and its
+// slot. A wait that fails gives the transfer up; a receive the sender's
+// abort ended names the sender's reason.
+func (r *fileReceiver) next(what string) ([]byte, int, error) {
 	wc := make([]endpoint.Completion, 1)
-	if _, err := r.c.Recv.Wait(r.ctx, wc); err != nil {
-		return nil, 0, err
+	if _, err := wait(r.ctx, r.c.Recv, wc, r.o.Patience, what); err != nil {
+		return nil, 0, r.c.giveUp(CodeTimeout, fmt.Errorf("filexfer: waiting for the %s: %w", what, err))
 	}
 	if wc[0].Status != endpoint.StatusOK {
-		return nil, 0, fmt.Errorf("filexfer: receive failed: %v: %v", wc[0].Status, wc[0].Err)
+		return nil, 0, failed("sender", wc[0], "a receive")
 	}
 	i := int(wc[0].ID)
 	return r.bufs.Bytes()[i*r.slot : i*r.slot+int(wc[0].Bytes)], i, nil
@@ -108,26 +148,26 @@ func (r *fileReceiver) next() ([]byte, int, error) {
 
 // receiveData takes size bytes of data into w, a chunk at a time. A chunk
 // that is empty or runs past size breaks the protocol and is refused.
-func (r *fileReceiver) receiveData(w io.Writer, size int64, progress func(Progress)) error {
+func (r *fileReceiver) receiveData(w io.Writer, size int64) error {
 	var got int64
 	for got < size {
-		b, i, err := r.next()
+		b, i, err := r.next("data")
 		if err != nil {
 			return err
 		}
 		if len(b) == 0 || got+int64(len(b)) > size {
-			return r.c.refuse(fmt.Errorf("%w: a chunk of %d bytes at byte %d of %d", ErrProtocol, len(b), got, size))
+			return r.c.refuse(CodeProtocol, fmt.Errorf("%w: a chunk of %d bytes at byte %d of %d", ErrProtocol, len(b), got, size))
 		}
 		r.sum.Write(b)
 		if _, err := w.Write(b); err != nil {
-			return r.c.refuse(fmt.Errorf("filexfer: writing: %w", err))
+			return r.c.refuse(CodeWrite, fmt.Errorf("filexfer: writing: %w", err))
 		}
 		got += int64(len(b))
 		if err := r.repost(i); err != nil {
-			return err
+			return r.c.giveUp(CodeFailed, r.c.cause("sender", err))
 		}
-		if progress != nil {
-			progress(Progress{got, size})
+		if r.o.Progress != nil {
+			r.o.Progress(Progress{got, size})
 		}
 	}
 	return nil

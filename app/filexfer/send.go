@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -21,37 +22,28 @@ const (
 	verdictID = 1 << 62
 )
 
-// SendFile sends size bytes from r under name, chunk bytes per SEND with
-// at most depth in flight, calls progress after each chunk, and waits for
-// the receiver's verdict. If it cannot finish, because the reader fails
-// for one, it closes the connection so that the receiver stops waiting.
-func SendFile(ctx context.Context, c Conn, r io.Reader, name string, size int64, chunk, depth int, progress func(Progress)) (res Result, err error) {
-	defer func() {
-		if err != nil {
-			c.QP.Close()
-		}
-	}()
-	if chunk <= 0 {
-		chunk = DefaultChunk
-	}
-	if depth <= 0 {
-		depth = DefaultDepth
-	}
-	res = Result{Header: Header{Name: name, Size: size, Chunk: chunk}}
+// SendFile sends size bytes from r under name and waits for the
+// receiver's verdict. If it cannot finish, because the reader fails for
+// one, it aborts the connection with the reason's Code so that the
+// receiver stops at once and says why.
+func SendFile(ctx context.Context, c Conn, r io.Reader, name string, size int64, o Options) (res Result, err error) {
+	o = o.withDefaults()
+	res = Result{Header: Header{Name: name, Size: size, Chunk: o.Chunk}}
 	began := time.Now()
-	s, err := newFileSender(ctx, c, chunk, depth)
+	s, err := newFileSender(ctx, c, o)
 	if err != nil {
-		return res, err
+		return res, c.giveUp(CodeFailed, c.cause("receiver", err))
 	}
+	defer s.release()
 	if err := s.sendControl(headerID, 0, res.Header); err != nil {
-		return res, err
+		return res, c.giveUp(CodeFailed, s.cause(err))
 	}
-	if err := s.sendData(r, size, progress); err != nil {
+	if err := s.sendData(r, size); err != nil {
 		return res, err
 	}
 	res.SHA256 = hex.EncodeToString(s.sum.Sum(nil))
 	if err := s.sendControl(trailerID, maxControl, Trailer{SHA256: res.SHA256}); err != nil {
-		return res, err
+		return res, c.giveUp(CodeFailed, s.cause(err))
 	}
 	v, err := s.verdict()
 	res.Elapsed = time.Since(began)
@@ -62,7 +54,7 @@ func SendFile(ctx context.Context, c Conn, r io.Reader, name string, size int64,
 		if v.SHA256 != res.SHA256 {
 			return res, fmt.Errorf("%w: the receiver computed %s, the sender %s (%s)", ErrMismatch, v.SHA256, res.SHA256, v.Error)
 		}
-		return res, fmt.Errorf("filexfer: the receiver refused the transfer: %s", v.Error)
+		return res, &PeerError{Side: "receiver", Code: CodeRefused, Reason: v.Error}
 	}
 	return res, nil
 }
@@ -72,38 +64,53 @@ func SendFile(ctx context.Context, c Conn, r io.Reader, name string, size int64,
 type fileSender struct {
 	ctx        context.Context
 	c          Conn
-	chunk      int
-	bufs       *endpoint.MR // depth slots of chunk bytes
+	o          Options
+	bufs       *endpoint.MR // Depth slots of Chunk bytes
 	control    *endpoint.MR // the header, then the trailer
 	verdictBuf *endpoint.MR // where the verdict lands
 	free       []int
 	wcs        []endpoint.Completion
-	sum        hash.Hash
+	// early is the verdict's completion when reap took it, on a queue
+	// shared by sends and receives.
+	early *endpoint.Completion
+	sum   hash.Hash
 }
 
 // newFileSender registers the sender's buffers and posts the receive of
 // the verdict before anything is sent, so that the verdict always finds
 // it.
-func newFileSender(ctx context.Context, c Conn, chunk, depth int) (*fileSender, error) {
-	s := &fileSender{ctx: ctx, c: c, chunk: chunk, sum: sha256.New(), wcs: make([]endpoint.Completion, depth+2)}
+func newFileSender(ctx context.Context, c Conn, o Options) (*fileSender, error) {
+	s := &fileSender{ctx: ctx, c: c, o: o, sum: sha256.New(), wcs: make([]endpoint.Completion, o.Depth+2)}
 	var err error
 	if s.verdictBuf, err = c.PD.RegisterMR(make([]byte, maxControl), endpoint.LocalWrite); err != nil {
 		return nil, err
 	}
-	if err := c.QP.PostRecv(verdictID, Stream, s.verdictBuf.SGE(0, maxControl)); err != nil {
-		return nil, err
-	}
-	if s.bufs, err = c.PD.RegisterMR(make([]byte, depth*chunk), endpoint.LocalWrite); err != nil {
+	if s.bufs, err = c.PD.RegisterMR(make([]byte, o.Depth*o.Chunk), endpoint.LocalWrite); err != nil {
+		s.release()
 		return nil, err
 	}
 	if s.control, err = c.PD.RegisterMR(make([]byte, 2*maxControl), endpoint.LocalWrite); err != nil {
+		s.release()
 		return nil, err
 	}
-	s.free = make([]int, 0, depth)
-	for i := depth - 1; i >= 0; i-- {
+	if err := c.QP.PostRecv(verdictID, Stream, s.verdictBuf.SGE(0, maxControl)); err != nil {
+		s.release()
+		return nil, err
+	}
+	s.free = make([]int, 0, o.Depth)
+	for i := o.Depth - 1; i >= 0; i-- {
 		s.free = append(s.free, i)
 	}
 	return s, nil
+}
+
+// release deregisters the sender's buffers.
+func (s *fileSender) release() {
+	for _, mr := range []*endpoint.MR{s.verdictBuf, s.bufs, s.control} {
+		if mr != nil {
+			mr.Deregister()
+		}
+	}
 }
 
 // sendControl SENDs v as JSON from the control region at off.
@@ -115,7 +122,7 @@ func (s *fileSender) sendControl(id uint64, off int, v any) error {
 
 // sendData reads size bytes from r and SENDs them a chunk at a time, each
 // from a free slot, taking slots back as their SENDs complete.
-func (s *fileSender) sendData(r io.Reader, size int64, progress func(Progress)) error {
+func (s *fileSender) sendData(r io.Reader, size int64) error {
 	var sent int64
 	for sent < size {
 		for len(s.free) == 0 {
@@ -125,18 +132,18 @@ func (s *fileSender) sendData(r io.Reader, size int64, progress func(Progress)) 
 		}
 		slot := s.free[len(s.free)-1]
 		s.free = s.free[:len(s.free)-1]
-		n := int(min(int64(s.chunk), size-sent))
-		buf := s.bufs.Bytes()[slot*s.chunk : slot*s.chunk+n]
+		n := int(min(int64(s.o.Chunk), size-sent))
+		buf := s.bufs.Bytes()[slot*s.o.Chunk : slot*s.o.Chunk+n]
 		if _, err := io.ReadFull(r, buf); err != nil {
-			return fmt.Errorf("filexfer: reading the data at byte %d: %w", sent, err)
+			return s.c.giveUp(CodeRead, fmt.Errorf("filexfer: reading the data at byte %d: %w", sent, err))
 		}
 		s.sum.Write(buf)
-		if err := s.c.QP.PostSend(uint64(slot), Stream, s.bufs.SGE(uint64(slot*s.chunk), uint32(n))); err != nil {
-			return err
+		if err := s.c.QP.PostSend(uint64(slot), Stream, s.bufs.SGE(uint64(slot*s.o.Chunk), uint32(n))); err != nil {
+			return s.c.giveUp(CodeFailed, s.cause(err))
 		}
 		sent += int64(n)
-		if progress != nil {
-			progress(Progress{sent, size})
+		if s.o.Progress != nil {
+			s.o.Progress(Progress{sent, size})
 		}
 		if err := s.reap(false); err != nil {
 			return err
@@ -151,16 +158,20 @@ func (s *fileSender) reap(block bool) error {
 	var k int
 	var err error
 	if block {
-		k, err = s.c.Send.Wait(s.ctx, s.wcs)
+		k, err = wait(s.ctx, s.c.Send, s.wcs, s.o.Patience, "free buffer")
 	} else {
 		k, err = s.c.Send.Poll(s.wcs)
 	}
 	if err != nil {
-		return err
+		return s.c.giveUp(CodeTimeout, err)
 	}
 	for _, wc := range s.wcs[:k] {
+		if wc.Op == endpoint.OpRecv {
+			s.early = &wc
+			continue
+		}
 		if wc.Status != endpoint.StatusOK {
-			return fmt.Errorf("filexfer: SEND failed: %v: %v", wc.Status, wc.Err)
+			return s.refused(failed("receiver", wc, "a SEND"))
 		}
 		if wc.ID < headerID {
 			s.free = append(s.free, int(wc.ID))
@@ -169,14 +180,54 @@ func (s *fileSender) reap(block bool) error {
 	return nil
 }
 
+// cause is err, or the receiver's abort with its reason when that is what
+// ended the connection.
+func (s *fileSender) cause(err error) error { return s.refused(s.c.cause("receiver", err)) }
+
+// refused adds the receiver's reason to err when its verdict arrived
+// before the connection ended. A receiver that refuses says why in its
+// verdict before it aborts.
+func (s *fileSender) refused(err error) error {
+	var pe *PeerError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	wc := make([]endpoint.Completion, 1)
+	for s.early == nil {
+		if k, _ := s.c.Recv.Poll(wc); k == 0 {
+			return err
+		}
+		if wc[0].Op == endpoint.OpRecv {
+			s.early = &wc[0]
+		}
+	}
+	if s.early.Status == endpoint.StatusOK {
+		if v, verr := parseVerdict(s.verdictBuf.Bytes()[:s.early.Bytes]); verr == nil {
+			pe.Reason = v.Error
+		}
+	}
+	return err
+}
+
 // verdict waits for the receiver's verdict and reads it.
 func (s *fileSender) verdict() (Verdict, error) {
 	wc := make([]endpoint.Completion, 1)
-	if _, err := s.c.Recv.Wait(s.ctx, wc); err != nil {
-		return Verdict{}, fmt.Errorf("filexfer: waiting for the receiver's verdict: %w", err)
+	for s.early == nil {
+		if _, err := wait(s.ctx, s.c.Recv, wc, s.o.Patience, "verdict"); err != nil {
+			return Verdict{}, s.c.giveUp(CodeTimeout, fmt.Errorf("filexfer: waiting for the receiver's verdict: %w", err))
+		}
+		// A SEND's completion, on a queue shared by sends and receives, is
+		// passed over.
+		if wc[0].Op == endpoint.OpRecv {
+			s.early = &wc[0]
+		}
 	}
-	if wc[0].Status != endpoint.StatusOK {
-		return Verdict{}, fmt.Errorf("filexfer: the verdict: %v: %v", wc[0].Status, wc[0].Err)
+	if s.early.Status != endpoint.StatusOK {
+		return Verdict{}, failed("receiver", *s.early, "the verdict")
 	}
-	return parseVerdict(s.verdictBuf.Bytes()[:wc[0].Bytes])
+	v, err := parseVerdict(s.verdictBuf.Bytes()[:s.early.Bytes])
+	if err != nil {
+		return v, s.c.giveUp(CodeProtocol, err)
+	}
+	return v, nil
 }

@@ -8,6 +8,9 @@
 // The exit status is 0 on success and 1 for malformed packets and runtime
 // errors. It is 2 for bad usage, such as unknown commands or flags, wrong
 // arguments or missing files, so that scripts can tell the two apart.
+// send and recv say more: 3 when the peer gave up and said why, 4 when the
+// peer is gone or silent, 5 when the data did not verify, and 128 plus the
+// signal when interrupted.
 package main
 
 import (
@@ -38,6 +41,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return int(status)
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", progName, err)
+	var withStatus *statusError
+	if errors.As(err, &withStatus) {
+		return withStatus.status
+	}
 	var usage *usageError
 	var exit cli.ExitCoder
 	switch {

@@ -149,6 +149,7 @@ func recvCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice("127.0.0.1"), EnvVars: []string{"MROCE_LISTEN"}, Usage: "local address of each plane"},
 			&cli.StringFlag{Name: "out", EnvVars: []string{"MROCE_OUT"}, Usage: "file (or existing directory) to write the data to; it appears only once verified"},
 			&cli.BoolFlag{Name: "overwrite", EnvVars: []string{"MROCE_OVERWRITE"}, Usage: "replace an existing output file"},
+			&cli.BoolFlag{Name: "keep-partial", EnvVars: []string{"MROCE_KEEP_PARTIAL"}, Usage: "when the transfer fails, keep what arrived as FILE.partial"},
 		}, transferFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := parseTransferOptions(c)
@@ -162,7 +163,10 @@ func recvCommand() *cli.Command {
 			if len(planes) == 0 {
 				return usagef(c, "recv: --listen: no address")
 			}
-			return runRecv(c.Context, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), c.Bool("overwrite"), o)
+			ctx, stop := interruptible(c.Context)
+			defer stop()
+			out := outputOptions{overwrite: c.Bool("overwrite"), keepPartial: c.Bool("keep-partial")}
+			return transferStatus(ctx, runRecv(ctx, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), out, o))
 		},
 	}
 }
@@ -207,7 +211,9 @@ func sendCommand() *cli.Command {
 				return err
 			}
 			defer src.Close()
-			return runSend(c.Context, c.App.Writer, c.App.ErrWriter, local, to, src, o)
+			ctx, stop := interruptible(c.Context)
+			defer stop()
+			return transferStatus(ctx, runSend(ctx, c.App.Writer, c.App.ErrWriter, local, to, src, o))
 		},
 	}
 }
@@ -295,7 +301,7 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	wg.Go(func() {
 		every(o.interval, stop, func() { p.tick(conn.QP.Telemetry()); logPathEvents(o.log, conn.QP) })
 	})
-	res, err := filexfer.SendFile(ctx, conn, src, src.name, src.size, o.chunk, filexfer.DefaultDepth, p.progress)
+	res, err := filexfer.SendFile(ctx, conn, src, src.name, src.size, filexfer.Options{Chunk: o.chunk, Patience: o.noProgress, Progress: p.progress})
 	close(stop)
 	wg.Wait()
 	logPathEvents(o.log, conn.QP)
@@ -311,66 +317,172 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 }
 
 // runRecv receives one transfer on planes, writes it to outPath when
-// given, and prints it.
-func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, outPath string, overwrite bool, o transferOptions) error {
+// given, and prints it. It serves the first connection whose header
+// arrives. One that fails before, a stray or dead handshake's peer, is
+// dropped, and recv goes on serving.
+func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, outPath string, save outputOptions, o transferOptions) error {
 	o.fill()
 	h, err := host.Open(planes, o.hostOptions(o.port))
 	if err != nil {
 		return fmt.Errorf("recv: %w", err)
 	}
 	defer closeHost(h, o.log)
-	conn, err := filexfer.NewConn(h.Device())
-	if err != nil {
-		return err
-	}
-	lis, err := conn.PD.Listen(conn.Send, conn.Recv, endpoint.QPOptions{})
-	if err != nil {
-		return err
-	}
 	p := newPrinter("receiver", out, o, planes, nil)
 	if p.text {
 		fmt.Fprintf(out, "listening on %v port %d\n", planes, o.port)
 	}
-	if conn.QP, err = lis.Accept(ctx); err != nil {
+	srv, err := serveTransfers(ctx, h.Device(), o)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	conn, in, err := srv.next(ctx)
+	if err != nil {
 		return err
 	}
 	h.Metrics.Add("sender", conn.QP.Telemetry)
-	o.log.Info("accepted a connection")
+	o.log.Info("receiving", "name", in.Header.Name, "size", in.Header.Size)
+	p.startBar(errOut, in.Header.Size)
+	if p.text {
+		p.clearBar()
+		fmt.Fprintf(out, "receiving %q (%s)\n", in.Header.Name, sizeText(in.Header.Size))
+	}
 	// The data goes to a temporary file beside the target, renamed to it
-	// once the SHA-256 is verified; a failed transfer leaves nothing.
+	// once the SHA-256 is verified; a failed transfer leaves nothing, or a
+	// file named as partial when asked.
+	var w io.Writer = io.Discard
 	var file *filexfer.Output
-	open := func(hdr filexfer.Header) (io.Writer, error) {
-		p.startBar(errOut, hdr.Size)
-		if p.text {
-			p.clearBar()
-			fmt.Fprintf(out, "receiving %q (%s)\n", hdr.Name, sizeText(hdr.Size))
+	if outPath != "" {
+		if file, err = filexfer.CreateOutput(outPath, in.Header.Name, save.overwrite); err != nil {
+			return p.finish(filexfer.Result{Header: in.Header}, nil, in.Refuse(err))
 		}
-		if outPath == "" {
-			return io.Discard, nil
-		}
-		file, err = filexfer.CreateOutput(outPath, hdr.Name, overwrite)
-		return file, err
+		w = file
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { every(o.interval, stop, func() { p.tick(nil) }) })
-	res, err := filexfer.ReceiveFile(ctx, conn, filexfer.DefaultDepth, max(o.chunk, 16<<20), open, p.progress)
+	res, err := in.Receive(ctx, w, p.progress)
 	close(stop)
 	wg.Wait()
 	if file != nil {
-		if err == nil {
+		switch {
+		case err == nil:
 			err = file.Commit()
-		} else {
+		case save.keepPartial:
+			if name, kerr := file.KeepPartial(); kerr == nil {
+				fmt.Fprintf(errOut, "recv: the partial data is in %s\n", name)
+			}
+		default:
 			file.Abort()
 		}
 	}
 	if err == nil {
 		p.tick(nil)
-	}
-	if errors.Is(err, context.Canceled) {
-		return err
+		conn.QP.Close()
 	}
 	return p.finish(res, nil, err)
+}
+
+// outputOptions say what recv may do with its output file.
+type outputOptions struct {
+	overwrite   bool // replace an existing file
+	keepPartial bool // keep what a failed transfer wrote, named as partial
+}
+
+// transferServer accepts connections and waits for each one's header,
+// each on its own goroutine, so that a connection that never sends one
+// holds up no other.
+type transferServer struct {
+	lis     *endpoint.Listener
+	pd      *endpoint.PD
+	o       transferOptions
+	offers  chan transferOffer
+	stopped chan struct{}
+	cancel  context.CancelFunc // ends the waits for headers
+	wg      sync.WaitGroup
+}
+
+// transferOffer is a connection whose header arrived.
+type transferOffer struct {
+	conn filexfer.Conn
+	in   *filexfer.Incoming
+}
+
+// errBusy turns away a sender that arrives after the transfer was chosen.
+var errBusy = errors.New("this receiver takes one transfer and has one")
+
+func serveTransfers(ctx context.Context, dev *endpoint.Device, o transferOptions) (*transferServer, error) {
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	lis, err := pd.Listen(nil, nil, endpoint.QPOptions{OwnCQs: 64})
+	if err != nil {
+		pd.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &transferServer{lis: lis, pd: pd, o: o, offers: make(chan transferOffer), stopped: make(chan struct{}), cancel: cancel}
+	s.wg.Go(func() {
+		for {
+			qp, err := lis.Accept(ctx)
+			if err != nil {
+				return
+			}
+			s.wg.Go(func() { s.await(ctx, qp) })
+		}
+	})
+	return s, nil
+}
+
+// await waits for the header of the connection qp and offers it. A
+// connection that fails first is closed and logged.
+func (s *transferServer) await(ctx context.Context, qp *endpoint.QP) {
+	conn := filexfer.Conn{PD: s.pd, QP: qp, Send: qp.SendCQ(), Recv: qp.RecvCQ()}
+	in, err := filexfer.AwaitHeader(ctx, conn, filexfer.Options{Chunk: max(s.o.chunk, 16<<20), Patience: s.o.noProgress})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.o.log.Warn("a connection failed before its transfer began", "err", err)
+		}
+		qp.Close()
+		return
+	}
+	select {
+	case s.offers <- transferOffer{conn, in}:
+	case <-s.stopped:
+		in.Refuse(errBusy)
+		qp.Close()
+	}
+}
+
+// next returns the first connection whose header arrives.
+func (s *transferServer) next(ctx context.Context) (filexfer.Conn, *filexfer.Incoming, error) {
+	select {
+	case off := <-s.offers:
+		s.wg.Go(func() { // later ones are turned away
+			for {
+				select {
+				case off := <-s.offers:
+					off.in.Refuse(errBusy)
+					off.conn.QP.Close()
+				case <-s.stopped:
+					return
+				}
+			}
+		})
+		return off.conn, off.in, nil
+	case <-ctx.Done():
+		return filexfer.Conn{}, nil, ctx.Err()
+	}
+}
+
+// stop stops accepting and waits for the connections still waiting for
+// their header to end.
+func (s *transferServer) stop() {
+	close(s.stopped)
+	s.cancel()
+	s.lis.Close()
+	s.wg.Wait()
 }
 
 // closeHost closes h and logs what the capture could not write, since the

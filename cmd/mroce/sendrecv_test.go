@@ -121,7 +121,7 @@ func TestSendRecvJSON(t *testing.T) {
 		var out, errOut bytes.Buffer
 		o := transferOptions{port: uint16(port), paths: 8, sourcePorts: 16, chunk: 1 << 20, json: true,
 			interval: 10 * time.Millisecond, noProgress: 30 * time.Second}
-		err := runRecv(context.Background(), &out, &errOut, []netip.Addr{netip.MustParseAddr("127.0.0.93")}, "", false, o)
+		err := runRecv(context.Background(), &out, &errOut, []netip.Addr{netip.MustParseAddr("127.0.0.93")}, "", outputOptions{}, o)
 		code := 0
 		if err != nil {
 			code, errOut = 1, *bytes.NewBufferString(err.Error())
@@ -228,7 +228,7 @@ func TestSendMetrics(t *testing.T) {
 	recvDone := make(chan error, 1)
 	go func() {
 		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 8, chunk: 1 << 20, json: true, noProgress: 30 * time.Second}
-		recvDone <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.96")}, "", false, o)
+		recvDone <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.96")}, "", outputOptions{}, o)
 	}()
 	time.Sleep(200 * time.Millisecond)
 	sendDone := make(chan result, 1)
@@ -279,7 +279,7 @@ func TestLargeRecvOfAKilledSenderLeavesNothing(t *testing.T) {
 		var out, errOut bytes.Buffer
 		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 16, chunk: 1 << 20,
 			interval: time.Hour, noProgress: 2 * time.Second}
-		done <- runRecv(context.Background(), &out, &errOut, []netip.Addr{netip.MustParseAddr("127.0.0.94")}, outDir, false, o)
+		done <- runRecv(context.Background(), &out, &errOut, []netip.Addr{netip.MustParseAddr("127.0.0.94")}, outDir, outputOptions{}, o)
 	}()
 	time.Sleep(200 * time.Millisecond)
 	send := exec.Command(bin, "send", "--to", "127.0.0.94", "--port", fmt.Sprint(port), "--size-mib", "100000", "--paths", "4")
