@@ -17,9 +17,11 @@ import (
 // their fields chosen around a connection's live state, each delivered to
 // one side of it as if from its peer or from a stranger. A legitimate
 // WRITE runs beside them on another connection of the same two endpoints.
-// After each step nothing outside a granted region may change. Once the
-// program ends every connection must end idle or closed, and the
-// legitimate WRITE, if it completed, must have arrived whole. The program
+// After each step nothing outside a granted region may change, and a
+// receive of the attacked connection that completed holds no more than
+// was posted, every byte of it written. Once the program ends every
+// connection must end idle or closed, and the legitimate WRITE, if it
+// completed, must have arrived whole. The program
 // knows every field of the connection it attacks, as a party on the path
 // would, so that connection's own data is not held to arrive: only
 // authentication could protect it.
@@ -33,6 +35,9 @@ func FuzzEngine(f *testing.F) {
 		pr := n.connect(0, 1)
 		all, target := guarded(t, pr.hb, size, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead)
 		recvBuf := pr.hb.region(t, size, 0, memreg.LocalWrite)
+		for i := range recvBuf.Bytes() {
+			recvBuf.Bytes()[i] = unwritten
+		}
 		pr.b.PostRecv(RecvWR{ID: 1, Stream: 0, Local: SGE{recvBuf, 0, size}})
 		pr.a.snd.equip()
 		legit := n.connect(0, 1)
@@ -46,6 +51,7 @@ func FuzzEngine(f *testing.F) {
 			hostile(n, pr, target, step)
 			n.run(5*time.Microsecond, func() bool { return false })
 			guards(t, all, size)
+			receivesWhole(t, pr.rb.done, recvBuf.Bytes())
 		}
 		idle := func(c *Conn) bool { return c.State() == Closed || !c.snd.busy() }
 		conns := []*Conn{pr.a, pr.b, legit.a, legit.b}
@@ -69,6 +75,29 @@ func FuzzEngine(f *testing.F) {
 		}
 		guards(t, all, size)
 	})
+}
+
+// unwritten fills the attacked connection's receive buffer. No packet of
+// the program carries it.
+const unwritten = 0xA5
+
+// receivesWhole fails unless each receive that completed into buf holds
+// no more than buf and has every byte written (spec section 6.5).
+func receivesWhole(t *testing.T, done []Completion, buf []byte) {
+	t.Helper()
+	for _, wc := range done {
+		if wc.Op != OpRecv || wc.Status != StatusOK || wc.HasImm {
+			continue
+		}
+		if int(wc.Bytes) > len(buf) {
+			t.Fatalf("a receive of %d bytes completed into %d", wc.Bytes, len(buf))
+		}
+		for i, b := range buf[:wc.Bytes] {
+			if b == unwritten {
+				t.Fatalf("a receive of %d bytes completed with byte %d never written", wc.Bytes, i)
+			}
+		}
+	}
 }
 
 // guards fails unless the guard bytes on each side of a guarded region of
@@ -116,6 +145,9 @@ func hostile(n *testNet, pr *pair, target *memreg.Region, step []byte) {
 	var pkt proto.Packet
 	if err := proto.Build(&pkt, make([]byte, proto.MaxPacketLen), typ, records, payload); err != nil {
 		return
+	}
+	for i := range pkt.Payload {
+		pkt.Payload[i] = ^byte(unwritten)
 	}
 	h := pkt.Common
 	h.SetDstConnID(conn.ID())
