@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
@@ -30,6 +31,7 @@ type Stats struct {
 // Net is a running emulated network.
 type Net struct {
 	cfg   Config
+	rec   Record // what it made, as its file says
 	fab   *netem.Fabric
 	hosts []*nsHost
 	loop  *clock.Loop
@@ -76,9 +78,9 @@ func Up(cfg Config) (*Net, error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, errors.New("tunnet: needs ip (Debian package iproute2)")
 	}
-	if left, _ := List(cfg.Name); len(left) > 0 {
-		return nil, fmt.Errorf("tunnet: namespaces of %q exist (%s): another emulator of that name runs, or one died (mroce netem down %s)",
-			cfg.Name, strings.Join(left, " "), cfg.Name)
+	rec, err := claim(cfg)
+	if err != nil {
+		return nil, err
 	}
 	fc := cfg.Fabric
 	fc.Hosts, fc.Planes, fc.MaxDatagram = cfg.Hosts+1, cfg.Planes, cfg.MTU
@@ -90,10 +92,11 @@ func Up(cfg Config) (*Net, error) {
 	loop := clock.NewLoop()
 	fab, err := netem.New(fc, loop)
 	if err != nil {
+		removeRecord(cfg.Name)
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &Net{cfg: cfg, loop: loop, fab: fab, cancel: cancel, loopDone: make(chan struct{}), closed: make(chan struct{})}
+	n := &Net{cfg: cfg, rec: rec, loop: loop, fab: fab, cancel: cancel, loopDone: make(chan struct{}), closed: make(chan struct{})}
 	for h := 0; h < cfg.Hosts; h++ {
 		host, err := n.addHost(h)
 		if host != nil {
@@ -128,10 +131,18 @@ func (n *Net) addHost(h int) (*nsHost, error) {
 	if err := ip("netns", "add", host.ns); err != nil {
 		return nil, err
 	}
+	ino, err := namespaceInode(host.ns)
+	if err == nil {
+		n.rec.Namespaces[h].Inode = ino
+		err = writeRecord(n.rec)
+	}
+	if err != nil {
+		return host, err
+	}
 	if err := ip("-n", host.ns, "link", "set", "lo", "up"); err != nil {
 		return host, err
 	}
-	err := inNamespace(host.ns, func() error {
+	err = inNamespace(host.ns, func() error {
 		for p := 0; p < n.cfg.Planes; p++ {
 			dev, err := tun.CreateTUN(tunName(p), n.cfg.MTU)
 			if err != nil {
@@ -346,8 +357,8 @@ func (n *Net) Close() error {
 	return n.closeErr
 }
 
-// teardown closes the devices, which ends their readers, and deletes the
-// namespaces.
+// teardown closes the devices, which ends their readers, deletes the
+// namespaces it made and then its record.
 func (n *Net) teardown() error {
 	close(n.closed)
 	for _, h := range n.hosts {
@@ -356,11 +367,88 @@ func (n *Net) teardown() error {
 		}
 	}
 	n.readers.Wait()
-	return Down(n.cfg.Name)
+	var errs []error
+	for _, h := range n.hosts {
+		if err := ip("netns", "del", h.ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 { // else the record stays, for mroce netem down
+		if err := removeRecord(n.cfg.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// List returns the namespaces of the network called name, or of every
-// network this package made when name is "".
+// claim writes cfg's record before anything is made, and so takes the
+// name. It refuses a name that is taken: by a running emulator, by what
+// one that died left, or by namespaces named as its hosts that no record
+// accounts for.
+func claim(cfg Config) (Record, error) {
+	rec := Record{Name: cfg.Name, PID: os.Getpid(), Started: time.Now().UTC().Truncate(time.Second),
+		Hosts: cfg.Hosts, Planes: cfg.Planes, MTU: cfg.MTU}
+	rec.PIDStart, _, _ = procStat(rec.PID)
+	for h := 0; h < cfg.Hosts; h++ {
+		rn := RecordedNamespace{Name: namespace(cfg.Name, h)}
+		for p := 0; p < cfg.Planes; p++ {
+			rn.Interfaces = append(rn.Interfaces, tunName(p))
+		}
+		rec.Namespaces = append(rec.Namespaces, rn)
+	}
+	unlock, err := lockRecords()
+	if err != nil {
+		return Record{}, err
+	}
+	defer unlock()
+	if err := createRecord(rec); errors.Is(err, os.ErrExist) {
+		old, ok, err := ReadRecord(cfg.Name)
+		switch {
+		case err != nil:
+			return Record{}, err
+		case ok && old.Running():
+			return Record{}, fmt.Errorf("tunnet: network %q exists: process %d runs it", cfg.Name, old.PID)
+		case ok && len(old.Present()) > 0:
+			return Record{}, fmt.Errorf("tunnet: network %q exists: an emulator that died left %s (mroce netem down --name %s)",
+				cfg.Name, strings.Join(old.Present(), " "), cfg.Name)
+		}
+		if err := writeRecord(rec); err != nil { // over a record of nothing left
+			return Record{}, err
+		}
+	} else if err != nil {
+		return Record{}, err
+	}
+	if left, err := List(cfg.Name); err != nil || len(left) > 0 {
+		removeRecord(cfg.Name)
+		if err != nil {
+			return Record{}, err
+		}
+		return Record{}, fmt.Errorf("tunnet: namespaces named as the hosts of %q exist that no emulator recorded (%s): "+
+			"remove them with ip netns del, or mroce netem down --name %s --force", cfg.Name, strings.Join(left, " "), cfg.Name)
+	}
+	return rec, nil
+}
+
+// lockRecords keeps other processes from claiming a name until unlock.
+func lockRecords() (unlock func(), err error) {
+	if err := os.MkdirAll(StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("tunnet: the record of what it makes: %w", err)
+	}
+	f, err := os.OpenFile(StateDir+"/.lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("tunnet: the record of what it makes: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("tunnet: locking %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil // closing releases the lock
+}
+
+// List returns the namespaces named as the hosts of the network called
+// name, mroce-NAME-hN, or every namespace named mroce-* when name is "".
+// Which of them this package made, and may remove, the records say
+// (Remove, Unrecorded).
 func List(name string) ([]string, error) {
 	entries, err := os.ReadDir("/run/netns")
 	if errors.Is(err, os.ErrNotExist) {
@@ -369,32 +457,11 @@ func List(name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	want := "mroce-"
-	if name != "" {
-		want = prefix(name)
-	}
 	var out []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), want) {
+		if name == "" && strings.HasPrefix(e.Name(), "mroce-") || name != "" && isHostOf(name, e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
 	return out, nil
-}
-
-// Down deletes the namespaces of the network called name, and with them
-// their devices and routes. It does what Close does, for a process that
-// died.
-func Down(name string) error {
-	left, err := List(name)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, ns := range left {
-		if err := ip("netns", "del", ns); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ package tunnet
 import (
 	"errors"
 	"os/exec"
+	"time"
 
 	"github.com/mroce/mroce/netem"
 )
@@ -27,4 +28,8 @@ func (*Net) Namespace(int) string                     { return "" }
 func (*Net) Do(func(*netem.Fabric))                   {}
 func (*Net) Stats() Stats                             { return Stats{} }
 func List(string) ([]string, error)                   { return nil, nil }
-func Down(string) error                               { return nil }
+func Unrecorded() ([]string, error)                   { return nil, nil }
+func Remove(string, bool) (Removal, error)            { return Removal{}, errLinux }
+func Stop(string, time.Duration) (Removal, error)     { return Removal{}, errLinux }
+func (Record) Running() bool                          { return false }
+func (Record) Present() []string                      { return nil }

@@ -11,8 +11,9 @@
 // subnet's first address, so it is left unused.
 //
 // The package needs Linux, root and iproute2's ip. Everything it creates is
-// named mroce-<name>-h<i> and removed by Close. Down removes what a process
-// that died left behind.
+// named mroce-<name>-h<i>, recorded in StateDir before it is made, and
+// removed by Close with the record. Remove deletes what a process that died
+// left behind, as its record lists, and nothing else.
 package tunnet
 
 import (
@@ -60,6 +61,13 @@ func (c *Config) check() error {
 
 // prefix is the start of every namespace name a network called name makes.
 func prefix(name string) string { return "mroce-" + name + "-" }
+
+// isHostOf says whether ns is named as a host's namespace of the network
+// called name, mroce-NAME-hN. Network a's hosts are not network a-b's.
+func isHostOf(name, ns string) bool {
+	h, ok := strings.CutPrefix(ns, prefix(name)+"h")
+	return ok && h != "" && strings.Trim(h, "0123456789") == ""
+}
 
 // namespace is host h's namespace.
 func namespace(name string, h int) string { return fmt.Sprintf("%sh%d", prefix(name), h) }

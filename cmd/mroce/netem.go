@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -30,10 +31,12 @@ func netemCommand() *cli.Command {
 		Description: "netem up makes emulated hosts, each a network namespace with one TUN interface per\n" +
 			"plane (host N's address on plane P is 10.P.0.N+1/16 on interface mrP), and forwards their\n" +
 			"packets through the emulator (rate, delay, queues with ECN marking, loss) until\n" +
-			"interrupted; then it removes everything it made. netem exec runs a program in a host;\n" +
-			"netem status lists the emulated hosts that exist; netem down removes what an emulator\n" +
-			"that died left behind. Needs Linux, root and ip (iproute2). netem relay needs neither:\n" +
-			"it carries UDP between loopback addresses through the same emulator.",
+			"interrupted (SIGINT, SIGTERM or SIGHUP); then it removes everything it made. It records\n" +
+			"what it makes in " + tunnet.StateDir + "/NAME.json. netem exec runs a program in a host;\n" +
+			"netem status lists the recorded networks; netem down removes what an emulator that died\n" +
+			"left behind, as its record lists, and nothing else. Needs Linux, root and ip (iproute2).\n" +
+			"netem relay needs neither: it carries UDP between loopback addresses through the same\n" +
+			"emulator.",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "up",
@@ -86,46 +89,42 @@ func netemCommand() *cli.Command {
 				Name:      "exec",
 				Usage:     "run a program inside an emulated host",
 				UsageText: progName + " netem exec [--name NAME] HOST -- COMMAND [ARGS...]",
-				Flags:     []cli.Flag{name},
-				Action:    netemExec,
+				Description: "netem exec runs COMMAND in host HOST's network namespace with ip netns exec, which\n" +
+					"execs it in place, and waits for it. It passes SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1\n" +
+					"and SIGUSR2 on to the program, except a terminal's own Ctrl-C and Ctrl-\\, which reach\n" +
+					"the program directly. Its exit status is the program's, 128+N for a program killed by\n" +
+					"signal N. Should netem exec be killed (SIGKILL), the kernel kills the program too.",
+				Flags:  []cli.Flag{name},
+				Action: netemExec,
 			},
 			{
-				Name:  "status",
-				Usage: "list the emulated hosts (network namespaces) that exist",
-				Flags: []cli.Flag{&cli.StringFlag{Name: "name", Usage: "only this network's"}},
-				Action: func(c *cli.Context) error {
-					left, err := tunnet.List(c.String("name"))
-					if err != nil {
-						return err
-					}
-					if len(left) == 0 {
-						fmt.Fprintln(c.App.Writer, "no emulated hosts")
-					}
-					for _, ns := range left {
-						fmt.Fprintln(c.App.Writer, ns)
-					}
-					return nil
-				},
+				Name:   "status",
+				Usage:  "list the emulated networks netem up recorded, and other mroce-* namespaces",
+				Flags:  []cli.Flag{&cli.StringFlag{Name: "name", Usage: "only this network's"}},
+				Action: netemStatus,
 			},
 			{
-				Name:  "down",
-				Usage: "remove the emulated hosts an emulator left behind",
-				Flags: []cli.Flag{&cli.StringFlag{Name: "name", Usage: "only this network's (default: every mroce-* namespace)"}},
-				Action: func(c *cli.Context) error {
-					left, _ := tunnet.List(c.String("name"))
-					if err := tunnet.Down(c.String("name")); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.Writer, "removed %d emulated hosts\n", len(left))
-					return nil
+				Name:      "down",
+				Usage:     "remove what an emulator that died left behind, as its record lists",
+				UsageText: progName + " netem down [--name NAME [--force]] [--stop [--wait DURATION]]",
+				Description: "netem down removes the namespaces of every network whose netem up process has died,\n" +
+					"as that process recorded them in " + tunnet.StateDir + "/NAME.json, and then the record.\n" +
+					"It leaves a network whose netem up still runs, unless given --stop, and every mroce-*\n" +
+					"namespace that no record accounts for, which it lists.",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "name", Usage: "only this network's (default: every recorded network)"},
+					&cli.BoolFlag{Name: "force", Usage: "with --name: remove every namespace named mroce-NAME-hN, recorded or not"},
+					&cli.BoolFlag{Name: "stop", Usage: "stop a network whose netem up still runs: send that process SIGTERM, so that it tears down, and wait"},
+					&cli.DurationFlag{Name: "wait", Value: 10 * time.Second, Usage: "with --stop: how long to wait for the process to end"},
 				},
+				Action: netemDown,
 			},
 		},
 	}
 }
 
-// netemExec runs a program inside an emulated host with ip netns exec
-// and passes its exit status on.
+// netemExec runs a program inside an emulated host and passes its exit
+// status on.
 func netemExec(c *cli.Context) error {
 	if c.NArg() < 2 {
 		return usagef(c, "netem exec: want HOST and a command")
@@ -145,16 +144,136 @@ func netemExec(c *cli.Context) error {
 	if len(argv) == 0 {
 		return usagef(c, "netem exec: want a command after the host")
 	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.App.Reader, c.App.Writer, c.App.ErrWriter
-	if err := cmd.Run(); err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return exitStatus(exit.ExitCode()) // the program's own, passed on
-		}
+	code, err := runInNamespace(ns, argv, c.App.Reader, c.App.Writer, c.App.ErrWriter)
+	if err != nil {
 		return err
 	}
+	if code != 0 {
+		return exitStatus(code) // the program's own, passed on
+	}
 	return nil
+}
+
+// netemStatus lists the recorded networks, and the mroce-* namespaces no
+// record accounts for.
+func netemStatus(c *cli.Context) error {
+	name, w := c.String("name"), c.App.Writer
+	recs, err := tunnet.Records()
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	shown := 0
+	for _, r := range recs {
+		if name != "" && r.Name != name {
+			continue
+		}
+		if shown++; shown == 1 {
+			fmt.Fprintln(tw, "network\tstate\tpid\tstarted\thosts\tnamespaces")
+		}
+		present := r.Present()
+		state := "running"
+		switch {
+		case r.Running():
+		case len(present) > 0:
+			state = "died, left behind"
+		default:
+			state = "died, nothing left"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", r.Name, state, r.PID, r.Started.Local().Format(time.DateTime), r.Hosts, strings.Join(present, " "))
+	}
+	tw.Flush()
+	unrecorded, uerr := unrecordedOf(name)
+	if len(unrecorded) > 0 {
+		fmt.Fprintf(w, "namespaces named mroce-* that no netem up recorded, so netem down leaves them:\n  %s\n", strings.Join(unrecorded, "\n  "))
+		fmt.Fprintln(w, removeByHand)
+	}
+	if shown == 0 && len(unrecorded) == 0 {
+		fmt.Fprintln(w, "no emulated hosts")
+	}
+	return errors.Join(err, uerr)
+}
+
+// removeByHand says how to remove namespaces that no record accounts for.
+const removeByHand = "remove one with: ip netns del NAMESPACE; a network's mroce-NAME-hN with: " + progName + " netem down --name NAME --force"
+
+// unrecordedOf are the mroce-* namespaces no record accounts for, those
+// named as network name's hosts if name is not "".
+func unrecordedOf(name string) ([]string, error) {
+	all, err := tunnet.Unrecorded()
+	if name == "" || err != nil {
+		return all, err
+	}
+	ofName, err := tunnet.List(name)
+	var out []string
+	for _, ns := range all {
+		if slices.Contains(ofName, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out, err
+}
+
+// netemDown removes what the recorded networks whose netem up died left,
+// or network --name's. With --stop it first stops those still running.
+func netemDown(c *cli.Context) error {
+	name := c.String("name")
+	if c.Bool("force") && name == "" {
+		return usagef(c, "netem down: --force needs --name: it removes that network's namespaces, recorded or not")
+	}
+	remove := func(name string) (tunnet.Removal, error) {
+		if c.Bool("stop") {
+			return tunnet.Stop(name, c.Duration("wait"))
+		}
+		return tunnet.Remove(name, c.Bool("force"))
+	}
+	if name != "" {
+		return downOne(c, name, remove)
+	}
+	recs, err := tunnet.Records()
+	errs, total := []error{err}, 0
+	for _, r := range recs {
+		if r.Running() && !c.Bool("stop") {
+			fmt.Fprintf(c.App.ErrWriter, "left network %s: its netem up, process %d, runs (stop that, or add --stop)\n", r.Name, r.PID)
+			continue
+		}
+		res, err := remove(r.Name)
+		reportRemoval(c.App.Writer, r.Name, res)
+		total += len(res.Removed)
+		errs = append(errs, err)
+	}
+	unrecorded, err := tunnet.Unrecorded()
+	if len(unrecorded) > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "left %d namespaces named mroce-* that no netem up recorded: %s\n%s\n",
+			len(unrecorded), strings.Join(unrecorded, " "), removeByHand)
+	}
+	fmt.Fprintf(c.App.Writer, "removed %d emulated hosts\n", total)
+	return errors.Join(append(errs, err)...)
+}
+
+// downOne removes network name's namespaces with remove. It fails for a
+// network whose netem up runs, and for namespaces named as its hosts that
+// it left because no record accounts for them.
+func downOne(c *cli.Context, name string, remove func(string) (tunnet.Removal, error)) error {
+	res, err := remove(name)
+	var running *tunnet.RunningError
+	if errors.As(err, &running) {
+		return fmt.Errorf("netem down: network %q runs: its netem up is process %d (stop that, or add --stop)", name, running.PID)
+	}
+	reportRemoval(c.App.Writer, name, res)
+	fmt.Fprintf(c.App.Writer, "removed %d emulated hosts\n", len(res.Removed))
+	if err == nil && len(res.Left) > 0 {
+		err = fmt.Errorf("netem down: left %s: named as network %q's hosts, but no netem up recorded them (add --force to remove them, or ip netns del NAMESPACE)",
+			strings.Join(res.Left, " "), name)
+	}
+	return err
+}
+
+// reportRemoval says what Remove removed of network name.
+func reportRemoval(w io.Writer, name string, res tunnet.Removal) {
+	switch {
+	case len(res.Removed) > 0:
+		fmt.Fprintf(w, "removed network %s: %s\n", name, strings.Join(res.Removed, " "))
+	case res.Record:
+		fmt.Fprintf(w, "removed network %s's record: none of its namespaces was left\n", name)
+	}
 }
 
 // fabricFlags are the emulated network's settings, shared by netem up and
@@ -212,9 +331,9 @@ func fabricConfig(c *cli.Context) (netem.Config, error) {
 	return fc, nil
 }
 
-// runContext ends on an interrupt, or after --for.
+// runContext ends on an interrupt, SIGTERM or SIGHUP, or after --for.
 func runContext(c *cli.Context) (context.Context, func()) {
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	if d := c.Duration("for"); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)

@@ -35,11 +35,10 @@ func TestNetemUpRejectsBadFlags(t *testing.T) {
 	}
 }
 
-// netem up runs an emulated network for as long as asked, exec runs
-// programs inside its hosts and passes their exit status on, status lists
-// the hosts, and nothing is left when up returns. down removes what a dead
-// emulator left.
-func TestNetemUpExecStatusDown(t *testing.T) {
+// needNetAdmin skips the test unless it runs as root with iproute2's ip.
+// With MROCE_REQUIRE_NETADMIN set, as in CI, it fails instead.
+func needNetAdmin(t *testing.T) {
+	t.Helper()
 	_, err := exec.LookPath("ip")
 	if os.Geteuid() != 0 || err != nil {
 		if os.Getenv("MROCE_REQUIRE_NETADMIN") != "" {
@@ -47,28 +46,52 @@ func TestNetemUpExecStatusDown(t *testing.T) {
 		}
 		t.Skip("needs root and ip (Debian package iproute2)")
 	}
-	name := fmt.Sprintf("c%d", rand.IntN(1e6))
-	t.Cleanup(func() { tunnet.Down(name) })
-	// up runs without its command line, because two command lines at once
-	// in one process race inside the flag library. Its flags have their own
-	// test.
-	done := make(chan result, 1)
+}
+
+// upRun is a netem up running in this process.
+type upRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    result
+}
+
+// wait waits for netem up to stop and returns its result.
+func (u *upRun) wait() result { <-u.done; return u.res }
+
+// upInProcess runs netem up's network of hosts hosts and 2 planes for at
+// most d, in this process, and waits for its hosts. It runs without its
+// command line, because two command lines at once in one process race
+// inside the flag library. Its flags have their own test. The test's end
+// stops it and removes whatever is left.
+func upInProcess(t *testing.T, name string, hosts int, d time.Duration) *upRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	u := &upRun{cancel: cancel, done: make(chan struct{})}
+	t.Cleanup(func() {
+		cancel()
+		u.wait()
+		tunnet.Remove(name, true)
+	})
 	go func() {
+		defer close(u.done)
 		var out bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		err := runNetemUp(ctx, &out, tunnet.Config{Name: name, Hosts: 2, Planes: 2,
+		err := runNetemUp(ctx, &out, tunnet.Config{Name: name, Hosts: hosts, Planes: 2,
 			Fabric: netem.Config{Uplink: netem.LinkConfig{Rate: 1e9}, Downlink: netem.LinkConfig{Rate: 1e9}}})
 		code := 0
 		if err != nil {
 			code = 1
 		}
-		done <- result{out.String(), fmt.Sprint(err), code}
+		u.res = result{out.String(), fmt.Sprint(err), code}
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if left, _ := tunnet.List(name); len(left) == 2 {
+		if left, _ := tunnet.List(name); len(left) == hosts {
 			break
+		}
+		select {
+		case <-u.done:
+			t.Fatalf("up: %+v", u.res)
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the hosts did not appear")
@@ -76,7 +99,19 @@ func TestNetemUpExecStatusDown(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // addresses and links come up after the namespaces
-	if r := runCLI(t, "", "netem", "status", "--name", name); !strings.Contains(r.stdout, "mroce-"+name+"-h1") {
+	return u
+}
+
+// netem up runs an emulated network for as long as asked, exec runs
+// programs inside its hosts and passes their exit status on, status lists
+// the hosts, down leaves a network that runs, and nothing is left when up
+// returns. down --name leaves namespaces named as a network's hosts that no
+// netem up recorded, unless forced.
+func TestNetemUpExecStatusDown(t *testing.T) {
+	needNetAdmin(t)
+	name := fmt.Sprintf("c%d", rand.IntN(1e6))
+	run := upInProcess(t, name, 2, 3*time.Second)
+	if r := runCLI(t, "", "netem", "status", "--name", name); !strings.Contains(r.stdout, "mroce-"+name+"-h1") || !strings.Contains(r.stdout, "running") {
 		t.Errorf("status: %q", r.stdout)
 	}
 	r := runCLI(t, "", "netem", "exec", "--name", name, "1", "--", "cat", "/sys/class/net/mr1/mtu")
@@ -86,22 +121,43 @@ func TestNetemUpExecStatusDown(t *testing.T) {
 	if r := runCLI(t, "", "netem", "exec", "--name", name, "0", "--", "sh", "-c", "exit 7"); r.code != 7 {
 		t.Errorf("exec's exit status: %d", r.code)
 	}
-	up := <-done
+	if r := runCLI(t, "", "netem", "down", "--name", name); r.code != 1 || !strings.Contains(r.stderr, "runs") {
+		t.Errorf("down --name of a running network: exit %d, %q", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "netem", "down"); r.code != 0 || !strings.Contains(r.stderr, "left network "+name) {
+		t.Errorf("down of a running network: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+	if left, _ := tunnet.List(name); len(left) != 2 {
+		t.Errorf("down removed hosts of a running network: %v left", left)
+	}
+	up := run.wait()
 	if up.code != 0 || !strings.Contains(up.stdout, "10.1.0.2") || !strings.Contains(up.stdout, "every namespace removed") {
 		t.Fatalf("up: exit %d, %q, %q", up.code, up.stdout, up.stderr)
 	}
 	if left, _ := tunnet.List(name); len(left) != 0 {
 		t.Fatalf("left behind: %v", left)
 	}
-	// A killed emulator leaves its namespaces.
+	if _, ok, err := tunnet.ReadRecord(name); ok || err != nil {
+		t.Fatalf("the record is left behind (%v)", err)
+	}
+	// A namespace named as a host, which no netem up recorded.
 	if out, err := exec.Command("ip", "netns", "add", "mroce-"+name+"-h0").CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if r := runCLI(t, "", "netem", "down", "--name", name); r.code != 0 || !strings.Contains(r.stdout, "removed 1") {
-		t.Errorf("down: exit %d, %q", r.code, r.stdout)
+	if r := runCLI(t, "", "netem", "down", "--name", name); r.code != 1 || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("down of an unrecorded namespace: exit %d, %q", r.code, r.stderr)
+	}
+	if left, _ := tunnet.List(name); len(left) != 1 {
+		t.Fatalf("down removed an unrecorded namespace")
+	}
+	if r := runCLI(t, "", "netem", "down", "--name", name, "--force"); r.code != 0 || !strings.Contains(r.stdout, "removed 1") {
+		t.Errorf("down --force: exit %d, %q", r.code, r.stdout)
 	}
 	if left, _ := tunnet.List(name); len(left) != 0 {
 		t.Fatalf("down left %v", left)
+	}
+	if r := runCLI(t, "", "netem", "down", "--force"); r.code != 2 {
+		t.Errorf("down --force without --name: exit %d, %q", r.code, r.stderr)
 	}
 }
 
