@@ -18,8 +18,8 @@ import (
 
 // responder opens an mroce endpoint on addr, with the bugs of bugSet, that
 // listens and grants remote write on a region; it returns the target the
-// cases need.
-func responder(t *testing.T, addr string, bugSet bugs.Set) Target {
+// cases need. tweaks change the endpoint's configuration.
+func responder(t *testing.T, addr string, bugSet bugs.Set, tweaks ...func(*engine.Config)) Target {
 	t.Helper()
 	var host *software.UDPHost
 	var err error
@@ -27,6 +27,9 @@ func responder(t *testing.T, addr string, bugSet bugs.Set) Target {
 		base := uint16(20000 + rand.IntN(40000))
 		cfg := engine.Config{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 8, Streams: 2,
 			SourcePorts: []uint16{base + 1, base + 2}, NoProgress: 10 * time.Second}
+		for _, tweak := range tweaks {
+			tweak(&cfg)
+		}
 		host, err = software.OpenUDPEngine(cfg, bugSet.Wrapper)
 	}
 	if host == nil {
@@ -50,6 +53,18 @@ func responder(t *testing.T, addr string, bugSet bugs.Set) Target {
 // mroce passes every packet-level case.
 func TestMrocePassesEveryCase(t *testing.T) {
 	env := Env{Target: responder(t, "127.0.0.51", bugs.Set{}), Local: netip.MustParseAddr("127.0.0.52")}
+	for _, r := range Run(env, Cases) {
+		if r.Result != "pass" {
+			t.Errorf("%s (spec %s): %s", r.Case, r.Spec, r.Details)
+		}
+	}
+}
+
+// A responder that validates every CONNECT's address with a RETRY (spec
+// section 8.1) passes every case too: the prober returns its token.
+func TestMrocePassesEveryCaseThroughRetry(t *testing.T) {
+	retryAlways := func(c *engine.Config) { c.RetryAt = engine.RetryAlways }
+	env := Env{Target: responder(t, "127.0.0.75", bugs.Set{}, retryAlways), Local: netip.MustParseAddr("127.0.0.76")}
 	for _, r := range Run(env, Cases) {
 		if r.Result != "pass" {
 			t.Errorf("%s (spec %s): %s", r.Case, r.Spec, r.Details)

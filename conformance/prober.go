@@ -61,29 +61,17 @@ func Dial(target Target, local netip.Addr, initialPSN uint32) (*Prober, error) {
 	for i := range p.psn {
 		p.psn[i] = initialPSN
 	}
-	var pkt proto.Packet
-	b := make([]byte, 256)
-	if err := proto.Build(&pkt, b, proto.TypeConnect, 0, 0); err != nil {
-		return nil, err
+	got, err := p.connect(initialPSN, nil)
+	// A responder under pressure asks for its token back (spec section
+	// 8.1). The prober takes at most 3 RETRYs, as the spec bounds them.
+	for retries := 0; err == nil && got.Type() == proto.TypeRetry; retries++ {
+		if retries == 3 {
+			err = errors.New("a fourth RETRY")
+			break
+		}
+		tok := got.Retry().Token()
+		got, err = p.connect(initialPSN, &tok)
 	}
-	h := pkt.Handshake()
-	h.SetSrcConnID(p.myID)
-	h.SetInitialPSN(initialPSN)
-	h.SetInitialDSN(p.dsn)
-	h.SetDSNWindow(p.Window)
-	h.SetMaxPacket(4160)
-	h.SetPaths(Paths)
-	h.SetStreams(uint16(max(1, target.Streams)))
-	h.SetReplyPort(c.LocalAddr().(*net.UDPAddr).AddrPort().Port())
-	h.SetMaxReadsOut(4)
-	h.SetMaxReadsIn(4)
-	h.SetInboundCapacity(proto.RateNoLimit)
-	pkt.Common.SetTimestamp(p.now())
-	if err := p.send(pkt.Seal()); err != nil {
-		c.Close()
-		return nil, err
-	}
-	got, err := p.Expect(func(q *proto.Packet) bool { return q.Type() == proto.TypeAccept || q.Type() == proto.TypeClose })
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("conformance: no ACCEPT: %w", err)
@@ -101,6 +89,42 @@ func Dial(target Target, local netip.Addr, initialPSN uint32) (*Prober, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// connect sends the CONNECT, with token as its payload unless it is nil,
+// and returns the ACCEPT, CLOSE or RETRY that answers it.
+func (p *Prober) connect(initialPSN uint32, token *[proto.TokenLen]byte) (*proto.Packet, error) {
+	var pkt proto.Packet
+	b := make([]byte, 256)
+	payload := 0
+	if token != nil {
+		payload = proto.TokenLen
+	}
+	if err := proto.Build(&pkt, b, proto.TypeConnect, 0, payload); err != nil {
+		return nil, err
+	}
+	if token != nil {
+		copy(pkt.Payload, token[:])
+	}
+	h := pkt.Handshake()
+	h.SetSrcConnID(p.myID)
+	h.SetInitialPSN(initialPSN)
+	h.SetInitialDSN(p.dsn)
+	h.SetDSNWindow(p.Window)
+	h.SetMaxPacket(4160)
+	h.SetPaths(Paths)
+	h.SetStreams(uint16(max(1, p.target.Streams)))
+	h.SetReplyPort(p.conn.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+	h.SetMaxReadsOut(4)
+	h.SetMaxReadsIn(4)
+	h.SetInboundCapacity(proto.RateNoLimit)
+	pkt.Common.SetTimestamp(p.now())
+	if err := p.send(pkt.Seal()); err != nil {
+		return nil, err
+	}
+	return p.Expect(func(q *proto.Packet) bool {
+		return q.Type() == proto.TypeAccept || q.Type() == proto.TypeClose || q.Type() == proto.TypeRetry && q.Common.DstConnID() == p.myID
+	})
 }
 
 // Close closes the prober's socket. The responder is not told, and its

@@ -94,13 +94,16 @@ func position(f proto.FieldLayout) string {
 	return fmt.Sprintf("bytes %d-%d", f.Byte, f.Byte+f.Width/8-1)
 }
 
-// printWideField prints a field wider than 64 bits, the AckRecord
-// Bitvector.
+// printWideField prints a field wider than 64 bits: the AckRecord
+// Bitvector, or the RetryHeader Token.
 func printWideField(w io.Writer, s proto.Section, f proto.FieldLayout) {
 	raw := s.Bytes[f.Byte : f.Byte+f.Width/8]
 	fmt.Fprintf(w, "    %-15s %20s  %s\n", f.Name, fmt.Sprintf("(%d bits)", f.Width), hex.EncodeToString(raw))
-	if s.Layout.Name == "AckRecord" && f.Name == "Bitvector" {
+	switch {
+	case s.Layout.Name == "AckRecord" && f.Name == "Bitvector":
 		fmt.Fprintf(w, "    %-15s %20s  %s\n", "", "", bitvectorSummary(proto.AckRecord(s.Bytes)))
+	case s.Layout.Name == "RetryHeader" && f.Name == "Token":
+		fmt.Fprintf(w, "    %-15s %20s  %s\n", "", "", "opaque: the initiator returns it as its CONNECT's payload (spec section 8.1)")
 	}
 }
 
@@ -163,6 +166,8 @@ func printPayload(w io.Writer, p *proto.Packet, off int) {
 		what = fmt.Sprintf(": message bytes %d-%d of %d", msgOff, uint64(msgOff)+uint64(n)-1, msgLen)
 	} else if p.Type() == proto.TypeProbe {
 		what = ": padding, ignored"
+	} else if _, ok := p.Token(); ok {
+		what = ": the token of a RETRY, returned unchanged (spec section 8.1)"
 	}
 	fmt.Fprintf(w, "  Payload, bytes %d-%d: %d bytes%s\n", off, off+n-1, n, what)
 	shown := p.Payload[:min(n, payloadShown)]
@@ -443,6 +448,9 @@ func payloadError(b []byte, typ proto.Type) string {
 		part = "SendHeader"
 	case proto.TypeReadResp:
 		part = "ReadRespHeader"
+	case proto.TypeConnect:
+		return fmt.Sprintf("payload not allowed: a CONNECT carries none or a %d-byte token, but %d bytes lie between header and trailer",
+			proto.TokenLen, payload)
 	default:
 		return fmt.Sprintf("payload not allowed: type %v carries none, but %d bytes lie between header and trailer", typ, payload)
 	}

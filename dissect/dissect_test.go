@@ -166,6 +166,8 @@ func TestExplainError(t *testing.T) {
 	shortWrite := append(bytes.Clone(write[:36]), 0, 0, 0, 0)
 	ackPayload := append(bytes.Clone(ack[:len(ack)-4]), 1, 2, 3, 4, 0, 0, 0, 0)
 	beyond := build(t, proto.TypeWrite, 0, 8, func(p *proto.Packet) { p.Write().SetMsgLen(4) })
+	connect := build(t, proto.TypeConnect, 0, proto.TokenLen, nil)
+	shortToken := append(bytes.Clone(connect[:len(connect)-5]), 0, 0, 0, 0)
 
 	tests := []struct {
 		name string
@@ -185,6 +187,7 @@ func TestExplainError(t *testing.T) {
 			"truncated: 48 bytes, type ACK with 1 records needs at least 100 (header 96 + trailer 4)"},
 		{"payload on ACK", reseal(ackPayload), "payload not allowed: type ACK carries none, but 4 bytes"},
 		{"payload beyond message", beyond, "MsgOffset 0 + payload 8 bytes = 8, beyond MsgLen 4"},
+		{"CONNECT token cut", reseal(shortToken), "a CONNECT carries none or a 16-byte token, but 15 bytes"},
 	}
 	for _, tt := range tests {
 		var p proto.Packet
@@ -307,6 +310,19 @@ func TestFieldMeanings(t *testing.T) {
 		if l := fieldLine(t, connect, "HandshakeHeader", field); !strings.Contains(l, want) {
 			t.Errorf("CONNECT %s: %q lacks %q", field, l, want)
 		}
+	}
+
+	// A RETRY's token, and the CONNECT that returns it.
+	tok := [proto.TokenLen]byte{0xde, 0xad, 15: 0x01}
+	retry := dissectOne(t, build(t, proto.TypeRetry, 0, 0, func(p *proto.Packet) { p.Retry().SetToken(tok) }))
+	if !strings.Contains(retry, "    Token                     (128 bits)  dead0000000000000000000000000001\n"+
+		"                                          opaque: the initiator returns it as its CONNECT's payload") {
+		t.Errorf("RETRY:\n%s", retry)
+	}
+	withToken := dissectOne(t, build(t, proto.TypeConnect, 0, proto.TokenLen, func(p *proto.Packet) { copy(p.Payload, tok[:]) }))
+	if !strings.Contains(withToken, "  Payload, bytes 72-87: 16 bytes: the token of a RETRY, returned unchanged (spec section 8.1)\n"+
+		"    de ad 00 00 00 00 00 00 00 00 00 00 00 00 00 01\n") {
+		t.Errorf("CONNECT with a token:\n%s", withToken)
 	}
 }
 

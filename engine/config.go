@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"time"
 
@@ -58,6 +59,16 @@ type Config struct {
 	// accepted and not yet established. Beyond it CONNECTs are refused with
 	// CLOSE RESOURCE. Default 1,024.
 	MaxAccepting int
+	// RetryAt is how many handshakes half-open put the acceptor under
+	// pressure. From there on it validates the address of every new
+	// CONNECT first: one without a valid token is answered with a RETRY,
+	// which makes no state, and the initiator comes back with the token
+	// (spec section 8.1). CONNECTs from forged sources can then hold at
+	// most RetryAt handshakes half-open, whatever their rate. Default half
+	// of MaxAccepting, at least 1, so that initiators that answer RETRYs
+	// have the other half. RetryAlways validates every CONNECT, and
+	// RetryNever none, for initiators that do not know RETRY.
+	RetryAt int
 
 	// Windows and rates.
 
@@ -177,6 +188,24 @@ type Config struct {
 	Tracer Tracer
 }
 
+// The RetryAt values that do not count handshakes.
+const (
+	RetryAlways = -1 // validate the address of every CONNECT
+	RetryNever  = -2 // validate none: CONNECTs are accepted up to MaxAccepting
+)
+
+// retryThreshold is how many half-open handshakes make a CONNECT without a
+// valid token draw a RETRY.
+func (c *Config) retryThreshold() int {
+	switch c.RetryAt {
+	case RetryAlways:
+		return 0
+	case RetryNever:
+		return math.MaxInt
+	}
+	return c.RetryAt
+}
+
 func (c *Config) fill() error {
 	if len(c.Planes) == 0 {
 		return errors.New("engine: no local plane addresses")
@@ -211,6 +240,7 @@ func (c *Config) fill() error {
 	}
 	setInt(&c.MaxSendWindow, defaultMaxSendWindow)
 	setInt(&c.MaxAccepting, defaultMaxAccepting)
+	setInt(&c.RetryAt, max(c.MaxAccepting/2, 1))
 	setInt(&c.MaxReadsOut, defaultMaxReads)
 	setInt(&c.MaxReadsIn, defaultMaxReads)
 	setInt(&c.BaselineWindow, defaultBaselineWindow)
@@ -237,6 +267,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engine: ack every %d packets: want 1 .. %d", c.AckEvery, maxAckEvery)
 	case c.MaxReadsOut > 65535 || c.MaxReadsIn > 65535:
 		return fmt.Errorf("engine: READ limits %d, %d: want at most 65535", c.MaxReadsOut, c.MaxReadsIn)
+	case c.RetryAt < RetryNever:
+		return fmt.Errorf("engine: retry at %d half-open handshakes: want 1 or more, RetryAlways or RetryNever", c.RetryAt)
 	case c.MaxSendWindow < 1 || c.MaxSendWindow > 1<<20:
 		return fmt.Errorf("engine: max send window %d: want 1 .. %d", c.MaxSendWindow, 1<<20)
 	}

@@ -61,6 +61,8 @@ type Conn struct {
 	hsTimer    clock.Timer // resends the CONNECT or ACCEPT until hsDeadline
 	hsInterval time.Duration
 	hsDeadline clock.Time
+	token      *[proto.TokenLen]byte // the last RETRY's token, which the CONNECT carries (spec section 8.1)
+	retries    int                   // RETRYs taken in this connect attempt
 }
 
 // ID is the connection's local id, the DstConnID its peer sends to.
@@ -122,7 +124,7 @@ func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
 	var err error
 	hlen, _ := proto.HeaderLen(t, records)
 	switch pp := c.ep.padPort; {
-	case pp != nil && payload > 0:
+	case pp != nil && payload > 0 && t.HasPayload(): // not a CONNECT's token, which must travel
 		buf := pp.HeaderBuffer()
 		err = proto.BuildPlaceholder(pkt, buf[:cap(buf)], t, payload)
 	case pp != nil && hlen+payload+proto.TrailerLen <= pp.HeaderBufferLen():
@@ -159,6 +161,10 @@ func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
 // section 9 on.
 func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
 	if c.state == Closed {
+		return
+	}
+	if pkt.Type() == proto.TypeRetry {
+		c.onRetry(pkt, d, plane) // it teaches no address
 		return
 	}
 	switch {

@@ -1,6 +1,10 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/mroce/mroce/proto"
+)
 
 // Values fixed by the spec. Changing one breaks interoperability.
 const (
@@ -11,6 +15,20 @@ const (
 	closeResends    = 3                      // CLOSE resends until the peer answers CLOSE CLOSED (section 8.5)
 	closeInterval   = 100 * time.Millisecond // between CLOSE resends (section 8.5)
 	keepAliveProbe  = 0                      // the ProbeID of a keep-alive; path probes never use it (section 8.6)
+	maxRetries      = 3                      // RETRYs an initiator takes per connect attempt: one to validate, more for tokens that expired (section 8.1)
+)
+
+// mroce's address-validation tokens (spec section 8.1). Only the endpoint
+// that makes a token reads it, so these are this implementation's, not the
+// wire format's.
+const (
+	// tokenLifetime is how long a token stays valid: twice the default
+	// ConnectTimeout, so that it outlasts the initiator's resends with it
+	// and their round trips, and short, so that a token seen on its way is
+	// soon of no use. An older token draws a new RETRY.
+	tokenLifetime = 2 * time.Second
+	tokenMACLen   = proto.TokenLen - 4 // the token after its 4-byte issue time: truncated HMAC-SHA256
+	tokenKeyLen   = 32                 // the HMAC-SHA256 secret, drawn from Config.Random
 )
 
 // Defaults of Config, tuned rather than specified. Config's fields say what

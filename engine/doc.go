@@ -8,7 +8,7 @@
 // The files follow the spec.
 //
 //	endpoint.go     an endpoint, its connections, decoding and sending (sections 3, 9)
-//	handshake.go    CONNECT and ACCEPT, and the values they negotiate (section 8)
+//	handshake.go    CONNECT, ACCEPT and RETRY, address validation, and the values negotiated (section 8)
 //	conn.go         a connection and the dispatch of its packets
 //	teardown.go     CLOSE, failure and flushing (section 8.5)
 //	message.go      posted messages and their completion by stream (section 6.5)

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"hash"
 	"io"
 	"net/netip"
 	"slices"
@@ -36,6 +38,11 @@ type Endpoint struct {
 	accepting int                 // connections accepted and not yet established
 	closed    map[uint32]*closedConn
 	closedKey map[acceptKey]clock.Time
+
+	// Address validation (spec section 8.1): the HMAC-SHA256 of tokens,
+	// under a secret drawn when the first token is made, and its sum.
+	mac    hash.Hash
+	macSum [sha256.Size]byte
 
 	// Rate allocation among this endpoint's connections.
 	alloc    *cc.Allocator // shares InboundCapacity among the senders to this endpoint; nil when unknown

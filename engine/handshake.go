@@ -1,12 +1,17 @@
-// The handshake. CONNECT and ACCEPT, and the values they negotiate (spec
-// section 8).
+// The handshake. CONNECT, ACCEPT and RETRY, and the values they negotiate
+// (spec section 8).
 
 package engine
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"io"
 	"net/netip"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/proto"
 )
@@ -38,6 +43,29 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 	if e.listener == nil {
 		e.stats.Refused++
 		reply(proto.CloseRefused, 0)
+		return
+	}
+	validated := false
+	if tok, ok := pkt.Token(); ok {
+		switch e.checkToken(tok, d.Src.Addr(), h) {
+		case tokenBad:
+			// Not made here for this source, id and port: forged, altered,
+			// or sent back from another address than the RETRY went to.
+			e.stats.BadTokens++
+			return
+		case tokenExpired:
+			e.stats.ExpiredTokens++ // answered as a CONNECT without one
+		case tokenValid:
+			validated = true
+		}
+	}
+	if !validated && e.accepting >= e.cfg.retryThreshold() {
+		// Under pressure a CONNECT makes no state until its source shows,
+		// by returning the token, that it receives at its address. One
+		// RETRY answers it, smaller than it, and nothing else (spec
+		// section 8.1).
+		e.stats.RetriesSent++
+		e.sendRetry(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), e.makeToken(d.Src.Addr(), h))
 		return
 	}
 	if e.accepting >= e.cfg.MaxAccepting {
@@ -76,6 +104,92 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 type acceptKey struct {
 	src netip.Addr
 	id  uint32
+}
+
+// sendRetry answers a CONNECT with a RETRY carrying tok, to dst, the
+// CONNECT's source address and ReplyPort, from the plane it arrived on
+// (spec section 8.1). The RETRY keeps no state.
+func (e *Endpoint) sendRetry(plane int, dst netip.AddrPort, peerID uint32, tok [proto.TokenLen]byte) {
+	buf := e.port.Buffer()
+	var pkt proto.Packet
+	if err := proto.Build(&pkt, buf[:cap(buf)], proto.TypeRetry, 0, 0); err != nil {
+		panic(err)
+	}
+	pkt.Common.SetDstConnID(peerID)
+	pkt.Common.SetTimestamp(uint32(e.clock.Now()))
+	pkt.Retry().SetToken(tok)
+	e.send(link.Datagram{
+		Src:  netip.AddrPortFrom(e.cfg.Planes[plane], e.cfg.SourcePorts[0]),
+		Dst:  dst,
+		DSCP: proto.DefaultDSCP(proto.TypeRetry),
+		Data: e.seal(&pkt),
+	})
+}
+
+// A token, as mroce makes it (spec section 8.1), is 4 bytes of the
+// acceptor's clock in milliseconds when it made it, then the first 12 bytes
+// of HMAC-SHA256, under the endpoint's secret, of that time, the CONNECT's
+// source address as 16 bytes, its SrcConnID and its ReplyPort. The
+// endpoint checks it again with nothing stored but the secret.
+
+// tokenMS is the token's clock: milliseconds modulo 2^32.
+func tokenMS(t clock.Time) uint32 { return uint32(int64(t) / int64(time.Millisecond)) }
+
+// makeToken makes the token of a RETRY that answers a CONNECT from src
+// with handshake header h.
+func (e *Endpoint) makeToken(src netip.Addr, h proto.HandshakeHeader) (tok [proto.TokenLen]byte) {
+	issued := tokenMS(e.clock.Now())
+	binary.BigEndian.PutUint32(tok[:4], issued)
+	copy(tok[4:], e.tokenMAC(issued, src, h.SrcConnID(), h.ReplyPort()))
+	return tok
+}
+
+type tokenCheck uint8
+
+const (
+	tokenBad tokenCheck = iota
+	tokenExpired
+	tokenValid
+)
+
+// checkToken checks a CONNECT's token: that this endpoint made it for the
+// CONNECT's source address src, SrcConnID and ReplyPort, and when.
+func (e *Endpoint) checkToken(tok [proto.TokenLen]byte, src netip.Addr, h proto.HandshakeHeader) tokenCheck {
+	if e.mac == nil {
+		return tokenBad // no token made yet, so none is ours
+	}
+	issued := binary.BigEndian.Uint32(tok[:4])
+	if !hmac.Equal(tok[4:], e.tokenMAC(issued, src, h.SrcConnID(), h.ReplyPort())) {
+		return tokenBad
+	}
+	// Serial: a token from the future is as old as 2^32 ms less its lead.
+	if age := tokenMS(e.clock.Now()) - issued; age > uint32(tokenLifetime/time.Millisecond) {
+		return tokenExpired
+	}
+	return tokenValid
+}
+
+// tokenMAC is the token's MAC, tokenMACLen bytes, valid until the next
+// call. The secret is drawn when the first token is made, from the source
+// of the connection ids, so that a simulation without pressure draws
+// exactly what it did before tokens existed.
+func (e *Endpoint) tokenMAC(issued uint32, src netip.Addr, id uint32, port uint16) []byte {
+	if e.mac == nil {
+		var key [tokenKeyLen]byte
+		if _, err := io.ReadFull(e.random, key[:]); err != nil {
+			panic("engine: random source failed: " + err.Error())
+		}
+		e.mac = hmac.New(sha256.New, key[:])
+	}
+	var msg [4 + 16 + 4 + 2]byte
+	binary.BigEndian.PutUint32(msg[0:], issued)
+	a := src.Unmap().As16() // IPv4 as IPv4-mapped IPv6
+	copy(msg[4:], a[:])
+	binary.BigEndian.PutUint32(msg[20:], id)
+	binary.BigEndian.PutUint16(msg[24:], port)
+	e.mac.Reset()
+	e.mac.Write(msg[:])
+	return e.mac.Sum(e.macSum[:0])[:tokenMACLen]
 }
 
 // checkHandshake checks the ranges of spec section 5.8. It returns the byte
@@ -169,7 +283,8 @@ func (c *Conn) onHandshakeTimer() {
 	c.ep.flush()
 }
 
-// sendHandshake sends this side's CONNECT or ACCEPT.
+// sendHandshake sends this side's CONNECT or ACCEPT. A CONNECT carries the
+// token of the last RETRY taken, if any (spec section 8.1).
 func (c *Conn) sendHandshake() {
 	cfg := &c.ep.cfg
 	t, dst := proto.TypeConnect, uint32(0)
@@ -177,12 +292,20 @@ func (c *Conn) sendHandshake() {
 	if mode == proto.ModeBaseline {
 		paths = 1
 	}
+	payload := 0
+	if c.token != nil {
+		payload = proto.TokenLen
+	}
 	if !c.initiator {
 		t, dst = proto.TypeAccept, c.peerID
 		paths, streams, mode = c.paths, c.streams, c.mode
+		payload = 0
 	}
 	var pkt proto.Packet
-	c.build(&pkt, t, 0, 0)
+	c.build(&pkt, t, 0, payload)
+	if payload > 0 {
+		copy(pkt.Payload, c.token[:])
+	}
 	pkt.Common.SetDstConnID(dst)
 	h := pkt.Handshake()
 	h.SetSrcConnID(c.localID)
@@ -208,6 +331,27 @@ func (c *Conn) firstPlane() int {
 		}
 	}
 	return 0
+}
+
+// onRetry takes a RETRY, the acceptor's request that this side's CONNECT
+// come back with the token (spec section 8.1). It must come from the
+// acceptor's address on its plane, to a CONNECT not yet accepted, and at
+// most maxRetries times per connect attempt. The CONNECT goes again at
+// once, and every later resend carries the token; the timers run on.
+func (c *Conn) onRetry(pkt *proto.Packet, d *link.Datagram, plane int) {
+	switch {
+	case !c.knows(plane) || d.Src.Addr() != c.remote[plane]:
+		c.ep.stats.WrongSource++
+		return
+	case !c.initiator || c.state != Connecting || c.retries >= maxRetries:
+		c.ep.stats.RetriesIgnored++
+		return
+	}
+	c.retries++
+	c.ep.stats.RetriesTaken++
+	tok := pkt.Retry().Token()
+	c.token = &tok
+	c.sendHandshake()
 }
 
 // onAccept completes the initiator's handshake.

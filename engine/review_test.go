@@ -128,9 +128,10 @@ func (f *portFilter) Send(batch []link.Datagram) {
 
 // TestConnectFloodIsCapped checks that a flood of CONNECTs from forged
 // sources cannot grow the acceptor's state beyond MaxAccepting. The rest
-// are refused with CLOSE RESOURCE.
+// are refused with CLOSE RESOURCE. Address validation is off, which would
+// stop them at RetryAt (TestConnectFloodIsValidated).
 func TestConnectFloodIsCapped(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{MaxAccepting: 16})
+	n := newNet(t, twoHostFabric(1), Config{MaxAccepting: 16, RetryAt: RetryNever})
 	acc := n.hosts[1].ep
 	acc.Listen(n.hosts[1].pd, func(*Conn) (Events, bool) { return &recorder{}, true })
 	for i := 0; i < 500; i++ {

@@ -44,6 +44,14 @@ type EndpointStats struct {
 	Quarantined uint64 // packets for a recently closed connection
 	Malformed   uint64 // handshake packets out of range, unexpected types
 	Refused     uint64 // CONNECTs refused because no one listens, the listener said no, or too many are accepting
+
+	// Address validation (spec section 8.1). At the acceptor:
+	RetriesSent   uint64 // RETRYs sent, one for each CONNECT without a valid token under pressure (Config.RetryAt)
+	BadTokens     uint64 // CONNECTs dropped, unanswered, for a token not made here for their source, id and port
+	ExpiredTokens uint64 // CONNECTs whose token was made here but too long ago, taken as carrying none
+	// At the initiator:
+	RetriesTaken   uint64 // RETRYs answered with a CONNECT carrying their token
+	RetriesIgnored uint64 // RETRYs beyond the bound of a connect attempt, or for a connection not in its handshake
 }
 
 // Telemetry returns a snapshot of every path. Like every method of a Conn,

@@ -185,4 +185,13 @@ func TestGoldenValues(t *testing.T) {
 	check("09", "Capabilities", c.Handshake().Capabilities(), Capabilities(0))
 	check("11", "Reason", byName["11-close.hex"].Close().Reason(), CloseFatal)
 	check("13", "EchoTimestamp", byName["13-probe-reply.hex"].ProbeReply().EchoTimestamp(), uint32(0x0A0B0C0D))
+
+	r := byName["14-retry.hex"]
+	check("14", "DstConnID", r.Common.DstConnID(), c.Handshake().SrcConnID())
+	check("14", "Token", r.Retry().Token(), [TokenLen]byte{0x00, 0x01, 0xe2, 0x40, 0xd4, 0x14, 0xb8, 0x1a, 0x6a, 0x3b, 0xaf, 0x95, 0x55, 0xda, 0xa0, 0x40})
+	check("14", "length", len(r.Bytes()), 48)
+	ct := byName["15-connect-token.hex"]
+	tok, _ := ct.Token()
+	check("15", "token", tok, r.Retry().Token())
+	check("15", "SrcConnID", ct.Handshake().SrcConnID(), c.Handshake().SrcConnID())
 }

@@ -219,6 +219,16 @@ func (h ProbeReplyHeader) SetEchoTimestamp(v uint32) { be.PutUint32(h[4:], v) }
 func (h ProbeReplyHeader) ServiceTime() uint32       { return be.Uint32(h[8:]) }
 func (h ProbeReplyHeader) SetServiceTime(v uint32)   { be.PutUint32(h[8:], v) }
 
+// RetryHeader views the 16-byte extension of RETRY.
+type RetryHeader []byte
+
+// Token returns a copy of the RETRY's token, which the initiator returns
+// as its next CONNECT's payload.
+func (h RetryHeader) Token() (v [TokenLen]byte) { copy(v[:], h[:TokenLen]); return v }
+
+// SetToken writes the RETRY's token.
+func (h RetryHeader) SetToken(v [TokenLen]byte) { copy(h[:TokenLen], v[:]) }
+
 // Trailer views the 4-byte CRC32C trailer.
 type Trailer []byte
 

@@ -81,6 +81,7 @@ var Layouts = []PartLayout{
 		{"Capabilities", 28, 0, 32}, {"InboundCapacity", 32, 0, 64}, {"Mode", 40, 0, 8},
 		{"reserved", 41, 0, 8}, {"reserved", 42, 0, 16},
 	}},
+	{"RetryHeader", TokenLen, []FieldLayout{{"Token", 0, 0, TokenLen * 8}}},
 	{"CloseHeader", 8, []FieldLayout{{"Reason", 0, 0, 16}, {"reserved", 2, 0, 16}, {"Detail", 4, 0, 32}}},
 	{"ProbeHeader", 4, []FieldLayout{{"ProbeID", 0, 0, 32}}},
 	{"ProbeReplyHeader", 12, []FieldLayout{{"ProbeID", 0, 0, 32}, {"EchoTimestamp", 4, 0, 32}, {"ServiceTime", 8, 0, 32}}},
@@ -142,6 +143,8 @@ func (p *Packet) Sections() []Section {
 		s = append(s, part("ProbeHeader", p.Probe(), 0))
 	case TypeProbeReply:
 		s = append(s, part("ProbeReplyHeader", p.ProbeReply(), 0))
+	case TypeRetry:
+		s = append(s, part("RetryHeader", p.Retry(), 0))
 	}
 	return append(s, part("Trailer", p.Trailer(), 0))
 }

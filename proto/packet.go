@@ -78,6 +78,19 @@ func (p *Packet) Probe() ProbeHeader { return ProbeHeader(p.ext[:4]) }
 // ProbeReply returns the PROBE_REPLY extension.
 func (p *Packet) ProbeReply() ProbeReplyHeader { return ProbeReplyHeader(p.ext[:12]) }
 
+// Retry returns the RETRY extension.
+func (p *Packet) Retry() RetryHeader { return RetryHeader(p.ext[:TokenLen]) }
+
+// Token returns the token a CONNECT carries as its payload, and false for a
+// CONNECT without one and for every other type (spec section 8.1).
+func (p *Packet) Token() (tok [TokenLen]byte, ok bool) {
+	if !p.Type().CarriesToken() || len(p.Payload) != TokenLen {
+		return tok, false
+	}
+	copy(tok[:], p.Payload)
+	return tok, true
+}
+
 // MsgBounds returns the MsgOffset and MsgLen of a packet that carries
 // message data, which is a WRITE, WRITE_IMM, SEND or READ_RESP. ok is false
 // for other types.
@@ -162,10 +175,11 @@ func (p *Packet) decodeChecked(b []byte) error {
 }
 
 // checkPayload is step 6. A payload is allowed only where the type allows
-// it, and message data must lie within its message.
+// it, message data must lie within its message, and a CONNECT's token is
+// TokenLen bytes.
 func (p *Packet) checkPayload() error {
-	if !typeTable[p.Type()].hasPayload {
-		if len(p.Payload) != 0 {
+	if info := typeTable[p.Type()]; !info.hasPayload {
+		if n := len(p.Payload); n != 0 && !(info.token && n == TokenLen) {
 			return ErrPayload
 		}
 		return nil
@@ -179,7 +193,8 @@ func (p *Packet) checkPayload() error {
 
 // Build lays out a packet of type t in buf. The header is zeroed, with
 // Version, Type and HdrLen set, and RecordCount for an ACK. Room is left for
-// payloadLen bytes of payload and the trailer. The caller sets the other
+// payloadLen bytes of payload and the trailer. A CONNECT's payload is 0 or
+// TokenLen bytes, its token. The caller sets the other
 // fields through p's views, fills p.Payload, then calls Seal. buf must hold
 // the whole packet.
 func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
@@ -187,7 +202,7 @@ func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
 	if err != nil {
 		return err
 	}
-	if payloadLen < 0 || (payloadLen > 0 && !typeTable[t].hasPayload) {
+	if payloadLen < 0 || (payloadLen > 0 && !typeTable[t].hasPayload && !(typeTable[t].token && payloadLen == TokenLen)) {
 		return ErrPayload
 	}
 	total := hlen + payloadLen + TrailerLen

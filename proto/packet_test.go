@@ -63,6 +63,12 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 			b := golden(t, "06-ack.hex")
 			return reseal(append(b[:len(b)-4:len(b)-4], 1, 2, 3, 4, 0, 0, 0, 0))
 		}, ErrPayload},
+		{"CONNECT token one byte short", func() []byte { return cutPayload(golden(t, "15-connect-token.hex"), 1) }, ErrPayload},
+		{"CONNECT token one byte long", func() []byte { return growPayload(golden(t, "15-connect-token.hex"), 1) }, ErrPayload},
+		{"CONNECT with 4 bytes", func() []byte { return growPayload(golden(t, "09-connect.hex"), 4) }, ErrPayload},
+		{"ACCEPT with a token", func() []byte { return growPayload(golden(t, "10-accept.hex"), TokenLen) }, ErrPayload},
+		{"RETRY with a payload", func() []byte { return growPayload(golden(t, "14-retry.hex"), TokenLen) }, ErrPayload},
+		{"RETRY token cut", func() []byte { return cutPayload(golden(t, "14-retry.hex"), 4) }, ErrTruncated},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -75,6 +81,66 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 				t.Errorf("a failed Decode changed the packet view")
 			}
 		})
+	}
+}
+
+// growPayload inserts n bytes before a packet's trailer, and cutPayload
+// removes the n before it, and each reseals.
+func growPayload(b []byte, n int) []byte {
+	k := len(b) - TrailerLen
+	return reseal(append(append(b[:k:k], make([]byte, n)...), 0, 0, 0, 0))
+}
+
+func cutPayload(b []byte, n int) []byte {
+	k := len(b) - TrailerLen - n
+	return reseal(append(b[:k:k], 0, 0, 0, 0))
+}
+
+// A CONNECT carries a RETRY's token, all TokenLen bytes of it, or nothing
+// (spec sections 5.8 and 8.1). Only a CONNECT does.
+func TestConnectToken(t *testing.T) {
+	var retry, withToken, plain Packet
+	for _, c := range []struct {
+		p    *Packet
+		name string
+	}{{&retry, "14-retry.hex"}, {&withToken, "15-connect-token.hex"}, {&plain, "09-connect.hex"}} {
+		if err := c.p.Decode(golden(t, c.name)); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	tok, ok := withToken.Token()
+	if !ok || tok != retry.Retry().Token() {
+		t.Fatalf("the CONNECT's token %x (%v), the RETRY's %x", tok, ok, retry.Retry().Token())
+	}
+	if _, ok := plain.Token(); ok {
+		t.Error("a CONNECT without a payload has a token")
+	}
+	if _, ok := retry.Token(); ok {
+		t.Error("a RETRY has a token as its payload")
+	}
+	if withToken.Type().HasPayload() || !withToken.Type().CarriesToken() || TypeAccept.CarriesToken() {
+		t.Error("HasPayload or CarriesToken is wrong")
+	}
+	var p Packet
+	buf := make([]byte, 256)
+	for _, n := range []int{1, TokenLen - 1, TokenLen + 1} {
+		if err := Build(&p, buf, TypeConnect, 0, n); err != ErrPayload {
+			t.Errorf("Build of a CONNECT with %d bytes of payload: %v", n, err)
+		}
+	}
+	if err := Build(&p, buf, TypeAccept, 0, TokenLen); err != ErrPayload {
+		t.Errorf("Build of an ACCEPT with a token: %v", err)
+	}
+	if err := Build(&p, buf, TypeConnect, 0, TokenLen); err != nil || len(p.Payload) != TokenLen {
+		t.Fatalf("Build of a CONNECT with a token: %v, payload %d", err, len(p.Payload))
+	}
+	// A token is never left out of a placeholder, which has no bytes for it.
+	if err := BuildPlaceholder(&p, buf, TypeConnect, TokenLen); err != ErrPayload {
+		t.Errorf("BuildPlaceholder of a CONNECT with a token: %v", err)
+	}
+	hlen, _ := HeaderLen(TypeConnect, 0)
+	if err := p.DecodePlaceholder(golden(t, "09-connect.hex")[:hlen], TokenLen+TrailerLen); err != ErrPayload {
+		t.Errorf("DecodePlaceholder of a CONNECT whose token is padding: %v", err)
 	}
 }
 

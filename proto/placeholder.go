@@ -40,6 +40,9 @@ func (p *Packet) DecodePlaceholder(b []byte, pad int) error {
 		return ErrHeaderLength
 	}
 	n := pad - TrailerLen
+	if n > 0 && !t.HasPayload() {
+		return ErrPayload // a token, which is never left out
+	}
 	q := Packet{
 		Common:  c[:CommonHeaderLen:CommonHeaderLen],
 		Payload: placeholderPayload[:n:n],

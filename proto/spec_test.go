@@ -24,6 +24,7 @@ var viewTypes = map[string]reflect.Type{
 	"AckRecord":        reflect.TypeFor[AckRecord](),
 	"NackHeader":       reflect.TypeFor[NackHeader](),
 	"HandshakeHeader":  reflect.TypeFor[HandshakeHeader](),
+	"RetryHeader":      reflect.TypeFor[RetryHeader](),
 	"CloseHeader":      reflect.TypeFor[CloseHeader](),
 	"ProbeHeader":      reflect.TypeFor[ProbeHeader](),
 	"ProbeReplyHeader": reflect.TypeFor[ProbeReplyHeader](),

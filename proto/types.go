@@ -20,6 +20,7 @@ const (
 	MaxPacketLen       = 65507                        // the largest UDP payload over IPv4
 	MinMTU             = 256
 	AckHeaderLen       = 16
+	TokenLen           = 16 // a RETRY's token, which the CONNECT that follows carries as its payload
 	AckRecordLen       = 52
 	MaxAckRecords      = 18
 	BitvectorBits      = 256
@@ -58,6 +59,7 @@ const (
 	TypeClose      Type = 0x22
 	TypeProbe      Type = 0x23
 	TypeProbeReply Type = 0x24
+	TypeRetry      Type = 0x25
 )
 
 // typeInfo is what the spec's section 3 table says of each type.
@@ -65,27 +67,29 @@ type typeInfo struct {
 	name       string
 	headerLen  int  // in bytes, and for an ACK without records
 	hasPayload bool // data payload bounded by MsgOffset and MsgLen, or PROBE padding
+	token      bool // a payload of exactly TokenLen bytes, a RETRY's token, or none (CONNECT)
 }
 
 var typeTable = [256]typeInfo{
-	TypeWrite:      {"WRITE", CommonHeaderLen + 32, true},
-	TypeWriteImm:   {"WRITE_IMM", CommonHeaderLen + 32 + 8, true},
-	TypeSend:       {"SEND", CommonHeaderLen + 20, true},
-	TypeReadReq:    {"READ_REQ", CommonHeaderLen + 32, false},
-	TypeReadResp:   {"READ_RESP", CommonHeaderLen + 12, true},
-	TypeAck:        {"ACK", CommonHeaderLen + AckHeaderLen, false},
-	TypeNack:       {"NACK", CommonHeaderLen + 20, false},
-	TypeCNP:        {"CNP", CommonHeaderLen, false},
-	TypeConnect:    {"CONNECT", CommonHeaderLen + 44, false},
-	TypeAccept:     {"ACCEPT", CommonHeaderLen + 44, false},
-	TypeClose:      {"CLOSE", CommonHeaderLen + 8, false},
-	TypeProbe:      {"PROBE", CommonHeaderLen + 4, true},
-	TypeProbeReply: {"PROBE_REPLY", CommonHeaderLen + 12, false},
+	TypeWrite:      {"WRITE", CommonHeaderLen + 32, true, false},
+	TypeWriteImm:   {"WRITE_IMM", CommonHeaderLen + 32 + 8, true, false},
+	TypeSend:       {"SEND", CommonHeaderLen + 20, true, false},
+	TypeReadReq:    {"READ_REQ", CommonHeaderLen + 32, false, false},
+	TypeReadResp:   {"READ_RESP", CommonHeaderLen + 12, true, false},
+	TypeAck:        {"ACK", CommonHeaderLen + AckHeaderLen, false, false},
+	TypeNack:       {"NACK", CommonHeaderLen + 20, false, false},
+	TypeCNP:        {"CNP", CommonHeaderLen, false, false},
+	TypeConnect:    {"CONNECT", CommonHeaderLen + 44, false, true},
+	TypeAccept:     {"ACCEPT", CommonHeaderLen + 44, false, false},
+	TypeClose:      {"CLOSE", CommonHeaderLen + 8, false, false},
+	TypeProbe:      {"PROBE", CommonHeaderLen + 4, true, false},
+	TypeProbeReply: {"PROBE_REPLY", CommonHeaderLen + 12, false, false},
+	TypeRetry:      {"RETRY", CommonHeaderLen + TokenLen, false, false},
 }
 
 // Types lists every type version 0 defines, in code order.
 var Types = []Type{TypeWrite, TypeWriteImm, TypeSend, TypeReadReq, TypeReadResp,
-	TypeAck, TypeNack, TypeCNP, TypeConnect, TypeAccept, TypeClose, TypeProbe, TypeProbeReply}
+	TypeAck, TypeNack, TypeCNP, TypeConnect, TypeAccept, TypeClose, TypeProbe, TypeProbeReply, TypeRetry}
 
 // Known reports whether version 0 defines t.
 func (t Type) Known() bool { return typeTable[t].headerLen != 0 }
@@ -94,10 +98,16 @@ func (t Type) Known() bool { return typeTable[t].headerLen != 0 }
 // acknowledged and retransmitted.
 func (t Type) IsData() bool { return t.Known() && t < 0x10 }
 
-// HasPayload reports whether packets of type t may carry a payload. That is
-// message data for WRITE, WRITE_IMM, SEND and READ_RESP, or padding for
-// PROBE.
+// HasPayload reports whether packets of type t may carry a payload of any
+// length. That is message data for WRITE, WRITE_IMM, SEND and READ_RESP,
+// or padding for PROBE. A CONNECT's token is not such a payload (see
+// CarriesToken).
 func (t Type) HasPayload() bool { return typeTable[t].hasPayload }
+
+// CarriesToken reports whether packets of type t may carry a RETRY's token
+// as their payload: exactly TokenLen bytes, or no payload at all. Only a
+// CONNECT does (spec section 8.1).
+func (t Type) CarriesToken() bool { return typeTable[t].token }
 
 // SetAside says what a reserved type code is kept for, as section 3 of the
 // spec lists, or "" for a code with no planned use. Version 0 treats them

@@ -109,6 +109,9 @@ local PARTS = {
     {"reserved", 41, 0, 8},
     {"reserved", 42, 0, 16},
   }},
+  RetryHeader = {size = 16, fields = {
+    {"Token", 0, 0, 128},
+  }},
   CloseHeader = {size = 8, fields = {
     {"Reason", 0, 0, 16},
     {"reserved", 2, 0, 16},
@@ -128,7 +131,7 @@ local PARTS = {
 }
 
 -- The order the parts are written in, for the field definitions.
-local PART_ORDER = {"CommonHeader", "WriteHeader", "ImmHeader", "SendHeader", "ReadReqHeader", "ReadRespHeader", "AckHeader", "AckRecord", "NackHeader", "HandshakeHeader", "CloseHeader", "ProbeHeader", "ProbeReplyHeader", "Trailer"}
+local PART_ORDER = {"CommonHeader", "WriteHeader", "ImmHeader", "SendHeader", "ReadReqHeader", "ReadRespHeader", "AckHeader", "AckRecord", "NackHeader", "HandshakeHeader", "RetryHeader", "CloseHeader", "ProbeHeader", "ProbeReplyHeader", "Trailer"}
 
 -- Every packet type: its name, and the parts after the common header.
 local TYPES = {
@@ -145,6 +148,7 @@ local TYPES = {
   [0x22] = {name = "CLOSE", parts = {"CloseHeader"}},
   [0x23] = {name = "PROBE", parts = {"ProbeHeader"}},
   [0x24] = {name = "PROBE_REPLY", parts = {"ProbeReplyHeader"}},
+  [0x25] = {name = "RETRY", parts = {"RetryHeader"}},
 }
 
 local COMMON_LEN, TRAILER_LEN, DEFAULT_PORT = 28, 4, 4797
