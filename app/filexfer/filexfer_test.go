@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,6 +108,7 @@ func (w *failingWriter) Write(b []byte) (int, error) {
 func TestEachSideTellsTheOtherWhyItGaveUp(t *testing.T) {
 	const size = 64 << 20
 	data := make([]byte, size)
+	defer noGoroutinesLeft(t, runtime.NumGoroutine())
 	for _, c := range []struct {
 		name         string
 		failing      string // the side that gives up
@@ -172,6 +174,19 @@ func TestEachSideTellsTheOtherWhyItGaveUp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noGoroutinesLeft fails unless the goroutines are back to before within
+// a few seconds: every side that failed, and its host, has ended.
+func noGoroutinesLeft(t *testing.T, before int) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+	}
+	buf := make([]byte, 1<<20)
+	t.Fatalf("%d goroutines left running, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 }
 
 // cancelAfter gives a context that is cancelled after d, as an interrupt
