@@ -29,6 +29,9 @@ import "context"
 //     CloseListener stops accepting, and the connections accepted stay.
 //   - PostSend and PostRecv are the doorbells that hand one work request
 //     to the NIC. They must not block on the network.
+//   - Params reports what the connection's handshake settled, of
+//     section 8.2: paths, streams and the largest packet. Before the
+//     handshake completes it reports zeros.
 //   - Telemetry reports the per-path state and counters of section 6.4
 //     that the NIC keeps. For a closed connection it reports the last, or
 //     none.
@@ -54,6 +57,7 @@ type Backend interface {
 	PostRecv(qp QPHandle, wr RecvWR) error
 	CloseQP(qp QPHandle) error
 	AbortQP(qp QPHandle, code uint32) error
+	Params(qp QPHandle) ConnParams
 	Telemetry(qp QPHandle) []PathTelemetry
 	Progress(ctx context.Context, cond func() bool) error
 }

@@ -66,6 +66,7 @@ func (r *recorder) CloseListener(ListenerHandle) error {
 func (r *recorder) PostSend(QPHandle, SendWR) error    { return nil }
 func (r *recorder) PostRecv(QPHandle, RecvWR) error    { return nil }
 func (r *recorder) Telemetry(QPHandle) []PathTelemetry { return nil }
+func (r *recorder) Params(QPHandle) ConnParams         { return ConnParams{} }
 func (r *recorder) CloseQP(h QPHandle) error {
 	r.sinks[h].State(Closed, ErrClosed)
 	return r.close("qp")

@@ -373,6 +373,10 @@ func (qp *QP) end(close func() error) error {
 	return err
 }
 
+// Params are what the connection's handshake settled, which may be less
+// than this side asked for: the peer's limits count too.
+func (qp *QP) Params() ConnParams { return qp.pd.dev.b.Params(qp.h) }
+
 // Telemetry is a snapshot of the connection's paths; of a closed one, its
 // last.
 func (qp *QP) Telemetry() []PathTelemetry { return qp.pd.dev.b.Telemetry(qp.h) }

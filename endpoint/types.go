@@ -261,3 +261,12 @@ func (e *AbortError) Error() string {
 
 // Is reports ErrClosed as what an AbortError is.
 func (e *AbortError) Is(target error) bool { return target == ErrClosed }
+
+// ConnParams are what a connection's handshake settled (docs/spec.md
+// section 8.2): the smaller of the two sides' limits.
+type ConnParams struct {
+	Paths, Streams int
+	// MaxPacket is the largest packet either side sends, in bytes of UDP
+	// payload: header, payload and trailer.
+	MaxPacket int
+}

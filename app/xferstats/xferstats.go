@@ -21,6 +21,7 @@ type Report struct {
 	Remote    []string   `json:"remote"`
 	Port      uint16     `json:"port"`
 	Paths     int        `json:"paths"`
+	MaxPacket int        `json:"max_packet,omitempty"` // the largest packet the handshake settled on, bytes
 	Mode      string     `json:"mode"`
 	Name      string     `json:"name"`
 	Size      int64      `json:"size"`

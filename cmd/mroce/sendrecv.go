@@ -20,6 +20,7 @@ import (
 	"github.com/mroce/mroce/app/filexfer"
 	"github.com/mroce/mroce/app/host"
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/engine"
 )
 
 // transferFlags are the settings send and recv share, each with an
@@ -288,12 +289,18 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	if err != nil {
 		return fmt.Errorf("send: no answer from %v port %d (is mroce recv running there?): %w", to, o.port, err)
 	}
-	o.log.Info("connected", "to", to, "port", o.port, "paths", o.paths)
+	got := conn.QP.Params()
+	o.log.Info("connected", "to", to, "port", o.port, "paths", got.Paths, "max_packet", got.MaxPacket)
 	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), conn.QP.Telemetry)
 	p := newPrinter("sender", out, o, local, to)
 	p.report.Name, p.report.Size = src.name, src.size
+	p.report.Paths, p.report.MaxPacket = got.Paths, got.MaxPacket
 	if p.text {
-		fmt.Fprintf(out, "sending %s (%s) to %v port %d over %d paths on %d planes\n", src.name, sizeText(src.size), to, o.port, o.paths, len(to))
+		fmt.Fprintf(out, "sending %s (%s) to %v port %d over %d paths on %d planes, packets of up to %d bytes\n",
+			src.name, sizeText(src.size), to, o.port, got.Paths, len(to), got.MaxPacket)
+		for _, note := range settled(o, got) {
+			fmt.Fprintln(out, "note: "+note)
+		}
 	}
 	p.startBar(errOut, src.size)
 	stop := make(chan struct{})
@@ -313,7 +320,20 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 		p.tick(tel)
 		conn.QP.Close()
 	}
-	return p.finish(res, tel, err)
+	return p.finish(res, tel, mtuAdvice(err))
+}
+
+// settled says where the handshake settled below what this side asked
+// for, and which setting of the peer's did it.
+func settled(o transferOptions, got endpoint.ConnParams) []string {
+	var notes []string
+	if got.Paths < o.paths {
+		notes = append(notes, fmt.Sprintf("%d of the %d paths asked for: the receiver's --paths allows no more", got.Paths, o.paths))
+	}
+	if o.mtu != 0 && got.MaxPacket < o.mtu {
+		notes = append(notes, fmt.Sprintf("packets of up to %d bytes, not the %d of --mtu: the receiver's --mtu, or its interfaces, allow no more", got.MaxPacket, o.mtu))
+	}
+	return notes
 }
 
 // runRecv receives one transfer on planes, writes it to outPath when
@@ -341,11 +361,13 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 		return err
 	}
 	h.Metrics.Add("sender", conn.QP.Telemetry)
-	o.log.Info("receiving", "name", in.Header.Name, "size", in.Header.Size)
+	got := conn.QP.Params()
+	p.report.Paths, p.report.MaxPacket = got.Paths, got.MaxPacket
+	o.log.Info("receiving", "name", in.Header.Name, "size", in.Header.Size, "paths", got.Paths, "max_packet", got.MaxPacket)
 	p.startBar(errOut, in.Header.Size)
 	if p.text {
 		p.clearBar()
-		fmt.Fprintf(out, "receiving %q (%s)\n", in.Header.Name, sizeText(in.Header.Size))
+		fmt.Fprintf(out, "receiving %q (%s) over %d paths, packets of up to %d bytes\n", in.Header.Name, sizeText(in.Header.Size), got.Paths, got.MaxPacket)
 	}
 	// The data goes to a temporary file beside the target, renamed to it
 	// once the SHA-256 is verified; a failed transfer leaves nothing, or a
@@ -380,7 +402,18 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 		p.tick(nil)
 		conn.QP.Close()
 	}
-	return p.finish(res, nil, err)
+	return p.finish(res, nil, mtuAdvice(err))
+}
+
+// mtuAdvice adds to a packet too big for its path the flag that fixes it.
+// The handshake settles the packet size from the interfaces, and a path
+// can carry less than they do.
+func mtuAdvice(err error) error {
+	var tooBig *engine.PathMTUError
+	if errors.As(err, &tooBig) {
+		return fmt.Errorf("%w. Give send and recv an --mtu below %d, such as 1472 for a path of 1500-byte links", err, tooBig.Size)
+	}
+	return err
 }
 
 // outputOptions say what recv may do with its output file.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mroce/mroce/engine"
 )
 
 // buildBinary builds the mroce binary once for the test.
@@ -181,6 +184,31 @@ func TestSendRecvJSON(t *testing.T) {
 	}
 }
 
+// A sender that asks for more paths or larger packets than the receiver
+// allows is told so, and what the handshake settled on is what it
+// reports.
+func TestSendReportsWhatTheHandshakeSettled(t *testing.T) {
+	port := freePort(t, "127.0.0.89")
+	done := make(chan error, 1)
+	go func() {
+		o := transferOptions{port: uint16(port), paths: 2, sourcePorts: 16, mtu: 1500, chunk: 1 << 20,
+			interval: time.Hour, noProgress: 30 * time.Second}
+		done <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.89")}, "", outputOptions{}, o)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	s := runCLI(t, "", "send", "--to", "127.0.0.89", "--port", fmt.Sprint(port), "--size-mib", "1", "--paths", "8", "--mtu", "4000")
+	if err := <-done; err != nil || s.code != 0 {
+		t.Fatalf("recv: %v; send: exit %d: %s", err, s.code, s.stderr)
+	}
+	for _, want := range []string{"over 2 paths", "packets of up to 1500 bytes",
+		"note: 2 of the 8 paths asked for: the receiver's --paths allows no more",
+		"note: packets of up to 1500 bytes, not the 4000 of --mtu"} {
+		if !strings.Contains(s.stdout, want) {
+			t.Errorf("send does not say %q:\n%s", want, s.stdout)
+		}
+	}
+}
+
 // Bad input gets a clear message and the right exit status, 2 for usage
 // errors and 1 for runtime errors.
 func TestSendRecvErrors(t *testing.T) {
@@ -303,5 +331,18 @@ func TestLargeRecvOfAKilledSenderLeavesNothing(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(outDir); len(entries) != 0 {
 		t.Fatalf("recv left %d files in its --out directory: %v", len(entries), entries)
+	}
+}
+
+// A packet too big for its path fails with the flag that fixes it named,
+// and other errors pass unchanged.
+func TestMTUAdviceNamesTheFlag(t *testing.T) {
+	tooBig := fmt.Errorf("filexfer: a SEND failed: %w", &engine.PathMTUError{Size: 9000, MaxPacket: 9000})
+	if err := mtuAdvice(tooBig); !strings.Contains(err.Error(), "--mtu below 9000") || !errors.Is(err, tooBig) {
+		t.Errorf("advice: %v", err)
+	}
+	other := errors.New("other")
+	if mtuAdvice(other) != other || mtuAdvice(nil) != nil {
+		t.Error("advice given where no packet was too big")
 	}
 }

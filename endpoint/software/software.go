@@ -315,6 +315,17 @@ func (s *Software) AbortQP(qp endpoint.QPHandle, code uint32) error {
 	return nil
 }
 
+// Params reads what the connection's handshake settled.
+func (s *Software) Params(qp endpoint.QPHandle) endpoint.ConnParams {
+	c, err := conn(qp)
+	if err != nil {
+		return endpoint.ConnParams{}
+	}
+	var p endpoint.ConnParams
+	s.runner.Do(func() { p = endpoint.ConnParams{Paths: c.Paths(), Streams: c.Streams(), MaxPacket: c.MaxPacket()} })
+	return p
+}
+
 // Telemetry reads the connection's paths.
 func (s *Software) Telemetry(qp endpoint.QPHandle) []endpoint.PathTelemetry {
 	c, err := conn(qp)

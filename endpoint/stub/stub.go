@@ -87,6 +87,9 @@ func (s *Stub) CloseQP(endpoint.QPHandle) error { return notSupported("close") }
 // application's code.
 func (s *Stub) AbortQP(endpoint.QPHandle, uint32) error { return notSupported("abort") }
 
+// Params would read what the NIC's handshake settled.
+func (s *Stub) Params(endpoint.QPHandle) endpoint.ConnParams { return endpoint.ConnParams{} }
+
 // Telemetry would read the NIC's per-path counters.
 func (s *Stub) Telemetry(endpoint.QPHandle) []endpoint.PathTelemetry { return nil }
 
