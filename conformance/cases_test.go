@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -39,9 +40,20 @@ func responder(t *testing.T, addr string, bugSet bugs.Set, tweaks ...func(*engin
 	dev := host.Device()
 	pd, _ := dev.AllocPD()
 	cq := dev.CreateCQ(64)
-	if _, err := pd.Listen(cq, cq, endpoint.QPOptions{}); err != nil {
+	lis, err := pd.Listen(cq, cq, endpoint.QPOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	// The cases' connections only WRITE into the region, but a listener
+	// closes a connection that waits for Accept past its deadline. The
+	// loop ends when the host closes.
+	go func() {
+		for {
+			if _, err := lis.Accept(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
 	mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
 	if err != nil {
 		t.Fatal(err)

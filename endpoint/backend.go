@@ -1,6 +1,9 @@
 package endpoint
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Backend carries out the API as one implementation of the transport.
 // Package endpoint/software is one, over mroce's own engine. A NIC driver
@@ -38,6 +41,13 @@ import "context"
 //   - Progress waits until cond holds. A driver polls its completion
 //     queues or sleeps on its interrupt, and delivers completions to the
 //     Sinks before evaluating cond.
+//   - AfterFunc is the backend's clock, which the API's own deadlines run
+//     on: virtual time under a simulation, the host's clock on hardware.
+//     It calls f once d has passed, never before AfterFunc returns. f
+//     runs where the application's calls run, not where a Sink's do, so
+//     it may call the backend. AfterFunc and stop may be called from
+//     anywhere, a Sink call included, and stop reports whether it kept f
+//     from running.
 //
 // The API calls nothing with a handle once its close has succeeded, except
 // Telemetry.
@@ -60,6 +70,7 @@ type Backend interface {
 	Params(qp QPHandle) ConnParams
 	Telemetry(qp QPHandle) []PathTelemetry
 	Progress(ctx context.Context, cond func() bool) error
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 // Handles a backend returns; the API never looks inside them.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
 )
 
 // recorder is a backend that keeps nothing but what was made and closed.
@@ -17,6 +19,15 @@ type recorder struct {
 	closes map[string]int
 	accept func(QPHandle) (Sink, bool)
 	sinks  map[QPHandle]Sink
+	// now is the recorder's clock, which only advance moves, and timers
+	// are AfterFunc's, armed and not yet fired or stopped.
+	now    time.Duration
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at time.Duration
+	f  func()
 }
 
 func newRecorder() *recorder {
@@ -82,6 +93,40 @@ func (r *recorder) Progress(_ context.Context, cond func() bool) error {
 		return errors.New("recorder: the condition does not hold")
 	}
 	return nil
+}
+
+// AfterFunc arms a timer on the recorder's clock.
+func (r *recorder) AfterFunc(d time.Duration, f func()) func() bool {
+	t := &fakeTimer{at: r.now + d, f: f}
+	r.timers = append(r.timers, t)
+	return func() bool {
+		i := slices.Index(r.timers, t)
+		if i >= 0 {
+			r.timers = slices.Delete(r.timers, i, i+1)
+		}
+		return i >= 0
+	}
+}
+
+// advance moves the clock on by d, firing the timers due on the way in
+// the order of their deadlines.
+func (r *recorder) advance(d time.Duration) {
+	end := r.now + d
+	for {
+		var next *fakeTimer
+		for _, t := range r.timers {
+			if t.at <= end && (next == nil || t.at < next.at) {
+				next = t
+			}
+		}
+		if next == nil {
+			break
+		}
+		r.timers = slices.DeleteFunc(r.timers, func(t *fakeTimer) bool { return t == next })
+		r.now = max(r.now, next.at)
+		next.f()
+	}
+	r.now = end
 }
 
 // arrive has the backend accept a connection, as a peer's CONNECT would,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // QPOptions are a connection's settings beyond the backend's defaults.
@@ -19,7 +20,40 @@ type QPOptions struct {
 	// own goroutine wants that. A connection's queues are fixed when it is
 	// made, before anything can complete on it.
 	OwnCQs int
+	// Backlog, on a listener, bounds the connections whose handshake has
+	// completed and that wait for Accept. A connection that completes its
+	// handshake while the queue is full is closed and freed, and a CONNECT
+	// that arrives while it is full is refused. 0 means DefaultBacklog.
+	Backlog int
+	// AcceptTimeout, on a listener, is how long a connection whose
+	// handshake has completed waits for Accept. One not accepted by then
+	// is closed and freed, so its peer learns that no one will serve it.
+	// It runs on the backend's clock, in virtual time under a simulation.
+	// 0 means DefaultAcceptTimeout.
+	AcceptTimeout time.Duration
 }
+
+const (
+	// DefaultBacklog is a listener's Backlog unless set. A connection
+	// waiting for Accept holds its whole state, every path's and every
+	// stream's, some 10 KiB in the software engine at 8 paths, and its
+	// peer may already be sending to it. 64 is as many clients as arrive
+	// at once at a host in the largest incast and all-to-all the
+	// simulations run, for about a MiB. An application that accepts in a
+	// loop keeps the queue near empty; one that lets 64 pile up is not
+	// keeping up, and a peer refused at once is better off than one left
+	// waiting. A server that expects more at once, such as N requesters
+	// started together, sets Backlog to N.
+	DefaultBacklog = 64
+	// DefaultAcceptTimeout is a listener's AcceptTimeout unless set. An
+	// application that accepts in a loop takes a connection within
+	// microseconds, and one busy between Accepts, such as a server taking
+	// its next client once a test ends, within a second or two. A peer
+	// whose connection nobody takes learns it within a few of its own
+	// handshake timeouts (1 s), instead of never: keep-alives keep an
+	// idle connection up, accepted or not.
+	DefaultAcceptTimeout = 5 * time.Second
+)
 
 // srq is the backend's handle of the shared receive queue, or nil; a
 // closed queue is refused.
@@ -49,6 +83,9 @@ type QP struct {
 	lis *Listener
 	// ownCQs says the listener made sendCQ and recvCQ for this connection.
 	ownCQs bool
+	// expire stops the deadline of a connection waiting for Accept; the
+	// listener's mu guards it.
+	expire func() bool
 }
 
 // SendCQ is the queue the connection's send completions go to.
@@ -114,6 +151,8 @@ func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, op
 	switch {
 	case opts.OwnCQs != 0:
 		return nil, errors.New("endpoint: OwnCQs is a listener's option: a connecting side names its queues")
+	case opts.Backlog != 0 || opts.AcceptTimeout != 0:
+		return nil, errors.New("endpoint: Backlog and AcceptTimeout are a listener's options")
 	case sendCQ == nil || recvCQ == nil:
 		return nil, errors.New("endpoint: a connection needs a send and a receive completion queue")
 	case !pd.isOpen():
@@ -148,25 +187,51 @@ func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, op
 // Listener accepts connections. A connection is handed out once its
 // handshake completes, so that one that never completes, a stray or
 // forged CONNECT, is never what Accept returns.
+//
+// Established connections wait for Accept in a queue of at most Backlog,
+// each for at most AcceptTimeout. Past either it is closed and freed, so
+// that neither a burst of real peers nor an application that stops
+// accepting grows the listener without bound. The bound is the
+// listener's own. A half-open handshake is the backend's to bound, as
+// the software engine's MaxAccepting does, and it makes nothing here but
+// an entry in arriving.
+//
+// The deadline runs on Backend.AfterFunc, the backend's clock, so it
+// runs in virtual time under a simulation like the rest of the backend.
+// A Sink call must not call the backend, so the connection the listener
+// closes is closed from AfterFunc's f, which may: at once for one that
+// overflows the queue, at its deadline for one not accepted. Closing
+// tells the peer with a normal CLOSE, as QP.Close does, since the
+// Backend has no way to name another reason.
 type Listener struct {
 	pd       *PD
 	h        ListenerHandle
+	backlog  int
+	timeout  time.Duration
 	mu       sync.Mutex
 	arriving []*QP // handshakes under way
-	ready    []*QP // established, not yet accepted
+	ready    []*QP // established, not yet accepted, at most backlog
 	closed   bool
 }
 
 // settled moves a connection that arrived on the listener on: to the
-// ready ones once established, out of the listener once closed.
+// ready ones once established, with its deadline, or out to be closed
+// when they are full; out of the listener once closed.
 func (l *Listener) settled(qp *QP, st ConnState) {
+	b := l.pd.dev.b
 	l.mu.Lock()
-	found := false
+	found, full := false, false
+	var stop func() bool
 	switch st {
 	case Established:
 		if i := slices.Index(l.arriving, qp); i >= 0 {
 			l.arriving = slices.Delete(l.arriving, i, i+1)
-			l.ready = append(l.ready, qp)
+			if len(l.ready) < l.backlog {
+				l.ready = append(l.ready, qp)
+				qp.expire = b.AfterFunc(l.timeout, func() { l.expired(qp) })
+			} else {
+				full = true
+			}
 		}
 	case Closed:
 		if i := slices.Index(l.arriving, qp); i >= 0 {
@@ -174,29 +239,68 @@ func (l *Listener) settled(qp *QP, st ConnState) {
 		}
 		if i := slices.Index(l.ready, qp); i >= 0 {
 			l.ready, found = slices.Delete(l.ready, i, i+1), true
+			stop, qp.expire = qp.expire, nil
 		}
 	}
 	l.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if full {
+		// A sink must not call the backend; AfterFunc's f may.
+		b.AfterFunc(0, func() { discard(qp) })
+	}
 	if found {
 		// Never handed out, so no one else will free it. A sink must not
 		// call the backend, and the backend has ended the connection.
 		qp.pd.forget(func() { delete(qp.pd.qps, qp) })
-		if qp.ownCQs {
-			qp.sendCQ.drop()
-			qp.recvCQ.drop()
-		}
+		qp.dropOwnCQs()
+	}
+}
+
+// expired closes a connection that waited for Accept past the deadline,
+// unless Accept took it first.
+func (l *Listener) expired(qp *QP) {
+	l.mu.Lock()
+	i := slices.Index(l.ready, qp)
+	if i >= 0 {
+		l.ready = slices.Delete(l.ready, i, i+1)
+	}
+	l.mu.Unlock()
+	if i >= 0 {
+		discard(qp)
+	}
+}
+
+// discard closes and frees a connection the listener will not hand out.
+func discard(qp *QP) {
+	qp.Close()
+	qp.dropOwnCQs()
+}
+
+// dropOwnCQs drops the queues a listener made for a connection it never
+// handed out. No one can be waiting on them.
+func (qp *QP) dropOwnCQs() {
+	if qp.ownCQs {
+		qp.sendCQ.drop()
+		qp.recvCQ.drop()
 	}
 }
 
 // Listen accepts connections on the device; their completions go to the
 // given queues, or to queues of their own with opts.OwnCQs, and their
-// receives come from opts.SRQ when set.
+// receives come from opts.SRQ when set. At most opts.Backlog wait for
+// Accept, each for at most opts.AcceptTimeout.
 func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 	switch {
 	case opts.OwnCQs < 0:
 		return nil, fmt.Errorf("endpoint: OwnCQs %d: want a depth, or 0 for the listener's queues", opts.OwnCQs)
 	case opts.OwnCQs == 0 && (sendCQ == nil || recvCQ == nil):
 		return nil, errors.New("endpoint: a listener needs a send and a receive completion queue, or OwnCQs")
+	case opts.Backlog < 0:
+		return nil, fmt.Errorf("endpoint: Backlog %d: want a bound, or 0 for %d", opts.Backlog, DefaultBacklog)
+	case opts.AcceptTimeout < 0:
+		return nil, fmt.Errorf("endpoint: AcceptTimeout %v: want a deadline, or 0 for %v", opts.AcceptTimeout, DefaultAcceptTimeout)
 	case !pd.isOpen():
 		return nil, errPDClosed
 	}
@@ -204,14 +308,21 @@ func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{pd: pd}
+	l := &Listener{pd: pd, backlog: opts.Backlog, timeout: opts.AcceptTimeout}
+	if l.backlog == 0 {
+		l.backlog = DefaultBacklog
+	}
+	if l.timeout == 0 {
+		l.timeout = DefaultAcceptTimeout
+	}
 	h, err := pd.dev.b.Listen(pd.h, srq, func(h QPHandle) (Sink, bool) {
 		qp := &QP{pd: pd, h: h, sendCQ: sendCQ, recvCQ: recvCQ, state: Accepting, lis: l}
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		// A listener or domain closed while the backend was reaching here
-		// refuses the connection.
-		if l.closed || !pd.adopt(func() { pd.qps[qp] = struct{}{} }) {
+		// refuses the connection, and so does a full queue: the peer
+		// learns at once, and nothing is made for it.
+		if l.closed || len(l.ready) >= l.backlog || !pd.adopt(func() { pd.qps[qp] = struct{}{} }) {
 			return nil, false
 		}
 		if opts.OwnCQs > 0 {
@@ -233,10 +344,11 @@ func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 }
 
 // Accept returns the next connection whose handshake has completed, in
-// the order they completed. One that fails its handshake is never
-// returned.
+// the order they completed. One that fails its handshake, or that waited
+// past the listener's AcceptTimeout, is never returned.
 func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 	var qp *QP
+	var stop func() bool
 	closed := false
 	err := l.pd.dev.b.Progress(ctx, func() bool {
 		l.mu.Lock()
@@ -245,7 +357,9 @@ func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 		case l.closed:
 			closed = true
 		case len(l.ready) > 0:
-			qp, l.ready = l.ready[0], l.ready[1:]
+			qp, stop = l.ready[0], l.ready[0].expire
+			l.ready = slices.Delete(l.ready, 0, 1)
+			qp.expire = nil
 			qp.mu.Lock()
 			qp.lis = nil
 			qp.mu.Unlock()
@@ -254,14 +368,20 @@ func (l *Listener) Accept(ctx context.Context) (*QP, error) {
 		}
 		return true
 	})
-	if closed {
+	if stop != nil {
+		stop() // should it fire all the same, it no longer finds the connection
+	}
+	switch {
+	case qp != nil:
+		return qp, nil // taken, so accepted, whatever ended the wait meanwhile
+	case closed:
 		return nil, errListenerClosed
 	}
-	return qp, err
+	return nil, err
 }
 
 // Close stops accepting. Connections that arrived and were not accepted
-// are closed, and those accepted are not.
+// are closed and freed, and those accepted are not.
 func (l *Listener) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -270,11 +390,19 @@ func (l *Listener) Close() error {
 	}
 	l.closed = true
 	waiting := append(l.arriving, l.ready...)
+	var stops []func() bool
+	for _, qp := range l.ready {
+		stops = append(stops, qp.expire)
+		qp.expire = nil
+	}
 	l.arriving, l.ready = nil, nil
 	l.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
 	err := l.pd.dev.b.CloseListener(l.h)
 	for _, qp := range waiting {
-		qp.Close()
+		discard(qp)
 	}
 	l.pd.forget(func() { delete(l.pd.lis, l) })
 	return err

@@ -76,3 +76,8 @@ func (c *Conn) ReceiverStats() ReceiverStats { return c.rcv.stats }
 
 // Stats returns the endpoint's drop counters.
 func (e *Endpoint) Stats() EndpointStats { return e.stats }
+
+// Conns is how many connections the endpoint holds, established or in
+// their handshake. A closed one is no longer among them; only its id
+// stays, quarantined.
+func (e *Endpoint) Conns() int { return len(e.conns) }

@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -28,16 +29,31 @@ func ProbeTarget(addr netip.Addr) (*host.Host, conformance.Target, error) {
 		return nil, conformance.Target{}, err
 	}
 	cq := dev.CreateCQ(64)
-	if _, err := pd.Listen(cq, cq, endpoint.QPOptions{}); err != nil {
+	lis, err := pd.Listen(cq, cq, endpoint.QPOptions{})
+	if err != nil {
 		h.Close()
 		return nil, conformance.Target{}, err
 	}
+	go acceptAll(lis)
 	mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
 	if err != nil {
 		h.Close()
 		return nil, conformance.Target{}, err
 	}
 	return h, conformance.Target{Addr: netip.AddrPortFrom(addr, h.Remote().Port), RKey: mr.RKey(), Len: 1 << 20, Streams: host.Streams}, nil
+}
+
+// acceptAll accepts every connection that comes to lis until the listener
+// or its host closes. A responder whose connections only take one-sided
+// WRITEs into a region needs nothing of them but that: a listener closes
+// a connection that waits for Accept past its deadline. Each connection
+// stays until its peer ends it or the host closes.
+func acceptAll(lis *endpoint.Listener) {
+	for {
+		if _, err := lis.Accept(context.Background()); err != nil {
+			return
+		}
+	}
 }
 
 // RequesterStarter starts argv as a requester of the endpoint contract for

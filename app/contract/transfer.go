@@ -21,8 +21,9 @@ func transferResponder(ctx context.Context, cfg Config, rep *conformance.Endpoin
 	}
 	defer h.Close()
 	// Each connection gets completion queues of its own, so that one
-	// requester's completions never wait behind another's.
-	lis, err := pd.Listen(nil, nil, endpoint.QPOptions{OwnCQs: 64})
+	// requester's completions never wait behind another's. Every requester
+	// comes at once, so the accept queue holds them all.
+	lis, err := pd.Listen(nil, nil, endpoint.QPOptions{OwnCQs: 64, Backlog: max(cfg.Requesters, endpoint.DefaultBacklog)})
 	if err != nil {
 		return err
 	}

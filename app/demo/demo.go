@@ -134,10 +134,17 @@ func connect(ctx context.Context, o Options) (*pair, error) {
 	rpd, _ := receiver.AllocPD()
 	p.cq = sender.CreateCQ(o.Streams + 8)
 	rcq := receiver.CreateCQ(8)
-	if _, err := rpd.Listen(rcq, rcq, endpoint.QPOptions{}); err != nil {
+	lis, err := rpd.Listen(rcq, rcq, endpoint.QPOptions{})
+	if err != nil {
 		return nil, err
 	}
 	if p.qp, err = spd.Connect(ctx, net.Remote(1), p.cq, p.cq, endpoint.QPOptions{}); err != nil {
+		return nil, err
+	}
+	// The receiver only exposes its region to the WRITEs. It accepts the
+	// connection all the same, since a listener closes one that waits for
+	// Accept past its deadline.
+	if _, err := lis.Accept(ctx); err != nil {
 		return nil, err
 	}
 	size := o.SizeMiB << 20

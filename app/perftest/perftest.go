@@ -127,15 +127,22 @@ func (r Request) Validate() error {
 // maxOf is the largest size.
 func maxOf(sizes []int) int { return slices.Max(sizes) }
 
+// ErrNoRequest is what Serve returns, with the cause, when the connection
+// ends before the client's request arrives: a client that connected and
+// left, or died. A server may take its next client.
+var ErrNoRequest = errors.New("perftest: the connection ended before the client's request")
+
 // exchange SENDs msg on the control stream and waits for the peer's
 // message. The receive is posted before the SEND, so that the answer
 // always finds one.
-func exchange(ctx context.Context, s Side, msg any, into any) error {
+func exchange(ctx context.Context, s Side, msg any, into any) (err error) {
 	in, err := s.PD.RegisterMR(make([]byte, 4096), endpoint.LocalWrite)
 	if err != nil {
 		return err
 	}
+	defer func() { release(s, in, err) }()
 	if err := s.QP.PostRecv(1<<62, control, in.SGE(0, 4096)); err != nil {
+		in.Deregister()
 		return err
 	}
 	if msg != nil {
@@ -146,16 +153,28 @@ func exchange(ctx context.Context, s Side, msg any, into any) error {
 	return receive(ctx, s, in, into)
 }
 
-func send(ctx context.Context, s Side, msg any) error {
+func send(ctx context.Context, s Side, msg any) (err error) {
 	b, _ := json.Marshal(msg)
 	out, err := s.PD.RegisterMR(b, endpoint.LocalWrite)
 	if err != nil {
 		return err
 	}
+	defer func() { release(s, out, err) }()
 	if err := s.QP.PostSend(1<<62, control, out.SGE(0, uint32(len(b)))); err != nil {
+		out.Deregister()
 		return err
 	}
 	return waitOne(ctx, s.Send, 1<<62)
+}
+
+// release deregisters a control message's region once nothing can use it
+// any more: its request completed, or the connection ended and flushed
+// it. A server that outlives its clients keeps none of their regions. A
+// request still posted when the wait failed otherwise keeps its region.
+func release(s Side, mr *endpoint.MR, err error) {
+	if st, _ := s.QP.State(); err == nil || st == endpoint.Closed {
+		mr.Deregister()
+	}
 }
 
 func receive(ctx context.Context, s Side, in *endpoint.MR, into any) error {
@@ -193,9 +212,13 @@ func waitOne(ctx context.Context, cq *endpoint.CQ, id uint64) error {
 }
 
 // Serve answers one client's test on s and returns when the client ends it.
+// A connection that ends before the request arrives returns ErrNoRequest.
 func Serve(ctx context.Context, s Side) (Request, error) {
 	var req Request
 	if err := exchange(ctx, s, nil, &req); err != nil {
+		if st, _ := s.QP.State(); st == endpoint.Closed && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", ErrNoRequest, err)
+		}
 		return req, err
 	}
 	if err := req.Validate(); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -142,11 +143,7 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 		benchHeader(w, test, o, "server")
 		fmt.Fprintf(w, " Waiting for a client on %v port %d\n", planes, o.port)
 	}
-	if s.QP, err = lis.Accept(ctx); err != nil {
-		return err
-	}
-	h.Metrics.Add("client", s.QP.Telemetry)
-	req, err := perftest.Serve(ctx, s)
+	req, err := serveFirstTest(ctx, lis, s, h, o)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -158,6 +155,37 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 	}
 	fmt.Fprintf(w, " Served %s: %d sizes, %d iterations each\n%s\n", req.Test, len(req.Sizes), req.Iters, rule)
 	return nil
+}
+
+// serveFirstTest serves the first client whose test request arrives. A
+// connection that ends before its request, a client that connected and
+// left or died, is closed, and the server takes the next one. A CONNECT
+// whose handshake never completes never reaches Accept. A failure once the
+// request has arrived ends the server, as the test it ran failed.
+func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side, h *host.Host, o transferOptions) (perftest.Request, error) {
+	for {
+		qp, err := lis.Accept(ctx)
+		if err != nil {
+			return perftest.Request{}, err
+		}
+		s.QP = qp
+		h.Metrics.Add("client", qp.Telemetry)
+		req, err := perftest.Serve(ctx, s)
+		if !errors.Is(err, perftest.ErrNoRequest) {
+			return req, err
+		}
+		o.log.Warn("a client left before its test request; waiting for the next", "err", err)
+		h.Metrics.Remove("client")
+		qp.Close()
+		// The connection has ended, and closing it flushed the rest of its
+		// work: what it left in the shared queues goes, so that the next
+		// client's test starts on empty ones.
+		for _, cq := range []*endpoint.CQ{s.Send, s.Recv} {
+			for k := 1; k > 0; {
+				k, _ = cq.Poll(make([]endpoint.Completion, 64))
+			}
+		}
+	}
 }
 
 func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, local, to []netip.Addr, o transferOptions) error {

@@ -4,13 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/app/host"
 	"github.com/mroce/mroce/app/perftest"
+	"github.com/mroce/mroce/endpoint"
 )
 
 // serveBench runs one bench server for test on a free port of addr and
@@ -81,4 +87,108 @@ func TestBenchErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", c.args, r.code, r.stderr, c.msg)
 		}
 	}
+}
+
+// benchClientHost opens a client host on addr for a test that plays a
+// bench client by hand, with a perftest side connected to the server on
+// port of to.
+func benchClientHost(t *testing.T, addr, to string, port int) (*host.Host, perftest.Side) {
+	t.Helper()
+	h, err := host.Open([]netip.Addr{netip.MustParseAddr(addr)}, host.Options{Paths: 4, SourcePorts: 4, NoProgress: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	s, err := perftest.NewSide(h.Device())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	remote := endpoint.Remote{Planes: []netip.Addr{netip.MustParseAddr(to)}, Port: uint16(port)}
+	if s.QP, err = s.PD.Connect(ctx, remote, s.Send, s.Recv, endpoint.QPOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return h, s
+}
+
+// A bench server outlives the connections that end before their test
+// request. A stray CONNECT never completes, so it never reaches the
+// server. A client that connects and closes, and one that connects and
+// dies, are let go, and the next client's test runs and ends the server
+// as usual. A client that fails once its test runs ends the server with
+// an error.
+func TestBenchServerOutlivesClientsThatLeave(t *testing.T) {
+	const addr = "127.0.0.98"
+	port := freePort(t, addr)
+	var log lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 8, noProgress: 2 * time.Second, json: true,
+			log: slog.New(slog.NewTextHandler(&log, nil))}
+		done <- runBenchServer(context.Background(), io.Discard, perftest.WriteBW, []netip.Addr{netip.MustParseAddr(addr)}, o)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	stray, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stray.Close()
+	stray.Write(connectPacket(12345, uint16(stray.LocalAddr().(*net.UDPAddr).Port)))
+	left := func() int { return strings.Count(log.String(), "left before its test request") }
+	waitLeft := func(n int, within time.Duration) {
+		t.Helper()
+		for end := time.Now().Add(within); left() < n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("the server let %d clients go in %v, want %d; log:\n%s", left(), within, n, log.String())
+			}
+		}
+	}
+	// A client that closes before its request: the server has accepted
+	// it, since it waits in Accept, and sees it end.
+	_, closer := benchClientHost(t, "127.0.0.99", addr, port)
+	time.Sleep(100 * time.Millisecond)
+	closer.QP.Close()
+	waitLeft(1, 2*time.Second)
+	// A client that dies before its request: the server hears nothing more
+	// and gives up on it after its 2 s --timeout.
+	dying, _ := benchClientHost(t, "127.0.0.99", addr, port)
+	time.Sleep(100 * time.Millisecond)
+	dying.Close()
+	waitLeft(2, 5*time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("the server ended before a client ran its test: %v", err)
+	default:
+	}
+	r := runCLI(t, "", "bench", "write_bw", "--to", addr, "--port", fmt.Sprint(port), "--paths", "4", "--size", "4096", "--iters", "300")
+	if err := <-done; err != nil || r.code != 0 {
+		t.Fatalf("server %v; client exit %d: %s", err, r.code, r.stderr)
+	}
+
+	// A client whose test fails once it runs ends the server with an
+	// error.
+	port = freePort(t, addr)
+	go func() {
+		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 8, noProgress: 2 * time.Second, json: true}
+		done <- runBenchServer(context.Background(), io.Discard, perftest.WriteBW, []netip.Addr{netip.MustParseAddr(addr)}, o)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	_, client := benchClientHost(t, "127.0.0.99", addr, port)
+	running := make(chan error, 1)
+	go func() {
+		_, err := perftest.Run(context.Background(), client, perftest.Request{Test: perftest.WriteBW, Sizes: []int{65536}, Iters: 10_000_000, Depth: 16}, nil)
+		running <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	client.QP.Close()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, perftest.ErrNoRequest) {
+			t.Fatalf("the server of a test that failed: %v, want its error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still runs 10 s after its client failed mid-test")
+	}
+	<-running
 }

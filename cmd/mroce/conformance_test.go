@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -60,7 +61,14 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 	defer host.Close()
 	pd, _ := host.Device().AllocPD()
 	cq := host.Device().CreateCQ(16)
-	pd.Listen(cq, cq, endpoint.QPOptions{})
+	lis, _ := pd.Listen(cq, cq, endpoint.QPOptions{})
+	go func() { // the cases only WRITE, but what is not accepted is closed at its deadline
+		for {
+			if _, err := lis.Accept(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
 	mr, _ := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
 	r := runCLI(t, "", "conformance", "probe", "--target", fmt.Sprintf("127.0.0.57:%d", base), "--rkey", fmt.Sprint(mr.RKey()),
 		"--len", fmt.Sprint(1<<20), "--local", "127.0.0.58", "--name", "broken")

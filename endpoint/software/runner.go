@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/endpoint"
@@ -18,6 +19,11 @@ type Runner interface {
 	// Progress returns once cond holds, or ctx ends. cond runs on the
 	// engine's goroutine.
 	Progress(ctx context.Context, cond func() bool) error
+	// AfterFunc calls f once d has passed on the engine's clock, where f
+	// may call Do; never before AfterFunc returns. AfterFunc and stop may
+	// be called wherever Do may, and from the engine's goroutine too, and
+	// stop reports whether it kept f from running.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
 // ErrStalled is what waiting in virtual time returns when nothing is left
@@ -62,6 +68,19 @@ func (r SimRunner) Progress(ctx context.Context, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+// AfterFunc arms a timer of the simulation, in virtual time: Sim must also
+// be a clock.Clock, as clock.Sim is. f runs inside a step of the
+// simulation, on the caller's goroutine, where Do runs f in place.
+func (r SimRunner) AfterFunc(d time.Duration, f func()) func() bool {
+	clk, ok := r.Sim.(clock.Clock)
+	if !ok {
+		panic(fmt.Sprintf("software: SimRunner.AfterFunc: the simulation, a %T, is not a clock.Clock", r.Sim))
+	}
+	t := clk.NewTimer(f)
+	t.Reset(clk.Now().Add(d))
+	return t.Stop
 }
 
 // ErrStopped is what a runner returns once its engine no longer runs
@@ -141,6 +160,13 @@ func (r *LoopRunner) Progress(ctx context.Context, cond func() bool) error {
 		r.loop.Post(func() { w.gone = true })
 		return fmt.Errorf("software: %w", ctx.Err())
 	}
+}
+
+// AfterFunc calls f on a goroutine of its own once d has passed. The
+// loop's clock is the wall clock, so a time.Timer keeps it. f must not run
+// on the loop's goroutine, where Do would wait for the loop it holds.
+func (r *LoopRunner) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
 }
 
 // check runs at the end of every turn. It releases the waiters whose

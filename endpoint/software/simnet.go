@@ -113,10 +113,11 @@ func newSeeded(seed, stream uint64) seededSource {
 func (s seededSource) Read(p []byte) (int, error) { return s.r.Read(p) }
 
 // Quiet reports whether every host's engine has nothing to do but keep its
-// connections alive (engine.Endpoint.Quiet).
+// connections alive (engine.Endpoint.Quiet), and no host has a timer of
+// AfterFunc armed, such as a listener's accept deadline.
 func (n *SimNetwork) Quiet() bool {
 	for _, h := range n.hosts {
-		if !h.ep.Quiet() {
+		if !h.ep.Quiet() || h.timers.Load() != 0 {
 			return false
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
+	"time"
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
@@ -22,7 +24,8 @@ type Software struct {
 	ep        *engine.Endpoint
 	reg       *memreg.Registry
 	runner    Runner
-	listening *listening // the endpoint's listener; the engine's goroutine only
+	listening *listening   // the endpoint's listener; the engine's goroutine only
+	timers    atomic.Int64 // AfterFunc's timers armed and not yet fired or stopped
 }
 
 // NewSoftware makes a software backend from an engine endpoint, the
@@ -340,4 +343,26 @@ func (s *Software) Telemetry(qp endpoint.QPHandle) []endpoint.PathTelemetry {
 // Progress waits on the runner.
 func (s *Software) Progress(ctx context.Context, cond func() bool) error {
 	return s.runner.Progress(ctx, cond)
+}
+
+// AfterFunc calls f once d has passed on the engine's clock, through the
+// runner. Under a SimRunner that is virtual time, and f runs inside a step
+// of the simulation, where the backend's calls run in place. Under a
+// LoopRunner f runs on a goroutine of its own. A timer armed and not yet
+// fired counts as something left to happen (see SimNetwork.Quiet).
+func (s *Software) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	s.timers.Add(1)
+	var done atomic.Bool
+	settle := func() bool {
+		if !done.CompareAndSwap(false, true) {
+			return false
+		}
+		s.timers.Add(-1)
+		return true
+	}
+	cancel := s.runner.AfterFunc(d, func() {
+		settle()
+		f()
+	})
+	return func() bool { return cancel() && settle() }
 }

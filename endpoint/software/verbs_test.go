@@ -151,14 +151,19 @@ func TestWaitInVirtualTimeNeverHangs(t *testing.T) {
 	}
 	// An idle connection keeps exchanging keep-alives, so the simulation
 	// never runs dry; the wait still ends once nothing but keep-alives is
-	// left.
+	// left. The connection is accepted, or its accept deadline would be
+	// something left to happen.
 	pd, _ := n.Device(0).AllocPD()
 	lpd, _ := n.Device(1).AllocPD()
 	scq := n.Device(1).CreateCQ(4)
-	if _, err := lpd.Listen(scq, scq, endpoint.QPOptions{}); err != nil {
+	lis, err := lpd.Listen(scq, scq, endpoint.QPOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pd.Connect(context.Background(), n.Remote(1), cq, cq, endpoint.QPOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lis.Accept(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := scq.Wait(context.Background(), make([]endpoint.Completion, 1)); err != ErrStalled {

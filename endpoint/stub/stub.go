@@ -1,13 +1,14 @@
 // Package stub is the backend of a device that is not there. It reports
-// the capabilities it was given and answers every operation with
-// endpoint.ErrNotSupported. It is where a NIC driver starts. A driver
-// copies it, keeps the method set, and fills each method in as the
-// hardware learns to do it.
+// the capabilities it was given, keeps time with the host's clock, and
+// answers every other operation with endpoint.ErrNotSupported. It is where
+// a NIC driver starts. A driver copies it, keeps the method set, and fills
+// each method in as the hardware learns to do it.
 package stub
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/mroce/mroce/endpoint"
 )
@@ -95,3 +96,8 @@ func (s *Stub) Telemetry(endpoint.QPHandle) []endpoint.PathTelemetry { return ni
 
 // Progress would poll the NIC's completion queues; the stub has none.
 func (s *Stub) Progress(context.Context, func() bool) error { return notSupported("progress") }
+
+// AfterFunc keeps the API's deadlines on the host's clock, as a driver
+// does: a NIC's connections run in real time. The stub makes no listener
+// that would arm one.
+func (s *Stub) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
