@@ -35,16 +35,18 @@ type Incoming struct {
 	began  time.Time
 }
 
-// AwaitHeader posts the receiver's buffers and waits for the sender's
-// header. A header that is not one, or whose chunk is over o.Chunk, is
-// refused here.
+// AwaitHeader posts a receive for the sender's header and waits for it.
+// The buffers for the data are registered and posted only once the header
+// is taken, sized by its chunk, so that a connection that never sends one
+// holds a few KiB and not Depth chunks. A header that is not one, or whose
+// chunk is over o.Chunk, is refused here.
 func AwaitHeader(ctx context.Context, c Conn, o Options) (*Incoming, error) {
 	o = o.withDefaults()
 	r, err := newFileReceiver(ctx, c, o)
 	if err != nil {
 		return nil, c.giveUp(CodeFailed, c.cause("sender", err))
 	}
-	b, i, err := r.next("header")
+	b, _, err := r.next("header")
 	if err != nil {
 		r.release()
 		return nil, err
@@ -56,7 +58,7 @@ func AwaitHeader(ctx context.Context, c Conn, o Options) (*Incoming, error) {
 	if in.Header.Chunk > o.Chunk {
 		return nil, in.refuse(CodeRefused, fmt.Errorf("filexfer: the sender's chunk of %d bytes is over this receiver's %d", in.Header.Chunk, o.Chunk))
 	}
-	if err := r.repost(i); err != nil {
+	if err := r.equip(in.Header.Chunk); err != nil {
 		r.release()
 		return nil, c.giveUp(CodeFailed, c.cause("sender", err))
 	}
@@ -95,36 +97,60 @@ func (in *Incoming) Receive(ctx context.Context, w io.Writer, progress func(Prog
 	return res, r.conclude(res.SHA256, tr.SHA256)
 }
 
-// fileReceiver is one transfer's receiving state: its buffers, a slot
-// each, and the checksum of what arrived.
+// fileReceiver is one transfer's receiving state: the header's buffer,
+// the data's buffers, a slot each, and the checksum of what arrived.
 type fileReceiver struct {
-	ctx  context.Context
-	c    Conn
-	o    Options
-	bufs *endpoint.MR
-	slot int
-	sum  hash.Hash
+	ctx    context.Context
+	c      Conn
+	o      Options
+	header *endpoint.MR
+	bufs   *endpoint.MR // nil until equip
+	slot   int
+	sum    hash.Hash
 }
 
-// newFileReceiver registers o.Depth slots large enough for a chunk or a
-// control message and posts a receive into each.
+// headerSlot is the receive ID of the header's buffer, beyond the data's
+// slots.
+const headerSlot = 1 << 32
+
+// newFileReceiver registers the header's buffer and posts its receive.
 func newFileReceiver(ctx context.Context, c Conn, o Options) (*fileReceiver, error) {
-	r := &fileReceiver{ctx: ctx, c: c, o: o, slot: max(o.Chunk, maxControl), sum: sha256.New()}
+	r := &fileReceiver{ctx: ctx, c: c, o: o, sum: sha256.New()}
 	var err error
-	if r.bufs, err = c.PD.RegisterMR(make([]byte, o.Depth*r.slot), endpoint.LocalWrite); err != nil {
+	if r.header, err = c.PD.RegisterMR(make([]byte, maxControl), endpoint.LocalWrite); err != nil {
 		return nil, err
 	}
-	for i := 0; i < o.Depth; i++ {
-		if err := r.repost(i); err != nil {
-			r.release()
-			return nil, err
-		}
+	if err := c.QP.PostRecv(headerSlot, Stream, r.header.SGE(0, maxControl)); err != nil {
+		r.release()
+		return nil, err
 	}
 	return r, nil
 }
 
+// equip registers o.Depth slots large enough for a chunk of the sender's
+// or the trailer, and posts a receive into each. The chunks the sender
+// sends before they are posted are held back by RNR for a moment.
+func (r *fileReceiver) equip(chunk int) error {
+	r.slot = max(chunk, maxControl)
+	var err error
+	if r.bufs, err = r.c.PD.RegisterMR(make([]byte, r.o.Depth*r.slot), endpoint.LocalWrite); err != nil {
+		return err
+	}
+	for i := 0; i < r.o.Depth; i++ {
+		if err := r.repost(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // release deregisters the receiver's buffers.
-func (r *fileReceiver) release() { r.bufs.Deregister() }
+func (r *fileReceiver) release() {
+	r.header.Deregister()
+	if r.bufs != nil {
+		r.bufs.Deregister()
+	}
+}
 
 // repost posts the receive of slot i again.
 func (r *fileReceiver) repost(i int) error {
@@ -141,6 +167,9 @@ func (r *fileReceiver) next(what string) ([]byte, int, error) {
 	}
 	if wc[0].Status != endpoint.StatusOK {
 		return nil, 0, failed("sender", wc[0], "a receive")
+	}
+	if wc[0].ID == headerSlot {
+		return r.header.Bytes()[:wc[0].Bytes], -1, nil
 	}
 	i := int(wc[0].ID)
 	return r.bufs.Bytes()[i*r.slot : i*r.slot+int(wc[0].Bytes)], i, nil

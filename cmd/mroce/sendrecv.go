@@ -441,6 +441,11 @@ type transferOffer struct {
 	in   *filexfer.Incoming
 }
 
+// maxAwaiting bounds the connections waiting for their header at once.
+// Each holds a receive of a few KiB. Beyond, the listener's own backlog
+// and accept deadline bound what waits to be accepted.
+const maxAwaiting = 64
+
 // errBusy turns away a sender that arrives after the transfer was chosen.
 var errBusy = errors.New("this receiver takes one transfer and has one")
 
@@ -456,13 +461,22 @@ func serveTransfers(ctx context.Context, dev *endpoint.Device, o transferOptions
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &transferServer{lis: lis, pd: pd, o: o, offers: make(chan transferOffer), stopped: make(chan struct{}), cancel: cancel}
+	awaiting := make(chan struct{}, maxAwaiting)
 	s.wg.Go(func() {
 		for {
+			select {
+			case awaiting <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			qp, err := lis.Accept(ctx)
 			if err != nil {
 				return
 			}
-			s.wg.Go(func() { s.await(ctx, qp) })
+			s.wg.Go(func() {
+				defer func() { <-awaiting }()
+				s.await(ctx, qp)
+			})
 		}
 	})
 	return s, nil
