@@ -171,7 +171,7 @@ const mib = 1 << 20
 // once the flood ends.
 //
 // recv runs with GOGC=2, so that a collection follows every 2% of heap
-// growth, some 5 MiB over its 256 MiB of receive buffers. The heap in use
+// growth, under a MiB over its live heap of some 20 MiB. The heap in use
 // then follows the live heap, and the figures show what the flood keeps
 // rather than when the collector last ran. With the default of 100 the
 // heap in use climbs towards twice the live heap, flood or none, before
@@ -194,12 +194,13 @@ func TestLargeConnectFloodDuringATransfer(t *testing.T) {
 		// return a RETRY's token half-open, each some 10 KiB with its
 		// endpoint QP, 5 MiB in all, and at most MaxAccepting (1,024);
 		// the ids of those that timed out stay quarantined for 2 MPL, a
-		// few hundred, under a MiB. The rest is the collector's 2%, 5 MiB,
-		// and the flood's own garbage between two collections.
+		// few hundred, under a MiB. The rest is the collector's 2% and the
+		// flood's own garbage between two collections.
 		floodBound = 32 * mib
 		// settleBound is what may stay once the flood is over: the tables
-		// that grew to hold the handshakes keep their size, about a MiB.
-		settleBound = 8 * mib
+		// that grew to hold the handshakes keep their size, about a MiB,
+		// and the collector's 2% of the heap.
+		settleBound = 6 * mib
 	)
 	bin := buildBinary(t)
 	recvAddr, sendAddr, floodAddr := "127.0.0.131", "127.0.0.132", netip.MustParseAddr("127.0.0.133")
@@ -257,10 +258,13 @@ func TestLargeConnectFloodDuringATransfer(t *testing.T) {
 	defer stop()
 	_, peak := sample(floodFor, never)
 	ended := time.Now()
-	after, _ := sample(20*time.Second, func(v float64) bool { return v <= base+settleBound })
+	// The least of the 8 s after the flood, while the transfer still runs:
+	// its half-open handshakes time out within the 1 s connect timeout,
+	// and their quarantined ids within 2 MPL.
+	after, _ := sample(8*time.Second, never)
 	settled := time.Since(ended)
 	stop()
-	t.Logf("recv's heap in use: %.1f MiB before the flood, at most %.1f MiB during it (+%.1f), %.1f MiB %.1f s after it (+%.1f)",
+	t.Logf("recv's heap in use: %.1f MiB before the flood, at most %.1f MiB during it (+%.1f), at least %.1f MiB in the %.1f s after it (+%.1f)",
 		base/mib, peak/mib, (peak-base)/mib, after/mib, settled.Seconds(), (after-base)/mib)
 	t.Logf("the flood: %d CONNECTs in %v (%d not sent), answered by %d ACCEPTs, %d RETRYs and %d CLOSEs",
 		f.sent.Load(), floodFor, f.failed.Load(), f.accepts.Load(), f.retries.Load(), f.refused.Load())
@@ -292,6 +296,6 @@ func TestLargeConnectFloodDuringATransfer(t *testing.T) {
 		t.Errorf("the heap grew by %.1f MiB during the flood, more than %d MiB", (peak-base)/mib, floodBound/mib)
 	}
 	if after > base+settleBound {
-		t.Errorf("the heap was %.1f MiB over its level before the flood 20 s after it, more than %d MiB", (after-base)/mib, settleBound/mib)
+		t.Errorf("the heap was at least %.1f MiB over its level before the flood in the 8 s after it, more than %d MiB", (after-base)/mib, settleBound/mib)
 	}
 }
