@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build test unit large lint vet fuzz bench bench-net golden wireshark results pgo clean
+.PHONY: all build test unit large lint vet fuzz bench bench-net bench-kernel golden wireshark results pgo clean
 
 all: build
 
@@ -52,6 +52,28 @@ bench:
 BENCH_MIB ?= 256
 bench-net:
 	$(GO) run ./cmd/mroce bench-net --size-mib $(BENCH_MIB)
+
+# mroce beside kernel TCP through a testbed of network namespaces that
+# tools/kbench builds and removes (root): a sender and a receiver joined by
+# a router over KBENCH_PLANES planes of KBENCH_RATE_MBIT each, at the loss
+# rates (percent) of KBENCH_LOSS; each transfer moves KBENCH_SIZE_MIB and
+# stops after KBENCH_MAX_SECONDS. KBENCH_FLAGS adds flags (--json, ...).
+KBENCH_PLANES ?= 4
+KBENCH_RATE_MBIT ?= 1000
+KBENCH_LOSS ?= 0,1,5,10
+KBENCH_SIZE_MIB ?= 512
+KBENCH_MAX_SECONDS ?= 15
+KBENCH_OFFLOADS ?= off
+KBENCH_FLAGS ?=
+bench-kernel:
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "make bench-kernel needs root: it makes network namespaces, veth links, tc qdiscs and nftables rules (sudo make bench-kernel)" >&2; \
+	  exit 1; \
+	fi
+	$(GO) build -o bin/mroce ./cmd/mroce
+	$(GO) build -o bin/kbench ./tools/kbench
+	bin/kbench --mroce bin/mroce --planes $(KBENCH_PLANES) --rate-mbit $(KBENCH_RATE_MBIT) --loss $(KBENCH_LOSS) \
+	  --size-mib $(KBENCH_SIZE_MIB) --max-seconds $(KBENCH_MAX_SECONDS) --offloads $(KBENCH_OFFLOADS) $(KBENCH_FLAGS)
 
 # Rebuild testdata/golden.pcap from the hand-written hex packets.
 golden:
