@@ -69,6 +69,11 @@ func benchAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(c.String("cpuprofile"))
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	if c.Bool("server") {
 		planes, err := parseAddrs(c, "listen")
 		if err != nil {

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/mroce/mroce/app/filexfer"
@@ -54,6 +56,23 @@ func interruptible(ctx context.Context) (context.Context, func()) {
 		close(done)
 		cancel(nil)
 	}
+}
+
+// startCPUProfile writes a CPU profile to path until stop, when path is
+// set.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // statusError is an error the tool prints and exits with status for.

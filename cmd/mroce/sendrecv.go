@@ -39,6 +39,7 @@ func transferFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON document at the end instead of text"},
 		&cli.StringFlag{Name: "metrics", EnvVars: []string{"MROCE_METRICS"}, Usage: "serve Prometheus metrics (per path) at http://ADDR/metrics while running"},
 		&cli.StringFlag{Name: "pcap", EnvVars: []string{"MROCE_PCAP"}, Usage: "write every packet sent and received to this pcap file (for Wireshark or mroce decode)"},
+		&cli.StringFlag{Name: "cpuprofile", EnvVars: []string{"MROCE_CPUPROFILE"}, Usage: "write a CPU profile of this side to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"MROCE_LOG_LEVEL"}, Usage: "log to standard error from this level: debug, info (path events), warn, error"},
 	}
 }
@@ -166,6 +167,11 @@ func recvCommand() *cli.Command {
 			}
 			ctx, stop := interruptible(c.Context)
 			defer stop()
+			stopProfile, err := startCPUProfile(c.String("cpuprofile"))
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			out := outputOptions{overwrite: c.Bool("overwrite"), keepPartial: c.Bool("keep-partial")}
 			return transferStatus(ctx, runRecv(ctx, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), out, o))
 		},
@@ -214,6 +220,11 @@ func sendCommand() *cli.Command {
 			defer src.Close()
 			ctx, stop := interruptible(c.Context)
 			defer stop()
+			stopProfile, err := startCPUProfile(c.String("cpuprofile"))
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			return transferStatus(ctx, runSend(ctx, c.App.Writer, c.App.ErrWriter, local, to, src, o))
 		},
 	}

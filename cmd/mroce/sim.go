@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -426,17 +425,11 @@ func runScenario[R any](c *cli.Context, name string, run func() (R, error), tabl
 			return usagef(c, "sim %s: --plot: %v", name, err) // before a run that may take minutes
 		}
 	}
-	if path := c.String("cpuprofile"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			return fmt.Errorf("sim %s: --cpuprofile: %w", name, err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("sim %s: --cpuprofile: %w", name, err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(c.String("cpuprofile"))
+	if err != nil {
+		return fmt.Errorf("sim %s: %w", name, err)
 	}
+	defer stopProfile()
 	if c.Bool("huge-pages") {
 		_, _ = hugepage.Reserve(hugeHeap) // where it cannot, the run is only slower
 	}
