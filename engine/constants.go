@@ -31,6 +31,12 @@ const (
 	tokenKeyLen   = 32                 // the HMAC-SHA256 secret, drawn from Config.Random
 )
 
+// InboundHeadroom is the share of a receiver's capacity its rate hints
+// give out when the capacity is known from its links: the rest lets a
+// queue at the receiver drain rather than hold (spec section 6.6). The
+// simulator and the socket hosts both set Config.InboundCapacity with it.
+const InboundHeadroom = 0.98
+
 // Defaults of Config, tuned rather than specified. Config's fields say what
 // each one does.
 const (

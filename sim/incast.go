@@ -198,7 +198,7 @@ func (r *incastRun) buildWorld() error {
 		if h == r.n {
 			// The receiver shares its downlink a little under its payload
 			// rate, so that queues built in the first round trip drain.
-			c.InboundCapacity = 0.98 * r.capacity * r.payloadShare
+			c.InboundCapacity = engine.InboundHeadroom * r.capacity * r.payloadShare
 			c.NoRateHints = cfg.NoRateHints
 		}
 		return c

@@ -112,7 +112,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(cfg.LinkRate) / 8}
 		if h == 1 {
-			c.InboundCapacity = 0.98 * res.Bottleneck
+			c.InboundCapacity = engine.InboundHeadroom * res.Bottleneck
 		}
 		if cfg.Baseline {
 			c.Mode, c.BaselineWindow = proto.ModeBaseline, cfg.BaselineWindow

@@ -45,8 +45,10 @@ type Options struct {
 	// MaxPacket is the largest UDP payload. Zero takes what the interfaces
 	// carry.
 	MaxPacket int
-	// InboundCapacity is the receiving rate in bytes a second that the
-	// host's rate hints share among senders. Zero sets no limit.
+	// InboundCapacity is the receiving rate in bytes of payload a second
+	// that the host's rate hints share among senders. Zero takes it from
+	// the planes' link speeds (InboundFromLinks), or sets no limit where
+	// the system reports none.
 	InboundCapacity float64
 	// Baseline makes the connections the host opens RoCEv2-like.
 	Baseline bool
@@ -70,6 +72,10 @@ type Options struct {
 // Host is an open endpoint with its capture and metrics server.
 type Host struct {
 	*software.UDPHost
+	// Inbound is the capacity the host's rate hints share, bytes of
+	// payload a second, 0 for none; InboundFrom says where it came from.
+	Inbound     float64
+	InboundFrom string
 	// Metrics exports the connections added to it. It exists whether or
 	// not Options.Metrics serves it, so callers add connections without
 	// checking.
@@ -87,6 +93,11 @@ func Open(planes []netip.Addr, o Options) (*Host, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &Host{stopMetrics: func() {}, closeCapture: func() error { return nil }}
+	h.Inbound, h.InboundFrom = o.InboundCapacity, "given"
+	if o.InboundCapacity == 0 {
+		h.Inbound, h.InboundFrom = InboundFromLinks(planes, o.MaxPacket)
+		o.InboundCapacity = h.Inbound
+	}
 	var err error
 	if h.Metrics, h.stopMetrics, err = serveMetrics(o.Metrics); err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ func transferFlags() []cli.Flag {
 		&cli.IntFlag{Name: "paths", Value: 8, EnvVars: []string{"MROCE_PATHS"}, Usage: "paths of the connection, 1 to 256"},
 		&cli.IntFlag{Name: "source-ports", Value: 16, EnvVars: []string{"MROCE_SOURCE_PORTS"}, Usage: "UDP source ports in the pool (a path moves to a fresh one when it fails), 1 to 1024"},
 		&cli.IntFlag{Name: "mtu", Value: 0, EnvVars: []string{"MROCE_MTU"}, Usage: "the largest packet (UDP payload), 256 to 9000; 0: what the interfaces carry"},
-		&cli.Float64Flag{Name: "inbound-gbps", EnvVars: []string{"MROCE_INBOUND_GBPS"}, Usage: "the receiving capacity shared among senders (rate hints), Gb/s; 0: none"},
+		&cli.Float64Flag{Name: "inbound-gbps", EnvVars: []string{"MROCE_INBOUND_GBPS"}, Usage: "the receiving capacity shared among senders (rate hints), Gb/s of payload; 0: the planes' link speed where the system reports it, else none"},
 		&cli.BoolFlag{Name: "baseline", EnvVars: []string{"MROCE_BASELINE"}, Usage: "run the connection in baseline mode (RoCEv2-like: one path, go-back-N, DCQCN)"},
 		&cli.IntFlag{Name: "chunk-kib", Value: 1024, EnvVars: []string{"MROCE_CHUNK_KIB"}, Usage: "bytes per SEND, KiB, 1 to 16384"},
 		&cli.DurationFlag{Name: "interval", Value: time.Second, EnvVars: []string{"MROCE_INTERVAL"}, Usage: "time between interval reports (0: none)"},
@@ -361,6 +361,11 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 	p := newPrinter("receiver", out, o, planes, nil)
 	if p.text {
 		fmt.Fprintf(out, "listening on %v port %d\n", planes, o.port)
+		if h.Inbound > 0 {
+			fmt.Fprintf(out, "rate hints share %.2f Gb/s of payload among senders (%s; --inbound-gbps sets it)\n", h.Inbound*8/1e9, h.InboundFrom)
+		} else {
+			fmt.Fprintf(out, "no rate hints: %s (--inbound-gbps sets a capacity)\n", h.InboundFrom)
+		}
 	}
 	srv, err := serveTransfers(ctx, h.Device(), o)
 	if err != nil {
