@@ -201,8 +201,9 @@ func (pd *PD) Connect(ctx context.Context, remote Remote, sendCQ, recvCQ *CQ, op
 // A Sink call must not call the backend, so the connection the listener
 // closes is closed from AfterFunc's f, which may: at once for one that
 // overflows the queue, at its deadline for one not accepted. Closing
-// tells the peer with a normal CLOSE, as QP.Close does, since the
-// Backend has no way to name another reason.
+// tells the peer with a normal CLOSE, as QP.Close does: the transport's
+// CLOSE RESOURCE is the engine's to send, and an application's abort
+// code would speak for an application that never saw the connection.
 type Listener struct {
 	pd       *PD
 	h        ListenerHandle

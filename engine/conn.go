@@ -213,7 +213,7 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 func (c *Conn) Post(wr SendWR) error {
 	if c.state != Established {
 		if c.state == Closed {
-			return c.err
+			return ended(c.err)
 		}
 		return ErrNotReady
 	}
@@ -232,7 +232,7 @@ func (c *Conn) Post(wr SendWR) error {
 func (c *Conn) PostRecv(wr RecvWR) error {
 	switch c.state {
 	case Closed:
-		return c.err
+		return ended(c.err)
 	case Connecting:
 		return ErrNotReady
 	}

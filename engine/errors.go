@@ -17,6 +17,21 @@ var (
 	ErrNotReady      = errors.New("engine: connection not established")
 )
 
+// endedError is a post to a connection that has ended: ErrClosed, and
+// the reason it ended, which is its message.
+type endedError struct{ cause error }
+
+func (e *endedError) Error() string   { return e.cause.Error() }
+func (e *endedError) Unwrap() []error { return []error{ErrClosed, e.cause} }
+
+// ended is the error of a post to a connection that ended with err.
+func ended(err error) error {
+	if err == nil || err == ErrClosed {
+		return ErrClosed
+	}
+	return &endedError{err}
+}
+
 // PathMTUError ends a connection whose packet did not fit a path. The
 // kernel refused a Size-byte datagram from Src to Dst as larger than the
 // path MTU. The connection's MaxPacket must come down to what the path

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,5 +131,25 @@ func TestAbortTellsThePeerItsCode(t *testing.T) {
 		if len(pr.rb.done) != 1 || pr.rb.done[0].ID != 7 || !errors.As(pr.rb.done[0].Err, &remote) {
 			t.Fatalf("lose %d: the peer's posted receive completed %+v", lose, pr.rb.done)
 		}
+	}
+}
+
+// A post to a connection that has ended fails with ErrClosed, and its
+// message and chain name why the connection ended.
+func TestPostToAnEndedConnectionSaysWhy(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{NoProgress: liveness})
+	pr := n.connect(0, 1)
+	n.kill(1)
+	if !n.run(3*liveness, func() bool { return pr.a.State() == Closed }) {
+		t.Fatal("the connection did not end")
+	}
+	for _, err := range []error{pr.a.Post(SendWR{ID: 1, Op: OpSend, Stream: 1}), pr.a.PostRecv(RecvWR{ID: 2, Stream: 1})} {
+		if !errors.Is(err, ErrClosed) || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "no forward progress") {
+			t.Errorf("post: %v", err)
+		}
+	}
+	pr.b.Close()
+	if err := pr.b.PostRecv(RecvWR{ID: 3, Stream: 1}); err != ErrClosed {
+		t.Errorf("post after Close: %v", err)
 	}
 }

@@ -46,10 +46,13 @@ func (r Record) Present() []string {
 	return out
 }
 
-// ours says whether rn's namespace exists and is the one recorded.
+// ours says whether rn's namespace exists and is the one recorded. One
+// recorded without an inode was claimed and never made, or made by an Up
+// that died before it wrote the inode down: either way nothing shows it
+// is Up's, so it is not.
 func ours(rn RecordedNamespace) bool {
 	ino, err := namespaceInode(rn.Name)
-	return err == nil && (rn.Inode == 0 || rn.Inode == ino)
+	return err == nil && rn.Inode != 0 && rn.Inode == ino
 }
 
 // procStat reads a process's start time, in clock ticks after boot, and

@@ -64,11 +64,13 @@ type Trailer struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Verdict is the receiver's answer.
+// Verdict is the receiver's answer. A receiver that gives up before the
+// trailer sends no SHA-256, and Code says why.
 type Verdict struct {
 	OK     bool   `json:"ok"`
 	SHA256 string `json:"sha256"`
 	Error  string `json:"error,omitempty"`
+	Code   Code   `json:"code,omitempty"`
 }
 
 // Progress is how far a transfer is.
@@ -218,6 +220,8 @@ func (c Conn) giveUp(code Code, err error) error {
 		code = CodeInterrupted
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrImpatient):
 		code = CodeTimeout
+	case code == CodeTimeout:
+		code = CodeFailed // a wait that failed for another reason than time
 	}
 	c.QP.Abort(uint32(code))
 	return err
@@ -241,7 +245,7 @@ func (c Conn) cause(side string, err error) error {
 func (c Conn) refuse(code Code, err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	c.answer(ctx, Verdict{Error: strings.TrimPrefix(err.Error(), "filexfer: ")})
+	c.answer(ctx, Verdict{Error: strings.TrimPrefix(err.Error(), "filexfer: "), Code: code})
 	return c.giveUp(code, err)
 }
 

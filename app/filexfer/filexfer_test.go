@@ -2,6 +2,7 @@ package filexfer
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -119,11 +120,18 @@ func TestEachSideTellsTheOtherWhyItGaveUp(t *testing.T) {
 		recvCtx      func(context.Context) context.Context
 		stallReader  bool
 		recvPatience time.Duration
+		size         int64 // 0: the whole 64 MiB
 	}{
 		{name: "disk full", failing: "receiver", code: CodeWrite, reason: "no space left on device",
 			open: func(Header) (io.Writer, error) { return &failingWriter{limit: 3 << 20}, nil }},
 		{name: "refused", failing: "receiver", code: CodeRefused, reason: "the output file exists",
 			open: func(Header) (io.Writer, error) { return nil, ErrExists }},
+		// All of it sent before the refusal, which the sender reads as its
+		// verdict.
+		{name: "refused, small", failing: "receiver", code: CodeRefused, reason: "the output file exists", size: 1000,
+			open: func(Header) (io.Writer, error) { return nil, ErrExists }},
+		{name: "disk full, small", failing: "receiver", code: CodeWrite, reason: "no space left on device", size: 100 << 10,
+			open: func(Header) (io.Writer, error) { return &failingWriter{limit: 10 << 10}, nil }},
 		{name: "sender interrupted", failing: "sender", code: CodeInterrupted, sendCtx: cancelAfter(20 * time.Millisecond)},
 		{name: "receiver interrupted", failing: "receiver", code: CodeInterrupted, recvCtx: cancelAfter(20 * time.Millisecond)},
 		{name: "sender stalls", failing: "receiver", code: CodeTimeout, stallReader: true, recvPatience: 200 * time.Millisecond},
@@ -143,7 +151,8 @@ func TestEachSideTellsTheOtherWhyItGaveUp(t *testing.T) {
 			if open == nil {
 				open = func(Header) (io.Writer, error) { return io.Discard, nil }
 			}
-			var r io.Reader = bytes.NewReader(data)
+			n := cmp.Or(c.size, size)
+			var r io.Reader = bytes.NewReader(data[:n])
 			stalled := make(chan struct{})
 			if c.stallReader {
 				r = io.MultiReader(io.LimitReader(r, 1<<20), &stallingReader{until: stalled}, r)
@@ -155,7 +164,7 @@ func TestEachSideTellsTheOtherWhyItGaveUp(t *testing.T) {
 				_, rerr = ReceiveFile(rctx, rcv, open, Options{Depth: 4, Patience: c.recvPatience})
 				close(stalled)
 			}()
-			_, serr := SendFile(sctx, snd, r, "data.bin", size, Options{Chunk: 256 << 10, Depth: 4})
+			_, serr := SendFile(sctx, snd, r, "data.bin", n, Options{Chunk: 64 << 10, Depth: 4})
 			<-done
 			failer, other, otherSide := rerr, serr, "receiver"
 			if c.failing == "sender" {

@@ -36,8 +36,8 @@ type Incoming struct {
 }
 
 // AwaitHeader posts a receive for the sender's header and waits for it.
-// The buffers for the data are registered and posted only once the header
-// is taken, sized by its chunk, so that a connection that never sends one
+// The buffers for the data are registered and posted only by Receive,
+// sized by the header's chunk, so that a connection that is never taken
 // holds a few KiB and not Depth chunks. A header that is not one, or whose
 // chunk is over o.Chunk, is refused here.
 func AwaitHeader(ctx context.Context, c Conn, o Options) (*Incoming, error) {
@@ -58,10 +58,6 @@ func AwaitHeader(ctx context.Context, c Conn, o Options) (*Incoming, error) {
 	if in.Header.Chunk > o.Chunk {
 		return nil, in.refuse(CodeRefused, fmt.Errorf("filexfer: the sender's chunk of %d bytes is over this receiver's %d", in.Header.Chunk, o.Chunk))
 	}
-	if err := r.equip(in.Header.Chunk); err != nil {
-		r.release()
-		return nil, c.giveUp(CodeFailed, c.cause("sender", err))
-	}
 	return in, nil
 }
 
@@ -81,6 +77,9 @@ func (in *Incoming) Receive(ctx context.Context, w io.Writer, progress func(Prog
 	defer r.release()
 	r.ctx, r.o.Progress = ctx, progress
 	res := Result{Header: in.Header}
+	if err := r.equip(in.Header.Chunk); err != nil {
+		return res, r.c.giveUp(CodeFailed, r.c.cause("sender", err))
+	}
 	if err := r.receiveData(w, res.Header.Size); err != nil {
 		return res, err
 	}

@@ -1,6 +1,7 @@
 package filexfer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -51,10 +52,12 @@ func SendFile(ctx context.Context, c Conn, r io.Reader, name string, size int64,
 		return res, err
 	}
 	if !v.OK {
-		if v.SHA256 != res.SHA256 {
+		if v.SHA256 != "" && v.SHA256 != res.SHA256 {
 			return res, fmt.Errorf("%w: the receiver computed %s, the sender %s (%s)", ErrMismatch, v.SHA256, res.SHA256, v.Error)
 		}
-		return res, &PeerError{Side: "receiver", Code: CodeRefused, Reason: v.Error}
+		// A receiver that gave up before the trailer, whose verdict came
+		// after the last chunk was sent.
+		return res, &PeerError{Side: "receiver", Code: cmp.Or(v.Code, CodeRefused), Reason: v.Error}
 	}
 	return res, nil
 }
@@ -204,6 +207,7 @@ func (s *fileSender) refused(err error) error {
 	if s.early.Status == endpoint.StatusOK {
 		if v, verr := parseVerdict(s.verdictBuf.Bytes()[:s.early.Bytes]); verr == nil {
 			pe.Reason = v.Error
+			pe.Code = cmp.Or(v.Code, pe.Code)
 		}
 	}
 	return err

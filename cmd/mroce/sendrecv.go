@@ -409,6 +409,8 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 		case save.keepPartial:
 			if name, kerr := file.KeepPartial(); kerr == nil {
 				fmt.Fprintf(errOut, "recv: the partial data is in %s\n", name)
+			} else {
+				fmt.Fprintf(errOut, "recv: the partial data could not be kept: %v\n", kerr)
 			}
 		default:
 			file.Abort()
