@@ -464,6 +464,12 @@ type transferOffer struct {
 // and accept deadline bound what waits to be accepted.
 const maxAwaiting = 64
 
+// headerWait bounds the wait for a connection's header, below --timeout
+// when that is longer. A sender sends its header as soon as it has
+// connected, so one that has not by then holds a slot of maxAwaiting for
+// nothing.
+const headerWait = 5 * time.Second
+
 // errBusy turns away a sender that arrives after the transfer was chosen.
 var errBusy = errors.New("this receiver takes one transfer and has one")
 
@@ -504,7 +510,9 @@ func serveTransfers(ctx context.Context, dev *endpoint.Device, o transferOptions
 // connection that fails first is closed and logged.
 func (s *transferServer) await(ctx context.Context, qp *endpoint.QP) {
 	conn := filexfer.Conn{PD: s.pd, QP: qp, Send: qp.SendCQ(), Recv: qp.RecvCQ()}
-	in, err := filexfer.AwaitHeader(ctx, conn, filexfer.Options{Chunk: max(s.o.chunk, 16<<20), Patience: s.o.noProgress})
+	hctx, cancel := context.WithTimeout(ctx, min(headerWait, s.o.noProgress))
+	defer cancel()
+	in, err := filexfer.AwaitHeader(hctx, conn, filexfer.Options{Chunk: max(s.o.chunk, 16<<20), Patience: s.o.noProgress})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.o.log.Warn("a connection failed before its transfer began", "err", err)
