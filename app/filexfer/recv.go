@@ -179,6 +179,9 @@ func (r *fileReceiver) next(what string) ([]byte, int, error) {
 func (r *fileReceiver) receiveData(w io.Writer, size int64) error {
 	var got int64
 	for got < size {
+		if err := r.ctx.Err(); err != nil {
+			return r.c.giveUp(CodeInterrupted, err)
+		}
 		b, i, err := r.next("data")
 		if err != nil {
 			return err

@@ -128,6 +128,11 @@ func (s *fileSender) sendControl(id uint64, off int, v any) error {
 func (s *fileSender) sendData(r io.Reader, size int64) error {
 	var sent int64
 	for sent < size {
+		// A sender that never waits, its slots freed as fast as it fills
+		// them, would not see an interrupt otherwise.
+		if err := s.ctx.Err(); err != nil {
+			return s.c.giveUp(CodeInterrupted, err)
+		}
 		for len(s.free) == 0 {
 			if err := s.reap(true); err != nil {
 				return err

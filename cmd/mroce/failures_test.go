@@ -149,7 +149,9 @@ func TestLargeFailuresEndBothSides(t *testing.T) {
 				t.Fatalf("exit statuses %d (%s) and %d (other), want %d and %d\n%s:\n%s\nother:\n%s",
 					status, c.victim, otherStatus, c.status, c.other, c.victim, victim.out.String(), other.out.String())
 			}
-			if took := other.at.Sub(failed); took > c.deadline {
+			took := other.at.Sub(failed)
+			t.Logf("the other side ended %v after the %s failed", took.Round(time.Millisecond), c.victim)
+			if took > c.deadline {
 				t.Errorf("the other side took %v to end, want at most %v", took, c.deadline)
 			}
 			if !regexp.MustCompile(c.says).MatchString(other.out.String()) {

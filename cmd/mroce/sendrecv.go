@@ -165,15 +165,10 @@ func recvCommand() *cli.Command {
 			if len(planes) == 0 {
 				return usagef(c, "recv: --listen: no address")
 			}
-			ctx, stop := interruptible(c.Context)
-			defer stop()
-			stopProfile, err := startCPUProfile(c.String("cpuprofile"))
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
 			out := outputOptions{overwrite: c.Bool("overwrite"), keepPartial: c.Bool("keep-partial")}
-			return transferStatus(ctx, runRecv(ctx, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), out, o))
+			return transferCommand(c, func(ctx context.Context) error {
+				return runRecv(ctx, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), out, o)
+			})
 		},
 	}
 }
@@ -218,16 +213,25 @@ func sendCommand() *cli.Command {
 				return err
 			}
 			defer src.Close()
-			ctx, stop := interruptible(c.Context)
-			defer stop()
-			stopProfile, err := startCPUProfile(c.String("cpuprofile"))
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
-			return transferStatus(ctx, runSend(ctx, c.App.Writer, c.App.ErrWriter, local, to, src, o))
+			return transferCommand(c, func(ctx context.Context) error {
+				return runSend(ctx, c.App.Writer, c.App.ErrWriter, local, to, src, o)
+			})
 		},
 	}
+}
+
+// transferCommand runs send's or recv's run with a context that SIGINT
+// and SIGTERM cancel, under --cpuprofile, and gives its failure the exit
+// status of the side that failed.
+func transferCommand(c *cli.Context, run func(ctx context.Context) error) error {
+	ctx, stop := interruptible(c.Context)
+	defer stop()
+	stopProfile, err := startCPUProfile(c.String("cpuprofile"))
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	return transferStatus(ctx, run(ctx))
 }
 
 // clientLocal is --local, or else the system's source address for each
