@@ -40,7 +40,8 @@ import (
 //     none.
 //   - Progress waits until cond holds. A driver polls its completion
 //     queues or sleeps on its interrupt, and delivers completions to the
-//     Sinks before evaluating cond.
+//     Sinks before evaluating cond. It may evaluate cond once more after
+//     it has returned for ctx, so the API's conditions only look.
 //   - AfterFunc is the backend's clock, which the API's own deadlines run
 //     on: virtual time under a simulation, the host's clock on hardware.
 //     It calls f once d has passed, never before AfterFunc returns. f

@@ -348,27 +348,27 @@ func (pd *PD) Listen(sendCQ, recvCQ *CQ, opts QPOptions) (*Listener, error) {
 // the order they completed. One that fails its handshake, or that waited
 // past the listener's AcceptTimeout, is never returned.
 func (l *Listener) Accept(ctx context.Context) (*QP, error) {
-	var qp *QP
-	var stop func() bool
-	closed := false
+	// The condition only looks: a backend may still evaluate it after
+	// Progress has returned for the context, so the connection is taken
+	// here, on the caller's goroutine.
 	err := l.pd.dev.b.Progress(ctx, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		switch {
-		case l.closed:
-			closed = true
-		case len(l.ready) > 0:
-			qp, stop = l.ready[0], l.ready[0].expire
-			l.ready = slices.Delete(l.ready, 0, 1)
-			qp.expire = nil
-			qp.mu.Lock()
-			qp.lis = nil
-			qp.mu.Unlock()
-		default:
-			return false
-		}
-		return true
+		return l.closed || len(l.ready) > 0
 	})
+	l.mu.Lock()
+	var qp *QP
+	var stop func() bool
+	if len(l.ready) > 0 {
+		qp, stop = l.ready[0], l.ready[0].expire
+		l.ready = slices.Delete(l.ready, 0, 1)
+		qp.expire = nil
+		qp.mu.Lock()
+		qp.lis = nil
+		qp.mu.Unlock()
+	}
+	closed := l.closed
+	l.mu.Unlock()
 	if stop != nil {
 		stop() // should it fire all the same, it no longer finds the connection
 	}
