@@ -327,9 +327,6 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	close(stop)
 	wg.Wait()
 	logPathEvents(o.log, conn.QP)
-	if err != nil {
-		o.log.Error("transfer failed", "err", err)
-	}
 	tel := conn.QP.Telemetry()
 	if err == nil {
 		p.tick(tel)
