@@ -311,8 +311,8 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	p.report.Name, p.report.Size = src.name, src.size
 	p.report.Paths, p.report.MaxPacket = got.Paths, got.MaxPacket
 	if p.text {
-		fmt.Fprintf(out, "sending %s (%s) to %v port %d over %d paths on %d planes, packets of up to %d bytes\n",
-			src.name, sizeText(src.size), to, o.port, got.Paths, len(to), got.MaxPacket)
+		fmt.Fprintf(out, "sending %s (%s) to %v port %d over %s on %s, packets of up to %d bytes\n",
+			src.name, sizeText(src.size), to, o.port, count(got.Paths, "path"), count(len(to), "plane"), got.MaxPacket)
 		for _, note := range settled(o, got) {
 			fmt.Fprintln(out, "note: "+note)
 		}
@@ -333,6 +333,14 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 		conn.QP.Close()
 	}
 	return p.finish(res, tel, mtuAdvice(err))
+}
+
+// count is n things, in the singular for one.
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // settled says where the handshake settled below what this side asked
@@ -384,7 +392,7 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 	p.startBar(errOut, in.Header.Size)
 	if p.text {
 		p.clearBar()
-		fmt.Fprintf(out, "receiving %q (%s) over %d paths, packets of up to %d bytes\n", in.Header.Name, sizeText(in.Header.Size), got.Paths, got.MaxPacket)
+		fmt.Fprintf(out, "receiving %q (%s) over %s, packets of up to %d bytes\n", in.Header.Name, sizeText(in.Header.Size), count(got.Paths, "path"), got.MaxPacket)
 	}
 	// The data goes to a temporary file beside the target, renamed to it
 	// once the SHA-256 is verified; a failed transfer leaves nothing, or a
