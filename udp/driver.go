@@ -124,7 +124,7 @@ func (c *Config) fill() error {
 func (c *Config) fitMTU() error {
 	fit := 9000
 	for _, plane := range c.Planes {
-		mtu, ifname, err := interfaceMTU(plane)
+		mtu, ifname, err := InterfaceMTU(plane)
 		if err != nil {
 			return err
 		}
@@ -145,8 +145,9 @@ func (c *Config) fitMTU() error {
 	return nil
 }
 
-// interfaceMTU finds the interface that holds addr and returns its MTU.
-func interfaceMTU(addr netip.Addr) (int, string, error) {
+// InterfaceMTU finds the local interface that holds addr and returns its
+// MTU and name.
+func InterfaceMTU(addr netip.Addr) (int, string, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return 0, "", fmt.Errorf("udp: listing interfaces: %w", err)

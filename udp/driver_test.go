@@ -375,7 +375,7 @@ func TestMaxDatagramFitsTheMTU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	mtu, _, err := interfaceMTU(lo[0])
+	mtu, _, err := InterfaceMTU(lo[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package host
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/proto"
+	"github.com/mroce/mroce/udp"
 )
 
 // sysClassNet is where Linux reports an interface's speed.
@@ -33,17 +33,17 @@ func InboundFromLinks(planes []netip.Addr, maxPacket int) (capacity float64, why
 func inboundFromLinks(planes []netip.Addr, maxPacket int, sysfs string) (float64, string) {
 	var total float64
 	for _, a := range planes {
-		ifc, err := interfaceOf(a)
+		mtu, name, err := udp.InterfaceMTU(a)
 		if err != nil {
 			return 0, err.Error()
 		}
-		bps, ok := linkSpeed(sysfs, ifc.Name)
+		bps, ok := linkSpeed(sysfs, name)
 		if !ok {
-			return 0, fmt.Sprintf("%s (%v) reports no link speed", ifc.Name, a)
+			return 0, fmt.Sprintf("%s (%v) reports no link speed", name, a)
 		}
 		size := maxPacket
 		if size == 0 {
-			size = min(ifc.MTU-ipUDPHeaders(a), 9000)
+			size = min(mtu-ipUDPHeaders(a), 9000)
 		}
 		total += bps / 8 * payloadShare(size, a)
 	}
@@ -84,35 +84,4 @@ func ipUDPHeaders(a netip.Addr) int {
 		return 48
 	}
 	return 28
-}
-
-// interfaceOf is the interface that holds address a.
-func interfaceOf(a netip.Addr) (net.Interface, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return net.Interface{}, err
-	}
-	// The address itself, or else a subnet that holds it, as loopback's
-	// 127.0.0.0/8 holds every 127.x address.
-	var holder *net.Interface
-	for i, ifc := range ifs {
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, ad := range addrs {
-			p, err := netip.ParsePrefix(ad.String())
-			switch {
-			case err != nil:
-			case p.Addr().Unmap() == a:
-				return ifc, nil
-			case holder == nil && p.Contains(a):
-				holder = &ifs[i]
-			}
-		}
-	}
-	if holder != nil {
-		return *holder, nil
-	}
-	return net.Interface{}, fmt.Errorf("no interface holds %v", a)
 }

@@ -45,7 +45,7 @@ func TestInboundFromLinks(t *testing.T) {
 	if c, why := inboundFromLinks(lo, 9000, t.TempDir()); c != 0 || !strings.Contains(why, "reports no link speed") {
 		t.Errorf("no speed: %v, %q", c, why)
 	}
-	if c, why := inboundFromLinks([]netip.Addr{netip.MustParseAddr("2001:db8::77")}, 0, sysfs); c != 0 || !strings.Contains(why, "no interface") {
+	if c, why := inboundFromLinks([]netip.Addr{netip.MustParseAddr("192.0.2.1")}, 0, sysfs); c != 0 || !strings.Contains(why, "no local interface") {
 		t.Errorf("an address no interface holds: %v, %q", c, why)
 	}
 }
