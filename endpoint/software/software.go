@@ -299,23 +299,23 @@ func (s *Software) PostRecv(qp endpoint.QPHandle, wr endpoint.RecvWR) error {
 // CloseQP closes the connection. It sends CLOSE to the peer and flushes
 // outstanding work, by docs/spec.md section 8.5.
 func (s *Software) CloseQP(qp endpoint.QPHandle) error {
-	c, err := conn(qp)
-	if err != nil {
-		return err
-	}
-	s.runner.Do(func() { c.Close() })
-	return nil // a stopped engine's connections ended with it
+	return s.end(qp, (*engine.Conn).Close)
 }
 
 // AbortQP ends the connection at once and tells the peer code in a CLOSE
 // APPLICATION, by docs/spec.md section 8.5.
 func (s *Software) AbortQP(qp endpoint.QPHandle, code uint32) error {
+	return s.end(qp, func(c *engine.Conn) { c.Abort(code) })
+}
+
+// end ends the connection qp on the engine's loop, the way given.
+func (s *Software) end(qp endpoint.QPHandle, how func(*engine.Conn)) error {
 	c, err := conn(qp)
 	if err != nil {
 		return err
 	}
-	s.runner.Do(func() { c.Abort(code) })
-	return nil
+	s.runner.Do(func() { how(c) })
+	return nil // a stopped engine's connections ended with it
 }
 
 // Params reads what the connection's handshake settled.
