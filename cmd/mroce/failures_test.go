@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -227,5 +228,49 @@ func TestLargeRecvServesPastASilentConnection(t *testing.T) {
 	}
 	if !strings.Contains(recv.out.String(), "SHA-256 matches") {
 		t.Errorf("recv did not verify the transfer:\n%s", recv.out.String())
+	}
+}
+
+// recv gives a connection that says nothing at most min(5 s, --timeout)
+// for its header, then aborts it with the code for giving up waiting, and
+// goes on serving: the next sender's transfer arrives.
+func TestRecvGivesUpOnASilentConnection(t *testing.T) {
+	const timeout = time.Second
+	port := freePort(t, "127.0.0.88")
+	done := make(chan error, 1)
+	go func() {
+		o := transferOptions{port: uint16(port), paths: 2, sourcePorts: 16, chunk: 1 << 20, interval: time.Hour, noProgress: timeout}
+		done <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.88")}, "", outputOptions{}, o)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	h, err := host.Open([]netip.Addr{netip.MustParseAddr("127.0.0.88")}, host.Options{Paths: 1, SourcePorts: 1, NoProgress: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	silent, err := filexfer.Dial(ctx, h.Device(), endpoint.Remote{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.88")}, Port: uint16(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	connected := time.Now()
+	var abort *endpoint.AbortError
+	for time.Since(connected) < 5*time.Second {
+		if st, err := silent.QP.State(); st == endpoint.Closed {
+			if !errors.As(err, &abort) || !abort.Remote || filexfer.Code(abort.Code) != filexfer.CodeTimeout {
+				t.Fatalf("the silent connection ended with %v, want the receiver's %v", err, filexfer.CodeTimeout)
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if abort == nil {
+		t.Fatalf("the silent connection still open %v after it connected, with --timeout %v", time.Since(connected), timeout)
+	}
+	t.Logf("the silent connection was given up %v after it connected", time.Since(connected).Round(time.Millisecond))
+	s := runCLI(t, "", "send", "--to", "127.0.0.88", "--port", fmt.Sprint(port), "--size-mib", "1", "--paths", "2")
+	if err := <-done; err != nil || s.code != 0 {
+		t.Fatalf("recv: %v; send: exit %d: %s", err, s.code, s.stderr)
 	}
 }
