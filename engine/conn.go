@@ -98,6 +98,21 @@ func (c *Conn) setRemote(p int, a netip.Addr) {
 	}
 }
 
+// sharedPlane finds the plane of a packet from src that arrived on a
+// local address several planes share, as loopback planes do when the
+// system picks 127.0.0.1 for each. The local address then names the first
+// of them, and the peer's address tells them apart. It returns -1 when no
+// plane with plane's local address has src as the peer's.
+func (c *Conn) sharedPlane(plane int, src netip.Addr) int {
+	local := c.ep.cfg.Planes[plane]
+	for p, a := range c.ep.cfg.Planes {
+		if a == local && p != plane && c.knows(p) && c.remote[p] == src {
+			return p
+		}
+	}
+	return -1
+}
+
 // PeerID is the peer's id for this connection.
 func (c *Conn) PeerID() uint32 { return c.peerID }
 
@@ -171,6 +186,10 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	case !c.knows(plane):
 		c.setRemote(plane, d.Src.Addr()) // learn the peer's address on this plane (spec section 8.1)
 	case d.Src.Addr() != c.remote[plane]:
+		if p := c.sharedPlane(plane, d.Src.Addr()); p >= 0 {
+			plane = p
+			break
+		}
 		// The peer's address on a plane does not change; its source ports
 		// may. A packet from another address is not the peer's (spec
 		// section 9, step 7).

@@ -2,10 +2,13 @@ package engine
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/pathmgr"
@@ -138,5 +141,64 @@ func TestBlackholedPlaneProbedAtMostBadProbeMaxApart(t *testing.T) {
 			t.Errorf("path %d GOOD again at %v: the plane was repaired at %v", path, back, repairAt)
 		}
 		t.Logf("path %d: %d probes, GOOD again %v after the repair", path, len(times), back-repairAt)
+	}
+}
+
+// oneLocalAddress stands between host 0 of a fabric and its endpoint, which
+// has every plane on plane 0's address, as loopback planes do when the
+// system picks 127.0.0.1 for each. What the endpoint sends leaves on the
+// plane of its destination, and everything arrives addressed to the one
+// local address.
+type oneLocalAddress struct {
+	link.Port
+	ep    link.Receiver
+	local netip.Addr
+}
+
+func (o *oneLocalAddress) Send(batch []link.Datagram) {
+	for i := range batch {
+		plane := int(batch[i].Dst.Addr().As4()[1]) // netem.Addr's plane byte
+		batch[i].Src = netip.AddrPortFrom(netem.Addr(plane, 0), batch[i].Src.Port())
+	}
+	o.Port.Send(batch)
+}
+
+func (o *oneLocalAddress) Receive(d *link.Datagram, at clock.Time) {
+	d.Dst = netip.AddrPortFrom(o.local, d.Dst.Port())
+	o.ep.Receive(d, at)
+}
+
+// Planes that share a local address are told apart by the peer's address
+// on each. Every packet the peer sends on plane 1, ACKs, NACKs and probe
+// replies, reaches the connection as plane 1's: none is dropped as from a
+// wrong source, every path is sampled, and none times out.
+func TestPlanesSharingALocalAddress(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
+	local := netem.Addr(0, 0)
+	wrap := &oneLocalAddress{Port: n.fab.Host(0), local: local}
+	ep, err := NewEndpoint(Config{Planes: []netip.Addr{local, local}, Paths: 4, Streams: 1, Random: seeded(7)}, n.sim, wrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrap.ep = ep
+	n.fab.Host(0).Attach(wrap)
+	n.hosts[0].ep = ep
+	pr := n.connect(0, 1)
+	const size = 4 << 20
+	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
+		t.Fatalf("the WRITE did not complete: %+v", pr.ra.done)
+	}
+	if w := ep.Stats().WrongSource; w != 0 {
+		t.Errorf("%d packets of the peer dropped as from a wrong source", w)
+	}
+	for _, p := range pr.a.Telemetry() {
+		if p.RTT.Samples == 0 || p.Timeouts != 0 || p.PacketsSent == 0 {
+			t.Errorf("path %d on plane %d: %d RTT samples, %d timeouts, %d packets", p.Path, p.Plane, p.RTT.Samples, p.Timeouts, p.PacketsSent)
+		}
 	}
 }
