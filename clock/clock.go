@@ -45,3 +45,14 @@ type Timer interface {
 	// Deadline is when the timer fires, or Never when it is stopped.
 	Deadline() Time
 }
+
+// A Scheduler is a Clock that runs on a host that may not run it on time,
+// and knows by how much. Late is the longest delay, in the last second or
+// two, between when an event was due and when the host let it run: the
+// host's scheduling delay. A Sim never runs late and is not a Scheduler.
+// Protocol timers keep that much more, so that a busy host does not take
+// its own slowness for loss.
+type Scheduler interface {
+	Clock
+	Late() time.Duration
+}

@@ -2,6 +2,7 @@ package clock
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,6 +65,63 @@ func TestLoopRunsTurnEndAfterTheTurnsWork(t *testing.T) {
 	}
 	if got != "a b c end d end " {
 		t.Fatalf("order %q, want a b c end d end", got)
+	}
+}
+
+// On an endpoint's loop, work posted while the loop was held up runs before
+// a timer that fell due meanwhile, and the timer sees the time it actually
+// runs at. A plain loop keeps the Sim's order and times instead.
+func TestEndpointLoopRunsInputBeforeLateTimers(t *testing.T) {
+	for _, endpoint := range []bool{true, false} {
+		l := NewLoop()
+		if endpoint {
+			l = NewEndpointLoop()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- l.Run(ctx) }()
+		var order []string
+		var start, due, firedAt Time
+		l.Post(func() {
+			start = l.Now()
+			due = start.Add(time.Millisecond)
+			l.NewTimer(func() { order = append(order, "timer"); firedAt = l.Now() }).Reset(due)
+			time.Sleep(30 * time.Millisecond) // the host does not run the loop
+			l.Post(func() { order = append(order, "input") })
+			l.Post(func() {}) // a turn later, both have run
+			l.Post(cancel)
+		})
+		<-done
+		got := fmt.Sprint(order)
+		switch {
+		case endpoint && got != "[input timer]":
+			t.Fatalf("endpoint loop ran %v, want the input first", got)
+		case endpoint && firedAt < start.Add(30*time.Millisecond):
+			t.Fatalf("endpoint loop: the late timer saw %v, before the %v it ran at", firedAt, start.Add(30*time.Millisecond))
+		case !endpoint && (got != "[timer input]" || firedAt != due):
+			t.Fatalf("plain loop ran %v, the timer at %v; want the timer first at its own time %v", got, firedAt, due)
+		}
+	}
+}
+
+// A loop that runs an event late says by how much: Late is at least the
+// time the event waited past its due time.
+func TestLoopMeasuresLateness(t *testing.T) {
+	l := NewEndpointLoop()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	var late time.Duration
+	l.Post(func() {
+		if l.Late() != 0 {
+			t.Errorf("a new loop is %v late", l.Late())
+		}
+		l.NewTimer(func() { late = l.Late(); cancel() }).Reset(l.Now().Add(time.Millisecond))
+		time.Sleep(30 * time.Millisecond) // the timer falls 29 ms behind
+	})
+	<-done
+	if late < 29*time.Millisecond {
+		t.Fatalf("Late is %v after a timer ran 29 ms late", late)
 	}
 }
 

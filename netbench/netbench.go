@@ -136,7 +136,7 @@ func (m *mrocePair) close() {
 // a connection of paths paths from a. The pair it returns, even with an
 // error, must be closed.
 func connectPair(ctx context.Context, size, paths int) (*mrocePair, error) {
-	m := &mrocePair{la: clock.NewLoop(), lb: clock.NewLoop()}
+	m := &mrocePair{la: clock.NewEndpointLoop(), lb: clock.NewEndpointLoop()}
 	la, lb := m.la, m.lb
 	go la.Run(ctx)
 	go lb.Run(ctx)

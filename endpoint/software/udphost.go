@@ -122,7 +122,7 @@ func OpenUDPEngine(cfg engine.Config, wrappers ...Wrapper) (*UDPHost, error) {
 		return nil, errors.New("software: placeholder payloads are for simulations, not sockets")
 	}
 	cfg = RealTimeTimers(cfg)
-	loop := clock.NewLoop()
+	loop := clock.NewEndpointLoop()
 	drv, err := udp.New(udp.Config{Planes: cfg.Planes, Port: cfg.Port, SourcePorts: cfg.SourcePorts, MaxDatagram: cfg.MaxPacket}, loop)
 	if err != nil {
 		return nil, err
