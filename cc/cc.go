@@ -93,3 +93,8 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) {
 // OnTimeout trims the window to its minimum after the path timed out. Other
 // paths are not touched, and random loss, a gap, never calls this.
 func (w *Window) OnTimeout() { w.w = w.p.Min }
+
+// Restore puts back v, the window a timeout cut, once an ACK shows that the
+// timeout was spurious: what it declared lost was only late. A window that
+// grew again since keeps the larger value.
+func (w *Window) Restore(v float64) { w.w = max(w.w, min(v, w.p.Max)) }

@@ -99,6 +99,40 @@ func TestPacer(t *testing.T) {
 	}
 }
 
+// A sender that waited for the pacer and ran late makes up the packets of
+// the time it lost, back to back, up to the limit; one that was idle does
+// not, and neither does a send after OnTime.
+func TestPacerLate(t *testing.T) {
+	burst := func(p *Pacer, now int64) int {
+		n := 0
+		for ok, _ := p.Ready(now); ok; ok, _ = p.Ready(now) {
+			p.Sent(now, 1000, 1e9) // 1 µs a packet
+			n++
+		}
+		return n
+	}
+	var p Pacer
+	p.Sent(0, 1000, 1e9) // next at 1000
+	p.Late(11000, time.Millisecond)
+	if n := burst(&p, 11000); n != 11 {
+		t.Fatalf("a wake 10 µs late sent %d packets at once, want 11: the 10 it owed and its own", n)
+	}
+	p.OnTime()
+	if _, at := p.Ready(11000); at != 12000 {
+		t.Fatalf("after the making up: next at %v, want 12000", at)
+	}
+	p.Late(1012000, 5*time.Microsecond) // a millisecond late, 5 µs made up
+	if n := burst(&p, 1012000); n != 6 {
+		t.Fatalf("a wake limited to 5 µs sent %d packets at once, want 6", n)
+	}
+	p.OnTime()
+	var q Pacer
+	q.Sent(0, 1000, 1e9)
+	if n := burst(&q, 50000); n != 1 {
+		t.Fatalf("a sender idle for 49 µs sent %d packets at once, want 1", n)
+	}
+}
+
 func TestRate(t *testing.T) {
 	// Two paths of 40 KB windows with RTTs of 10 µs and 20 µs give
 	// 4e9 + 2e9 B/s, paced 1.25 × faster.

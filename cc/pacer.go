@@ -11,6 +11,7 @@ type Pacer struct {
 	next      int64 // when the next packet may go
 	last      int64 // when the last packet went
 	lastBytes int
+	late      bool // making up for a late wake (see Late)
 }
 
 // Ready reports whether a packet may go at now, and if not, when.
@@ -29,10 +30,32 @@ func (p *Pacer) Sent(now int64, bytes int, rate float64) {
 		return
 	}
 	gap := int64(float64(bytes) / rate * float64(time.Second))
-	// A sender that fell idle does not bank the time it did not use.
-	p.next = max(p.next, now) + gap
+	if p.late && p.next < now {
+		p.next += gap // owed since a late wake
+	} else {
+		// A sender that fell idle does not bank the time it did not use.
+		p.late = false
+		p.next = max(p.next, now) + gap
+	}
 	p.last, p.lastBytes = now, bytes
 }
+
+// Late tells the pacer that a sender that waited for it runs at now, later
+// than the time the pacer gave. The host ran it late; the sender was not
+// idle. So the packets it would have sent meanwhile may go back to back,
+// up to limit's worth of them, until the pacer holds one back or OnTime is
+// called. An event loop's timer always fires a little late, and without
+// this every wake would lose its lateness from the rate.
+func (p *Pacer) Late(now int64, limit time.Duration) {
+	if p.next < now {
+		p.next = max(p.next, now-int64(limit))
+		p.late = true
+	}
+}
+
+// OnTime ends the making up that Late began. The sender calls it when the
+// sends of its late wake are done: later sends are paced from their time.
+func (p *Pacer) OnTime() { p.late = false }
 
 // Faster tells the pacer the rate rose to rate. The wait after the last
 // packet shrinks to what the new rate asks, so a gap taken at a low rate

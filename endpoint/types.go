@@ -187,10 +187,12 @@ type PathCounters struct {
 	Retransmits            uint64 // transmissions of content sent before
 	Lost                   uint64 // transmissions declared lost by a gap or a timeout
 	Timeouts               uint64 // retransmission timeouts
+	SpuriousTimeouts       uint64 // the Timeouts whose packets an ACK later reported received
 	CEMarks                uint64 // CE marks the peer reported for this path
 	Acked                  uint64 // transmissions reported received
 	Repaths                uint64
 	TailProbes             uint64 // retransmissions of a path's last packet to draw an ACK
+	Copies                 uint64 // retransmissions that sent a probe or a resend a second time, on another plane
 }
 
 // PathTelemetry is a snapshot of one path of a connection, by

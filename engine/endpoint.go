@@ -24,6 +24,7 @@ type Endpoint struct {
 	// What the endpoint runs on.
 	cfg     Config
 	clock   clock.Clock
+	sched   clock.Scheduler // the clock, when it knows how late its host runs it; nil in virtual time
 	port    link.Port
 	padPort paddingPort // the port, when placeholder payloads travel as its padding
 	random  io.Reader
@@ -70,6 +71,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 	if pp, ok := port.(paddingPort); ok && cfg.PlaceholderPayloads {
 		e.padPort = pp
 	}
+	e.sched, _ = clk.(clock.Scheduler)
 	if cfg.InboundCapacity > 0 && !cfg.NoRateHints {
 		e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.InboundCapacity, Horizon: cfg.HintHorizon})
 	}

@@ -57,6 +57,19 @@ func (p *sendPath) planeUp(now clock.Time) {
 // space continues at the next PSN (spec section 6.3).
 func (p *sendPath) repath(now clock.Time) bool { return p.Repath(now, p.next) }
 
+// routeSuspect reports whether the path's trouble may be its route, which
+// a new source port can change: another path of its plane is in service.
+// When every path of a plane has timed out together, the plane or the host
+// is what failed, a new port cannot help, and the path is only probed.
+func (p *sendPath) routeSuspect() bool {
+	for _, q := range p.s.paths {
+		if q != p && q.Plane() == p.Plane() && q.InUse() {
+			return true
+		}
+	}
+	return false
+}
+
 // sendProbe sends a PROBE on the path (spec section 5.10).
 func (p *sendPath) sendProbe() {
 	c := p.s.c
@@ -102,9 +115,12 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 
 // checkLoss adds one ACK record's verdicts on the path's packets to its
 // loss measurement. At the end of a round it moves the path to a new source
-// port when its loss stands out from the other paths' average (see
-// pathmgr.Path.LossOutlier). Random loss that hits every path alike changes
-// nothing, because loss is not taken as congestion here.
+// port when its loss stands out from the average of the other paths of its
+// plane (see pathmgr.Path.LossOutlier). A new port changes the route only
+// within the plane, where a switch hashes it (spec section 6.3). Loss that
+// hits every path of a plane alike is the plane's, and no port cures it.
+// Random loss changes nothing, because loss is not taken as congestion
+// here.
 func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	factor := p.s.c.ep.cfg.LossOutlierFactor
 	if !p.CountLoss(acked, lost) || factor < 0 {
@@ -112,7 +128,7 @@ func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	}
 	others, n := 0.0, 0
 	for _, q := range p.s.paths {
-		if avg := q.LossAverage(); q != p && avg >= 0 {
+		if avg := q.LossAverage(); q != p && q.Plane() == p.Plane() && avg >= 0 {
 			others += avg
 			n++
 		}

@@ -52,9 +52,15 @@ func (p *sendPath) tailProbe() {
 // onRTO declares everything unresolved on the path lost, to be resent on
 // other paths. The path goes to ASSUMED_BAD and takes no new data (spec
 // section 6.4). It is probed until a probe or an acknowledgment shows it
-// works. An unanswered probe repaths it.
+// works. An unanswered probe repaths it, where a new route can help. What
+// the timeout declared lost is remembered, in case an ACK shows that it
+// was only late (lateDelivery).
 func (p *sendPath) onRTO() {
 	s := p.s
+	if !p.lastTimeout.open || p.lastTimeout.epoch != p.Epoch() {
+		p.lastTimeout.from, p.lastTimeout.epoch, p.lastTimeout.window = p.oldest, p.Epoch(), p.cwin.Value()
+	}
+	p.lastTimeout.open, p.lastTimeout.to = true, p.next
 	p.cwin.OnTimeout() // this path's window only
 	p.windowChanged()
 	p.timedOut()
@@ -105,6 +111,7 @@ func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid i
 			}
 			s.transmit(dsn, d, q, true, probe)
 			s.stats.Copies++
+			q.Counters.Copies++
 			q.fireBy(s.c.ep.clock.Now().Add(q.timeout())) // the copy is q's newest packet
 			return
 		}
@@ -180,7 +187,7 @@ func (s *sender) probeOverdue(now clock.Time) {
 		if last {
 			// Never before the path's own shortest round trip. A slower
 			// plane's packet is not late by a faster plane's RTT.
-			margin = max(s.newestRTT, p.RTT.Min) + cfg.ProbeMin
+			margin = max(s.newestRTT, p.RTT.Min) + cfg.ProbeMin + s.c.ep.hostLate()
 		}
 		sent := p.slot(p.oldest).sentAt
 		p.fireBy(max(sent.Add(margin+d+cfg.AckDelay), now))
@@ -189,9 +196,10 @@ func (s *sender) probeOverdue(now clock.Time) {
 
 // overdueMargin is how long after it was sent a packet on path p is
 // overdue. It is the longer of the newest round trip and the path's
-// smoothed RTT, plus half of it. The half is at least ProbeMin, since the
-// planes' queues can differ by that much.
+// smoothed RTT, plus half of it, plus the host's scheduling delay
+// (hostLate). The half is at least ProbeMin, since the planes' queues can
+// differ by that much.
 func (s *sender) overdueMargin(p *sendPath) time.Duration {
 	late := func(rtt time.Duration) time.Duration { return rtt + max(rtt/2, s.c.ep.cfg.ProbeMin) }
-	return max(late(s.newestRTT), late(p.RTT.SRTT))
+	return max(late(s.newestRTT), late(p.RTT.SRTT)) + s.c.ep.hostLate()
 }

@@ -79,6 +79,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		p.Counters.CEMarks += uint64(d)
 		p.ce = rec.CECount()
 	}
+	if p.lastTimeout.open && e == p.lastTimeout.epoch {
+		p.lateDelivery(rec, h, at)
+	}
 	es := p.EpochStart(e)
 	resolved := false
 	ackedBefore := p.Counters.Acked
@@ -116,6 +119,46 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		p.Marked(at, max(p.RTT.SRTT, p.s.c.ep.cfg.AckDelay))
 	} else if resolved {
 		p.Clean()
+	}
+}
+
+// lateDelivery reads an ACK record for news of the packets the path's last
+// retransmission timeout declared lost. One reported received was only
+// late, so the timeout was spurious: the path, or the host running the
+// engine, was slow, not broken. Its DSN is acknowledged, so that a resend
+// still queued does not go. The path gets back the window the timeout cut
+// and returns to service at once, and the connection's timeouts keep the
+// round trip it revealed as their floor (lateFloor). A record that covers
+// every PSN the timeout declared lost ends the watch: whatever it does not report
+// received was lost indeed.
+func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
+	es := p.EpochStart(p.lastTimeout.epoch) // bits before it say nothing (spec section 6.3)
+	late := false
+	for psn := p.lastTimeout.from; psn != p.lastTimeout.to && proto.SeqLessEq(psn, h); psn++ {
+		if k := h - 1 - psn; proto.SeqLess(psn, es) || psn != h && (k >= 256 || !rec.Received(int(k))) {
+			continue
+		}
+		if r := p.slot(psn); r.psn == psn {
+			if !late {
+				p.s.sawLate(at.Sub(r.sentAt)) // the oldest, so the longest round trip
+			}
+			p.s.ackDSN(r.dsn)
+		}
+		late = true
+	}
+	if late || proto.SeqLessEq(p.lastTimeout.to-1, h) {
+		p.lastTimeout.open = false
+	}
+	if !late {
+		return
+	}
+	p.Counters.SpuriousTimeouts++
+	p.s.stats.Spurious++
+	p.cwin.Restore(p.lastTimeout.window)
+	p.windowChanged()
+	p.timeouts = 0
+	if p.Delivered() {
+		p.armTimer(at)
 	}
 }
 

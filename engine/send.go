@@ -44,6 +44,10 @@ type sender struct {
 	// trip.
 	newestAcked clock.Time
 	newestRTT   time.Duration
+	// late is the longest round trip a spurious timeout revealed, and
+	// lateAt when, for the timeouts' floor (see lateFloor).
+	late   time.Duration
+	lateAt clock.Time
 
 	// Rate. The pacer spaces packets at the windows' rate, times the pacing
 	// gain, capped by the receiver's hint. rateIn holds each path's window
@@ -225,9 +229,12 @@ func (s *sender) usable(p *sendPath, skip bool) bool {
 	return p.Ready(s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom() && s.c.knows(p.Plane())
 }
 
-// onPace is the pacer's wake-up.
+// onPace is the pacer's wake-up. A wake later than the pacer asked, as an
+// event loop on real sockets always is, may make up the time it lost.
 func (s *sender) onPace() {
+	s.pacer.Late(int64(s.c.ep.clock.Now()), pacerCatchUp)
 	s.pump()
+	s.pacer.OnTime()
 	s.c.ep.flush()
 }
 

@@ -44,6 +44,16 @@ type sendPath struct {
 	probed   bool  // a tail probe went out since the last acknowledgment
 	timeouts uint8 // retransmission timeouts in a row, saturating
 
+	// The last retransmission timeout, until an ACK record shows whether
+	// it was spurious: the PSNs it declared lost, their epoch and the
+	// window it cut (see lateDelivery).
+	lastTimeout struct {
+		open     bool
+		from, to uint32
+		epoch    uint8
+		window   float64
+	}
+
 	// The path manager's part: state, source port, epoch, RTT, counters.
 	pathmgr.Path
 }

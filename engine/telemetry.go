@@ -14,6 +14,7 @@ type SenderStats struct {
 	TailProbes  uint64
 	Copies      uint64 // retransmissions sent a second time on another plane, at a transfer's tail or for the DSN holding the window
 	Timeouts    uint64
+	Spurious    uint64 // the Timeouts whose packets an ACK later reported received
 	LossRepaths uint64 // paths moved to a new source port because their loss stood out
 	Nacks       uint64 // retryable NACKs received
 	BadAcks     uint64 // ACKs whose cumulative DSN passed what was sent, and records that named no path or PSN of ours

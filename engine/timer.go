@@ -62,8 +62,10 @@ func (p *sendPath) expired(now clock.Time) bool {
 		return false
 	case p.State() == pathmgr.AssumedBad:
 		// The route may be what failed, so the path moves to another (spec
-		// section 6.3).
-		p.repath(now)
+		// section 6.3), if its plane shows that a route can be the cause.
+		if p.routeSuspect() {
+			p.repath(now)
+		}
 		p.sendProbe()
 		p.timeouts = min(p.timeouts, 15) + 1 // at most 16, so that the count never wraps
 	case p.inflight == 0:
@@ -94,7 +96,8 @@ func (p *sendPath) probeTimeout() time.Duration {
 			// only late in an incast.
 			floor = cfg.ProbeMin
 		}
-		return min(max(2*p.RTT.SRTT+cfg.AckDelay, p.RTT.SRTT+p.s.drainTime()+cfg.AckDelay, floor), cfg.RTOMax)
+		late := p.s.c.ep.hostLate() // the host's scheduling delay (see adaptiveRTO)
+		return min(max(2*p.RTT.SRTT+cfg.AckDelay, p.RTT.SRTT+p.s.drainTime()+cfg.AckDelay, floor)+late, cfg.RTOMax)
 	}
 	if p.State() == pathmgr.AssumedBad {
 		// Probing doubles the wait, but only up to BadProbeMax. What failed
@@ -131,7 +134,7 @@ func (p *sendPath) adaptiveRTO(timeouts int) time.Duration {
 		rtt = p.s.slowestRTT()
 	}
 	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
-	rto = max(rto, rtt.SRTT+p.s.drainTime())
+	rto = max(rto, rtt.SRTT+p.s.drainTime()+p.s.c.ep.hostLate(), p.s.lateFloor())
 	if p.RTT.Samples == 0 && rtt.Samples > 0 {
 		rto *= 2
 	}
@@ -139,6 +142,36 @@ func (p *sendPath) adaptiveRTO(timeouts int) time.Duration {
 		rto *= 2
 	}
 	return min(rto, cfg.RTOMax)
+}
+
+// hostLate is how long the host may keep the engine from running: twice
+// the longest delay its clock's events saw of late, if the clock knows it
+// (clock.Scheduler). Twice, because the peer's host may be as busy and an
+// ACK waits on both. A timer that came in under it would take the host's
+// slowness for loss. It is 0 in virtual time.
+func (e *Endpoint) hostLate() time.Duration {
+	if e.sched == nil {
+		return 0
+	}
+	return 2 * e.sched.Late()
+}
+
+// lateFloor is the floor that spurious timeouts set under the connection's
+// retransmission timeouts: the longest round trip one of them revealed, and
+// a quarter more, halved for each lateMemory since. A host that stalls the
+// engine stalls all its paths alike, and an RTT estimate that forgot the
+// last stall times out again at the next. It is 0 before any.
+func (s *sender) lateFloor() time.Duration {
+	if s.late == 0 {
+		return 0
+	}
+	halvings := s.c.ep.clock.Now().Sub(s.lateAt) / lateMemory
+	return (s.late + s.late/4) >> min(halvings, 62)
+}
+
+// sawLate records the round trip rtt that a spurious timeout revealed.
+func (s *sender) sawLate(rtt time.Duration) {
+	s.late, s.lateAt = max(s.lateFloor()*4/5, rtt), s.c.ep.clock.Now()
 }
 
 // hinted reports whether the receiver has granted a rate. The drain time,

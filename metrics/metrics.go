@@ -52,6 +52,8 @@ var (
 		"Transmissions a path declared lost.", pathLabels, nil)
 	pathTimeouts = prometheus.NewDesc("mroce_path_timeouts_total",
 		"Retransmission timeouts of a path.", pathLabels, nil)
+	pathSpurious = prometheus.NewDesc("mroce_path_spurious_timeouts_total",
+		"Retransmission timeouts whose packets an ACK later reported received.", pathLabels, nil)
 	pathCE = prometheus.NewDesc("mroce_path_ce_marks_total",
 		"CE marks the receiver reported for a path's packets.", pathLabels, nil)
 	pathAcked = prometheus.NewDesc("mroce_path_acked_total",
@@ -78,7 +80,7 @@ var states = []endpoint.PathState{endpoint.PathGood, endpoint.PathSkip, endpoint
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathCE, pathAcked,
+	for _, d := range []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathSpurious, pathCE, pathAcked,
 		pathRepaths, pathRTT, pathMinRTT, pathWindow, pathInFlight, pathUtilization, pathState, connPaths} {
 		ch <- d
 	}
@@ -109,6 +111,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(pathRetransmits, p.Retransmits)
 			counter(pathLost, p.Lost)
 			counter(pathTimeouts, p.Timeouts)
+			counter(pathSpurious, p.SpuriousTimeouts)
 			counter(pathCE, p.CEMarks)
 			counter(pathAcked, p.Acked)
 			counter(pathRepaths, p.Repaths)

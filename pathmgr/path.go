@@ -15,7 +15,8 @@ type Ports struct {
 	// connection's path count, so that two paths never take the same port.
 	Stride int
 	// MPL is the maximum packet lifetime. A path moves at most once per
-	// MPL, so that a PSN range never lives in two routes' queues at once.
+	// MPL, so that a PSN range never lives in two routes' queues at once,
+	// and a path that keeps moving waits longer (see Path.Repath).
 	MPL time.Duration
 }
 
@@ -50,14 +51,30 @@ type Path struct {
 	Counters Counters
 
 	// Bookkeeping of repaths, probes and loss. portIndex is where port
-	// lies in the pool.
-	portIndex  int
-	ports      *Ports
-	repathedAt clock.Time
-	probeID    uint32
-	loss       lossMeter
-	listener   Listener
+	// lies in the pool. moves counts the repaths in a row, each soon after
+	// the one before. epochProbes is how many probes went out before the
+	// current epoch began.
+	portIndex   int
+	ports       *Ports
+	repathedAt  clock.Time
+	moves       uint8
+	probeID     uint32
+	epochProbes uint32
+	loss        lossMeter
+	listener    Listener
 }
+
+// Repathing and probing limits.
+const (
+	// maxMoveBackoff caps the doubling of the wait between repaths in a
+	// row: the longest wait is 2^maxMoveBackoff MPL.
+	maxMoveBackoff = 5
+	// probeMemory is how many of a path's newest probes a reply may
+	// answer. On a busy host a reply can take longer than the interval
+	// between probes, and a path whose replies all came after the next
+	// probe would never return to service.
+	probeMemory = 8
+)
 
 // Init makes p path id of its connection, on plane, starting at PSN
 // firstPSN in epoch 0, in state GOOD. l hears of its transitions.
@@ -149,8 +166,7 @@ func (p *Path) PlaneUp(probe bool) {
 	}
 }
 
-// NewProbe returns the id of a new PROBE on the path. Only a reply to the
-// newest probe counts in ProbeAnswers.
+// NewProbe returns the id of a new PROBE on the path.
 func (p *Path) NewProbe() uint32 {
 	p.probeID++
 	if p.probeID == 0 {
@@ -160,18 +176,31 @@ func (p *Path) NewProbe() uint32 {
 }
 
 // ProbeAnswers reports whether a PROBE_REPLY with probe id and epoch
-// answers the path's newest probe.
+// answers one of the path's probeMemory newest probes, sent in its current
+// epoch. A reply from before a repath tested the old route, not this one.
 func (p *Path) ProbeAnswers(id uint32, epoch uint8) bool {
-	return id == p.probeID && epoch == p.epoch
+	age := p.probeID - id
+	return epoch == p.epoch && age < probeMemory && age < p.probeID-p.epochProbes
 }
 
 // Repath gives the path another source port from the pool. Its epoch
-// advances and its PSN space continues at nextPSN, by spec section 6.3. A
-// path moves at most once per MPL. When it moved more recently, Repath
-// reports false and the path stays.
+// advances and its PSN space continues at nextPSN, by spec section 6.3.
+//
+// A path moves at most once per MPL. Each move soon after the one before
+// doubles that wait, up to 2^maxMoveBackoff MPL: a new port that did not
+// help is not followed at once by the next, so a path whose trouble no
+// port cures (its plane, or its host) never moves in a loop. A path that
+// stayed on one port for twice the longest wait starts afresh. When the
+// path may not move yet, Repath reports false and the path stays.
 func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
-	if p.Counters.Repaths > 0 && now.Sub(p.repathedAt) < p.ports.MPL {
-		return false
+	if p.Counters.Repaths > 0 {
+		since := now.Sub(p.repathedAt)
+		if since >= 2*p.ports.MPL<<maxMoveBackoff {
+			p.moves = 0
+		}
+		if since < p.ports.MPL<<max(p.moves, 1)>>1 {
+			return false
+		}
 	}
 	n := len(p.ports.Pool)
 	next := (p.portIndex + p.ports.Stride) % n
@@ -183,6 +212,8 @@ func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
 	p.repathedAt = now
 	p.epoch = (p.epoch + 1) & 3
 	p.epochStart[p.epoch] = nextPSN
+	p.epochProbes = p.probeID
+	p.moves = min(p.moves+1, maxMoveBackoff+1)
 	p.Counters.Repaths++
 	p.set(p.state, true)
 	return true

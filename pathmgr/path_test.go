@@ -87,11 +87,11 @@ func TestPathStateMachine(t *testing.T) {
 }
 
 // A repath moves the path by the stride in the pool, advances its epoch
-// modulo 4 and starts the new epoch at the next PSN, at most once per
-// MPL, by spec section 6.3.
+// modulo 4 and starts the new epoch at the next PSN, by spec section 6.3.
 func TestPathRepath(t *testing.T) {
 	pool := []uint16{7000, 7001, 7002, 7003, 7004, 7005}
-	p, l := newPath(t, &Ports{Pool: pool, Stride: 2, MPL: time.Millisecond})
+	const mpl = time.Millisecond
+	p, l := newPath(t, &Ports{Pool: pool, Stride: 2, MPL: mpl})
 	if p.Port() != 7001 || p.Epoch() != 0 || p.EpochStart(0) != 1000 {
 		t.Fatalf("path 1 starts on port %d, epoch %d from PSN %d", p.Port(), p.Epoch(), p.EpochStart(0))
 	}
@@ -105,10 +105,7 @@ func TestPathRepath(t *testing.T) {
 		if p.Port() != wantPort || p.Epoch() != e || p.EpochStart(e) != psn {
 			t.Fatalf("repath %d: port %d epoch %d from PSN %d; want %d, %d, %d", i, p.Port(), p.Epoch(), p.EpochStart(e), wantPort, e, psn)
 		}
-		if p.Repath(now.Add(time.Millisecond-1), psn+1) {
-			t.Fatalf("repath %d: moved again within an MPL", i)
-		}
-		now = now.Add(time.Millisecond)
+		now = now.Add(2 * mpl << maxMoveBackoff) // long enough to start afresh
 	}
 	if p.Counters.Repaths != 5 || l.log[len(l.log)-1] != "GOOD>GOOD repath" {
 		t.Fatalf("%d repaths counted, last heard %q", p.Counters.Repaths, l.log)
@@ -122,17 +119,53 @@ func TestPathRepath(t *testing.T) {
 	}
 }
 
-// Only a reply to the path's newest probe, in its current epoch, answers it.
+// A path moves at most once per MPL, and each move in a row doubles the
+// wait up to 2^maxMoveBackoff MPL, so a path that no port cures does not
+// move in a loop. A path that stayed put for twice the longest wait may
+// move after one MPL again.
+func TestPathRepathBacksOff(t *testing.T) {
+	const mpl = time.Millisecond
+	p, _ := newPath(t, &Ports{Pool: []uint16{7000, 7001, 7002, 7003}, Stride: 1, MPL: mpl})
+	now := clock.Time(0)
+	if !p.Repath(now, 1) {
+		t.Fatal("the first repath was refused")
+	}
+	for i, wait := range []time.Duration{mpl, 2 * mpl, 4 * mpl, 8 * mpl, 16 * mpl, 32 * mpl, 32 * mpl} {
+		if p.Repath(now.Add(wait-1), 1) {
+			t.Fatalf("move %d came %v after the one before, want a wait of %v", i+2, wait-1, wait)
+		}
+		if now = now.Add(wait); !p.Repath(now, 1) {
+			t.Fatalf("move %d refused after a wait of %v", i+2, wait)
+		}
+	}
+	now = now.Add(2 * mpl << maxMoveBackoff)
+	if !p.Repath(now, 1) || p.Repath(now.Add(mpl-1), 1) || !p.Repath(now.Add(mpl), 1) {
+		t.Fatal("a path that stayed put did not start afresh at one MPL")
+	}
+}
+
+// A reply to one of the path's probeMemory newest probes of its current
+// epoch answers it. A reply from before a repath does not.
 func TestPathProbeAnswers(t *testing.T) {
 	p, _ := newPath(t, &Ports{Pool: []uint16{7000, 7001}, Stride: 1})
-	old := p.NewProbe()
-	id := p.NewProbe()
-	if p.ProbeAnswers(old, 0) || !p.ProbeAnswers(id, 0) || p.ProbeAnswers(id, 1) {
+	if p.ProbeAnswers(0, 0) || p.ProbeAnswers(1, 0) {
+		t.Fatal("a reply answered a path that sent no probe")
+	}
+	first := p.NewProbe()
+	var id uint32
+	for range probeMemory {
+		id = p.NewProbe()
+	}
+	if p.ProbeAnswers(first, 0) || !p.ProbeAnswers(first+1, 0) || !p.ProbeAnswers(id, 0) || p.ProbeAnswers(id+1, 0) || p.ProbeAnswers(id, 1) {
 		t.Fatal("a probe reply was matched wrongly before the repath")
 	}
 	p.Repath(0, 5)
-	if p.ProbeAnswers(id, 0) {
-		t.Fatal("a reply of the old epoch answered a probe after a repath")
+	if p.ProbeAnswers(id, 0) || p.ProbeAnswers(id, 1) {
+		t.Fatal("a reply to a probe of the old epoch answered after a repath")
+	}
+	next := p.NewProbe()
+	if !p.ProbeAnswers(next, 1) || p.ProbeAnswers(next, 0) {
+		t.Fatal("a reply to the new epoch's probe was matched wrongly")
 	}
 }
 

@@ -78,10 +78,12 @@ type Counters struct {
 	Retransmits            uint64 // transmissions of content sent before
 	Lost                   uint64 // transmissions declared lost by a gap or a timeout
 	Timeouts               uint64 // retransmission timeouts
+	SpuriousTimeouts       uint64 // the Timeouts whose packets an ACK later reported received
 	CEMarks                uint64 // CE marks the peer reported for this path
 	Acked                  uint64 // transmissions reported received
 	Repaths                uint64
 	TailProbes             uint64 // the Retransmits that resent a path's last packet to elicit an ACK
+	Copies                 uint64 // the Retransmits that sent a probe or a resend a second time, here, on another plane than the first
 }
 
 // Telemetry is a read-only snapshot of one path.

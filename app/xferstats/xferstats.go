@@ -75,7 +75,10 @@ type PathRow struct {
 	// TailProbes counts the tail probes among Retransmits.
 	TailProbes uint64 `json:"tail_probes"`
 	Timeouts   uint64 `json:"timeouts"`
-	Repaths    uint64 `json:"repaths"`
+	// Spurious counts the Timeouts whose packets an ACK later reported
+	// received: they were late, not lost.
+	Spurious uint64 `json:"spurious_timeouts"`
+	Repaths  uint64 `json:"repaths"`
 }
 
 // Totals sums the paths' retransmissions and CE marks and averages the
@@ -107,7 +110,7 @@ func PathRows(tel []endpoint.PathTelemetry) []PathRow {
 	for i, p := range tel {
 		rows[i] = PathRow{Path: p.Path, Plane: p.Plane, SourcePort: p.SrcPort, State: p.State.String(),
 			RTTMicros: float64(p.RTT.SRTT.Microseconds()), ECNPercent: 100 * p.ECNFraction(), Packets: p.PacketsSent,
-			Retransmits: p.Retransmits, Lost: p.Lost, TailProbes: p.TailProbes, Timeouts: p.Timeouts, Repaths: p.Repaths}
+			Retransmits: p.Retransmits, Lost: p.Lost, TailProbes: p.TailProbes, Timeouts: p.Timeouts, Spurious: p.SpuriousTimeouts, Repaths: p.Repaths}
 		if all > 0 {
 			rows[i].Share = float64(p.BytesSent) / float64(all)
 		}

@@ -136,10 +136,10 @@ func (p *transferPrinter) finish(res filexfer.Result, tel []endpoint.PathTelemet
 // printPaths prints what each path carried.
 func printPaths(w io.Writer, rows []xferstats.PathRow) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "path\tplane\tsource port\tstate\tRTT µs\tECN %\tshare\tpackets\tretransmits\tmoves\t")
+	fmt.Fprintln(tw, "path\tplane\tsource port\tstate\tRTT µs\tECN %\tshare\tpackets\tretransmits\ttimeouts\tspurious\tmoves\t")
 	for _, p := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%.0f\t%.1f\t%.1f%%\t%d\t%d\t%d\t\n", p.Path, p.Plane, p.SourcePort, p.State,
-			p.RTTMicros, p.ECNPercent, 100*p.Share, p.Packets, p.Retransmits, p.Repaths)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%.0f\t%.1f\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t\n", p.Path, p.Plane, p.SourcePort, p.State,
+			p.RTTMicros, p.ECNPercent, 100*p.Share, p.Packets, p.Retransmits, p.Timeouts, p.Spurious, p.Repaths)
 	}
 	tw.Flush()
 }

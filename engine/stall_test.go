@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/pathmgr"
+)
+
+// stallingReceiver stands in front of an endpoint as a host that does not
+// run it for a while, as a busy machine does. What arrives during a stall
+// waits, copied, and reaches the endpoint in order when the stall ends.
+type stallingReceiver struct {
+	sim     *clock.Sim
+	ep      link.Receiver
+	until   clock.Time
+	waiting []link.Datagram
+}
+
+func (s *stallingReceiver) Receive(d *link.Datagram, at clock.Time) {
+	if at >= s.until {
+		s.ep.Receive(d, at)
+		return
+	}
+	kept := *d
+	kept.Data = bytes.Clone(d.Data)
+	s.waiting = append(s.waiting, kept)
+}
+
+// stall holds what arrives for d from now, then delivers it.
+func (s *stallingReceiver) stall(d time.Duration) {
+	s.until = s.sim.Now().Add(d)
+	s.sim.At(s.until, clock.Func(func() {
+		for i := range s.waiting {
+			s.ep.Receive(&s.waiting[i], s.sim.Now())
+		}
+		s.waiting = nil
+	}))
+}
+
+// A receiver whose host does not run it for many round trips makes the
+// sender's paths time out, though nothing was lost. The ACKs that come
+// when the host runs again report the packets the timeouts declared lost
+// as received: every timeout is found spurious, each path gets back the
+// window it had and returns to service, and none moves to a new source
+// port, since no route failed. The data arrives whole.
+func TestStalledReceiverTimeoutsAreFoundSpurious(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1, PlaceholderPayloads: false})
+	pr := n.connect(0, 1)
+	st := &stallingReceiver{sim: n.sim, ep: n.hosts[1].ep}
+	n.fab.Host(1).Attach(st)
+
+	const size = 8 << 20
+	src := pr.ha.region(t, size, 3, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	n.run(100*time.Microsecond, func() bool { return false }) // windows open, RTTs sampled
+	windows := map[int]int{}
+	for _, p := range pr.a.Telemetry() {
+		windows[p.Path] = p.Window
+	}
+	st.stall(2 * time.Millisecond) // many retransmission timeouts long
+	n.run(2*time.Millisecond+20*time.Microsecond, func() bool { return false })
+	for _, p := range pr.a.Telemetry() {
+		if p.Window < windows[p.Path] {
+			t.Errorf("path %d: window %d after the stall, %d before", p.Path, p.Window, windows[p.Path])
+		}
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+		t.Fatal("the WRITE did not complete")
+	}
+	if pr.ra.done[0].Status != StatusOK || !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatalf("completion %+v; data equal %v", pr.ra.done[0], bytes.Equal(src.Bytes(), dst.Bytes()))
+	}
+	stats := pr.a.SenderStats()
+	if stats.Timeouts == 0 {
+		t.Fatal("no path timed out: the stall tests nothing")
+	}
+	if stats.Spurious != stats.Timeouts {
+		t.Fatalf("%d timeouts, %d found spurious; every one was", stats.Timeouts, stats.Spurious)
+	}
+	for _, p := range pr.a.Telemetry() {
+		if p.Repaths != 0 || p.State != pathmgr.Good {
+			t.Errorf("path %d: %d moves, %v; want none, GOOD", p.Path, p.Repaths, p.State)
+		}
+		if p.Timeouts > 0 && p.SpuriousTimeouts != p.Timeouts {
+			t.Errorf("path %d: %d timeouts, %d spurious", p.Path, p.Timeouts, p.SpuriousTimeouts)
+		}
+	}
+}
