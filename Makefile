@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build test unit large lint vet fuzz bench bench-net bench-kernel golden wireshark results pgo clean
+.PHONY: all build test unit large lint vet fuzz bench bench-net bench-busy bench-kernel golden wireshark results pgo clean
 
 all: build
 
@@ -52,6 +52,17 @@ bench:
 BENCH_MIB ?= 256
 bench-net:
 	$(GO) run ./cmd/mroce bench-net --size-mib $(BENCH_MIB)
+
+# mroce on a busy machine: BUSY_LOAD spinning processes beside BUSY_RUNS
+# loopback transfers of BUSY_MIB each, then mroce conformance run under
+# the same load (tools/busyhost). No root needed.
+BUSY_LOAD ?= 10
+BUSY_RUNS ?= 5
+BUSY_MIB ?= 256
+bench-busy:
+	$(GO) build -o bin/mroce ./cmd/mroce
+	$(GO) build -o bin/busyhost ./tools/busyhost
+	bin/busyhost --mroce bin/mroce --load $(BUSY_LOAD) --runs $(BUSY_RUNS) --size-mib $(BUSY_MIB) --conformance
 
 # mroce beside kernel TCP through a testbed of network namespaces that
 # tools/kbench builds and removes (root): a sender and a receiver joined by

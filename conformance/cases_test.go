@@ -166,3 +166,23 @@ func TestRecordOnlyReadsACKs(t *testing.T) {
 		t.Fatal("a CLOSE read as an ACK record")
 	}
 }
+
+// The loss judge counts a copy of a probe or a resend on another plane as
+// no repair, but no more copies than the other retransmissions: a report
+// cannot hide resends by calling them copies.
+func TestLossJudgeSetsCopiesAside(t *testing.T) {
+	judge := lossJudge(100)
+	obs := func(retx, probes, copies uint64) Observed {
+		r := EndpointReport{Bytes: 100, SHA256: "x", Packets: 2000, Retransmits: retx, TailProbes: probes, Copies: copies}
+		return Observed{Requester: r, Responder: r, Dropped: 20}
+	}
+	if err := judge(obs(44, 2, 20)); err != nil { // 22 resends and their 20 copies
+		t.Errorf("22 resends, 2 probes and 20 copies for 20 lost: %v", err)
+	}
+	if err := judge(obs(44, 2, 0)); err == nil {
+		t.Error("42 resends for 20 lost passed")
+	}
+	if err := judge(obs(80, 0, 80)); err == nil {
+		t.Error("80 retransmissions all called copies passed")
+	}
+}

@@ -68,6 +68,10 @@ type EndpointReport struct {
 	// TailProbes counts the Retransmits that resent a path's last packet
 	// to elicit an ACK, by spec section 6.6. No loss caused them.
 	TailProbes uint64 `json:"tail_probes,omitempty"`
+	// Copies counts the Retransmits that sent a tail probe or a resend a
+	// second time, on another plane, so that losing one of the two costs
+	// no timeout (docs/cc.md). Each duplicates one of them.
+	Copies uint64 `json:"copies,omitempty"`
 	// Completions counts what the responder's application saw complete,
 	// 1 for one message.
 	Completions int `json:"completions,omitempty"`

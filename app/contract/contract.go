@@ -192,5 +192,6 @@ func reportPaths(qp *endpoint.QP, rep *conformance.EndpointReport) {
 		rep.Timeouts += p.Timeouts
 		rep.Lost += p.Lost
 		rep.TailProbes += p.TailProbes
+		rep.Copies += p.Copies
 	}
 }
