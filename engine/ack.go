@@ -105,6 +105,11 @@ func (r *receiver) sendAck(plane int, records bool) {
 		ack := pkt.Ack()
 		ack.SetCumDSN(r.dsn.cum)
 		ack.SetRateHint(r.hint())
+		if r.c.credits {
+			cs, cl := r.credit()
+			ack.SetCreditStream(cs)
+			ack.SetCreditLimit(cl)
+		}
 		for i := 0; i < n; i++ {
 			id := r.dirty[i]
 			p := &r.paths[id]

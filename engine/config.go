@@ -48,6 +48,11 @@ type Config struct {
 	// requester, and MaxReadsIn how many it serves at once as responder.
 	// Both are negotiated. Defaults 16 and 16, or -1 for none.
 	MaxReadsOut, MaxReadsIn int
+	// NoCredits leaves the CREDITS capability out of the handshake, so
+	// that connections send SENDs without receive credits and learn of a
+	// missing receive from an RNR, as before credits (spec section 6.5).
+	// For testing a peer without them.
+	NoCredits bool
 
 	// Limits on the state an endpoint keeps.
 

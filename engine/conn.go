@@ -34,7 +34,8 @@ type Conn struct {
 	maxPacket int // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
 	paths     int
 	streams   int
-	readsOut  int // READs this side may have outstanding
+	readsOut  int  // READs this side may have outstanding
+	credits   bool // both sides offered CREDITS: ACKs name receive limits, and sends keep within them (spec section 6.5)
 	ackTimer  clock.Timer
 	progress  clock.Timer // fires after Config.NoProgress without progress while work is outstanding
 	heard     clock.Time  // when the last packet from the peer arrived

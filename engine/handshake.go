@@ -233,6 +233,15 @@ func acceptable(h proto.HandshakeHeader, cfg *Config) (int, bool) {
 	return 0, true
 }
 
+// capabilities are what this endpoint offers at the handshake (spec
+// section 8.3): receive credits, unless Config.NoCredits.
+func (e *Endpoint) capabilities() proto.Capabilities {
+	if e.cfg.NoCredits {
+		return 0
+	}
+	return proto.CapCredits
+}
+
 // negotiate fixes the connection's parameters from the peer's handshake
 // header and the path and stream counts chosen (spec section 8.2).
 func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
@@ -242,6 +251,7 @@ func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 	c.peerISN, c.peerIDSN = h.InitialPSN(), h.InitialDSN()
 	c.readsOut = min(c.ep.cfg.MaxReadsOut, int(h.MaxReadsIn()))
 	c.mode = h.Mode()
+	c.credits = c.ep.capabilities()&h.Capabilities()&proto.CapCredits != 0 && c.mode == proto.ModeMultipath
 	if c.mode == proto.ModeBaseline {
 		c.paths = 1
 		c.tp = newBaseline(c)
@@ -320,6 +330,11 @@ func (c *Conn) sendHandshake() {
 	h.SetMaxReadsIn(uint16(cfg.MaxReadsIn))
 	h.SetInboundCapacity(proto.CapacityUnknown)
 	h.SetMode(mode)
+	caps := c.ep.capabilities()
+	if t == proto.TypeAccept && !c.credits {
+		caps &^= proto.CapCredits // the ACCEPT gives the result, the AND of both (spec section 8.2)
+	}
+	h.SetCapabilities(caps)
 	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])
 }
 

@@ -68,6 +68,17 @@ type sendStream struct {
 	refused int
 	probing bool
 	probe   uint32
+
+	// Receive credit (credit.go): on a limited stream no packet of a SEND
+	// or WRITE_IMM at or past limit, in the low 16 bits of its RSN, goes,
+	// except the one the credit wait let through: message overdrawRSN's
+	// packet at offset overdrawAt.
+	limited     bool
+	named       bool // an ACK named the stream's limit
+	limit       uint16
+	overdraw    bool
+	overdrawRSN uint32
+	overdrawAt  uint32
 }
 
 // post queues a work request after checking it.
@@ -144,7 +155,8 @@ func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
 
 // nextMessage picks the next stream with bytes to send, round robin. A
 // stream whose next message is a READ waits while the READ limit is
-// reached. It looks only at the streams marked ready, because most of a
+// reached, and one whose next SEND or WRITE_IMM has no receive credit
+// waits for it. It looks only at the streams marked ready, because most of a
 // connection's streams are idle. It unmarks those it finds with nothing to
 // send.
 func (s *sender) nextMessage() *message {
@@ -159,6 +171,11 @@ func (s *sender) nextMessage() *message {
 			}
 			m := st.queue[st.sendIdx]
 			if m.typ == proto.TypeReadReq && s.readsActive >= s.c.readsOut {
+				continue
+			}
+			if st.heldByCredit(m) {
+				s.ready.clear(k) // until an ACK names a further limit, or the credit wait ends
+				s.holdForCredit()
 				continue
 			}
 			s.rrStream = k + 1

@@ -58,10 +58,12 @@ func isFirstPacketOf(stream uint16, msn uint32) func(*proto.Packet) bool {
 
 // TestSendOvertakingLandsInItsReceive checks that a SEND that arrives
 // before the one posted ahead of it on its stream lands in its own posted
-// receive, by RSN, and that both complete in order.
+// receive, by RSN, and that both complete in order. Without receive
+// credits, both go in the first round trip; with them, the second would
+// wait for the receiver to name its receive.
 func TestSendOvertakingLandsInItsReceive(t *testing.T) {
 	drop := &dropPort{match: isFirstPacketOf(0, 0), limit: 1}
-	n := newNetWithDrop(t, fourPlanes(), Config{Paths: 4, Streams: 1}, drop)
+	n := newNetWithDrop(t, fourPlanes(), Config{Paths: 4, Streams: 1, NoCredits: true}, drop)
 	pr := n.connect(0, 1)
 	first := pr.ha.region(t, 3000, 1, memreg.LocalWrite)
 	second := pr.ha.region(t, 3000, 2, memreg.LocalWrite)
@@ -217,7 +219,8 @@ func TestVanishedPeer(t *testing.T) {
 // for data only on the streams it has marked ready misses none. The run has
 // WRITEs, SENDs refused with RNR until receives are posted, READs beyond
 // the limit, and READ responses on the internal stream. After every event,
-// every stream with a message to send and nothing refused is marked. The
+// every stream with a message to send, nothing refused and no wait for
+// receive credit is marked. The
 // sender's count of packets in flight is its paths' summed, though NACKs
 // release packets too. The WRITE's stream, sent long before, ends unmarked,
 // and everything completes.
@@ -250,7 +253,7 @@ func TestReadyStreamsHoldEveryStreamWithData(t *testing.T) {
 		for _, s := range []*sender{&pr.a.snd, &pr.b.snd} {
 			for k := range s.streams {
 				st := &s.streams[k]
-				if st.sendIdx < len(st.queue) && st.refused == 0 && s.ready.next(k, k+1) != k {
+				if st.sendIdx < len(st.queue) && st.refused == 0 && !st.heldByCredit(st.queue[st.sendIdx]) && s.ready.next(k, k+1) != k {
 					t.Fatalf("at %v: stream %d has data to send and is not marked ready", n.sim.Now(), k)
 				}
 			}

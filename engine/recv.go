@@ -37,6 +37,13 @@ type receiver struct {
 	srq     *SRQ         // where receives come from, when shared
 	readsIn int          // READs accepted and not yet fully answered
 
+	// Receive credits (credit.go). grown holds the streams whose limit
+	// grew since an ACK last named it. lastNamed is the stream named last
+	// and lastSend the stream of the latest SEND or WRITE_IMM, -1 for none.
+	grown     bitset
+	lastNamed int
+	lastSend  int
+
 	stats ReceiverStats
 }
 
@@ -49,9 +56,13 @@ func (r *receiver) init(c *Conn) {
 	r.paths = make([]recvPath, c.paths)
 	old := r.streams
 	r.streams = make([]recvStream, c.streams)
+	r.grown, r.lastNamed, r.lastSend = newBitset(c.streams), -1, -1
 	for i := range r.streams {
 		if i < len(old) {
 			r.streams[i].recvs = old[i].recvs
+			if len(old[i].recvs) > 0 {
+				r.grown.set(i) // posted before the handshake ended
+			}
 		}
 	}
 	r.ready = true
@@ -76,6 +87,7 @@ func (r *receiver) postRecv(wr RecvWR) error {
 	}
 	st := &r.streams[wr.Stream]
 	st.recvs = append(st.recvs, recvEntry{id: wr.ID, local: wr.Local, list: wr.SGL, length: length})
+	r.posted(int(wr.Stream))
 	return nil
 }
 
@@ -254,8 +266,10 @@ func (r *receiver) checkReceive(pkt *proto.Packet, plane int, st *recvStream, in
 	if f.typ != proto.TypeSend && f.typ != proto.TypeWriteImm {
 		return nil, true
 	}
+	r.lastSend = int(in.stream)
 	i := f.rsn - st.base
 	if i >= uint32(len(st.recvs)-st.head) && !r.claimShared(st, i) {
+		st.awaited = true // the sender waits for this stream's receives now (credit.go)
 		r.nack(pkt, plane, proto.NackRNR, in.stream, in.msn)
 		return nil, false
 	}

@@ -71,6 +71,11 @@ func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
 	// refusal of the same content, up to 64 times RetryAfter.
 	wait := time.Duration(n.RetryAfter()) * time.Microsecond << min(r.refusals, 6)
 	st := &s.streams[s.streamOf(r.msg)]
+	if st.limited {
+		// The receiver names its receives (spec section 6.5): the retry
+		// waits for a limit past this message, and at most a credit wait.
+		wait = max(wait, s.creditWait())
+	}
 	if r.refusals == 0 {
 		st.refused++
 	}

@@ -20,7 +20,7 @@ import (
 // still resent, and every message completes.
 func TestRNRStormDoesNotOverrunThePathRing(t *testing.T) {
 	drop := &dropPort{match: isFirstPacketOf(0, 0), limit: 1}
-	n := newNetWithDrop(t, twoHostFabric(1), Config{Paths: 1, Streams: 2}, drop)
+	n := newNetWithDrop(t, twoHostFabric(1), Config{Paths: 1, Streams: 2, NoCredits: true}, drop) // refusals, not credits
 	pr := n.connect(0, 1)
 	src := pr.ha.region(t, 4096, 3, memreg.LocalWrite)
 	dst := pr.hb.region(t, 4096, 0, memreg.LocalWrite|memreg.RemoteWrite)
@@ -203,7 +203,7 @@ func TestPostingDoesNotDefeatTheNoProgressTimeout(t *testing.T) {
 // long stall costs a handful of NACKs, not one per RetryAfter. When the
 // receive comes, the SEND lands.
 func TestRNRBacksOff(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 1})
+	n := newNet(t, twoHostFabric(1), Config{Paths: 1, NoCredits: true})
 	pr := n.connect(0, 1)
 	src := pr.ha.region(t, 100, 1, memreg.LocalWrite)
 	pr.a.Post(SendWR{ID: 1, Op: OpSend, Local: SGE{src, 0, 100}})
@@ -295,7 +295,7 @@ func TestBaselineLocalAckTimeoutIsFixed(t *testing.T) {
 // does not cost every packet in every round. When the receive comes, the
 // SEND lands.
 func TestRNRHoldsTheStream(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 4, Streams: 1})
+	n := newNet(t, twoHostFabric(1), Config{Paths: 4, Streams: 1, NoCredits: true})
 	pr := n.connect(0, 1)
 	const size = 64 * 4000
 	src := pr.ha.region(t, size, 1, memreg.LocalWrite)
@@ -329,7 +329,7 @@ func TestRNRRetriesTheOldestRefusal(t *testing.T) {
 	slow := link100()
 	slow.Delay = 200 * time.Microsecond // the receiver's NACKs on plane 0 come back late
 	fc.Overrides = append(fc.Overrides, netem.Override{Plane: 0, Match: netem.LinkMatch{Kind: netem.Uplink, Host: 1, Leaf: -1, Spine: -1}, Link: slow})
-	n := newNet(t, fc, Config{Paths: 4, Streams: 1})
+	n := newNet(t, fc, Config{Paths: 4, Streams: 1, NoCredits: true})
 	pr := n.connect(0, 1)
 	const first, second = 100, 8 * 4000
 	src := pr.ha.region(t, first+second, 1, memreg.LocalWrite)

@@ -22,6 +22,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	}
 	before := s.una
 	lower := s.c.tp.hint(s, ack.RateHint()) // true when the receiver's share fell
+	if s.c.credits {
+		s.takeCredit(ack.CreditStream(), ack.CreditLimit())
+	}
 	s.newestAcked = 0
 	cum := ack.CumDSN()
 	for s.una != s.nextDSN && proto.SeqLess(s.una, cum) {

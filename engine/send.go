@@ -78,6 +78,9 @@ type sender struct {
 
 	ports pathmgr.Ports // how the paths take source ports
 	stats SenderStats
+
+	creditT     clock.Timer // the credit wait (credit.go), made when a stream is first held
+	creditWaits int         // credit waits in a row that no new limit ended
 }
 
 func (s *sender) init(c *Conn) {
@@ -87,6 +90,13 @@ func (s *sender) init(c *Conn) {
 	s.streams = make([]sendStream, c.streams+1) // the last one carries READ responses
 	s.ready = newBitset(len(s.streams))
 	s.respStream = c.streams
+	if c.credits {
+		// Before the receiver names a stream, its first SEND or WRITE_IMM
+		// may go, and no other (spec section 6.5).
+		for k := range c.streams {
+			s.streams[k].limited, s.streams[k].limit = true, 1
+		}
+	}
 	s.reads = map[uint32]*message{}
 	s.retry = c.ep.clock.NewTimer(s.onRetry)
 	s.paceT = c.ep.clock.NewTimer(s.onPace)

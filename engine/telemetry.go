@@ -19,6 +19,10 @@ type SenderStats struct {
 	Nacks       uint64 // retryable NACKs received
 	BadAcks     uint64 // ACKs whose cumulative DSN passed what was sent, and records that named no path or PSN of ours
 	BadNacks    uint64 // NACKs that named no transmission in flight, ignored
+	// CreditOverdraws counts SENDs and WRITE_IMMs started beyond their
+	// stream's receive credit, after waiting a retransmission timeout with
+	// nothing in flight (spec section 6.5).
+	CreditOverdraws uint64
 }
 
 // ReceiverStats counts a connection's receiving.

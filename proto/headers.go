@@ -104,12 +104,16 @@ func (h ReadRespHeader) SetMsgLen(v uint32)    { be.PutUint32(h[8:], v) }
 // AckHeader views the 16-byte fixed part of an ACK. AckRecords follow it.
 type AckHeader []byte
 
-func (h AckHeader) CumDSN() uint32         { return be.Uint32(h[0:]) }
-func (h AckHeader) SetCumDSN(v uint32)     { be.PutUint32(h[0:], v) }
-func (h AckHeader) RecordCount() uint8     { return h[4] }
-func (h AckHeader) SetRecordCount(n uint8) { h[4] = n }
-func (h AckHeader) RateHint() uint64       { return be.Uint64(h[8:]) }
-func (h AckHeader) SetRateHint(v uint64)   { be.PutUint64(h[8:], v) }
+func (h AckHeader) CumDSN() uint32          { return be.Uint32(h[0:]) }
+func (h AckHeader) SetCumDSN(v uint32)      { be.PutUint32(h[0:], v) }
+func (h AckHeader) RecordCount() uint8      { return h[4] }
+func (h AckHeader) SetRecordCount(n uint8)  { h[4] = n }
+func (h AckHeader) CreditStream() uint8     { return h[5] }
+func (h AckHeader) SetCreditStream(s uint8) { h[5] = s }
+func (h AckHeader) CreditLimit() uint16     { return be.Uint16(h[6:]) }
+func (h AckHeader) SetCreditLimit(v uint16) { be.PutUint16(h[6:], v) }
+func (h AckHeader) RateHint() uint64        { return be.Uint64(h[8:]) }
+func (h AckHeader) SetRateHint(v uint64)    { be.PutUint64(h[8:], v) }
 
 // AckRecord views one 52-byte per-path record of an ACK.
 type AckRecord []byte

@@ -61,8 +61,8 @@ var Layouts = []PartLayout{
 	}},
 	{"ReadRespHeader", 12, []FieldLayout{{"ReadTag", 0, 0, 32}, {"MsgOffset", 4, 0, 32}, {"MsgLen", 8, 0, 32}}},
 	{"AckHeader", AckHeaderLen, []FieldLayout{
-		{"CumDSN", 0, 0, 32}, {"RecordCount", 4, 0, 8}, {"reserved", 5, 0, 8},
-		{"reserved", 6, 0, 16}, {"RateHint", 8, 0, 64},
+		{"CumDSN", 0, 0, 32}, {"RecordCount", 4, 0, 8}, {"CreditStream", 5, 0, 8},
+		{"CreditLimit", 6, 0, 16}, {"RateHint", 8, 0, 64},
 	}},
 	{"AckRecord", AckRecordLen, []FieldLayout{
 		{"PathID", 0, 0, 8}, {"Epoch", 1, 0, 2}, {"reserved", 1, 2, 6}, {"reserved", 2, 0, 16},

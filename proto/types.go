@@ -273,7 +273,13 @@ type Capabilities uint32
 const (
 	CapAtomics Capabilities = 1 << 0
 	CapAuth    Capabilities = 1 << 1 // not defined in version 0 and never set
+	CapCredits Capabilities = 1 << 2 // receive credits in ACKs (sections 5.5 and 6.5)
 )
+
+// NoCreditStream is an ACK's CreditStream when it names no stream: the
+// receiver takes its receives from a shared queue, or has no stream below
+// it (section 6.5).
+const NoCreditStream = 0xFF
 
 func (c Capabilities) String() string {
 	var names []string
@@ -283,7 +289,10 @@ func (c Capabilities) String() string {
 	if c&CapAuth != 0 {
 		names = append(names, "AUTH")
 	}
-	if r := c &^ (CapAtomics | CapAuth); r != 0 {
+	if c&CapCredits != 0 {
+		names = append(names, "CREDITS")
+	}
+	if r := c &^ (CapAtomics | CapAuth | CapCredits); r != 0 {
 		names = append(names, fmt.Sprintf("reserved(0x%08x)", uint32(r)))
 	}
 	if len(names) == 0 {

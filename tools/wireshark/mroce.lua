@@ -65,8 +65,8 @@ local PARTS = {
   AckHeader = {size = 16, fields = {
     {"CumDSN", 0, 0, 32},
     {"RecordCount", 4, 0, 8},
-    {"reserved", 5, 0, 8},
-    {"reserved", 6, 0, 16},
+    {"CreditStream", 5, 0, 8},
+    {"CreditLimit", 6, 0, 16},
     {"RateHint", 8, 0, 64},
   }},
   AckRecord = {size = 52, fields = {
