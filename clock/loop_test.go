@@ -104,6 +104,48 @@ func TestEndpointLoopRunsInputBeforeLateTimers(t *testing.T) {
 	}
 }
 
+// A timer that re-arms itself from a late firing is due after the turn it
+// ran in, on an endpoint's loop: it does not replay, within one turn, the
+// firings the host's stall made it miss. A plain loop replays them.
+func TestEndpointLoopDoesNotReplayALateTimer(t *testing.T) {
+	for _, endpoint := range []bool{true, false} {
+		l := NewLoop()
+		if endpoint {
+			l = NewEndpointLoop()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- l.Run(ctx) }()
+		var walls []time.Duration // the wall time of each firing
+		l.Post(func() {
+			var tm Timer
+			tm = l.NewTimer(func() {
+				walls = append(walls, time.Since(l.origin))
+				if len(walls) == 40 {
+					cancel()
+					return
+				}
+				tm.Reset(l.Now().Add(time.Millisecond))
+			})
+			tm.Reset(l.Now().Add(time.Millisecond))
+			time.Sleep(30 * time.Millisecond) // the host does not run the loop
+		})
+		<-done
+		burst := 0 // firings within a millisecond of the first, one turn's worth
+		for _, w := range walls {
+			if w-walls[0] < time.Millisecond {
+				burst++
+			}
+		}
+		switch {
+		case endpoint && burst != 1:
+			t.Errorf("endpoint loop: %d firings in the turn after the stall, want 1", burst)
+		case !endpoint && burst < 20:
+			t.Errorf("plain loop: %d firings in the turn after the stall; it replays about 30", burst)
+		}
+	}
+}
+
 // A loop that runs an event late says by how much: Late is at least the
 // time the event waited past its due time.
 func TestLoopMeasuresLateness(t *testing.T) {

@@ -102,16 +102,26 @@ func (c *Conn) setRemote(p int, a netip.Addr) {
 // sharedPlane finds the plane of a packet from src that arrived on a
 // local address several planes share, as loopback planes do when the
 // system picks 127.0.0.1 for each. The local address then names the first
-// of them, and the peer's address tells them apart. It returns -1 when no
-// plane with plane's local address has src as the peer's.
+// of them, and the peer's address tells them apart: the plane whose peer
+// address is src, or else the first of them whose peer address is not
+// known yet, which learns it (spec section 8.1). It returns -1 when there
+// is neither.
 func (c *Conn) sharedPlane(plane int, src netip.Addr) int {
 	local := c.ep.cfg.Planes[plane]
+	unknown := -1
 	for p, a := range c.ep.cfg.Planes {
-		if a == local && p != plane && c.knows(p) && c.remote[p] == src {
+		switch {
+		case a != local || p == plane:
+		case c.knows(p) && c.remote[p] == src:
 			return p
+		case !c.knows(p) && unknown < 0:
+			unknown = p
 		}
 	}
-	return -1
+	if unknown >= 0 {
+		c.setRemote(unknown, src)
+	}
+	return unknown
 }
 
 // PeerID is the peer's id for this connection.

@@ -74,5 +74,6 @@ const (
 	packetOverhead = 60 + 4 + 28           // a WRITE's headers, trailer, IP and UDP headers, which the baseline's DCQCN pacing charges beyond a payload
 	cnpInterval    = 50 * time.Microsecond // the least time between two CNPs of a baseline connection, as at DCQCN's notification point
 	pacerCatchUp   = time.Millisecond      // the most pacing time a late wake makes up at once: a quiet host's timer lateness many times, and not a stall of a busy one
+	soloProbes     = 4                     // unanswered probes after which a path alone on its plane tries a new source port (routeSuspect)
 	lateMemory     = time.Second           // how long the round trip a spurious timeout revealed stays the timeouts' floor before it halves (lateFloor)
 )

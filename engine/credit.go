@@ -23,32 +23,38 @@ func (st *recvStream) limit() uint32 {
 
 // credit is the stream and limit the next ACK names (spec section 6.5): a
 // stream whose limit grew since it was last named, round robin from the
-// last one named; else the stream of the latest SEND or WRITE_IMM; else
-// the last one named. A connection without credits, or one whose
+// last one named; else a stream the sender may wait on, round robin too,
+// so that a name an ACK lost is named again; else the stream of the
+// latest SEND or WRITE_IMM. A connection without credits, or one whose
 // receives come from a shared queue, names none.
 func (r *receiver) credit() (uint8, uint16) {
 	if !r.c.credits || r.srq != nil {
 		return proto.NoCreditStream, 0
 	}
 	n := min(len(r.streams), proto.NoCreditStream) // streams 0 .. 254 may be named
-	k := r.grown.next(r.lastNamed+1, n)
+	k := roundRobin(r.grown, r.lastNamed, n)
 	if k < 0 {
-		k = r.grown.next(0, n)
+		k = roundRobin(r.awaited, r.lastNamed, n)
+	}
+	if k < 0 && r.lastSend < n {
+		k = r.lastSend
 	}
 	if k < 0 {
-		k = r.lastNamed
-		if r.lastSend >= 0 && r.lastSend < n {
-			k = r.lastSend
-		}
-	}
-	if k < 0 || k >= n {
 		return proto.NoCreditStream, 0
 	}
-	st := &r.streams[k]
 	r.grown.clear(k)
+	r.awaited.set(k)
 	r.lastNamed = k
-	st.awaited = true
-	return uint8(k), uint16(st.limit())
+	return uint8(k), uint16(r.streams[k].limit())
+}
+
+// roundRobin is the first member of set in [0, n) after last, wrapping, or
+// -1.
+func roundRobin(set bitset, last, n int) int {
+	if k := set.next(last+1, n); k >= 0 {
+		return k
+	}
+	return set.next(0, n)
 }
 
 // posted follows a receive posted on stream k. Its limit grew, so the next
@@ -61,17 +67,29 @@ func (r *receiver) posted(k int) {
 		return
 	}
 	r.grown.set(k)
-	if r.streams[k].awaited && c.state == Established && c.ackTimer.Deadline() == clock.Never {
-		c.ackTimer.Reset(c.ep.clock.Now().Add(c.ep.cfg.AckDelay))
+	if r.awaited.next(k, k+1) != k || c.state != Established {
+		return
+	}
+	if at := c.ep.clock.Now().Add(c.ep.cfg.AckDelay); c.ackTimer.Deadline() > at {
+		c.ackTimer.Reset(at) // also when it waits to repeat the last ACK, later
 	}
 }
 
 // takeCredit applies the stream and limit an ACK names. The first limit
 // named for a stream replaces the 1 it started with; after it, a limit
 // only moves forward, since an older ACK that comes late names an older
-// one. A stream beyond the connection's is a bad ACK, counted.
+// one. An ACK that names no stream lifts the first limit of every stream
+// not named yet: the receiver has no credits to give, its receives coming
+// from a shared queue. A stream beyond the connection's is a bad ACK,
+// counted.
 func (s *sender) takeCredit(stream uint8, limit uint16) {
 	if stream == proto.NoCreditStream {
+		for k := range s.c.streams {
+			if st := &s.streams[k]; st.limited && !st.named {
+				st.limited = false
+				s.release(k)
+			}
+		}
 		return
 	}
 	if int(stream) >= s.c.streams {
@@ -81,14 +99,21 @@ func (s *sender) takeCredit(stream uint8, limit uint16) {
 	st := &s.streams[stream]
 	if !st.named || seqLess16(st.limit, limit) {
 		st.named, st.limited, st.limit = true, true, limit
-		s.ready.set(int(stream))
-		if s.creditT != nil {
-			s.creditT.Stop() // the receiver is posting: a stream still held waits afresh
-		}
+		s.release(int(stream))
 		s.creditWaits = 0
 		if st.probing {
 			s.retryRefusedNow(st) // its refused message may have a receive now
 		}
+	}
+}
+
+// release marks stream k ready to send, no longer held for credit. The
+// credit wait stops once no stream is held.
+func (s *sender) release(k int) {
+	s.ready.set(k)
+	s.held.clear(k)
+	if s.creditT != nil && s.held.next(0, len(s.streams)) < 0 {
+		s.creditT.Stop()
 	}
 }
 
@@ -116,10 +141,13 @@ func (st *sendStream) heldByCredit(m *message) bool {
 		!seqLess16(uint16(m.rsn), st.limit) && !(st.overdraw && m.rsn == st.overdrawRSN && m.next == st.overdrawAt)
 }
 
-// holdForCredit notes that a stream waits for receive credit. If nothing
+// holdForCredit notes that stream k waits for receive credit. If nothing
 // the connection has in flight brings an ACK for the wait's length, the
-// credit wait lets the held messages go anyway.
-func (s *sender) holdForCredit() {
+// credit wait lets the held messages go anyway. The wait runs while any
+// stream is held.
+func (s *sender) holdForCredit(k int) {
+	s.ready.clear(k) // until an ACK names a further limit, or the credit wait ends
+	s.held.set(k)
 	if s.creditT == nil {
 		s.creditT = s.c.ep.clock.NewTimer(s.onCreditWait)
 	}
@@ -155,14 +183,16 @@ func (s *sender) onCreditWait() {
 		s.creditT.Reset(c.ep.clock.Now().Add(s.creditWait()))
 		return
 	}
-	for k := range s.streams {
+	n := len(s.streams)
+	for k := s.held.next(0, n); k >= 0; k = s.held.next(k+1, n) {
 		st := &s.streams[k]
-		if st.sendIdx < len(st.queue) && st.refused == 0 && st.heldByCredit(st.queue[st.sendIdx]) {
+		if st.sendIdx < len(st.queue) && st.heldByCredit(st.queue[st.sendIdx]) {
 			m := st.queue[st.sendIdx]
 			st.overdraw, st.overdrawRSN, st.overdrawAt = true, m.rsn, m.next
 			s.stats.CreditOverdraws++
-			s.ready.set(k)
 		}
+		s.held.clear(k)
+		s.ready.set(k)
 	}
 	s.creditWaits++
 	s.pump()

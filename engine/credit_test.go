@@ -2,11 +2,13 @@ package engine
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -168,5 +170,75 @@ func TestRefusedSendWaitsForCredit(t *testing.T) {
 	}
 	if took := n.sim.Now().Sub(posted); took > 50*time.Microsecond {
 		t.Errorf("the SEND landed %v after its receive was posted; a few round trips are 20 µs", took)
+	}
+}
+
+// A receiver whose receives come from a shared queue names no stream, and
+// that lifts the first limit of every stream: 200 SENDs to it go at the
+// network's pace, none held, none sent beyond its receives.
+func TestSharedQueueReceiverLiftsTheLimits(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 2})
+	server := n.hosts[1]
+	srq := server.ep.NewSRQ(server.pd)
+	rec := &recorder{}
+	server.ep.Listen(server.pd, func(c *Conn) (Events, bool) {
+		if err := c.UseSRQ(srq); err != nil {
+			t.Error(err)
+		}
+		return rec, true
+	})
+	const count, size = 200, 3000
+	buf := server.region(t, count*size, 0, memreg.LocalWrite)
+	for i := range count {
+		srq.PostRecv(RecvWR{ID: uint64(i), Local: SGE{buf, uint64(i * size), size}})
+	}
+	src := n.hosts[0].region(t, count*size, 4, memreg.LocalWrite)
+	conn, _ := n.hosts[0].ep.Connect([]netip.Addr{netem.Addr(0, 1)}, proto.DefaultPort, n.hosts[0].pd, &recorder{})
+	n.run(time.Second, func() bool { return conn.State() == Established })
+	for m := range count {
+		conn.Post(SendWR{ID: uint64(m), Op: OpSend, Stream: uint16(m % 2), Local: SGE{src, uint64(m * size), size}})
+	}
+	if !n.run(5*time.Millisecond, func() bool { return len(rec.done) == count }) {
+		t.Fatalf("%d of %d SENDs landed in 5 ms; %+v", len(rec.done), count, conn.SenderStats())
+	}
+	if o := conn.SenderStats().CreditOverdraws; o != 0 {
+		t.Errorf("%d overdraws: the streams were held", o)
+	}
+}
+
+// With two streams held, an ACK naming one of them does not end the other's
+// credit wait, and a name an ACK lost is named again: the ACK that names
+// stream 1's new limit is lost, and stream 1's SEND still goes soon.
+func TestLostNameOfOneStreamOfTwo(t *testing.T) {
+	drop := &dropPort{}
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 2})
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 400, 1, memreg.LocalWrite)
+	inbox := pr.hb.region(t, 400, 0, memreg.LocalWrite)
+	for k := range 2 { // a first SEND on each stream, so that both are named
+		pr.b.PostRecv(RecvWR{ID: uint64(k), Stream: uint16(k), Local: SGE{inbox, uint64(k * 100), 100}})
+		pr.a.Post(SendWR{ID: uint64(k), Op: OpSend, Stream: uint16(k), Local: SGE{src, uint64(k * 100), 100}})
+	}
+	if !n.run(10*time.Millisecond, func() bool { return len(pr.rb.done) == 2 }) {
+		t.Fatal("the first SENDs did not land")
+	}
+	n.run(time.Millisecond, func() bool { return false })
+	for k := range 2 { // now held: no receive for either
+		pr.a.Post(SendWR{ID: uint64(10 + k), Op: OpSend, Stream: uint16(k), Local: SGE{src, uint64(200 + k*100), 100}})
+	}
+	n.run(20*time.Microsecond, func() bool { return false })
+	drop.Port, pr.b.ep.port = pr.b.ep.port, drop
+	drop.match = func(p *proto.Packet) bool { return p.Type() == proto.TypeAck && p.Ack().CreditStream() == 1 }
+	drop.limit = 1 // the first ACK naming stream 1 is lost
+	pr.b.PostRecv(RecvWR{ID: 3, Stream: 1, Local: SGE{inbox, 300, 100}})
+	pr.b.PostRecv(RecvWR{ID: 2, Stream: 0, Local: SGE{inbox, 200, 100}})
+	if !n.run(100*time.Millisecond, func() bool { return len(pr.rb.done) == 4 }) {
+		t.Fatalf("%d of 4 SENDs landed: %+v", len(pr.rb.done), pr.a.SenderStats())
+	}
+	if drop.dropped != 1 || !bytes.Equal(inbox.Bytes(), src.Bytes()) {
+		t.Fatalf("%d ACKs dropped; data equal %v", drop.dropped, bytes.Equal(inbox.Bytes(), src.Bytes()))
+	}
+	if o := pr.a.SenderStats().CreditOverdraws; o != 0 {
+		t.Errorf("%d overdraws: stream 1 waited out the credit wait, its name was not sent again", o)
 	}
 }

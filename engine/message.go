@@ -174,8 +174,7 @@ func (s *sender) nextMessage() *message {
 				continue
 			}
 			if st.heldByCredit(m) {
-				s.ready.clear(k) // until an ACK names a further limit, or the credit wait ends
-				s.holdForCredit()
+				s.holdForCredit(k)
 				continue
 			}
 			s.rrStream = k + 1

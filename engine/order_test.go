@@ -219,8 +219,8 @@ func TestVanishedPeer(t *testing.T) {
 // for data only on the streams it has marked ready misses none. The run has
 // WRITEs, SENDs refused with RNR until receives are posted, READs beyond
 // the limit, and READ responses on the internal stream. After every event,
-// every stream with a message to send, nothing refused and no wait for
-// receive credit is marked. The
+// every stream with a message to send and nothing refused is marked, or
+// waits for receive credit with the credit wait running. The
 // sender's count of packets in flight is its paths' summed, though NACKs
 // release packets too. The WRITE's stream, sent long before, ends unmarked,
 // and everything completes.
@@ -253,7 +253,13 @@ func TestReadyStreamsHoldEveryStreamWithData(t *testing.T) {
 		for _, s := range []*sender{&pr.a.snd, &pr.b.snd} {
 			for k := range s.streams {
 				st := &s.streams[k]
-				if st.sendIdx < len(st.queue) && st.refused == 0 && !st.heldByCredit(st.queue[st.sendIdx]) && s.ready.next(k, k+1) != k {
+				switch {
+				case st.sendIdx >= len(st.queue) || st.refused > 0:
+				case st.heldByCredit(st.queue[st.sendIdx]):
+					if s.held.next(k, k+1) != k && s.ready.next(k, k+1) != k || s.creditT == nil || s.creditT.Deadline() == clock.Never {
+						t.Fatalf("at %v: stream %d waits for credit with no credit wait running", n.sim.Now(), k)
+					}
+				case s.ready.next(k, k+1) != k:
 					t.Fatalf("at %v: stream %d has data to send and is not marked ready", n.sim.Now(), k)
 				}
 			}

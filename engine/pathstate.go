@@ -58,16 +58,30 @@ func (p *sendPath) planeUp(now clock.Time) {
 func (p *sendPath) repath(now clock.Time) bool { return p.Repath(now, p.next) }
 
 // routeSuspect reports whether the path's trouble may be its route, which
-// a new source port can change: another path of its plane is in service.
-// When every path of a plane has timed out together, the plane or the host
-// is what failed, a new port cannot help, and the path is only probed.
+// a new source port can change. It may when another path of its plane is
+// in service. When every path of a plane has timed out together, the plane
+// or the host is what failed, a new port cannot help, and the path is only
+// probed. A path alone on its plane cannot tell: it moves once
+// soloProbes of its probes went unanswered, and then only as often as
+// pathmgr.Path.Repath allows.
 func (p *sendPath) routeSuspect() bool {
 	for _, q := range p.s.paths {
 		if q != p && q.Plane() == p.Plane() && q.InUse() {
 			return true
 		}
 	}
-	return false
+	return p.alone() && p.timeouts >= soloProbes
+}
+
+// alone reports whether the path is the only one of its connection on its
+// plane.
+func (p *sendPath) alone() bool {
+	for _, q := range p.s.paths {
+		if q != p && q.Plane() == p.Plane() {
+			return false
+		}
+	}
+	return true
 }
 
 // sendProbe sends a PROBE on the path (spec section 5.10).
@@ -116,9 +130,10 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 // checkLoss adds one ACK record's verdicts on the path's packets to its
 // loss measurement. At the end of a round it moves the path to a new source
 // port when its loss stands out from the average of the other paths of its
-// plane (see pathmgr.Path.LossOutlier). A new port changes the route only
-// within the plane, where a switch hashes it (spec section 6.3). Loss that
-// hits every path of a plane alike is the plane's, and no port cures it.
+// plane, or of the other planes' when it is alone on its own (see
+// pathmgr.Path.LossOutlier). A new port changes the route only within the
+// plane, where a switch hashes it (spec section 6.3). Loss that hits every
+// path of a plane alike is the plane's, and no port cures it.
 // Random loss changes nothing, because loss is not taken as congestion
 // here.
 func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
@@ -126,13 +141,8 @@ func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	if !p.CountLoss(acked, lost) || factor < 0 {
 		return
 	}
-	others, n := 0.0, 0
-	for _, q := range p.s.paths {
-		if avg := q.LossAverage(); q != p && q.Plane() == p.Plane() && avg >= 0 {
-			others += avg
-			n++
-		}
-	}
+	// A path alone on its plane is compared with the other planes'.
+	others, n := p.s.lossOf(p, !p.alone())
 	if n == 0 || !p.LossOutlier(others/float64(n), factor) {
 		return
 	}
@@ -141,6 +151,18 @@ func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	}
 	p.s.stats.LossRepaths++
 	p.RestartLoss(others / float64(n))
+}
+
+// lossOf sums the smoothed loss of the measured paths other than p, of
+// p's plane only when samePlane is set, and counts them.
+func (s *sender) lossOf(p *sendPath, samePlane bool) (sum float64, n int) {
+	for _, q := range s.paths {
+		if avg := q.LossAverage(); q != p && (!samePlane || q.Plane() == p.Plane()) && avg >= 0 {
+			sum += avg
+			n++
+		}
+	}
+	return sum, n
 }
 
 // SetPlaneUp tells the endpoint that a plane, a NIC port, went down or came

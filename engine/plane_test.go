@@ -144,7 +144,7 @@ func TestBlackholedPlaneProbedAtMostBadProbeMaxApart(t *testing.T) {
 	}
 }
 
-// oneLocalAddress stands between host 0 of a fabric and its endpoint, which
+// oneLocalAddress stands between a host of a fabric and its endpoint, which
 // has every plane on plane 0's address, as loopback planes do when the
 // system picks 127.0.0.1 for each. What the endpoint sends leaves on the
 // plane of its destination, and everything arrives addressed to the one
@@ -152,13 +152,14 @@ func TestBlackholedPlaneProbedAtMostBadProbeMaxApart(t *testing.T) {
 type oneLocalAddress struct {
 	link.Port
 	ep    link.Receiver
+	host  int
 	local netip.Addr
 }
 
 func (o *oneLocalAddress) Send(batch []link.Datagram) {
 	for i := range batch {
 		plane := int(batch[i].Dst.Addr().As4()[1]) // netem.Addr's plane byte
-		batch[i].Src = netip.AddrPortFrom(netem.Addr(plane, 0), batch[i].Src.Port())
+		batch[i].Src = netip.AddrPortFrom(netem.Addr(plane, o.host), batch[i].Src.Port())
 	}
 	o.Port.Send(batch)
 }
@@ -169,20 +170,27 @@ func (o *oneLocalAddress) Receive(d *link.Datagram, at clock.Time) {
 }
 
 // Planes that share a local address are told apart by the peer's address
-// on each. Every packet the peer sends on plane 1, ACKs, NACKs and probe
-// replies, reaches the connection as plane 1's: none is dropped as from a
-// wrong source, every path is sampled, and none times out.
+// on each, at the side that connects and at the side that accepts. Every
+// packet the peer sends on plane 1, data, ACKs, NACKs and probe replies,
+// reaches the connection as plane 1's: none is dropped as from a wrong
+// source, every path is sampled, and none times out.
 func TestPlanesSharingALocalAddress(t *testing.T) {
+	for _, side := range []int{0, 1} {
+		t.Run(fmt.Sprint("host ", side), func(t *testing.T) { sharedLocalAddress(t, side) })
+	}
+}
+
+func sharedLocalAddress(t *testing.T, side int) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
-	local := netem.Addr(0, 0)
-	wrap := &oneLocalAddress{Port: n.fab.Host(0), local: local}
+	local := netem.Addr(0, side)
+	wrap := &oneLocalAddress{Port: n.fab.Host(side), host: side, local: local}
 	ep, err := NewEndpoint(Config{Planes: []netip.Addr{local, local}, Paths: 4, Streams: 1, Random: seeded(7)}, n.sim, wrap)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wrap.ep = ep
-	n.fab.Host(0).Attach(wrap)
-	n.hosts[0].ep = ep
+	n.fab.Host(side).Attach(wrap)
+	n.hosts[side].ep = ep
 	pr := n.connect(0, 1)
 	const size = 4 << 20
 	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
@@ -195,6 +203,9 @@ func TestPlanesSharingALocalAddress(t *testing.T) {
 	}
 	if w := ep.Stats().WrongSource; w != 0 {
 		t.Errorf("%d packets of the peer dropped as from a wrong source", w)
+	}
+	if got := pr.b.ReceiverStats().Packets; got == 0 {
+		t.Error("nothing was placed")
 	}
 	for _, p := range pr.a.Telemetry() {
 		if p.RTT.Samples == 0 || p.Timeouts != 0 || p.PacketsSent == 0 {

@@ -38,9 +38,12 @@ type receiver struct {
 	readsIn int          // READs accepted and not yet fully answered
 
 	// Receive credits (credit.go). grown holds the streams whose limit
-	// grew since an ACK last named it. lastNamed is the stream named last
-	// and lastSend the stream of the latest SEND or WRITE_IMM, -1 for none.
+	// grew since an ACK last named it, and awaited those the sender may
+	// wait on: named before, or refused a SEND. lastNamed is the stream
+	// named last and lastSend the stream of the latest SEND or WRITE_IMM,
+	// -1 for none.
 	grown     bitset
+	awaited   bitset
 	lastNamed int
 	lastSend  int
 
@@ -56,7 +59,7 @@ func (r *receiver) init(c *Conn) {
 	r.paths = make([]recvPath, c.paths)
 	old := r.streams
 	r.streams = make([]recvStream, c.streams)
-	r.grown, r.lastNamed, r.lastSend = newBitset(c.streams), -1, -1
+	r.grown, r.awaited, r.lastNamed, r.lastSend = newBitset(c.streams), newBitset(c.streams), -1, -1
 	for i := range r.streams {
 		if i < len(old) {
 			r.streams[i].recvs = old[i].recvs
@@ -269,7 +272,7 @@ func (r *receiver) checkReceive(pkt *proto.Packet, plane int, st *recvStream, in
 	r.lastSend = int(in.stream)
 	i := f.rsn - st.base
 	if i >= uint32(len(st.recvs)-st.head) && !r.claimShared(st, i) {
-		st.awaited = true // the sender waits for this stream's receives now (credit.go)
+		r.awaited.set(int(in.stream)) // the sender waits for this stream's receives now (credit.go)
 		r.nack(pkt, plane, proto.NackRNR, in.stream, in.msn)
 		return nil, false
 	}

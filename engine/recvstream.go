@@ -32,9 +32,6 @@ type recvStream struct {
 	recvs []recvEntry
 	head  int
 	base  uint32
-	// awaited is set once an ACK named the stream's receive limit, or one
-	// of its SENDs was refused: the sender may wait for its receives.
-	awaited bool
 }
 
 // msgRing holds a stream's messages in progress by MSN, from the stream's

@@ -347,3 +347,26 @@ func TestRNRRetriesTheOldestRefusal(t *testing.T) {
 		t.Fatal("the SENDs landed wrong")
 	}
 }
+
+// A path alone on its plane whose route dies moves to a new source port
+// once a few probes went unanswered, since it cannot tell its route from
+// its plane, and carries data again.
+func TestLonePathMovesAwayFromDeadRoute(t *testing.T) {
+	deadPort := uint16(49152) // path 0's first source port
+	n := newNet(t, twoHostFabric(2), Config{Paths: 2, Streams: 1, MPL: time.Millisecond})
+	pr := n.connect(0, 1)
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		t := proto.Type(d.Data[1])
+		return d.Src.Port() == deadPort && (t.IsData() || t == proto.TypeProbe)
+	}}
+	x := &xfer{op: OpWrite, size: 4 << 20, streams: 1}
+	x.start(t, pr)
+	if !n.run(2*time.Second, func() bool { return x.finished(pr) || pr.a.State() == Closed }) || pr.a.State() == Closed {
+		t.Fatalf("not finished: %v %+v", pr.a.Err(), pr.a.Telemetry())
+	}
+	x.check(t, pr)
+	n.run(50*time.Millisecond, func() bool { return pr.a.Telemetry()[0].State.String() == "GOOD" })
+	if p0 := pr.a.Telemetry()[0]; p0.Repaths == 0 || p0.SrcPort == deadPort || p0.State.String() != "GOOD" {
+		t.Fatalf("path 0, alone on plane 0: %+v", p0)
+	}
+}

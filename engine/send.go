@@ -81,6 +81,7 @@ type sender struct {
 
 	creditT     clock.Timer // the credit wait (credit.go), made when a stream is first held
 	creditWaits int         // credit waits in a row that no new limit ended
+	held        bitset      // the streams held for receive credit
 }
 
 func (s *sender) init(c *Conn) {
@@ -92,8 +93,10 @@ func (s *sender) init(c *Conn) {
 	s.respStream = c.streams
 	if c.credits {
 		// Before the receiver names a stream, its first SEND or WRITE_IMM
-		// may go, and no other (spec section 6.5).
-		for k := range c.streams {
+		// may go, and no other (spec section 6.5). A stream the receiver
+		// cannot name has no limit.
+		s.held = newBitset(len(s.streams))
+		for k := range min(c.streams, proto.NoCreditStream) {
 			s.streams[k].limited, s.streams[k].limit = true, 1
 		}
 	}
