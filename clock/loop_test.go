@@ -68,18 +68,25 @@ func TestLoopRunsTurnEndAfterTheTurnsWork(t *testing.T) {
 	}
 }
 
+// runLoop starts an endpoint's loop, or a plain one, on a goroutine of its
+// own. Run's error arrives on done once cancel is called.
+func runLoop(endpoint bool) (*Loop, context.CancelFunc, chan error) {
+	l := NewLoop()
+	if endpoint {
+		l = NewEndpointLoop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	return l, cancel, done
+}
+
 // On an endpoint's loop, work posted while the loop was held up runs before
 // a timer that fell due meanwhile, and the timer sees the time it actually
 // runs at. A plain loop keeps the Sim's order and times instead.
 func TestEndpointLoopRunsInputBeforeLateTimers(t *testing.T) {
 	for _, endpoint := range []bool{true, false} {
-		l := NewLoop()
-		if endpoint {
-			l = NewEndpointLoop()
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- l.Run(ctx) }()
+		l, cancel, done := runLoop(endpoint)
 		var order []string
 		var start, due, firedAt Time
 		l.Post(func() {
@@ -109,13 +116,7 @@ func TestEndpointLoopRunsInputBeforeLateTimers(t *testing.T) {
 // firings the host's stall made it miss. A plain loop replays them.
 func TestEndpointLoopDoesNotReplayALateTimer(t *testing.T) {
 	for _, endpoint := range []bool{true, false} {
-		l := NewLoop()
-		if endpoint {
-			l = NewEndpointLoop()
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- l.Run(ctx) }()
+		l, cancel, done := runLoop(endpoint)
 		var walls []time.Duration // the wall time of each firing
 		l.Post(func() {
 			var tm Timer

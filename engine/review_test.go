@@ -80,21 +80,7 @@ func TestCloseReportsEveryMessageOnce(t *testing.T) {
 // times out, goes ASSUMED_BAD, is repathed to another port, and carries
 // data again.
 func TestRepathAwayFromDeadRoute(t *testing.T) {
-	deadPort := uint16(49152) // path 0's first source port
-	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1, MPL: time.Millisecond})
-	pr := n.connect(0, 1)
-	// From now on, data and probes from the dead port vanish.
-	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
-		t := proto.Type(d.Data[1])
-		return d.Src.Port() == deadPort && (t.IsData() || t == proto.TypeProbe)
-	}}
-	x := &xfer{op: OpWrite, size: 4 << 20, streams: 1}
-	x.start(t, pr)
-	if !n.run(2*time.Second, func() bool { return x.finished(pr) || pr.a.State() == Closed }) || pr.a.State() == Closed {
-		t.Fatalf("not finished: %v %+v", pr.a.Err(), pr.a.Telemetry())
-	}
-	x.check(t, pr)
-	n.run(20*time.Millisecond, func() bool { return pr.a.Telemetry()[0].State.String() == "GOOD" })
+	n, pr := writeOverDeadRoute(t, 1)
 	p0 := pr.a.Telemetry()[0]
 	if p0.Repaths == 0 || p0.SrcPort == deadPort || p0.Timeouts == 0 {
 		t.Fatalf("path 0: %+v", p0)
@@ -352,8 +338,23 @@ func TestRNRRetriesTheOldestRefusal(t *testing.T) {
 // once a few probes went unanswered, since it cannot tell its route from
 // its plane, and carries data again.
 func TestLonePathMovesAwayFromDeadRoute(t *testing.T) {
-	deadPort := uint16(49152) // path 0's first source port
-	n := newNet(t, twoHostFabric(2), Config{Paths: 2, Streams: 1, MPL: time.Millisecond})
+	_, pr := writeOverDeadRoute(t, 2)
+	if p0 := pr.a.Telemetry()[0]; p0.Repaths == 0 || p0.SrcPort == deadPort || p0.State.String() != "GOOD" {
+		t.Fatalf("path 0, alone on plane 0: %+v", p0)
+	}
+}
+
+// deadPort is path 0's first source port, whose route writeOverDeadRoute
+// kills.
+const deadPort = uint16(49152)
+
+// writeOverDeadRoute connects two hosts over planes planes with 2 paths,
+// kills the route of path 0's first source port, data and probes alike,
+// and WRITEs 4 MiB. It returns once the WRITE arrived whole and path 0 is
+// GOOD again, or 50 ms later.
+func writeOverDeadRoute(t *testing.T, planes int) (*testNet, *pair) {
+	t.Helper()
+	n := newNet(t, twoHostFabric(planes), Config{Paths: 2, Streams: 1, MPL: time.Millisecond})
 	pr := n.connect(0, 1)
 	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
 		t := proto.Type(d.Data[1])
@@ -366,7 +367,5 @@ func TestLonePathMovesAwayFromDeadRoute(t *testing.T) {
 	}
 	x.check(t, pr)
 	n.run(50*time.Millisecond, func() bool { return pr.a.Telemetry()[0].State.String() == "GOOD" })
-	if p0 := pr.a.Telemetry()[0]; p0.Repaths == 0 || p0.SrcPort == deadPort || p0.State.String() != "GOOD" {
-		t.Fatalf("path 0, alone on plane 0: %+v", p0)
-	}
+	return n, pr
 }
