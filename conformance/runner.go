@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -301,10 +302,16 @@ func (cr *caseRun) runEndpoints(req, resp Implementation, timeout time.Duration)
 			qerr = err
 		}
 	}
-	if unsupported || qerr != nil {
+	var rerr error
+	switch {
+	case unsupported:
 		rcmd.Process.Kill() // nothing more is coming, and it would wait for its own timeout
+		rerr = <-respDone
+	case qerr != nil:
+		rerr = quitThenKill(rcmd, respDone, time.Second)
+	default:
+		rerr = <-respDone
 	}
-	rerr := <-respDone
 	if unsupported || code(rerr) == Unsupported {
 		return "unsupported", ""
 	}
@@ -312,6 +319,23 @@ func (cr *caseRun) runEndpoints(req, resp Implementation, timeout time.Duration)
 		return "fail", fmt.Sprintf("requester %v, responder %v (logs in %s)", qerr, rerr, cr.dir)
 	}
 	return "pass", ""
+}
+
+// quitThenKill ends an endpoint that nothing more will come to, whose
+// Wait's result arrives on done. It sends SIGQUIT first, and kills it if
+// it has not exited after grace. A Go endpoint then writes every
+// goroutine's stack to its log: if it had stopped answering, the log shows
+// where it was.
+func quitThenKill(cmd *exec.Cmd, done <-chan error, grace time.Duration) error {
+	if cmd.Process.Signal(syscall.SIGQUIT) == nil {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(grace):
+		}
+	}
+	cmd.Process.Kill()
+	return <-done
 }
 
 // observe reads the endpoints' reports and the wire's counts into what
