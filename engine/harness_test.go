@@ -163,6 +163,22 @@ func (h *host) region(t testing.TB, size int, seed uint64, access memreg.Access)
 
 func digest(b []byte) [32]byte { return sha256.Sum256(b) }
 
+// writeWhole WRITEs size bytes, filled from seed 5, from the pair's
+// initiator into a fresh region of the acceptor, and runs until the WRITE
+// completes; it fails the test unless it completes ok within a second.
+func (n *testNet) writeWhole(t testing.TB, pr *pair, size int) (src, dst *memreg.Region) {
+	t.Helper()
+	src = pr.ha.region(t, size, 5, memreg.LocalWrite)
+	dst = pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
+		t.Fatalf("the WRITE did not complete: %+v", pr.ra.done)
+	}
+	return src, dst
+}
+
 // checkInflight fails the test when a sender's count of packets in flight
 // is not its paths' summed.
 func checkInflight(t *testing.T, at clock.Time, senders ...*sender) {

@@ -192,15 +192,7 @@ func sharedLocalAddress(t *testing.T, side int) {
 	n.fab.Host(side).Attach(wrap)
 	n.hosts[side].ep = ep
 	pr := n.connect(0, 1)
-	const size = 4 << 20
-	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
-	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
-		t.Fatal(err)
-	}
-	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
-		t.Fatalf("the WRITE did not complete: %+v", pr.ra.done)
-	}
+	n.writeWhole(t, pr, 4<<20)
 	if w := ep.Stats().WrongSource; w != 0 {
 		t.Errorf("%d packets of the peer dropped as from a wrong source", w)
 	}

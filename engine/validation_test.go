@@ -9,7 +9,6 @@ import (
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
-	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
 )
@@ -203,15 +202,7 @@ func TestInitiatorCompletesThroughRetry(t *testing.T) {
 			if pr.b.mode != mode {
 				t.Fatalf("accepted in mode %v, want %v", pr.b.mode, mode)
 			}
-			const size = 1 << 20
-			src := pr.ha.region(t, size, 5, memreg.LocalWrite)
-			dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-			if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
-				t.Fatal(err)
-			}
-			if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
-				t.Fatalf("the WRITE did not complete: %+v", pr.ra.done)
-			}
+			src, dst := n.writeWhole(t, pr, 1<<20)
 			if !c.placeholder && digest(src.Bytes()) != digest(dst.Bytes()) {
 				t.Fatal("the data arrived changed")
 			}

@@ -199,6 +199,24 @@ func TestLargeFullDiskIsReportedToTheSender(t *testing.T) {
 	}
 }
 
+// dialSilently connects to a receiver at addr and port from a host of its
+// own, closed with the test, and sends nothing on the connection.
+func dialSilently(t *testing.T, addr string, port int) filexfer.Conn {
+	t.Helper()
+	h, err := host.Open([]netip.Addr{netip.MustParseAddr(addr)}, host.Options{Paths: 1, SourcePorts: 1, NoProgress: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	silent, err := filexfer.Dial(ctx, h.Device(), endpoint.Remote{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: uint16(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return silent
+}
+
 // recv serves the first connection whose transfer begins, not the first
 // that connects: one that connects first and then says nothing holds up
 // nothing, and the real sender's file arrives.
@@ -210,17 +228,7 @@ func TestLargeRecvServesPastASilentConnection(t *testing.T) {
 	port := freePort(t, "127.0.0.99")
 	recv := start(t, bin, "recv", "--listen", "127.0.0.99", "--port", fmt.Sprint(port), "--timeout", "30s")
 	recv.waitFor(t, "listening on")
-	h, err := host.Open([]netip.Addr{netip.MustParseAddr("127.0.0.99")}, host.Options{Paths: 1, SourcePorts: 1, NoProgress: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	silent, err := filexfer.Dial(ctx, h.Device(), endpoint.Remote{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.99")}, Port: uint16(port)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	silent := dialSilently(t, "127.0.0.99", port)
 	defer silent.QP.Close()
 	send := start(t, bin, "send", "--to", "127.0.0.99", "--port", fmt.Sprint(port), "--size-mib", "8")
 	if s, r := send.wait(t), recv.wait(t); s != 0 || r != 0 {
@@ -243,17 +251,7 @@ func TestRecvGivesUpOnASilentConnection(t *testing.T) {
 		done <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.88")}, "", outputOptions{}, o)
 	}()
 	time.Sleep(200 * time.Millisecond)
-	h, err := host.Open([]netip.Addr{netip.MustParseAddr("127.0.0.88")}, host.Options{Paths: 1, SourcePorts: 1, NoProgress: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	silent, err := filexfer.Dial(ctx, h.Device(), endpoint.Remote{Planes: []netip.Addr{netip.MustParseAddr("127.0.0.88")}, Port: uint16(port)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	silent := dialSilently(t, "127.0.0.88", port)
 	connected := time.Now()
 	var abort *endpoint.AbortError
 	for time.Since(connected) < 5*time.Second {
