@@ -92,7 +92,7 @@ func (r *receiver) sendAck(plane int, records bool) {
 	if !c.knows(plane) {
 		plane = c.firstPlane()
 	}
-	maxRecords := min(proto.MaxAckRecords, (c.maxPacket-proto.CommonHeaderLen-proto.AckHeaderLen-proto.TrailerLen)/proto.AckRecordLen)
+	maxRecords := min(proto.MaxAckRecords, (c.sendMax-proto.CommonHeaderLen-proto.AckHeaderLen-proto.TrailerLen)/proto.AckRecordLen)
 	now := c.ep.clock.Now()
 	for first := true; first || records && len(r.dirty) > 0; first = false {
 		n := 0

@@ -38,6 +38,13 @@ type Config struct {
 	// sends or accepts. Default 4,160, which holds 4 KiB of payload in a
 	// WRITE.
 	MaxPacket int
+	// BasePacket, when set below MaxPacket, is the largest packet a
+	// connection sends before padded PROBEs show that its planes carry
+	// more (spec section 6.7, after RFC 8899's BASE_PLPMTU). Each plane's
+	// path MTU is then searched up to the negotiated MaxPacket. Zero, the
+	// default, sends packets of MaxPacket from the start and searches
+	// nothing, as on a fabric whose MTU is known.
+	BasePacket int
 	// Paths and Streams are offered or accepted per connection. Defaults 8
 	// and 8.
 	Paths, Streams int
@@ -256,6 +263,8 @@ func (c *Config) fill() error {
 	switch {
 	case c.MaxPacket < proto.MinMTU || c.MaxPacket > proto.MaxPacketLen:
 		return fmt.Errorf("engine: max packet %d: want %d .. %d", c.MaxPacket, proto.MinMTU, proto.MaxPacketLen)
+	case c.BasePacket != 0 && (c.BasePacket < proto.MinMTU || c.BasePacket > proto.MaxPacketLen):
+		return fmt.Errorf("engine: base packet %d: want 0 (none) or %d .. %d", c.BasePacket, proto.MinMTU, proto.MaxPacketLen)
 	case c.Paths < 1 || c.Paths > proto.MaxPaths:
 		return fmt.Errorf("engine: paths %d: want 1 .. %d", c.Paths, proto.MaxPaths)
 	case c.Streams < 1 || c.Streams > proto.MaxStreams:

@@ -31,7 +31,9 @@ type Conn struct {
 	remote    []netip.Addr
 	tp        transport // multipath, or baseline (spec section 10)
 	pd        *memreg.Domain
-	maxPacket int // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
+	maxPacket int        // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
+	sendMax   int        // the largest packet this side sends now: maxPacket, or what the path MTU search has shown (pmtu.go)
+	mtu       *mtuSearch // nil when nothing is searched
 	paths     int
 	streams   int
 	readsOut  int  // READs this side may have outstanding

@@ -58,7 +58,9 @@ func (s *sender) newDSN(m *message) *dsnRecord {
 	}
 	d := s.nextDSN
 	s.nextDSN++
-	n := min(m.seg, m.length-m.next)
+	// Each new packet is as large as the path MTU search allows now.
+	hlen, _ := proto.HeaderLen(m.typ, 0)
+	n := min(uint32(s.c.sendMax-hlen-proto.TrailerLen), m.length-m.next)
 	if m.typ == proto.TypeReadReq {
 		n = 0 // a READ is one packet with no payload; the data comes back
 		s.readsActive++

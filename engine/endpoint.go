@@ -183,10 +183,11 @@ func (e *Endpoint) seal(pkt *proto.Packet) []byte {
 
 // TooBig is called by the port when a datagram this endpoint sent did not
 // fit its path. The kernel refused it as larger than the path MTU, because
-// DF is set (see link.TooBigHandler). The connection that sent it cannot
-// carry its packets on that path, and resending would never help. So the
-// connection fails with a PathMTUError that names the path and the sizes.
-// Learning the path MTU beforehand, with padded PROBEs, is not built.
+// DF is set (see link.TooBigHandler). A PROBE of the path MTU search
+// (spec section 6.7) has found a size too big, at once. Any other packet
+// cannot cross that path, and resending would never help: its size was
+// fixed when it was cut. So the connection fails with a PathMTUError that
+// names the path and the sizes.
 func (e *Endpoint) TooBig(d *link.Datagram) {
 	var pkt proto.Packet
 	if err := e.decode(&pkt, d); err != nil {
@@ -204,7 +205,11 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 		if plane >= len(c.remote) || c.remote[plane] != d.Dst.Addr() {
 			continue
 		}
-		c.fail(&PathMTUError{Src: d.Src, Dst: d.Dst, Size: d.Size(), MaxPacket: c.maxPacket}, StatusFlushed, true)
+		if pkt.Type() == proto.TypeProbe && pkt.Probe().ProbeID()&mtuProbeBit != 0 {
+			c.mtuProbeTooBig(pkt.Probe().ProbeID())
+			continue
+		}
+		c.fail(&PathMTUError{Src: d.Src, Dst: d.Dst, Size: d.Size(), MaxPacket: c.sendMax}, StatusFlushed, true)
 	}
 	e.flush()
 }

@@ -247,6 +247,10 @@ func (e *Endpoint) capabilities() proto.Capabilities {
 func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 	c.paths, c.streams = paths, streams
 	c.maxPacket = min(c.ep.cfg.MaxPacket, int(h.MaxPacket()))
+	c.sendMax = c.maxPacket
+	if base := c.ep.cfg.BasePacket; base > 0 {
+		c.sendMax = min(base, c.maxPacket) // until the path MTU search shows more (spec section 6.7)
+	}
 	c.peerWindow = int(h.DSNWindow())
 	c.peerISN, c.peerIDSN = h.InitialPSN(), h.InitialDSN()
 	c.readsOut = min(c.ep.cfg.MaxReadsOut, int(h.MaxReadsIn()))

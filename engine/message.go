@@ -24,7 +24,6 @@ type message struct {
 	msn    uint32
 	rsn    uint32
 	length uint32
-	seg    uint32 // payload bytes per packet
 
 	// Progress.
 	next    uint32 // offset of the next first transmission
@@ -114,9 +113,8 @@ func (s *sender) post(wr SendWR) error {
 		return err
 	}
 	m.length = length
-	hlen, _ := proto.HeaderLen(typ, 0)
 	st := &s.streams[wr.Stream]
-	m.msn, m.seg = st.msn, uint32(c.maxPacket-hlen-proto.TrailerLen)
+	m.msn = st.msn
 	st.msn++
 	switch typ {
 	case proto.TypeSend, proto.TypeWriteImm:
@@ -142,9 +140,8 @@ func (s *sender) post(wr SendWR) error {
 // 5.4), on the internal stream.
 func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
 	s.equip()
-	hlen, _ := proto.HeaderLen(proto.TypeReadResp, 0)
 	m := &message{length: length, typ: proto.TypeReadResp, tag: tag,
-		srcKey: rkey, srcOff: roff, internal: true, seg: uint32(s.c.maxPacket - hlen - proto.TrailerLen)}
+		srcKey: rkey, srcOff: roff, internal: true}
 	st := &s.streams[s.respStream]
 	st.queue = append(st.queue, m)
 	s.ready.set(s.respStream)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
@@ -123,5 +124,143 @@ func TestDSNRingGrowsOnDemand(t *testing.T) {
 	}
 	if len(pr.b.snd.ring) != 0 || len(pr.b.snd.paths) != 0 {
 		t.Fatalf("the receiving end has a ring of %d and %d paths", len(pr.b.snd.ring), len(pr.b.snd.paths))
+	}
+}
+
+// mtuFabric is two hosts on four planes whose downlinks carry, by plane,
+// the largest datagrams in mtus (0: the fabric's 9,000).
+func mtuFabric(mtus [4]int) netem.Config {
+	fc := twoHostFabric(4)
+	fc.MaxDatagram = 9000
+	for plane, mtu := range mtus {
+		l := link100()
+		l.MTU = mtu
+		fc.Overrides = append(fc.Overrides, netem.Override{Plane: plane,
+			Match: netem.LinkMatch{Kind: netem.Downlink, Host: -1, Leaf: -1, Spine: -1}, Link: l})
+	}
+	return fc
+}
+
+// mtuProbe reports whether a datagram is a PROBE of the path MTU search,
+// and its size.
+func mtuProbe(d *link.Datagram) (int, bool) {
+	var p proto.Packet
+	if p.Decode(d.Data) != nil || p.Type() != proto.TypeProbe {
+		return 0, false
+	}
+	return d.Size(), p.Probe().ProbeID()&mtuProbeBit != 0
+}
+
+// TestPathMTUSearch checks the search of spec section 6.7 on planes whose
+// links carry less than the interfaces claim: 9,000 bytes on two planes,
+// 1,472 (an Ethernet MTU of 1,500) on one, and 4,000, no common MTU, on
+// another. A connection that starts at 1,200 bytes learns each plane's
+// size to within the search's granularity and never sends a data packet
+// that a plane cannot carry. New packets grow to the smallest plane's size
+// as soon as every plane has shown it, and the data arrives intact.
+func TestPathMTUSearch(t *testing.T) {
+	want := [4]int{9000, 4000, 1472, 9000}
+	n := newNet(t, mtuFabric([4]int{0, 4000, 1472, 0}), Config{MaxPacket: 9000, BasePacket: 1200, Paths: 8})
+	var dataTooBig, probesTooBig int
+	sizes := map[int]bool{}
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		_, isProbe := mtuProbe(e.Datagram)
+		switch {
+		case e.Verdict == netem.Dropped && e.Cause == netem.DropTooBig && isProbe:
+			probesTooBig++
+		case e.Verdict == netem.Dropped && e.Cause == netem.DropTooBig:
+			dataTooBig++
+		case e.Verdict == netem.Sent && e.Link.Kind() == netem.Uplink && !isProbe && e.Link.From() == 0:
+			sizes[e.Datagram.Size()] = true
+		}
+	})
+	pr := n.connect(0, 1)
+	start := n.sim.Now()
+	src, dst := n.writeWhole(t, pr, 32<<20)
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatal("the data differs")
+	}
+	searched := func() bool {
+		for _, p := range pr.a.PathMTU() {
+			if !p.Done {
+				return false
+			}
+		}
+		return true
+	}
+	if !n.run(time.Second, searched) {
+		t.Fatalf("not searched after a second: %+v", pr.a.PathMTU())
+	}
+	t.Logf("searched in %v", n.sim.Now().Sub(start))
+	pr.ra.done = nil
+	n.writeWhole(t, pr, 4<<20)
+	got := pr.a.PathMTU()
+	for plane, p := range got {
+		if !p.Done || p.Size > want[plane] || p.Size < want[plane]-mtuGranularity {
+			t.Errorf("plane %d: learned %+v, want %d (less at most %d), done", plane, p, want[plane], mtuGranularity)
+		}
+	}
+	if dataTooBig != 0 || probesTooBig == 0 {
+		t.Errorf("%d data packets and %d probes dropped as too big: want none and some", dataTooBig, probesTooBig)
+	}
+	if !sizes[1472] || !sizes[1200] {
+		t.Errorf("data packet sizes %v: want 1,200 at first and 1,472 later", sizes)
+	}
+	if pr.a.sendMax != 1472 {
+		t.Errorf("packets cut to %d bytes, want 1,472", pr.a.sendMax)
+	}
+	if probes := pr.a.snd.stats.MTUProbes; probes > 80 {
+		t.Errorf("%d MTU probes", probes)
+	}
+	if pr.a.State() != Established {
+		t.Fatalf("connection %v: %v", pr.a.State(), pr.a.Err())
+	}
+}
+
+// TestPathMTUSearchCarriesTheCeilingAtOnce checks that where every plane
+// carries what was negotiated, one probe a plane settles the search, and
+// the packets reach full size after about a round trip.
+func TestPathMTUSearchCarriesTheCeilingAtOnce(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, BasePacket: 1200, Paths: 8})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 8<<20)
+	if probes := pr.a.snd.stats.MTUProbes; probes != 4 || pr.a.sendMax != 9000 {
+		t.Errorf("%d MTU probes, packets of %d bytes: want 4 and 9,000", probes, pr.a.sendMax)
+	}
+	for plane, p := range pr.a.PathMTU() {
+		if p != (PlaneMTU{Size: 9000, Done: true}) {
+			t.Errorf("plane %d: %+v", plane, p)
+		}
+	}
+}
+
+// TestPathMTUProbeRefusedLocally checks a PROBE the local host refuses as
+// too big for its route (the port's TooBig): the size is out at once, no
+// probe of it is sent again, and the connection carries on, where a data
+// packet refused the same way fails it.
+func TestPathMTUProbeRefusedLocally(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{0, 0, 0, 2000}), Config{MaxPacket: 9000, BasePacket: 1200, Paths: 4})
+	refused := map[int]int{} // probes the "kernel" refused, by size
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		if size, isProbe := mtuProbe(e.Datagram); isProbe && e.Verdict == netem.Dropped && e.Cause == netem.DropTooBig {
+			// As if the host's route said so: the report comes back at once.
+			refused[size]++
+			d := *e.Datagram
+			d.Data = append([]byte(nil), d.Data...)
+			n.sim.After(0, clock.Func(func() { n.hosts[0].ep.TooBig(&d) }))
+		}
+	})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 8<<20)
+	if p := pr.a.PathMTU()[3]; !p.Done || p.Size > 2000 || p.Size < 2000-mtuGranularity {
+		t.Errorf("plane 3: %+v", p)
+	}
+	for size, k := range refused {
+		if k != 1 {
+			t.Errorf("a probe of %d bytes sent %d times after the host refused it", size, k)
+		}
+	}
+	if len(refused) == 0 || pr.a.State() != Established {
+		t.Fatalf("%d sizes refused, connection %v (%v)", len(refused), pr.a.State(), pr.a.Err())
 	}
 }

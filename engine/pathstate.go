@@ -103,6 +103,10 @@ func (p *sendPath) sendProbe() {
 // onProbeReply takes a PROBE_REPLY. It gives an RTT sample, and brings an
 // ASSUMED_BAD path back into service.
 func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
+	if id := pkt.ProbeReply().ProbeID(); id&mtuProbeBit != 0 {
+		s.c.onMTUProbeReply(id)
+		return
+	}
 	if pkt.ProbeReply().ProbeID() == keepAliveProbe {
 		return // it answered a keep-alive: having heard it is all it says
 	}

@@ -108,8 +108,7 @@ func (s *sender) init(c *Conn) {
 	}
 	s.hint = math.Inf(1)
 	s.rateStale = true
-	hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)
-	s.mss = float64(c.maxPacket - hlen - proto.TrailerLen)
+	c.setSendMax(c.sendMax)
 }
 
 // equip gives the sender its DSN ring and its paths. Only sending needs
@@ -158,6 +157,7 @@ func (s *sender) equip() {
 		s.paths = append(s.paths, p)
 		p.rateChanged()
 	}
+	c.startMTUSearch()
 }
 
 func (s *sender) busy() bool { return s.msgs > 0 }

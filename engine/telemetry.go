@@ -23,6 +23,7 @@ type SenderStats struct {
 	// stream's receive credit, after waiting a retransmission timeout with
 	// nothing in flight (spec section 6.5).
 	CreditOverdraws uint64
+	MTUProbes       uint64 // padded PROBEs of the path MTU search (spec section 6.7)
 }
 
 // ReceiverStats counts a connection's receiving.

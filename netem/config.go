@@ -59,8 +59,12 @@ type LinkConfig struct {
 	// covers the IP, UDP and Ethernet headers, the FCS, the preamble and the
 	// inter-frame gap. Zero means DefaultOverhead, and a negative value none.
 	Overhead int
-	Queue    QueueConfig
-	Impair   Impairments
+	// MTU, when > 0, is the largest datagram (UDP payload) the link
+	// carries. A larger one is dropped, as a router drops a packet with DF
+	// set that does not fit, and no error goes back.
+	MTU    int
+	Queue  QueueConfig
+	Impair Impairments
 }
 
 // QueueConfig is a link's output queue.
@@ -288,6 +292,9 @@ func (l *LinkConfig) validate() error {
 	}
 	if l.Delay < 0 {
 		errs = append(errs, fmt.Errorf("delay = %v: want >= 0", l.Delay))
+	}
+	if l.MTU < 0 || l.MTU > 65535 {
+		errs = append(errs, fmt.Errorf("MTU = %d: want 0 (none) .. 65535", l.MTU))
 	}
 	q := l.Queue
 	if q.Limit < 0 || q.ECNThreshold < 0 {

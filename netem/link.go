@@ -18,15 +18,16 @@ const (
 	DropRED                        // RED without ECN, or a Not-ECT datagram
 	DropDown                       // the plane is down
 	DropBlackhole                  // the plane is blackholed
+	DropTooBig                     // larger than the link's MTU
 	numDropCauses
 )
 
-var dropNames = [numDropCauses]string{"loss", "queue-full", "red", "down", "blackhole"}
+var dropNames = [numDropCauses]string{"loss", "queue-full", "red", "down", "blackhole", "too-big"}
 
 func (c DropCause) String() string { return dropNames[c] }
 
 // DropCauses lists every cause, for reports.
-var DropCauses = []DropCause{DropLoss, DropQueueFull, DropRED, DropDown, DropBlackhole}
+var DropCauses = []DropCause{DropLoss, DropQueueFull, DropRED, DropDown, DropBlackhole, DropTooBig}
 
 // LinkStats are a link's counters.
 type LinkStats struct {
@@ -240,6 +241,12 @@ func (l *Link) drop(pkt *packet, cause DropCause) {
 // first, then the queue discipline, then the serializer if it is idle.
 func (l *Link) enqueue(pkt *packet) {
 	if l.dropIfFailed(pkt) {
+		return
+	}
+	if l.cfg.MTU > 0 && pkt.d.Size() > l.cfg.MTU {
+		// DF is set on every datagram (spec section 11), so a link drops
+		// what it cannot carry. No ICMP error goes back.
+		l.drop(pkt, DropTooBig)
 		return
 	}
 	if !l.impaired {

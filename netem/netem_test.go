@@ -163,6 +163,32 @@ func TestTailDrop(t *testing.T) {
 	}
 }
 
+// A link with an MTU drops a larger datagram, as a router drops a packet
+// with DF set, and carries one of exactly its MTU. Padding counts.
+func TestLinkMTU(t *testing.T) {
+	down := simpleLink(10*gbps, time.Microsecond)
+	down.MTU = 1472
+	f, sim := newTestFabric(t, twoHosts(simpleLink(10*gbps, time.Microsecond), down))
+	s := attachSink(f, 1)
+	padded := datagram(f, 0, 1, 0, 50000, 100, 3, link.ECT0)
+	padded.Pad = 1373 // 1,473 bytes in all
+	f.Host(0).Send([]link.Datagram{datagram(f, 0, 1, 0, 50000, 1472, 1, link.ECT0),
+		datagram(f, 0, 1, 0, 50000, 1473, 2, link.ECT0), padded})
+	sim.RunUntil(clock.Time(time.Second))
+	st := f.Downlink(0, 1).Stats()
+	if len(s.got) != 1 || s.got[0].seq != 1 || st.Drops[DropTooBig] != 2 {
+		t.Fatalf("delivered %+v, %d dropped as too big", s.got, st.Drops[DropTooBig])
+	}
+	if DropTooBig.String() != "too-big" {
+		t.Errorf("cause named %q", DropTooBig)
+	}
+	bad := twoHosts(simpleLink(10*gbps, time.Microsecond), down)
+	bad.Uplink.MTU = -1
+	if _, err := New(bad, clock.NewSim()); err == nil || !strings.Contains(err.Error(), "MTU = -1") {
+		t.Fatalf("a negative MTU: %v", err)
+	}
+}
+
 // RED with ECN marks and never drops ECN-capable traffic. Without ECN it
 // drops.
 func TestRED(t *testing.T) {

@@ -169,8 +169,8 @@ func (p *Path) PlaneUp(probe bool) {
 // NewProbe returns the id of a new PROBE on the path.
 func (p *Path) NewProbe() uint32 {
 	p.probeID++
-	if p.probeID == 0 {
-		p.probeID = 1 // 0 is a keep-alive's (spec section 8.6)
+	if p.probeID >= 1<<31 {
+		p.probeID = 1 // 0 is a keep-alive's (spec section 8.6), and from 2^31 on the path MTU search's (6.7)
 	}
 	return p.probeID
 }

@@ -73,6 +73,13 @@ const (
 	RTOInitial = 100 * time.Millisecond
 )
 
+// BaseDatagram is the size connections on real sockets start at, as
+// engine.Config.BasePacket, before their path MTU search (spec section
+// 6.7) shows more: RFC 8899's BASE_PLPMTU, which an IPv6 path's minimum
+// MTU of 1,280 bytes carries and any IPv4 path is expected to. An
+// interface's MTU says only what its first link carries.
+const BaseDatagram = 1200
+
 // Config says which sockets a driver binds.
 type Config struct {
 	// Planes are the local addresses, one per plane, the same list as the

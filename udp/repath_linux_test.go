@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/pathmgr"
@@ -212,21 +213,18 @@ func TestLargeBlackholedSourcePortIsLeft(t *testing.T) {
 		strings.Join(seen, " -> "), posted, size>>20, now)
 }
 
-// A path whose MTU is below the connection's packets fails clearly. A route
-// on loopback carries at most 1,400 bytes with DF set. The kernel refuses
-// the first data packet, and the connection fails at once with an error
-// that names the path and the sizes. It does not resend into the refusal
-// until its no-progress timeout.
-func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
+// writeOverSmallRoute gives the loopback address peer a route that carries
+// at most 1,400 bytes with DF set, connects to it from another loopback
+// address with the engine's configuration adjusted by tune, and WRITEs
+// 1 MiB. It returns once the WRITE completed or the connection failed.
+func writeOverSmallRoute(t *testing.T, peer string, tune func(*engine.Config)) (*events, *engine.Conn, *clock.Loop, []byte, []byte) {
 	needRootTool(t, "ip", "iproute2", "give a loopback address a smaller path MTU")
-	const peer = "127.0.0.88"
 	run(t, "ip", "route", "add", "local", peer+"/32", "dev", "lo", "table", "local", "mtu", "lock", "1400")
 	t.Cleanup(func() { run(t, "ip", "route", "del", "local", peer+"/32", "dev", "lo", "table", "local") })
 	loop := runningLoop(t)
-	a := bindSide(t, loop, addrs([]string{"127.0.0.87"}), 2)
-	b := bindSide(t, loop, addrs([]string{peer}), 2)
-	defer a.drv.Close()
-	defer b.drv.Close()
+	a := bindSideWith(t, loop, addrs([]string{"127.0.0.87"}), 2, tune)
+	b := bindSideWith(t, loop, addrs([]string{peer}), 2, tune)
+	t.Cleanup(func() { a.drv.Close(); b.drv.Close() })
 	a.drv.Start(a.ep)
 	b.drv.Start(b.ep)
 	ea := &events{}
@@ -234,6 +232,7 @@ func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
 	var err error
 	src := make([]byte, 1<<20)
 	dst := make([]byte, 1<<20)
+	rand.NewChaCha8([32]byte{88}).Read(src)
 	var srcReg, dstReg *memreg.Region
 	onLoop(loop, func() {
 		b.ep.Listen(b.pd, func(*engine.Conn) (engine.Events, bool) { return &events{}, true })
@@ -255,9 +254,20 @@ func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(5*time.Second, func() bool { ea.mu.Lock(); defer ea.mu.Unlock(); return ea.err != nil }) {
-		t.Fatal("the connection did not fail in 5 s")
+	if !waitFor(5*time.Second, func() bool { ea.mu.Lock(); defer ea.mu.Unlock(); return ea.err != nil || len(ea.done) > 0 }) {
+		t.Fatal("the WRITE neither completed nor failed in 5 s")
 	}
+	return ea, conn, loop, src, dst
+}
+
+// A path whose MTU is below the connection's packets fails clearly. With
+// no path MTU search, the kernel refuses the first data packet, and the
+// connection fails at once with an error that names the path and the
+// sizes. It does not resend into the refusal until its no-progress
+// timeout.
+func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
+	const peer = "127.0.0.88"
+	ea, _, _, _, _ := writeOverSmallRoute(t, peer, func(*engine.Config) {})
 	ea.mu.Lock()
 	defer ea.mu.Unlock()
 	var mtu *engine.PathMTUError
@@ -268,4 +278,28 @@ func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
 		t.Fatalf("completions %+v: want the WRITE flushed", ea.done)
 	}
 	t.Log(ea.err)
+}
+
+// The same route under a connection that searches its path MTU (spec
+// section 6.7): it starts at 1,200 bytes, the kernel refuses its larger
+// PROBEs at once, and the WRITE completes intact in packets of the most
+// the route carries, 1,372 bytes, or at most the search's granularity
+// less.
+func TestPathMTUSearchOverAKernelRoute(t *testing.T) {
+	ea, conn, loop, src, dst := writeOverSmallRoute(t, "127.0.0.89", func(c *engine.Config) {
+		c.MaxPacket, c.BasePacket = 4160, BaseDatagram
+	})
+	ea.mu.Lock()
+	if ea.err != nil || len(ea.done) != 1 || ea.done[0].Status != engine.StatusOK || !bytes.Equal(src, dst) {
+		t.Fatalf("error %v, completions %+v, data equal %v", ea.err, ea.done, bytes.Equal(src, dst))
+	}
+	ea.mu.Unlock()
+	var mtus []engine.PlaneMTU
+	if !waitFor(5*time.Second, func() bool { onLoop(loop, func() { mtus = conn.PathMTU() }); return mtus[0].Done }) {
+		t.Fatalf("the search is not over: %+v", mtus)
+	}
+	if got := mtus[0].Size; got > 1372 || got < 1372-16 {
+		t.Fatalf("learned %d bytes, want 1,372 or at most 16 less", got)
+	}
+	t.Logf("learned %d bytes", mtus[0].Size)
 }

@@ -110,7 +110,9 @@ func RealTimeTimers(cfg engine.Config) engine.Config {
 // experiments that need the engine's own knobs. It binds cfg's Planes,
 // Port and SourcePorts. Timer settings left at zero get what real sockets
 // want, and a MaxPacket of zero gets the largest datagram the planes'
-// interfaces carry. The wrappers stand between the engine and the
+// interfaces carry. A BasePacket of zero gets udp.BaseDatagram, so that
+// connections search their path MTU (spec section 6.7) rather than trust
+// the interfaces; one at MaxPacket or above searches nothing. The wrappers stand between the engine and the
 // sockets, the first nearest the sockets.
 func OpenUDPEngine(cfg engine.Config, wrappers ...Wrapper) (*UDPHost, error) {
 	if len(cfg.Planes) == 0 || cfg.Port == 0 {
@@ -122,6 +124,9 @@ func OpenUDPEngine(cfg engine.Config, wrappers ...Wrapper) (*UDPHost, error) {
 		return nil, errors.New("software: placeholder payloads are for simulations, not sockets")
 	}
 	cfg = RealTimeTimers(cfg)
+	if cfg.BasePacket == 0 {
+		cfg.BasePacket = udp.BaseDatagram
+	}
 	loop := clock.NewEndpointLoop()
 	drv, err := udp.New(udp.Config{Planes: cfg.Planes, Port: cfg.Port, SourcePorts: cfg.SourcePorts, MaxDatagram: cfg.MaxPacket}, loop)
 	if err != nil {
