@@ -271,4 +271,10 @@ type ConnParams struct {
 	// MaxPacket is the largest packet either side sends, in bytes of UDP
 	// payload: header, payload and trailer.
 	MaxPacket int
+	// PathMTU is, by plane, the largest packet this side has seen cross
+	// it (docs/spec.md section 6.7), and PathMTUDone whether every
+	// plane's search is over. Where nothing is searched each is MaxPacket.
+	// A connection's packets are at most the smallest.
+	PathMTU     []int
+	PathMTUDone bool
 }

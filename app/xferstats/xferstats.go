@@ -22,6 +22,7 @@ type Report struct {
 	Port      uint16     `json:"port"`
 	Paths     int        `json:"paths"`
 	MaxPacket int        `json:"max_packet,omitempty"` // the largest packet the handshake settled on, bytes
+	PathMTU   []int      `json:"path_mtu,omitempty"`   // by plane, the largest packet seen to cross it (spec section 6.7), bytes
 	Mode      string     `json:"mode"`
 	Name      string     `json:"name"`
 	Size      int64      `json:"size"`

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -328,11 +329,35 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	wg.Wait()
 	logPathEvents(o.log, conn.QP)
 	tel := conn.QP.Telemetry()
+	learned := conn.QP.Params()
+	p.report.PathMTU = learned.PathMTU
+	if note := pathMTUNote(learned); note != "" && p.text {
+		fmt.Fprintln(out, "note: "+note)
+	}
 	if err == nil {
 		p.tick(tel)
 		conn.QP.Close()
 	}
 	return p.finish(res, tel, mtuAdvice(err))
+}
+
+// pathMTUNote says what the path MTU search (spec section 6.7) found where
+// a plane carries less than the handshake allowed, or "" where every plane
+// carries it.
+func pathMTUNote(got endpoint.ConnParams) string {
+	if len(got.PathMTU) == 0 || slices.Min(got.PathMTU) == got.MaxPacket {
+		return ""
+	}
+	sizes := make([]string, len(got.PathMTU))
+	for i, m := range got.PathMTU {
+		sizes[i] = strconv.Itoa(m)
+	}
+	state := "as the path MTU search found"
+	if !got.PathMTUDone {
+		state = "so far: the path MTU search goes on"
+	}
+	return fmt.Sprintf("packets of up to %d bytes: the planes carry %s bytes, %s (--mtu caps it)",
+		slices.Min(got.PathMTU), strings.Join(sizes, ", "), state)
 }
 
 // count is n things, in the singular for one.

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
 )
 
@@ -344,5 +345,25 @@ func TestMTUAdviceNamesTheFlag(t *testing.T) {
 	other := errors.New("other")
 	if mtuAdvice(other) != other || mtuAdvice(nil) != nil {
 		t.Error("advice given where no packet was too big")
+	}
+}
+
+// send says what the path MTU search found only where a plane carries
+// less than the handshake allowed, and whether the search is over.
+func TestPathMTUNote(t *testing.T) {
+	for _, c := range []struct {
+		got  endpoint.ConnParams
+		want string
+	}{
+		{endpoint.ConnParams{MaxPacket: 9000, PathMTU: []int{9000, 9000}, PathMTUDone: true}, ""},
+		{endpoint.ConnParams{MaxPacket: 9000}, ""},
+		{endpoint.ConnParams{MaxPacket: 9000, PathMTU: []int{8972, 1472}, PathMTUDone: true},
+			"packets of up to 1472 bytes: the planes carry 8972, 1472 bytes, as the path MTU search found (--mtu caps it)"},
+		{endpoint.ConnParams{MaxPacket: 9000, PathMTU: []int{1200, 9000}},
+			"packets of up to 1200 bytes: the planes carry 1200, 9000 bytes, so far: the path MTU search goes on (--mtu caps it)"},
+	} {
+		if got := pathMTUNote(c.got); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.got, got, c.want)
+		}
 	}
 }

@@ -325,7 +325,13 @@ func (s *Software) Params(qp endpoint.QPHandle) endpoint.ConnParams {
 		return endpoint.ConnParams{}
 	}
 	var p endpoint.ConnParams
-	s.runner.Do(func() { p = endpoint.ConnParams{Paths: c.Paths(), Streams: c.Streams(), MaxPacket: c.MaxPacket()} })
+	s.runner.Do(func() {
+		p = endpoint.ConnParams{Paths: c.Paths(), Streams: c.Streams(), MaxPacket: c.MaxPacket(), PathMTUDone: true}
+		for _, m := range c.PathMTU() {
+			p.PathMTU = append(p.PathMTU, m.Size)
+			p.PathMTUDone = p.PathMTUDone && m.Done
+		}
+	})
 	return p
 }
 
