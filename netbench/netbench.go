@@ -105,8 +105,9 @@ func Mroce(size, paths int) (Result, error) {
 	var rx, tx udp.Stats
 	onLoop(lb, func() { rx = b.drv.Stats() })
 	onLoop(la, func() { tx = a.drv.Stats() })
-	r.Detail = fmt.Sprintf("%d paths over 2 planes, 4 KiB packets; %d data packets sent, %d resent (%d tail probes, %d timeouts); %d dropped by the receiver's kernel; %.0f%% of datagrams sent by GSO",
-		paths, stats.Packets, stats.Retransmits, stats.TailProbes, stats.Timeouts, rx.KernelDrops, 100*float64(tx.Segmented)/float64(max(tx.Sent, 1)))
+	r.Detail = fmt.Sprintf("%d paths over 2 planes, 4 KiB packets; %d data packets sent, %d resent (%d tail probes, %d timeouts); %d dropped by the receiver's kernel; %.0f%% of datagrams sent by GSO, %.1f a send call; %d datagrams back (ACKs), one per %.1f data packets",
+		paths, stats.Packets, stats.Retransmits, stats.TailProbes, stats.Timeouts, rx.KernelDrops, 100*float64(tx.Segmented)/float64(max(tx.Sent, 1)),
+		float64(tx.Sent)/float64(max(tx.SendCalls, 1)), rx.Sent, float64(stats.Packets)/float64(max(rx.Sent, 1)))
 	return r, nil
 }
 
@@ -221,7 +222,7 @@ func newSide(loop *clock.Loop, planes []string, paths int) (*side, error) {
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + mrand.IntN(40000))
 		cfg := software.RealTimeTimers(engine.Config{Planes: addrs(planes), Port: base, Paths: paths, Streams: 1,
-			MaxPacket: 4160, PathWindow: 64, NoProgress: 10 * time.Second})
+			MaxPacket: 4160, BasePacket: udp.BaseDatagram, PathWindow: 64, NoProgress: 10 * time.Second})
 		for i := 1; i <= paths; i++ {
 			cfg.SourcePorts = append(cfg.SourcePorts, base+uint16(i))
 		}

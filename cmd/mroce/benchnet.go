@@ -25,6 +25,7 @@ func benchNetCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "size-mib", Value: 256, Usage: "MiB each transfer moves"},
 			&cli.IntFlag{Name: "paths", Value: 8, Usage: "paths of the mroce connection, 1 to 64"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the mroce transfer to this file (go tool pprof reads it)"},
 		},
 		Action: func(c *cli.Context) error {
 			size, paths := c.Int("size-mib"), c.Int("paths")
@@ -34,13 +35,18 @@ func benchNetCommand() *cli.Command {
 			if paths < 1 || paths > 64 {
 				return usagef(c, "bench-net: --paths must be 1 to 64")
 			}
-			return runBenchNet(c.App.Writer, size<<20, paths)
+			return runBenchNet(c.App.Writer, size<<20, paths, c.String("cpuprofile"))
 		},
 	}
 }
 
-func runBenchNet(w io.Writer, size, paths int) error {
+func runBenchNet(w io.Writer, size, paths int, profile string) error {
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return err
+	}
 	ours, err := netbench.Mroce(size, paths)
+	stopProfile()
 	if err != nil {
 		return err
 	}
