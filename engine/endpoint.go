@@ -33,6 +33,7 @@ type Endpoint struct {
 	// Connections. Recently closed ones stay quarantined, by id in closed
 	// and by their CONNECT in closedKey (spec section 8.5).
 	conns     map[uint32]*Conn           // by local connection id
+	dropper   *Conn                      // the connection of the last datagram the host dropped (LocalDrop)
 	listener  func(*Conn) (Events, bool) // nil when not listening
 	listenPD  *memreg.Domain
 	accepted  map[acceptKey]*Conn // CONNECTs answered, by source address and initiator's id
@@ -193,16 +194,9 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 	if err := e.decode(&pkt, d); err != nil {
 		return // not one of ours
 	}
-	plane := e.planeOf(d.Src.Addr())
-	if plane < 0 {
-		return // not from one of our planes
-	}
 	for _, id := range e.connIDs() { // a refusal is rare, and the sorted walk keeps failures in order
 		c := e.conns[id]
-		if c.state == Closed || c.peerID != pkt.Common.DstConnID() || c.peerPort != d.Dst.Port() {
-			continue
-		}
-		if plane >= len(c.remote) || c.remote[plane] != d.Dst.Addr() {
+		if !c.sent(&pkt, d) {
 			continue
 		}
 		if pkt.Type() == proto.TypeProbe && pkt.Probe().ProbeID()&mtuProbeBit != 0 {
@@ -212,6 +206,17 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 		c.fail(&PathMTUError{Src: d.Src, Dst: d.Dst, Size: d.Size(), MaxPacket: c.sendMax}, StatusFlushed, true)
 	}
 	e.flush()
+}
+
+// sent reports whether the connection could have sent pkt as datagram d:
+// it is addressed to the peer, from one of the connection's planes to the
+// peer's address there.
+func (c *Conn) sent(pkt *proto.Packet, d *link.Datagram) bool {
+	if c.state == Closed || c.peerID != pkt.Common.DstConnID() || c.peerPort != d.Dst.Port() {
+		return false
+	}
+	plane := c.ep.planeOf(d.Src.Addr())
+	return plane >= 0 && plane < len(c.remote) && c.remote[plane] == d.Dst.Addr()
 }
 
 // send queues one datagram, and flush hands the queue to the port.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
@@ -51,6 +52,13 @@ func twoHostFabric(planes int) netem.Config {
 
 func newNet(t testing.TB, fc netem.Config, ec Config) *testNet {
 	t.Helper()
+	return newNetWrapped(t, fc, ec, nil)
+}
+
+// newNetWrapped is newNet with each host's port given to wrap, when set,
+// and the port it returns used by the host's endpoint.
+func newNetWrapped(t testing.TB, fc netem.Config, ec Config, wrap func(h int, p link.Port) link.Port) *testNet {
+	t.Helper()
 	sim := clock.NewSim()
 	fab, err := netem.New(fc, sim)
 	if err != nil {
@@ -64,7 +72,11 @@ func newNet(t testing.TB, fc netem.Config, ec Config) *testNet {
 			cfg.Planes = append(cfg.Planes, netem.Addr(p, h))
 		}
 		cfg.Random = seeded(uint64(1000 + h))
-		ep, err := NewEndpoint(cfg, sim, fab.Host(h))
+		var port link.Port = fab.Host(h)
+		if wrap != nil {
+			port = wrap(h, port)
+		}
+		ep, err := NewEndpoint(cfg, sim, port)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -184,7 +184,11 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 func (p *sendPath) resolveLost(r *sendRec, psn uint32, cause LossCause) {
 	r.resolved = true
 	p.released()
-	p.Counters.Lost++
+	if cause == LossLocal {
+		p.Counters.LocalDrops++ // the path carried nothing, so lost nothing
+	} else {
+		p.Counters.Lost++
+	}
 	s := p.s
 	if s.c.ep.tracer != nil {
 		s.c.trace(TraceEvent{Kind: TraceLost, Path: int(p.ID()), PSN: psn, DSN: r.dsn, Loss: cause})

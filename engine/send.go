@@ -60,6 +60,7 @@ type sender struct {
 	hint       float64     // the receiver's rate hint in bytes a second; +Inf for none
 	mss        float64     // payload bytes of a full packet
 	nicShare   *cc.Member  // this connection in the endpoint's OutboundCapacity allocation; nil without one
+	host       hostRate    // the rate the local host's queues let out, learned from its drops (localdrop.go)
 	rateIn     []cc.PathRate
 	windowRate float64
 	rateStale  bool
@@ -107,6 +108,7 @@ func (s *sender) init(c *Conn) {
 		s.nicShare = a.Member(c.localID)
 	}
 	s.hint = math.Inf(1)
+	s.host.limitRate = math.Inf(1)
 	s.rateStale = true
 	c.setSendMax(c.sendMax)
 }
@@ -205,8 +207,12 @@ func (s *sender) sendSprayed() bool {
 		// Resends are not charged to the pacer. The rate, and the
 		// receiver's hint, budget new data, and a packet lost before the
 		// bottleneck used none of it. The windows still bound what is in
-		// flight.
+		// flight. While the local host's queues limit the rate, though,
+		// every packet passes them, resends too.
 		s.transmit(d, r, p, true, false)
+		if s.host.limited() {
+			s.paced(int(r.n))
+		}
 		if s.unsent == 0 {
 			// At the tail nothing follows the resend. If it were lost too,
 			// finding out would cost another round of probing. So a copy
@@ -275,6 +281,7 @@ func (s *sender) paced(bytes int) {
 			rate = min(rate, m.Share())
 		}
 	}
+	rate = s.host.limit(now, bytes, rate)
 	s.pacer.Sent(now, bytes, rate)
 }
 

@@ -24,6 +24,8 @@ type SenderStats struct {
 	// nothing in flight (spec section 6.5).
 	CreditOverdraws uint64
 	MTUProbes       uint64 // padded PROBEs of the path MTU search (spec section 6.7)
+	LocalDrops      uint64 // data packets the local host dropped on their way out, resent at once (localdrop.go)
+	HostCuts        uint64 // times those drops cut the sending rate
 }
 
 // ReceiverStats counts a connection's receiving.

@@ -70,6 +70,9 @@ const (
 	LossTimeout
 	// LossPlaneDown means the path's plane went down.
 	LossPlaneDown
+	// LossLocal means the local host dropped the packet on its way out,
+	// a queue there full (link.LocalDropHandler).
+	LossLocal
 )
 
 func (c LossCause) String() string {
@@ -80,6 +83,8 @@ func (c LossCause) String() string {
 		return "timeout"
 	case LossPlaneDown:
 		return "plane-down"
+	case LossLocal:
+		return "local"
 	}
 	return ""
 }

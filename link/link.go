@@ -78,6 +78,18 @@ type TooBigHandler interface {
 	TooBig(d *Datagram)
 }
 
+// LocalDropHandler is a Receiver that wants to know when the local host
+// dropped a datagram it sent before it left, because a queue on its way
+// out was full (ENOBUFS on Linux: the qdisc's or the device's). The loss is
+// the sender's own doing, not the network's, and says it sends faster than
+// its host can. A port that can tell, such as the UDP driver, calls
+// LocalDrop with the datagram on the receiver's goroutine. d is valid only
+// during the call.
+type LocalDropHandler interface {
+	Receiver
+	LocalDrop(d *Datagram)
+}
+
 // ReceiverFunc adapts a function to a Receiver.
 type ReceiverFunc func(d *Datagram, at clock.Time)
 

@@ -54,6 +54,8 @@ var (
 		"Retransmission timeouts of a path.", pathLabels, nil)
 	pathSpurious = prometheus.NewDesc("mroce_path_spurious_timeouts_total",
 		"Retransmission timeouts whose packets an ACK later reported received.", pathLabels, nil)
+	pathLocalDrops = prometheus.NewDesc("mroce_path_local_drops_total",
+		"Transmissions the local host dropped on their way out, its queue full.", pathLabels, nil)
 	pathCE = prometheus.NewDesc("mroce_path_ce_marks_total",
 		"CE marks the receiver reported for a path's packets.", pathLabels, nil)
 	pathAcked = prometheus.NewDesc("mroce_path_acked_total",
@@ -80,7 +82,7 @@ var states = []endpoint.PathState{endpoint.PathGood, endpoint.PathSkip, endpoint
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathSpurious, pathCE, pathAcked,
+	for _, d := range []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathSpurious, pathLocalDrops, pathCE, pathAcked,
 		pathRepaths, pathRTT, pathMinRTT, pathWindow, pathInFlight, pathUtilization, pathState, connPaths} {
 		ch <- d
 	}
@@ -112,6 +114,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(pathLost, p.Lost)
 			counter(pathTimeouts, p.Timeouts)
 			counter(pathSpurious, p.SpuriousTimeouts)
+			counter(pathLocalDrops, p.LocalDrops)
 			counter(pathCE, p.CEMarks)
 			counter(pathAcked, p.Acked)
 			counter(pathRepaths, p.Repaths)

@@ -77,6 +77,7 @@ type Counters struct {
 	PacketsSent, BytesSent uint64 // every transmission, retransmissions included
 	Retransmits            uint64 // transmissions of content sent before
 	Lost                   uint64 // transmissions declared lost by a gap or a timeout
+	LocalDrops             uint64 // transmissions the local host dropped on their way out, its queue full; not in Lost
 	Timeouts               uint64 // retransmission timeouts
 	SpuriousTimeouts       uint64 // the Timeouts whose packets an ACK later reported received
 	CEMarks                uint64 // CE marks the peer reported for this path

@@ -49,6 +49,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -225,6 +226,15 @@ type Stats struct {
 	// receive buffer was full. The kernel reports them with SO_RXQ_OVFL on
 	// the next datagram that arrives.
 	KernelDrops uint64
+	// LocalDrops counts datagrams the local host dropped on their way out
+	// because a queue there was full, the qdisc's or the device's. The
+	// kernel refuses them with ENOBUFS, and the receiver is told
+	// (link.LocalDropHandler).
+	LocalDrops uint64
+	// ErrorQueue counts the errors read off the sockets' error queues: ICMP
+	// errors from the network and the kernel's own refusals. They are
+	// dropped.
+	ErrorQueue uint64
 }
 
 // Driver is the sockets of one endpoint. Send and Buffer, the link.Port's
@@ -248,6 +258,12 @@ type Driver struct {
 	// is told of them once the flush is over, if the receiver wants to know.
 	refused []link.Datagram
 	tooBig  link.TooBigHandler
+	// dropped holds copies of the datagrams the host dropped on their way
+	// out during a flush, in buffers kept for that. localDrop is told of
+	// them once the flush is over.
+	dropped   []link.Datagram
+	dropBufs  [][]byte
+	localDrop link.LocalDropHandler
 
 	stats Stats // loop goroutine only, like everything the loop runs
 
@@ -264,6 +280,9 @@ type socket struct {
 	v6    bool
 	gro   bool   // the kernel joins arriving datagrams with UDP_GRO
 	drops uint32 // the kernel's drop count last seen, on the loop goroutine
+	// errorQueue counts what was read off the socket's error queue, by its
+	// reader or by a send.
+	errorQueue atomic.Uint64
 }
 
 // reaches reports whether the socket can send to dst. That needs a valid
@@ -348,6 +367,10 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 		conn.Close()
 		return nil, fmt.Errorf("udp: %v: setting DF: %w", ap, err)
 	}
+	if err := setReportErrors(conn, s.v6); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("udp: %v: asking for send errors: %w", ap, err)
+	}
 	return s, nil
 }
 
@@ -358,6 +381,7 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 // it reads in small batches.
 func (d *Driver) Start(r link.Receiver) {
 	d.tooBig, _ = r.(link.TooBigHandler)
+	d.localDrop, _ = r.(link.LocalDropHandler)
 	for _, s := range d.socks {
 		batch := d.cfg.Batch
 		switch {
@@ -389,7 +413,13 @@ func (d *Driver) closeSockets() {
 }
 
 // Stats returns the driver's counters. Loop goroutine only.
-func (d *Driver) Stats() Stats { return d.stats }
+func (d *Driver) Stats() Stats {
+	st := d.stats
+	for _, s := range d.socks {
+		st.ErrorQueue += s.errorQueue.Load()
+	}
+	return st
+}
 
 // LocalPorts returns the bound receive address of every plane.
 func (d *Driver) LocalPorts() []netip.AddrPort {
@@ -454,6 +484,9 @@ func (d *Driver) Flush() {
 	if len(d.refused) > 0 {
 		d.tellRefused()
 	}
+	if len(d.dropped) > 0 {
+		d.tellDropped()
+	}
 }
 
 // sendChunk sends at most len(d.out) datagrams, grouped by source. With
@@ -499,9 +532,13 @@ func (d *Driver) sendChunk(chunk []link.Datagram) {
 }
 
 // write sends msgs, the messages of slots, from s. A message the kernel
-// refuses is counted and dropped. A refused GSO message turns GSO off and
-// goes again as single datagrams.
+// refuses is counted and dropped. One the host dropped for a full queue
+// (ENOBUFS) is reported as dropped locally, every datagram of it. An error
+// the socket held for an earlier datagram, an ICMP error, makes the
+// message go again once. A refused GSO message turns GSO off and goes
+// again as single datagrams.
 func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
+	retried := -1
 	for sent := 0; sent < len(msgs); {
 		n, err := s.batch.WriteBatch(msgs[sent:], 0)
 		if err == nil {
@@ -518,6 +555,12 @@ func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 		// The first message of the rest was refused.
 		sl := &slots[sent]
 		switch {
+		case errors.Is(err, syscall.ENOBUFS):
+			d.droppedLocally(s, sl)
+		case reportedLate(err) && retried != sent:
+			d.drain(s)
+			retried = sent
+			continue // the error was an earlier datagram's
 		case len(sl.bufs) > 1:
 			// A GSO message's datagrams go one by one. If they pass, the
 			// kernel or device cannot segment, and GSO goes off.
@@ -527,10 +570,67 @@ func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 			}
 		case errors.Is(err, syscall.EMSGSIZE):
 			d.refusedTooBig(s, sl.dst, sl.bufs[0])
+			d.drain(s) // the kernel queued the refusal as an error too
 		default:
 			d.stats.SendErrors++
 		}
 		sent++
+	}
+}
+
+// reportedLate reports whether a send error is one a socket holds for an
+// earlier datagram and gives at its next call: an ICMP error from the
+// network, reported because the socket asked for errors (IP_RECVERR).
+func reportedLate(err error) bool {
+	for _, e := range [...]syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
+		syscall.EHOSTDOWN, syscall.EPROTO, syscall.ENOPROTOOPT} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// drain empties s's error queue and counts what it held.
+func (d *Driver) drain(s *socket) {
+	var n int
+	control(s.conn, func(fd int) error { n = drainErrors(fd); return nil })
+	s.errorQueue.Add(uint64(n))
+}
+
+// droppedLocally counts the datagrams of a message the host dropped on
+// their way out and keeps copies of them for the receiver, which is told
+// after the flush. The copies go in buffers kept for that, so a host that
+// drops often allocates nothing.
+func (d *Driver) droppedLocally(s *socket, sl *slot) {
+	d.stats.LocalDrops += uint64(len(sl.bufs))
+	if d.localDrop == nil {
+		return
+	}
+	for _, b := range sl.bufs {
+		var buf []byte
+		if n := len(d.dropBufs); n > 0 {
+			buf, d.dropBufs = d.dropBufs[n-1][:0], d.dropBufs[:n-1]
+		} else {
+			buf = make([]byte, 0, d.cfg.MaxDatagram)
+		}
+		d.dropped = append(d.dropped, link.Datagram{Src: s.local, Dst: sl.dst, Data: append(buf, b...)})
+	}
+}
+
+// tellDropped hands the datagrams dropped on their way out to the
+// receiver, and keeps their buffers for the next. What the receiver sends
+// in answer may flush and drop again, so the list is taken first.
+func (d *Driver) tellDropped() {
+	q := d.dropped
+	d.dropped = nil
+	for i := range q {
+		d.localDrop.LocalDrop(&q[i])
+		d.dropBufs = append(d.dropBufs, q[i].Data)
+		q[i] = link.Datagram{}
+	}
+	if d.dropped == nil {
+		d.dropped = q[:0]
 	}
 }
 
@@ -591,6 +691,10 @@ type slot struct {
 	dst  netip.AddrPort
 	oob  []byte
 }
+
+// maxDrain bounds the errors read off an error queue at one time, so that a
+// flood of ICMP errors cannot hold the loop.
+const maxDrain = 1024
 
 // maxSegments bounds a GSO message. A 64 KiB UDP payload holds 15 datagrams
 // of 4 KiB, and the kernel's limit is 64 segments.

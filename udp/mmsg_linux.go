@@ -16,6 +16,7 @@ import (
 // net.UDPAddr for every datagram. The headers point into those buffers
 // through unsafe, which is how the kernel's msghdr takes them.
 type mmsgReader struct {
+	s     *socket
 	rc    syscall.RawConn
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
@@ -26,7 +27,7 @@ type mmsgReader struct {
 }
 
 func newBatchReader(s *socket, msgs []inMsg) batchReader {
-	r := &mmsgReader{hdrs: make([]unix.Mmsghdr, len(msgs)), iovs: make([]unix.Iovec, len(msgs)),
+	r := &mmsgReader{s: s, hdrs: make([]unix.Mmsghdr, len(msgs)), iovs: make([]unix.Iovec, len(msgs)),
 		names: make([]unix.RawSockaddrInet6, len(msgs))}
 	r.rc, _ = s.conn.SyscallConn() // a *net.UDPConn always has one
 	for i := range msgs {
@@ -71,16 +72,23 @@ func (r *mmsgReader) read(msgs []inMsg) (int, error) {
 }
 
 // recvmmsg is the system call, run by the runtime when the socket is
-// readable. It asks to be run again when nothing was there.
+// readable. It asks to be run again when nothing was there. An error the
+// socket reports for something it sent earlier, from an ICMP error on its
+// error queue (setReportErrors), is no reason to stop reading: the queue is
+// emptied and the read goes on.
 func (r *mmsgReader) recvmmsg(fd uintptr) bool {
-	for {
+	for drained := false; ; {
 		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(len(r.hdrs)),
 			0, 0, 0)
-		switch errno {
-		case unix.EINTR:
+		switch {
+		case errno == unix.EINTR:
 			continue // interrupted before anything was read
-		case unix.EAGAIN:
+		case errno == unix.EAGAIN:
 			return false // nothing there, so the runtime calls again once readable
+		case errno != 0 && reportedLate(errno) && !drained:
+			r.s.errorQueue.Add(uint64(drainErrors(int(fd))))
+			drained = true
+			continue
 		}
 		r.n, r.errno = int(n), errno
 		return true

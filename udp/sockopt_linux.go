@@ -82,6 +82,32 @@ func setDontFragment(conn *net.UDPConn, v6 bool) error {
 	})
 }
 
+// setReportErrors sets IP_RECVERR, or IPV6_RECVERR on a v6 socket. A
+// datagram the local host drops because a queue on its way out is full
+// (the qdisc's or the device's) is then refused with ENOBUFS rather than
+// dropped unseen, so the sender learns of it and slows down. The kernel
+// also queues ICMP errors from the network and its own refusals on the
+// socket's error queue, which drainErrors empties.
+func setReportErrors(conn *net.UDPConn, v6 bool) error {
+	return control(conn, func(fd int) error {
+		return setByFamily(fd, v6, unix.IP_RECVERR, unix.IPV6_RECVERR, 1, 1)
+	})
+}
+
+// drainErrors reads and drops what the socket's error queue holds, and
+// returns how many it read. The queue is charged to the socket's receive
+// buffer, so errors left in it would crowd out datagrams.
+func drainErrors(fd int) int {
+	var buf [64]byte
+	n := 0
+	for ; n < maxDrain; n++ {
+		if _, _, _, _, err := unix.Recvmsg(fd, buf[:], nil, unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT); err != nil {
+			break // EAGAIN: empty
+		}
+	}
+	return n
+}
+
 // cmsgAlign rounds n up to the kernel's ancillary-data alignment, the word
 // size.
 func cmsgAlign(n int) int {

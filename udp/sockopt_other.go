@@ -26,6 +26,10 @@ func parseAncillary(oob []byte) ancillary { return ancillary{} }
 
 func setDontFragment(conn *net.UDPConn, v6 bool) error { return nil }
 
+func setReportErrors(conn *net.UDPConn, v6 bool) error { return nil }
+
+func drainErrors(fd int) int { return 0 }
+
 func canSegment(conn *net.UDPConn) bool { return false }
 
 func putSegment(b []byte, size int) int { return 0 }

@@ -54,6 +54,9 @@ type Summary struct {
 	Verified    bool    `json:"verified"`
 	Retransmits uint64  `json:"retransmits"`
 	CEMarks     uint64  `json:"ce_marks"`
+	// LocalDrops counts packets the sending host dropped on their way out,
+	// its own queue full; each was resent at once.
+	LocalDrops uint64 `json:"local_drops"`
 }
 
 // PathRow is what one path carried.
@@ -80,6 +83,9 @@ type PathRow struct {
 	// received: they were late, not lost.
 	Spurious uint64 `json:"spurious_timeouts"`
 	Repaths  uint64 `json:"repaths"`
+	// LocalDrops counts this path's packets the sending host dropped on
+	// their way out, its own queue full. They are not in Lost.
+	LocalDrops uint64 `json:"local_drops"`
 }
 
 // Totals sums the paths' retransmissions and CE marks and averages the
@@ -111,7 +117,8 @@ func PathRows(tel []endpoint.PathTelemetry) []PathRow {
 	for i, p := range tel {
 		rows[i] = PathRow{Path: p.Path, Plane: p.Plane, SourcePort: p.SrcPort, State: p.State.String(),
 			RTTMicros: float64(p.RTT.SRTT.Microseconds()), ECNPercent: 100 * p.ECNFraction(), Packets: p.PacketsSent,
-			Retransmits: p.Retransmits, Lost: p.Lost, TailProbes: p.TailProbes, Timeouts: p.Timeouts, Spurious: p.SpuriousTimeouts, Repaths: p.Repaths}
+			Retransmits: p.Retransmits, Lost: p.Lost, TailProbes: p.TailProbes, Timeouts: p.Timeouts, Spurious: p.SpuriousTimeouts, Repaths: p.Repaths,
+			LocalDrops: p.LocalDrops}
 		if all > 0 {
 			rows[i].Share = float64(p.BytesSent) / float64(all)
 		}
@@ -191,6 +198,9 @@ func (m *Meter) Intervals() []Interval {
 func (m *Meter) Summary(elapsed time.Duration, sha256 string, verified bool, tel []endpoint.PathTelemetry) Summary {
 	retx, ce, _ := Totals(tel)
 	s := Summary{Bytes: m.Bytes(), Seconds: elapsed.Seconds(), SHA256: sha256, Verified: verified, Retransmits: retx, CEMarks: ce}
+	for _, p := range tel {
+		s.LocalDrops += p.LocalDrops
+	}
 	if elapsed > 0 {
 		s.Gbps = float64(s.Bytes) * 8 / elapsed.Seconds() / 1e9
 	}

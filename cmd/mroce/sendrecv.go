@@ -595,6 +595,9 @@ func (s *transferServer) stop() {
 // closeHost closes h and logs what the capture could not write, since the
 // transfer's own result is what the command returns.
 func closeHost(h *host.Host, log *slog.Logger) {
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug("sockets", "stats", fmt.Sprintf("%+v", h.DriverStats()))
+	}
 	if err := h.Close(); err != nil {
 		log.Error("capture", "err", err)
 	}

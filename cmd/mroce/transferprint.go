@@ -127,7 +127,11 @@ func (p *transferPrinter) finish(res filexfer.Result, tel []endpoint.PathTelemet
 	}
 	fmt.Fprintf(p.out, "%s %s in %.3f s: %.2f Gb/s; %s (%s)\n", r.Role, sizeText(end.Bytes), end.Seconds, end.Gbps, verdict, res.SHA256)
 	if tel != nil {
-		fmt.Fprintf(p.out, "%d retransmissions, %d CE marks\n\n", end.Retransmits, end.CEMarks)
+		fmt.Fprintf(p.out, "%d retransmissions, %d CE marks", end.Retransmits, end.CEMarks)
+		if end.LocalDrops > 0 {
+			fmt.Fprintf(p.out, "; %d packets dropped by this host on their way out, its queue full (resent at once, the rate cut)", end.LocalDrops)
+		}
+		fmt.Fprint(p.out, "\n\n")
 		printPaths(p.out, r.PerPath)
 	}
 	return nil

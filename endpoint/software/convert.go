@@ -122,7 +122,7 @@ func apiTelemetry(tel []pathmgr.Telemetry) []endpoint.PathTelemetry {
 			RTT:      endpoint.RTTEstimate{SRTT: t.RTT.SRTT, RTTVar: t.RTT.RTTVar, Min: t.RTT.Min, Samples: t.RTT.Samples},
 			InFlight: t.InFlight, Window: t.Window,
 			PathCounters: endpoint.PathCounters{PacketsSent: t.PacketsSent, BytesSent: t.BytesSent, Retransmits: t.Retransmits,
-				Lost: t.Lost, Timeouts: t.Timeouts, SpuriousTimeouts: t.SpuriousTimeouts, CEMarks: t.CEMarks, Acked: t.Acked, Repaths: t.Repaths,
+				Lost: t.Lost, LocalDrops: t.LocalDrops, Timeouts: t.Timeouts, SpuriousTimeouts: t.SpuriousTimeouts, CEMarks: t.CEMarks, Acked: t.Acked, Repaths: t.Repaths,
 				TailProbes: t.TailProbes, Copies: t.Copies}}
 	}
 	return out

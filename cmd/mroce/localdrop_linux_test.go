@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/mroce/mroce/app/xferstats"
+)
+
+// A sender faster than its own host lets out: a tbf of 200 Mbit/s holding
+// 64 KiB on the sending namespace's veth, where the receiver's side offers
+// 10 Gb/s. The kernel refuses what overflows the qdisc with ENOBUFS, the
+// driver reports each datagram, and the sender resends it at once and
+// cuts its rate: few packets are resent, and no path times out or moves.
+// Unreported, the same drops cost as many resends as the transfer has
+// packets and timed paths out.
+func TestSenderFasterThanItsHost(t *testing.T) {
+	needNetAdmin(t)
+	if _, err := exec.LookPath("tc"); err != nil {
+		t.Skip("needs tc (Debian package iproute2)")
+	}
+	id := rand.IntN(1e6)
+	nsA, nsB := fmt.Sprintf("mroce-ld-a%d", id), fmt.Sprintf("mroce-ld-b%d", id)
+	vethA, vethB := fmt.Sprintf("ld%da", id), fmt.Sprintf("ld%db", id)
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", nsA).Run()
+		exec.Command("ip", "netns", "del", nsB).Run()
+	})
+	for _, args := range [][]string{
+		{"ip", "netns", "add", nsA}, {"ip", "netns", "add", nsB},
+		{"ip", "link", "add", vethA, "type", "veth", "peer", "name", vethB},
+		{"ip", "link", "set", vethA, "netns", nsA}, {"ip", "link", "set", vethB, "netns", nsB},
+		{"ip", "-n", nsA, "addr", "add", "10.232.0.1/24", "dev", vethA}, {"ip", "-n", nsB, "addr", "add", "10.232.0.2/24", "dev", vethB},
+		{"ip", "-n", nsA, "link", "set", vethA, "up"}, {"ip", "-n", nsB, "link", "set", vethB, "up"},
+		{"ip", "netns", "exec", nsA, "tc", "qdisc", "add", "dev", vethA, "root", "tbf", "rate", "200mbit", "burst", "32kb", "limit", "64kb"},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Skipf("%s: %v: %s (no tbf here?)", strings.Join(args, " "), err, out)
+		}
+	}
+	bin := buildBinary(t)
+	recv := exec.Command("ip", "netns", "exec", nsB, bin, "recv", "--listen", "10.232.0.2", "--inbound-gbps", "10", "--timeout", "20s")
+	var recvOut strings.Builder
+	recv.Stdout, recv.Stderr = &recvOut, &recvOut
+	if err := recv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { recv.Process.Kill(); recv.Wait() })
+	out, err := exec.Command("ip", "netns", "exec", nsA, bin, "send", "--to", "10.232.0.2", "--local", "10.232.0.1",
+		"--size-mib", "16", "--timeout", "20s", "--json").Output()
+	if err != nil {
+		t.Fatalf("send: %v\n%s\nrecv:\n%s", err, out, recvOut.String())
+	}
+	var rep xferstats.Report
+	if err := json.Unmarshal(out, &rep); err != nil || rep.End == nil || !rep.End.Verified {
+		t.Fatalf("report %v: %s", err, out)
+	}
+	var packets, timeouts, moves uint64
+	for _, p := range rep.PerPath {
+		packets += p.Packets
+		timeouts += p.Timeouts
+		moves += p.Repaths
+	}
+	t.Logf("%.2f Gb/s; %d packets, %d resent, %d dropped by the host; %d timeouts, %d moves",
+		rep.End.Gbps, packets, rep.End.Retransmits, rep.End.LocalDrops, timeouts, moves)
+	if rep.End.LocalDrops == 0 {
+		t.Error("the host dropped nothing: the qdisc did not overflow, or its drops were not reported")
+	}
+	if rep.End.Retransmits*10 > packets || timeouts != 0 || moves != 0 {
+		t.Errorf("%d of %d packets resent (want under 10%%), %d timeouts, %d moves (want none)", rep.End.Retransmits, packets, timeouts, moves)
+	}
+}

@@ -1,0 +1,186 @@
+// Datagrams the local host dropped on their way out. A sender faster than
+// its own NIC or qdisc fills their queue, and the kernel drops what does not
+// fit before it leaves the host. The UDP driver learns of each such drop
+// (link.LocalDropHandler). The loss is certain and the network had no part
+// in it: the packet is resent at once, its path is not blamed, and the
+// connection sends no faster than its host let out.
+
+package engine
+
+import (
+	"math"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/proto"
+)
+
+const (
+	// hostMeterSpan is how long the sending rate is measured over, and how
+	// often a limit from the host's drops grows.
+	hostMeterSpan = time.Millisecond
+	// hostCut is what a drop leaves of the rate the connection was sending
+	// at, and hostCutAgain what a drop leaves soon after a cut, within
+	// 2 hostMeterSpan: the cut before was not enough, and a sender far
+	// above its host's rate gets there in a few cuts. hostGrowth is the
+	// limit's growth per hostMeterSpan without a drop, so that it finds the
+	// host's rate again when that rises; hostGrowthBack its growth while
+	// below hostNear of the rate at the last drop, which the host let out
+	// not long ago.
+	hostCut        = 0.8
+	hostCutAgain   = 0.5
+	hostGrowth     = 1.02
+	hostGrowthBack = 1.1
+	hostNear       = 0.85
+	// hostFloor is the least the limit falls to, in bytes a second, so that
+	// drops never stop a connection.
+	hostFloor = 1e6
+)
+
+// hostRate is a limit on a connection's sending rate, learned from the
+// local host's drops: it falls to hostCut of the rate the connection sent
+// at when the host drops a packet, at most once per hostMeterSpan, grows by
+// hostGrowth each hostMeterSpan without one, and goes once it is twice the
+// rate the connection's windows and receiver allow. A connection that sent
+// little for a while keeps its limit: a burst after a pause is what fills a
+// queue.
+type hostRate struct {
+	limitRate float64    // bytes a second, +Inf for none
+	cutAt     clock.Time // the last cut
+	grownAt   clock.Time // the last growth
+	asked     float64    // the rate the connection asked for at its last packet, before the limit
+	peak      float64    // the rate sent at the last drop
+
+	// The meter: bytes sent since meterAt, and the rate of the last whole
+	// span measured.
+	meterBytes float64
+	meterAt    clock.Time
+	sendRate   float64
+}
+
+// limited reports whether the host's drops limit the rate now.
+func (h *hostRate) limited() bool { return !math.IsInf(h.limitRate, 1) }
+
+// limit counts bytes sent at now and returns rate capped by the host's
+// limit.
+func (h *hostRate) limit(now int64, bytes int, rate float64) float64 {
+	t := clock.Time(now)
+	h.meterBytes += float64(bytes)
+	if span := t.Sub(h.meterAt); span >= hostMeterSpan {
+		h.sendRate = h.meterBytes / span.Seconds()
+		h.meterBytes, h.meterAt = 0, t
+	}
+	h.asked = rate
+	if math.IsInf(h.limitRate, 1) {
+		return rate
+	}
+	if t.Sub(h.grownAt) >= hostMeterSpan && t.Sub(h.cutAt) >= hostMeterSpan {
+		if h.limitRate < hostNear*h.peak {
+			h.limitRate = min(h.limitRate*hostGrowthBack, hostNear*h.peak)
+		} else {
+			h.limitRate *= hostGrowth
+		}
+		h.grownAt = t
+		if h.limitRate > 2*rate {
+			h.limitRate = math.Inf(1) // the host lets out more than this connection would send
+		}
+	}
+	return min(rate, h.limitRate)
+}
+
+// dropped takes a drop by the host at now. It reports whether the limit
+// was cut.
+func (h *hostRate) dropped(now clock.Time) bool {
+	if !math.IsInf(h.limitRate, 1) && now.Sub(h.cutAt) < hostMeterSpan {
+		return false // the cut before has not had time to act
+	}
+	// The rate the connection sent at: its limit, or what it asked for,
+	// or else what it was measured to send.
+	sent := min(h.limitRate, h.asked)
+	if math.IsInf(sent, 1) || sent <= 0 {
+		sent = max(h.sendRate, h.meterBytes/max(now.Sub(h.meterAt), hostMeterSpan/10).Seconds())
+	}
+	cut := hostCut
+	if !math.IsInf(h.limitRate, 1) && now.Sub(h.cutAt) < 2*hostMeterSpan {
+		cut = hostCutAgain
+	}
+	h.limitRate = max(cut*sent, hostFloor)
+	h.peak = sent
+	h.cutAt, h.grownAt = now, now
+	return true
+}
+
+// LocalDrop is called by the port when the local host dropped a datagram
+// this endpoint sent before it left, a queue on its way out full (see
+// link.LocalDropHandler). A data packet is lost for certain: it is resent
+// at once, it counts against no path, and its connection sends slower. An
+// MTU probe goes again without counting as unanswered. Anything else, an
+// ACK or a control packet, is left to the protocol's own recovery.
+func (e *Endpoint) LocalDrop(d *link.Datagram) {
+	var pkt proto.Packet
+	if err := e.decode(&pkt, d); err != nil {
+		return // not one of ours
+	}
+	c := e.dropper
+	if c == nil || e.conns[c.localID] != c || !c.sent(&pkt, d) {
+		c = nil
+		for _, id := range e.connIDs() {
+			if q := e.conns[id]; q.sent(&pkt, d) {
+				c = q
+				break
+			}
+		}
+	}
+	if c == nil || c.state != Established {
+		return
+	}
+	e.dropper = c // the next drop of the same flush is most likely the same connection's
+	switch t := pkt.Type(); {
+	case t.IsData():
+		c.snd.localDrop(&pkt)
+	case t == proto.TypeProbe && pkt.Probe().ProbeID()&mtuProbeBit != 0:
+		c.mtuProbeDropped(pkt.Probe().ProbeID())
+	}
+	e.flush()
+}
+
+// localDrop resends a data packet the host dropped and cuts the sending
+// rate.
+func (s *sender) localDrop(pkt *proto.Packet) {
+	id, psn := int(pkt.Common.PathID()), pkt.Common.PSN()
+	if s.paths == nil || id >= len(s.paths) {
+		return
+	}
+	p := s.paths[id]
+	if !proto.SeqLess(psn, p.next) || proto.SeqLess(psn, p.oldest) {
+		return // not in flight
+	}
+	r := p.slot(psn)
+	if r.psn != psn || r.resolved {
+		return
+	}
+	s.stats.LocalDrops++
+	p.resolveLost(r, psn, LossLocal)
+	p.advance()
+	if s.host.dropped(s.c.ep.clock.Now()) {
+		s.stats.HostCuts++
+	}
+	p.armTimer(s.c.ep.clock.Now())
+	s.pump()
+}
+
+// mtuProbeDropped takes an MTU probe the host dropped on its way out: it
+// tested nothing, so it does not count as unanswered, and goes again when
+// its wait is over.
+func (c *Conn) mtuProbeDropped(id uint32) {
+	if c.mtu == nil {
+		return
+	}
+	for plane := range c.mtu.planes {
+		if p := &c.mtu.planes[plane]; p.trying != 0 && p.probeID == id && p.tries > 0 {
+			p.tries--
+			return
+		}
+	}
+}

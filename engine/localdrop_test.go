@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/memreg"
+)
+
+// hostQueue stands for a sending host's own queue on its way out, a qdisc
+// slower than the NIC behind it: datagrams leave at rate bytes a second,
+// and one that finds limit bytes waiting is dropped. The drop is reported
+// to the endpoint after the send, as the UDP driver reports ENOBUFS, unless
+// silent is set, as a host that does not ask for send errors.
+type hostQueue struct {
+	link.Port
+	sim     *clock.Sim
+	ep      *Endpoint
+	rate    float64
+	limit   int
+	silent  bool
+	backlog float64
+	at      clock.Time
+	drops   int
+}
+
+func (q *hostQueue) Send(batch []link.Datagram) {
+	now := q.sim.Now()
+	q.backlog = math.Max(0, q.backlog-q.rate*now.Sub(q.at).Seconds())
+	q.at = now
+	for i := range batch {
+		d := batch[i]
+		if q.backlog+float64(d.Size()) > float64(q.limit) {
+			q.drops++
+			if !q.silent {
+				c := d
+				c.Data = append([]byte(nil), d.Data...)
+				q.sim.After(0, clock.Func(func() { q.ep.LocalDrop(&c) }))
+			}
+			continue
+		}
+		q.backlog += float64(d.Size())
+		wait := time.Duration(q.backlog / q.rate * 1e9)
+		q.sim.After(wait, clock.Func(func() { q.Port.Send([]link.Datagram{d}) }))
+	}
+}
+
+// localDropRun WRITEs 16 MiB from host 0, whose own queue lets out
+// 1 GB/s and holds 64 KiB, to host 1 on a 100 Gb/s fabric, and returns the
+// sender's statistics, its paths' timeouts and moves, and the queue.
+func localDropRun(t *testing.T, silent bool) (SenderStats, uint64, uint64, *hostQueue) {
+	var q *hostQueue
+	n := newNetWrapped(t, twoHostFabric(2), Config{Paths: 8}, func(h int, p link.Port) link.Port {
+		if h != 0 {
+			return p
+		}
+		q = &hostQueue{Port: p, rate: 1e9, limit: 64 << 10, silent: silent}
+		return q
+	})
+	q.sim, q.ep = n.sim, n.hosts[0].ep
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 16<<20, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, 16<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 16 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(5*time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
+		t.Fatalf("the WRITE did not complete: %+v", pr.ra.done)
+	}
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatal("the data differs")
+	}
+	var timeouts, moves uint64
+	for _, p := range pr.a.Telemetry() {
+		timeouts += p.Timeouts
+		moves += p.Repaths
+	}
+	return pr.a.SenderStats(), timeouts, moves, q
+}
+
+// A sender faster than its own host's queue on the way out, told of each
+// datagram the host drops (link.LocalDropHandler), resends it at once,
+// blames no path and cuts its rate, so the host drops a few packets, not a
+// stream of them. Told nothing, the same sender keeps overflowing the
+// queue, and its paths time out.
+func TestLocalDropsSlowTheSender(t *testing.T) {
+	told, toldTimeouts, toldMoves, q := localDropRun(t, false)
+	silent, silentTimeouts, _, sq := localDropRun(t, true)
+	t.Logf("told: %d packets, %d resent, %d dropped by the host, %d cuts, %d timeouts, %d moves", told.Packets, told.Retransmits, q.drops, told.HostCuts, toldTimeouts, toldMoves)
+	t.Logf("silent: %d packets, %d resent, %d dropped by the host, %d timeouts", silent.Packets, silent.Retransmits, sq.drops, silentTimeouts)
+	if told.LocalDrops == 0 || told.HostCuts == 0 || told.LocalDrops > uint64(q.drops) {
+		t.Errorf("%d drops taken and %d cuts for %d dropped", told.LocalDrops, told.HostCuts, q.drops)
+	}
+	if toldTimeouts != 0 || toldMoves != 0 {
+		t.Errorf("%d timeouts and %d moves: a host's drops blamed the paths", toldTimeouts, toldMoves)
+	}
+	if told.Retransmits*20 > told.Packets {
+		t.Errorf("%d of %d packets resent: want under 5%%", told.Retransmits, told.Packets)
+	}
+	if silent.Retransmits < 5*told.Retransmits {
+		t.Errorf("resent %d told and %d silent: want the silent host's at least 5 times", told.Retransmits, silent.Retransmits)
+	}
+}
+
+// The host's limit falls to a fraction of the rate sent at a drop, at most
+// once a span and further for a drop soon after a cut, grows back fast to
+// near the rate of the last drop and slowly beyond it while nothing drops,
+// and goes once it is well above what the connection asks for.
+func TestHostRate(t *testing.T) {
+	var h hostRate
+	h.limitRate = math.Inf(1)
+	ms := int64(time.Millisecond)
+	if got := h.limit(0, 1000, 100e6); got != 100e6 {
+		t.Fatalf("no limit before a drop: %v", got)
+	}
+	if !h.dropped(clock.Time(ms/2)) || h.limitRate != hostCut*100e6 {
+		t.Fatalf("after a drop: limit %v, want %v", h.limitRate, hostCut*100e6)
+	}
+	if h.dropped(clock.Time(ms/2 + ms/4)) {
+		t.Error("cut twice within a span")
+	}
+	if got := h.limit(2*ms, 1000, 100e6); got != hostNear*100e6 {
+		t.Errorf("a span later: %v, want back to %v", got, hostNear*100e6)
+	}
+	if got := h.limit(3*ms, 1000, 100e6); got != hostNear*100e6*hostGrowth {
+		t.Errorf("two spans later: %v, want %v", got, hostNear*100e6*hostGrowth)
+	}
+	if !h.dropped(clock.Time(3*ms+ms/2)) || h.dropped(clock.Time(4*ms)) || !h.dropped(clock.Time(4*ms+ms/2)) {
+		t.Fatal("drops a span apart not each taken")
+	}
+	if want := hostNear * 100e6 * hostGrowth * hostCut * hostCutAgain; math.Abs(h.limitRate-want) > 1 {
+		t.Errorf("after a drop soon after a cut: %v, want %v", h.limitRate, want)
+	}
+	for now := 5 * ms; !math.IsInf(h.limitRate, 1); now += ms {
+		h.limit(now, 1000, 50e6)
+		if now > 200*ms {
+			t.Fatalf("still limited at %v by %v, asked 50e6", time.Duration(now), h.limitRate)
+		}
+	}
+	h.dropped(clock.Time(500 * ms))
+	for i := 0; i < 100; i++ {
+		h.dropped(clock.Time(int64(501+2*i) * ms))
+	}
+	if h.limitRate != hostFloor {
+		t.Errorf("after a hundred cuts: %v, want the floor %v", h.limitRate, float64(hostFloor))
+	}
+}
