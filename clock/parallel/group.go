@@ -40,6 +40,15 @@ type Group struct {
 	delivered []claimCounter      // by worker, the last window whose deliveries to its processes it made
 	panicked  atomic.Pointer[any] // what a helper's process panicked with
 
+	// A worker that has waited longer than its spins sleeps (park) until
+	// woken: helpers for the next window, the caller for the helpers to
+	// finish. sleepers counts them, so that a window wakes no one when
+	// no one sleeps.
+	mu       sync.Mutex
+	wake     sync.Cond
+	sleepers atomic.Int32
+	parks    atomic.Int64 // times a worker slept, for tests
+
 	// What the processes send one another is kept by sender and window in
 	// sent, then by the worker that owns the receiving process in boxes.
 	// What a window sends is delivered at the start of the next. Each
@@ -98,6 +107,7 @@ func NewGroup(n int, lookahead time.Duration, workers int) *Group {
 		workers = runtime.GOMAXPROCS(0) // more would spin against one another
 	}
 	g := &Group{lookahead: lookahead, workers: min(workers, n)}
+	g.wake.L = &g.mu
 	g.claimed, g.delivered = make([]claimCounter, g.workers), make([]claimCounter, g.workers)
 	g.sent, g.boxes = make([]sending, 2*n), make([]outbox, 2*n*g.workers)
 	for i := range g.sent {
@@ -212,10 +222,55 @@ func (g *Group) RunWhile(end clock.Time, cond func() bool) bool {
 
 // A window lasts a link delay, a few hundred events of each process, and a
 // run has thousands of them. The helpers that run workers 1, 2 and on
-// therefore wait for the next window by spinning on its number. Waking a
-// thread from a channel costs tens of microseconds on a virtual machine. A helper yields once its wait grows long, and it stops when
-// RunWhile returns.
-const helperSpins = 1 << 12
+// therefore wait for the next window by spinning on its number, and the
+// caller for the helpers to finish. Waking a thread that sleeps costs tens
+// of microseconds on a virtual machine. A wait longer than helperSpins
+// yields the core to the Go scheduler; one longer than parkSpins sleeps
+// until woken, so that a worker whose core is taken by other programs, or
+// whose run ended, burns no time waiting. A helper stops when RunWhile
+// returns.
+const (
+	helperSpins = 1 << 12
+	parkSpins   = 1 << 14
+)
+
+// park sleeps until done reports true, after a wait of parkSpins. The
+// worker that changes what done reads calls unpark after the change.
+func (g *Group) park(done func() bool) {
+	g.mu.Lock()
+	g.sleepers.Add(1) // before done is read again: an unpark after this sees it
+	for !done() {
+		g.parks.Add(1)
+		g.wake.Wait()
+	}
+	g.sleepers.Add(-1)
+	g.mu.Unlock()
+}
+
+// unpark wakes the sleeping workers, if any, to read what they wait on
+// again.
+func (g *Group) unpark() {
+	if g.sleepers.Load() == 0 {
+		return
+	}
+	g.mu.Lock()
+	g.wake.Broadcast()
+	g.mu.Unlock()
+}
+
+// waitFor spins on done, yields, and at last sleeps until done reports
+// true.
+func (g *Group) waitFor(done func() bool) {
+	for spins := 0; !done(); spins++ {
+		switch {
+		case spins > parkSpins:
+			g.park(done)
+			return
+		case spins > helperSpins:
+			runtime.Gosched()
+		}
+	}
+}
 
 // startHelpers starts the helpers for a run of windows and returns what
 // stops them.
@@ -226,24 +281,23 @@ func (g *Group) startHelpers() (stop func()) {
 	for w := 1; w < g.workers; w++ {
 		wg.Go(func() {
 			seen := seen
-			for spins := 0; ; spins++ {
+			for {
+				g.waitFor(func() bool { return g.windows.Load() != seen || quit.Load() })
 				if n := g.windows.Load(); n != seen {
-					seen, spins = n, 0
+					seen = n
 					g.runCaught(w)
-					g.finished.Add(1)
+					if g.finished.Add(1) == int64(g.workers-1) {
+						g.unpark() // the caller may sleep on the helpers
+					}
 					continue
 				}
-				if quit.Load() {
-					return
-				}
-				if spins > helperSpins {
-					runtime.Gosched()
-				}
+				return // quit
 			}
 		})
 	}
 	return func() {
 		quit.Store(true)
+		g.unpark()
 		wg.Wait()
 	}
 }
@@ -262,12 +316,9 @@ func (g *Group) window(last clock.Time) {
 		g.claimed[i].n.Store(0)
 	}
 	g.windows.Add(1) // the helpers' signal
+	g.unpark()
 	g.run(0)
-	for spins := 0; g.finished.Load() != int64(g.workers-1); spins++ {
-		if spins > helperSpins {
-			runtime.Gosched()
-		}
-	}
+	g.waitFor(func() bool { return g.finished.Load() == int64(g.workers-1) })
 	if p := g.panicked.Swap(nil); p != nil {
 		panic(*p) // raised on the caller's goroutine, as with one worker
 	}
