@@ -34,6 +34,7 @@ type Endpoint struct {
 	// and by their CONNECT in closedKey (spec section 8.5).
 	conns     map[uint32]*Conn           // by local connection id
 	dropper   *Conn                      // the connection of the last datagram the host dropped (LocalDrop)
+	nextPlane int                        // the plane the next connection's first path goes on (sender.equip)
 	listener  func(*Conn) (Events, bool) // nil when not listening
 	listenPD  *memreg.Domain
 	accepted  map[acceptKey]*Conn // CONNECTs answered, by source address and initiator's id

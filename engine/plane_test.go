@@ -205,3 +205,58 @@ func sharedLocalAddress(t *testing.T, side int) {
 		}
 	}
 }
+
+// An endpoint deals its connections' paths to the planes in turn. Four
+// connections of one path each on four planes take a plane each, and
+// carry their data there; connections of three paths continue where the
+// last left off; and where the planes divide a connection's paths, path i
+// is on plane i.
+func TestPathsAreDealtToThePlanes(t *testing.T) {
+	planesOf := func(c *Conn) []int {
+		var out []int
+		for _, p := range c.Telemetry() {
+			out = append(out, p.Plane)
+		}
+		return out
+	}
+	n := newNet(t, twoHostFabric(4), Config{Paths: 1})
+	var data [4]int // data packets host 0 sent, by plane
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		if d := e.Datagram; e.Verdict == netem.Sent && e.Link.Kind() == netem.Uplink && e.Link.From() == 0 &&
+			len(d.Data) > 1 && proto.Type(d.Data[1]).IsData() {
+			data[e.Link.Plane()]++
+		}
+	})
+	var single []int
+	for range 4 {
+		pr := n.connect(0, 1)
+		n.writeWhole(t, pr, 64<<10)
+		single = append(single, planesOf(pr.a)...)
+		for plane, sent := range data {
+			if want := plane < len(single); (sent > 0) != want {
+				t.Errorf("after %d connections, plane %d carried %d data packets", len(single), plane, sent)
+			}
+		}
+	}
+	if fmt.Sprint(single) != "[0 1 2 3]" {
+		t.Errorf("one-path connections on planes %v, want one each", single)
+	}
+	n = newNet(t, twoHostFabric(4), Config{Paths: 3})
+	var three [][]int
+	for range 2 {
+		pr := n.connect(0, 1)
+		n.writeWhole(t, pr, 64<<10)
+		three = append(three, planesOf(pr.a))
+	}
+	if fmt.Sprint(three) != "[[0 1 2] [3 0 1]]" {
+		t.Errorf("three-path connections on planes %v", three)
+	}
+	n = newNet(t, twoHostFabric(4), Config{Paths: 8})
+	for range 2 {
+		pr := n.connect(0, 1)
+		n.writeWhole(t, pr, 64<<10)
+		if got := planesOf(pr.a); fmt.Sprint(got) != "[0 1 2 3 0 1 2 3]" {
+			t.Errorf("eight paths on planes %v", got)
+		}
+	}
+}

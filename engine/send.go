@@ -147,13 +147,19 @@ func (s *sender) equip() {
 	paths := make([]sendPath, c.paths)
 	windows := make([]cc.Window, c.paths)
 	rings := make([]sendRec, c.paths*minPathRing)
+	// The endpoint deals its connections' paths to the planes in turn, so
+	// that connections with fewer paths than planes, or a number that the
+	// planes do not divide, spread over every plane together. Where the
+	// planes divide every connection's paths, path i is on plane i.
+	first := c.ep.nextPlane
+	c.ep.nextPlane = (first + c.paths) % len(cfg.Planes)
 	for i := 0; i < c.paths; i++ {
 		wp := c.tp.window(c)
 		windows[i] = *cc.NewWindow(wp, c.isn)
 		p := &paths[i]
 		*p = sendPath{s: s, ring: rings[i*minPathRing : (i+1)*minPathRing : (i+1)*minPathRing],
 			next: c.isn, oldest: c.isn, cwin: &windows[i]}
-		p.Init(uint8(i), i%len(cfg.Planes), &s.ports, c.isn, p)
+		p.Init(uint8(i), (first+i)%len(cfg.Planes), &s.ports, c.isn, p)
 		p.window = p.cwin.Packets()
 		p.timer = c.ep.clock.NewTimer(p.onTimer)
 		s.paths = append(s.paths, p)
