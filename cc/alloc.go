@@ -187,6 +187,19 @@ func (a *Allocator) Share(id uint32) float64 {
 	return a.level
 }
 
+// SetCapacity changes the capacity shared. It reports whether the share
+// changed.
+func (a *Allocator) SetCapacity(c float64) bool {
+	a.p.Capacity = c
+	for _, f := range a.active {
+		f.demand = min(f.demand, c)
+	}
+	return a.recompute()
+}
+
+// Capacity is the capacity shared.
+func (a *Allocator) Capacity() float64 { return a.p.Capacity }
+
 // Senders is the number of active senders.
 func (a *Allocator) Senders() int { return len(a.flows) }
 

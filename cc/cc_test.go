@@ -250,6 +250,27 @@ func TestAllocatorObserveDemand(t *testing.T) {
 	}
 }
 
+// A capacity that changes, as a receiver learns from its buffer's
+// overflows, moves the level at once: the greedy share the new capacity,
+// a demand above it counts as the capacity, and a greedy sender's next
+// packet asks for a larger one.
+func TestAllocatorSetCapacity(t *testing.T) {
+	a := NewAllocator(AllocParams{Capacity: 100, Horizon: time.Second})
+	a.ObserveDemand(1, math.Inf(1), 4096, 0)
+	a.ObserveDemand(2, 30, 4096, 0)
+	if !near(a.Share(1), 70) {
+		t.Fatalf("share %v, want 70", a.Share(1))
+	}
+	if !a.SetCapacity(40) || !near(a.Share(1), 20) || a.Capacity() != 40 {
+		t.Fatalf("at 40: share %v, capacity %v, want 20 and 40", a.Share(1), a.Capacity())
+	}
+	a.SetCapacity(1000)
+	a.ObserveDemand(1, math.Inf(1), 4096, 1) // its next packet asks for the new capacity
+	if !near(a.Share(1), 970) {
+		t.Fatalf("at 1000: share %v, want 970", a.Share(1))
+	}
+}
+
 // With Quiet set, as for a host's own NIC, a connection paced far below the
 // level is not forgotten between two of its packets, as a receiver would
 // forget a sender. It is forgotten only after Quiet.

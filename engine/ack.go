@@ -66,7 +66,11 @@ func (r *receiver) hint() uint64 {
 	if r.share == nil || !r.c.tp.hints() {
 		return proto.RateNoLimit // no limit, which the baseline always sends (spec section 10)
 	}
-	return max(1, uint64(r.share.Share())) // 0 would mean stop
+	share := r.share.Share()
+	if share >= float64(proto.RateNoLimit) {
+		return proto.RateNoLimit // a capacity learned from overflows, grown past any rate
+	}
+	return max(1, uint64(share)) // 0 would mean stop
 }
 
 // noteArrival decides when to acknowledge a recorded data packet.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"net/netip"
 	"slices"
 
@@ -35,6 +36,7 @@ type Endpoint struct {
 	conns     map[uint32]*Conn           // by local connection id
 	dropper   *Conn                      // the connection of the last datagram the host dropped (LocalDrop)
 	nextPlane int                        // the plane the next connection's first path goes on (sender.equip)
+	drain     hostRate                   // the rate this endpoint drains its receive buffer at, learned from its overflows (localdrop.go)
 	listener  func(*Conn) (Events, bool) // nil when not listening
 	listenPD  *memreg.Domain
 	accepted  map[acceptKey]*Conn // CONNECTs answered, by source address and initiator's id
@@ -74,6 +76,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		e.padPort = pp
 	}
 	e.sched, _ = clk.(clock.Scheduler)
+	e.drain.limitRate = math.Inf(1)
 	if cfg.InboundCapacity > 0 && !cfg.NoRateHints {
 		e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.InboundCapacity, Horizon: cfg.HintHorizon})
 	}
@@ -130,6 +133,7 @@ func (e *Endpoint) planeOf(a netip.Addr) int {
 
 // Receive is the entry of every datagram for this endpoint.
 func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
+	e.drained(at, d.Size())
 	var pkt proto.Packet
 	if err := e.decode(&pkt, d); err != nil {
 		e.stats.Decode[err.(proto.Error)]++

@@ -1,9 +1,12 @@
-// Datagrams the local host dropped on their way out. A sender faster than
-// its own NIC or qdisc fills their queue, and the kernel drops what does not
-// fit before it leaves the host. The UDP driver learns of each such drop
+// Datagrams the local host dropped. A sender faster than its own NIC or
+// qdisc fills their queue, and the kernel drops what does not fit before it
+// leaves the host. The UDP driver learns of each such drop
 // (link.LocalDropHandler). The loss is certain and the network had no part
 // in it: the packet is resent at once, its path is not blamed, and the
-// connection sends no faster than its host let out.
+// connection sends no faster than its host let out. A receiver slower than
+// its link fills its socket's receive buffer, and the kernel reports how
+// much it lost (link.OverflowHandler): the endpoint's rate hints then share
+// no more than it drains.
 
 package engine
 
@@ -11,6 +14,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/proto"
@@ -38,13 +42,15 @@ const (
 	hostFloor = 1e6
 )
 
-// hostRate is a limit on a connection's sending rate, learned from the
-// local host's drops: it falls to hostCut of the rate the connection sent
-// at when the host drops a packet, at most once per hostMeterSpan, grows by
-// hostGrowth each hostMeterSpan without one, and goes once it is twice the
-// rate the connection's windows and receiver allow. A connection that sent
-// little for a while keeps its limit: a burst after a pause is what fills a
-// queue.
+// hostRate is a limit on a rate, learned from the drops of one of the local
+// host's queues: a connection's sending rate, from its host's queue on the
+// way out, or an endpoint's inbound capacity, from its receive buffer. It
+// falls to hostCut of the rate that went through when the queue drops a
+// packet (hostCutAgain soon after a cut), at most once per hostMeterSpan,
+// grows back each hostMeterSpan without one, and goes once it is twice the
+// rate asked for: what the connection's windows and receiver allow, or the
+// endpoint's configured capacity. A connection that sent little for a
+// while keeps its limit: a burst after a pause is what fills a queue.
 type hostRate struct {
 	limitRate float64    // bytes a second, +Inf for none
 	cutAt     clock.Time // the last cut
@@ -168,6 +174,57 @@ func (s *sender) localDrop(pkt *proto.Packet) {
 	}
 	p.armTimer(s.c.ep.clock.Now())
 	s.pump()
+}
+
+// Overflowed is called by the port when datagrams for this endpoint were
+// lost in its full receive buffer (see link.OverflowHandler): it drains
+// slower than its senders send. Its inbound capacity, which its rate hints
+// share among the senders (spec section 6.6), falls to what it was seen to
+// drain, as hostRate cuts a sender's rate, and grows back while nothing
+// overflows. An endpoint given no InboundCapacity starts sharing one
+// here: its connections' ACKs carry hints from then on.
+func (e *Endpoint) Overflowed(lost int) {
+	e.stats.Overflows += uint64(lost)
+	if e.cfg.NoRateHints || !e.drain.dropped(e.clock.Now()) {
+		return
+	}
+	e.stats.CapacityCuts++
+	capacity := e.inboundCapacity()
+	if e.alloc != nil {
+		e.alloc.SetCapacity(capacity)
+		return
+	}
+	e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: capacity, Horizon: e.cfg.HintHorizon})
+	for _, id := range e.connIDs() {
+		if r := &e.conns[id].rcv; r.c != nil && r.share == nil {
+			r.share = e.alloc.Member(id)
+		}
+	}
+}
+
+// inboundCapacity is the capacity the rate hints share: InboundCapacity,
+// or less where the receive buffer's overflows showed the endpoint drains
+// less.
+func (e *Endpoint) inboundCapacity() float64 {
+	if c := e.cfg.InboundCapacity; c > 0 {
+		return min(c, e.drain.limitRate)
+	}
+	return e.drain.limitRate
+}
+
+// drained counts bytes received at at, for the rate the endpoint drains
+// its receive buffer at, and passes a change of the capacity learned from
+// overflows on to the rate hints.
+func (e *Endpoint) drained(at clock.Time, bytes int) {
+	asked := e.cfg.InboundCapacity
+	if asked <= 0 {
+		asked = math.Inf(1)
+	}
+	before := e.drain.limitRate
+	e.drain.limit(int64(at), bytes, asked)
+	if e.drain.limitRate != before && e.alloc != nil {
+		e.alloc.SetCapacity(e.inboundCapacity())
+	}
 }
 
 // mtuProbeDropped takes an MTU probe the host dropped on its way out: it

@@ -148,3 +148,102 @@ func TestHostRate(t *testing.T) {
 		t.Errorf("after a hundred cuts: %v, want the floor %v", h.limitRate, float64(hostFloor))
 	}
 }
+
+// drainingHost stands for a host that drains its receive buffer slower
+// than its link brings datagrams: they are read at rate bytes a second,
+// and one that finds limit bytes waiting is lost. The loss is reported to
+// the endpoint with the next datagram read, as the UDP driver reports
+// SO_RXQ_OVFL, unless silent is set.
+type drainingHost struct {
+	sim     *clock.Sim
+	ep      *Endpoint
+	rate    float64
+	limit   int
+	silent  bool
+	backlog float64
+	at      clock.Time
+	lost    int
+	unsaid  int
+}
+
+func (s *drainingHost) Receive(d *link.Datagram, at clock.Time) {
+	s.backlog = math.Max(0, s.backlog-s.rate*at.Sub(s.at).Seconds())
+	s.at = at
+	if s.backlog+float64(d.Size()) > float64(s.limit) {
+		s.lost++
+		s.unsaid++
+		return
+	}
+	s.backlog += float64(d.Size())
+	c := *d
+	c.Data = append([]byte(nil), d.Data...)
+	s.sim.After(time.Duration(s.backlog/s.rate*1e9), clock.Func(func() {
+		if s.unsaid > 0 && !s.silent {
+			s.ep.Overflowed(s.unsaid)
+		}
+		s.unsaid = 0
+		s.ep.Receive(&c, s.sim.Now())
+	}))
+}
+
+// overflowRun has 4 hosts WRITE 4 MiB each at once to host 0, which reads
+// its receive buffer of 512 KiB at 20 Gb/s behind links of 100 Gb/s and
+// was given no inbound capacity. It returns the senders' resends and
+// timeouts, the receiver's statistics and the buffer.
+func overflowRun(t *testing.T, silent bool) (resent, timeouts uint64, st EndpointStats, rx *drainingHost) {
+	fc := twoHostFabric(2)
+	fc.Hosts = 5
+	n := newNet(t, fc, Config{Paths: 8})
+	rx = &drainingHost{sim: n.sim, ep: n.hosts[0].ep, rate: 2.5e9, limit: 512 << 10, silent: silent}
+	n.fab.Host(0).Attach(rx)
+	var pairs []*pair
+	var srcs, dsts []*memreg.Region
+	for h := 1; h <= 4; h++ {
+		pr := n.connect(h, 0)
+		src := pr.ha.region(t, 4<<20, uint64(h), memreg.LocalWrite)
+		dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		pairs, srcs, dsts = append(pairs, pr), append(srcs, src), append(dsts, dst)
+	}
+	done := func() bool {
+		for _, pr := range pairs {
+			if len(pr.ra.done) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if !n.run(10*time.Second, done) {
+		t.Fatal("the WRITEs did not complete")
+	}
+	for i, pr := range pairs {
+		if pr.ra.done[0].Status != StatusOK || digest(srcs[i].Bytes()) != digest(dsts[i].Bytes()) {
+			t.Fatalf("sender %d: %+v, or its data differs", i+1, pr.ra.done[0])
+		}
+		resent += pr.a.SenderStats().Retransmits
+		for _, p := range pr.a.Telemetry() {
+			timeouts += p.Timeouts
+		}
+	}
+	return resent, timeouts, n.hosts[0].ep.Stats(), rx
+}
+
+// A receiver that drains slower than its senders send, and learns of what
+// its full receive buffer lost (link.OverflowHandler), lowers the inbound
+// capacity its rate hints share to what it drains, though it was given
+// none: the senders slow down and resend a little. Told nothing, it gives
+// no hints, and the senders keep overflowing it.
+func TestOverflowsTeachTheInboundCapacity(t *testing.T) {
+	toldResent, toldTimeouts, st, rx := overflowRun(t, false)
+	silentResent, silentTimeouts, _, srx := overflowRun(t, true)
+	t.Logf("told: %d resent, %d timeouts, %d lost in the buffer, %d cuts", toldResent, toldTimeouts, rx.lost, st.CapacityCuts)
+	t.Logf("silent: %d resent, %d timeouts, %d lost in the buffer", silentResent, silentTimeouts, srx.lost)
+	if st.Overflows != uint64(rx.lost) || st.CapacityCuts == 0 {
+		t.Errorf("%d overflows counted and %d cuts for %d lost", st.Overflows, st.CapacityCuts, rx.lost)
+	}
+	if toldTimeouts != 0 || toldResent*5 > silentResent {
+		t.Errorf("resent %d told, %d timeouts, and %d silent: want no timeout and the silent receiver's resends at least 5 times", toldResent, toldTimeouts, silentResent)
+	}
+}

@@ -60,6 +60,12 @@ type EndpointStats struct {
 	// At the initiator:
 	RetriesTaken   uint64 // RETRYs answered with a CONNECT carrying their token
 	RetriesIgnored uint64 // RETRYs beyond the bound of a connect attempt, or for a connection not in its handshake
+
+	// The receive buffer (localdrop.go): datagrams the port reported lost
+	// in it, and the times that lowered the inbound capacity the rate hints
+	// share.
+	Overflows    uint64
+	CapacityCuts uint64
 }
 
 // Telemetry returns a snapshot of every path. Like every method of a Conn,

@@ -90,6 +90,17 @@ type LocalDropHandler interface {
 	LocalDrop(d *Datagram)
 }
 
+// OverflowHandler is a Receiver that wants to know when datagrams for it
+// arrived and were lost before it read them, because the port's receive
+// buffer was full (SO_RXQ_OVFL on Linux). It receives slower than its
+// senders send. A port that can tell, such as the UDP driver, calls
+// Overflowed with the number lost since the last call, on the receiver's
+// goroutine.
+type OverflowHandler interface {
+	Receiver
+	Overflowed(lost int)
+}
+
 // ReceiverFunc adapts a function to a Receiver.
 type ReceiverFunc func(d *Datagram, at clock.Time)
 

@@ -264,6 +264,7 @@ type Driver struct {
 	dropped   []link.Datagram
 	dropBufs  [][]byte
 	localDrop link.LocalDropHandler
+	overflow  link.OverflowHandler // told of datagrams lost in a full receive buffer
 
 	stats Stats // loop goroutine only, like everything the loop runs
 
@@ -382,6 +383,7 @@ func bind(ap netip.AddrPort, buffer int) (*socket, error) {
 func (d *Driver) Start(r link.Receiver) {
 	d.tooBig, _ = r.(link.TooBigHandler)
 	d.localDrop, _ = r.(link.LocalDropHandler)
+	d.overflow, _ = r.(link.OverflowHandler)
 	for _, s := range d.socks {
 		batch := d.cfg.Batch
 		switch {

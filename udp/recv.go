@@ -120,8 +120,12 @@ func (b *inBatch) deliverMsg(m *inMsg, now clock.Time) {
 	st := &b.d.stats
 	anc := parseAncillary(m.oob[:m.oobn])
 	if anc.hasDrop && anc.drops != b.s.drops {
-		st.KernelDrops += uint64(anc.drops - b.s.drops) // modulo 2^32
+		lost := anc.drops - b.s.drops // modulo 2^32
+		st.KernelDrops += uint64(lost)
 		b.s.drops = anc.drops
+		if b.d.overflow != nil {
+			b.d.overflow.Overflowed(int(min(lost, 1<<30)))
+		}
 	}
 	seg := m.n
 	if anc.segment > 0 {
