@@ -24,6 +24,18 @@ type Config struct {
 	// to every one of Spines spines. When 0, each plane is a single switch.
 	HostsPerLeaf int
 	Spines       int
+	// FatTreeK, when > 0, makes each plane a three-tier fat tree of
+	// switches with k ports: k pods, each of k/2 edge switches (leaves) of
+	// k/2 hosts and k/2 aggregation switches, every edge switch joined to
+	// every aggregation switch of its pod, and (k/2)^2 core switches, core
+	// c joined to aggregation switch c/(k/2) of every pod. Hosts h with the
+	// same h/(k/2) share an edge switch. k is even, at most 64, and the
+	// tree holds at most k^3/4 hosts. It takes the place of HostsPerLeaf
+	// and Spines. Traffic between hosts of one edge switch turns there,
+	// within a pod at an aggregation switch, and between pods at a core
+	// switch, ECMP picking the aggregation switch at the edge and the core
+	// at the aggregation switch.
+	FatTreeK int
 	// SinglePort gives every host one NIC port, with its plane-0 address,
 	// instead of one per plane. Its leaf connects to the spines of every
 	// plane, and the leaf's ECMP hash of the 5-tuple picks the plane along
@@ -32,8 +44,10 @@ type Config struct {
 	SinglePort bool
 	// Link settings by kind. Uplinks go from a host to its leaf or switch,
 	// and Downlinks from there to the host. FabricUp goes from leaf to
-	// spine, and FabricDown from spine to leaf.
-	Uplink, Downlink, FabricUp, FabricDown LinkConfig
+	// spine, and FabricDown from spine to leaf; in a fat tree, from edge to
+	// aggregation switch and back. CoreUp goes from aggregation to core
+	// switch and CoreDown back, in a fat tree only.
+	Uplink, Downlink, FabricUp, FabricDown, CoreUp, CoreDown LinkConfig
 	// Overrides replace the settings of the links they match, in order, so
 	// the last match wins. One may give a plane longer delays, or slow a
 	// single link.
@@ -192,8 +206,8 @@ type Override struct {
 type LinkMatch struct {
 	Kind  LinkKind
 	Host  int // for Uplink and Downlink
-	Leaf  int // for FabricUp and FabricDown
-	Spine int
+	Leaf  int // for FabricUp and FabricDown: the leaf, or the fat tree's edge switch; for CoreUp and CoreDown, the aggregation switch
+	Spine int // for FabricUp and FabricDown: the spine, or the fat tree's aggregation switch; for CoreUp and CoreDown, the core switch
 }
 
 // LinkKind is the role of a link in a plane.
@@ -204,6 +218,8 @@ const (
 	Downlink
 	FabricUp
 	FabricDown
+	CoreUp
+	CoreDown
 	AnyKind LinkKind = 255
 )
 
@@ -217,6 +233,10 @@ func (k LinkKind) String() string {
 		return "leaf-spine"
 	case FabricDown:
 		return "spine-leaf"
+	case CoreUp:
+		return "agg-core"
+	case CoreDown:
+		return "core-agg"
 	}
 	return "any"
 }
@@ -250,6 +270,17 @@ func (c *Config) validate() error {
 	if c.HostsPerLeaf > 0 && (c.Spines < 1 || c.Spines > 1024) {
 		errs = append(errs, fmt.Errorf("spines = %d: a leaf-spine plane needs 1 .. 1024", c.Spines))
 	}
+	if k := c.FatTreeK; k != 0 {
+		switch {
+		case k < 2 || k > 64 || k%2 != 0:
+			errs = append(errs, fmt.Errorf("fat tree k = %d: want an even 2 .. 64", k))
+		case c.Hosts > k*k*k/4:
+			errs = append(errs, fmt.Errorf("hosts = %d: a fat tree of k = %d holds at most %d", c.Hosts, k, k*k*k/4))
+		}
+		if c.HostsPerLeaf != 0 || c.SinglePort {
+			errs = append(errs, errors.New("a fat tree takes the place of a leaf-spine: hosts per leaf 0, no single port"))
+		}
+	}
 	if c.MaxDatagram < 0 || c.MaxDatagram > 65535 {
 		errs = append(errs, fmt.Errorf("max datagram = %d: want 0 (default) .. 65535", c.MaxDatagram))
 	}
@@ -258,7 +289,8 @@ func (c *Config) validate() error {
 		lc   *LinkConfig
 		used bool
 	}{{"uplink", &c.Uplink, true}, {"downlink", &c.Downlink, true},
-		{"fabric up", &c.FabricUp, c.HostsPerLeaf > 0}, {"fabric down", &c.FabricDown, c.HostsPerLeaf > 0}}
+		{"fabric up", &c.FabricUp, c.HostsPerLeaf > 0 || c.FatTreeK > 0}, {"fabric down", &c.FabricDown, c.HostsPerLeaf > 0 || c.FatTreeK > 0},
+		{"core up", &c.CoreUp, c.FatTreeK > 0 && c.CoreUp.Rate != 0}, {"core down", &c.CoreDown, c.FatTreeK > 0 && c.CoreDown.Rate != 0}}
 	for _, k := range kinds {
 		if k.used {
 			if err := k.lc.validate(); err != nil {

@@ -69,7 +69,14 @@ type plane struct {
 	downlinks []*Link   // by host
 	leafUp    [][]*Link // by leaf, then spine, in a leaf-spine only
 	spineDown [][]*Link // by spine, then leaf
-	ecmpKey   uint64
+
+	// A fat tree's (Config.FatTreeK): edgeUp by edge switch, then
+	// aggregation switch of its pod; aggDown by aggregation switch, then
+	// edge switch of its pod; aggUp by aggregation switch, then core of its
+	// group; coreDown by core, then pod.
+	edgeUp, aggDown, aggUp, coreDown [][]*Link
+
+	ecmpKey uint64
 }
 
 // New builds a fabric on sched. Every datagram's random choices come from
@@ -100,6 +107,9 @@ func New(cfg Config, sched Scheduler) (*Fabric, error) {
 			pl.uplinks = append(pl.uplinks, f.newLink(cfg.Uplink, Uplink, p, h, leaf))
 			pl.downlinks = append(pl.downlinks, f.newLink(cfg.Downlink, Downlink, p, leaf, h))
 		}
+		if cfg.FatTreeK > 0 {
+			f.buildFatTree(&pl)
+		}
 		if cfg.HostsPerLeaf > 0 {
 			leaves := (cfg.Hosts + cfg.HostsPerLeaf - 1) / cfg.HostsPerLeaf
 			pl.leafUp = make([][]*Link, leaves)
@@ -122,10 +132,60 @@ func New(cfg Config, sched Scheduler) (*Fabric, error) {
 }
 
 func (f *Fabric) leafOf(host int) int {
-	if f.cfg.HostsPerLeaf == 0 {
+	switch {
+	case f.cfg.FatTreeK > 0:
+		return host / (f.cfg.FatTreeK / 2)
+	case f.cfg.HostsPerLeaf == 0:
 		return 0
 	}
 	return host / f.cfg.HostsPerLeaf
+}
+
+// buildFatTree makes the switch links of plane pl's fat tree, for the pods
+// that hold hosts. Edge switch e is in pod e/(k/2), aggregation switch a
+// in pod a/(k/2), and core c joins aggregation switch c/(k/2) of each pod.
+func (f *Fabric) buildFatTree(pl *plane) {
+	half := f.cfg.FatTreeK / 2
+	edges := (f.cfg.Hosts + half - 1) / half
+	pods := (edges + half - 1) / half
+	pl.edgeUp = make([][]*Link, pods*half)
+	pl.aggDown = make([][]*Link, pods*half)
+	pl.aggUp = make([][]*Link, pods*half)
+	pl.coreDown = make([][]*Link, half*half)
+	for e := range pods * half {
+		pod := e / half
+		for j := range half {
+			pl.edgeUp[e] = append(pl.edgeUp[e], f.newLink(f.cfg.FabricUp, FabricUp, pl.index, e, pod*half+j))
+		}
+	}
+	for a := range pods * half {
+		pod := a / half
+		for e := range half {
+			pl.aggDown[a] = append(pl.aggDown[a], f.newLink(f.cfg.FabricDown, FabricDown, pl.index, a, pod*half+e))
+		}
+		for i := range half {
+			pl.aggUp[a] = append(pl.aggUp[a], f.newLink(f.coreLink(true), CoreUp, pl.index, a, (a%half)*half+i))
+		}
+	}
+	for c := range half * half {
+		for pod := range pods {
+			pl.coreDown[c] = append(pl.coreDown[c], f.newLink(f.coreLink(false), CoreDown, pl.index, c, pod*half+c/half))
+		}
+	}
+}
+
+// coreLink is the setting of a link between aggregation and core
+// switches: CoreUp or CoreDown, or FabricUp or FabricDown where it is not
+// given.
+func (f *Fabric) coreLink(up bool) LinkConfig {
+	lc, fallback := f.cfg.CoreDown, f.cfg.FabricDown
+	if up {
+		lc, fallback = f.cfg.CoreUp, f.cfg.FabricUp
+	}
+	if lc.Rate == 0 {
+		return fallback
+	}
+	return lc
 }
 
 func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {

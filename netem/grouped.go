@@ -24,7 +24,7 @@ func NewGrouped(cfg Config, g *parallel.Group) (*Fabric, error) {
 	switch {
 	case g.Len() != cfg.Hosts:
 		return nil, fmt.Errorf("netem: %d processes for %d hosts", g.Len(), cfg.Hosts)
-	case cfg.HostsPerLeaf > 0 || cfg.SinglePort || cfg.Trace:
+	case cfg.HostsPerLeaf > 0 || cfg.FatTreeK > 0 || cfg.SinglePort || cfg.Trace:
 		return nil, fmt.Errorf("%w: it has one switch per plane, no single-port hosts and no trace", ErrNotGrouped)
 	}
 	if err := cfg.validate(); err != nil { // the faults too, since New is given none

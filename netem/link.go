@@ -156,7 +156,7 @@ func (l *Link) matches(m *LinkMatch) bool {
 		return m.Host < 0 || m.Host == l.from
 	case Downlink:
 		return m.Host < 0 || m.Host == l.to
-	case FabricUp:
+	case FabricUp, CoreUp:
 		return (m.Leaf < 0 || m.Leaf == l.from) && (m.Spine < 0 || m.Spine == l.to)
 	default:
 		return (m.Spine < 0 || m.Spine == l.from) && (m.Leaf < 0 || m.Leaf == l.to)

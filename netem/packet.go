@@ -12,7 +12,7 @@ type packet struct {
 	fab *Fabric
 	// The route holds the links' ids, and hop indexes the link the packet
 	// is on or arriving from.
-	route     [4]uint32
+	route     [6]uint32
 	ingress   uint32 // 1 + the id of the link it arrived on at its current node, for PFC, or 0
 	hops, hop uint8
 	// crossed says the packet arrives in another process than its link's.
@@ -21,8 +21,8 @@ type packet struct {
 	d       link.Datagram
 	id      uint64
 	// _ makes a packet 192 bytes, a size class whose objects all start on
-	// a cache line; at 136 bytes they would straddle lines.
-	_ [56]byte
+	// a cache line; at 144 bytes they would straddle lines.
+	_ [48]byte
 }
 
 // link is the link of route[hop].

@@ -31,30 +31,43 @@ func (f *Fabric) Spine(src, dst netip.AddrPort) int {
 // Path returns the plane and spine a datagram from src to dst takes. The
 // spine is -1 when the datagram turns at its leaf, and both are -1 when the
 // addresses do not route. The plane is the source address's. With
-// single-port hosts it is the one the source leaf's hash picks.
+// single-port hosts it is the one the source leaf's hash picks. In a fat
+// tree the spine is the aggregation switch of its pod that the source edge
+// switch's hash picks.
 func (f *Fabric) Path(src, dst netip.AddrPort) (plane, spine int) {
 	p, sh, ok1 := f.locate(src.Addr())
 	q, dh, ok2 := f.locate(dst.Addr())
 	if !ok1 || !ok2 || p != q {
 		return -1, -1
 	}
-	if f.cfg.HostsPerLeaf == 0 || f.leafOf(sh) == f.leafOf(dh) {
+	if f.cfg.HostsPerLeaf == 0 && f.cfg.FatTreeK == 0 || f.leafOf(sh) == f.leafOf(dh) {
 		return p, -1
+	}
+	if f.cfg.FatTreeK > 0 {
+		return p, f.pick(f.hash(p, uint64(f.leafOf(sh)), src, dst), f.cfg.FatTreeK/2)
 	}
 	return f.ecmp(p, f.leafOf(sh), src, dst)
 }
 
-// ecmp picks the plane and spine of a datagram leaving leaf. It hashes the
-// UDP 5-tuple keyed by the plane's key and the leaf's index, as a switch
-// with a hash seed of its own would. With single-port hosts the leaf hashes
-// over the spines of every plane, so the hash picks the plane too.
-func (f *Fabric) ecmp(p, leaf int, src, dst netip.AddrPort) (plane, spine int) {
+// hash hashes a datagram's UDP 5-tuple keyed by the plane's key and a
+// switch's id, as a switch with a hash seed of its own would.
+func (f *Fabric) hash(p int, sw uint64, src, dst netip.AddrPort) uint64 {
 	s, d := src.Addr().As4(), dst.Addr().As4()
 	x := uint64(s[0])<<24 | uint64(s[1])<<16 | uint64(s[2])<<8 | uint64(s[3])
 	y := uint64(d[0])<<24 | uint64(d[1])<<16 | uint64(d[2])<<8 | uint64(d[3])
-	h := mix64(f.planes[p].ecmpKey ^ uint64(leaf))
+	h := mix64(f.planes[p].ecmpKey ^ sw)
 	h = mix64(h ^ x<<32 ^ y)
-	h = mix64(h ^ uint64(src.Port())<<32 ^ uint64(dst.Port())<<16 ^ 17)
+	return mix64(h ^ uint64(src.Port())<<32 ^ uint64(dst.Port())<<16 ^ 17)
+}
+
+// pick is one of n choices by hash h.
+func (f *Fabric) pick(h uint64, n int) int { return int((h >> 32) * uint64(n) >> 32) }
+
+// ecmp picks the plane and spine of a datagram leaving leaf. With
+// single-port hosts the leaf hashes over the spines of every plane, so the
+// hash picks the plane too.
+func (f *Fabric) ecmp(p, leaf int, src, dst netip.AddrPort) (plane, spine int) {
+	h := f.hash(p, uint64(leaf), src, dst)
 	choices := uint64(f.cfg.Spines)
 	if f.cfg.SinglePort {
 		choices *= uint64(len(f.planes))
@@ -80,9 +93,13 @@ func mix64(z uint64) uint64 {
 func (f *Fabric) route(pkt *packet, p, sh, dh int) {
 	pkt.route[0] = uint32(f.Uplink(p, sh).id)
 	sl, dl := f.leafOf(sh), f.leafOf(dh)
-	if f.cfg.HostsPerLeaf == 0 || sl == dl {
+	if f.cfg.HostsPerLeaf == 0 && f.cfg.FatTreeK == 0 || sl == dl {
 		pkt.route[1] = uint32(f.Downlink(p, dh).id)
 		pkt.hops = 2
+		return
+	}
+	if f.cfg.FatTreeK > 0 {
+		f.routeFatTree(pkt, p, sl, dl, dh)
 		return
 	}
 	p, s := f.ecmp(p, sl, pkt.d.Src, pkt.d.Dst)
@@ -91,4 +108,32 @@ func (f *Fabric) route(pkt *packet, p, sh, dh int) {
 	pkt.route[2] = uint32(pl.spineDown[s][dl].id)
 	pkt.route[3] = uint32(f.Downlink(p, dh).id)
 	pkt.hops = 4
+}
+
+// routeFatTree fills the route of a datagram between edge switches se and
+// de of plane p's fat tree, to host dh. The source edge switch's hash picks
+// an aggregation switch of its pod. Within the pod the datagram turns
+// there. Otherwise that switch's hash picks one of its cores, and the core
+// sends it down to the aggregation switch of the same index in the
+// destination pod.
+func (f *Fabric) routeFatTree(pkt *packet, p, se, de, dh int) {
+	half := f.cfg.FatTreeK / 2
+	pl := &f.planes[p]
+	j := f.pick(f.hash(p, uint64(se), pkt.d.Src, pkt.d.Dst), half)
+	sp, dp := se/half, de/half
+	agg := sp*half + j
+	pkt.route[1] = uint32(pl.edgeUp[se][j].id)
+	if sp == dp {
+		pkt.route[2] = uint32(pl.aggDown[agg][de%half].id)
+		pkt.route[3] = uint32(f.Downlink(p, dh).id)
+		pkt.hops = 4
+		return
+	}
+	i := f.pick(f.hash(p, 1<<32|uint64(agg), pkt.d.Src, pkt.d.Dst), half)
+	core := j*half + i
+	pkt.route[2] = uint32(pl.aggUp[agg][i].id)
+	pkt.route[3] = uint32(pl.coreDown[core][dp].id)
+	pkt.route[4] = uint32(pl.aggDown[dp*half+j][de%half].id)
+	pkt.route[5] = uint32(f.Downlink(p, dh).id)
+	pkt.hops = 6
 }

@@ -1,6 +1,8 @@
 package netem
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +104,85 @@ func TestSinglePortHostsHashOverPlanes(t *testing.T) {
 	}
 	if _, err := New(Config{Hosts: 2, Planes: 2, SinglePort: true, Uplink: simpleLink(gbps, 0), Downlink: simpleLink(gbps, 0)}, clock.NewSim()); err == nil {
 		t.Error("single-port hosts without a leaf-spine accepted")
+	}
+}
+
+// fatTree is a k-ary fat tree of hosts on one plane, every link 10 Gb/s
+// with 1 µs of delay.
+func fatTree(k, hosts int) Config {
+	l := simpleLink(10*gbps, time.Microsecond)
+	return Config{Seed: 3, Hosts: hosts, Planes: 1, FatTreeK: k, Uplink: l, Downlink: l, FabricUp: l, FabricDown: l}
+}
+
+// In a fat tree of k = 4 (16 hosts, 4 pods of 2 edge and 2 aggregation
+// switches, 4 cores) a datagram turns at its edge switch between hosts of
+// one, at an aggregation switch within a pod, and at a core between pods,
+// crossing 2, 4 and 6 links in as many serializations and delays. Between
+// pods, 256 source ports spread over both aggregation switches of the
+// source pod and over all four cores, and a 5-tuple always takes the way
+// Path names.
+func TestFatTreeRoutes(t *testing.T) {
+	f, sim := newTestFabric(t, fatTree(4, 16))
+	s := attachSink(f, 15)
+	const hop = 947 + 1000 // ns: 1,184 bytes at 10 Gb/s, rounded down, and the delay
+	for _, c := range []struct{ src, hops int }{{14, 2}, {12, 4}, {0, 6}} {
+		s.got = nil
+		start := sim.Now()
+		f.Host(c.src).Send([]link.Datagram{datagram(f, c.src, 15, 0, 50000, 1184-DefaultOverhead, 1, link.ECT0)})
+		sim.RunUntil(start + clock.Time(time.Millisecond))
+		want := time.Duration(c.hops * hop)
+		if len(s.got) != 1 || s.got[0].at.Sub(start) != want {
+			t.Fatalf("from host %d: %d arrivals, want one after %v", c.src, len(s.got), want)
+		}
+	}
+	used := map[string]int{}
+	for port := 0; port < 256; port++ {
+		d := datagram(f, 0, 15, 0, uint16(49152+port), 100, 0, link.ECT0)
+		_, agg := f.Path(d.Src, d.Dst)
+		before := map[*Link]uint64{}
+		for _, l := range f.Links() {
+			before[l] = l.Stats().Packets
+		}
+		f.Host(0).Send([]link.Datagram{d})
+		sim.RunUntil(sim.Now() + clock.Time(time.Millisecond))
+		for _, l := range f.Links() {
+			if l.Stats().Packets == before[l] {
+				continue
+			}
+			used[fmt.Sprintf("%v %d>%d", l.Kind(), l.From(), l.To())]++
+			if l.Kind() == FabricUp && l.To() != agg {
+				t.Fatalf("port %d: Path names aggregation switch %d, the datagram took %d", port, agg, l.To())
+			}
+		}
+	}
+	for _, want := range []string{"leaf-spine 0>0", "leaf-spine 0>1", "agg-core 0>0", "agg-core 0>1", "agg-core 1>2", "agg-core 1>3",
+		"core-agg 0>6", "core-agg 1>6", "core-agg 2>7", "core-agg 3>7", "spine-leaf 6>7", "spine-leaf 7>7"} {
+		if used[want] < 32 {
+			t.Errorf("link %s carried %d of 256 tuples", want, used[want])
+		}
+	}
+	if len(used) != 14 { // those 12, the uplink and the downlink
+		t.Errorf("links used: %v", used)
+	}
+}
+
+// A fat tree's k is even and at most 64, it holds at most k^3/4 hosts, and
+// it is no leaf-spine too.
+func TestFatTreeConfig(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{fatTree(5, 10), "want an even 2 .. 64"},
+		{fatTree(66, 10), "want an even 2 .. 64"},
+		{fatTree(4, 17), "holds at most 16"},
+		{func() Config { c := fatTree(4, 16); c.HostsPerLeaf, c.Spines = 4, 2; return c }(), "takes the place of a leaf-spine"},
+	} {
+		if _, err := New(c.cfg, clock.NewSim()); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg.FatTreeK, err, c.want)
+		}
+	}
+	if _, err := New(fatTree(8, 128), clock.NewSim()); err != nil {
+		t.Fatal(err)
 	}
 }

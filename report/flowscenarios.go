@@ -74,7 +74,10 @@ func CollectivePlot(r sim.CollectiveResult) *Plot {
 func PermutationTables(r sim.PermutationResult) []*Table {
 	o := r.Options
 	topo := "one switch per plane"
-	if o.Fabric.HostsPerLeaf > 0 {
+	switch {
+	case o.Fabric.FatTreeK > 0:
+		topo = fmt.Sprintf("a three-tier fat tree per plane, k = %d", o.Fabric.FatTreeK)
+	case o.Fabric.HostsPerLeaf > 0:
 		topo = fmt.Sprintf("a leaf-spine per plane, %d hosts per leaf, %d spines", o.Fabric.HostsPerLeaf, o.Fabric.Spines)
 	}
 	t := &Table{

@@ -20,9 +20,11 @@ import (
 // FabricOptions are the network and the engines of a many-flow scenario.
 type FabricOptions struct {
 	Hosts, Planes int
-	// HostsPerLeaf and Spines make each plane a leaf-spine. Zero gives
-	// one switch per plane.
+	// HostsPerLeaf and Spines make each plane a leaf-spine, and FatTreeK
+	// a three-tier fat tree of switches with k ports (netem.Config). Zero
+	// for all gives one switch per plane.
 	HostsPerLeaf, Spines int
+	FatTreeK             int
 	LinkRate             int64
 	Links
 	Loss          float64 // random loss on every downlink
@@ -204,7 +206,7 @@ type flowRun struct {
 func (r *flowRun) buildWorld() error {
 	o, ps := r.o, r.ps
 	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: netem.QueueConfig{Limit: o.Buffer, ECNThreshold: o.ECNThreshold}}
-	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines,
+	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines, FatTreeK: o.FatTreeK,
 		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: ps.maxPacket()}
 	// A host's uplink is its NIC's port. Its connections share it by the
 	// endpoint's OutboundCapacity, and it marks nothing, since ECN marks

@@ -107,6 +107,8 @@ func (t *Traffic) parseSetting(f []string) error {
 		return intIn(&o.HostsPerLeaf, 0, 256)
 	case "spines":
 		return intIn(&o.Spines, 1, 64)
+	case "fat-tree-k":
+		return intIn(&o.FatTreeK, 0, 64)
 	case "paths":
 		return intIn(&o.Paths, 1, 256)
 	case "ecn-kib":
