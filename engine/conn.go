@@ -99,6 +99,10 @@ func (c *Conn) setRemote(p int, a netip.Addr) {
 			c.known |= 1 << p
 		}
 	}
+	if c.mtu != nil {
+		c.resize() // the plane's packets must fit it (spec section 6.7)
+		c.probeMTUs()
+	}
 }
 
 // sharedPlane finds the plane of a packet from src that arrived on a

@@ -411,5 +411,6 @@ func (c *Conn) establish() {
 	if c.events != nil {
 		c.events.State(c, Established, nil)
 	}
+	c.startMTUSearch() // when the sender was equipped before
 	c.snd.pump()
 }

@@ -131,8 +131,8 @@ func (e *Endpoint) LocalDrop(d *link.Datagram) {
 	c := e.dropper
 	if c == nil || e.conns[c.localID] != c || !c.sent(&pkt, d) {
 		c = nil
-		for _, id := range e.connIDs() {
-			if q := e.conns[id]; q.sent(&pkt, d) {
+		for _, q := range e.conns { // at most one sent it, so the order does not matter
+			if q.sent(&pkt, d) {
 				c = q
 				break
 			}
@@ -152,7 +152,8 @@ func (e *Endpoint) LocalDrop(d *link.Datagram) {
 }
 
 // localDrop resends a data packet the host dropped and cuts the sending
-// rate.
+// rate. In baseline mode the sender goes back to it, as for a NAK (spec
+// section 10), and DCQCN alone sets the rate.
 func (s *sender) localDrop(pkt *proto.Packet) {
 	id, psn := int(pkt.Common.PathID()), pkt.Common.PSN()
 	if s.paths == nil || id >= len(s.paths) {
@@ -167,12 +168,17 @@ func (s *sender) localDrop(pkt *proto.Packet) {
 		return
 	}
 	s.stats.LocalDrops++
+	if b, ok := s.c.tp.(*baseline); ok {
+		p.Counters.LocalDrops++
+		b.goBack(psn)
+		s.pump()
+		return
+	}
 	p.resolveLost(r, psn, LossLocal)
 	p.advance()
 	if s.host.dropped(s.c.ep.clock.Now()) {
 		s.stats.HostCuts++
 	}
-	p.armTimer(s.c.ep.clock.Now())
 	s.pump()
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/proto"
 )
 
 // hostQueue stands for a sending host's own queue on its way out, a qdisc
@@ -52,8 +53,13 @@ func (q *hostQueue) Send(batch []link.Datagram) {
 // 1 GB/s and holds 64 KiB, to host 1 on a 100 Gb/s fabric, and returns the
 // sender's statistics, its paths' timeouts and moves, and the queue.
 func localDropRun(t *testing.T, silent bool) (SenderStats, uint64, uint64, *hostQueue) {
+	return localDropRunWith(t, silent, Config{Paths: 8})
+}
+
+// localDropRunWith is localDropRun with the endpoints' configuration cfg.
+func localDropRunWith(t *testing.T, silent bool, cfg Config) (SenderStats, uint64, uint64, *hostQueue) {
 	var q *hostQueue
-	n := newNetWrapped(t, twoHostFabric(2), Config{Paths: 8}, func(h int, p link.Port) link.Port {
+	n := newNetWrapped(t, twoHostFabric(2), cfg, func(h int, p link.Port) link.Port {
 		if h != 0 {
 			return p
 		}
@@ -245,5 +251,15 @@ func TestOverflowsTeachTheInboundCapacity(t *testing.T) {
 	}
 	if toldTimeouts != 0 || toldResent*5 > silentResent {
 		t.Errorf("resent %d told, %d timeouts, and %d silent: want no timeout and the silent receiver's resends at least 5 times", toldResent, toldTimeouts, silentResent)
+	}
+}
+
+// In baseline mode a packet the host dropped is gone back to, as for a
+// NAK, and the transfer completes.
+func TestLocalDropsInBaselineMode(t *testing.T) {
+	st, timeouts, _, q := localDropRunWith(t, false, Config{Paths: 1, Mode: proto.ModeBaseline})
+	t.Logf("%d packets, %d resent, %d dropped by the host, %d timeouts", st.Packets, st.Retransmits, q.drops, timeouts)
+	if st.LocalDrops == 0 {
+		t.Errorf("%d drops taken for %d dropped", st.LocalDrops, q.drops)
 	}
 }

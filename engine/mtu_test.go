@@ -264,3 +264,38 @@ func TestPathMTUProbeRefusedLocally(t *testing.T) {
 		t.Fatalf("%d sizes refused, connection %v (%v)", len(refused), pr.a.State(), pr.a.Err())
 	}
 }
+
+// A sender equipped before its connection is up, as an acceptor whose
+// paths are asked about while it accepts, still searches once it is.
+func TestPathMTUSearchOfASenderEquippedEarly(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, BasePacket: 1200, Paths: 4})
+	pr := &pair{ra: &recorder{}, rb: &recorder{}, ha: n.hosts[0], hb: n.hosts[1]}
+	n.hosts[1].ep.Listen(n.hosts[1].pd, func(c *Conn) (Events, bool) {
+		pr.accepted = c
+		return pr.rb, true
+	})
+	var remote []netip.Addr
+	for p := range 4 {
+		remote = append(remote, netem.Addr(p, 1))
+	}
+	c, err := n.hosts[0].ep.Connect(remote, proto.DefaultPort, n.hosts[0].pd, pr.ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.a = c
+	n.run(time.Millisecond, func() bool { return pr.accepted != nil })
+	if pr.accepted.State() != Accepting {
+		t.Fatalf("acceptor %v", pr.accepted.State())
+	}
+	pr.accepted.Telemetry() // equips its sender while it accepts
+	n.run(time.Millisecond, func() bool { return pr.accepted.State() == Established })
+	// The acceptor WRITEs to the initiator.
+	back := &pair{a: pr.accepted, b: c, ra: pr.rb, rb: pr.ra, ha: pr.hb, hb: pr.ha}
+	n.writeWhole(t, back, 1<<20)
+	n.run(time.Second, func() bool { return pr.accepted.PathMTU()[0].Done })
+	for plane, p := range pr.accepted.PathMTU() {
+		if p != (PlaneMTU{Size: 9000, Done: true}) {
+			t.Errorf("plane %d: %+v", plane, p)
+		}
+	}
+}

@@ -260,3 +260,28 @@ func TestPathsAreDealtToThePlanes(t *testing.T) {
 		}
 	}
 }
+
+// An initiator deals its paths only to the planes it was given the peer's
+// address on: with the peer known on plane 0 of 2, every one-path
+// connection's path is on plane 0, and each WRITE completes.
+func TestPathsAreDealtToKnownPlanesOnly(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 1})
+	for range 3 {
+		pr := &pair{ra: &recorder{}, rb: &recorder{}, ha: n.hosts[0], hb: n.hosts[1]}
+		n.hosts[1].ep.Listen(n.hosts[1].pd, func(c *Conn) (Events, bool) {
+			pr.accepted = c
+			return pr.rb, true
+		})
+		c, err := n.hosts[0].ep.Connect([]netip.Addr{netem.Addr(0, 1)}, proto.DefaultPort, n.hosts[0].pd, pr.ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr.a = c
+		n.run(time.Millisecond, func() bool { return c.State() == Established && pr.accepted != nil })
+		pr.b = pr.accepted
+		n.writeWhole(t, pr, 64<<10)
+		if planes := c.Telemetry(); planes[0].Plane != 0 {
+			t.Fatalf("path on plane %d, where the peer has no address", planes[0].Plane)
+		}
+	}
+}

@@ -44,15 +44,14 @@ type planeMTU struct {
 type mtuSearch struct {
 	planes []planeMTU
 	timer  clock.Timer
-	nextID uint32
 }
 
 // startMTUSearch begins the search when the connection's packets start
 // below the negotiated MaxPacket. The sender calls it once it is equipped,
-// since only sending needs it.
+// since only sending needs it, and establish once the connection is up.
 func (c *Conn) startMTUSearch() {
-	if c.mtu != nil || c.sendMax >= c.maxPacket {
-		return
+	if c.mtu != nil || c.sendMax >= c.maxPacket || c.state != Established || c.snd.paths == nil {
+		return // done, not needed, or too early: establish calls again
 	}
 	m := &mtuSearch{planes: make([]planeMTU, len(c.remote))}
 	for i := range m.planes {
@@ -149,8 +148,7 @@ func (c *Conn) sendMTUProbe(plane int, now clock.Time) {
 	}
 	m := c.mtu
 	p := &m.planes[plane]
-	m.nextID++
-	p.probeID = mtuProbeBit | m.nextID&(mtuProbeBit-1)
+	p.probeID = mtuProbeBit | c.ep.random32() // not guessed by one who knows the connection id
 	p.tries++
 	p.due = now.Add(path.rtoAfter(0))
 	hlen, _ := proto.HeaderLen(proto.TypeProbe, 0)
@@ -229,7 +227,9 @@ func (c *Conn) mtuProbeTooBig(id uint32) {
 // resize sets the size of new packets to the smallest any plane the peer
 // has an address on has carried. A plane out of service keeps it at what
 // that plane last showed, so its paths may carry any packet when it is
-// back.
+// back. A plane whose address the connection learns later brings new
+// packets down to what it has shown (setRemote) until its search shows
+// more.
 func (c *Conn) resize() {
 	size := c.maxPacket
 	for plane := range c.mtu.planes {

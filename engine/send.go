@@ -147,25 +147,46 @@ func (s *sender) equip() {
 	paths := make([]sendPath, c.paths)
 	windows := make([]cc.Window, c.paths)
 	rings := make([]sendRec, c.paths*minPathRing)
-	// The endpoint deals its connections' paths to the planes in turn, so
-	// that connections with fewer paths than planes, or a number that the
-	// planes do not divide, spread over every plane together. Where the
-	// planes divide every connection's paths, path i is on plane i.
-	first := c.ep.nextPlane
-	c.ep.nextPlane = (first + c.paths) % len(cfg.Planes)
+	planes := c.dealtPlanes()
 	for i := 0; i < c.paths; i++ {
 		wp := c.tp.window(c)
 		windows[i] = *cc.NewWindow(wp, c.isn)
 		p := &paths[i]
 		*p = sendPath{s: s, ring: rings[i*minPathRing : (i+1)*minPathRing : (i+1)*minPathRing],
 			next: c.isn, oldest: c.isn, cwin: &windows[i]}
-		p.Init(uint8(i), (first+i)%len(cfg.Planes), &s.ports, c.isn, p)
+		p.Init(uint8(i), planes(i), &s.ports, c.isn, p)
 		p.window = p.cwin.Packets()
 		p.timer = c.ep.clock.NewTimer(p.onTimer)
 		s.paths = append(s.paths, p)
 		p.rateChanged()
 	}
 	c.startMTUSearch()
+}
+
+// dealtPlanes returns the plane of each path. The endpoint deals its
+// initiated connections' paths to the planes it was given the peer's
+// addresses on, in turn, so that connections with fewer paths than planes,
+// or a number that the planes do not divide, spread over every plane
+// together; where the planes divide every connection's paths, path i is on
+// plane i. An acceptor learns the peer's planes as packets arrive, and
+// puts path i on plane i mod planes.
+func (c *Conn) dealtPlanes() func(i int) int {
+	all := len(c.ep.cfg.Planes)
+	if !c.initiator {
+		return func(i int) int { return i % all }
+	}
+	known := make([]int, 0, all)
+	for p := range all {
+		if c.knows(p) {
+			known = append(known, p)
+		}
+	}
+	if len(known) == 0 {
+		return func(i int) int { return i % all }
+	}
+	first := c.ep.nextPlane % len(known)
+	c.ep.nextPlane = (first + c.paths) % len(known)
+	return func(i int) int { return known[(first+i)%len(known)] }
 }
 
 func (s *sender) busy() bool { return s.msgs > 0 }

@@ -57,7 +57,9 @@ type Port interface {
 	Buffer() []byte
 	// Send takes a batch of datagrams whose Data came from Buffer. The port
 	// owns every buffer from then on. The caller may reuse the slice itself
-	// as soon as Send returns.
+	// as soon as Send returns. Send never calls the port's receiver back:
+	// a port reports refusals and drops (TooBigHandler, LocalDropHandler)
+	// later, from its own flush.
 	Send(batch []Datagram)
 }
 

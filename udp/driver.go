@@ -458,7 +458,7 @@ func (d *Driver) Send(batch []link.Datagram) {
 		d.pending = append(d.pending, batch[i])
 	}
 	if len(d.pending) >= 4*d.cfg.Batch {
-		d.Flush()
+		d.sendPending() // the reports wait for Flush: Send never calls the receiver back
 	}
 }
 
@@ -469,7 +469,26 @@ func (d *Driver) Send(batch []link.Datagram) {
 // same Src would cost a system call per datagram. The kernel copies each
 // datagram, so its buffer is free again when Flush returns. The loop calls
 // Flush at the end of every turn, and it runs on the loop goroutine only.
+// Then it tells the receiver of the datagrams refused as too big or
+// dropped on their way out, and sends what the receiver sent in answer,
+// until nothing is left to tell.
 func (d *Driver) Flush() {
+	for {
+		d.sendPending()
+		if len(d.refused) == 0 && len(d.dropped) == 0 {
+			return
+		}
+		if len(d.refused) > 0 {
+			d.tellRefused()
+		}
+		if len(d.dropped) > 0 {
+			d.tellDropped()
+		}
+	}
+}
+
+// sendPending sends what Send holds.
+func (d *Driver) sendPending() {
 	batch := d.pending
 	for len(batch) > 0 {
 		chunk := batch[:min(len(batch), len(d.out))]
@@ -483,12 +502,6 @@ func (d *Driver) Flush() {
 		batch = batch[len(chunk):]
 	}
 	d.pending = d.pending[:0]
-	if len(d.refused) > 0 {
-		d.tellRefused()
-	}
-	if len(d.dropped) > 0 {
-		d.tellDropped()
-	}
 }
 
 // sendChunk sends at most len(d.out) datagrams, grouped by source. With
@@ -563,10 +576,18 @@ func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 			d.drain(s)
 			retried = sent
 			continue // the error was an earlier datagram's
+		case errors.Is(err, syscall.EMSGSIZE) && retried != sent:
+			// An ICMP error that the path needs smaller packets is reported
+			// at the next call, for whatever it sends. Once the queue is
+			// empty a refusal is this message's own.
+			d.drain(s)
+			retried = sent
+			continue
 		case len(sl.bufs) > 1:
-			// A GSO message's datagrams go one by one. If they pass, the
-			// kernel or device cannot segment, and GSO goes off.
-			if d.resendSingly(s, sl) > 0 {
+			// A GSO message's datagrams go one by one. If they pass where
+			// the message was refused as invalid or failed in the device,
+			// the kernel or device cannot segment, and GSO goes off.
+			if d.resendSingly(s, sl) > 0 && (errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EINVAL)) {
 				d.gso = false
 				d.stats.GSOFallbacks++
 			}
@@ -668,6 +689,7 @@ func (d *Driver) resendSingly(s *socket, sl *slot) int {
 		if _, err := s.batch.WriteBatch(d.spareMsg[:], 0); err != nil {
 			if errors.Is(err, syscall.EMSGSIZE) {
 				d.refusedTooBig(s, sl.dst, b)
+				d.drain(s)
 			} else {
 				d.stats.SendErrors++
 			}

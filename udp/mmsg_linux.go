@@ -85,7 +85,7 @@ func (r *mmsgReader) recvmmsg(fd uintptr) bool {
 			continue // interrupted before anything was read
 		case errno == unix.EAGAIN:
 			return false // nothing there, so the runtime calls again once readable
-		case errno != 0 && reportedLate(errno) && !drained:
+		case errno != 0 && (reportedLate(errno) || errno == unix.EMSGSIZE) && !drained:
 			r.s.errorQueue.Add(uint64(drainErrors(int(fd))))
 			drained = true
 			continue

@@ -196,9 +196,6 @@ func (h *UDPHost) Close() error {
 func (tap Tap) Wrapper() Wrapper {
 	return func(below link.Port) (link.Port, func(link.Receiver) link.Receiver) {
 		return tappedPort{below, tap}, func(above link.Receiver) link.Receiver {
-			if tb, ok := above.(link.TooBigHandler); ok {
-				return tappedTooBig{tappedReceiver{above, tap}, tb}
-			}
 			return tappedReceiver{above, tap}
 		}
 	}
@@ -229,10 +226,22 @@ func (r tappedReceiver) Receive(d *link.Datagram, at clock.Time) {
 	r.above.Receive(d, at)
 }
 
-// tappedTooBig passes too-big reports through a tap.
-type tappedTooBig struct {
-	tappedReceiver
-	tb link.TooBigHandler
+// TooBig, LocalDrop and Overflowed pass the port's reports through the tap
+// to the layer above, where it takes them.
+func (r tappedReceiver) TooBig(d *link.Datagram) {
+	if h, ok := r.above.(link.TooBigHandler); ok {
+		h.TooBig(d)
+	}
 }
 
-func (r tappedTooBig) TooBig(d *link.Datagram) { r.tb.TooBig(d) }
+func (r tappedReceiver) LocalDrop(d *link.Datagram) {
+	if h, ok := r.above.(link.LocalDropHandler); ok {
+		h.LocalDrop(d)
+	}
+}
+
+func (r tappedReceiver) Overflowed(lost int) {
+	if h, ok := r.above.(link.OverflowHandler); ok {
+		h.Overflowed(lost)
+	}
+}
