@@ -87,13 +87,10 @@ func (p *Port) outgoing(d *link.Datagram) bool {
 
 // Attach returns the receiving side of the port for r. What the inner
 // port delivers goes to it, and from it to r with the receiving side's
-// bugs. A TooBig report passes through when r takes them.
+// bugs. The inner port's reports (TooBig, LocalDrop, Overflowed) pass
+// through when r takes them.
 func (p *Port) Attach(r link.Receiver) link.Receiver {
-	rx := &receiver{p: p, next: r}
-	if tb, ok := r.(link.TooBigHandler); ok {
-		return &tooBigReceiver{receiver: rx, next: tb}
-	}
-	return rx
+	return &receiver{p: p, next: r}
 }
 
 // MiscountedCE counts the CE marks MiscountCE hid from the receiver.
@@ -109,12 +106,25 @@ func (r *receiver) Receive(d *link.Datagram, at clock.Time) {
 	r.next.Receive(d, at)
 }
 
-type tooBigReceiver struct {
-	*receiver
-	next link.TooBigHandler
+// TooBig, LocalDrop and Overflowed pass the port's reports to the receiver
+// above, where it takes them.
+func (r *receiver) TooBig(d *link.Datagram) {
+	if h, ok := r.next.(link.TooBigHandler); ok {
+		h.TooBig(d)
+	}
 }
 
-func (r *tooBigReceiver) TooBig(d *link.Datagram) { r.next.TooBig(d) }
+func (r *receiver) LocalDrop(d *link.Datagram) {
+	if h, ok := r.next.(link.LocalDropHandler); ok {
+		h.LocalDrop(d)
+	}
+}
+
+func (r *receiver) Overflowed(lost int) {
+	if h, ok := r.next.(link.OverflowHandler); ok {
+		h.Overflowed(lost)
+	}
+}
 
 // incoming applies the receiving side's bugs to d in place.
 func (p *Port) incoming(d *link.Datagram) {
