@@ -91,11 +91,19 @@ type QueueConfig struct {
 	// datagram that arrives to a queue holding more than ECNThreshold bytes
 	// is marked CE. A Not-ECT one is queued unmarked.
 	ECNThreshold int
+	// ECNRamp, when set, marks on dequeue: an ECN-capable datagram leaving
+	// a queue that still holds q bytes is marked CE with a probability
+	// rising linearly from 0 at Min to 1 at Max, as the Ultra Ethernet
+	// simulator marks.
+	ECNRamp *ECNRamp
 	// RED, when set, is Random Early Detection on the average queue.
 	RED *RED
 	// PFC, when set, makes the link lossless. The node it feeds pauses it.
 	PFC *PFC
 }
+
+// ECNRamp is marking on dequeue between two queue lengths in bytes.
+type ECNRamp struct{ Min, Max int }
 
 // RED is Random Early Detection, after Floyd and Jacobson, over an
 // exponentially weighted average of the queue in bytes. Below MinThreshold
@@ -331,6 +339,9 @@ func (l *LinkConfig) validate() error {
 	q := l.Queue
 	if q.Limit < 0 || q.ECNThreshold < 0 {
 		errs = append(errs, fmt.Errorf("queue limit %d, ECN threshold %d: want >= 0", q.Limit, q.ECNThreshold))
+	}
+	if r := q.ECNRamp; r != nil && (r.Min < 0 || r.Max <= r.Min) {
+		errs = append(errs, fmt.Errorf("ECN ramp %d, %d: want 0 <= min < max", r.Min, r.Max))
 	}
 	if r := q.RED; r != nil {
 		if r.MinThreshold < 0 || r.MaxThreshold <= r.MinThreshold {

@@ -78,8 +78,9 @@ type Link struct {
 	rate         int64      // bits/s now, which a slowdown lowers
 	txRemainder  int64      // bit-nanoseconds carried between datagrams, so rates do not drift
 	overhead     int
-	limit, ecnK  int  // cfg.Queue's Limit and ECNThreshold
-	red          *RED // cfg.Queue.RED
+	limit, ecnK  int      // cfg.Queue's Limit and ECNThreshold
+	ramp         *ECNRamp // cfg.Queue's ECNRamp
+	red          *RED     // cfg.Queue.RED
 	delay        time.Duration
 	lastArrival  clock.Time
 	to           int // the far node: a host, leaf or spine index, by kind
@@ -357,6 +358,13 @@ func (l *Link) startTx(now clock.Time) {
 	pkt := l.queue.pop()
 	size := pkt.d.Size()
 	l.queueBytes -= size
+	if r := l.ramp; r != nil && pkt.d.ECN != link.NotECT && pkt.d.ECN != link.CE && l.queueBytes > r.Min {
+		if p := float64(l.queueBytes-r.Min) / float64(r.Max-r.Min); p >= 1 || l.rng.Float64() < p {
+			pkt.d.ECN = link.CE
+			l.stats.CEMarks++
+			l.fab.record(l, pkt, Marked, 0, now)
+		}
+	}
 	end := now.Add(l.serialization(size))
 	l.wireFree = end
 	if l.queue.len() > 0 || pkt.pausable() != nil {

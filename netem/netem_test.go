@@ -189,6 +189,45 @@ func TestLinkMTU(t *testing.T) {
 	}
 }
 
+// Marking on dequeue between two thresholds: a datagram that leaves
+// Max or more bytes behind it is marked, one that leaves Min or less is
+// not, and one in between is marked at random. A Not-ECT datagram is never
+// marked.
+func TestECNRampOnDequeue(t *testing.T) {
+	up := simpleLink(1*gbps, time.Microsecond)
+	up.Queue.ECNRamp = &ECNRamp{Min: 2000, Max: 6000}
+	f, sim := newTestFabric(t, twoHosts(up, simpleLink(100*gbps, time.Microsecond)))
+	s := attachSink(f, 1)
+	var batch []link.Datagram
+	for i := 0; i < 10; i++ {
+		batch = append(batch, datagram(f, 0, 1, 0, 50000, 1000, uint32(i), link.ECT0))
+	}
+	batch = append(batch, datagram(f, 0, 1, 0, 50000, 1000, 10, link.NotECT))
+	f.Host(0).Send(batch)
+	sim.RunUntil(clock.Time(time.Second))
+	if len(s.got) != 11 {
+		t.Fatalf("delivered %d", len(s.got))
+	}
+	// The first on the wire leaves at once, with the queue still growing;
+	// the next ones leave 9,000 bytes and fewer behind them.
+	for i, a := range s.got {
+		left := 10000 - 1000*i // bytes behind datagram i when it left, the first excepted
+		switch {
+		case a.seq == 10 && a.ecn != link.NotECT:
+			t.Errorf("the Not-ECT datagram arrived as %v", a.ecn)
+		case i > 0 && a.seq != 10 && left >= 6000 && a.ecn != link.CE:
+			t.Errorf("datagram %d left %d bytes behind, unmarked", a.seq, left)
+		case i > 0 && a.seq != 10 && left <= 2000 && a.ecn == link.CE:
+			t.Errorf("datagram %d left %d bytes behind, marked", a.seq, left)
+		}
+	}
+	bad := twoHosts(up, up)
+	bad.Uplink.Queue.ECNRamp = &ECNRamp{Min: 5, Max: 5}
+	if _, err := New(bad, clock.NewSim()); err == nil || !strings.Contains(err.Error(), "ECN ramp") {
+		t.Fatalf("an empty ramp: %v", err)
+	}
+}
+
 // RED with ECN marks and never drops ECN-capable traffic. Without ECN it
 // drops.
 func TestRED(t *testing.T) {

@@ -34,8 +34,11 @@ func linksNotes(l sim.Links) []string {
 // describeLinks names the links' delay, marking threshold, buffers and
 // packets.
 func describeLinks(l sim.Links) string {
-	return fmt.Sprintf("%v of delay, DCTCP marking at %d KiB, %d KiB buffers, %s packets",
-		l.Delay, l.ECNThreshold>>10, l.Buffer>>10, sim.PacketName(l.MTU))
+	marking := fmt.Sprintf("DCTCP marking at %d KiB", l.ECNThreshold>>10)
+	if l.ECNMax > 0 {
+		marking = fmt.Sprintf("marking on dequeue from %d to %d KiB", l.ECNThreshold>>10, l.ECNMax>>10)
+	}
+	return fmt.Sprintf("%v of delay, %s, %d KiB buffers, %s packets", l.Delay, marking, l.Buffer>>10, sim.PacketName(l.MTU))
 }
 
 // heapMiB is a run's live heap in MiB for a speed table. It is nil, shown

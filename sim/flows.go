@@ -205,7 +205,7 @@ type flowRun struct {
 // processes when the flows, the faults and the fabric allow it.
 func (r *flowRun) buildWorld() error {
 	o, ps := r.o, r.ps
-	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: netem.QueueConfig{Limit: o.Buffer, ECNThreshold: o.ECNThreshold}}
+	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: o.Links.queue(o.Buffer)}
 	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines, FatTreeK: o.FatTreeK,
 		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: ps.maxPacket()}
 	// A host's uplink is its NIC's port. Its connections share it by the
@@ -213,7 +213,7 @@ func (r *flowRun) buildWorld() error {
 	// come from switch ports. A marked queue that the host's own
 	// connections build would cut their windows for what no other host
 	// caused.
-	fc.Uplink.Queue.ECNThreshold = 0
+	fc.Uplink.Queue.ECNThreshold, fc.Uplink.Queue.ECNRamp = 0, nil
 	if o.Loss > 0 {
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: o.Loss}
 	}

@@ -179,8 +179,7 @@ type incastRun struct {
 // switch.
 func (r *incastRun) buildWorld() error {
 	cfg, ps := r.cfg, r.ps
-	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay,
-		Queue: netem.QueueConfig{Limit: cfg.Buffer, ECNThreshold: cfg.ECNThreshold}}
+	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay, Queue: cfg.Links.queue(cfg.Buffer)}
 	fc := netem.Config{Seed: cfg.Seed, Hosts: r.n + 1, Planes: 1, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket()}
 	if cfg.PFC {
 		// The switch pauses an uplink past 64 KiB of its bytes waiting

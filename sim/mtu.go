@@ -15,8 +15,20 @@ import (
 type Links struct {
 	Delay        time.Duration
 	ECNThreshold int // bytes, 0 for no marking
-	Buffer       int // bytes
-	MTU          int // bytes, 0 for DefaultMTU
+	// ECNMax, when above ECNThreshold, makes marking linear on dequeue,
+	// from none at ECNThreshold to every packet at ECNMax bytes
+	// (netem.ECNRamp). Zero keeps DCTCP's step at ECNThreshold.
+	ECNMax int
+	Buffer int // bytes
+	MTU    int // bytes, 0 for DefaultMTU
+}
+
+// queue is the switch queue the links give, of limit bytes.
+func (l Links) queue(limit int) netem.QueueConfig {
+	if l.ECNMax > 0 {
+		return netem.QueueConfig{Limit: limit, ECNRamp: &netem.ECNRamp{Min: l.ECNThreshold, Max: l.ECNMax}}
+	}
+	return netem.QueueConfig{Limit: limit, ECNThreshold: l.ECNThreshold}
 }
 
 // DefaultLinks are the links of every scenario in docs/results.md. They
@@ -42,6 +54,8 @@ func (l Links) Validate() error {
 		return fmt.Errorf("delay %v: want 0 to %v", l.Delay, MaxDelay)
 	case l.ECNThreshold < 0:
 		return fmt.Errorf("ECN threshold %d bytes: want 0 (no marking) or more", l.ECNThreshold)
+	case l.ECNMax != 0 && l.ECNMax <= l.ECNThreshold:
+		return fmt.Errorf("ECN ramp %d to %d bytes: want the top above the threshold, or 0 for a step", l.ECNThreshold, l.ECNMax)
 	case l.Buffer < p.maxPacket():
 		return fmt.Errorf("buffer of %d bytes: want at least one full packet, %d bytes", l.Buffer, p.maxPacket())
 	}

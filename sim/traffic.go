@@ -16,6 +16,7 @@ import (
 //	hosts 16               planes 4            hosts-per-leaf 8    spines 8
 //	rate-gbps 100          delay 1us           ecn-kib 200         buffer-kib 16384
 //	mtu 4096               paths 8             loss 0.01           seed 7
+//	fat-tree-k 0           ecn-max-kib 0
 //	baseline
 //	0->1 start 0 size 1MiB
 //	3->7 start 10us size 64KiB after 0
@@ -111,6 +112,11 @@ func (t *Traffic) parseSetting(f []string) error {
 		return intIn(&o.FatTreeK, 0, 64)
 	case "paths":
 		return intIn(&o.Paths, 1, 256)
+	case "ecn-max-kib":
+		var k int
+		err := intIn(&k, 0, 1<<20)
+		o.ECNMax = k << 10
+		return err
 	case "ecn-kib":
 		var k int
 		err := intIn(&k, 0, 1<<20)

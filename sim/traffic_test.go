@@ -12,6 +12,8 @@ planes 2
 rate-gbps 100
 delay 2us   # per link
 ecn-kib 100
+ecn-max-kib 300
+fat-tree-k 4
 mtu 2048
 paths 4
 loss 0.001
@@ -27,7 +29,7 @@ func TestParseTraffic(t *testing.T) {
 	}
 	f := tr.Fabric
 	if f.Hosts != 4 || f.Planes != 2 || f.LinkRate != 100e9 || f.Delay != 2*time.Microsecond || f.ECNThreshold != 100<<10 ||
-		f.MTU != 2048 || f.Paths != 4 || f.Loss != 0.001 || f.Baseline {
+		f.ECNMax != 300<<10 || f.FatTreeK != 4 || f.MTU != 2048 || f.Paths != 4 || f.Loss != 0.001 || f.Baseline {
 		t.Fatalf("fabric %+v", f)
 	}
 	want := []Flow{{Src: 0, Dst: 1, Bytes: 1 << 20}, {Src: 1, Dst: 2, Bytes: 64 << 10, Start: 5 * time.Microsecond, After: []int{0}}, {Src: 3, Dst: 0, Bytes: 4096}}
@@ -55,6 +57,7 @@ func TestParseTrafficErrors(t *testing.T) {
 		{"mtu 128\n0->1 size 1", "line 1: mtu \"128\": want 256 to 8192"},
 		{"buffer-kib 2\n0->1 size 1", "buffer of 2048 bytes: want at least one full packet, 4160 bytes"},
 		{"delay 20ms\n0->1 size 1", "want a duration of 0 to 10ms"},
+		{"ecn-kib 100\necn-max-kib 50\n0->1 size 1", "want the top above the threshold"},
 		{"hosts 4\n\n0->9 size 1", "flow 0: 0->9, but there are 4 hosts"},
 		{"0->1 size 1 start -1s", "start \"-1s\""},
 		{"0->1 size", "has no value"},

@@ -82,8 +82,7 @@ func (r TransferResult) String() string {
 // Transfer runs one transfer.
 func Transfer(cfg TransferConfig) (TransferResult, error) {
 	res := TransferResult{Config: cfg}
-	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay,
-		Queue: netem.QueueConfig{Limit: cfg.Buffer, ECNThreshold: cfg.ECNThreshold}}
+	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay, Queue: cfg.Links.queue(cfg.Buffer)}
 	ps := sizeFor(cfg.MTU)
 	fc := netem.Config{Seed: cfg.Seed, Hosts: 2, Planes: cfg.Planes, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket()}
 	switch {

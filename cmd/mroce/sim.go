@@ -312,6 +312,7 @@ func simLinkFlags(d sim.Links) []cli.Flag {
 		&cli.IntFlag{Name: "mtu", Value: d.MTU, Usage: fmt.Sprintf("the largest payload of a data packet, bytes (RoCE's path MTU; %d to %d): a WRITE's packet is 64 bytes more, its frame 66 more than that", sim.MinMTU, sim.MaxMTU)},
 		&cli.DurationFlag{Name: "delay", Value: d.Delay, Usage: fmt.Sprintf("every link's propagation delay (0 to %v)", sim.MaxDelay)},
 		&cli.IntFlag{Name: "ecn-kib", Value: d.ECNThreshold >> 10, Usage: "every switch queue's DCTCP marking threshold, KiB (0: no marking)"},
+		&cli.IntFlag{Name: "ecn-max-kib", Value: d.ECNMax >> 10, Usage: "mark on dequeue, linearly from none at --ecn-kib to every packet at this many KiB (0: DCTCP's step at --ecn-kib)"},
 		&cli.IntFlag{Name: "buffer-kib", Value: d.Buffer >> 10, Usage: "every queue's buffer, KiB (at least one full packet)"},
 	}
 }
@@ -324,6 +325,12 @@ func linkFlagsInto(c *cli.Context, l *sim.Links) error {
 		return usagef(c, "sim %s: --ecn-kib must be 0 to 1048576, --buffer-kib 1 to 1048576", name)
 	}
 	l.MTU, l.Delay, l.ECNThreshold, l.Buffer = c.Int("mtu"), c.Duration("delay"), ecn<<10, buffer<<10
+	if top := c.Int("ecn-max-kib"); top != 0 {
+		if top < 0 || top > 1<<20 {
+			return usagef(c, "sim %s: --ecn-max-kib must be 0 to 1048576", name)
+		}
+		l.ECNMax = top << 10
+	}
 	if l.MTU == 0 {
 		return usagef(c, "sim %s: --mtu must be %d to %d", name, sim.MinMTU, sim.MaxMTU)
 	}
