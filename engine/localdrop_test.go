@@ -18,23 +18,39 @@ import (
 // silent is set, as a host that does not ask for send errors.
 type hostQueue struct {
 	link.Port
-	sim     *clock.Sim
-	ep      *Endpoint
+	fluidQueue
+	sim    *clock.Sim
+	ep     *Endpoint
+	silent bool
+	drops  int
+}
+
+// fluidQueue is a queue that lets out rate bytes a second and holds limit
+// bytes.
+type fluidQueue struct {
 	rate    float64
 	limit   int
-	silent  bool
 	backlog float64
 	at      clock.Time
-	drops   int
+}
+
+// admit takes size bytes at now. It reports how long they wait to leave,
+// and whether they fit.
+func (q *fluidQueue) admit(now clock.Time, size int) (time.Duration, bool) {
+	q.backlog = math.Max(0, q.backlog-q.rate*now.Sub(q.at).Seconds())
+	q.at = now
+	if q.backlog+float64(size) > float64(q.limit) {
+		return 0, false
+	}
+	q.backlog += float64(size)
+	return time.Duration(q.backlog / q.rate * 1e9), true
 }
 
 func (q *hostQueue) Send(batch []link.Datagram) {
-	now := q.sim.Now()
-	q.backlog = math.Max(0, q.backlog-q.rate*now.Sub(q.at).Seconds())
-	q.at = now
 	for i := range batch {
 		d := batch[i]
-		if q.backlog+float64(d.Size()) > float64(q.limit) {
+		wait, ok := q.admit(q.sim.Now(), d.Size())
+		if !ok {
 			q.drops++
 			if !q.silent {
 				c := d
@@ -43,8 +59,6 @@ func (q *hostQueue) Send(batch []link.Datagram) {
 			}
 			continue
 		}
-		q.backlog += float64(d.Size())
-		wait := time.Duration(q.backlog / q.rate * 1e9)
 		q.sim.After(wait, clock.Func(func() { q.Port.Send([]link.Datagram{d}) }))
 	}
 }
@@ -63,7 +77,7 @@ func localDropRunWith(t *testing.T, silent bool, cfg Config) (SenderStats, uint6
 		if h != 0 {
 			return p
 		}
-		q = &hostQueue{Port: p, rate: 1e9, limit: 64 << 10, silent: silent}
+		q = &hostQueue{Port: p, fluidQueue: fluidQueue{rate: 1e9, limit: 64 << 10}, silent: silent}
 		return q
 	})
 	q.sim, q.ep = n.sim, n.hosts[0].ep
@@ -161,29 +175,24 @@ func TestHostRate(t *testing.T) {
 // the endpoint with the next datagram read, as the UDP driver reports
 // SO_RXQ_OVFL, unless silent is set.
 type drainingHost struct {
-	sim     *clock.Sim
-	ep      *Endpoint
-	rate    float64
-	limit   int
-	silent  bool
-	backlog float64
-	at      clock.Time
-	lost    int
-	unsaid  int
+	fluidQueue
+	sim    *clock.Sim
+	ep     *Endpoint
+	silent bool
+	lost   int
+	unsaid int
 }
 
 func (s *drainingHost) Receive(d *link.Datagram, at clock.Time) {
-	s.backlog = math.Max(0, s.backlog-s.rate*at.Sub(s.at).Seconds())
-	s.at = at
-	if s.backlog+float64(d.Size()) > float64(s.limit) {
+	wait, ok := s.admit(at, d.Size())
+	if !ok {
 		s.lost++
 		s.unsaid++
 		return
 	}
-	s.backlog += float64(d.Size())
 	c := *d
 	c.Data = append([]byte(nil), d.Data...)
-	s.sim.After(time.Duration(s.backlog/s.rate*1e9), clock.Func(func() {
+	s.sim.After(wait, clock.Func(func() {
 		if s.unsaid > 0 && !s.silent {
 			s.ep.Overflowed(s.unsaid)
 		}
@@ -200,7 +209,7 @@ func overflowRun(t *testing.T, silent bool) (resent, timeouts uint64, st Endpoin
 	fc := twoHostFabric(2)
 	fc.Hosts = 5
 	n := newNet(t, fc, Config{Paths: 8})
-	rx = &drainingHost{sim: n.sim, ep: n.hosts[0].ep, rate: 2.5e9, limit: 512 << 10, silent: silent}
+	rx = &drainingHost{fluidQueue: fluidQueue{rate: 2.5e9, limit: 512 << 10}, sim: n.sim, ep: n.hosts[0].ep, silent: silent}
 	n.fab.Host(0).Attach(rx)
 	var pairs []*pair
 	var srcs, dsts []*memreg.Region
