@@ -332,12 +332,16 @@ func RawUDP(size, payload, batch int) (Result, error) {
 			tx.Flush()
 			sent += n
 		}
-		// Wait until everything arrived, or nothing has for 200 ms.
-		for got.Load() < int64(count*payload) {
+		// Wait until everything arrived, or nothing more has for 200 ms.
+		// On a loaded machine the receiver's goroutines may not have run
+		// at all yet: the first arrival gets 5 s.
+		for quiet := 0; got.Load() < int64(count*payload); {
 			before := got.Load()
 			time.Sleep(200 * time.Millisecond)
 			if got.Load() == before {
-				break
+				if quiet++; before > 0 || quiet >= 25 {
+					break
+				}
 			}
 		}
 		n := got.Load()
