@@ -25,7 +25,9 @@ type FabricOptions struct {
 	// for all gives one switch per plane.
 	HostsPerLeaf, Spines int
 	FatTreeK             int
-	LinkRate             int64
+	// PlaneLinks give planes links of their own rate or delay.
+	PlaneLinks []PlaneLink
+	LinkRate   int64
 	Links
 	Loss          float64 // random loss on every downlink
 	Paths         int     // per connection
@@ -45,6 +47,25 @@ type FabricOptions struct {
 	// per plane, a delay and no PFC. Its results are the same for any
 	// Workers.
 	Workers int
+}
+
+// PlaneLink gives every link of one plane a rate in bits/s, a delay, or
+// both; zero keeps the fabric's.
+type PlaneLink struct {
+	Plane int
+	Rate  int64
+	Delay time.Duration
+}
+
+// planeRate is plane p's link rate.
+func (o FabricOptions) planeRate(p int) int64 {
+	rate := o.LinkRate
+	for _, pl := range o.PlaneLinks {
+		if pl.Plane == p && pl.Rate > 0 {
+			rate = pl.Rate
+		}
+	}
+	return rate
 }
 
 // DefaultFabric is 64 hosts on planes of 100 Gb/s, one switch each.
@@ -220,7 +241,30 @@ func (r *flowRun) buildWorld() error {
 	if o.PFC {
 		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}
 	}
+	for _, pl := range o.PlaneLinks {
+		for _, kind := range []struct {
+			k  netem.LinkKind
+			lc netem.LinkConfig
+		}{{netem.Uplink, fc.Uplink}, {netem.Downlink, fc.Downlink}, {netem.FabricUp, fc.FabricUp},
+			{netem.FabricDown, fc.FabricDown}, {netem.CoreUp, fc.FabricUp}, {netem.CoreDown, fc.FabricDown}} {
+			lc := kind.lc
+			if pl.Rate > 0 {
+				lc.Rate = pl.Rate
+			}
+			if pl.Delay > 0 {
+				lc.Delay = pl.Delay
+			}
+			fc.Overrides = append(fc.Overrides, netem.Override{Plane: pl.Plane,
+				Match: netem.LinkMatch{Kind: kind.k, Host: -1, Leaf: -1, Spine: -1}, Link: lc})
+		}
+	}
 	r.res.HostCapacity = float64(o.Planes) * float64(o.LinkRate) / 8 * ps.payloadShare()
+	if len(o.PlaneLinks) > 0 {
+		r.res.HostCapacity = 0
+		for p := range o.Planes {
+			r.res.HostCapacity += float64(o.planeRate(p)) / 8 * ps.payloadShare()
+		}
+	}
 	// Thousands of flows may open to one host at once. No source is forged
 	// in a simulation, so none is asked to prove its address, which would
 	// cost the handshakes beyond RetryAt a round trip (spec section 8.1).
@@ -253,6 +297,9 @@ func (r *flowRun) buildWorld() error {
 // far as the flows and the faults go. The fabric has its say too in
 // netem.NewGrouped.
 func grouped(o FabricOptions, flows []Flow) bool {
+	if len(o.PlaneLinks) > 0 {
+		return false // a plane's delay may be below the lookahead the others give
+	}
 	// Over processes, a fault comes after what is on an uplink's wire has
 	// arrived. That is at most a full packet's serialization and a link
 	// delay after the flows' start. The 2 ns cover the serializer's

@@ -73,6 +73,11 @@ func ParseTraffic(r io.Reader) (Traffic, error) {
 	if err := t.Fabric.Links.Validate(); err != nil {
 		return t, err // the buffer and the MTU are given on lines of their own
 	}
+	for _, pl := range t.Fabric.PlaneLinks {
+		if pl.Plane >= t.Fabric.Planes {
+			return t, fmt.Errorf("plane %d: there are %d planes", pl.Plane, t.Fabric.Planes)
+		}
+	}
 	for i, f := range t.Flows {
 		if f.Src >= t.Fabric.Hosts || f.Dst >= t.Fabric.Hosts {
 			return t, fmt.Errorf("flow %d: %d->%d, but there are %d hosts", i, f.Src, f.Dst, t.Fabric.Hosts)
@@ -86,6 +91,9 @@ func (t *Traffic) parseSetting(f []string) error {
 	if f[0] == "baseline" && len(f) == 1 {
 		o.Baseline = true
 		return nil
+	}
+	if f[0] == "plane" {
+		return o.parsePlane(f)
 	}
 	if len(f) != 2 {
 		return fmt.Errorf("%q: want a setting and its value", strings.Join(f, " "))
@@ -232,4 +240,40 @@ func parseSize(v string) (int, error) {
 		return 0, fmt.Errorf("size %q: want 1 byte to 1 GiB (B, KiB, MiB, GiB)", v)
 	}
 	return int(x) * mult, nil
+}
+
+// parsePlane reads "plane P rate-gbps R" or "plane P delay D".
+func (o *FabricOptions) parsePlane(f []string) error {
+	if len(f) != 4 {
+		return fmt.Errorf("%q: want plane P rate-gbps R, or plane P delay D", strings.Join(f, " "))
+	}
+	return o.ParsePlane(f[1], f[2], f[3])
+}
+
+// ParsePlane gives plane p's links the rate (key "rate-gbps", in Gb/s) or
+// the delay (key "delay", a Go duration) v.
+func (o *FabricOptions) ParsePlane(p, key, v string) error {
+	plane, err := strconv.Atoi(p)
+	if err != nil || plane < 0 || plane > 7 {
+		return fmt.Errorf("plane %q: want 0 to 7", p)
+	}
+	pl := PlaneLink{Plane: plane}
+	switch key {
+	case "rate-gbps":
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(x >= 1 && x <= 1600) {
+			return fmt.Errorf("plane %d rate-gbps %q: want 1 to 1600", plane, v)
+		}
+		pl.Rate = int64(x * 1e9)
+	case "delay":
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > MaxDelay {
+			return fmt.Errorf("plane %d delay %q: want a duration above 0, at most %v", plane, v, MaxDelay)
+		}
+		pl.Delay = d
+	default:
+		return fmt.Errorf("plane %d %q: want rate-gbps or delay", plane, key)
+	}
+	o.PlaneLinks = append(o.PlaneLinks, pl)
+	return nil
 }

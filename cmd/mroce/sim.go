@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -296,6 +298,8 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.Float64Flag{Name: "rate-gbps", Value: float64(d.LinkRate) / 1e9, Usage: "every link's rate, Gb/s"},
 		&cli.IntFlag{Name: "hosts-per-leaf", Value: d.HostsPerLeaf, Usage: "hosts per leaf: a leaf-spine per plane (0: one switch per plane)"},
 		&cli.IntFlag{Name: "spines", Value: max(d.Spines, 4), Usage: "spines per plane, with --hosts-per-leaf"},
+		&cli.StringSliceFlag{Name: "plane-rate-gbps", Usage: "P=R: plane P's links run at R Gb/s (repeat for more planes)"},
+		&cli.StringSliceFlag{Name: "plane-delay", Usage: "P=D: plane P's links have a delay of D, above 0 (repeat for more planes)"},
 		&cli.IntFlag{Name: "fat-tree-k", Value: d.FatTreeK, Usage: "a three-tier fat tree of k-port switches per plane, k even, at most k^3/4 hosts (0: none; instead of --hosts-per-leaf)"},
 		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none or for data arriving at their own host, one switch per plane, no PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
 	}
@@ -399,6 +403,17 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 	}
 	f.HostsPerLeaf, f.Seed, f.RealPayloads, f.Workers = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads"), c.Int("workers")
 	f.FatTreeK = c.Int("fat-tree-k")
+	for _, spec := range [...]struct{ flag, key string }{{"plane-rate-gbps", "rate-gbps"}, {"plane-delay", "delay"}} {
+		for _, v := range c.StringSlice(spec.flag) {
+			p, val, ok := strings.Cut(v, "=")
+			if !ok {
+				return usagef(c, "sim %s: --%s %q: want P=VALUE", c.Command.Name, spec.flag, v)
+			}
+			if err := f.ParsePlane(p, spec.key, val); err != nil {
+				return usagef(c, "sim %s: --%s: %v", c.Command.Name, spec.flag, err)
+			}
+		}
+	}
 	if f.FatTreeK > 0 && !c.IsSet("hosts-per-leaf") {
 		f.HostsPerLeaf = 0 // a scenario's default leaf-spine gives way to the tree asked for
 	}
@@ -422,6 +437,8 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		return usagef(c, "sim %s: --workers must not be negative", c.Command.Name)
 	case f.HostsPerLeaf < 0 || f.HostsPerLeaf > 0 && (f.Spines < 1 || f.Spines > 64):
 		return usagef(c, "sim %s: --hosts-per-leaf must not be negative, --spines 1 to 64", c.Command.Name)
+	case slices.ContainsFunc(f.PlaneLinks, func(pl sim.PlaneLink) bool { return pl.Plane >= f.Planes }):
+		return usagef(c, "sim %s: a --plane-rate-gbps or --plane-delay names a plane beyond --planes", c.Command.Name)
 	case f.FatTreeK != 0 && (f.FatTreeK < 2 || f.FatTreeK > 64 || f.FatTreeK%2 != 0 || f.HostsPerLeaf != 0 || f.Hosts > f.FatTreeK*f.FatTreeK*f.FatTreeK/4):
 		return usagef(c, "sim %s: --fat-tree-k must be even, 2 to 64, hold --hosts (k^3/4), and go without --hosts-per-leaf", c.Command.Name)
 	}
