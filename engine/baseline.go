@@ -267,6 +267,13 @@ func (b *baseline) planeUp(p *sendPath, now clock.Time) {
 // refused handles SEQ_ERR, which names the PSN to go back to. On RNR and
 // RESOURCE it stops, waits RetryAfter, then goes back to the refused PSN
 // (spec section 10).
+// dropped goes back to the packet, as for a NAK (spec section 10). DCQCN
+// alone sets the rate.
+func (b *baseline) dropped(_ *sender, p *sendPath, _ *sendRec, psn uint32) {
+	p.Counters.LocalDrops++
+	b.goBack(psn)
+}
+
 func (b *baseline) refused(s *sender, n proto.NackHeader, _ *dsnRecord) {
 	switch n.Code() {
 	case proto.NackSeqErr:

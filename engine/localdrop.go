@@ -78,7 +78,7 @@ func (h *hostRate) limit(now int64, bytes int, rate float64) float64 {
 		h.meterBytes, h.meterAt = 0, t
 	}
 	h.asked = rate
-	if math.IsInf(h.limitRate, 1) {
+	if !h.limited() {
 		return rate
 	}
 	if t.Sub(h.grownAt) >= hostMeterSpan && t.Sub(h.cutAt) >= hostMeterSpan {
@@ -98,7 +98,7 @@ func (h *hostRate) limit(now int64, bytes int, rate float64) float64 {
 // dropped takes a drop by the host at now. It reports whether the limit
 // was cut.
 func (h *hostRate) dropped(now clock.Time) bool {
-	if !math.IsInf(h.limitRate, 1) && now.Sub(h.cutAt) < hostMeterSpan {
+	if h.limited() && now.Sub(h.cutAt) < hostMeterSpan {
 		return false // the cut before has not had time to act
 	}
 	// The rate the connection sent at: its limit, or what it asked for,
@@ -108,7 +108,7 @@ func (h *hostRate) dropped(now clock.Time) bool {
 		sent = max(h.sendRate, h.meterBytes/max(now.Sub(h.meterAt), hostMeterSpan/10).Seconds())
 	}
 	cut := hostCut
-	if !math.IsInf(h.limitRate, 1) && now.Sub(h.cutAt) < 2*hostMeterSpan {
+	if h.limited() && now.Sub(h.cutAt) < 2*hostMeterSpan {
 		cut = hostCutAgain
 	}
 	h.limitRate = max(cut*sent, hostFloor)
@@ -151,9 +151,8 @@ func (e *Endpoint) LocalDrop(d *link.Datagram) {
 	e.flush()
 }
 
-// localDrop resends a data packet the host dropped and cuts the sending
-// rate. In baseline mode the sender goes back to it, as for a NAK (spec
-// section 10), and DCQCN alone sets the rate.
+// localDrop hands a data packet in flight that the host dropped to the
+// transport, which resends it.
 func (s *sender) localDrop(pkt *proto.Packet) {
 	id, psn := int(pkt.Common.PathID()), pkt.Common.PSN()
 	if s.paths == nil || id >= len(s.paths) {
@@ -168,17 +167,7 @@ func (s *sender) localDrop(pkt *proto.Packet) {
 		return
 	}
 	s.stats.LocalDrops++
-	if b, ok := s.c.tp.(*baseline); ok {
-		p.Counters.LocalDrops++
-		b.goBack(psn)
-		s.pump()
-		return
-	}
-	p.resolveLost(r, psn, LossLocal)
-	p.advance()
-	if s.host.dropped(s.c.ep.clock.Now()) {
-		s.stats.HostCuts++
-	}
+	s.c.tp.dropped(s, p, r, psn)
 	s.pump()
 }
 

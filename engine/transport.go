@@ -48,6 +48,9 @@ type recovery interface {
 	// refused handles a NACK that does not end the connection (spec section
 	// 7). r is the record of its DSN, or nil when none is in flight.
 	refused(s *sender, n proto.NackHeader, r *dsnRecord)
+	// dropped handles the transmission r, PSN psn of path p, that the local
+	// host dropped on its way out (localdrop.go).
+	dropped(s *sender, p *sendPath, r *sendRec, psn uint32)
 	// stop stops the transport's own timers when the connection ends.
 	stop()
 }
@@ -96,6 +99,16 @@ func (multipath) refused(s *sender, n proto.NackHeader, r *dsnRecord) {
 }
 func (multipath) cnp(*sender, clock.Time) {}
 func (multipath) stop()                   {}
+
+// dropped resends the packet at once, counting it against no path, and
+// cuts the connection's rate to what its host lets out.
+func (multipath) dropped(s *sender, p *sendPath, r *sendRec, psn uint32) {
+	p.resolveLost(r, psn, LossLocal)
+	p.advance()
+	if s.host.dropped(s.c.ep.clock.Now()) {
+		s.stats.HostCuts++
+	}
+}
 func (multipath) admit(*receiver, proto.CommonHeader, *link.Datagram, int, clock.Time) bool {
 	return true
 }
