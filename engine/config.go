@@ -101,6 +101,13 @@ type Config struct {
 	// a queue at the host's own port that every connection's packets wait
 	// in.
 	OutboundCapacity float64
+	// PortRates is the rate of each plane's NIC port, in bytes of payload
+	// a second, by plane index. Where it is set, new data goes on a plane
+	// only while its port has no more than a few packets waiting, so the
+	// connections give a slower port less and build no queue in front of
+	// it. A plane without a rate here takes new data whenever its paths
+	// have room.
+	PortRates []float64
 	// HintHorizon turns a sender's declared backlog into its demand, which
 	// is backlog / horizon. It is also how long a silent sender keeps its
 	// share. Default 20 µs, a few round trips of a data-center fabric.
@@ -285,6 +292,11 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engine: retry at %d half-open handshakes: want 1 or more, RetryAlways or RetryNever", c.RetryAt)
 	case c.MaxSendWindow < 1 || c.MaxSendWindow > 1<<20:
 		return fmt.Errorf("engine: max send window %d: want 1 .. %d", c.MaxSendWindow, 1<<20)
+	}
+	for i, r := range c.PortRates {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return fmt.Errorf("engine: port rate %v of plane %d: want above 0 and finite", r, i)
+		}
 	}
 	return nil
 }

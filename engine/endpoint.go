@@ -52,6 +52,7 @@ type Endpoint struct {
 	// Rate allocation among this endpoint's connections.
 	alloc    *cc.Allocator // shares InboundCapacity among the senders to this endpoint; nil when unknown
 	outAlloc *cc.Allocator // shares OutboundCapacity among this endpoint's senders; nil when not set
+	ports    *nicPorts     // what each plane's port has to send; nil without PortRates
 
 	batch []link.Datagram // datagrams queued for the port
 	stats EndpointStats
@@ -88,6 +89,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		e.outAlloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.OutboundCapacity, Horizon: cfg.HintHorizon,
 			Quiet: 50 * cfg.HintHorizon})
 	}
+	e.ports = newNICPorts(cfg.PortRates, cfg.MaxPacket)
 	return e, nil
 }
 

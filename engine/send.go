@@ -57,6 +57,7 @@ type sender struct {
 	// when rateStale.
 	pacer      cc.Pacer
 	paceT      clock.Timer // wakes the sender when the pacer lets the next packet go
+	portT      clock.Timer // wakes the sender when a busy port can take new data; made when first needed
 	hint       float64     // the receiver's rate hint in bytes a second; +Inf for none
 	mss        float64     // payload bytes of a full packet
 	nicShare   *cc.Member  // this connection in the endpoint's OutboundCapacity allocation; nil without one
@@ -259,6 +260,7 @@ func (s *sender) sendSprayed() bool {
 	}
 	p := s.pickPath(-1)
 	if p == nil {
+		s.waitForPort()
 		return false
 	}
 	r := s.newDSN(m)
@@ -321,9 +323,10 @@ func (s *sender) pickPath(lost int) *sendPath {
 	// are used only when no clear path can take the packet.
 	for _, skip := range [2]bool{false, true} {
 		if lost < 0 {
+			ports, now := s.c.ep.ports, s.c.ep.clock.Now()
 			for i := 0; i < len(s.paths); i++ {
 				p := s.paths[(s.rrPath+i)%len(s.paths)]
-				if s.usable(p, skip) {
+				if s.usable(p, skip) && ports.ready(p.Plane(), now) {
 					s.rrPath = int(p.ID()) + 1
 					return p
 				}
@@ -361,9 +364,40 @@ func (s *sender) pickPath(lost int) *sendPath {
 	return nil
 }
 
+// waitForPort wakes the sender when the first port that holds back a path
+// with room can take new data again. Without it, a sender whose paths all
+// wait on busy ports would wait for an ACK, and one with nothing in flight
+// would wait for ever.
+func (s *sender) waitForPort() {
+	ports := s.c.ep.ports
+	if ports == nil {
+		return
+	}
+	now := s.c.ep.clock.Now()
+	at := clock.Never
+	for _, p := range s.paths {
+		if !ports.ready(p.Plane(), now) && s.usable(p, true) {
+			at = min(at, ports.readyAt(p.Plane()))
+		}
+	}
+	if at == clock.Never {
+		return
+	}
+	if s.portT == nil {
+		s.portT = s.c.ep.clock.NewTimer(func() {
+			s.pump()
+			s.c.ep.flush()
+		})
+	}
+	if d := s.portT.Deadline(); d == clock.Never || at < d {
+		s.portT.Reset(at)
+	}
+}
+
 // transmit sends DSN d's content on path p with the path's next PSN.
 func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool) {
 	now := s.c.ep.clock.Now()
+	s.c.ep.ports.sent(p.Plane(), int(r.n), now)
 	psn := p.next
 	if psn-p.oldest == uint32(len(p.ring)) {
 		p.growRing() // the ring is full, and ringRoom said it may grow

@@ -126,6 +126,9 @@ func (s *sender) flush(st Status, err error) {
 		s.retry.Stop()
 		s.paceT.Stop()
 	}
+	if s.portT != nil {
+		s.portT.Stop()
+	}
 	if s.c != nil { // set once the connection is negotiated
 		s.c.tp.stop()
 	}

@@ -229,11 +229,11 @@ func (r *flowRun) buildWorld() error {
 	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: o.Links.queue(o.Buffer)}
 	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines, FatTreeK: o.FatTreeK,
 		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: ps.maxPacket()}
-	// A host's uplink is its NIC's port. Its connections share it by the
-	// endpoint's OutboundCapacity, and it marks nothing, since ECN marks
-	// come from switch ports. A marked queue that the host's own
-	// connections build would cut their windows for what no other host
-	// caused.
+	// A host's uplink is its NIC's port. Its connections share the NIC by
+	// the endpoint's OutboundCapacity, and each port by its PortRates. It
+	// marks nothing, since ECN marks come from switch ports. A marked queue
+	// that the host's own connections build would cut their windows for
+	// what no other host caused.
 	fc.Uplink.Queue.ECNThreshold, fc.Uplink.Queue.ECNRamp = 0, nil
 	if o.Loss > 0 {
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: o.Loss}
@@ -272,6 +272,10 @@ func (r *flowRun) buildWorld() error {
 		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(o.LinkRate) / 8, InboundCapacity: engine.InboundHeadroom * r.res.HostCapacity, OutboundCapacity: r.res.HostCapacity,
 			MaxAccepting: 4096, RetryAt: engine.RetryNever}
+		// Each plane's port sends at its own rate, which a NIC knows.
+		for p := range o.Planes {
+			c.PortRates = append(c.PortRates, float64(o.planeRate(p))/8*ps.payloadShare())
+		}
 		if o.Baseline {
 			c.Mode = proto.ModeBaseline
 		}

@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/netem"
+)
+
+// portRun moves size bytes from host 0 to host 1 over two planes whose
+// host-0 ports run at 25 and 100 Gb/s, and returns the bytes and the
+// highest queue of each of host 0's ports and the virtual time it took.
+func portRun(t *testing.T, size int, paths int, rates []float64) (bytes [2]uint64, queue [2]int, took time.Duration) {
+	t.Helper()
+	fc := twoHostFabric(2)
+	slow := link100()
+	slow.Rate = 25e9
+	fc.Overrides = []netem.Override{{Plane: 0, Match: netem.LinkMatch{Kind: netem.Uplink, Host: 0, Leaf: -1, Spine: -1}, Link: slow}}
+	n := newNet(t, fc, Config{Paths: paths, PortRates: rates})
+	pr := n.connect(0, 1)
+	start := n.sim.Now()
+	n.writeWhole(t, pr, size)
+	took = n.sim.Now().Sub(start)
+	for _, l := range n.fab.Links() {
+		if l.Kind() == netem.Uplink && l.From() == 0 {
+			st := l.Stats()
+			bytes[l.Plane()], queue[l.Plane()] = st.Bytes, st.QueueHighWater
+		}
+	}
+	return bytes, queue, took
+}
+
+// TestPortsShareByTheirRates gives a sender the rates of its two ports,
+// one a quarter of the other. It sends each its share of the transfer, a
+// fifth and four fifths, keeps their queues to a few packets, and takes
+// about the time the two rates together allow. Told nothing, it sends the
+// slow port as much as its paths' windows take, which queues there.
+func TestPortsShareByTheirRates(t *testing.T) {
+	const size = 32 << 20
+	payload := func(gbps float64) float64 { return gbps * 1e9 / 8 * 4096 / 4226 } // a full WRITE packet's payload share of its frame
+	rates := []float64{payload(25), payload(100)}
+	bytes, queue, took := portRun(t, size, 4, rates)
+	share := float64(bytes[0]) / float64(bytes[0]+bytes[1])
+	ideal := time.Duration(float64(size) / (rates[0] + rates[1]) * 1e9)
+	t.Logf("with port rates: slow port %.3f of the bytes, queues %d and %d bytes, %v (ideal %v)", share, queue[0], queue[1], took, ideal)
+	if math.Abs(share-0.2) > 0.01 {
+		t.Errorf("the slow port carried %.3f of the bytes, want 0.2 +- 0.01", share)
+	}
+	if limit := (portBacklog + 4) * 4226; queue[0] > limit || queue[1] > limit {
+		t.Errorf("port queues reached %d and %d bytes, want at most %d", queue[0], queue[1], limit)
+	}
+	if took > ideal*105/100 {
+		t.Errorf("took %v, want within 5%% of %v", took, ideal)
+	}
+
+	_, blind, _ := portRun(t, size, 4, nil)
+	t.Logf("without: queues %d and %d bytes", blind[0], blind[1])
+	if blind[0] < 4*queue[0] {
+		t.Errorf("told nothing, the slow port queued %d bytes, want far more than the %d with its rate", blind[0], queue[0])
+	}
+}
+
+// TestPortHoldsALonePath gives a one-path sender ports far slower than its
+// link and its window's rate. The port's rate is what it sends at: no
+// faster, and without stalls between the waits for the port.
+func TestPortHoldsALonePath(t *testing.T) {
+	const size = 1 << 20
+	rate := 0.25e9 // 2 Gb/s of payload
+	bytes, queue, took := portRun(t, size, 1, []float64{rate, rate})
+	ideal := time.Duration(float64(size) / rate * 1e9)
+	t.Logf("%v for %d bytes (ideal %v), queue %d", took, bytes[0]+bytes[1], ideal, queue[0])
+	if took < ideal*98/100 || took > ideal*105/100 {
+		t.Errorf("took %v, want the port's rate: %v, -2%% to +5%%", took, ideal)
+	}
+}
+
+// TestPortRatesChecked refuses rates that are not positive and finite.
+func TestPortRatesChecked(t *testing.T) {
+	for _, r := range []float64{0, -1, math.Inf(1), math.NaN()} {
+		c := Config{PortRates: []float64{1e9, r}}
+		if err := c.fill(); err == nil {
+			t.Errorf("port rate %v accepted", r)
+		}
+	}
+}
