@@ -97,4 +97,8 @@ func (w *Window) OnTimeout() { w.w = w.p.Min }
 // Restore puts back v, the window a timeout cut, once an ACK shows that the
 // timeout was spurious: what it declared lost was only late. A window that
 // grew again since keeps the larger value.
-func (w *Window) Restore(v float64) { w.w = max(w.w, min(v, w.p.Max)) }
+func (w *Window) Restore(v float64) { w.Raise(v) }
+
+// Raise sets the window to v where that is larger, up to Max. A start that
+// knows the bandwidth-delay product uses it.
+func (w *Window) Raise(v float64) { w.w = max(w.w, min(v, w.p.Max)) }

@@ -65,6 +65,9 @@ type sender struct {
 	rateIn     []cc.PathRate
 	windowRate float64
 	rateStale  bool
+	// started is set once the windows no longer wait for the start from
+	// the receiver's share (startFromHint).
+	started bool
 
 	// Refused DSNs. waiting holds the DSNs refused with a retryable NACK,
 	// and retry fires when the next of them may go again.

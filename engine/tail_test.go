@@ -161,18 +161,23 @@ func TestUnsampledPathOverdue(t *testing.T) {
 	}
 }
 
-// TestUnsampledPathTimesOutByItsConnection checks a path whose whole first
-// window is lost, so that it has no RTT sample of its own. It times out by
-// its connection's other path's estimate, well within the 2 MiB WRITE, not
-// after RTOInitial of 1 ms, while the rest of the message waits for those
-// DSNs.
+// TestUnsampledPathTimesOutByItsConnection checks a path whose first 16
+// packets are lost: its first window of 8 and what the start from the
+// receiver's share adds, so that it has no RTT sample of its own. It times
+// out by its connection's other path's estimate, well within the 2 MiB
+// WRITE, not after RTOInitial of 1 ms, while the rest of the message waits
+// for those DSNs.
 func TestUnsampledPathTimesOutByItsConnection(t *testing.T) {
 	var at time.Duration // when the first timeout came
+	var drop []int
+	for i := 1; i <= 16; i++ {
+		drop = append(drop, 2*i) // packets alternate between the paths
+	}
 	_, st := tailFinishWatching(t, 512, func(now time.Duration, st SenderStats) {
 		if at == 0 && st.Timeouts > 0 {
 			at = now
 		}
-	}, 2, 4, 6, 8, 10, 12, 14, 16) // path 1's first window of 8
+	}, drop...)
 	if st.Timeouts == 0 {
 		t.Fatalf("path 1's first window lost: %+v, want its timeout", st)
 	}
