@@ -131,7 +131,10 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 // engine, was slow, not broken. Its DSN is acknowledged, so that a resend
 // still queued does not go. The path gets back the window the timeout cut
 // and returns to service at once, and the connection's timeouts keep the
-// round trip it revealed as their floor (lateFloor). A record that covers
+// round trip it revealed as their floor (lateFloor). Only a record of the
+// packets the timeout saw reveals one: a record whose newest PSN was sent
+// after the timeout says that the packet arrived, not when, since its own
+// ACK may have been lost. A record that covers
 // every PSN the timeout declared lost ends the watch: whatever it does not report
 // received was lost indeed.
 func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
@@ -142,7 +145,7 @@ func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 			continue
 		}
 		if r := p.slot(psn); r.psn == psn {
-			if !late {
+			if !late && proto.SeqLess(h, p.lastTimeout.to) {
 				p.s.sawLate(at.Sub(r.sentAt)) // the oldest, so the longest round trip
 			}
 			p.s.ackDSN(r.dsn)

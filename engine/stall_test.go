@@ -8,6 +8,7 @@ import (
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/pathmgr"
 )
 
@@ -85,6 +86,11 @@ func TestStalledReceiverTimeoutsAreFoundSpurious(t *testing.T) {
 	if stats.Spurious != stats.Timeouts {
 		t.Fatalf("%d timeouts, %d found spurious; every one was", stats.Timeouts, stats.Spurious)
 	}
+	// The ACKs were late, not lost: the round trip they revealed, the
+	// stall's length, is the floor of the connection's timeouts.
+	if f := pr.a.snd.lateFloor(); f < 2*time.Millisecond {
+		t.Errorf("timeout floor %v after a stall of 2ms, want at least the stall", f)
+	}
 	for _, p := range pr.a.Telemetry() {
 		if p.Repaths != 0 || p.State != pathmgr.Good {
 			t.Errorf("path %d: %d moves, %v; want none, GOOD", p.Path, p.Repaths, p.State)
@@ -92,5 +98,29 @@ func TestStalledReceiverTimeoutsAreFoundSpurious(t *testing.T) {
 		if p.Timeouts > 0 && p.SpuriousTimeouts != p.Timeouts {
 			t.Errorf("path %d: %d timeouts, %d spurious", p.Path, p.Timeouts, p.SpuriousTimeouts)
 		}
+	}
+}
+
+// TestLostAcksSetNoTimeoutFloor runs 64 paths at 10% loss on every
+// downlink, data and ACKs alike. Each path carries a packet every few
+// round trips, so a lost ACK leaves its packet unreported until the path's
+// next ACK, after the path timed out. That timeout is found spurious, but
+// the time from the packet to that ACK is no round trip: the timeouts' floor
+// stays near the fabric's round trip, and the end of the transfer does not
+// wait hundreds of microseconds for a last loss.
+func TestLostAcksSetNoTimeoutFloor(t *testing.T) {
+	fc := fourPlanes()
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.1}
+	n := newNet(t, fc, Config{Paths: 64, InboundCapacity: 45e9})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 16<<20)
+	st := pr.a.SenderStats()
+	floor := pr.a.snd.lateFloor()
+	t.Logf("%d timeouts, %d spurious; timeout floor %v", st.Timeouts, st.Spurious, floor)
+	if st.Spurious == 0 {
+		t.Fatal("no spurious timeout: the test tests nothing")
+	}
+	if floor > 50*time.Microsecond {
+		t.Errorf("timeout floor %v, want under 50us: lost ACKs are not late ones", floor)
 	}
 }
