@@ -198,6 +198,8 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 					committed = filepath.Join("../..", args[i])
 					plot = filepath.Join(plots, filepath.Base(args[i]))
 					args[i] = plot
+				} else if inRepo := filepath.Join("../..", args[i]); strings.Contains(args[i], "/") && fileExists(inRepo) {
+					args[i] = inRepo // an input named from the repository's root, as a traffic file
 				}
 			}
 			if takesJobs(args[1]) {
@@ -382,4 +384,10 @@ func TestResultsDocParsing(t *testing.T) {
 	if len(got) != 2 || !slices.Equal(got[0], []string{"Title", "  a  b", "  1  2"}) || !slices.Equal(got[1], []string{"Second", "  3"}) {
 		t.Errorf("result paragraphs %q", got)
 	}
+}
+
+// fileExists reports whether path names a regular file.
+func fileExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
