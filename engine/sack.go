@@ -21,6 +21,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		return
 	}
 	before := s.una
+	s.heard = true
 	lower := s.c.tp.hint(s, ack.RateHint()) // true when the receiver's share fell
 	if s.c.credits {
 		s.takeCredit(ack.CreditStream(), ack.CreditLimit())

@@ -68,6 +68,10 @@ type sender struct {
 	// started is set once the windows no longer wait for the start from
 	// the receiver's share (startFromHint).
 	started bool
+	// heard is set by the first ACK. Until then the connection sends no
+	// more than cc.DefaultWindow.Initial packets, which a path's window of
+	// at least one would exceed with more paths than that.
+	heard bool
 
 	// Refused DSNs. waiting holds the DSNs refused with a retryable NACK,
 	// and retry fires when the next of them may go again.
@@ -256,6 +260,9 @@ func (s *sender) sendSprayed() bool {
 	}
 	if s.nextDSN-s.una >= s.window || s.hint <= 0 {
 		return false // the DSN window is full, or the receiver said stop
+	}
+	if !s.heard && s.inflightAll >= int(cc.DefaultWindow.Initial) {
+		return false // the first window is the connection's, however many paths share it
 	}
 	m := s.nextMessage()
 	if m == nil {

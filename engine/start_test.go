@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	"github.com/mroce/mroce/memreg"
 )
 
 // startRun WRITEs size bytes over 8 paths of one 400 Gb/s plane whose round
@@ -46,5 +48,27 @@ func TestStartFromTheReceiversShare(t *testing.T) {
 	// packets: about 150.
 	if w < 140 {
 		t.Errorf("windows %d packets at the end, want a bandwidth-delay product, about 150", w)
+	}
+}
+
+// TestFirstWindowIsTheConnections opens a connection of 64 paths over a
+// long round trip. Each path's window starts at one packet, but before its
+// first ACK the connection sends 16 packets in all, as one of 8 paths does:
+// more paths do not make a bigger first burst into an incast.
+func TestFirstWindowIsTheConnections(t *testing.T) {
+	for _, paths := range []int{8, 64} {
+		fc := twoHostFabric(1)
+		fc.Uplink.Delay, fc.Downlink.Delay = 25*time.Microsecond, 25*time.Microsecond // a round trip of over 100 µs
+		n := newNet(t, fc, Config{Paths: paths})
+		pr := n.connect(0, 1)
+		src := pr.ha.region(t, 1<<20, 5, memreg.LocalWrite)
+		dst := pr.hb.region(t, 1<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 1 << 20}, RKey: dst.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		n.run(60*time.Microsecond, func() bool { return false }) // sent, and no ACK back yet
+		if got := pr.a.SenderStats().Packets; got != 16 {
+			t.Errorf("%d paths: %d packets before the first ACK, want 16", paths, got)
+		}
 	}
 }
