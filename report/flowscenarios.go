@@ -73,16 +73,9 @@ func CollectivePlot(r sim.CollectiveResult) *Plot {
 // PermutationTables is the permutation scenario's table, a row per run.
 func PermutationTables(r sim.PermutationResult) []*Table {
 	o := r.Options
-	topo := "one switch per plane"
-	switch {
-	case o.Fabric.FatTreeK > 0:
-		topo = fmt.Sprintf("a three-tier fat tree per plane, k = %d", o.Fabric.FatTreeK)
-	case o.Fabric.HostsPerLeaf > 0:
-		topo = fmt.Sprintf("a leaf-spine per plane, %d hosts per leaf, %d spines", o.Fabric.HostsPerLeaf, o.Fabric.Spines)
-	}
 	t := &Table{
 		Title: fmt.Sprintf("Permutation: %d hosts, each sending %d MiB to host + %d, %d planes of %g Gb/s, %s",
-			o.Fabric.Hosts, o.FlowBytes>>20, o.Shift, o.Fabric.Planes, float64(o.Fabric.LinkRate)/1e9, topo),
+			o.Fabric.Hosts, o.FlowBytes>>20, o.Shift, o.Fabric.Planes, float64(o.Fabric.LinkRate)/1e9, topology(o.Fabric)),
 		Columns: []string{"mode", "paths", "aggregate Gb/s", "of capacity", "FCT p50 µs", "FCT p99 µs", "slowest / fastest"},
 		Notes:   []string{"Capacity: every host's payload rate over all its planes (the baseline uses one plane: at most 1/planes of it)."},
 	}
@@ -143,4 +136,15 @@ func FlowsPlot(r sim.FlowsScenarioResult) *Plot {
 	}
 	pl.Series = []Series{s}
 	return pl
+}
+
+// topology names a fabric's shape per plane.
+func topology(f sim.FabricOptions) string {
+	switch {
+	case f.FatTreeK > 0:
+		return fmt.Sprintf("a three-tier fat tree per plane, k = %d", f.FatTreeK)
+	case f.HostsPerLeaf > 0:
+		return fmt.Sprintf("a leaf-spine per plane, %d hosts per leaf, %d spines", f.HostsPerLeaf, f.Spines)
+	}
+	return "one switch per plane"
 }

@@ -145,9 +145,13 @@ func IncastPlot(r sim.IncastScenarioResult) *Plot {
 // and the simulator's speed.
 func PlanesTables(r sim.PlanesResult) []*Table {
 	o := r.Options
+	title := fmt.Sprintf("All-to-all over 1 to %d planes: %d hosts, %d KiB from every host to every other, %d paths per connection, planes of %g Gb/s",
+		o.Planes[len(o.Planes)-1], o.Fabric.Hosts, o.FlowBytes>>10, o.Fabric.Paths, float64(o.Fabric.LinkRate)/1e9)
+	if topo := topology(o.Fabric); topo != "one switch per plane" {
+		title += ", " + topo
+	}
 	t := &Table{
-		Title: fmt.Sprintf("All-to-all over 1 to %d planes: %d hosts, %d KiB from every host to every other, %d paths per connection, planes of %g Gb/s",
-			o.Planes[len(o.Planes)-1], o.Fabric.Hosts, o.FlowBytes>>10, o.Fabric.Paths, float64(o.Fabric.LinkRate)/1e9),
+		Title:   title,
 		Columns: []string{"planes", "connections", "aggregate Gb/s", "of capacity", "vs half the planes", "FCT p50 µs", "FCT p99 µs", "connections lost"},
 		Notes:   []string{"Capacity: every host's payload rate over all its planes. The target for 8 planes over 4 is 2.0 +- 3%."},
 	}
