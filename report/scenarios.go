@@ -66,9 +66,13 @@ func LossTables(r sim.LossResult) []*Table {
 	if o.BaselineAckTimeout == 0 {
 		timeout = "adaptive"
 	}
+	where := "every downlink"
+	if o.EveryLink {
+		where = "every link"
+	}
 	t := &Table{
-		Title: fmt.Sprintf("Goodput under %s loss on every downlink: %d MiB, mroce over %d paths on %d planes of %g Gb/s; baseline on one plane, window %d, ACK timeout %s",
-			kind, o.Bytes>>20, o.Paths, o.Planes, float64(o.LinkRate)/1e9, o.BaselineWindow, timeout),
+		Title: fmt.Sprintf("Goodput under %s loss on %s: %d MiB, mroce over %d paths on %d planes of %g Gb/s; baseline on one plane, window %d, ACK timeout %s",
+			kind, where, o.Bytes>>20, o.Paths, o.Planes, float64(o.LinkRate)/1e9, o.BaselineWindow, timeout),
 		Columns: []string{"loss", "mroce Gb/s", "mroce/0%", "target", "lost", "resent", "baseline lossy Gb/s", "baseline/0%", "model 1/(1+pW)", "go-back-N (1-p)/(1-p+pW)", "baseline PFC Gb/s", "PFC/0%"},
 	}
 	t.Notes = append(t.Notes, linksNotes(o.Links)...)
@@ -78,6 +82,9 @@ func LossTables(r sim.LossResult) []*Table {
 	}
 	if o.Losses[0] != 0 {
 		t.Notes = append(t.Notes, "Ratios are to the first loss rate's goodput, which is not 0.")
+	}
+	if o.EveryLink {
+		t.Notes = append(t.Notes, "Loss p on every link: a packet crosses an uplink and a downlink, and 1 - (1 - p)^2 of the transmissions are lost on their way, which the baseline's models take as their p. A link loses a packet as it arrives, so an uplink's loss takes no link's time, and mroce's target stays 0.98 x (1 - p).")
 	}
 	t.Notes = append(t.Notes, "The target for mroce is 0.98 x (1 - p) of its loss-free goodput; the baseline is held to the model 1/(1+pW) within 10% up to 5% loss, and to go-back-N's (1-p)/(1-p+pW) within 10% at every loss.")
 	return []*Table{t}

@@ -7,7 +7,10 @@ import (
 
 // LossOptions are the loss scenario's settings.
 type LossOptions struct {
-	Losses        []float64 // random loss rates on every downlink
+	Losses []float64 // random loss rates on every downlink, or every link with EveryLink
+	// EveryLink puts the loss on the uplinks too, so that a packet crosses
+	// two lossy links.
+	EveryLink     bool
 	Bytes         int
 	Planes, Paths int
 	LinkRate      int64
@@ -34,6 +37,16 @@ type LossOptions struct {
 func DefaultLoss() LossOptions {
 	return LossOptions{Losses: []float64{0, 0.001, 0.01, 0.02, 0.05, 0.1}, Bytes: 64 << 20, Planes: 4, Paths: 8,
 		LinkRate: 100e9, Links: DefaultLinks(), BaselineWindow: 24, BaselineAckTimeout: BaselineAckTimeout, BurstLen: 4, Seed: 1}
+}
+
+// PathLoss is the share of packets lost on their way at loss p a link:
+// p with the loss on the downlinks alone, 1 - (1 - p)^2 with EveryLink,
+// as every packet crosses an uplink and a downlink.
+func (o LossOptions) PathLoss(p float64) float64 {
+	if o.EveryLink {
+		return 1 - (1-p)*(1-p)
+	}
+	return p
 }
 
 // GoBackNModel is the first-order go-back-N model of goodput under random
@@ -69,7 +82,10 @@ type LossRow struct {
 	Mroce, Baseline, BaselinePFC TransferResult
 	// MroceRatio, BaselineRatio and PFCRatio are the goodput ratios.
 	MroceRatio, BaselineRatio, PFCRatio float64
-	// Target is what MroceRatio is held to, 0.98 x (1 - Loss).
+	// Target is what MroceRatio is held to, 0.98 x (1 - Loss). A link
+	// loses a packet as it arrives, before sending it, so with EveryLink
+	// the uplinks' losses take no link's time, and the target is the same.
+	// The models take every transmission's loss, PathLoss.
 	Target float64
 	// Model is GoBackNModel and GoBackN is GoBackNEfficiency, both at Loss
 	// with the baseline's window.
@@ -86,7 +102,7 @@ func Loss(o LossOptions) (LossResult, error) {
 	var runs []TransferConfig
 	for _, p := range o.Losses {
 		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Links: o.Links,
-			Loss: p, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen, BurstTime: o.BurstTime, RealPayloads: o.RealPayloads}
+			Loss: p, EveryLink: o.EveryLink, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen, BurstTime: o.BurstTime, RealPayloads: o.RealPayloads}
 		bl := base
 		bl.Bytes = max(o.Bytes/o.Planes, 1<<20) // one plane's share of the bytes, in the same time
 		bl.Baseline, bl.BaselineWindow, bl.BaselineAckTimeout = true, o.BaselineWindow, o.BaselineAckTimeout
@@ -111,9 +127,10 @@ func Loss(o LossOptions) (LossResult, error) {
 		if k == 0 {
 			m0, b0, p0 = m.Goodput, b.Goodput, bp.Goodput
 		}
+		e := o.PathLoss(p)
 		res.Rows = append(res.Rows, LossRow{Loss: p, Mroce: m, Baseline: b, BaselinePFC: bp,
 			MroceRatio: m.Goodput / m0, BaselineRatio: b.Goodput / b0, PFCRatio: bp.Goodput / p0,
-			Target: 0.98 * (1 - p), Model: GoBackNModel(p, o.BaselineWindow), GoBackN: GoBackNEfficiency(p, o.BaselineWindow)})
+			Target: 0.98 * (1 - p), Model: GoBackNModel(e, o.BaselineWindow), GoBackN: GoBackNEfficiency(e, o.BaselineWindow)})
 	}
 	return res, nil
 }

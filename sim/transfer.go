@@ -21,7 +21,9 @@ type TransferConfig struct {
 	LinkRate int64
 	Links
 	Loss float64
-	Seed uint64
+	// EveryLink puts Loss on the uplinks as well as the downlinks.
+	EveryLink bool
+	Seed      uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
@@ -98,6 +100,9 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		fc.Downlink.Impair.Loss = &netem.GilbertElliott{P: cfg.Loss * r / (1 - cfg.Loss), R: r, LossBad: 1}
 	case cfg.Loss > 0:
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: cfg.Loss}
+	}
+	if cfg.EveryLink {
+		fc.Uplink.Impair.Loss = fc.Downlink.Impair.Loss // each link draws its own losses
 	}
 	if cfg.PFC {
 		fc.Uplink.Queue = netem.QueueConfig{PFC: &netem.PFC{XOff: 64 << 10, XOn: 32 << 10}}

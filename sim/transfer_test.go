@@ -33,3 +33,26 @@ func TestTransferOverPlanesAndLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestLossOnEveryLink puts the loss on the uplinks too. Every data packet
+// then crosses two lossy links, so about twice as many are lost as with
+// the loss on the downlinks alone, and the transfer still completes.
+func TestLossOnEveryLink(t *testing.T) {
+	cfg := TransferConfig{Bytes: 8 << 20, Planes: 4, Paths: 8, LinkRate: 100e9, Links: DefaultLinks(), Loss: 0.05, Seed: 1}
+	down, err := Transfer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.EveryLink = true
+	every, err := Transfer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("lost %d on the downlinks alone, %d on every link", down.Lost, every.Lost)
+	if r := float64(every.Lost) / float64(down.Lost); r < 1.6 || r > 2.4 {
+		t.Errorf("lost %d on every link against %d on the downlinks: want about twice", every.Lost, down.Lost)
+	}
+	if e := (LossOptions{EveryLink: true}).PathLoss(0.1); e < 0.19-1e-12 || e > 0.19+1e-12 {
+		t.Errorf("PathLoss(0.1) on every link is %v, want 0.19", e)
+	}
+}

@@ -93,6 +93,7 @@ func simCommand() *cli.Command {
 					&cli.BoolFlag{Name: "burst", Usage: "lose packets in bursts (Gilbert-Elliott) of the same mean rate"},
 					&cli.Float64Flag{Name: "burst-len", Value: dl.BurstLen, Usage: "mean burst, packets"},
 					&cli.DurationFlag{Name: "burst-time", Usage: "with --burst: bursts that last this long on average (100ns to 1s), whether packets come or not (in place of --burst-len packets)"},
+					&cli.BoolFlag{Name: "every-link", Usage: "the loss on the uplinks too, so that every packet crosses two lossy links"},
 					jobsFlag,
 				}, append(simLinkFlags(dl.Links), simOutputFlags("loss")...)...),
 				Action: func(c *cli.Context) error {
@@ -100,6 +101,7 @@ func simCommand() *cli.Command {
 						Paths: c.Int("paths"), LinkRate: int64(c.Float64("rate-gbps") * 1e9), BaselineWindow: c.Int("window"),
 						BaselineAckTimeout: c.Duration("ack-timeout"),
 						Burst:              c.Bool("burst"), BurstLen: c.Float64("burst-len"), BurstTime: c.Duration("burst-time"), Seed: c.Uint64("seed"),
+						EveryLink:    c.Bool("every-link"),
 						RealPayloads: c.Bool("real-payloads")}
 					if err := linkFlagsInto(c, &o.Links); err != nil {
 						return err
