@@ -43,17 +43,12 @@ func TestSenderFasterThanItsHost(t *testing.T) {
 		}
 	}
 	bin := buildBinary(t)
-	recv := exec.Command("ip", "netns", "exec", nsB, bin, "recv", "--listen", "10.232.0.2", "--inbound-gbps", "10", "--timeout", "20s")
-	var recvOut strings.Builder
-	recv.Stdout, recv.Stderr = &recvOut, &recvOut
-	if err := recv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { recv.Process.Kill(); recv.Wait() })
+	recv := start(t, "ip", "netns", "exec", nsB, bin, "recv", "--listen", "10.232.0.2", "--inbound-gbps", "10", "--timeout", "20s")
+	recv.waitFor(t, "listening on") // a CONNECT before it would be refused
 	out, err := exec.Command("ip", "netns", "exec", nsA, bin, "send", "--to", "10.232.0.2", "--local", "10.232.0.1",
 		"--size-mib", "16", "--timeout", "20s", "--json").Output()
 	if err != nil {
-		t.Fatalf("send: %v\n%s\nrecv:\n%s", err, out, recvOut.String())
+		t.Fatalf("send: %v\n%s\nrecv:\n%s", err, out, recv.out.String())
 	}
 	var rep xferstats.Report
 	if err := json.Unmarshal(out, &rep); err != nil || rep.End == nil || !rep.End.Verified {

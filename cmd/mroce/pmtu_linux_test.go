@@ -50,17 +50,12 @@ func narrowNamespaces(t *testing.T) (nsA, nsB, addrA, addrB string) {
 func TestPathNarrowerThanItsInterface(t *testing.T) {
 	nsA, nsB, addrA, addrB := narrowNamespaces(t)
 	bin := buildBinary(t)
-	recv := exec.Command("ip", "netns", "exec", nsB, bin, "recv", "--listen", addrB, "--timeout", "10s")
-	var recvOut strings.Builder
-	recv.Stdout, recv.Stderr = &recvOut, &recvOut
-	if err := recv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { recv.Process.Kill(); recv.Wait() })
+	recv := start(t, "ip", "netns", "exec", nsB, bin, "recv", "--listen", addrB, "--timeout", "10s")
+	recv.waitFor(t, "listening on") // a CONNECT before it would be refused
 	out, err := exec.Command("ip", "netns", "exec", nsA, bin, "send", "--to", addrB, "--local", addrA,
 		"--size-mib", "16", "--timeout", "10s").CombinedOutput()
 	if err != nil {
-		t.Fatalf("send: %v\n%s\nrecv:\n%s", err, out, recvOut.String())
+		t.Fatalf("send: %v\n%s\nrecv:\n%s", err, out, recv.out.String())
 	}
 	text := string(out)
 	if !strings.Contains(text, "packets of up to 9000 bytes") ||
