@@ -68,6 +68,12 @@ type sender struct {
 	// started is set once the windows no longer wait for the start from
 	// the receiver's share (startFromHint).
 	started bool
+	// train is when the first ACK that acknowledged data came, and the
+	// packets acknowledged by then (startFromHint).
+	train struct {
+		at    clock.Time
+		acked uint64
+	}
 	// heard is set by the first ACK. Until then the connection sends no
 	// more than cc.DefaultWindow.Initial packets, which a path's window of
 	// at least one would exceed with more paths than that.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
 )
 
 // startRun WRITEs size bytes over 8 paths of one 400 Gb/s plane whose round
@@ -70,5 +71,36 @@ func TestFirstWindowIsTheConnections(t *testing.T) {
 		if got := pr.a.SenderStats().Packets; got != 16 {
 			t.Errorf("%d paths: %d packets before the first ACK, want 16", paths, got)
 		}
+	}
+}
+
+// TestStartBoundByTheFirstWindowsRate puts the sender behind its own
+// 2 Gb/s link while its receiver grants 320 Gb/s. The first window's
+// acknowledgments come at the slow link's rate, and the start raises the
+// windows to that rate's bandwidth-delay product, not the hint's.
+func TestStartBoundByTheFirstWindowsRate(t *testing.T) {
+	fc := twoHostFabric(1)
+	fc.Uplink.Delay, fc.Downlink.Delay = 10*time.Microsecond, 10*time.Microsecond
+	slow := fc.Uplink
+	slow.Rate = 2e9
+	fc.Overrides = []netem.Override{{Plane: 0, Match: netem.LinkMatch{Kind: netem.Uplink, Host: 0, Leaf: -1, Spine: -1}, Link: slow}}
+	n := newNet(t, fc, Config{Paths: 4, InboundCapacity: 40e9})
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	s := &pr.a.snd
+	if !n.run(10*time.Millisecond, func() bool { return s.started }) {
+		t.Fatalf("the start never came: hint %v, %+v", s.hint, pr.a.SenderStats())
+	}
+	var w int
+	for _, p := range s.paths {
+		w += p.window
+	}
+	t.Logf("windows %d packets at the start (hint %.3g B/s)", w, s.hint)
+	if w > 32 {
+		t.Errorf("windows %d packets at the start, want the slow link's BDP: a few packets above the first 16", w)
 	}
 }

@@ -86,7 +86,7 @@ type multipath struct{}
 
 func (multipath) sendOne(s *sender) bool                   { return s.sendSprayed() }
 func (multipath) gapsLost() bool                           { return true }
-func (multipath) acked(s *sender)                          { s.startFromHint() }
+func (multipath) acked(s *sender)                          { s.startFromHint(s.c.ep.clock.Now()) }
 func (multipath) expired(p *sendPath, now clock.Time) bool { return p.expired(now) }
 func (multipath) timeout(p *sendPath) time.Duration        { return p.probeTimeout() }
 func (multipath) rto(p *sendPath, timeouts int) time.Duration {
