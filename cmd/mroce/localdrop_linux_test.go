@@ -65,7 +65,9 @@ func TestSenderFasterThanItsHost(t *testing.T) {
 	if rep.End.LocalDrops == 0 {
 		t.Error("the host dropped nothing: the qdisc did not overflow, or its drops were not reported")
 	}
-	if rep.End.Retransmits*10 > packets || timeouts != 0 || moves != 0 {
-		t.Errorf("%d of %d packets resent (want under 10%%), %d timeouts, %d moves (want none)", rep.End.Retransmits, packets, timeouts, moves)
+	// Alone on this machine it resends 4-6%; beside make test's other
+	// packages, up to 11%. Unreported, the drops cost over half the packets.
+	if rep.End.Retransmits*5 > packets || timeouts != 0 || moves != 0 {
+		t.Errorf("%d of %d packets resent (want under 20%%), %d timeouts, %d moves (want none)", rep.End.Retransmits, packets, timeouts, moves)
 	}
 }
