@@ -94,11 +94,8 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) {
 // paths are not touched, and random loss, a gap, never calls this.
 func (w *Window) OnTimeout() { w.w = w.p.Min }
 
-// Restore puts back v, the window a timeout cut, once an ACK shows that the
-// timeout was spurious: what it declared lost was only late. A window that
-// grew again since keeps the larger value.
-func (w *Window) Restore(v float64) { w.Raise(v) }
-
-// Raise sets the window to v where that is larger, up to Max. A start that
-// knows the bandwidth-delay product uses it.
+// Raise sets the window to v where that is larger, up to Max. It puts back
+// the window a timeout cut once an ACK shows the timeout spurious (a window
+// that grew again since keeps the larger value), and it lifts the windows
+// to a bandwidth-delay product at a connection's start.
 func (w *Window) Raise(v float64) { w.w = max(w.w, min(v, w.p.Max)) }

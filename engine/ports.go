@@ -56,9 +56,5 @@ func (n *nicPorts) sent(plane, bytes int, now clock.Time) {
 	if n == nil || plane >= len(n.free) {
 		return
 	}
-	start := n.free[plane]
-	if start < now {
-		start = now
-	}
-	n.free[plane] = start.Add(time.Duration(float64(bytes) / n.rate[plane] * 1e9))
+	n.free[plane] = max(n.free[plane], now).Add(time.Duration(float64(bytes) / n.rate[plane] * 1e9))
 }

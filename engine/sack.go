@@ -161,7 +161,7 @@ func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 	}
 	p.Counters.SpuriousTimeouts++
 	p.s.stats.Spurious++
-	p.cwin.Restore(p.lastTimeout.window)
+	p.cwin.Raise(p.lastTimeout.window)
 	p.windowChanged()
 	p.timeouts = 0
 	if p.Delivered() {

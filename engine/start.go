@@ -25,8 +25,9 @@ const trainPackets = 8
 // The hint knows the receiver's side only. The first window leaves back to
 // back, so the spacing of its acknowledgments is the rate of the slowest
 // link it crossed, the sender's own host included: a sender behind a slow
-// qdisc, or one of N in an incast, measures its own bottleneck. Each path keeps its part of the total in proportion to its
-// window, and never goes past PathWindow.
+// qdisc, or one of N in an incast, measures its own bottleneck. Each path
+// keeps its part of the total in proportion to its window, and never goes
+// past PathWindow.
 //
 // The first window is a fixed 16 packets, one bandwidth-delay product at
 // 100 Gb/s and a few microseconds. At 400 Gb/s and 12.5 µs a BDP is near

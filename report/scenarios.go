@@ -154,8 +154,8 @@ func PlanesTables(r sim.PlanesResult) []*Table {
 	o := r.Options
 	title := fmt.Sprintf("All-to-all over 1 to %d planes: %d hosts, %d KiB from every host to every other, %d paths per connection, planes of %g Gb/s",
 		o.Planes[len(o.Planes)-1], o.Fabric.Hosts, o.FlowBytes>>10, o.Fabric.Paths, float64(o.Fabric.LinkRate)/1e9)
-	if topo := topology(o.Fabric); topo != "one switch per plane" {
-		title += ", " + topo
+	if o.Fabric.FatTreeK > 0 || o.Fabric.HostsPerLeaf > 0 {
+		title += ", " + topology(o.Fabric) // one switch per plane goes unsaid, as before
 	}
 	t := &Table{
 		Title:   title,
