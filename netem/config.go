@@ -52,6 +52,9 @@ type Config struct {
 	// the last match wins. One may give a plane longer delays, or slow a
 	// single link.
 	Overrides []Override
+	// SharedBuffer, when set, gives every switch one packet buffer that its
+	// output queues share. A host's NIC port keeps its own queue.
+	SharedBuffer *SharedBuffer
 	// MaxDatagram is the largest UDP payload the fabric carries, and the
 	// capacity of the buffers Host.Buffer hands out. It defaults to 9,000.
 	MaxDatagram int
@@ -100,6 +103,20 @@ type QueueConfig struct {
 	RED *RED
 	// PFC, when set, makes the link lossless. The node it feeds pauses it.
 	PFC *PFC
+}
+
+// SharedBuffer is a switch's packet memory, shared by its output queues
+// under a dynamic threshold (Choudhury and Hahne, 1998), as switch chips
+// share theirs. A queue takes a datagram only while it holds less than
+// Alpha times the bytes of the buffer still free, and while the datagram
+// fits in what is free. One congested queue then takes at most
+// Alpha/(1+Alpha) of the buffer, and each of n congested queues
+// Alpha/(1+n·Alpha), so a burst on one port leaves room for the others.
+// Every queue's own Limit holds as well. A datagram refused is dropped with
+// DropSharedBuffer.
+type SharedBuffer struct {
+	Bytes int
+	Alpha float64
 }
 
 // ECNRamp is marking on dequeue between two queue lengths in bytes.
@@ -288,6 +305,9 @@ func (c *Config) validate() error {
 		if c.HostsPerLeaf != 0 || c.SinglePort {
 			errs = append(errs, errors.New("a fat tree takes the place of a leaf-spine: hosts per leaf 0, no single port"))
 		}
+	}
+	if b := c.SharedBuffer; b != nil && (b.Bytes < 1 || !(b.Alpha > 0 && b.Alpha <= 1024)) {
+		errs = append(errs, fmt.Errorf("shared buffer of %d bytes, alpha %g: want at least 1 byte and alpha above 0, at most 1024", b.Bytes, b.Alpha))
 	}
 	if c.MaxDatagram < 0 || c.MaxDatagram > 65535 {
 		errs = append(errs, fmt.Errorf("max datagram = %d: want 0 (default) .. 65535", c.MaxDatagram))

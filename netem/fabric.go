@@ -127,6 +127,9 @@ func New(cfg Config, sched Scheduler) (*Fabric, error) {
 		}
 		f.planes = append(f.planes, pl)
 	}
+	if cfg.SharedBuffer != nil {
+		f.shareBuffers(*cfg.SharedBuffer)
+	}
 	f.scheduleFaults(cfg.Faults)
 	return f, nil
 }
@@ -171,6 +174,34 @@ func (f *Fabric) buildFatTree(pl *plane) {
 		for pod := range pods {
 			pl.coreDown[c] = append(pl.coreDown[c], f.newLink(f.coreLink(false), CoreDown, pl.index, c, pod*half+c/half))
 		}
+	}
+}
+
+// shareBuffers gives each switch one buffer, shared by the links that leave
+// it. A link leaves the switch its From names, by its kind: a leaf (or an
+// edge switch of a fat tree, or a plane's one switch) for Downlink and
+// FabricUp, a spine (or an aggregation switch) for FabricDown and CoreUp,
+// and a core switch for CoreDown. Uplinks leave hosts.
+func (f *Fabric) shareBuffers(b SharedBuffer) {
+	type sw struct{ plane, tier, index int }
+	pools := map[sw]*bufferPool{}
+	for _, l := range f.links {
+		var tier int
+		switch l.kind {
+		case Uplink:
+			continue
+		case Downlink, FabricUp:
+			tier = 0
+		case FabricDown, CoreUp:
+			tier = 1
+		case CoreDown:
+			tier = 2
+		}
+		k := sw{l.plane, tier, l.from}
+		if pools[k] == nil {
+			pools[k] = &bufferPool{bytes: b.Bytes, alpha: b.Alpha}
+		}
+		l.pool = pools[k]
 	}
 }
 

@@ -18,14 +18,17 @@ var ErrNotGrouped = errors.New("netem: not a fabric over processes")
 // left, and that delay must be at least g's lookahead. A fault is played on
 // every process, each changing the links it runs at the fault's time.
 //
-// The fabric has one switch per plane, no PFC, no trace and no taps but
-// host taps. Each of those would share state between processes.
+// The fabric has one switch per plane, no PFC, no shared switch buffer, no
+// trace and no taps but host taps. Each of those would share state between
+// processes.
 func NewGrouped(cfg Config, g *parallel.Group) (*Fabric, error) {
 	switch {
 	case g.Len() != cfg.Hosts:
 		return nil, fmt.Errorf("netem: %d processes for %d hosts", g.Len(), cfg.Hosts)
 	case cfg.HostsPerLeaf > 0 || cfg.FatTreeK > 0 || cfg.SinglePort || cfg.Trace:
 		return nil, fmt.Errorf("%w: it has one switch per plane, no single-port hosts and no trace", ErrNotGrouped)
+	case cfg.SharedBuffer != nil:
+		return nil, fmt.Errorf("%w: a switch's shared buffer spans the processes of its hosts' downlinks", ErrNotGrouped)
 	}
 	if err := cfg.validate(); err != nil { // the faults too, since New is given none
 		return nil, err

@@ -34,9 +34,9 @@ func TestGroupedDeliveryTime(t *testing.T) {
 }
 
 // A fabric over processes refuses what it cannot share between them. That
-// is a leaf-spine, PFC, a trace, taps other than host taps, an uplink faster
-// than the processes' lookahead, and a count of processes other than the
-// hosts'.
+// is a leaf-spine, PFC, a shared switch buffer, a trace, taps other than
+// host taps, an uplink faster than the processes' lookahead, and a count of
+// processes other than the hosts'.
 func TestGroupedRefuses(t *testing.T) {
 	good := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, time.Microsecond))
 	for _, c := range []struct {
@@ -47,6 +47,7 @@ func TestGroupedRefuses(t *testing.T) {
 		{"leaf-spine", "one switch per plane", func(c *Config) { *c = leafSpine(1, 2, 1, 1, 1) }, 2},
 		{"trace", "no trace", func(c *Config) { c.Trace = true }, 2},
 		{"PFC", "no PFC", func(c *Config) { c.Uplink.Queue.PFC = &PFC{XOff: 2, XOn: 1} }, 2},
+		{"shared buffer", "shared buffer", func(c *Config) { c.SharedBuffer = &SharedBuffer{Bytes: 1 << 20, Alpha: 1} }, 2},
 		{"fast uplink", "shorter than the processes' lookahead", func(c *Config) { c.Uplink.Delay = 999 }, 2},
 		{"uplink jitter", "no jitter on uplinks", func(c *Config) { c.Uplink.Impair.Jitter = 500 }, 2},
 		{"processes", "3 processes for 2 hosts", func(*Config) {}, 3},

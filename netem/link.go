@@ -13,21 +13,22 @@ import (
 type DropCause uint8
 
 const (
-	DropLoss      DropCause = iota // the loss model
-	DropQueueFull                  // tail drop at the queue limit
-	DropRED                        // RED without ECN, or a Not-ECT datagram
-	DropDown                       // the plane is down
-	DropBlackhole                  // the plane is blackholed
-	DropTooBig                     // larger than the link's MTU
+	DropLoss         DropCause = iota // the loss model
+	DropQueueFull                     // tail drop at the queue limit
+	DropRED                           // RED without ECN, or a Not-ECT datagram
+	DropDown                          // the plane is down
+	DropBlackhole                     // the plane is blackholed
+	DropTooBig                        // larger than the link's MTU
+	DropSharedBuffer                  // over its queue's share of the switch's buffer
 	numDropCauses
 )
 
-var dropNames = [numDropCauses]string{"loss", "queue-full", "red", "down", "blackhole", "too-big"}
+var dropNames = [numDropCauses]string{"loss", "queue-full", "red", "down", "blackhole", "too-big", "shared-buffer"}
 
 func (c DropCause) String() string { return dropNames[c] }
 
 // DropCauses lists every cause, for reports.
-var DropCauses = []DropCause{DropLoss, DropQueueFull, DropRED, DropDown, DropBlackhole, DropTooBig}
+var DropCauses = []DropCause{DropLoss, DropQueueFull, DropRED, DropDown, DropBlackhole, DropTooBig, DropSharedBuffer}
 
 // LinkStats are a link's counters.
 type LinkStats struct {
@@ -109,6 +110,7 @@ type Link struct {
 	loss        LossModel
 	redAvg      float64
 	redWeight   float64
+	pool        *bufferPool // the switch's shared buffer, or nil
 	// PFC: pauseStart is when the far node paused the link, ingressBytes
 	// the bytes that came in on it and wait at the far node, and
 	// pauseAsked says the far node has sent a pause or is sending one.
@@ -117,7 +119,7 @@ type Link struct {
 	pauseAsked   bool
 	// _ makes a Link 576 bytes, a size class whose objects all start on a
 	// cache line, so that the lines above are whole.
-	_ [56]byte
+	_ [8]byte
 }
 
 // ID is the link's index in Fabric.Links.
@@ -212,7 +214,7 @@ func (l *Link) setState(s linkState) {
 	}
 	for l.queue.len() > 0 {
 		pkt := l.queue.pop()
-		l.queueBytes -= pkt.d.Size()
+		l.dequeued(pkt.d.Size())
 		l.leaveNode(pkt)
 		l.drop(pkt, cause)
 	}
@@ -278,6 +280,10 @@ func (l *Link) admit(pkt *packet) {
 		l.drop(pkt, DropQueueFull)
 		return
 	}
+	if l.pool != nil && !l.pool.admits(l.queueBytes, size) {
+		l.drop(pkt, DropSharedBuffer)
+		return
+	}
 	ect := pkt.d.ECN != link.NotECT
 	v := Queued
 	if l.ecnK > 0 && l.queueBytes > l.ecnK && ect {
@@ -302,6 +308,9 @@ func (l *Link) admit(pkt *packet) {
 	l.fab.record(l, pkt, v, 0, l.p.sched.Now())
 	l.queue.push(pkt)
 	l.queueBytes += size
+	if l.pool != nil {
+		l.pool.used += size
+	}
 	l.stats.QueueHighWater = max(l.stats.QueueHighWater, l.queueBytes)
 	if in := pkt.pausable(); in != nil {
 		in.ingressBytes += size
@@ -311,6 +320,27 @@ func (l *Link) admit(pkt *packet) {
 		}
 	}
 	l.kick()
+}
+
+// dequeued accounts for size bytes leaving the queue.
+func (l *Link) dequeued(size int) {
+	l.queueBytes -= size
+	if l.pool != nil {
+		l.pool.used -= size
+	}
+}
+
+// bufferPool is one switch's SharedBuffer and the bytes its queues hold.
+type bufferPool struct {
+	bytes int
+	alpha float64
+	used  int
+}
+
+// admits reports whether a queue holding queued bytes may take size more.
+func (b *bufferPool) admits(queued, size int) bool {
+	free := b.bytes - b.used
+	return size <= free && float64(queued) < b.alpha*float64(free)
 }
 
 // kick starts the next transmission if there is one and the link may send.
@@ -357,7 +387,7 @@ func (l *Link) serialization(size int) time.Duration {
 func (l *Link) startTx(now clock.Time) {
 	pkt := l.queue.pop()
 	size := pkt.d.Size()
-	l.queueBytes -= size
+	l.dequeued(size)
 	if r := l.ramp; r != nil && pkt.d.ECN != link.NotECT && pkt.d.ECN != link.CE && l.queueBytes > r.Min {
 		if p := float64(l.queueBytes-r.Min) / float64(r.Max-r.Min); p >= 1 || l.rng.Float64() < p {
 			pkt.d.ECN = link.CE

@@ -526,3 +526,69 @@ func TestBytesToCountsPerPlane(t *testing.T) {
 		t.Fatalf("the sender received %v", got)
 	}
 }
+
+// incastInto sends each bytes from every host of senders to dst, size bytes
+// a datagram, all at time 0.
+func incastInto(f *Fabric, senders []int, dst, count, size int) {
+	for _, h := range senders {
+		var batch []link.Datagram
+		for i := 0; i < count; i++ {
+			batch = append(batch, datagram(f, h, dst, 0, uint16(50000+h), size, uint32(i), link.ECT0))
+		}
+		f.Host(h).Send(batch)
+	}
+}
+
+// A switch's shared buffer holds one congested queue to Alpha/(1+Alpha) of
+// it, and two congested queues to Alpha/(1+2·Alpha) each, whatever their
+// own limits; what does not fit is dropped as over the queue's share.
+func TestSharedBufferDynamicThreshold(t *testing.T) {
+	const size, buffer = 4096, 1 << 20
+	for _, c := range []struct {
+		alpha float64
+		dsts  int // congested downlinks, 4 senders each
+	}{{1, 1}, {1, 2}, {0.5, 1}, {2, 2}} {
+		cfg := Config{Seed: 3, Hosts: 10, Planes: 1, Uplink: simpleLink(100*gbps, time.Microsecond),
+			Downlink:     LinkConfig{Rate: 100 * gbps, Delay: time.Microsecond, Queue: QueueConfig{Limit: 16 << 20}},
+			SharedBuffer: &SharedBuffer{Bytes: buffer, Alpha: c.alpha}}
+		f, sim := newTestFabric(t, cfg)
+		for d := 0; d < c.dsts; d++ {
+			incastInto(f, []int{4 * d, 4*d + 1, 4*d + 2, 4*d + 3}, 8+d, 200, size)
+		}
+		sim.RunUntil(clock.Time(time.Second))
+		share := c.alpha / (1 + float64(c.dsts)*c.alpha) * buffer
+		for d := 0; d < c.dsts; d++ {
+			st := f.Downlink(0, 8+d).Stats()
+			if hw := float64(st.QueueHighWater); hw < share-2*size || hw > share+2*size {
+				t.Errorf("alpha %g, %d congested: queue %d peaked at %.0f bytes, want %.0f within two packets", c.alpha, c.dsts, d, hw, share)
+			}
+			if st.Drops[DropSharedBuffer] == 0 || st.Drops[DropQueueFull] != 0 {
+				t.Errorf("alpha %g, %d congested: queue %d drops %v, want some over its share and none at its limit", c.alpha, c.dsts, d, st.Drops)
+			}
+		}
+	}
+}
+
+// Without a shared buffer the same incast fills the queue to its own limit.
+func TestWithoutSharedBufferTheLimitHolds(t *testing.T) {
+	cfg := Config{Seed: 3, Hosts: 10, Planes: 1, Uplink: simpleLink(100*gbps, time.Microsecond),
+		Downlink: LinkConfig{Rate: 100 * gbps, Delay: time.Microsecond, Queue: QueueConfig{Limit: 1 << 20}}}
+	f, sim := newTestFabric(t, cfg)
+	incastInto(f, []int{0, 1, 2, 3}, 8, 200, 4096)
+	sim.RunUntil(clock.Time(time.Second))
+	st := f.Downlink(0, 8).Stats()
+	if st.QueueHighWater < 1<<20-4096 || st.Drops[DropSharedBuffer] != 0 || st.Drops[DropQueueFull] == 0 {
+		t.Fatalf("peak %d, drops %v: want the 1 MiB limit reached and tail drops", st.QueueHighWater, st.Drops)
+	}
+}
+
+// A shared buffer needs bytes and an alpha above 0, and keeps a fabric on
+// one clock.
+func TestSharedBufferIsChecked(t *testing.T) {
+	for _, b := range []SharedBuffer{{0, 1}, {1 << 20, 0}, {1 << 20, -1}} {
+		cfg := Config{Hosts: 2, Planes: 1, Uplink: simpleLink(gbps, time.Microsecond), Downlink: simpleLink(gbps, time.Microsecond), SharedBuffer: &b}
+		if _, err := New(cfg, clock.NewSim()); err == nil || !strings.Contains(err.Error(), "shared buffer") {
+			t.Errorf("%+v: %v, want a shared-buffer error", b, err)
+		}
+	}
+}
