@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/mroce/mroce/sim"
 )
@@ -121,10 +122,88 @@ func FlowsTables(r sim.FlowsScenarioResult) []*Table {
 	sum.Add(len(flows), run.Connections, r.Bytes, us(run.Makespan), gbps(r.Goodput), us(r.FCTP50), us(r.FCTP99), us(r.FCTMax),
 		run.Failed, run.Packets, run.Retransmits, run.TailProbes, run.Timeouts)
 	each := &Table{Title: "Every flow (FCT from when it was posted)", Columns: []string{"flow", "src", "dst", "bytes", "start µs", "FCT µs"}}
+	if f.StartJitter > 0 {
+		each.Columns[4] = "posted µs" // its start and its jitter, or later where it waited for others
+	}
 	for i, fl := range flows {
-		each.Add(i, fl.Src, fl.Dst, fl.Bytes, us(fl.Start), float64(run.FCT[i].Nanoseconds())/1e3)
+		start := us(fl.Start)
+		if f.StartJitter > 0 {
+			start = float64(run.Started[i].Nanoseconds()) / 1e3
+		}
+		each.Add(i, fl.Src, fl.Dst, fl.Bytes, start, float64(run.FCT[i].Nanoseconds())/1e3)
 	}
 	return []*Table{sum, each}
+}
+
+// FlowsSeedsTables is a traffic file run with several seeds: each run's
+// figures, then their minimum, median and maximum.
+func FlowsSeedsTables(r sim.FlowsSeedsResult) []*Table {
+	first := r.Runs[0]
+	f, flows := first.Traffic.Fabric, first.Traffic.Flows
+	t := &Table{
+		Title: fmt.Sprintf("%d flows on %d hosts, %d planes of %g Gb/s, %s, seeds %d to %d", len(flows), f.Hosts, f.Planes,
+			float64(f.LinkRate)/1e9, flowsMode(f), r.Seeds[0], r.Seeds[len(r.Seeds)-1]),
+		Columns: []string{"seed", "makespan µs", "aggregate Gb/s", "FCT p50 µs", "FCT p99 µs", "FCT max µs", "lost", "resent", "tail probes", "timeouts"},
+		Notes:   linksNotes(f.Links),
+	}
+	if f.StartJitter > 0 {
+		t.Notes = append(t.Notes, fmt.Sprintf("Each flow starts up to %v late, drawn from the seed.", f.StartJitter))
+	}
+	// The figures of each run, the times and rates first, then the counts,
+	// which are printed as whole numbers where they are.
+	const firstCount = 5
+	cols := make([][]float64, len(t.Columns)-1)
+	value := func(j int, v float64) any {
+		if j >= firstCount && v == math.Trunc(v) {
+			return int64(v)
+		}
+		return v
+	}
+	for i, run := range r.Runs {
+		row := []float64{us(run.Run.Makespan), gbps(run.Goodput), us(run.FCTP50), us(run.FCTP99), us(run.FCTMax),
+			float64(run.Run.Failed), float64(run.Run.Retransmits), float64(run.Run.TailProbes), float64(run.Run.Timeouts)}
+		cells := []any{r.Seeds[i]}
+		for j, v := range row {
+			cols[j] = append(cols[j], v)
+			cells = append(cells, value(j, v))
+		}
+		t.Add(cells...)
+	}
+	for _, stat := range []struct {
+		name string
+		at   func([]float64) float64
+	}{{"min", func(v []float64) float64 { return v[0] }}, {"median", median}, {"max", func(v []float64) float64 { return v[len(v)-1] }}} {
+		cells := []any{stat.name}
+		for j, c := range cols {
+			v := slices.Clone(c)
+			slices.Sort(v)
+			cells = append(cells, value(j, stat.at(v)))
+		}
+		t.Add(cells...)
+	}
+	return []*Table{t}
+}
+
+// median is the middle of sorted values, or the mean of the two middle ones.
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// FlowsSeedsPlot is the completion times of every seed's run, sorted.
+func FlowsSeedsPlot(r sim.FlowsSeedsResult) *Plot {
+	pl := &Plot{Title: "Completion times, sorted, one line a seed", XLabel: "flows (sorted)", YLabel: "FCT (µs)"}
+	for i, run := range r.Runs {
+		s := Series{Name: fmt.Sprintf("seed %d", r.Seeds[i])}
+		for j, d := range run.SortedFCT {
+			s.X, s.Y = append(s.X, float64(j)), append(s.Y, float64(d.Nanoseconds())/1e3)
+		}
+		pl.Series = append(pl.Series, s)
+	}
+	return pl
 }
 
 // FlowsPlot is a traffic file's figure, the completion times in order.

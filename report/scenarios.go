@@ -38,7 +38,11 @@ func describeLinks(l sim.Links) string {
 	if l.ECNMax > 0 {
 		marking = fmt.Sprintf("marking on dequeue from %d to %d KiB", l.ECNThreshold>>10, l.ECNMax>>10)
 	}
-	return fmt.Sprintf("%v of delay, %s, %d KiB buffers, %s packets", l.Delay, marking, l.Buffer>>10, sim.PacketName(l.MTU))
+	buffers := fmt.Sprintf("%d KiB buffers", l.Buffer>>10)
+	if l.SharedBuffer > 0 {
+		buffers = fmt.Sprintf("%d KiB a queue within %d KiB a switch shared at alpha %g", l.Buffer>>10, l.SharedBuffer>>10, l.SharedBufferAlpha())
+	}
+	return fmt.Sprintf("%v of delay, %s, %s, %s packets", l.Delay, marking, buffers, sim.PacketName(l.MTU))
 }
 
 // heapMiB is a run's live heap in MiB for a speed table. It is nil, shown

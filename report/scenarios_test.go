@@ -43,6 +43,29 @@ func TestFlowsTablesShowTheRunsCounters(t *testing.T) {
 	}
 }
 
+// A run over seeds shows each seed's figures, then the minimum, median
+// and maximum of each column over the seeds, counts as whole numbers
+// where they are.
+func TestFlowsSeedsTablesSummarize(t *testing.T) {
+	f := sim.DefaultFabric(1)
+	f.Hosts = 2
+	tr := sim.Traffic{Fabric: f, Flows: []sim.Flow{{Src: 0, Dst: 1, Bytes: 1 << 20}}}
+	run := func(makespan time.Duration, resent uint64) sim.FlowsScenarioResult {
+		return sim.FlowsScenarioResult{Traffic: tr, Run: sim.FlowsResult{Makespan: makespan, Retransmits: resent}, FCTMax: makespan}
+	}
+	res := sim.FlowsSeedsResult{Seeds: []uint64{7, 8, 9, 10},
+		Runs: []sim.FlowsScenarioResult{run(40*time.Microsecond, 3), run(10*time.Microsecond, 0), run(30*time.Microsecond, 5), run(20*time.Microsecond, 2)}}
+	tb := FlowsSeedsTables(res)[0]
+	if len(tb.Rows) != 7 || tb.Rows[0][0] != uint64(7) || tb.Rows[4][0] != "min" || tb.Rows[5][0] != "median" || tb.Rows[6][0] != "max" {
+		t.Fatalf("rows %v: want seeds 7 to 10, then min, median and max", tb.Rows)
+	}
+	for row, want := range map[int][2]any{0: {40.0, int64(3)}, 4: {10.0, int64(0)}, 5: {25.0, 2.5}, 6: {40.0, int64(5)}} {
+		if got := [2]any{column(t, tb, row, "FCT max µs"), column(t, tb, row, "resent")}; got != want {
+			t.Errorf("row %d (%v): FCT max and resent %v, want %v", row, tb.Rows[row][0], got, want)
+		}
+	}
+}
+
 // The planes table leaves "vs half the planes" empty where no run had half
 // the planes, and the speed table the heap where runs shared it.
 func TestPlanesTablesLeaveOutWhatWasNotMeasured(t *testing.T) {

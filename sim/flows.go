@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"runtime"
@@ -25,7 +26,7 @@ type FabricOptions struct {
 	// for all gives one switch per plane.
 	HostsPerLeaf, Spines int
 	FatTreeK             int
-	// PlaneLinks give planes links of their own rate or delay.
+	// PlaneLinks give planes links of their own rate, delay or buffer.
 	PlaneLinks []PlaneLink
 	LinkRate   int64
 	Links
@@ -38,6 +39,11 @@ type FabricOptions struct {
 	// faults with flows that wait for others.
 	Faults []netem.Fault
 	Seed   uint64
+	// StartJitter, when above 0, delays each flow's start by a time drawn
+	// from the seed, uniform in [0, StartJitter): hosts of a real job
+	// never start at one instant, and with it a seed sweep varies more
+	// than the ECMP hash.
+	StartJitter time.Duration
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
@@ -49,13 +55,31 @@ type FabricOptions struct {
 	Workers int
 }
 
-// PlaneLink gives every link of one plane a rate in bits/s, a delay, or
-// both; zero keeps the fabric's.
+// PlaneLink gives every link of one plane a rate in bits/s, a delay, a
+// queue buffer in bytes, or several; zero keeps the fabric's.
 type PlaneLink struct {
-	Plane int
-	Rate  int64
-	Delay time.Duration
+	Plane  int
+	Rate   int64
+	Delay  time.Duration
+	Buffer int
 }
+
+// CheckPlanes says what is wrong with the PlaneLinks, if anything: a plane
+// beyond Planes, or a buffer that cannot hold one full packet.
+func (o FabricOptions) CheckPlanes() error {
+	for _, pl := range o.PlaneLinks {
+		if pl.Plane >= o.Planes {
+			return fmt.Errorf("plane %d: there are %d planes", pl.Plane, o.Planes)
+		}
+		if p := sizeFor(o.MTU); pl.Buffer > 0 && pl.Buffer < p.maxPacket() {
+			return fmt.Errorf("plane %d buffer of %d bytes: want at least one full packet, %d bytes", pl.Plane, pl.Buffer, p.maxPacket())
+		}
+	}
+	return nil
+}
+
+// MaxStartJitter bounds FabricOptions.StartJitter.
+const MaxStartJitter = 10 * time.Millisecond
 
 // planeRate is plane p's link rate.
 func (o FabricOptions) planeRate(p int) int64 {
@@ -92,7 +116,8 @@ type FlowsResult struct {
 	// flow that failed. Started is when it was posted, from the run's
 	// start.
 	FCT, Started []time.Duration
-	// Makespan runs from the first Start to the last completion.
+	// Makespan runs from the run's start, where Start counts from, to the
+	// last completion.
 	Makespan time.Duration
 	// Failed counts the flows whose connection failed.
 	Failed int
@@ -228,7 +253,8 @@ func (r *flowRun) buildWorld() error {
 	o, ps := r.o, r.ps
 	link := netem.LinkConfig{Rate: o.LinkRate, Delay: o.Delay, Queue: o.Links.queue(o.Buffer)}
 	fc := netem.Config{Seed: o.Seed, Hosts: o.Hosts, Planes: o.Planes, HostsPerLeaf: o.HostsPerLeaf, Spines: o.Spines, FatTreeK: o.FatTreeK,
-		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: ps.maxPacket()}
+		Uplink: link, Downlink: link, FabricUp: link, FabricDown: link, MaxDatagram: ps.maxPacket(),
+		SharedBuffer: o.Links.shared()}
 	// A host's uplink is its NIC's port. Its connections share the NIC by
 	// the endpoint's OutboundCapacity, and each port by its PortRates. It
 	// marks nothing, since ECN marks come from switch ports. A marked queue
@@ -253,6 +279,9 @@ func (r *flowRun) buildWorld() error {
 			}
 			if pl.Delay > 0 {
 				lc.Delay = pl.Delay
+			}
+			if pl.Buffer > 0 && kind.k != netem.Uplink {
+				lc.Queue.Limit = pl.Buffer // a switch's; the hosts' NIC queues keep theirs
 			}
 			fc.Overrides = append(fc.Overrides, netem.Override{Plane: pl.Plane,
 				Match: netem.LinkMatch{Kind: kind.k, Host: -1, Leaf: -1, Spine: -1}, Link: lc})
@@ -507,14 +536,23 @@ func (r *flowRun) schedule() {
 		r.evs[p].pending = &r.pending[p.src]
 		r.evs[p].finished = func(id uint64, ok bool) { r.release(int(id), false, ok, !ok) }
 	}
+	jitter := rand.New(rand.NewPCG(r.o.Seed, startJitterStream))
 	for i, f := range r.flows {
-		if f.Start == 0 {
+		start := f.Start
+		if r.o.StartJitter > 0 {
+			start += time.Duration(jitter.Int64N(int64(r.o.StartJitter)))
+		}
+		if start == 0 {
 			r.ready(i)
 		} else {
-			r.w.hosts[f.Src].clk.NewTimer(func() { r.ready(i) }).Reset(r.start.Add(f.Start))
+			r.w.hosts[f.Src].clk.NewTimer(func() { r.ready(i) }).Reset(r.start.Add(start))
 		}
 	}
 }
+
+// startJitterStream keys the random stream of the flows' start jitter, so
+// that it is its own, apart from the links' and the hash keys'.
+const startJitterStream = 0x73746172 // "star"
 
 // release readies the flows that wait for flow id. When id has arrived,
 // that is the flows that start at its destination. When it completed at

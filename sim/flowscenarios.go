@@ -276,3 +276,27 @@ func FlowsScenario(t Traffic) (FlowsScenarioResult, error) {
 	slices.Sort(res.SortedFCT)
 	return res, nil
 }
+
+// FlowsSeedsResult is a traffic file's flows run once with each of several
+// seeds.
+type FlowsSeedsResult struct {
+	Seeds []uint64
+	Runs  []FlowsScenarioResult
+}
+
+// FlowsSeeds runs a traffic file's flows with seeds, from its own seed up,
+// one after the other. A seed draws the ECMP hash keys, the links' random
+// streams and, with StartJitter, the flows' starts.
+func FlowsSeeds(t Traffic, seeds int) (FlowsSeedsResult, error) {
+	var res FlowsSeedsResult
+	first := t.Fabric.Seed
+	for i := range seeds {
+		t.Fabric.Seed = first + uint64(i)
+		r, err := FlowsScenario(t)
+		if err != nil {
+			return res, fmt.Errorf("seed %d: %w", t.Fabric.Seed, err)
+		}
+		res.Seeds, res.Runs = append(res.Seeds, t.Fabric.Seed), append(res.Runs, r)
+	}
+	return res, nil
+}

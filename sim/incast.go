@@ -180,7 +180,8 @@ type incastRun struct {
 func (r *incastRun) buildWorld() error {
 	cfg, ps := r.cfg, r.ps
 	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay, Queue: cfg.Links.queue(cfg.Buffer)}
-	fc := netem.Config{Seed: cfg.Seed, Hosts: r.n + 1, Planes: 1, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket()}
+	fc := netem.Config{Seed: cfg.Seed, Hosts: r.n + 1, Planes: 1, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket(),
+		SharedBuffer: cfg.Links.shared()}
 	if cfg.PFC {
 		// The switch pauses an uplink past 64 KiB of its bytes waiting
 		// and resumes it at 32 KiB. A host's own queue is its memory.

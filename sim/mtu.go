@@ -21,6 +21,28 @@ type Links struct {
 	ECNMax int
 	Buffer int // bytes
 	MTU    int // bytes, 0 for DefaultMTU
+	// SharedBuffer, when above 0, is the bytes of packet memory each switch
+	// shares among its queues under a dynamic threshold of SharedAlpha
+	// (netem.SharedBuffer), 1 when 0. Each queue still holds at most
+	// Buffer.
+	SharedBuffer int
+	SharedAlpha  float64
+}
+
+// shared is the switches' shared buffer the links give, or nil.
+func (l Links) shared() *netem.SharedBuffer {
+	if l.SharedBuffer == 0 {
+		return nil
+	}
+	return &netem.SharedBuffer{Bytes: l.SharedBuffer, Alpha: l.SharedBufferAlpha()}
+}
+
+// SharedBufferAlpha is SharedAlpha, or 1 when it is 0.
+func (l Links) SharedBufferAlpha() float64 {
+	if l.SharedAlpha == 0 {
+		return 1
+	}
+	return l.SharedAlpha
 }
 
 // queue is the switch queue the links give, of limit bytes.
@@ -32,7 +54,8 @@ func (l Links) queue(limit int) netem.QueueConfig {
 }
 
 // DefaultLinks are the links of every scenario in docs/results.md. They
-// have a 1 µs delay, marking at 200 KiB, 16 MiB buffers and 4 KiB packets.
+// have a 1 µs delay, marking at 200 KiB, 16 MiB buffers and 4 KiB packets,
+// and no buffer shared between a switch's queues.
 func DefaultLinks() Links {
 	return Links{Delay: time.Microsecond, ECNThreshold: 200 << 10, Buffer: 16 << 20, MTU: DefaultMTU}
 }
@@ -58,6 +81,10 @@ func (l Links) Validate() error {
 		return fmt.Errorf("ECN ramp %d to %d bytes: want the top above the threshold, or 0 for a step", l.ECNThreshold, l.ECNMax)
 	case l.Buffer < p.maxPacket():
 		return fmt.Errorf("buffer of %d bytes: want at least one full packet, %d bytes", l.Buffer, p.maxPacket())
+	case l.SharedBuffer != 0 && l.SharedBuffer < p.maxPacket():
+		return fmt.Errorf("shared buffer of %d bytes: want 0 (none) or at least one full packet, %d bytes", l.SharedBuffer, p.maxPacket())
+	case !(l.SharedAlpha >= 0 && l.SharedAlpha <= 1024):
+		return fmt.Errorf("shared buffer alpha %g: want 0 (for 1) to 1024", l.SharedAlpha)
 	}
 	return nil
 }

@@ -16,7 +16,8 @@ import (
 //	hosts 16               planes 4            hosts-per-leaf 8    spines 8
 //	rate-gbps 100          delay 1us           ecn-kib 200         buffer-kib 16384
 //	mtu 4096               paths 8             loss 0.01           seed 7
-//	fat-tree-k 0           ecn-max-kib 0
+//	fat-tree-k 0           ecn-max-kib 0       shared-buffer-kib 0 shared-buffer-alpha 1
+//	start-jitter 0         plane 2 rate-gbps 50
 //	baseline
 //	0->1 start 0 size 1MiB
 //	3->7 start 10us size 64KiB after 0
@@ -73,10 +74,8 @@ func ParseTraffic(r io.Reader) (Traffic, error) {
 	if err := t.Fabric.Links.Validate(); err != nil {
 		return t, err // the buffer and the MTU are given on lines of their own
 	}
-	for _, pl := range t.Fabric.PlaneLinks {
-		if pl.Plane >= t.Fabric.Planes {
-			return t, fmt.Errorf("plane %d: there are %d planes", pl.Plane, t.Fabric.Planes)
-		}
+	if err := t.Fabric.CheckPlanes(); err != nil {
+		return t, err
 	}
 	for i, f := range t.Flows {
 		if f.Src >= t.Fabric.Hosts || f.Dst >= t.Fabric.Hosts {
@@ -135,6 +134,18 @@ func (t *Traffic) parseSetting(f []string) error {
 		err := intIn(&k, 1, 1<<20)
 		o.Buffer = k << 10
 		return err
+	case "shared-buffer-kib":
+		var k int
+		err := intIn(&k, 0, 1<<20)
+		o.SharedBuffer = k << 10
+		return err
+	case "shared-buffer-alpha":
+		a, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(a > 0 && a <= 1024) {
+			return fmt.Errorf("%s %q: want above 0, at most 1024", name, v)
+		}
+		o.SharedAlpha = a
+		return nil
 	case "mtu":
 		return intIn(&o.MTU, MinMTU, MaxMTU)
 	case "rate-gbps":
@@ -149,6 +160,12 @@ func (t *Traffic) parseSetting(f []string) error {
 			return fmt.Errorf("delay %q: want a duration of 0 to %v", v, MaxDelay)
 		}
 		o.Delay = d
+	case "start-jitter":
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > MaxStartJitter {
+			return fmt.Errorf("start-jitter %q: want a duration of 0 to %v", v, MaxStartJitter)
+		}
+		o.StartJitter = d
 	case "loss":
 		x, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(x >= 0 && x <= 0.5) {
@@ -242,16 +259,18 @@ func parseSize(v string) (int, error) {
 	return int(x) * mult, nil
 }
 
-// parsePlane reads "plane P rate-gbps R" or "plane P delay D".
+// parsePlane reads "plane P rate-gbps R", "plane P delay D" or "plane P
+// buffer-kib B".
 func (o *FabricOptions) parsePlane(f []string) error {
 	if len(f) != 4 {
-		return fmt.Errorf("%q: want plane P rate-gbps R, or plane P delay D", strings.Join(f, " "))
+		return fmt.Errorf("%q: want plane P rate-gbps R, plane P delay D, or plane P buffer-kib B", strings.Join(f, " "))
 	}
 	return o.ParsePlane(f[1], f[2], f[3])
 }
 
-// ParsePlane gives plane p's links the rate (key "rate-gbps", in Gb/s) or
-// the delay (key "delay", a Go duration) v.
+// ParsePlane gives plane p's links the rate (key "rate-gbps", in Gb/s),
+// the delay (key "delay", a Go duration) or the queue buffer (key
+// "buffer-kib", in KiB) v.
 func (o *FabricOptions) ParsePlane(p, key, v string) error {
 	plane, err := strconv.Atoi(p)
 	if err != nil || plane < 0 || plane > 7 {
@@ -271,8 +290,14 @@ func (o *FabricOptions) ParsePlane(p, key, v string) error {
 			return fmt.Errorf("plane %d delay %q: want a duration above 0, at most %v", plane, v, MaxDelay)
 		}
 		pl.Delay = d
+	case "buffer-kib":
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 1 || k > 1<<20 {
+			return fmt.Errorf("plane %d buffer-kib %q: want 1 to 1048576", plane, v)
+		}
+		pl.Buffer = k << 10
 	default:
-		return fmt.Errorf("plane %d %q: want rate-gbps or delay", plane, key)
+		return fmt.Errorf("plane %d %q: want rate-gbps, delay or buffer-kib", plane, key)
 	}
 	o.PlaneLinks = append(o.PlaneLinks, pl)
 	return nil

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ rate-gbps 100
 delay 2us   # per link
 ecn-kib 100
 ecn-max-kib 300
+shared-buffer-kib 2048
+shared-buffer-alpha 0.5
 fat-tree-k 4
 mtu 2048
 paths 4
@@ -29,7 +32,7 @@ func TestParseTraffic(t *testing.T) {
 	}
 	f := tr.Fabric
 	if f.Hosts != 4 || f.Planes != 2 || f.LinkRate != 100e9 || f.Delay != 2*time.Microsecond || f.ECNThreshold != 100<<10 ||
-		f.ECNMax != 300<<10 || f.FatTreeK != 4 || f.MTU != 2048 || f.Paths != 4 || f.Loss != 0.001 || f.Baseline {
+		f.ECNMax != 300<<10 || f.SharedBuffer != 2<<20 || f.SharedAlpha != 0.5 || f.FatTreeK != 4 || f.MTU != 2048 || f.Paths != 4 || f.Loss != 0.001 || f.Baseline {
 		t.Fatalf("fabric %+v", f)
 	}
 	want := []Flow{{Src: 0, Dst: 1, Bytes: 1 << 20}, {Src: 1, Dst: 2, Bytes: 64 << 10, Start: 5 * time.Microsecond, After: []int{0}}, {Src: 3, Dst: 0, Bytes: 4096}}
@@ -58,6 +61,8 @@ func TestParseTrafficErrors(t *testing.T) {
 		{"buffer-kib 2\n0->1 size 1", "buffer of 2048 bytes: want at least one full packet, 4160 bytes"},
 		{"delay 20ms\n0->1 size 1", "want a duration of 0 to 10ms"},
 		{"ecn-kib 100\necn-max-kib 50\n0->1 size 1", "want the top above the threshold"},
+		{"shared-buffer-kib 2\n0->1 size 1", "shared buffer of 2048 bytes: want 0 (none) or at least one full packet"},
+		{"shared-buffer-alpha 0\n0->1 size 1", "shared-buffer-alpha \"0\": want above 0, at most 1024"},
 		{"hosts 4\n\n0->9 size 1", "flow 0: 0->9, but there are 4 hosts"},
 		{"0->1 size 1 start -1s", "start \"-1s\""},
 		{"0->1 size", "has no value"},
@@ -130,5 +135,33 @@ func TestFlowsScenarioCountsResends(t *testing.T) {
 		if res.Bytes != 4<<20 || len(res.SortedFCT) != 1 || res.FCTMax != res.Run.FCT[0] {
 			t.Errorf("loss %s: %d bytes, FCTs %v, max %v", loss, res.Bytes, res.SortedFCT, res.FCTMax)
 		}
+	}
+}
+
+// A traffic file runs once a seed, from its own seed up. On a leaf-spine
+// with start jitter the seeds draw different hash keys and starts, so the
+// runs differ; each completes every flow.
+func TestFlowsSeeds(t *testing.T) {
+	tr, err := ParseTraffic(strings.NewReader("hosts 8\nplanes 2\nhosts-per-leaf 4\nspines 2\nseed 5\nstart-jitter 3us\n" +
+		"0->4 size 256KiB\n1->5 size 256KiB\n2->6 size 256KiB\n3->7 size 256KiB\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := FlowsSeeds(tr, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Runs) != 3 || r.Seeds[0] != 5 || r.Seeds[2] != 7 {
+		t.Fatalf("seeds %v, %d runs: want 5 to 7", r.Seeds, len(r.Runs))
+	}
+	differ := false
+	for i, run := range r.Runs {
+		if run.Traffic.Fabric.Seed != r.Seeds[i] || run.Run.Failed != 0 {
+			t.Errorf("run %d: seed %d, %d failed", i, run.Traffic.Fabric.Seed, run.Run.Failed)
+		}
+		differ = differ || !slices.Equal(run.Run.Started, r.Runs[0].Run.Started)
+	}
+	if !differ {
+		t.Error("every seed started the flows at the same times")
 	}
 }

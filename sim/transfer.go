@@ -86,7 +86,8 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 	res := TransferResult{Config: cfg}
 	link := netem.LinkConfig{Rate: cfg.LinkRate, Delay: cfg.Delay, Queue: cfg.Links.queue(cfg.Buffer)}
 	ps := sizeFor(cfg.MTU)
-	fc := netem.Config{Seed: cfg.Seed, Hosts: 2, Planes: cfg.Planes, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket()}
+	fc := netem.Config{Seed: cfg.Seed, Hosts: 2, Planes: cfg.Planes, Uplink: link, Downlink: link, MaxDatagram: ps.maxPacket(),
+		SharedBuffer: cfg.Links.shared()}
 	switch {
 	case cfg.Loss > 0 && cfg.Burst && cfg.BurstTime > 0:
 		// Bad for BurstTime, good for long enough that a steady stream

@@ -190,7 +190,9 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 			}
 			args := append([]string{}, c.args...)
 			if !slices.Contains(args, "--plot") {
-				args = append(args, "--plot", "") // not the scenario's default file, here
+				// Not the scenario's default file, here. It goes before any
+				// FILE argument, after which flags are not read.
+				args = slices.Insert(args, 2, "--plot", "")
 			}
 			var plot, committed string // where this run's plot goes, and the page's
 			for i := range args {

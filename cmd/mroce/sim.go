@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -231,10 +230,18 @@ func simCommand() *cli.Command {
 				Name:      "flows",
 				Usage:     "run the fabric and flows a traffic file describes (see docs/results.md for its lines)",
 				ArgsUsage: "FILE",
-				Flags:     simOutputFlags("flows"),
+				Flags: append([]cli.Flag{
+					&cli.IntFlag{Name: "seeds", Value: 1, Usage: "run with this many seeds, from --seed (or the file's) up, and give each run's figures and their min, median and max (1 to 100)"},
+					&cli.DurationFlag{Name: "start-jitter", Usage: fmt.Sprintf("delay each flow's start by a time drawn from the seed, uniform in [0, this) (0 to %v; default: the file's)", sim.MaxStartJitter)},
+					&cli.IntFlag{Name: "paths", Usage: "paths per connection, 1 to 256 (default: the file's)"},
+				}, simOutputFlags("flows")...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return usagef(c, "sim flows: want one traffic FILE")
+					}
+					seeds := c.Int("seeds")
+					if seeds < 1 || seeds > 100 {
+						return usagef(c, "sim flows: --seeds must be 1 to 100")
 					}
 					f, err := os.Open(c.Args().First())
 					if err != nil {
@@ -248,7 +255,21 @@ func simCommand() *cli.Command {
 					if c.IsSet("seed") {
 						t.Fabric.Seed = c.Uint64("seed")
 					}
+					if c.IsSet("paths") {
+						if t.Fabric.Paths = c.Int("paths"); t.Fabric.Paths < 1 || t.Fabric.Paths > 256 {
+							return usagef(c, "sim flows: --paths must be 1 to 256")
+						}
+					}
+					if c.IsSet("start-jitter") {
+						if t.Fabric.StartJitter = c.Duration("start-jitter"); t.Fabric.StartJitter < 0 || t.Fabric.StartJitter > sim.MaxStartJitter {
+							return usagef(c, "sim flows: --start-jitter must be 0 to %v", sim.MaxStartJitter)
+						}
+					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
+					if seeds > 1 {
+						return runScenario(c, "flows", func() (sim.FlowsSeedsResult, error) { return sim.FlowsSeeds(t, seeds) },
+							report.FlowsSeedsTables, report.FlowsSeedsPlot)
+					}
 					return runScenario(c, "flows", func() (sim.FlowsScenarioResult, error) { return sim.FlowsScenario(t) },
 						report.FlowsTables, report.FlowsPlot)
 				},
@@ -302,6 +323,8 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.IntFlag{Name: "spines", Value: max(d.Spines, 4), Usage: "spines per plane, with --hosts-per-leaf"},
 		&cli.StringSliceFlag{Name: "plane-rate-gbps", Usage: "P=R: plane P's links run at R Gb/s (repeat for more planes)"},
 		&cli.StringSliceFlag{Name: "plane-delay", Usage: "P=D: plane P's links have a delay of D, above 0 (repeat for more planes)"},
+		&cli.StringSliceFlag{Name: "plane-buffer-kib", Usage: "P=B: plane P's switch queues hold B KiB (repeat for more planes)"},
+		&cli.DurationFlag{Name: "start-jitter", Value: d.StartJitter, Usage: fmt.Sprintf("delay each flow's start by a time drawn from --seed, uniform in [0, this) (0 to %v)", sim.MaxStartJitter)},
 		&cli.IntFlag{Name: "fat-tree-k", Value: d.FatTreeK, Usage: "a three-tier fat tree of k-port switches per plane, k even, at most k^3/4 hosts (0: none; instead of --hosts-per-leaf)"},
 		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none or for data arriving at their own host, one switch per plane, no PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
 	}
@@ -320,6 +343,8 @@ func simLinkFlags(d sim.Links) []cli.Flag {
 		&cli.IntFlag{Name: "ecn-kib", Value: d.ECNThreshold >> 10, Usage: "every switch queue's DCTCP marking threshold, KiB (0: no marking)"},
 		&cli.IntFlag{Name: "ecn-max-kib", Value: d.ECNMax >> 10, Usage: "mark on dequeue, linearly from none at --ecn-kib to every packet at this many KiB (0: DCTCP's step at --ecn-kib)"},
 		&cli.IntFlag{Name: "buffer-kib", Value: d.Buffer >> 10, Usage: "every queue's buffer, KiB (at least one full packet)"},
+		&cli.IntFlag{Name: "shared-buffer-kib", Value: d.SharedBuffer >> 10, Usage: "each switch's packet memory, KiB, shared by its queues under a dynamic threshold (0: none; each queue still holds at most --buffer-kib)"},
+		&cli.Float64Flag{Name: "shared-buffer-alpha", Value: d.SharedBufferAlpha(), Usage: "with --shared-buffer-kib: a queue takes a packet while it holds less than alpha times the switch's free memory (above 0, at most 1024)"},
 	}
 }
 
@@ -336,6 +361,13 @@ func linkFlagsInto(c *cli.Context, l *sim.Links) error {
 			return usagef(c, "sim %s: --ecn-max-kib must be 0 to 1048576", name)
 		}
 		l.ECNMax = top << 10
+	}
+	shared, alpha := c.Int("shared-buffer-kib"), c.Float64("shared-buffer-alpha")
+	if shared < 0 || shared > 1<<20 || !(alpha > 0 && alpha <= 1024) {
+		return usagef(c, "sim %s: --shared-buffer-kib must be 0 to 1048576, --shared-buffer-alpha above 0 and at most 1024", name)
+	}
+	if shared > 0 {
+		l.SharedBuffer, l.SharedAlpha = shared<<10, alpha
 	}
 	if l.MTU == 0 {
 		return usagef(c, "sim %s: --mtu must be %d to %d", name, sim.MinMTU, sim.MaxMTU)
@@ -404,8 +436,8 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		}
 	}
 	f.HostsPerLeaf, f.Seed, f.RealPayloads, f.Workers = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads"), c.Int("workers")
-	f.FatTreeK = c.Int("fat-tree-k")
-	for _, spec := range [...]struct{ flag, key string }{{"plane-rate-gbps", "rate-gbps"}, {"plane-delay", "delay"}} {
+	f.FatTreeK, f.StartJitter = c.Int("fat-tree-k"), c.Duration("start-jitter")
+	for _, spec := range [...]struct{ flag, key string }{{"plane-rate-gbps", "rate-gbps"}, {"plane-delay", "delay"}, {"plane-buffer-kib", "buffer-kib"}} {
 		for _, v := range c.StringSlice(spec.flag) {
 			p, val, ok := strings.Cut(v, "=")
 			if !ok {
@@ -439,8 +471,10 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		return usagef(c, "sim %s: --workers must not be negative", c.Command.Name)
 	case f.HostsPerLeaf < 0 || f.HostsPerLeaf > 0 && (f.Spines < 1 || f.Spines > 64):
 		return usagef(c, "sim %s: --hosts-per-leaf must not be negative, --spines 1 to 64", c.Command.Name)
-	case slices.ContainsFunc(f.PlaneLinks, func(pl sim.PlaneLink) bool { return pl.Plane >= f.Planes }):
-		return usagef(c, "sim %s: a --plane-rate-gbps or --plane-delay names a plane beyond --planes", c.Command.Name)
+	case f.CheckPlanes() != nil:
+		return usagef(c, "sim %s: --plane-rate-gbps, --plane-delay or --plane-buffer-kib: %v", c.Command.Name, f.CheckPlanes())
+	case f.StartJitter < 0 || f.StartJitter > sim.MaxStartJitter:
+		return usagef(c, "sim %s: --start-jitter must be 0 to %v", c.Command.Name, sim.MaxStartJitter)
 	case f.FatTreeK != 0 && (f.FatTreeK < 2 || f.FatTreeK > 64 || f.FatTreeK%2 != 0 || f.HostsPerLeaf != 0 || f.Hosts > f.FatTreeK*f.FatTreeK*f.FatTreeK/4):
 		return usagef(c, "sim %s: --fat-tree-k must be even, 2 to 64, hold --hosts (k^3/4), and go without --hosts-per-leaf", c.Command.Name)
 	}
