@@ -238,7 +238,7 @@ func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 	l.cfg, l.rate, l.delay = lc, lc.Rate, lc.Delay
 	l.limit, l.ecnK, l.red, l.ramp = lc.Queue.Limit, lc.Queue.ECNThreshold, lc.Queue.RED, lc.Queue.ECNRamp
 	im := &lc.Impair
-	l.impaired = im.Loss != nil || im.Corrupt > 0 || im.Duplicate > 0
+	l.impaired = im.Corrupt > 0 || im.Duplicate > 0
 	l.jittered = im.Jitter > 0 || im.Reorder > 0
 	switch {
 	case lc.Overhead == 0:

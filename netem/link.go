@@ -89,7 +89,7 @@ type Link struct {
 	eventPending bool // the link's completion event is scheduled
 	pfc          bool // PFC lets the node this link feeds pause it
 	paused       bool // the far node paused this link
-	impaired     bool // loss, corruption or duplication, which enqueue applies
+	impaired     bool // corruption or duplication, which enqueue applies
 	jittered     bool // jitter or reordering, which arrival applies
 
 	// Over processes, an uplink decides when a datagram leaves whether the
@@ -257,10 +257,6 @@ func (l *Link) enqueue(pkt *packet) {
 		return
 	}
 	im := &l.cfg.Impair
-	if l.loss != nil && l.loss.Lose(l.rng, l.p.sched.Now()) {
-		l.drop(pkt, DropLoss)
-		return
-	}
 	if im.Corrupt > 0 && len(pkt.d.Data) > 0 && l.rng.Float64() < im.Corrupt {
 		bit := l.rng.IntN(len(pkt.d.Data) * 8)
 		pkt.d.Data[bit/8] ^= 0x80 >> (bit % 8)
@@ -407,11 +403,20 @@ func (l *Link) startTx(now clock.Time) {
 }
 
 // depart counts a datagram that finishes serialization at end and schedules
-// its arrival at the far node.
+// its arrival at the far node, unless the loss model loses it on the wire:
+// a lost datagram took the link's time, as a frame a bad link corrupts or
+// a far end drops on arrival does, so a sender cannot make up its losses
+// by sending faster than the link.
 func (l *Link) depart(pkt *packet, end clock.Time) {
 	l.stats.Packets++
 	l.stats.Bytes += uint64(pkt.d.Size())
 	l.fab.record(l, pkt, Sent, 0, end)
+	if l.loss != nil && l.loss.Lose(l.rng, end) {
+		l.stats.Drops[DropLoss]++
+		l.fab.record(l, pkt, Dropped, DropLoss, end)
+		l.fab.freePacket(l.p, pkt)
+		return
+	}
 	at := l.arrival(end)
 	next := pkt.next()
 	if next != l.p {

@@ -88,7 +88,7 @@ func LossTables(r sim.LossResult) []*Table {
 		t.Notes = append(t.Notes, "Ratios are to the first loss rate's goodput, which is not 0.")
 	}
 	if o.EveryLink {
-		t.Notes = append(t.Notes, "Loss p on every link: a packet crosses an uplink and a downlink, and 1 - (1 - p)^2 of the transmissions are lost on their way, which the baseline's models take as their p. A link loses a packet as it arrives, so an uplink's loss takes no link's time, and mroce's target stays 0.98 x (1 - p).")
+		t.Notes = append(t.Notes, "Loss p on every link: a packet crosses an uplink and a downlink, and 1 - (1 - p)^2 of the transmissions are lost on their way, each after it took its link's time. The target and the baseline's models take that as their p.")
 	}
 	t.Notes = append(t.Notes, "The target for mroce is 0.98 x (1 - p) of its loss-free goodput; the baseline is held to the model 1/(1+pW) within 10% up to 5% loss, and to go-back-N's (1-p)/(1-p+pW) within 10% at every loss.")
 	return []*Table{t}

@@ -82,10 +82,10 @@ type LossRow struct {
 	Mroce, Baseline, BaselinePFC TransferResult
 	// MroceRatio, BaselineRatio and PFCRatio are the goodput ratios.
 	MroceRatio, BaselineRatio, PFCRatio float64
-	// Target is what MroceRatio is held to, 0.98 x (1 - Loss). A link
-	// loses a packet as it arrives, before sending it, so with EveryLink
-	// the uplinks' losses take no link's time, and the target is the same.
-	// The models take every transmission's loss, PathLoss.
+	// Target is what MroceRatio is held to, 0.98 x (1 - PathLoss(Loss)).
+	// A link loses a packet on the wire, after it took the link's time, so
+	// no sender delivers more than 1 - PathLoss of what it sends. The
+	// models take the same loss.
 	Target float64
 	// Model is GoBackNModel and GoBackN is GoBackNEfficiency, both at Loss
 	// with the baseline's window.
@@ -130,7 +130,7 @@ func Loss(o LossOptions) (LossResult, error) {
 		e := o.PathLoss(p)
 		res.Rows = append(res.Rows, LossRow{Loss: p, Mroce: m, Baseline: b, BaselinePFC: bp,
 			MroceRatio: m.Goodput / m0, BaselineRatio: b.Goodput / b0, PFCRatio: bp.Goodput / p0,
-			Target: 0.98 * (1 - p), Model: GoBackNModel(e, o.BaselineWindow), GoBackN: GoBackNEfficiency(e, o.BaselineWindow)})
+			Target: 0.98 * (1 - e), Model: GoBackNModel(e, o.BaselineWindow), GoBackN: GoBackNEfficiency(e, o.BaselineWindow)})
 	}
 	return res, nil
 }
