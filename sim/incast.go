@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"time"
@@ -37,7 +38,12 @@ type IncastConfig struct {
 	// gives a long flow joined by a second. Convergence then counts from
 	// the last sender's first packet.
 	Stagger time.Duration
-	Seed    uint64
+	// StartJitter delays each sender's start, after its stagger, by a time
+	// drawn from the seed, uniform in [0, StartJitter): the hosts of a
+	// real job never start at one instant. Convergence then counts from
+	// the last sender's first packet, as with a stagger.
+	StartJitter time.Duration
+	Seed        uint64
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
@@ -272,12 +278,14 @@ func (r *incastRun) record() {
 }
 
 // post posts every sender's WRITE into its own part of the receiver's
-// region, at once or staggered. With a stagger it also watches for the
-// last sender's first packet on the downlink.
+// region, at once, staggered or jittered. When the senders start apart it
+// also watches for the last one's first packet on the downlink.
 func (r *incastRun) post() {
 	cfg, w := r.cfg, r.w
 	dst := w.hosts[r.rx].region(r.n*cfg.Bytes, memreg.LocalWrite|memreg.RemoteWrite)
 	r.start = w.sim.Now()
+	jitter := rand.New(rand.NewPCG(cfg.Seed, startJitterStream))
+	last, lastAt := 0, time.Duration(0) // the sender that starts last, and when
 	for s := 0; s < r.n; s++ {
 		src := w.hosts[s].region(cfg.Bytes, memreg.LocalWrite)
 		post := func() {
@@ -287,14 +295,20 @@ func (r *incastRun) post() {
 				r.postErr = err
 			}
 		}
-		if s == 0 || cfg.Stagger == 0 {
+		at := time.Duration(s) * cfg.Stagger
+		if cfg.StartJitter > 0 {
+			at += time.Duration(jitter.Int64N(int64(cfg.StartJitter)))
+		}
+		if at >= lastAt {
+			last, lastAt = s, at
+		}
+		if at == 0 {
 			post()
 			continue
 		}
-		w.sim.NewTimer(post).Reset(r.start.Add(time.Duration(s) * cfg.Stagger))
+		w.sim.NewTimer(post).Reset(r.start.Add(at))
 	}
-	if cfg.Stagger > 0 {
-		last := r.n - 1
+	if lastAt > 0 {
 		w.fab.AddTap(func(e *netem.TapEvent) {
 			d := e.Datagram
 			if r.lastFirst < 0 && e.Verdict == netem.Sent && e.Link == r.down && len(d.Data) > 1 && proto.Type(d.Data[1]).IsData() &&
@@ -316,7 +330,8 @@ func (r *incastRun) done() bool {
 }
 
 // completions measures the completion times, goodput, queue and drops.
-// With a stagger, the measurements count from the join.
+// When the senders start apart, the measurements count from the last
+// one's first packet.
 func (r *incastRun) completions() error {
 	cfg, res := r.cfg, &r.res
 	if r.lastFirst >= 0 {
@@ -448,8 +463,9 @@ type IncastOptions struct {
 	Bytes   int
 	Links
 	Seed         uint64
-	RealPayloads bool // as IncastConfig's
-	Jobs         int  // runs at once
+	StartJitter  time.Duration // as IncastConfig's
+	RealPayloads bool          // as IncastConfig's
+	Jobs         int           // runs at once
 }
 
 // DefaultIncastScenario is the incast scenario of docs/results.md.
@@ -498,7 +514,7 @@ func IncastScenario(o IncastOptions) (IncastScenarioResult, error) {
 		for ri, rate := range o.Rates {
 			for vi, v := range incastVariants {
 				cfg := DefaultIncast(n, rate)
-				cfg.Bytes, cfg.Seed, cfg.RealPayloads = o.Bytes, o.Seed, o.RealPayloads
+				cfg.Bytes, cfg.Seed, cfg.RealPayloads, cfg.StartJitter = o.Bytes, o.Seed, o.RealPayloads, o.StartJitter
 				cfg.Links = o.Links
 				cfg.NoRateHints, cfg.Baseline, cfg.PFC = v.NoRateHints, v.Baseline, v.PFC
 				if n == nMax && ri == 0 && vi == 0 { // only the traced run writes the trace

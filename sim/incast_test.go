@@ -70,3 +70,24 @@ func TestJoin(t *testing.T) {
 		}
 	}
 }
+
+// With StartJitter the senders start apart, by the seed: the same seed
+// gives the same run, another seed another, and every sender completes.
+func TestIncastStartJitter(t *testing.T) {
+	run := func(seed uint64, jitter time.Duration) IncastResult {
+		cfg := DefaultIncast(4, 100e9)
+		cfg.Bytes, cfg.Seed, cfg.StartJitter = 256<<10, seed, jitter
+		r, err := Incast(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	together, a, again, b := run(1, 0), run(1, 3*time.Microsecond), run(1, 3*time.Microsecond), run(2, 3*time.Microsecond)
+	if a.SlowestFCT != again.SlowestFCT || a.PeakQueue != again.PeakQueue {
+		t.Errorf("seed 1 twice: %v and %v", a, again)
+	}
+	if a.SlowestFCT == together.SlowestFCT && a.PeakQueue == together.PeakQueue || a.SlowestFCT == b.SlowestFCT && a.PeakQueue == b.PeakQueue {
+		t.Errorf("jitter changed nothing: together %v, seed 1 %v, seed 2 %v", together, a, b)
+	}
+}

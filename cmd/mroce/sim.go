@@ -47,6 +47,21 @@ func sizeMiBOK(c *cli.Context) bool {
 }
 
 // jobsFlag is the setting of the scenarios of several runs.
+// startJitterFlag spreads the flows' starts by the seed (sim.MaxStartJitter
+// bounds it; startJitterInto reads it).
+var startJitterFlag = &cli.DurationFlag{Name: "start-jitter", Usage: fmt.Sprintf("delay each flow's start by a time drawn from the seed, uniform in [0, this) (0 to %v; sim flows: the file's unless given)", sim.MaxStartJitter)}
+
+// startJitterInto sets *d from --start-jitter when it is given.
+func startJitterInto(c *cli.Context, d *time.Duration) error {
+	if !c.IsSet("start-jitter") {
+		return nil
+	}
+	if *d = c.Duration("start-jitter"); *d < 0 || *d > sim.MaxStartJitter {
+		return usagef(c, "sim %s: --start-jitter must be 0 to %v", c.Command.Name, sim.MaxStartJitter)
+	}
+	return nil
+}
+
 var jobsFlag = &cli.IntFlag{Name: "jobs", Value: 1, Usage: "runs of the scenario at once, each on its own core (0: one per core); the results are the same for any, the speed tables' wall times are not each run's own, and their heap is left out"}
 
 // simJobs reads --jobs into jobs as the scenarios take it, where a value
@@ -139,12 +154,16 @@ func simCommand() *cli.Command {
 					&cli.IntSliceFlag{Name: "senders", Value: cli.NewIntSlice(di.Senders...), Usage: "N, senders to one receiver, 1 to 64"},
 					&cli.Float64SliceFlag{Name: "rates-gbps", Value: cli.NewFloat64Slice(100, 400), Usage: "link rates, Gb/s"},
 					&cli.IntFlag{Name: "size-kib", Value: di.Bytes >> 10, Usage: "KiB each sender WRITEs"},
+					startJitterFlag,
 					jobsFlag,
 				}, append(simLinkFlags(di.Links), simOutputFlags("incast")...)...),
 				Action: func(c *cli.Context) error {
 					o := sim.IncastOptions{Senders: c.IntSlice("senders"), Bytes: c.Int("size-kib") << 10, Seed: c.Uint64("seed"),
 						RealPayloads: c.Bool("real-payloads")}
 					if err := linkFlagsInto(c, &o.Links); err != nil {
+						return err
+					}
+					if err := startJitterInto(c, &o.StartJitter); err != nil {
 						return err
 					}
 					if err := simJobs(c, &o.Jobs); err != nil {
@@ -232,7 +251,7 @@ func simCommand() *cli.Command {
 				ArgsUsage: "FILE",
 				Flags: append([]cli.Flag{
 					&cli.IntFlag{Name: "seeds", Value: 1, Usage: "run with this many seeds, from --seed (or the file's) up, and give each run's figures and their min, median and max (1 to 100)"},
-					&cli.DurationFlag{Name: "start-jitter", Usage: fmt.Sprintf("delay each flow's start by a time drawn from the seed, uniform in [0, this) (0 to %v; default: the file's)", sim.MaxStartJitter)},
+					startJitterFlag,
 					&cli.IntFlag{Name: "paths", Usage: "paths per connection, 1 to 256 (default: the file's)"},
 				}, simOutputFlags("flows")...),
 				Action: func(c *cli.Context) error {
@@ -260,10 +279,8 @@ func simCommand() *cli.Command {
 							return usagef(c, "sim flows: --paths must be 1 to 256")
 						}
 					}
-					if c.IsSet("start-jitter") {
-						if t.Fabric.StartJitter = c.Duration("start-jitter"); t.Fabric.StartJitter < 0 || t.Fabric.StartJitter > sim.MaxStartJitter {
-							return usagef(c, "sim flows: --start-jitter must be 0 to %v", sim.MaxStartJitter)
-						}
+					if err := startJitterInto(c, &t.Fabric.StartJitter); err != nil {
+						return err
 					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
 					if seeds > 1 {
@@ -324,7 +341,7 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.StringSliceFlag{Name: "plane-rate-gbps", Usage: "P=R: plane P's links run at R Gb/s (repeat for more planes)"},
 		&cli.StringSliceFlag{Name: "plane-delay", Usage: "P=D: plane P's links have a delay of D, above 0 (repeat for more planes)"},
 		&cli.StringSliceFlag{Name: "plane-buffer-kib", Usage: "P=B: plane P's switch queues hold B KiB (repeat for more planes)"},
-		&cli.DurationFlag{Name: "start-jitter", Value: d.StartJitter, Usage: fmt.Sprintf("delay each flow's start by a time drawn from --seed, uniform in [0, this) (0 to %v)", sim.MaxStartJitter)},
+		startJitterFlag,
 		&cli.IntFlag{Name: "fat-tree-k", Value: d.FatTreeK, Usage: "a three-tier fat tree of k-port switches per plane, k even, at most k^3/4 hosts (0: none; instead of --hosts-per-leaf)"},
 		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none or for data arriving at their own host, one switch per plane, no PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
 	}
@@ -436,7 +453,10 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		}
 	}
 	f.HostsPerLeaf, f.Seed, f.RealPayloads, f.Workers = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads"), c.Int("workers")
-	f.FatTreeK, f.StartJitter = c.Int("fat-tree-k"), c.Duration("start-jitter")
+	f.FatTreeK = c.Int("fat-tree-k")
+	if err := startJitterInto(c, &f.StartJitter); err != nil {
+		return err
+	}
 	for _, spec := range [...]struct{ flag, key string }{{"plane-rate-gbps", "rate-gbps"}, {"plane-delay", "delay"}, {"plane-buffer-kib", "buffer-kib"}} {
 		for _, v := range c.StringSlice(spec.flag) {
 			p, val, ok := strings.Cut(v, "=")
@@ -473,8 +493,6 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		return usagef(c, "sim %s: --hosts-per-leaf must not be negative, --spines 1 to 64", c.Command.Name)
 	case f.CheckPlanes() != nil:
 		return usagef(c, "sim %s: --plane-rate-gbps, --plane-delay or --plane-buffer-kib: %v", c.Command.Name, f.CheckPlanes())
-	case f.StartJitter < 0 || f.StartJitter > sim.MaxStartJitter:
-		return usagef(c, "sim %s: --start-jitter must be 0 to %v", c.Command.Name, sim.MaxStartJitter)
 	case f.FatTreeK != 0 && (f.FatTreeK < 2 || f.FatTreeK > 64 || f.FatTreeK%2 != 0 || f.HostsPerLeaf != 0 || f.Hosts > f.FatTreeK*f.FatTreeK*f.FatTreeK/4):
 		return usagef(c, "sim %s: --fat-tree-k must be even, 2 to 64, hold --hosts (k^3/4), and go without --hosts-per-leaf", c.Command.Name)
 	}
