@@ -22,6 +22,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 		&cli.BoolFlag{Name: "csv", Usage: "print the tables as CSV"},
 		&cli.StringFlag{Name: "plot", Value: "sim-" + scenario + ".svg", Usage: "write the main figure to this .svg or .png file (\"\": none)"},
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice: the same seed gives the same results"},
+		&cli.IntFlag{Name: "seeds", Value: 1, Usage: fmt.Sprintf("run with this many seeds, from --seed up, and show each figure's min-max (median) over them where they differ (1 to %d; the plot is --seed's)", maxSeeds)},
 		&cli.BoolFlag{Name: "real-payloads", Usage: "copy and checksum every payload byte as on a real wire (slower; the results are the same: by default payloads are placeholders of their length)"},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile of what the last run of flows holds live at its end to this file (go tool pprof reads it; the scenarios with a speed table)"},
@@ -144,7 +145,7 @@ func simCommand() *cli.Command {
 							return usagef(c, "sim loss: --losses: %g is not 0 to 0.5", p)
 						}
 					}
-					return runScenario(c, "loss", func() (sim.LossResult, error) { return sim.Loss(o) }, report.LossTables, report.LossPlot)
+					return runScenario(c, "loss", func(seed uint64) (sim.LossResult, error) { o.Seed = seed; return sim.Loss(o) }, report.LossTables, report.LossPlot)
 				},
 			},
 			{
@@ -183,7 +184,7 @@ func simCommand() *cli.Command {
 							return usagef(c, "sim incast: --senders: %d is not 1 to 64", n)
 						}
 					}
-					return runScenario(c, "incast", func() (sim.IncastScenarioResult, error) { return sim.IncastScenario(o) },
+					return runScenario(c, "incast", func(seed uint64) (sim.IncastScenarioResult, error) { o.Seed = seed; return sim.IncastScenario(o) },
 						report.IncastTables, report.IncastPlot)
 				},
 			},
@@ -212,7 +213,7 @@ func simCommand() *cli.Command {
 					if len(o.Planes) == 0 || o.FlowBytes < 4<<10 || o.FlowBytes > 1<<30 {
 						return usagef(c, "sim planes: want --planes, and --size-kib of 4 to 1048576")
 					}
-					return runScenario(c, "planes", func() (sim.PlanesResult, error) { return sim.Planes(o) }, report.PlanesTables, report.PlanesPlot)
+					return runScenario(c, "planes", func(seed uint64) (sim.PlanesResult, error) { o.Fabric.Seed = seed; return sim.Planes(o) }, report.PlanesTables, report.PlanesPlot)
 				},
 			},
 			{
@@ -241,7 +242,7 @@ func simCommand() *cli.Command {
 					case !sizeMiBOK(c) || o.FailAt < 0 || o.RepairAt < 0:
 						return usagef(c, "sim planefail: --size-mib must be 1 to %d, the times not negative", maxSizeMiB)
 					}
-					return runScenario(c, "planefail", func() (sim.PlaneFailResult, error) { return sim.PlaneFail(o) },
+					return runScenario(c, "planefail", func(seed uint64) (sim.PlaneFailResult, error) { o.Fabric.Seed = seed; return sim.PlaneFail(o) },
 						report.PlaneFailTables, report.PlaneFailPlot)
 				},
 			},
@@ -250,7 +251,6 @@ func simCommand() *cli.Command {
 				Usage:     "run the fabric and flows a traffic file describes (see docs/results.md for its lines)",
 				ArgsUsage: "FILE",
 				Flags: append([]cli.Flag{
-					&cli.IntFlag{Name: "seeds", Value: 1, Usage: "run with this many seeds, from --seed (or the file's) up, and give each run's figures and their min, median and max (1 to 100)"},
 					startJitterFlag,
 					&cli.IntFlag{Name: "paths", Usage: "paths per connection, 1 to 256 (default: the file's)"},
 				}, simOutputFlags("flows")...),
@@ -259,8 +259,8 @@ func simCommand() *cli.Command {
 						return usagef(c, "sim flows: want one traffic FILE")
 					}
 					seeds := c.Int("seeds")
-					if seeds < 1 || seeds > 100 {
-						return usagef(c, "sim flows: --seeds must be 1 to 100")
+					if seeds < 1 || seeds > maxSeeds {
+						return usagef(c, "sim flows: --seeds must be 1 to %d", maxSeeds)
 					}
 					f, err := os.Open(c.Args().First())
 					if err != nil {
@@ -283,11 +283,13 @@ func simCommand() *cli.Command {
 						return err
 					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
+					// The seeds start from the file's, so the flows run them
+					// themselves, each run's figures in a row of their own.
 					if seeds > 1 {
-						return runScenario(c, "flows", func() (sim.FlowsSeedsResult, error) { return sim.FlowsSeeds(t, seeds) },
+						return runScenarioSeeds(c, "flows", 1, func(uint64) (sim.FlowsSeedsResult, error) { return sim.FlowsSeeds(t, seeds) },
 							report.FlowsSeedsTables, report.FlowsSeedsPlot)
 					}
-					return runScenario(c, "flows", func() (sim.FlowsScenarioResult, error) { return sim.FlowsScenario(t) },
+					return runScenarioSeeds(c, "flows", 1, func(uint64) (sim.FlowsScenarioResult, error) { return sim.FlowsScenario(t) },
 						report.FlowsTables, report.FlowsPlot)
 				},
 			},
@@ -322,7 +324,10 @@ func simCommand() *cli.Command {
 					if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || !sizeMiBOK(c) || o.Shift%o.Fabric.Hosts == 0 {
 						return usagef(c, "sim permutation: --planes must be 1 to 8, --size-mib 1 to %d, --shift not a multiple of --hosts", maxSizeMiB)
 					}
-					return runScenario(c, "permutation", func() (sim.PermutationResult, error) { return sim.PermutationScenario(o) },
+					return runScenario(c, "permutation", func(seed uint64) (sim.PermutationResult, error) {
+						o.Fabric.Seed = seed
+						return sim.PermutationScenario(o)
+					},
 						report.PermutationTables, report.PermutationPlot)
 				},
 			},
@@ -438,7 +443,7 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 			if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || len(o.Sizes) == 0 || len(o.Losses) == 0 {
 				return usagef(c, "sim %s: --planes must be 1 to 8; --sizes-mib and --losses not empty", name)
 			}
-			return runScenario(c, name, func() (sim.CollectiveResult, error) { return sim.Collective(name, o) },
+			return runScenario(c, name, func(seed uint64) (sim.CollectiveResult, error) { o.Fabric.Seed = seed; return sim.Collective(name, o) },
 				report.CollectiveTables, report.CollectivePlot)
 		},
 	}
@@ -501,9 +506,19 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 
 // runScenario runs a scenario, prints the tables its result makes as text,
 // JSON or CSV, and writes its plot.
-func runScenario[R any](c *cli.Context, name string, run func() (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) error {
+func runScenario[R any](c *cli.Context, name string, run func(seed uint64) (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) error {
+	return runScenarioSeeds(c, name, c.Int("seeds"), run, tables, plot)
+}
+
+// runScenarioSeeds is runScenario with seeds runs, from --seed up. With
+// more than one, every figure of the tables becomes its spread over the
+// seeds (report.OverSeeds), and the plot is the first seed's.
+func runScenarioSeeds[R any](c *cli.Context, name string, seeds int, run func(seed uint64) (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) error {
 	if c.Bool("json") && c.Bool("csv") {
 		return usagef(c, "sim %s: --json or --csv, not both", name)
+	}
+	if seeds < 1 || seeds > maxSeeds {
+		return usagef(c, "sim %s: --seeds must be 1 to %d", name, maxSeeds)
 	}
 	if path := c.String("plot"); path != "" {
 		if err := report.CheckPlotPath(path); err != nil {
@@ -521,12 +536,28 @@ func runScenario[R any](c *cli.Context, name string, run func() (R, error), tabl
 	sim.HeapProfile = c.String("memprofile")
 	defer func() { sim.HeapProfile = "" }()
 	began := time.Now()
-	res, err := run()
-	if err != nil {
-		return fmt.Errorf("sim %s: %w", name, err)
+	first := c.Uint64("seed")
+	var res R
+	var ts []*report.Table
+	var runs [][]*report.Table
+	var used []uint64
+	for i := range seeds {
+		r, err := run(first + uint64(i))
+		if err != nil {
+			return fmt.Errorf("sim %s: seed %d: %w", name, first+uint64(i), err)
+		}
+		if i == 0 {
+			res = r
+		}
+		runs, used = append(runs, tables(r)), append(used, first+uint64(i))
+	}
+	if ts = runs[0]; seeds > 1 {
+		if ts, err = report.OverSeeds(runs, used); err != nil {
+			return fmt.Errorf("sim %s: %w", name, err)
+		}
 	}
 	w := c.App.Writer
-	switch ts := tables(res); {
+	switch {
 	case c.Bool("json"):
 		err = report.WriteJSON(w, name, ts)
 	case c.Bool("csv"):
@@ -552,6 +583,9 @@ func runScenario[R any](c *cli.Context, name string, run func() (R, error), tabl
 	}
 	return nil
 }
+
+// maxSeeds bounds --seeds.
+const maxSeeds = 100
 
 func printTables(w io.Writer, tables []*report.Table) error {
 	for i, t := range tables {
