@@ -106,6 +106,13 @@ func (t *Traffic) parseSetting(f []string) error {
 		*dst = x
 		return nil
 	}
+	// kibIn reads KiB, lo to 1 GiB of them, into bytes.
+	kibIn := func(dst *int, lo int) error {
+		var k int
+		err := intIn(&k, lo, 1<<20)
+		*dst = k << 10
+		return err
+	}
 	switch name {
 	case "hosts":
 		return intIn(&o.Hosts, 2, 256)
@@ -120,25 +127,13 @@ func (t *Traffic) parseSetting(f []string) error {
 	case "paths":
 		return intIn(&o.Paths, 1, 256)
 	case "ecn-max-kib":
-		var k int
-		err := intIn(&k, 0, 1<<20)
-		o.ECNMax = k << 10
-		return err
+		return kibIn(&o.ECNMax, 0)
 	case "ecn-kib":
-		var k int
-		err := intIn(&k, 0, 1<<20)
-		o.ECNThreshold = k << 10
-		return err
+		return kibIn(&o.ECNThreshold, 0)
 	case "buffer-kib":
-		var k int
-		err := intIn(&k, 1, 1<<20)
-		o.Buffer = k << 10
-		return err
+		return kibIn(&o.Buffer, 1)
 	case "shared-buffer-kib":
-		var k int
-		err := intIn(&k, 0, 1<<20)
-		o.SharedBuffer = k << 10
-		return err
+		return kibIn(&o.SharedBuffer, 0)
 	case "shared-buffer-alpha":
 		a, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(a > 0 && a <= 1024) {
