@@ -181,7 +181,7 @@ func TestTransferUnderImpairments(t *testing.T) {
 					// lost or not (spec section 6.6): beside 5% of the losses,
 					// each may add one.
 					if float64(resent) > 1.05*float64(*lost)+float64(st.TailProbes) {
-						t.Errorf("%d retransmissions for %d lost data packets and %d tail probes: %.3f > 1.05", resent, *lost, st.TailProbes, ratio)
+						t.Errorf("%d retransmissions for %d lost data packets and %d tail probes: more than 1.05 a loss and one a probe (%.3f a loss)", resent, *lost, st.TailProbes, ratio)
 					}
 					if st.Copies > st.TailProbes+uint64(*lost) {
 						t.Errorf("%d copies: more than the %d probes and %d losses they copy", st.Copies, st.TailProbes, *lost)

@@ -147,7 +147,8 @@ type PFC struct{ XOff, XOn int }
 
 // Impairments of one link direction, modelled on Linux netem.
 type Impairments struct {
-	// Loss, when set, decides which datagrams the link loses on arrival.
+	// Loss, when set, decides which datagrams the link loses on the wire,
+	// after they took its time.
 	Loss LossModel
 	// Jitter is added to Delay. It is a random amount from Distribution,
 	// with Jitter as its scale. Datagrams keep their order unless Reorder is

@@ -181,7 +181,8 @@ func (f *Fabric) buildFatTree(pl *plane) {
 // it. A link leaves the switch its From names, by its kind: a leaf (or an
 // edge switch of a fat tree, or a plane's one switch) for Downlink and
 // FabricUp, a spine (or an aggregation switch) for FabricDown and CoreUp,
-// and a core switch for CoreDown. Uplinks leave hosts.
+// and a core switch for CoreDown. Uplinks leave hosts. With single-port
+// hosts a leaf is every plane's.
 func (f *Fabric) shareBuffers(b SharedBuffer) {
 	type sw struct{ plane, tier, index int }
 	pools := map[sw]*bufferPool{}
@@ -197,7 +198,11 @@ func (f *Fabric) shareBuffers(b SharedBuffer) {
 		case CoreDown:
 			tier = 2
 		}
-		k := sw{l.plane, tier, l.from}
+		plane := l.plane
+		if f.cfg.SinglePort && tier == 0 {
+			plane = -1 // a single-port host's leaf serves every plane
+		}
+		k := sw{plane, tier, l.from}
 		if pools[k] == nil {
 			pools[k] = &bufferPool{bytes: b.Bytes, alpha: b.Alpha}
 		}

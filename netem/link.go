@@ -33,7 +33,7 @@ var DropCauses = []DropCause{DropLoss, DropQueueFull, DropRED, DropDown, DropBla
 // LinkStats are a link's counters.
 type LinkStats struct {
 	Enqueued uint64 // datagrams accepted into the queue
-	Packets  uint64 // datagrams that finished transmission
+	Packets  uint64 // datagrams that finished transmission, those the wire then lost too
 	Bytes    uint64 // their datagram sizes, without overhead
 	CEMarks  uint64
 	// QueueHighWater is the most bytes the queue held.
@@ -79,9 +79,10 @@ type Link struct {
 	rate         int64      // bits/s now, which a slowdown lowers
 	txRemainder  int64      // bit-nanoseconds carried between datagrams, so rates do not drift
 	overhead     int
-	limit, ecnK  int      // cfg.Queue's Limit and ECNThreshold
-	ramp         *ECNRamp // cfg.Queue's ECNRamp
-	red          *RED     // cfg.Queue.RED
+	limit, ecnK  int         // cfg.Queue's Limit and ECNThreshold
+	pool         *bufferPool // the switch's shared buffer, or nil
+	ramp         *ECNRamp    // cfg.Queue's ECNRamp
+	red          *RED        // cfg.Queue.RED
 	delay        time.Duration
 	lastArrival  clock.Time
 	to           int // the far node: a host, leaf or spine index, by kind
@@ -110,7 +111,6 @@ type Link struct {
 	loss        LossModel
 	redAvg      float64
 	redWeight   float64
-	pool        *bufferPool // the switch's shared buffer, or nil
 	// PFC: pauseStart is when the far node paused the link, ingressBytes
 	// the bytes that came in on it and wait at the far node, and
 	// pauseAsked says the far node has sent a pause or is sending one.
@@ -410,13 +410,15 @@ func (l *Link) startTx(now clock.Time) {
 func (l *Link) depart(pkt *packet, end clock.Time) {
 	l.stats.Packets++
 	l.stats.Bytes += uint64(pkt.d.Size())
-	l.fab.record(l, pkt, Sent, 0, end)
 	if l.loss != nil && l.loss.Lose(l.rng, end) {
+		// Its record is the drop alone: a Sent record says a datagram is
+		// on its way to the far node, which taps count as delivered.
 		l.stats.Drops[DropLoss]++
 		l.fab.record(l, pkt, Dropped, DropLoss, end)
 		l.fab.freePacket(l.p, pkt)
 		return
 	}
+	l.fab.record(l, pkt, Sent, 0, end)
 	at := l.arrival(end)
 	next := pkt.next()
 	if next != l.p {

@@ -340,7 +340,7 @@ func traceRun(t testing.TB, seed uint64) uint64 {
 // The golden trace hash pins the emulator's behaviour. Any change to event
 // order, routing, randomness or impairments changes it. When a change is
 // intended, update the constant and say why in the commit.
-const goldenTraceHash = 0x5da65c3c7c863ef9
+const goldenTraceHash = 0x90173a58751e4648
 
 func TestDeterministicTrace(t *testing.T) {
 	a, b := traceRun(t, 7), traceRun(t, 7)
@@ -527,8 +527,8 @@ func TestBytesToCountsPerPlane(t *testing.T) {
 	}
 }
 
-// incastInto sends each bytes from every host of senders to dst, size bytes
-// a datagram, all at time 0.
+// incastInto sends count datagrams of size bytes from every host of
+// senders to dst, all at time 0.
 func incastInto(f *Fabric, senders []int, dst, count, size int) {
 	for _, h := range senders {
 		var batch []link.Datagram
@@ -582,13 +582,51 @@ func TestWithoutSharedBufferTheLimitHolds(t *testing.T) {
 	}
 }
 
-// A shared buffer needs bytes and an alpha above 0, and keeps a fabric on
-// one clock.
+// A shared buffer needs bytes and an alpha above 0 (TestGroupedRefuses
+// checks that it keeps a fabric on one clock).
 func TestSharedBufferIsChecked(t *testing.T) {
 	for _, b := range []SharedBuffer{{0, 1}, {1 << 20, 0}, {1 << 20, -1}} {
 		cfg := Config{Hosts: 2, Planes: 1, Uplink: simpleLink(gbps, time.Microsecond), Downlink: simpleLink(gbps, time.Microsecond), SharedBuffer: &b}
 		if _, err := New(cfg, clock.NewSim()); err == nil || !strings.Contains(err.Error(), "shared buffer") {
 			t.Errorf("%+v: %v, want a shared-buffer error", b, err)
+		}
+	}
+}
+
+// Every link that leaves one switch shares that switch's buffer, and no
+// other's: per plane on a leaf-spine, and across the planes for the leaf
+// of single-port hosts, whose downlinks belong to no plane.
+func TestSharedBufferPerSwitch(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		cfg := leafSpine(1, 8, 2, 4, 2)
+		cfg.SinglePort = single
+		cfg.SharedBuffer = &SharedBuffer{Bytes: 1 << 20, Alpha: 1}
+		f, _ := newTestFabric(t, cfg)
+		pools := map[*bufferPool][]*Link{}
+		for _, l := range f.Links() {
+			if l.Kind() == Uplink {
+				if l.pool != nil {
+					t.Fatalf("single %v: a host's uplink %d shares a switch buffer", single, l.ID())
+				}
+				continue
+			}
+			pools[l.pool] = append(pools[l.pool], l)
+		}
+		// Per plane: 2 leaves and 2 spines; single-port leaves serve both planes.
+		want := 2 * (2 + 2)
+		if single {
+			want = 2 + 2*2
+		}
+		if len(pools) != want {
+			t.Errorf("single %v: %d buffers, want %d", single, len(pools), want)
+		}
+		for _, ls := range pools {
+			from, leaf := ls[0].From(), ls[0].Kind() == Downlink || ls[0].Kind() == FabricUp
+			for _, l := range ls {
+				if l.From() != from || (l.Kind() == Downlink || l.Kind() == FabricUp) != leaf || !single && l.Plane() != ls[0].Plane() {
+					t.Errorf("single %v: links %d and %d share a buffer but leave different switches", single, ls[0].ID(), l.ID())
+				}
+			}
 		}
 	}
 }

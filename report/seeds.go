@@ -21,14 +21,19 @@ func OverSeeds(runs [][]*Table, seeds []uint64) ([]*Table, error) {
 	first := runs[0]
 	out := make([]*Table, len(first))
 	for i, t := range first {
+		for _, run := range runs {
+			if len(run) != len(first) || !slices.Equal(run[i].Columns, t.Columns) || len(run[i].Rows) != len(t.Rows) {
+				return nil, fmt.Errorf("report: %q: the seeds' tables differ in shape", t.Title)
+			}
+		}
 		o := &Table{Title: fmt.Sprintf("%s; seeds %d to %d: min-max (median) where they differ", t.Title, seeds[0], seeds[len(seeds)-1]),
-			Columns: t.Columns, Notes: t.Notes}
+			Columns: t.Columns, Notes: foldNotes(runs, i, seeds)}
 		for r, row := range t.Rows {
 			cells := make([]any, len(row))
 			for k := range row {
 				var vals []any
 				for _, run := range runs {
-					if len(run) != len(first) || len(run[i].Rows) != len(t.Rows) || len(run[i].Rows[r]) != len(row) {
+					if len(run[i].Rows[r]) != len(row) {
 						return nil, fmt.Errorf("report: %q: the seeds' tables differ in shape", t.Title)
 					}
 					vals = append(vals, run[i].Rows[r][k])
@@ -40,6 +45,28 @@ func OverSeeds(runs [][]*Table, seeds []uint64) ([]*Table, error) {
 		out[i] = o
 	}
 	return out, nil
+}
+
+// foldNotes is table i's notes over the seeds: a note every run wrote
+// alike once, and one that differs once a seed, named.
+func foldNotes(runs [][]*Table, i int, seeds []uint64) []string {
+	var notes []string
+	for n, note := range runs[0][i].Notes {
+		same := true
+		for _, run := range runs {
+			same = same && n < len(run[i].Notes) && run[i].Notes[n] == note
+		}
+		if same {
+			notes = append(notes, note)
+			continue
+		}
+		for k, run := range runs {
+			if n < len(run[i].Notes) {
+				notes = append(notes, fmt.Sprintf("Seed %d: %s", seeds[k], run[i].Notes[n]))
+			}
+		}
+	}
+	return notes
 }
 
 // foldCell is one cell over the seeds: its value where all agree, the

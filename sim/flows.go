@@ -50,8 +50,8 @@ type FabricOptions struct {
 	// Workers is the cores a run over processes takes, one per core when
 	// zero. A run goes over processes, a host each, when no flow waits
 	// for one that ends at another host and the fabric has one switch
-	// per plane, a delay and no PFC. Its results are the same for any
-	// Workers.
+	// per plane, a delay, no PFC and no shared switch buffer. Its results
+	// are the same for any Workers.
 	Workers int
 }
 

@@ -138,9 +138,9 @@ func TestFlowsScenarioCountsResends(t *testing.T) {
 	}
 }
 
-// A traffic file runs once a seed, from its own seed up. On a leaf-spine
-// with start jitter the seeds draw different hash keys and starts, so the
-// runs differ; each completes every flow.
+// A traffic file runs once a seed, from its own seed up. With start
+// jitter the seeds draw different starts, so the runs differ; each
+// completes every flow.
 func TestFlowsSeeds(t *testing.T) {
 	tr, err := ParseTraffic(strings.NewReader("hosts 8\nplanes 2\nhosts-per-leaf 4\nspines 2\nseed 5\nstart-jitter 3us\n" +
 		"0->4 size 256KiB\n1->5 size 256KiB\n2->6 size 256KiB\n3->7 size 256KiB\n"))

@@ -22,7 +22,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 		&cli.BoolFlag{Name: "csv", Usage: "print the tables as CSV"},
 		&cli.StringFlag{Name: "plot", Value: "sim-" + scenario + ".svg", Usage: "write the main figure to this .svg or .png file (\"\": none)"},
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice: the same seed gives the same results"},
-		&cli.IntFlag{Name: "seeds", Value: 1, Usage: fmt.Sprintf("run with this many seeds, from --seed up, and show each figure's min-max (median) over them where they differ (1 to %d; the plot is --seed's)", maxSeeds)},
+		&cli.IntFlag{Name: "seeds", Value: 1, Usage: fmt.Sprintf("run with this many seeds, from --seed up, and show each figure's min-max (median) over them where they differ, the plot --seed's (1 to %d; sim flows: a row and a line a seed, from the file's seed unless --seed is given)", maxSeeds)},
 		&cli.BoolFlag{Name: "real-payloads", Usage: "copy and checksum every payload byte as on a real wire (slower; the results are the same: by default payloads are placeholders of their length)"},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile of what the last run of flows holds live at its end to this file (go tool pprof reads it; the scenarios with a speed table)"},
@@ -47,7 +47,6 @@ func sizeMiBOK(c *cli.Context) bool {
 	return mib >= 1 && mib <= maxSizeMiB
 }
 
-// jobsFlag is the setting of the scenarios of several runs.
 // startJitterFlag spreads the flows' starts by the seed (sim.MaxStartJitter
 // bounds it; startJitterInto reads it).
 var startJitterFlag = &cli.DurationFlag{Name: "start-jitter", Usage: fmt.Sprintf("delay each flow's start by a time drawn from the seed, uniform in [0, this) (0 to %v; sim flows: the file's unless given)", sim.MaxStartJitter)}
@@ -63,6 +62,7 @@ func startJitterInto(c *cli.Context, d *time.Duration) error {
 	return nil
 }
 
+// jobsFlag is the setting of the scenarios of several runs.
 var jobsFlag = &cli.IntFlag{Name: "jobs", Value: 1, Usage: "runs of the scenario at once, each on its own core (0: one per core); the results are the same for any, the speed tables' wall times are not each run's own, and their heap is left out"}
 
 // simJobs reads --jobs into jobs as the scenarios take it, where a value
