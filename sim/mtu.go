@@ -85,6 +85,8 @@ func (l Links) Validate() error {
 		return fmt.Errorf("shared buffer of %d bytes: want 0 (none) or at least one full packet, %d bytes", l.SharedBuffer, p.maxPacket())
 	case !(l.SharedAlpha >= 0 && l.SharedAlpha <= 1024):
 		return fmt.Errorf("shared buffer alpha %g: want 0 (for 1) to 1024", l.SharedAlpha)
+	case l.SharedAlpha != 0 && l.SharedBuffer == 0:
+		return fmt.Errorf("shared buffer alpha %g: given without a shared buffer", l.SharedAlpha)
 	}
 	return nil
 }

@@ -63,6 +63,7 @@ func TestParseTrafficErrors(t *testing.T) {
 		{"ecn-kib 100\necn-max-kib 50\n0->1 size 1", "want the top above the threshold"},
 		{"shared-buffer-kib 2\n0->1 size 1", "shared buffer of 2048 bytes: want 0 (none) or at least one full packet"},
 		{"shared-buffer-alpha 0\n0->1 size 1", "shared-buffer-alpha \"0\": want above 0, at most 1024"},
+		{"shared-buffer-alpha 2\n0->1 size 1", "shared buffer alpha 2: given without a shared buffer"},
 		{"hosts 4\n\n0->9 size 1", "flow 0: 0->9, but there are 4 hosts"},
 		{"0->1 size 1 start -1s", "start \"-1s\""},
 		{"0->1 size", "has no value"},

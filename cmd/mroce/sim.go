@@ -388,8 +388,11 @@ func linkFlagsInto(c *cli.Context, l *sim.Links) error {
 	if shared < 0 || shared > 1<<20 || !(alpha > 0 && alpha <= 1024) {
 		return usagef(c, "sim %s: --shared-buffer-kib must be 0 to 1048576, --shared-buffer-alpha above 0 and at most 1024", name)
 	}
-	if shared > 0 {
+	switch {
+	case shared > 0:
 		l.SharedBuffer, l.SharedAlpha = shared<<10, alpha
+	case c.IsSet("shared-buffer-alpha"):
+		return usagef(c, "sim %s: --shared-buffer-alpha comes with --shared-buffer-kib", name)
 	}
 	if l.MTU == 0 {
 		return usagef(c, "sim %s: --mtu must be %d to %d", name, sim.MinMTU, sim.MaxMTU)

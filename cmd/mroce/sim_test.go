@@ -185,6 +185,7 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "incast", "--buffer-kib", "0"}, "--buffer-kib 1 to 1048576"},
 		{[]string{"sim", "planes", "--shared-buffer-kib", "2"}, "shared buffer of 2048 bytes: want 0 (none) or at least one full packet"},
 		{[]string{"sim", "planes", "--shared-buffer-kib", "1024", "--shared-buffer-alpha", "0"}, "--shared-buffer-alpha above 0"},
+		{[]string{"sim", "planes", "--shared-buffer-alpha", "2"}, "--shared-buffer-alpha comes with --shared-buffer-kib"},
 		{[]string{"sim", "permutation", "--planes", "2", "--plane-buffer-kib", "1=2"}, "plane 1 buffer of 2048 bytes: want at least one full packet"},
 		{[]string{"sim", "permutation", "--planes", "2", "--plane-buffer-kib", "3=64"}, "plane 3: there are 2 planes"},
 		{[]string{"sim", "planes", "--start-jitter", "1s"}, "--start-jitter must be 0 to 10ms"},
