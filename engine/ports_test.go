@@ -84,3 +84,25 @@ func TestPortRatesChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestSprayFollowsPortRates gives a sender ports of 25 and 100 Gb/s and a
+// receiver that grants 10 Gb/s, so neither port is ever busy. New data
+// still goes a fifth on the slow port and four fifths on the fast one, as
+// the ports' rates are, not half and half as round robin would send it.
+func TestSprayFollowsPortRates(t *testing.T) {
+	const size = 4 << 20
+	payload := func(gbps float64) float64 { return gbps * 1e9 / 8 * 4096 / 4226 }
+	fc := twoHostFabric(2)
+	n := newNet(t, fc, Config{Paths: 4, PortRates: []float64{payload(25), payload(100)}, InboundCapacity: payload(10)})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, size)
+	var bytes [2]uint64
+	for _, l := range n.fab.Links() {
+		if l.Kind() == netem.Uplink && l.From() == 0 {
+			bytes[l.Plane()] = l.Stats().Bytes
+		}
+	}
+	if share := float64(bytes[0]) / float64(bytes[0]+bytes[1]); math.Abs(share-0.2) > 0.02 {
+		t.Errorf("the 25 Gb/s port carried %.3f of the bytes, want 0.2 +- 0.02", share)
+	}
+}

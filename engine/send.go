@@ -24,8 +24,12 @@ type sender struct {
 	mask    uint32
 
 	// Paths. They are nil until equip.
-	paths       []*sendPath
-	rrPath      int // the path new data tries first
+	paths  []*sendPath
+	rrPath int // the path new data tries first
+	// pass is the pass of the path new data went on last, and planePaths
+	// counts the paths on each plane (pickByRate).
+	pass        float64
+	planePaths  []int
 	inflightAll int // packets in flight on all paths, the paths' inflight summed
 
 	// Posted messages, by stream. ready holds every stream that may have
@@ -340,6 +344,12 @@ func (s *sender) pickPath(lost int) *sendPath {
 	for _, skip := range [2]bool{false, true} {
 		if lost < 0 {
 			ports, now := s.c.ep.ports, s.c.ep.clock.Now()
+			if ports != nil {
+				if p := s.pickByRate(skip, now); p != nil {
+					return p
+				}
+				continue
+			}
 			for i := 0; i < len(s.paths); i++ {
 				p := s.paths[(s.rrPath+i)%len(s.paths)]
 				if s.usable(p, skip) && ports.ready(p.Plane(), now) {
@@ -378,6 +388,56 @@ func (s *sender) pickPath(lost int) *sendPath {
 		}
 	}
 	return nil
+}
+
+// pickByRate sprays new data over the usable paths in proportion to their
+// ports' rates, when the endpoint knows them: each plane's paths together
+// take the share of the packets its port's rate is of all the ports'.
+// Round robin would give a half-rate plane of four a quarter of the packets,
+// a seventh being its share; its port holds back the rest only once it is
+// busy, and the receivers' half-rate downlinks of that plane take what it
+// lets through. Each path keeps a pass, the time its packets took of its
+// share, and the path with the lowest goes next (stride scheduling). A path
+// that sat out, out of service or full, counts from the connection's
+// present pass, so that it does not take a burst on its return.
+func (s *sender) pickByRate(skip bool, now clock.Time) *sendPath {
+	ports := s.c.ep.ports
+	var best *sendPath
+	var bestPass float64
+	for i := 0; i < len(s.paths); i++ {
+		p := s.paths[(s.rrPath+i)%len(s.paths)]
+		if !s.usable(p, skip) || !ports.ready(p.Plane(), now) {
+			continue
+		}
+		if pass := max(p.pass, s.pass); best == nil || pass < bestPass {
+			best, bestPass = p, pass
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	s.rrPath = int(best.ID()) + 1
+	s.pass = bestPass
+	best.pass = bestPass + s.stride(best.Plane())
+	return best
+}
+
+// stride is how far a packet moves the pass of a path on plane: the
+// connection's paths on that plane over its port's rate.
+func (s *sender) stride(plane int) float64 {
+	ports := s.c.ep.ports
+	if plane >= len(ports.rate) {
+		return 0 // a plane with no rate given takes its turns at no cost
+	}
+	if len(s.planePaths) != len(ports.rate) {
+		s.planePaths = make([]int, len(ports.rate))
+		for _, p := range s.paths {
+			if q := p.Plane(); q < len(s.planePaths) {
+				s.planePaths[q]++
+			}
+		}
+	}
+	return float64(s.planePaths[plane]) / ports.rate[plane]
 }
 
 // waitForPort wakes the sender when the first port that holds back a path

@@ -36,8 +36,9 @@ type sendPath struct {
 
 	// Congestion window.
 	cwin   *cc.Window
-	window int    // cwin in whole packets
-	ce     uint32 // the receiver's CE count for the path, as last reported
+	window int     // cwin in whole packets
+	ce     uint32  // the receiver's CE count for the path, as last reported
+	pass   float64 // how far the path is through its share of new data (sender.pickByRate)
 
 	// The timer, for tail probes and retransmission timeouts.
 	timer    clock.Timer
