@@ -106,3 +106,21 @@ func TestSprayFollowsPortRates(t *testing.T) {
 		t.Errorf("the 25 Gb/s port carried %.3f of the bytes, want 0.2 +- 0.02", share)
 	}
 }
+
+// A plane the endpoint has no port rate for takes its share of new data
+// as the fastest port would, not all of it.
+func TestSprayGivesAnUnratedPlaneItsShare(t *testing.T) {
+	payload := 100e9 / 8 * 4096 / 4226
+	n := newNet(t, twoHostFabric(2), Config{Paths: 4, PortRates: []float64{payload}, InboundCapacity: payload / 10})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 4<<20)
+	var bytes [2]uint64
+	for _, l := range n.fab.Links() {
+		if l.Kind() == netem.Uplink && l.From() == 0 {
+			bytes[l.Plane()] = l.Stats().Bytes
+		}
+	}
+	if share := float64(bytes[1]) / float64(bytes[0]+bytes[1]); math.Abs(share-0.5) > 0.02 {
+		t.Errorf("the unrated plane carried %.3f of the bytes, want 0.5 +- 0.02", share)
+	}
+}

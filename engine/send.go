@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mroce/mroce/cc"
@@ -423,21 +424,25 @@ func (s *sender) pickByRate(skip bool, now clock.Time) *sendPath {
 }
 
 // stride is how far a packet moves the pass of a path on plane: the
-// connection's paths on that plane over its port's rate.
+// connection's paths on that plane over its port's rate. A plane given no
+// rate counts as fast as the fastest port, so that it takes its share and
+// no more.
 func (s *sender) stride(plane int) float64 {
 	ports := s.c.ep.ports
-	if plane >= len(ports.rate) {
-		return 0 // a plane with no rate given takes its turns at no cost
-	}
-	if len(s.planePaths) != len(ports.rate) {
-		s.planePaths = make([]int, len(ports.rate))
+	if s.planePaths == nil {
+		n := len(s.c.ep.cfg.Planes)
+		s.planePaths = make([]int, n)
 		for _, p := range s.paths {
-			if q := p.Plane(); q < len(s.planePaths) {
+			if q := p.Plane(); q < n {
 				s.planePaths[q]++
 			}
 		}
 	}
-	return float64(s.planePaths[plane]) / ports.rate[plane]
+	rate := slices.Max(ports.rate)
+	if plane < len(ports.rate) {
+		rate = ports.rate[plane]
+	}
+	return float64(s.planePaths[plane]) / rate
 }
 
 // waitForPort wakes the sender when the first port that holds back a path
