@@ -457,12 +457,10 @@ func (r *flowRun) schedule() {
 		r.evs[p].pending = &r.pending[p.src]
 		r.evs[p].finished = func(id uint64, ok bool) { r.release(int(id), false, ok, !ok) }
 	}
-	jitter := rand.New(rand.NewPCG(r.o.Seed, startJitterStream))
+	jitter := startJitter(r.o.Seed, r.o.StartJitter)
 	for i, f := range r.flows {
 		start := f.Start
-		if r.o.StartJitter > 0 {
-			start += time.Duration(jitter.Int64N(int64(r.o.StartJitter)))
-		}
+		start += jitter()
 		if start == 0 {
 			r.ready(i)
 		} else {
@@ -471,9 +469,18 @@ func (r *flowRun) schedule() {
 	}
 }
 
-// startJitterStream keys the random stream of the flows' start jitter, so
-// that it is its own, apart from the links' and the hash keys'.
-const startJitterStream = 0x73746172 // "star"
+// startJitter returns the delays of flows' starts, one a call, uniform in
+// [0, most) from the seed's own stream, apart from the links' and the hash
+// keys'; all 0 when most is 0.
+func startJitter(seed uint64, most time.Duration) func() time.Duration {
+	rng := rand.New(rand.NewPCG(seed, 0x73746172)) // "star"
+	return func() time.Duration {
+		if most <= 0 {
+			return 0
+		}
+		return time.Duration(rng.Int64N(int64(most)))
+	}
+}
 
 // release readies the flows that wait for flow id. When id has arrived,
 // that is the flows that start at its destination. When it completed at

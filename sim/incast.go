@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"time"
@@ -284,7 +283,7 @@ func (r *incastRun) post() {
 	cfg, w := r.cfg, r.w
 	dst := w.hosts[r.rx].region(r.n*cfg.Bytes, memreg.LocalWrite|memreg.RemoteWrite)
 	r.start = w.sim.Now()
-	jitter := rand.New(rand.NewPCG(cfg.Seed, startJitterStream))
+	jitter := startJitter(cfg.Seed, cfg.StartJitter)
 	last, lastAt := 0, time.Duration(0) // the sender that starts last, and when
 	for s := 0; s < r.n; s++ {
 		src := w.hosts[s].region(cfg.Bytes, memreg.LocalWrite)
@@ -295,10 +294,7 @@ func (r *incastRun) post() {
 				r.postErr = err
 			}
 		}
-		at := time.Duration(s) * cfg.Stagger
-		if cfg.StartJitter > 0 {
-			at += time.Duration(jitter.Int64N(int64(cfg.StartJitter)))
-		}
+		at := time.Duration(s)*cfg.Stagger + jitter()
 		if at >= lastAt {
 			last, lastAt = s, at
 		}
