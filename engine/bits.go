@@ -19,17 +19,20 @@ func (v *bitvec256) advance(d uint32) {
 		*v = bitvec256{}
 		return
 	}
-	n := int(d)
-	words, shift := n/64, uint(n%64)
-	var out bitvec256
-	for w := 3; w >= words; w-- {
-		x := v[w-words] << shift
-		if shift != 0 && w-words-1 >= 0 {
-			x |= v[w-words-1] >> (64 - shift)
+	// In place, from the highest word down: word w reads only words at or
+	// below w, which are still the old ones. A copy through a temporary
+	// made the store of every arriving packet wait on its own loads.
+	words, shift := int(d/64), d%64
+	for w := 3; w >= 0; w-- {
+		var x uint64
+		if src := w - words; src >= 0 {
+			x = v[src] << shift
+			if src > 0 {
+				x |= v[src-1] >> (64 - shift) // 0 for a shift of 0: Go shifts past the width to 0
+			}
 		}
-		out[w] = x
+		v[w] = x
 	}
-	*v = out
 	if d >= 1 {
 		v.set(int(d - 1))
 	}

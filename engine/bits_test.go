@@ -138,3 +138,12 @@ func TestBitsetNext(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBitvectorAdvance is the receiver's work for a path's next PSN,
+// once per data packet.
+func BenchmarkBitvectorAdvance(b *testing.B) {
+	var v bitvec256
+	for range b.N {
+		v.advance(1)
+	}
+}
