@@ -121,3 +121,34 @@ func TestSprayGivesAnUnratedPlaneItsShare(t *testing.T) {
 		t.Errorf("the unrated plane carried %.3f of the bytes, want 0.5 +- 0.02", 1-share)
 	}
 }
+
+// TestTheTailLeavesALongPlane runs a WRITE over two planes, the second's
+// links ten times as long, 18 µs more one way. The long plane carries its
+// half of the message until near the end, where its packets would arrive
+// after the short plane could have carried all the rest. Sprayed to the
+// end, its last packet arrives 21 µs after the short plane's; it must
+// arrive within a third of its extra delay, and the plane must still
+// carry most of its half.
+func TestTheTailLeavesALongPlane(t *testing.T) {
+	fc := twoHostFabric(2)
+	long := link100()
+	long.Delay = 10 * time.Microsecond
+	fc.Overrides = []netem.Override{{Plane: 1, Match: netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}, Link: long}}
+	payload := 100e9 / 8 * 4096 / 4226
+	n := newNet(t, fc, Config{Paths: 4, PortRates: []float64{payload, payload}, InboundCapacity: payload / 10})
+	var last [2]time.Duration
+	var bytes [2]int
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		if e.Verdict == netem.Delivered && e.Link.Kind() == netem.Downlink && e.Datagram.Size() > 1000 {
+			last[e.Link.Plane()] = time.Duration(e.At)
+			bytes[e.Link.Plane()] += e.Datagram.Size()
+		}
+	})
+	n.writeWhole(t, n.connect(0, 1), 4<<20)
+	if late := last[1] - last[0]; late > 6*time.Microsecond {
+		t.Errorf("the long plane's last data arrived %v after the short plane's, want at most 6µs", late)
+	}
+	if share := float64(bytes[1]) / float64(bytes[0]+bytes[1]); share < 0.45 || share > 0.5 {
+		t.Errorf("the long plane carried %.3f of the data, want 0.45 to 0.5", share)
+	}
+}

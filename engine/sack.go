@@ -55,6 +55,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	if s.newestAcked > 0 || lower {
 		s.probeOverdue(at) // also after a fall of the hint, since the timers were just armed from now
 	}
+	s.sampleDelivery(at)
 	s.c.tp.acked(s)
 	if s.una != before {
 		s.c.madeProgress(true)
@@ -179,6 +180,7 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	}
 	p.released()
 	p.Counters.Acked++
+	p.s.delivery.acked++
 	p.s.ackDSN(r.dsn)
 }
 

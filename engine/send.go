@@ -79,6 +79,15 @@ type sender struct {
 		at    clock.Time
 		acked uint64
 	}
+	// delivery is the rate the peer acknowledges packets at, taken over
+	// intervals of at least a round trip (sampleDelivery): acked counts
+	// every transmission reported received, and rate is bytes a second
+	// over the last interval that ended at at with acked at its start.
+	delivery struct {
+		at         clock.Time
+		acked, was uint64
+		rate       float64
+	}
 	// heard is set by the first ACK. Until then the connection sends no
 	// more than cc.DefaultWindow.Initial packets, which a path's window of
 	// at least one would exceed with more paths than that.
@@ -336,24 +345,30 @@ func (s *sender) paced(bytes int) {
 }
 
 // pickPath chooses a path for a packet. New data (lost < 0) is sprayed
-// round robin over the usable paths. A retransmission goes to the usable
+// round robin over the usable paths, or by their ports' rates, except paths
+// too long for what is left (tailCut). A retransmission goes to the usable
 // path with the lowest smoothed RTT other than the one that lost it, or
 // back to that one if no other can take it.
 func (s *sender) pickPath(lost int) *sendPath {
 	// Clear paths come first. Paths in SKIP, which saw a CE mark recently,
 	// are used only when no clear path can take the packet.
+	now := s.c.ep.clock.Now()
+	var cut time.Duration
+	if lost < 0 {
+		cut = s.tailCut(now)
+	}
 	for _, skip := range [2]bool{false, true} {
 		if lost < 0 {
-			ports, now := s.c.ep.ports, s.c.ep.clock.Now()
+			ports := s.c.ep.ports
 			if ports != nil {
-				if p := s.pickByRate(skip, now); p != nil {
+				if p := s.pickByRate(skip, cut, now); p != nil {
 					return p
 				}
 				continue
 			}
 			for i := 0; i < len(s.paths); i++ {
 				p := s.paths[(s.rrPath+i)%len(s.paths)]
-				if s.usable(p, skip) && ports.ready(p.Plane(), now) {
+				if s.usable(p, skip) && ports.ready(p.Plane(), now) && shortEnough(p, cut) {
 					s.rrPath = int(p.ID()) + 1
 					return p
 				}
@@ -401,13 +416,13 @@ func (s *sender) pickPath(lost int) *sendPath {
 // share, and the path with the lowest goes next (stride scheduling). A path
 // that sat out, out of service or full, counts from the connection's
 // present pass, so that it does not take a burst on its return.
-func (s *sender) pickByRate(skip bool, now clock.Time) *sendPath {
+func (s *sender) pickByRate(skip bool, cut time.Duration, now clock.Time) *sendPath {
 	ports := s.c.ep.ports
 	var best *sendPath
 	var bestPass float64
 	for i := 0; i < len(s.paths); i++ {
 		p := s.paths[(s.rrPath+i)%len(s.paths)]
-		if !s.usable(p, skip) || !ports.ready(p.Plane(), now) {
+		if !s.usable(p, skip) || !ports.ready(p.Plane(), now) || !shortEnough(p, cut) {
 			continue
 		}
 		if pass := max(p.pass, s.pass); best == nil || pass < bestPass {
@@ -421,6 +436,72 @@ func (s *sender) pickByRate(skip bool, now clock.Time) *sendPath {
 	s.pass = bestPass
 	best.pass = bestPass + s.stride(best.Plane())
 	return best
+}
+
+// tailCut is the longest least RTT a path may have and still take new data
+// now. Near the end of what is posted, a packet on a path much longer than
+// the fastest arrives after the fastest could have carried all the rest,
+// and its message completes that much later: a plane of long links would
+// add its extra round trip to every message. So new data leaves a path
+// whose least RTT exceeds the fastest path's by more than the time the
+// connection needs to send what is left at the rate its packets are
+// acknowledged (sampleDelivery), plus the wait until
+// the fastest path can take a packet: its port's backlog, or a slot of its
+// window when that is full (the earliest completion rule of multipath
+// schedulers). It returns no limit before the first RTT sample or rate.
+func (s *sender) tailCut(now clock.Time) time.Duration {
+	const none = time.Duration(math.MaxInt64)
+	var fastest *sendPath
+	for _, p := range s.paths {
+		if p.RTT.Samples > 0 && (fastest == nil || p.RTT.Min < fastest.RTT.Min) && p.Ready(now, true) && s.c.knows(p.Plane()) {
+			fastest = p
+		}
+	}
+	if fastest == nil {
+		return none
+	}
+	left := float64(s.unsent) / s.delivery.rate // seconds
+	if !(left < 1) {
+		return none // no rate yet, or a second or more to go
+	}
+	var wait time.Duration
+	if fastest.inflight >= fastest.window || !fastest.ringRoom() {
+		wait = fastest.RTT.SRTT / time.Duration(max(fastest.window, 1))
+	}
+	if ports := s.c.ep.ports; !ports.ready(fastest.Plane(), now) {
+		wait = max(wait, ports.readyAt(fastest.Plane()).Sub(now))
+	}
+	return fastest.RTT.Min + wait + time.Duration(left*1e9)
+}
+
+// sampleDelivery closes an interval of the delivery rate once it has
+// lasted the smoothed RTT of the path that just took a sample, the
+// longest of a connection's paths' being too slow to follow a change.
+// The windows' rate is no measure of it: with long queues their packets
+// take far longer than the least RTT that rate divides by.
+func (s *sender) sampleDelivery(at clock.Time) {
+	d := &s.delivery
+	if d.at == 0 {
+		d.at, d.was = at, d.acked
+		return
+	}
+	var srtt time.Duration
+	for _, p := range s.paths {
+		if p.RTT.Samples > 0 && (srtt == 0 || p.RTT.SRTT < srtt) {
+			srtt = p.RTT.SRTT
+		}
+	}
+	if srtt == 0 || at.Sub(d.at) < srtt {
+		return
+	}
+	d.rate = float64(d.acked-d.was) * s.mss / at.Sub(d.at).Seconds()
+	d.at, d.was = at, d.acked
+}
+
+// shortEnough reports whether p may take new data under tailCut's limit. A
+// path not yet sampled may: nothing says it is long.
+func shortEnough(p *sendPath, cut time.Duration) bool {
+	return p.RTT.Samples == 0 || p.RTT.Min <= cut
 }
 
 // stride is how far a packet moves the pass of a path on plane: the
