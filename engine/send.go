@@ -80,9 +80,10 @@ type sender struct {
 		acked uint64
 	}
 	// delivery is the rate the peer acknowledges packets at, taken over
-	// intervals of at least a round trip (sampleDelivery): acked counts
-	// every transmission reported received, and rate is bytes a second
-	// over the last interval that ended at at with acked at its start.
+	// intervals of at least a round trip (sampleDelivery). acked counts
+	// every transmission reported received; the interval under way began
+	// at at, with was of them; rate is bytes a second over the last
+	// interval closed.
 	delivery struct {
 		at         clock.Time
 		acked, was uint64
@@ -445,10 +446,10 @@ func (s *sender) pickByRate(skip bool, cut time.Duration, now clock.Time) *sendP
 // add its extra round trip to every message. So new data leaves a path
 // whose least RTT exceeds the fastest path's by more than the time the
 // connection needs to send what is left at the rate its packets are
-// acknowledged (sampleDelivery), plus the wait until
-// the fastest path can take a packet: its port's backlog, or a slot of its
-// window when that is full (the earliest completion rule of multipath
-// schedulers). It returns no limit before the first RTT sample or rate.
+// acknowledged (sampleDelivery), plus the wait until the fastest path can
+// take a packet: its port's backlog, or a slot of its window when that is
+// full (the earliest completion rule of multipath schedulers). It returns
+// no limit before the first RTT sample or rate.
 func (s *sender) tailCut(now clock.Time) time.Duration {
 	const none = time.Duration(math.MaxInt64)
 	var fastest *sendPath
@@ -475,10 +476,10 @@ func (s *sender) tailCut(now clock.Time) time.Duration {
 }
 
 // sampleDelivery closes an interval of the delivery rate once it has
-// lasted the smoothed RTT of the path that just took a sample, the
-// longest of a connection's paths' being too slow to follow a change.
-// The windows' rate is no measure of it: with long queues their packets
-// take far longer than the least RTT that rate divides by.
+// lasted the least smoothed RTT of the connection's paths; the longest
+// would be too slow to follow a change. The windows' rate is no measure
+// of delivery: behind a long queue their packets take far longer than the
+// least RTT it divides by.
 func (s *sender) sampleDelivery(at clock.Time) {
 	d := &s.delivery
 	if d.at == 0 {
