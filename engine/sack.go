@@ -180,7 +180,6 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	}
 	p.released()
 	p.Counters.Acked++
-	p.s.delivery.acked++
 	p.s.ackDSN(r.dsn)
 }
 

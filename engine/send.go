@@ -80,14 +80,13 @@ type sender struct {
 		acked uint64
 	}
 	// delivery is the rate the peer acknowledges packets at, taken over
-	// intervals of at least a round trip (sampleDelivery). acked counts
-	// every transmission reported received; the interval under way began
-	// at at, with was of them; rate is bytes a second over the last
-	// interval closed.
+	// intervals of at least a round trip (sampleDelivery). The interval
+	// under way began at at, when the paths had acked transmissions
+	// reported received; rate is bytes a second over the last one closed.
 	delivery struct {
-		at         clock.Time
-		acked, was uint64
-		rate       float64
+		at    clock.Time
+		acked uint64
+		rate  float64
 	}
 	// heard is set by the first ACK. Until then the connection sends no
 	// more than cc.DefaultWindow.Initial packets, which a path's window of
@@ -466,7 +465,7 @@ func (s *sender) tailCut(now clock.Time) time.Duration {
 		return none // no rate yet, or a second or more to go
 	}
 	var wait time.Duration
-	if fastest.inflight >= fastest.window || !fastest.ringRoom() {
+	if !s.usable(fastest, true) { // in service, so its window or ring is full
 		wait = fastest.RTT.SRTT / time.Duration(max(fastest.window, 1))
 	}
 	if ports := s.c.ep.ports; !ports.ready(fastest.Plane(), now) {
@@ -482,21 +481,21 @@ func (s *sender) tailCut(now clock.Time) time.Duration {
 // least RTT it divides by.
 func (s *sender) sampleDelivery(at clock.Time) {
 	d := &s.delivery
-	if d.at == 0 {
-		d.at, d.was = at, d.acked
-		return
-	}
+	var acked uint64
 	var srtt time.Duration
 	for _, p := range s.paths {
+		acked += p.Counters.Acked
 		if p.RTT.Samples > 0 && (srtt == 0 || p.RTT.SRTT < srtt) {
 			srtt = p.RTT.SRTT
 		}
 	}
-	if srtt == 0 || at.Sub(d.at) < srtt {
-		return
+	switch {
+	case d.at == 0:
+		d.at, d.acked = at, acked
+	case srtt > 0 && at.Sub(d.at) >= srtt:
+		d.rate = float64(acked-d.acked) * s.mss / at.Sub(d.at).Seconds()
+		d.at, d.acked = at, acked
 	}
-	d.rate = float64(d.acked-d.was) * s.mss / at.Sub(d.at).Seconds()
-	d.at, d.was = at, d.acked
 }
 
 // shortEnough reports whether p may take new data under tailCut's limit. A
