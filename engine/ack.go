@@ -76,6 +76,10 @@ func (r *receiver) hint() uint64 {
 // noteArrival decides when to acknowledge a recorded data packet.
 func (r *receiver) noteArrival(now bool, at clock.Time) {
 	c := r.c
+	if r.lastArrival != 0 {
+		r.gap += (at.Sub(r.lastArrival) - r.gap) / 8
+	}
+	r.lastArrival = at
 	r.pending++
 	switch {
 	case now || r.pending >= c.ep.cfg.AckEvery:
@@ -139,10 +143,13 @@ func (r *receiver) sendAck(plane int, records bool) {
 	if records {
 		// If the sender goes quiet, send all the records once more. An ACK
 		// lost at the tail of a transfer would otherwise cost a tail probe,
-		// a resend of data that arrived. repeatAck disarms this for its own
-		// ACK.
+		// a resend of data that arrived. Quiet is a few of the sender's
+		// usual gaps between packets: a sender paced to a small share
+		// leaves gaps longer than AckDelay between all its packets, and
+		// would draw a repeat after nearly every ACK. repeatAck disarms
+		// this for its own ACK.
 		r.repeat = true
-		c.ackTimer.Reset(now.Add(ackRepeatAfter * c.ep.cfg.AckDelay))
+		c.ackTimer.Reset(now.Add(ackRepeatAfter * max(c.ep.cfg.AckDelay, r.gap)))
 	}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
@@ -18,12 +19,16 @@ type receiver struct {
 	c *Conn
 
 	// Acknowledgment.
-	pending  int        // data packets since the last ACK
-	repeat   bool       // the ACK timer is set to repeat the last ACK
-	ready    bool       // init has run, so receives may be posted
-	ackPlane int        // the plane of the latest data packet, where ACKs go
-	ackPort  int        // the index in SourcePorts of the last ACK's source port
-	share    *cc.Member // this connection in the endpoint's InboundCapacity allocation, which sets its rate hints; nil without one
+	pending int  // data packets since the last ACK
+	repeat  bool // the ACK timer is set to repeat the last ACK
+	// gap is the moving average of the time between data arrivals, and
+	// lastArrival the latest, for the wait before a repeat (sendAck).
+	gap         time.Duration
+	lastArrival clock.Time
+	ready       bool       // init has run, so receives may be posted
+	ackPlane    int        // the plane of the latest data packet, where ACKs go
+	ackPort     int        // the index in SourcePorts of the last ACK's source port
+	share       *cc.Member // this connection in the endpoint's InboundCapacity allocation, which sets its rate hints; nil without one
 
 	// What the ACKs report. dirty lists the paths that recorded data since
 	// the last ACK.

@@ -255,3 +255,19 @@ func TestLastPacketsProbedByTheNewestRTT(t *testing.T) {
 		}
 	}
 }
+
+// A sender paced far below the line leaves a gap longer than AckDelay
+// before each of its packets. The receiver repeats its last ACK once the
+// sender has been quiet for a few of its own gaps, not after each packet:
+// that would double the ACKs, which take a few percent of a link from the
+// data going the other way.
+func TestPacedSenderDrawsNoRepeatPerPacket(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 4, InboundCapacity: 125e6}) // 1 Gb/s: a packet every 33 µs
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 1<<20)
+	data, acks := pr.a.SenderStats().Packets, pr.b.ReceiverStats().AcksSent
+	t.Logf("%d data packets, %d ACKs", data, acks)
+	if acks > data*5/4 {
+		t.Fatalf("%d ACKs for %d data packets: repeats between paced packets", acks, data)
+	}
+}
