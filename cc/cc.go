@@ -7,7 +7,9 @@
 //     trip. The first mark of a round cuts the window by half that average,
 //     and every acknowledged packet grows it by 1/W, one packet per round
 //     trip. Random loss does not cut it. A retransmission timeout cuts that
-//     path's window to the minimum.
+//     path's window to the minimum. Where no queue marks, a round whose
+//     least one-way queueing delay is above a target cuts the window too,
+//     in proportion to the excess (DelayParams).
 //   - Allocator is a receiver's max-min fair share of its inbound capacity
 //     among the connections sending to it. Each connection declares its
 //     backlog in its data packets, and every ACK carries the share as a rate
@@ -28,12 +30,14 @@ type WindowParams struct {
 	Initial, Min, Max float64
 	// G is the gain of the ECN fraction's moving average, DCTCP's g.
 	G float64
+	// Delay is the delay signal's parameters.
+	Delay DelayParams
 }
 
 // DefaultWindow is DCTCP's published gain with a window that starts at 16
-// packets and is held to [1, 255]. The maximum of 255 fits the path's ring
-// of 256 PSNs.
-var DefaultWindow = WindowParams{Initial: 16, Min: 1, Max: 255, G: 1.0 / 16}
+// packets and is held to [1, 255], and DefaultDelay. The maximum of 255
+// fits the path's ring of 256 PSNs.
+var DefaultWindow = WindowParams{Initial: 16, Min: 1, Max: 255, G: 1.0 / 16, Delay: DefaultDelay}
 
 // Window is one path's congestion window, updated by every ACK record
 // of the path.
@@ -44,6 +48,7 @@ type Window struct {
 	acked, marked int32  // in the current round, a window's worth of at most hundreds
 	roundEnd      uint32 // the round ends when this PSN is acknowledged
 	cut           bool   // the window was cut in this round
+	delay         delaySignal
 	p             WindowParams
 }
 
@@ -65,16 +70,18 @@ func (w *Window) Alpha() float64 { return w.alpha }
 // OnAck applies one ACK record's news for the path. Of the acked packets
 // newly reported received, marked carried CE. through is the highest PSN
 // the record covers, and next is the path's next PSN. Together they delimit
-// rounds of one round trip each.
-func (w *Window) OnAck(acked, marked int, through, next uint32) {
+// rounds of one round trip each. The record's delay sample goes to OnDelay
+// first. OnAck reports whether the delay signal cut the window.
+func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) {
 	w.acked += int32(acked)
 	w.marked += int32(marked)
 	if marked > 0 && !w.cut {
 		// The first mark of a round cuts by half the average fraction.
 		w.w = max(w.p.Min, w.w*(1-w.alpha/2))
 		w.cut = true
-	} else if marked == 0 && w.w > 0 {
-		// Additive increase adds one packet per window of acknowledgments.
+	} else if marked == 0 && w.w > 0 && !w.delay.over {
+		// Additive increase adds one packet per window of acknowledgments,
+		// unless the last round showed a queue above the delay target.
 		w.w = min(w.p.Max, w.w+float64(acked)/w.w)
 	}
 	if proto.SeqLessEq(w.roundEnd, through) {
@@ -85,14 +92,17 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) {
 			f := min(1, float64(w.marked)/float64(w.acked))
 			w.alpha = (1-w.p.G)*w.alpha + w.p.G*f
 		}
+		delayCut = w.endRound()
 		w.acked, w.marked, w.cut = 0, 0, false
 		w.roundEnd = next
 	}
+	return delayCut
 }
 
-// OnTimeout trims the window to its minimum after the path timed out. Other
-// paths are not touched, and random loss, a gap, never calls this.
-func (w *Window) OnTimeout() { w.w = w.p.Min }
+// OnTimeout trims the window to its minimum after the path timed out, or
+// leaves it where the delay signal took it below. Other paths are not
+// touched, and random loss, a gap, never calls this.
+func (w *Window) OnTimeout() { w.w = min(w.w, w.p.Min) }
 
 // Raise sets the window to v where that is larger, up to Max. It puts back
 // the window a timeout cut once an ACK shows the timeout spurious (a window

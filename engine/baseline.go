@@ -64,6 +64,7 @@ func (b *baseline) window(c *Conn) cc.WindowParams {
 	wp := cc.DefaultWindow
 	w := float64(c.ep.cfg.BaselineWindow)
 	wp.Initial, wp.Min, wp.Max = w, w, w
+	wp.Delay = cc.DelayParams{}
 	return wp
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -117,6 +118,12 @@ type Config struct {
 	NoRateHints bool
 	// NoPacing sends as the windows allow, without spacing packets.
 	NoPacing bool
+	// DelayTarget is the queueing delay on the way to the receiver that a
+	// path may show before its window is cut, on planes whose queues mark
+	// no ECN (cc.DelayParams, docs/cc.md). The target is never below the
+	// path's least RTT. Default 25 µs. A negative target takes no delay
+	// signal.
+	DelayTarget time.Duration
 
 	// Acknowledgment.
 
@@ -245,6 +252,7 @@ func (c *Config) fill() error {
 	setDur(&c.HintHorizon, defaultHintHorizon)
 	setInt(&c.AckEvery, defaultAckEvery)
 	setDur(&c.AckDelay, defaultAckDelay)
+	setDur(&c.DelayTarget, cc.DefaultDelay.Target)
 	setDur(&c.RTOInitial, defaultRTOInitial)
 	setDur(&c.RTOMin, defaultRTOMin)
 	setDur(&c.RTOMax, defaultRTOMax)

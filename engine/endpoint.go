@@ -53,6 +53,10 @@ type Endpoint struct {
 	alloc    *cc.Allocator // shares InboundCapacity among the senders to this endpoint; nil when unknown
 	outAlloc *cc.Allocator // shares OutboundCapacity among this endpoint's senders; nil when not set
 	ports    *nicPorts     // what each plane's port has to send; nil without PortRates
+	// marking is set for a plane once any connection's path on it saw a CE
+	// mark. Its queues mark, and marks are the finer signal: its paths
+	// take no delay signal (docs/cc.md, "Where no queue marks").
+	marking []bool
 
 	batch []link.Datagram // datagrams queued for the port
 	stats EndpointStats
@@ -90,6 +94,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 			Quiet: 50 * cfg.HintHorizon})
 	}
 	e.ports = newNICPorts(cfg.PortRates, cfg.MaxPacket)
+	e.marking = make([]bool, len(cfg.Planes))
 	return e, nil
 }
 

@@ -40,7 +40,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 			s.stats.BadAcks++
 			continue
 		}
-		s.paths[rec.PathID()].onRecord(rec, at)
+		s.paths[rec.PathID()].onRecord(rec, pkt.Common.Timestamp(), at)
 	}
 	if lower {
 		// What is still in flight now drains more slowly (see drainTime).
@@ -64,10 +64,10 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	s.c.tp.overdue(s, at)
 }
 
-// onRecord applies one ACK record to its path. It takes an RTT sample and
-// the CE count, and resolves every PSN the record covers (spec section
-// 5.5).
-func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
+// onRecord applies one ACK record to its path. It takes an RTT sample, a
+// one-way delay sample and the CE count, and resolves every PSN the record
+// covers (spec section 5.5). ackSent is the ACK's Timestamp.
+func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) {
 	s := p.s
 	h, e := rec.HighestPSN(), rec.Epoch()
 	if !proto.SeqLess(h, p.next) || proto.SeqLess(h, p.EpochStart(e)) {
@@ -83,6 +83,12 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		marked = int(d)
 		p.Counters.CEMarks += uint64(d)
 		p.ce = rec.CECount()
+		s.c.ep.marking[p.Plane()] = true
+	}
+	if s.c.ep.marking[p.Plane()] {
+		p.cwin.NoDelay() // samples taken before the plane's first mark included
+	} else if sample := now32 - rec.EchoTimestamp() - rec.ServiceTime(); sample < 1<<31 {
+		p.delaySample(rec, ackSent, time.Duration(sample), at)
 	}
 	if p.lastTimeout.open && e == p.lastTimeout.epoch {
 		p.lateDelivery(rec, h, at)
@@ -110,7 +116,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 		resolved = true
 	}
 	p.advance()
-	p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next)
+	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
+		p.Counters.DelayCuts++
+	}
 	p.windowChanged()
 	if resolved {
 		p.probed, p.timeouts = false, 0
@@ -125,6 +133,19 @@ func (p *sendPath) onRecord(rec proto.AckRecord, at clock.Time) {
 	} else if resolved {
 		p.Clean()
 	}
+}
+
+// delaySample gives the path's window its queueing delay on the way to the
+// receiver (cc.DelayParams). The ACK left ServiceTime after the packet it
+// echoes arrived, so the receiver's clock read ackSent - ServiceTime at
+// that arrival, and less the echoed Timestamp it is the one-way delay plus
+// the clocks' offset. The queue on the way there is the sender's to
+// answer. The ACK's way back, which an RTT would count too, may wait
+// behind the receiver's own data.
+func (p *sendPath) delaySample(rec proto.AckRecord, ackSent uint32, rtt time.Duration, at clock.Time) {
+	arrived := ackSent - rec.ServiceTime() - rec.EchoTimestamp()
+	queue := p.s.oneWay[p.Plane()].Queue(arrived, int64(at), oneWaySpan)
+	p.cwin.OnDelay(queue, rtt, p.RTT.Min)
 }
 
 // lateDelivery reads an ACK record for news of the packets the path's last

@@ -32,6 +32,11 @@ type sender struct {
 	pass        float64
 	planePaths  []int
 	inflightAll int // packets in flight on all paths, the paths' inflight summed
+	// oneWay is, by plane, the base of the paths' one-way delays for the
+	// delay signal (cc.DelayParams). It is the plane's and not each path's:
+	// a path's own least may come from a packet that waited behind the
+	// first window, and would take that queue for the path's length.
+	oneWay []cc.DelayBase
 
 	// Posted messages, by stream. ready holds every stream that may have
 	// data to send, so that nextMessage skips the idle ones.
@@ -172,6 +177,7 @@ func (s *sender) equip() {
 	// Pacing and path choice look at every path for each packet. The paths,
 	// their windows and their first ring slots are therefore each one
 	// allocation, side by side, rather than one per path.
+	s.oneWay = make([]cc.DelayBase, len(cfg.Planes))
 	paths := make([]sendPath, c.paths)
 	windows := make([]cc.Window, c.paths)
 	rings := make([]sendRec, c.paths*minPathRing)

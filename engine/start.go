@@ -19,8 +19,9 @@ const trainPackets = 8
 // receiver's share keeps in flight over the shortest round trip seen: the
 // rate hint times that RTT, or less where the first window arrived more
 // slowly. It does so once trainPackets more packets are acknowledged after
-// the first ACK, and not at all once a path saw a CE mark, timed out or had
-// a packet dropped by the local host (localdrop.go).
+// the first ACK, and not at all once a path saw a CE mark or a queue above
+// its delay target (cc.DelayParams), timed out or had a packet dropped by
+// the local host (localdrop.go).
 //
 // The hint knows the receiver's side only. The first window leaves back to
 // back, so the spacing of its acknowledgments is the rate of the slowest
@@ -43,7 +44,7 @@ func (s *sender) startFromHint(at clock.Time) {
 	var acked uint64
 	var minRTT time.Duration
 	for _, p := range s.paths {
-		if p.Counters.CEMarks > 0 || p.Counters.Timeouts > 0 || p.Counters.LocalDrops > 0 {
+		if p.Counters.CEMarks > 0 || p.cwin.QueueSeen() || p.Counters.Timeouts > 0 || p.Counters.LocalDrops > 0 {
 			s.started = true // congestion, a fault or the local host spoke first
 			return
 		}

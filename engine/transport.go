@@ -131,6 +131,7 @@ func (multipath) window(c *Conn) cc.WindowParams {
 	wp := cc.DefaultWindow
 	wp.Max = float64(c.ep.cfg.PathWindow)
 	wp.Initial = min(max(wp.Min, math.Ceil(wp.Initial/float64(c.paths))), wp.Max)
+	wp.Delay.Target = max(0, c.ep.cfg.DelayTarget)
 	return wp
 }
 

@@ -81,6 +81,7 @@ type Counters struct {
 	Timeouts               uint64 // retransmission timeouts
 	SpuriousTimeouts       uint64 // the Timeouts whose packets an ACK later reported received
 	CEMarks                uint64 // CE marks the peer reported for this path
+	DelayCuts              uint64 // window cuts for a queue above the delay target (docs/cc.md)
 	Acked                  uint64 // transmissions reported received
 	Repaths                uint64
 	TailProbes             uint64 // the Retransmits that resent a path's last packet to elicit an ACK

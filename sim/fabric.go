@@ -36,6 +36,9 @@ type FabricOptions struct {
 	// never start at one instant, and with it a seed sweep varies more
 	// than the ECMP hash.
 	StartJitter time.Duration
+	// DelayTarget is the engines' Config.DelayTarget: 0 for the default,
+	// below 0 for no delay signal.
+	DelayTarget time.Duration
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool

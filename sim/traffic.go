@@ -18,6 +18,7 @@ import (
 //	mtu 4096               paths 8             loss 0.01           seed 7
 //	fat-tree-k 0           ecn-max-kib 0       shared-buffer-kib 0 shared-buffer-alpha 1
 //	start-jitter 0         plane 2 rate-gbps 50
+//	delay-target 25us      # or off, for senders without the delay signal
 //	baseline
 //	0->1 start 0 size 1MiB
 //	3->7 start 10us size 64KiB after 0
@@ -155,6 +156,16 @@ func (t *Traffic) parseSetting(f []string) error {
 			return fmt.Errorf("delay %q: want a duration of 0 to %v", v, MaxDelay)
 		}
 		o.Delay = d
+	case "delay-target":
+		if v == "off" {
+			o.DelayTarget = -1
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > MaxDelay {
+			return fmt.Errorf("delay-target %q: want off or a duration above 0, at most %v", v, MaxDelay)
+		}
+		o.DelayTarget = d
 	case "start-jitter":
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > MaxStartJitter {

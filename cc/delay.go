@@ -1,0 +1,157 @@
+package cc
+
+import (
+	"math"
+	"time"
+)
+
+// DelayParams are the delay signal's parameters. It stands in for ECN where
+// a queue does not mark: a drop-tail bottleneck that only loss would
+// reveal, and loss is not congestion here. Its input is a path's queueing
+// delay on the way to the receiver, one sample per ACK record, and a round
+// acts on its least sample, so that a delay only counts when every packet
+// of the round met it.
+type DelayParams struct {
+	// Target is the queueing delay a path may show before its window is
+	// cut. The target is never below the path's least RTT, and it grows as
+	// the window falls (target). Zero turns the signal off.
+	Target time.Duration
+	// Beta scales the cut: W x Beta x (queue over target) / RTT, Swift's
+	// rule. MaxCut bounds one cut.
+	Beta, MaxCut float64
+	// HeldRounds is how many rounds in a row the queue may stay above one
+	// and a half targets, cut every round, before the path takes the queue
+	// for someone else's (see endRound).
+	HeldRounds int
+}
+
+// DefaultDelay allows a queue of 25 µs or one least RTT, whichever is
+// longer, before the window scaling (target). 25 µs is above the ECN
+// thresholds of data-center switches, which mark queues of a few to about
+// 16 µs.
+var DefaultDelay = DelayParams{Target: 25 * time.Microsecond, Beta: 0.8, MaxCut: 0.5, HeldRounds: 16}
+
+// delaySignal is a window's delay state.
+type delaySignal struct {
+	// The sample of the round with the least queue, and its RTT.
+	queue, rtt time.Duration
+	sampled    bool
+	least      time.Duration // the path's least RTT, which the target is never below
+
+	held    int  // rounds in a row cut with the queue above 1.5 targets
+	over    bool // the last round's queue was above the target: no additive increase
+	foreign bool // the queue is taken to be held by senders that do not yield to delay
+	seen    bool // a sample showed a queue above the target
+}
+
+// OnDelay gives the window one sample of its path: the queueing delay on
+// the way to the receiver, the round trip it was taken in, and the least
+// round trip the path has shown.
+func (w *Window) OnDelay(queue, rtt, least time.Duration) {
+	d := &w.delay
+	if !d.sampled || queue < d.queue {
+		d.queue, d.rtt, d.sampled = queue, rtt, true
+	}
+	d.least = least
+	if w.p.Delay.Target > 0 && queue > w.target() {
+		d.seen = true
+	}
+}
+
+// QueueSeen reports whether any sample showed a queue above the target.
+func (w *Window) QueueSeen() bool { return w.delay.seen }
+
+// NoDelay drops the round's delay samples: the path's queues mark ECN, and
+// marks are the finer signal.
+func (w *Window) NoDelay() { w.delay.sampled, w.delay.over = false, false }
+
+// Yielding reports whether the path takes its queue for one that senders
+// who do not yield to delay keep full, and so takes no delay signal.
+func (w *Window) Yielding() bool { return w.delay.foreign }
+
+// endRound applies the delay signal at the end of a round and reports
+// whether it cut the window. A round without a sample is left alone: where
+// queues mark ECN, the caller gives none.
+//
+// A queue this path's cuts do not drain belongs to others. Senders that
+// fill a drop-tail queue until it overflows (TCP's cubic and BBR) never
+// leave it below the target, and a path that kept cutting would be left
+// with nothing. After HeldRounds rounds in a row cut with the queue above
+// one and a half targets the path stops cutting for delay, and starts
+// again once a round's queue falls to the target. Senders that do yield
+// hold their queue near one target, below the half more that ends the
+// signal. This is the mode switch of delay-based schemes that share with
+// loss-based ones (Copa's competitive mode).
+func (w *Window) endRound() bool {
+	d := &w.delay
+	p := w.p.Delay
+	queue, rtt, sampled := d.queue, d.rtt, d.sampled
+	d.sampled = false
+	d.over = false
+	if p.Target <= 0 || !sampled {
+		return false
+	}
+	target := w.target()
+	switch {
+	case queue <= target:
+		d.held, d.foreign = 0, false
+		return false
+	case d.foreign:
+		return false
+	}
+	d.over = true
+	cut := min(p.MaxCut, p.Beta*float64(queue-target)/float64(max(rtt, queue)))
+	w.w = max(w.p.Min, w.w*(1-cut))
+	if 2*queue > 3*target {
+		d.held++
+	} else {
+		d.held = 0
+	}
+	if d.held >= p.HeldRounds {
+		d.foreign = true
+	}
+	return true
+}
+
+// DelayBase is the least one-way delay reading of a plane's paths, the
+// base their queueing delay counts from. A reading is the receiver's clock
+// at a packet's arrival less the sender's at its departure, modulo 2^32
+// ns. The two clocks have any origins, so only differences of readings
+// mean anything, and they drift apart: the base is the least reading of
+// the last one to two spans, not of all time.
+type DelayBase struct {
+	cur, prev uint32
+	have      int   // readings held: 0, 1 (cur) or 2 (cur and prev)
+	since     int64 // when cur's span began, ns
+}
+
+// Queue takes in a reading made at now and returns its delay over the
+// base, the reading included.
+func (b *DelayBase) Queue(reading uint32, now int64, span time.Duration) time.Duration {
+	switch {
+	case b.have == 0:
+		b.cur, b.since, b.have = reading, now, 1
+	case now-b.since >= int64(span):
+		b.prev, b.cur, b.since, b.have = b.cur, reading, now, 2
+	case int32(reading-b.cur) < 0:
+		b.cur = reading
+	}
+	base := b.cur
+	if b.have == 2 && int32(b.prev-base) < 0 {
+		base = b.prev
+	}
+	return time.Duration(max(0, int32(reading-base)))
+}
+
+// target is the queue the path may show: Target or the least RTT, the
+// larger, and more as the window falls below 16 packets, up to twice as
+// much at one packet. A small window is a small share of a queue that
+// many paths cross, and many paths of one packet each hold a queue that no
+// cut of theirs drains: under a fixed target they would be cut for as long
+// as they ran, and then yield (endRound). This is Swift's flow-based
+// scaling of its target, by 1/sqrt(W).
+func (w *Window) target() time.Duration {
+	t := max(w.p.Delay.Target, w.delay.least)
+	scale := max(0, 4/math.Sqrt(max(w.w, 1))-1) / 3
+	return t + time.Duration(float64(t)*scale)
+}
