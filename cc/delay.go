@@ -13,8 +13,9 @@ import (
 // of the round met it.
 type DelayParams struct {
 	// Target is the queueing delay a path may show before its window is
-	// cut. The target is never below the path's least RTT, and it grows as
-	// the window falls (target). Zero turns the signal off.
+	// cut. The target is never below the path's least RTT and the host's
+	// scheduling delay (OnDelay), and it grows as the window falls
+	// (target). Zero turns the signal off.
 	Target time.Duration
 	// Beta scales the cut: W x Beta x (queue over target) / RTT, Swift's
 	// rule. MaxCut bounds one cut.
@@ -36,7 +37,7 @@ type delaySignal struct {
 	// The sample of the round with the least queue, and its RTT.
 	queue, rtt time.Duration
 	sampled    bool
-	least      time.Duration // the path's least RTT, which the target is never below
+	least      time.Duration // the target's floor: the path's least RTT and the host's scheduling delay
 
 	held    int  // rounds in a row cut with the queue above 1.5 targets
 	over    bool // the last round's queue was above the target: no additive increase
@@ -46,7 +47,9 @@ type delaySignal struct {
 
 // OnDelay gives the window one sample of its path: the queueing delay on
 // the way to the receiver, the round trip it was taken in, and the least
-// round trip the path has shown.
+// the target may be: the path's least round trip, and the host's
+// scheduling delay, since a host that sends in bursts that late needs a
+// queue that long to keep the bottleneck busy between them.
 func (w *Window) OnDelay(queue, rtt, least time.Duration) {
 	d := &w.delay
 	if !d.sampled || queue < d.queue {
@@ -117,30 +120,28 @@ func (w *Window) endRound() bool {
 // base their queueing delay counts from. A reading is the receiver's clock
 // at a packet's arrival less the sender's at its departure, modulo 2^32
 // ns. The two clocks have any origins, so only differences of readings
-// mean anything, and they drift apart: the base is the least reading of
-// the last one to two spans, not of all time.
+// mean anything.
+//
+// The base is the least reading of the connection's life, not of a recent
+// span. A queue that the senders hold near the target would otherwise
+// become the base after a span, and the next target would come on top of
+// it, span after span. The cost is clocks that drift apart: where the
+// receiver's runs faster, the readings grow by the drift, tens of µs a
+// second at tens of ppm, the signal takes that for a queue, and after
+// HeldRounds the path yields and takes no delay signal until its delay
+// falls back (endRound). Clocks that NTP disciplines drift far less.
 type DelayBase struct {
-	cur, prev uint32
-	have      int   // readings held: 0, 1 (cur) or 2 (cur and prev)
-	since     int64 // when cur's span began, ns
+	least uint32
+	have  bool
 }
 
-// Queue takes in a reading made at now and returns its delay over the
-// base, the reading included.
-func (b *DelayBase) Queue(reading uint32, now int64, span time.Duration) time.Duration {
-	switch {
-	case b.have == 0:
-		b.cur, b.since, b.have = reading, now, 1
-	case now-b.since >= int64(span):
-		b.prev, b.cur, b.since, b.have = b.cur, reading, now, 2
-	case int32(reading-b.cur) < 0:
-		b.cur = reading
+// Queue takes in a reading and returns its delay over the base, the
+// reading included.
+func (b *DelayBase) Queue(reading uint32) time.Duration {
+	if !b.have || int32(reading-b.least) < 0 {
+		b.least, b.have = reading, true
 	}
-	base := b.cur
-	if b.have == 2 && int32(b.prev-base) < 0 {
-		base = b.prev
-	}
-	return time.Duration(max(0, int32(reading-base)))
+	return time.Duration(int32(reading - b.least))
 }
 
 // target is the queue the path may show: Target or the least RTT, the

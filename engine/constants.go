@@ -65,16 +65,15 @@ const (
 
 // Tuned internals.
 const (
-	initialRing    = 16                     // a sender's first DSN ring, small because most ends of a connection only receive
-	minPathRing    = 4                      // a path's first PSN ring, doubled up to maxPathRing as it fills
-	initialMsgRing = 4                      // a receive stream's first ring of messages in progress
-	tailPackets    = 4                      // packets in flight that make the tail of a transfer (probeOverdue)
-	ackRepeatAfter = 4                      // ACK delays of quiet after which the last ACK is repeated
-	rnrRetryMicros = 100                    // the RetryAfter of an RNR NACK, in µs (section 7)
-	packetOverhead = 60 + 4 + 28            // a WRITE's headers, trailer, IP and UDP headers, which the baseline's DCQCN pacing charges beyond a payload
-	cnpInterval    = 50 * time.Microsecond  // the least time between two CNPs of a baseline connection, as at DCQCN's notification point
-	pacerCatchUp   = time.Millisecond       // the most pacing time a late wake makes up at once: a quiet host's timer lateness many times, and not a stall of a busy one
-	soloProbes     = 4                      // unanswered probes after which a path alone on its plane tries a new source port (routeSuspect)
-	lateMemory     = time.Second            // how long the round trip a spurious timeout revealed stays the timeouts' floor before it halves (lateFloor)
-	oneWaySpan     = 100 * time.Millisecond // the one-way delay base's span: two clocks tens of ppm apart drift a few µs in it (cc.DelayBase)
+	initialRing    = 16                    // a sender's first DSN ring, small because most ends of a connection only receive
+	minPathRing    = 4                     // a path's first PSN ring, doubled up to maxPathRing as it fills
+	initialMsgRing = 4                     // a receive stream's first ring of messages in progress
+	tailPackets    = 4                     // packets in flight that make the tail of a transfer (probeOverdue)
+	ackRepeatAfter = 4                     // ACK delays of quiet after which the last ACK is repeated
+	rnrRetryMicros = 100                   // the RetryAfter of an RNR NACK, in µs (section 7)
+	packetOverhead = 60 + 4 + 28           // a WRITE's headers, trailer, IP and UDP headers, which the baseline's DCQCN pacing charges beyond a payload
+	cnpInterval    = 50 * time.Microsecond // the least time between two CNPs of a baseline connection, as at DCQCN's notification point
+	pacerCatchUp   = time.Millisecond      // the most pacing time a late wake makes up at once: a quiet host's timer lateness many times, and not a stall of a busy one
+	soloProbes     = 4                     // unanswered probes after which a path alone on its plane tries a new source port (routeSuspect)
+	lateMemory     = time.Second           // how long the round trip a spurious timeout revealed stays the timeouts' floor before it halves (lateFloor)
 )

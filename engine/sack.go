@@ -88,7 +88,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	if s.c.ep.marking[p.Plane()] {
 		p.cwin.NoDelay() // samples taken before the plane's first mark included
 	} else if sample := now32 - rec.EchoTimestamp() - rec.ServiceTime(); sample < 1<<31 {
-		p.delaySample(rec, ackSent, time.Duration(sample), at)
+		p.delaySample(rec, ackSent, time.Duration(sample))
 	}
 	if p.lastTimeout.open && e == p.lastTimeout.epoch {
 		p.lateDelivery(rec, h, at)
@@ -142,10 +142,10 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 // the clocks' offset. The queue on the way there is the sender's to
 // answer. The ACK's way back, which an RTT would count too, may wait
 // behind the receiver's own data.
-func (p *sendPath) delaySample(rec proto.AckRecord, ackSent uint32, rtt time.Duration, at clock.Time) {
+func (p *sendPath) delaySample(rec proto.AckRecord, ackSent uint32, rtt time.Duration) {
 	arrived := ackSent - rec.ServiceTime() - rec.EchoTimestamp()
-	queue := p.s.oneWay[p.Plane()].Queue(arrived, int64(at), oneWaySpan)
-	p.cwin.OnDelay(queue, rtt, p.RTT.Min)
+	queue := p.s.oneWay[p.Plane()].Queue(arrived)
+	p.cwin.OnDelay(queue, rtt, p.RTT.Min+p.s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
 }
 
 // lateDelivery reads an ACK record for news of the packets the path's last
