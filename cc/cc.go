@@ -99,10 +99,9 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) 
 	return delayCut
 }
 
-// OnTimeout trims the window to its minimum after the path timed out, or
-// leaves it where the delay signal took it below. Other paths are not
-// touched, and random loss, a gap, never calls this.
-func (w *Window) OnTimeout() { w.w = min(w.w, w.p.Min) }
+// OnTimeout trims the window to its minimum after the path timed out. Other
+// paths are not touched, and random loss, a gap, never calls this.
+func (w *Window) OnTimeout() { w.w = w.p.Min }
 
 // Raise sets the window to v where that is larger, up to Max. It puts back
 // the window a timeout cut once an ACK shows the timeout spurious (a window

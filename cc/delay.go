@@ -68,10 +68,6 @@ func (w *Window) QueueSeen() bool { return w.delay.seen }
 // marks are the finer signal.
 func (w *Window) NoDelay() { w.delay.sampled, w.delay.over = false, false }
 
-// Yielding reports whether the path takes its queue for one that senders
-// who do not yield to delay keep full, and so takes no delay signal.
-func (w *Window) Yielding() bool { return w.delay.foreign }
-
 // endRound applies the delay signal at the end of a round and reports
 // whether it cut the window. A round without a sample is left alone: where
 // queues mark ECN, the caller gives none.

@@ -104,8 +104,8 @@ func TestDelayYieldsToAQueueItCannotDrain(t *testing.T) {
 			cuts++
 		}
 	}
-	if cuts != DefaultDelay.HeldRounds || !w.Yielding() {
-		t.Fatalf("%d cuts, yielding %v; want %d and yielding", cuts, w.Yielding(), DefaultDelay.HeldRounds)
+	if cuts != DefaultDelay.HeldRounds || !w.delay.foreign {
+		t.Fatalf("%d cuts, yielding %v; want %d and yielding", cuts, w.delay.foreign, DefaultDelay.HeldRounds)
 	}
 	low := w.Value()
 	for i := 0; i < 10; i++ {
@@ -116,7 +116,7 @@ func TestDelayYieldsToAQueueItCannotDrain(t *testing.T) {
 	}
 	// The queue drains: the path takes the signal again.
 	round(w, psn, w.target()/2)
-	if w.Yielding() {
+	if w.delay.foreign {
 		t.Fatalf("still yielding after a round at the target")
 	}
 	if !round(w, psn, 3*w.target()) {
@@ -130,7 +130,7 @@ func TestDelayYieldsToAQueueItCannotDrain(t *testing.T) {
 			t.Fatalf("round %d: no cut at 1.25 targets", i)
 		}
 	}
-	if w.Yielding() {
+	if w.delay.foreign {
 		t.Fatalf("yielding to a queue of 1.25 targets")
 	}
 }

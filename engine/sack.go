@@ -74,8 +74,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		s.stats.BadAcks++ // never sent, or an older use of this epoch value
 		return
 	}
-	now32 := uint32(at)
-	if sample := now32 - rec.EchoTimestamp() - rec.ServiceTime(); sample < 1<<31 {
+	sample := uint32(at) - rec.EchoTimestamp() - rec.ServiceTime()
+	sampled := sample < 1<<31 // else the echo is from the future: no sample
+	if sampled {
 		p.rttSample(time.Duration(sample))
 	}
 	marked := 0
@@ -87,7 +88,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	}
 	if s.c.ep.marking[p.Plane()] {
 		p.cwin.NoDelay() // samples taken before the plane's first mark included
-	} else if sample := now32 - rec.EchoTimestamp() - rec.ServiceTime(); sample < 1<<31 {
+	} else if sampled {
 		p.delaySample(rec, ackSent, time.Duration(sample))
 	}
 	if p.lastTimeout.open && e == p.lastTimeout.epoch {
