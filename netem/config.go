@@ -192,6 +192,12 @@ const (
 	LinkSlowdown
 	// Repair undoes every fault on the plane, or on the matching links.
 	Repair
+	// LinkMTU sets the largest datagram the matching links carry to MTU,
+	// as a route that comes to cross a tunnel does. Larger ones are
+	// dropped, with no error sent back.
+	LinkMTU
+	// LinkLoss gives the matching links the loss model Loss from now on.
+	LinkLoss
 )
 
 func (k FaultKind) String() string {
@@ -204,6 +210,10 @@ func (k FaultKind) String() string {
 		return "link-slowdown"
 	case Repair:
 		return "repair"
+	case LinkMTU:
+		return "link-mtu"
+	case LinkLoss:
+		return "link-loss"
 	}
 	return fmt.Sprintf("FaultKind(%d)", uint8(k))
 }
@@ -213,11 +223,15 @@ type Fault struct {
 	At    time.Duration
 	Kind  FaultKind
 	Plane int
-	// Link selects links of the plane for LinkSlowdown and Repair. Nil
-	// means every link of the plane.
+	// Link selects links of the plane for LinkSlowdown, LinkMTU and
+	// Repair. Nil means every link of the plane.
 	Link *LinkMatch
 	// Factor for LinkSlowdown, in (0, 1].
 	Factor float64
+	// MTU for LinkMTU: the largest datagram (UDP payload), 0 for any.
+	MTU int
+	// Loss for LinkLoss, nil for none. Each link takes its own copy.
+	Loss LossModel
 }
 
 // Override gives the links it matches their own settings.
@@ -413,6 +427,16 @@ func (f *Fault) validate(c *Config) error {
 	case LinkSlowdown:
 		if !(f.Factor > 0 && f.Factor <= 1) {
 			return fmt.Errorf("slowdown factor %v: want (0, 1]", f.Factor)
+		}
+	case LinkMTU:
+		if f.MTU < 0 || f.MTU > 65535 {
+			return fmt.Errorf("MTU %d: want 0 (none) .. 65535", f.MTU)
+		}
+	case LinkLoss:
+		if f.Loss != nil {
+			if err := f.Loss.validate(); err != nil {
+				return fmt.Errorf("loss: %w", err)
+			}
 		}
 	default:
 		return fmt.Errorf("unknown fault kind %d", f.Kind)

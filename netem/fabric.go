@@ -240,7 +240,7 @@ func (f *Fabric) newLink(lc LinkConfig, kind LinkKind, p, from, to int) *Link {
 			lc = o.Link
 		}
 	}
-	l.cfg, l.rate, l.delay = lc, lc.Rate, lc.Delay
+	l.cfg, l.rate, l.delay, l.mtu = lc, lc.Rate, lc.Delay, lc.MTU
 	l.limit, l.ecnK, l.red, l.ramp = lc.Queue.Limit, lc.Queue.ECNThreshold, lc.Queue.RED, lc.Queue.ECNRamp
 	im := &lc.Impair
 	l.impaired = im.Corrupt > 0 || im.Duplicate > 0

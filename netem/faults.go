@@ -65,9 +65,19 @@ func (f *Fabric) apply(ft Fault, p *proc) {
 			l.setState(linkBlackhole)
 		case LinkSlowdown:
 			l.rate = max(1, int64(float64(l.cfg.Rate)*ft.Factor))
+		case LinkMTU:
+			l.mtu = ft.MTU
+		case LinkLoss:
+			l.loss = nil
+			if ft.Loss != nil {
+				l.loss = ft.Loss.clone()
+			}
 		case Repair:
 			l.setState(linkUp)
-			l.rate = l.cfg.Rate
+			l.rate, l.mtu, l.loss = l.cfg.Rate, l.cfg.MTU, nil
+			if lm := l.cfg.Impair.Loss; lm != nil {
+				l.loss = lm.clone()
+			}
 		}
 	}
 }

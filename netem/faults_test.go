@@ -76,6 +76,40 @@ func TestLinkSlowdown(t *testing.T) {
 	}
 }
 
+// A link whose MTU falls drops the datagrams over it, silently, until the
+// repair; one given a loss model loses what that model says, until the
+// repair brings back its own.
+func TestLinkMTUAndLoss(t *testing.T) {
+	cfg := twoHosts(simpleLink(10*gbps, time.Microsecond), simpleLink(10*gbps, time.Microsecond))
+	into := &LinkMatch{Kind: Downlink, Host: 1, Leaf: -1, Spine: -1}
+	cfg.Faults = []Fault{
+		{At: time.Millisecond, Kind: LinkMTU, Plane: 0, MTU: 1000, Link: into},
+		{At: 2 * time.Millisecond, Kind: Repair, Plane: 0, Link: into},
+		{At: 3 * time.Millisecond, Kind: LinkLoss, Plane: 0, Loss: &RandomLoss{P: 1}, Link: into},
+		{At: 4 * time.Millisecond, Kind: Repair, Plane: 0, Link: into},
+	}
+	f, sim := newTestFabric(t, cfg)
+	s := attachSink(f, 1)
+	got := func() int { return len(s.got) }
+	phase := [5]int{}
+	for i, at := range []time.Duration{500 * time.Microsecond, 1500 * time.Microsecond, 2500 * time.Microsecond, 3500 * time.Microsecond, 4500 * time.Microsecond} {
+		sim.RunUntil(clock.Time(at))
+		before := got()
+		for k := 0; k < 10; k++ {
+			f.Host(0).Send([]link.Datagram{datagram(f, 0, 1, 0, 50000, 1184, uint32(k), link.ECT0)}) // over 1,000 bytes
+			f.Host(0).Send([]link.Datagram{datagram(f, 0, 1, 0, 50000, 500, uint32(k), link.ECT0)})
+		}
+		sim.RunUntil(clock.Time(at + 100*time.Microsecond))
+		phase[i] = got() - before
+	}
+	if phase != [5]int{20, 10, 20, 0, 20} {
+		t.Fatalf("datagrams delivered by phase %v: want 20, 10 (the small ones), 20, 0, 20", phase)
+	}
+	if d := f.Downlink(0, 1).Stats().Drops[DropTooBig]; d != 10 {
+		t.Fatalf("%d dropped as too big, want 10", d)
+	}
+}
+
 // Hosts hear of a plane going down and coming back, not of a blackhole.
 func TestOnPlaneChange(t *testing.T) {
 	cfg := twoHosts(simpleLink(gbps, 0), simpleLink(gbps, 0))

@@ -77,6 +77,7 @@ type Link struct {
 	tx           *packet    // being serialized, with its completion event pending
 	wireFree     clock.Time // when the datagram on the wire finishes serialization
 	rate         int64      // bits/s now, which a slowdown lowers
+	mtu          int        // the largest datagram it carries now, 0 for any; a LinkMTU fault changes it
 	txRemainder  int64      // bit-nanoseconds carried between datagrams, so rates do not drift
 	overhead     int
 	limit, ecnK  int         // cfg.Queue's Limit and ECNThreshold
@@ -246,7 +247,7 @@ func (l *Link) enqueue(pkt *packet) {
 	if l.dropIfFailed(pkt) {
 		return
 	}
-	if l.cfg.MTU > 0 && pkt.d.Size() > l.cfg.MTU {
+	if l.mtu > 0 && pkt.d.Size() > l.mtu {
 		// DF is set on every datagram (spec section 11), so a link drops
 		// what it cannot carry. No ICMP error goes back.
 		l.drop(pkt, DropTooBig)

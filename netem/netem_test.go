@@ -457,6 +457,8 @@ func TestBadConfig(t *testing.T) {
 			c.Faults = []Fault{{Kind: LinkSlowdown, Factor: 0.5, Link: &LinkMatch{Kind: Uplink, Host: 7}}}
 		}},
 		{"slowdown factor", "factor 2", func(c *Config) { c.Faults = []Fault{{Kind: LinkSlowdown, Factor: 2}} }},
+		{"fault MTU", "MTU 70000", func(c *Config) { c.Faults = []Fault{{Kind: LinkMTU, MTU: 70000}} }},
+		{"fault loss", "random loss P = 2", func(c *Config) { c.Faults = []Fault{{Kind: LinkLoss, Loss: &RandomLoss{P: 2}}} }},
 		{"leaf-spine without spines", "spines = 0", func(c *Config) { c.HostsPerLeaf = 1 }},
 		{"negative delay", "delay = -1ns", func(c *Config) { c.Uplink.Delay = -1 }},
 		{"RED thresholds", "RED thresholds", func(c *Config) { c.Uplink.Queue.RED = &RED{MinThreshold: 10, MaxThreshold: 5} }},
