@@ -61,6 +61,11 @@ type Config struct {
 	// missing receive from an RNR, as before credits (spec section 6.5).
 	// For testing a peer without them.
 	NoCredits bool
+	// NoRecut leaves the RECUT capability out of the handshake, so that a
+	// path MTU that falls below packets already sent fails the connection,
+	// as with a peer that does not offer it (spec section 6.7). For
+	// testing such a peer.
+	NoRecut bool
 
 	// Limits on the state an endpoint keeps.
 

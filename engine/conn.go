@@ -38,6 +38,7 @@ type Conn struct {
 	streams   int
 	readsOut  int  // READs this side may have outstanding
 	credits   bool // both sides offered CREDITS: ACKs name receive limits, and sends keep within them (spec section 6.5)
+	recut     bool // both sides offered RECUT: a resend may be cut smaller when the path MTU falls (spec section 6.7)
 	ackTimer  clock.Timer
 	progress  clock.Timer // fires after Config.NoProgress without progress while work is outstanding
 	heard     clock.Time  // when the last packet from the peer arrived

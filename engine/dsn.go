@@ -9,8 +9,9 @@ import (
 )
 
 // dsnRecord is what the sender keeps per DSN in flight. It keeps no copy of
-// the payload. A retransmission carries exactly the original's content
-// (spec section 6.5), so it is rebuilt from the source buffer.
+// the payload. A retransmission carries exactly the original's content, or
+// after a recut its first part (spec section 6.5), so it is rebuilt from
+// the source buffer.
 type dsnRecord struct {
 	// The content, bytes off to off+n of msg.
 	msg *message
@@ -59,8 +60,7 @@ func (s *sender) newDSN(m *message) *dsnRecord {
 	d := s.nextDSN
 	s.nextDSN++
 	// Each new packet is as large as the path MTU search allows now.
-	hlen, _ := proto.HeaderLen(m.typ, 0)
-	n := min(uint32(s.c.sendMax-hlen-proto.TrailerLen), m.length-m.next)
+	n := min(s.payloadMax(m.typ), m.length-m.next)
 	if m.typ == proto.TypeReadReq {
 		n = 0 // a READ is one packet with no payload; the data comes back
 		s.readsActive++
@@ -108,5 +108,82 @@ func (s *sender) ackDSN(d uint32) {
 	for s.una != s.nextDSN && s.ring[s.una&s.mask].acked {
 		s.ring[s.una&s.mask] = dsnRecord{}
 		s.una++
+	}
+}
+
+// payloadMax is the most payload a packet of type typ carries now: what
+// the largest packet the connection sends leaves after the headers.
+func (s *sender) payloadMax(typ proto.Type) uint32 {
+	hlen, _ := proto.HeaderLen(typ, 0)
+	return uint32(s.c.sendMax - hlen - proto.TrailerLen)
+}
+
+// cutPiece is content cut from a DSN by recut that waits for a DSN of its
+// own: bytes off to off+n of msg.
+type cutPiece struct {
+	msg *message
+	off uint32
+	n   uint32
+}
+
+// recut cuts a DSN's content, r, down to what the path MTU lets through
+// now, when the MTU fell below the packet it was cut into (spec section
+// 6.7, with RECUT negotiated). The DSN keeps the first bytes, and the rest
+// waits for new DSNs (newCutDSN), which take their place in the DSN window
+// as new data does. An earlier, larger copy of the DSN may still arrive:
+// the receiver then takes the new DSNs as bytes already placed (spec
+// section 6.5).
+func (s *sender) recut(r *dsnRecord) {
+	most := s.payloadMax(r.msg.typ)
+	if r.n <= most {
+		return
+	}
+	s.cuts = append(s.cuts, cutPiece{msg: r.msg, off: r.off + most, n: r.n - most})
+	r.msg.cut++
+	s.unsent += uint64(r.n - most)
+	r.n = most
+	s.stats.Recuts++
+}
+
+// cutWaiting reports whether a piece recut left waits for a DSN. It
+// drops the pieces of messages that failed meanwhile.
+func (s *sender) cutWaiting() bool {
+	for s.cutsHead < len(s.cuts) && s.cuts[s.cutsHead].msg.done {
+		s.unsent -= uint64(s.cuts[s.cutsHead].n)
+		s.popCut()
+	}
+	return s.cutsHead < len(s.cuts)
+}
+
+// newCutDSN gives the next packet of the oldest piece recut left a DSN,
+// as newDSN does for a message's next bytes. One must wait (cutWaiting).
+func (s *sender) newCutDSN() *dsnRecord {
+	c := &s.cuts[s.cutsHead]
+	if s.nextDSN-s.una == uint32(len(s.ring)) {
+		s.growRing()
+	}
+	d := s.nextDSN
+	s.nextDSN++
+	n := min(s.payloadMax(c.msg.typ), c.n)
+	r := &s.ring[d&s.mask]
+	*r = dsnRecord{msg: c.msg, off: c.off, n: n}
+	c.msg.unacked++
+	s.unsent -= uint64(n)
+	c.off += n
+	c.n -= n
+	if c.n == 0 {
+		s.popCut()
+	}
+	return r
+}
+
+// popCut drops the oldest piece.
+func (s *sender) popCut() {
+	c := &s.cuts[s.cutsHead]
+	c.msg.cut--
+	*c = cutPiece{}
+	s.cutsHead++
+	if s.cutsHead == len(s.cuts) {
+		s.cuts, s.cutsHead = s.cuts[:0], 0
 	}
 }

@@ -198,9 +198,11 @@ func (e *Endpoint) seal(pkt *proto.Packet) []byte {
 // fit its path. The kernel refused it as larger than the path MTU, because
 // DF is set (see link.TooBigHandler). A PROBE of the path MTU search
 // (spec section 6.7) has found a size too big, at once. Any other packet
-// cannot cross that path, and resending would never help: its size was
-// fixed when it was cut. So the connection fails with a PathMTUError that
-// names the path and the sizes.
+// shows that the plane's MTU fell below what it carried before: with
+// RECUT negotiated, new packets are cut to fit and a data packet is resent
+// cut smaller (mtuFell). Without it resending would never help, since a
+// packet's size is fixed when it is cut, so the connection fails with a
+// PathMTUError that names the path and the sizes.
 func (e *Endpoint) TooBig(d *link.Datagram) {
 	var pkt proto.Packet
 	if err := e.decode(&pkt, d); err != nil {
@@ -213,6 +215,12 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 		}
 		if pkt.Type() == proto.TypeProbe && pkt.Probe().ProbeID()&mtuProbeBit != 0 {
 			c.mtuProbeTooBig(pkt.Probe().ProbeID())
+			continue
+		}
+		if c.mtuFell(e.planeOf(d.Src.Addr()), d.Size()) {
+			if pkt.Type().IsData() {
+				c.snd.tooBig(&pkt)
+			}
 			continue
 		}
 		c.fail(&PathMTUError{Src: d.Src, Dst: d.Dst, Size: d.Size(), MaxPacket: c.sendMax}, StatusFlushed, true)

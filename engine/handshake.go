@@ -234,12 +234,17 @@ func acceptable(h proto.HandshakeHeader, cfg *Config) (int, bool) {
 }
 
 // capabilities are what this endpoint offers at the handshake (spec
-// section 8.3): receive credits, unless Config.NoCredits.
+// section 8.3): receive credits and resends cut to a fallen path MTU,
+// unless Config.NoCredits and Config.NoRecut.
 func (e *Endpoint) capabilities() proto.Capabilities {
-	if e.cfg.NoCredits {
-		return 0
+	var caps proto.Capabilities
+	if !e.cfg.NoCredits {
+		caps |= proto.CapCredits
 	}
-	return proto.CapCredits
+	if !e.cfg.NoRecut {
+		caps |= proto.CapRecut
+	}
+	return caps
 }
 
 // negotiate fixes the connection's parameters from the peer's handshake
@@ -255,7 +260,12 @@ func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 	c.peerISN, c.peerIDSN = h.InitialPSN(), h.InitialDSN()
 	c.readsOut = min(c.ep.cfg.MaxReadsOut, int(h.MaxReadsIn()))
 	c.mode = h.Mode()
-	c.credits = c.ep.capabilities()&h.Capabilities()&proto.CapCredits != 0 && c.mode == proto.ModeMultipath
+	agreed := c.ep.capabilities() & h.Capabilities()
+	if c.mode != proto.ModeMultipath {
+		agreed = 0 // the baseline has neither (spec section 10)
+	}
+	c.credits = agreed&proto.CapCredits != 0
+	c.recut = agreed&proto.CapRecut != 0
 	if c.mode == proto.ModeBaseline {
 		c.paths = 1
 		c.tp = newBaseline(c)
@@ -335,8 +345,13 @@ func (c *Conn) sendHandshake() {
 	h.SetInboundCapacity(proto.CapacityUnknown)
 	h.SetMode(mode)
 	caps := c.ep.capabilities()
-	if t == proto.TypeAccept && !c.credits {
-		caps &^= proto.CapCredits // the ACCEPT gives the result, the AND of both (spec section 8.2)
+	if t == proto.TypeAccept { // the ACCEPT gives the result, the AND of both (spec section 8.2)
+		if !c.credits {
+			caps &^= proto.CapCredits
+		}
+		if !c.recut {
+			caps &^= proto.CapRecut
+		}
 	}
 	h.SetCapabilities(caps)
 	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])

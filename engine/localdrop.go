@@ -154,21 +154,31 @@ func (e *Endpoint) LocalDrop(d *link.Datagram) {
 // localDrop hands a data packet in flight that the host dropped to the
 // transport, which resends it.
 func (s *sender) localDrop(pkt *proto.Packet) {
-	id, psn := int(pkt.Common.PathID()), pkt.Common.PSN()
-	if s.paths == nil || id >= len(s.paths) {
-		return
-	}
-	p := s.paths[id]
-	if !proto.SeqLess(psn, p.next) || proto.SeqLess(psn, p.oldest) {
-		return // not in flight
-	}
-	r := p.slot(psn)
-	if r.psn != psn || r.resolved {
+	p, r := s.transmission(pkt)
+	if r == nil {
 		return
 	}
 	s.stats.LocalDrops++
-	s.c.tp.dropped(s, p, r, psn)
+	s.c.tp.dropped(s, p, r, r.psn)
 	s.pump()
+}
+
+// transmission finds the data packet pkt among the transmissions in
+// flight, or returns nil.
+func (s *sender) transmission(pkt *proto.Packet) (*sendPath, *sendRec) {
+	id, psn := int(pkt.Common.PathID()), pkt.Common.PSN()
+	if s.paths == nil || id >= len(s.paths) {
+		return nil, nil
+	}
+	p := s.paths[id]
+	if !proto.SeqLess(psn, p.next) || proto.SeqLess(psn, p.oldest) {
+		return nil, nil // not in flight
+	}
+	r := p.slot(psn)
+	if r.psn != psn || r.resolved {
+		return nil, nil
+	}
+	return p, r
 }
 
 // Overflowed is called by the port when datagrams for this endpoint were
@@ -223,15 +233,15 @@ func (e *Endpoint) drained(at clock.Time, bytes int) {
 }
 
 // mtuProbeDropped takes an MTU probe the host dropped on its way out: it
-// tested nothing, so it does not count as unanswered, and goes again when
-// its wait is over.
+// tested nothing, so it does not count as unanswered whatever its
+// companion's fate, and goes again when its wait is over.
 func (c *Conn) mtuProbeDropped(id uint32) {
 	if c.mtu == nil {
 		return
 	}
 	for plane := range c.mtu.planes {
-		if p := &c.mtu.planes[plane]; p.trying != 0 && p.probeID == id && p.tries > 0 {
-			p.tries--
+		if p := &c.mtu.planes[plane]; p.trying != 0 && p.probeID == id {
+			p.heard, p.companion, p.waits = false, 0, mtuWaits
 			return
 		}
 	}

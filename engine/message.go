@@ -29,6 +29,7 @@ type message struct {
 	next    uint32 // offset of the next first transmission
 	allSent bool
 	unacked int  // DSNs of it sent and not yet acknowledged
+	cut     int  // pieces cut from its DSNs (recut) that wait for DSNs of their own
 	done    bool // acknowledged, or failed
 	failed  bool // already reported with an error status
 
@@ -45,7 +46,7 @@ type message struct {
 // finished reports whether every part of the message is done. Every DSN is
 // acknowledged and, for a READ, every response byte has arrived.
 func (m *message) finished() bool {
-	return m.allSent && m.unacked == 0 && (m.typ != proto.TypeReadReq || m.readDone)
+	return m.allSent && m.unacked == 0 && m.cut == 0 && (m.typ != proto.TypeReadReq || m.readDone)
 }
 
 // sendStream is one stream's outgoing messages, in MSN order.
@@ -219,9 +220,15 @@ func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
 	return true
 }
 
-// overlapping is onReadData's answer to a response whose bytes arrived
-// already: no NACK, and the packet is not recorded.
-const overlapping proto.NackCode = 0xff
+// overlapping is onReadData's answer to a response some of whose bytes
+// arrived already: no NACK, and the packet is not recorded. covering is
+// its answer, with RECUT, to one whose bytes all arrived already, or whose
+// READ has completed: a piece of a response that arrived whole, recorded
+// and not placed (spec section 6.5).
+const (
+	overlapping proto.NackCode = 0xff
+	covering    proto.NackCode = 0xfe
+)
 
 // onReadData places READ response data at the requester (spec section 9,
 // steps 13 to 15 for READ_RESP). It returns the NACK code that refuses the
@@ -229,6 +236,9 @@ const overlapping proto.NackCode = 0xff
 func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackCode {
 	m := s.reads[tag]
 	if m == nil {
+		if s.c.recut && proto.SeqLess(tag, s.nextTag) {
+			return covering // tags go in order, so this READ has completed
+		}
 		return proto.NackBadTag
 	}
 	if length != m.length {
@@ -238,6 +248,9 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 	// bytes already placed under another DSN is dropped, so that the READ
 	// completes only with every byte in place.
 	if !m.readPlaced.add(off, uint32(len(payload)), int(s.c.rcv.dsn.size)) {
+		if s.c.recut && m.readPlaced.contains(off, uint32(len(payload))) {
+			return covering
+		}
 		return overlapping
 	}
 	if !s.c.ep.cfg.PlaceholderPayloads { // else there is nothing to place, and the decoder checked off+len against length

@@ -15,12 +15,12 @@ import (
 
 // TestPacketTooBigForThePathFailsTheConnection checks a data packet that
 // the port reports too big for its path, refused by the kernel because DF
-// is set. Its connection fails at once with a PathMTUError naming the path
+// is set, on a connection without RECUT (spec section 6.7). Its connection fails at once with a PathMTUError naming the path
 // and the sizes. Its work is flushed and the peer told, rather than the
 // packet resent for ever. A report for no connection of ours, or of a
 // datagram that is not ours, changes nothing.
 func TestPacketTooBigForThePathFailsTheConnection(t *testing.T) {
-	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
+	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1, NoRecut: true})
 	pr := n.connect(0, 1)
 	other := n.connect(0, 1)
 	var refused *link.Datagram

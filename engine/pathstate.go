@@ -125,6 +125,11 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 		p.rttSample(time.Duration(sample))
 	}
 	if p.Delivered() {
+		if p.timeouts > 0 && s.fullAcked[p.Plane()] < p.lostSince {
+			// Data timed out where a small packet crossed, and no packet
+			// of full size sent on the plane since has been acknowledged.
+			s.c.verifyMTU(p.Plane())
+		}
 		p.timeouts = 0
 		p.armTimer(at)
 		s.pump()

@@ -3,7 +3,10 @@
 // every path is expected to carry, and learns for each plane the largest
 // packet that crosses it from padded PROBEs and their replies. New packets
 // are cut to the smallest size every plane has carried, so that any path
-// may carry, and resend, any packet.
+// may carry, and resend, any packet. A plane that comes to carry less, as
+// a refusal by the local host or unanswered padded PROBEs show, is
+// searched again, and with RECUT what was cut too large is resent smaller
+// (recut, dsn.go).
 
 package engine
 
@@ -18,12 +21,27 @@ const (
 	mtuProbeBit = 1 << 31
 	// mtuTries is how many probes of one size go unanswered before the size
 	// is taken as too big, RFC 8899's MAX_PROBES. One lost probe must not
-	// end the search.
-	mtuTries = 3
+	// end the search. Only a probe whose unpadded companion was answered
+	// counts: random loss takes both sizes alike, a path MTU only the
+	// larger. mtuChecks is the count for a size the plane carried before
+	// (verifyMTU), where a wrong verdict costs every packet its size.
+	// mtuPairs bounds the pairs sent for one size, in units of the count.
+	mtuTries  = 3
+	mtuChecks = 6
+	mtuPairs  = 4
+	// mtuWaits is how many times a pair whose PROBEs are both still out
+	// has its wait doubled before it counts as unanswered: behind a long
+	// queue a path's round trip can outgrow its timer, and a reply that
+	// comes late is still an answer.
+	mtuWaits = 3
 	// mtuGranularity is how close the search brings the largest size known
 	// to fit and the smallest known not to before it stops.
 	mtuGranularity = 16
 )
+
+// defaultBasePacket is the size a plane whose MTU fell starts its search
+// again from when Config.BasePacket is not set: RFC 8899's BASE_PLPMTU.
+const defaultBasePacket = 1200
 
 // linkMTUs are common link MTUs, largest first. Once the ceiling proved
 // too big, the search tries those below it before it bisects, since a
@@ -36,8 +54,16 @@ type planeMTU struct {
 	limit     int // the largest that may fit: below the smallest size refused, at most MaxPacket
 	trying    int // the size of the PROBE in flight, 0 when none
 	probeID   uint32
-	tries     int        // probes of the size sent
+	companion uint32     // the unpadded PROBE sent with it
+	heard     bool       // the companion was answered
+	tries     int        // probes of the size unanswered while their companions were
+	pairs     int        // probes of the size sent
+	sentAt    clock.Time // when the pair in flight went
+	waits     int        // times its wait was doubled
 	due       clock.Time // when the PROBE in flight is taken as lost
+	// verifying is set while the PROBE in flight checks that the plane
+	// still carries the size packets are cut to (verifyMTU).
+	verifying bool
 }
 
 // mtuSearch is a connection's search, over all its planes.
@@ -53,12 +79,82 @@ func (c *Conn) startMTUSearch() {
 	if c.mtu != nil || c.sendMax >= c.maxPacket || c.state != Established || c.snd.paths == nil {
 		return // done, not needed, or too early: establish calls again
 	}
+	c.newMTUSearch()
+	c.probeMTUs()
+}
+
+// newMTUSearch gives the connection a search in which every plane has
+// carried the packets sent so far.
+func (c *Conn) newMTUSearch() {
 	m := &mtuSearch{planes: make([]planeMTU, len(c.remote))}
 	for i := range m.planes {
 		m.planes[i] = planeMTU{confirmed: c.sendMax, limit: c.maxPacket}
 	}
 	m.timer = c.ep.clock.NewTimer(c.onMTUTimer)
 	c.mtu = m
+}
+
+// mtuFell takes a packet of size bytes that the local host refused as too
+// big for plane: the plane carries less than it has shown, as when its
+// route comes to cross a tunnel. It reports false when the connection
+// cannot go on: without RECUT, the packets already cut at the old size
+// could never be resent, and below MinMTU nothing fits. Otherwise the
+// plane's search starts again below the size refused, from the base size
+// every path is expected to carry; new packets are cut to fit and resends
+// cut smaller (spec section 6.7).
+func (c *Conn) mtuFell(plane, size int) bool {
+	if !c.recut || plane >= len(c.remote) || size-1 < proto.MinMTU {
+		return false
+	}
+	if c.mtu == nil {
+		c.newMTUSearch()
+	}
+	c.lowerMTU(plane, size)
+	c.probeMTUs()
+	return true
+}
+
+// lowerMTU takes size as too big for plane, which had carried it, and
+// starts the plane's search again from the base size.
+func (c *Conn) lowerMTU(plane, size int) {
+	p := &c.mtu.planes[plane]
+	p.limit = min(p.limit, size-1)
+	p.confirmed = min(p.confirmed, c.basePacket(), p.limit)
+	p.trying, p.due, p.probeID, p.companion, p.verifying = 0, 0, 0, 0, false
+	c.snd.stats.MTUFalls++
+	c.resize()
+}
+
+// basePacket is the size every path is expected to carry.
+func (c *Conn) basePacket() int {
+	if base := c.ep.cfg.BasePacket; base > 0 {
+		return base
+	}
+	return defaultBasePacket
+}
+
+// verifyMTU checks, with a PROBE padded to the size packets are cut to
+// now, that the plane still carries it. A path of the plane timed out and
+// then answered its unpadded PROBE, and no packet of full size sent on
+// the plane since has been acknowledged: small packets cross where data
+// does not, which is what a path MTU that fell with no error sent back
+// looks like (RFC 8899 section 4.3, black-hole detection). If mtuChecks
+// such PROBEs go unanswered the plane's size is lowered, as a refusal
+// lowers it (mtuFell). Only with RECUT: without it the packets already cut could
+// not be resent smaller anyway.
+func (c *Conn) verifyMTU(plane int) {
+	if !c.recut || c.state != Established || c.sendMax <= c.basePacket() || plane >= len(c.remote) {
+		return
+	}
+	if c.mtu == nil {
+		c.newMTUSearch()
+	}
+	p := &c.mtu.planes[plane]
+	if p.trying != 0 {
+		return // a PROBE in flight tests the plane already
+	}
+	p.trying, p.tries, p.pairs, p.verifying = c.sendMax, 0, 0, true
+	c.snd.stats.MTUChecks++
 	c.probeMTUs()
 }
 
@@ -103,7 +199,7 @@ func (c *Conn) probeMTUs() {
 			if c.ep.cfg.Planes[plane].Is6() {
 				overhead = 48
 			}
-			p.trying, p.tries = p.next(c.maxPacket, overhead), 0
+			p.trying, p.tries, p.pairs = p.next(c.maxPacket, overhead), 0, 0
 		}
 		if p.trying != 0 && p.due == 0 {
 			c.sendMTUProbe(plane, now)
@@ -131,7 +227,10 @@ func (c *Conn) searching() bool {
 }
 
 // sendMTUProbe sends a PROBE of the plane's size under test on a path of
-// the plane in service, padded to that size (spec section 5.10).
+// the plane in service, padded to that size (spec section 5.10), right
+// after an unpadded companion. The companion goes first: behind a larger
+// datagram a port could join the two into one offloaded send (GSO), which
+// a path would then carry or drop whole.
 func (c *Conn) sendMTUProbe(plane int, now clock.Time) {
 	if !c.knows(plane) {
 		return
@@ -149,22 +248,35 @@ func (c *Conn) sendMTUProbe(plane int, now clock.Time) {
 	m := c.mtu
 	p := &m.planes[plane]
 	p.probeID = mtuProbeBit | c.ep.random32() // not guessed by one who knows the connection id
-	p.tries++
+	p.companion = mtuProbeBit | c.ep.random32()
+	p.heard = false
+	p.pairs++
+	p.sentAt, p.waits = now, 0
 	p.due = now.Add(path.rtoAfter(0))
 	hlen, _ := proto.HeaderLen(proto.TypeProbe, 0)
-	var pkt proto.Packet
-	c.build(&pkt, proto.TypeProbe, 0, p.trying-hlen-proto.TrailerLen)
-	clear(pkt.Payload)
-	pkt.Common.SetDstConnID(c.peerID)
-	pkt.Common.SetPathID(path.ID())
-	pkt.Common.SetEpoch(path.Epoch())
-	pkt.Probe().SetProbeID(p.probeID)
+	for _, probe := range [2]struct {
+		id  uint32
+		pad int
+	}{{p.companion, 0}, {p.probeID, p.trying - hlen - proto.TrailerLen}} {
+		var pkt proto.Packet
+		c.build(&pkt, proto.TypeProbe, 0, probe.pad)
+		clear(pkt.Payload)
+		pkt.Common.SetDstConnID(c.peerID)
+		pkt.Common.SetPathID(path.ID())
+		pkt.Common.SetEpoch(path.Epoch())
+		pkt.Probe().SetProbeID(probe.id)
+		c.emit(&pkt, plane, path.Port())
+	}
 	c.snd.stats.MTUProbes++
-	c.emit(&pkt, plane, path.Port())
 }
 
-// onMTUTimer resends each PROBE taken as lost, up to mtuTries of a size,
-// and takes a size with none answered as too big.
+// onMTUTimer resends each PROBE taken as lost, and takes a size as too big
+// once mtuTries of its probes (mtuChecks for a size the plane carried)
+// went unanswered while their companions were answered. A pair with
+// neither answered waits longer first (mtuWaits). A plane that
+// answers neither for mtuPairs times as many says nothing of the size:
+// a search takes it as too big, as it would without companions, and a
+// check ends with no change.
 func (c *Conn) onMTUTimer() {
 	if c.state != Established {
 		return
@@ -175,19 +287,56 @@ func (c *Conn) onMTUTimer() {
 		if p.trying == 0 || p.due == 0 || p.due > now {
 			continue
 		}
-		p.due = 0
-		if p.tries >= mtuTries {
-			c.refuseMTU(p)
+		if !p.heard && p.waits < mtuWaits {
+			p.waits++
+			p.due = now.Add(now.Sub(p.sentAt))
+			continue
+		}
+		p.due, p.companion = 0, 0
+		if p.heard {
+			p.tries++
+		}
+		need := mtuTries
+		if p.verifying {
+			need = mtuChecks
+		}
+		switch {
+		case p.tries >= need:
+			c.refuseMTU(plane)
+		case p.pairs < mtuPairs*need:
+		case p.verifying:
+			p.trying, p.probeID, p.companion, p.verifying = 0, 0, 0, false
+		default:
+			c.refuseMTU(plane)
 		}
 	}
 	c.probeMTUs()
 	c.ep.flush()
 }
 
-// refuseMTU takes the plane's size under test as too big.
-func (c *Conn) refuseMTU(p *planeMTU) {
+// refuseMTU takes the plane's size under test as too big. If the plane
+// had carried it, its MTU fell.
+func (c *Conn) refuseMTU(plane int) {
+	p := &c.mtu.planes[plane]
+	if p.verifying {
+		c.lowerMTU(plane, p.trying)
+		return
+	}
 	p.limit = p.trying - 1
-	p.trying, p.due, p.probeID = 0, 0, 0
+	p.trying, p.due, p.probeID, p.companion = 0, 0, 0, 0
+}
+
+// tooBig resends at once, cut to the size that fits now, a data packet the
+// local host refused as too big. Its path carried nothing, so it is not
+// blamed, and the rate is not cut: the host's queues did not drop it.
+func (s *sender) tooBig(pkt *proto.Packet) {
+	p, r := s.transmission(pkt)
+	if r == nil {
+		return
+	}
+	p.resolveLost(r, r.psn, LossLocal)
+	p.advance()
+	s.pump()
 }
 
 // onMTUProbeReply takes the reply to an MTU probe: its size crossed the
@@ -198,11 +347,20 @@ func (c *Conn) onMTUProbeReply(id uint32) {
 	}
 	for plane := range c.mtu.planes {
 		p := &c.mtu.planes[plane]
+		if p.trying != 0 && p.companion == id {
+			// The padded PROBE went right after it on the same path, so
+			// its reply, if it crossed, comes soon.
+			p.heard = true
+			now := c.ep.clock.Now()
+			p.due = min(p.due, now.Add(max(c.ep.cfg.ProbeMin, now.Sub(p.sentAt)/4)))
+			c.probeMTUs()
+			return
+		}
 		if p.trying == 0 || p.probeID != id {
 			continue
 		}
-		p.confirmed = p.trying
-		p.trying, p.due, p.probeID = 0, 0, 0
+		p.confirmed = max(p.confirmed, p.trying)
+		p.trying, p.due, p.probeID, p.companion, p.verifying = 0, 0, 0, 0, false
 		c.resize()
 		c.probeMTUs()
 		return
@@ -217,7 +375,7 @@ func (c *Conn) mtuProbeTooBig(id uint32) {
 	}
 	for plane := range c.mtu.planes {
 		if p := &c.mtu.planes[plane]; p.trying != 0 && p.probeID == id {
-			c.refuseMTU(p)
+			c.refuseMTU(plane)
 			c.probeMTUs()
 			return
 		}
@@ -242,7 +400,8 @@ func (c *Conn) resize() {
 
 // setSendMax sets the largest packet the connection sends from now on.
 // Packets already given a DSN keep their size, because a resend carries
-// exactly what the original did (spec section 6.5).
+// exactly what the original did (spec section 6.5), unless a fall below
+// them makes transmit recut them.
 func (c *Conn) setSendMax(size int) {
 	c.sendMax = size
 	hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)

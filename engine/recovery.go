@@ -61,6 +61,7 @@ func (p *sendPath) onRTO() {
 		p.lastTimeout.from, p.lastTimeout.epoch, p.lastTimeout.window = p.oldest, p.Epoch(), p.cwin.Value()
 	}
 	p.lastTimeout.open, p.lastTimeout.to = true, p.next
+	p.lostSince = p.slot(p.oldest).sentAt
 	p.cwin.OnTimeout() // this path's window only
 	p.windowChanged()
 	p.timedOut()

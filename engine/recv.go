@@ -139,7 +139,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		return
 	}
 	// Steps 10 and 11, the stream and the message's first packet.
-	st, m, ok := r.checkMessage(pkt, plane, &in)
+	st, m, ok := r.checkMessage(pkt, d, plane, &in, at)
 	if !ok {
 		return
 	}
@@ -202,16 +202,23 @@ func arrivalOf(pkt *proto.Packet) (arrival, bool) {
 // any. It checks the packet against the message's first packet (steps 10
 // and 11). The stream is checked first, since the message is looked up on
 // it. A packet of a message already complete, or further ahead than any
-// window allows, is dropped. A packet on a stream the connection does not
+// window allows, is dropped; with RECUT, one of a message already complete
+// is recorded as covered. A packet on a stream the connection does not
 // have is refused.
-func (r *receiver) checkMessage(pkt *proto.Packet, plane int, in *arrival) (*recvStream, *rxMessage, bool) {
+func (r *receiver) checkMessage(pkt *proto.Packet, d *link.Datagram, plane int, in *arrival, at clock.Time) (*recvStream, *rxMessage, bool) {
 	if int(in.stream) >= len(r.streams) {
 		r.nack(pkt, plane, proto.NackBadStream, in.stream, in.msn)
 		return nil, nil, false
 	}
 	st := &r.streams[in.stream]
 	if in.msn-st.next >= r.dsn.size {
-		r.stats.Inconsistent++
+		if r.c.recut && st.next-in.msn <= r.dsn.size && in.msg.typ != proto.TypeReadReq {
+			// A piece recut from a packet that arrived whole, after
+			// which its message completed (spec section 6.5).
+			r.covered(pkt.Common, d.Size(), at)
+		} else {
+			r.stats.Inconsistent++
+		}
 		return nil, nil, false
 	}
 	m := st.msgs.get(st.next, in.msn)
@@ -308,9 +315,15 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	}
 	// Every byte of a message is placed once. A packet that would place
 	// bytes already placed under another DSN is not the message's: an
-	// honest sender never segments a message twice (spec section 6.5).
+	// honest sender segments a message once, and with RECUT cuts a DSN's
+	// content only into pieces of it, so that a packet whose bytes are all
+	// placed is a piece of one that arrived whole (spec section 6.5).
 	if in.msg.typ != proto.TypeReadReq && !m.placed.add(in.msgOff, uint32(len(payload)), int(r.dsn.size)) {
 		release(region)
+		if c.recut && m.placed.contains(in.msgOff, uint32(len(payload))) {
+			r.covered(h, d.Size(), at)
+			return
+		}
 		r.stats.Overlaps++
 		return
 	}
@@ -344,6 +357,19 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 		}
 	}
 	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
+}
+
+// covered records a data packet whose every byte a packet under another
+// DSN placed before: with RECUT, a piece of a packet that was cut smaller
+// on a resend and, as it turned out, arrived whole (spec section 6.5). It
+// is recorded and acknowledged at once, as a duplicate is, and nothing is
+// placed.
+func (r *receiver) covered(h proto.CommonHeader, size int, at clock.Time) {
+	r.stats.Covered++
+	r.recordPath(h, at)
+	r.dsn.mark(h.DSN())
+	r.observe(h, size, at)
+	r.ackNow()
 }
 
 // release ends the hold of a region looked up for a placement, if one was.
@@ -444,6 +470,9 @@ func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
 	case 0:
 	case overlapping:
 		r.stats.Overlaps++
+		return
+	case covering:
+		r.covered(h, len(pkt.Bytes())+pkt.Pad(), at)
 		return
 	default:
 		r.nack(pkt, plane, code, 0, 0)

@@ -194,6 +194,9 @@ func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 
 func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	r.resolved = true
+	if d := p.s.record(r.dsn); d != nil && d.n >= p.s.payloadMax(d.msg.typ) && r.sentAt > p.s.fullAcked[p.Plane()] {
+		p.s.fullAcked[p.Plane()] = r.sentAt // a packet of full size crossed the plane
+	}
 	if p.s.c.ep.tracer != nil {
 		p.s.c.trace(TraceEvent{Kind: TraceAcked, Path: int(p.ID()), PSN: r.psn, DSN: r.dsn, RTT: at.Sub(r.sentAt)})
 	}

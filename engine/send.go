@@ -37,6 +37,9 @@ type sender struct {
 	// a path's own least may come from a packet that waited behind the
 	// first window, and would take that queue for the path's length.
 	oneWay []cc.DelayBase
+	// fullAcked is, by plane, when the newest transmission of a full-sized
+	// packet that an ACK reported received was sent (verifyMTU).
+	fullAcked []clock.Time
 
 	// Posted messages, by stream. ready holds every stream that may have
 	// data to send, so that nextMessage skips the idle ones.
@@ -47,8 +50,12 @@ type sender struct {
 	unsent   uint64 // bytes posted and never sent, sent as the Backlog field
 
 	// Recovery. retx holds the DSNs to resend, oldest first from retxHead.
+	// cuts holds, from cutsHead, content recut from DSNs whose packets the
+	// path MTU no longer lets through, waiting for DSNs of its own.
 	retx     []uint32
 	retxHead int
+	cuts     []cutPiece
+	cutsHead int
 	// newestAcked is the send time of the newest transmission that the ACK
 	// being applied reported received, on any path. newestRTT is its round
 	// trip.
@@ -178,6 +185,7 @@ func (s *sender) equip() {
 	// their windows and their first ring slots are therefore each one
 	// allocation, side by side, rather than one per path.
 	s.oneWay = make([]cc.DelayBase, len(cfg.Planes))
+	s.fullAcked = make([]clock.Time, len(cfg.Planes))
 	paths := make([]sendPath, c.paths)
 	windows := make([]cc.Window, c.paths)
 	rings := make([]sendRec, c.paths*minPathRing)
@@ -290,16 +298,25 @@ func (s *sender) sendSprayed() bool {
 	if !s.heard && s.inflightAll >= int(cc.DefaultWindow.Initial) {
 		return false // the first window is the connection's, however many paths share it
 	}
-	m := s.nextMessage()
-	if m == nil {
-		return false
+	// Pieces recut from earlier DSNs go before new messages: their
+	// messages are the oldest.
+	var m *message
+	if !s.cutWaiting() {
+		if m = s.nextMessage(); m == nil {
+			return false
+		}
 	}
 	p := s.pickPath(-1)
 	if p == nil {
 		s.waitForPort()
 		return false
 	}
-	r := s.newDSN(m)
+	var r *dsnRecord
+	if m != nil {
+		r = s.newDSN(m)
+	} else {
+		r = s.newCutDSN()
+	}
 	s.transmit(s.nextDSN-1, r, p, false, false)
 	s.paced(int(r.n)) // the hint is a rate of payload, so the budget counts payload too
 	return true
@@ -564,6 +581,9 @@ func (s *sender) waitForPort() {
 
 // transmit sends DSN d's content on path p with the path's next PSN.
 func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool) {
+	if s.c.recut {
+		s.recut(r) // the path MTU fell below the packet since it was cut
+	}
 	now := s.c.ep.clock.Now()
 	s.c.ep.ports.sent(p.Plane(), int(r.n), now)
 	psn := p.next

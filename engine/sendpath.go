@@ -44,6 +44,9 @@ type sendPath struct {
 	timer    clock.Timer
 	probed   bool  // a tail probe went out since the last acknowledgment
 	timeouts uint8 // retransmission timeouts in a row, saturating
+	// lostSince is when the oldest packet the last retransmission timeout
+	// declared lost was sent (verifyMTU).
+	lostSince clock.Time
 
 	// The last retransmission timeout, until an ACK record shows whether
 	// it was spurious: the PSNs it declared lost, their epoch and the

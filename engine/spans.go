@@ -53,6 +53,13 @@ func (c *spans) add(off, n uint32, limit int) bool {
 	return true
 }
 
+// contains reports whether every byte of [off, off+n) is recorded.
+// Adjacent ranges are merged, so such a range lies within one.
+func (c *spans) contains(off, n uint32) bool {
+	i := sort.Search(len(c.s), func(k int) bool { return c.s[k].end > off })
+	return i < len(c.s) && c.s[i].off <= off && off+n <= c.s[i].end
+}
+
 // covered is how many bytes the ranges hold.
 func (c *spans) covered() uint32 { return c.n }
 

@@ -56,3 +56,24 @@ func TestSpans(t *testing.T) {
 		}
 	}
 }
+
+// contains tells a range that lies wholly within what was added, the
+// piece of a packet that arrived whole, from one that only overlaps it.
+func TestSpansContains(t *testing.T) {
+	var c spans
+	c.add(10, 10, 8)
+	c.add(40, 20, 8)
+	for _, tc := range []struct {
+		off, n uint32
+		want   bool
+	}{
+		{10, 10, true}, {12, 3, true}, {40, 20, true}, {59, 1, true},
+		{5, 10, false}, {15, 10, false}, {20, 5, false}, {0, 5, false},
+		{15, 30, false}, // from one range across a hole into another
+		{60, 1, false}, {100, 1, false},
+	} {
+		if got := c.contains(tc.off, tc.n); got != tc.want {
+			t.Errorf("contains(%d, %d) = %v, want %v", tc.off, tc.n, got, tc.want)
+		}
+	}
+}

@@ -26,6 +26,17 @@ type SenderStats struct {
 	MTUProbes       uint64 // padded PROBEs of the path MTU search (spec section 6.7)
 	LocalDrops      uint64 // data packets the local host dropped on their way out, resent at once (localdrop.go)
 	HostCuts        uint64 // times those drops cut the sending rate
+	// MTUFalls counts sizes a plane had carried and came to refuse: a
+	// packet the local host refused as too big, or PROBEs of the size
+	// packets are cut to that went unanswered (spec section 6.7). MTUChecks
+	// counts those checks, made when a path timed out and then answered an
+	// unpadded PROBE.
+	MTUFalls  uint64
+	MTUChecks uint64
+	// Recuts counts DSNs whose content was cut smaller on a resend, the
+	// rest going under new DSNs, because the path MTU fell below their
+	// packets (spec section 6.7).
+	Recuts uint64
 }
 
 // ReceiverStats counts a connection's receiving.
@@ -39,8 +50,12 @@ type ReceiverStats struct {
 	OutOfOrder   uint64 // in baseline mode, PSNs after the expected one, dropped
 	Inconsistent uint64 // disagreed with their message's first packet, or a READ_REQ again
 	Overlaps     uint64 // bytes of their message already placed under another DSN
-	BadPath      uint64 // path id beyond the negotiated count, or too long
-	Nacks        [16]uint64
+	// Covered counts packets, with RECUT negotiated, whose every byte an
+	// earlier packet under another DSN had placed: recorded, not placed
+	// (spec section 6.5).
+	Covered uint64
+	BadPath uint64 // path id beyond the negotiated count, or too long
+	Nacks   [16]uint64
 }
 
 // EndpointStats counts what the endpoint dropped before any connection saw

@@ -274,6 +274,7 @@ const (
 	CapAtomics Capabilities = 1 << 0
 	CapAuth    Capabilities = 1 << 1 // not defined in version 0 and never set
 	CapCredits Capabilities = 1 << 2 // receive credits in ACKs (sections 5.5 and 6.5)
+	CapRecut   Capabilities = 1 << 3 // resends cut smaller when a path MTU falls (sections 6.5 and 6.7)
 )
 
 // NoCreditStream is an ACK's CreditStream when it names no stream: the
@@ -292,7 +293,10 @@ func (c Capabilities) String() string {
 	if c&CapCredits != 0 {
 		names = append(names, "CREDITS")
 	}
-	if r := c &^ (CapAtomics | CapAuth | CapCredits); r != 0 {
+	if c&CapRecut != 0 {
+		names = append(names, "RECUT")
+	}
+	if r := c &^ (CapAtomics | CapAuth | CapCredits | CapRecut); r != 0 {
 		names = append(names, fmt.Sprintf("reserved(0x%08x)", uint32(r)))
 	}
 	if len(names) == 0 {

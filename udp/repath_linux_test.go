@@ -260,14 +260,14 @@ func writeOverSmallRoute(t *testing.T, peer string, tune func(*engine.Config)) (
 	return ea, conn, loop, src, dst
 }
 
-// A path whose MTU is below the connection's packets fails clearly. With
-// no path MTU search, the kernel refuses the first data packet, and the
-// connection fails at once with an error that names the path and the
-// sizes. It does not resend into the refusal until its no-progress
-// timeout.
+// A path whose MTU is below the connection's packets fails clearly on a
+// connection without RECUT. With no path MTU search, the kernel refuses
+// the first data packet, and the connection fails at once with an error
+// that names the path and the sizes. It does not resend into the refusal
+// until its no-progress timeout.
 func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
 	const peer = "127.0.0.88"
-	ea, _, _, _, _ := writeOverSmallRoute(t, peer, func(*engine.Config) {})
+	ea, _, _, _, _ := writeOverSmallRoute(t, peer, func(c *engine.Config) { c.NoRecut = true })
 	ea.mu.Lock()
 	defer ea.mu.Unlock()
 	var mtu *engine.PathMTUError
@@ -278,6 +278,31 @@ func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
 		t.Fatalf("completions %+v: want the WRITE flushed", ea.done)
 	}
 	t.Log(ea.err)
+}
+
+// The same route under a connection with RECUT (spec section 6.7): the
+// kernel refuses the first data packet, the plane's size is searched
+// again from 1,200 bytes, the refused packet and any other cut too large
+// are resent cut smaller, and the WRITE completes intact.
+func TestPathMTUBelowThePacketsIsLearned(t *testing.T) {
+	ea, conn, loop, src, dst := writeOverSmallRoute(t, "127.0.0.90", func(*engine.Config) {})
+	ea.mu.Lock()
+	if ea.err != nil || len(ea.done) != 1 || ea.done[0].Status != engine.StatusOK || !bytes.Equal(src, dst) {
+		t.Fatalf("error %v, completions %+v, data equal %v", ea.err, ea.done, bytes.Equal(src, dst))
+	}
+	ea.mu.Unlock()
+	var mtus []engine.PlaneMTU
+	var stats engine.SenderStats
+	if !waitFor(5*time.Second, func() bool {
+		onLoop(loop, func() { mtus, stats = conn.PathMTU(), conn.SenderStats() })
+		return mtus[0].Done
+	}) {
+		t.Fatalf("the search is not over: %+v", mtus)
+	}
+	if got := mtus[0].Size; got > 1372 || got < 1372-16 || stats.MTUFalls == 0 || stats.Recuts == 0 {
+		t.Fatalf("learned %d bytes (want 1,372 or at most 16 less), %d falls, %d recuts", got, stats.MTUFalls, stats.Recuts)
+	}
+	t.Logf("learned %d bytes; %d falls, %d recuts", mtus[0].Size, stats.MTUFalls, stats.Recuts)
 }
 
 // The same route under a connection that searches its path MTU (spec

@@ -1,0 +1,319 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
+)
+
+// uplinkOf matches the uplinks of one host on a plane.
+func uplinkOf(host int) *netem.LinkMatch {
+	return &netem.LinkMatch{Kind: netem.Uplink, Host: host, Leaf: -1, Spine: -1}
+}
+
+// refuseLocally makes a datagram that an uplink of host drops as too big
+// come back to the host's endpoint at once, as the kernel's EMSGSIZE does
+// when DF is set and the route's MTU is smaller. It returns the count of
+// data packets so refused.
+func refuseLocally(n *testNet, host int) *int {
+	refused := new(int)
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		if e.Verdict != netem.Dropped || e.Cause != netem.DropTooBig || e.Link.Kind() != netem.Uplink || e.Link.From() != host {
+			return
+		}
+		if _, isProbe := mtuProbe(e.Datagram); !isProbe {
+			*refused++
+		}
+		d := *e.Datagram
+		d.Data = append([]byte(nil), d.Data...)
+		n.sim.After(0, clock.Func(func() { n.hosts[host].ep.TooBig(&d) }))
+	})
+	return refused
+}
+
+// TestPathMTUFallsMidTransfer checks a path MTU that falls while a WRITE
+// is under way (spec section 6.7): one plane's route comes to carry 1,472
+// bytes, and the host refuses larger packets on it. The connection does
+// not fail. A packet already cut at 9,000 bytes is resent cut smaller
+// under new DSNs (RECUT), new packets fit, the plane's search finds its
+// new size, and the data arrives intact.
+func TestPathMTUFallsMidTransfer(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8})
+	refused := refuseLocally(n, 0)
+	pr := n.connect(0, 1)
+	if !pr.a.recut || !pr.b.recut {
+		t.Fatal("RECUT not negotiated")
+	}
+	at := time.Duration(n.sim.Now()) + 100*time.Microsecond
+	if err := n.fab.ScheduleFault(at, netem.Fault{Kind: netem.LinkMTU, Plane: 2, Link: uplinkOf(0), MTU: 1472}); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := n.writeWhole(t, pr, 32<<20)
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatal("the data differs")
+	}
+	s := &pr.a.snd.stats
+	if *refused == 0 || s.MTUFalls == 0 || s.Recuts == 0 {
+		t.Fatalf("%d data packets refused, %d falls, %d recuts: the MTU fell during no packet in flight", *refused, s.MTUFalls, s.Recuts)
+	}
+	t.Logf("%d data packets refused, %d recut", *refused, s.Recuts)
+	if !n.run(time.Second, func() bool { return !pr.a.searching() }) {
+		t.Fatalf("not searched after a second: %+v", pr.a.PathMTU())
+	}
+	want := [4]int{9000, 9000, 1472, 9000}
+	for plane, p := range pr.a.PathMTU() {
+		if !p.Done || p.Size > want[plane] || p.Size < want[plane]-mtuGranularity {
+			t.Errorf("plane %d: %+v, want %d (less at most %d)", plane, p, want[plane], mtuGranularity)
+		}
+	}
+	if pr.a.sendMax != pr.a.PathMTU()[2].Size {
+		t.Errorf("packets cut to %d bytes, want plane 2's %d", pr.a.sendMax, pr.a.PathMTU()[2].Size)
+	}
+	// Later transfers send nothing the host refuses.
+	before := *refused
+	pr.ra.done = nil
+	n.writeWhole(t, pr, 4<<20)
+	if *refused != before {
+		t.Errorf("%d more data packets refused after the search", *refused-before)
+	}
+	if pr.b.rcv.stats.Overlaps != 0 || pr.a.State() != Established {
+		t.Fatalf("%d overlaps; connection %v (%v)", pr.b.rcv.stats.Overlaps, pr.a.State(), pr.a.Err())
+	}
+}
+
+// TestPathMTUFallWithoutRecutFails checks a peer that does not offer
+// RECUT: packets already cut could never be resent, so the connection
+// fails with a PathMTUError at the first refusal, as spec section 6.7
+// says.
+func TestPathMTUFallWithoutRecutFails(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8, NoRecut: true})
+	refuseLocally(n, 0)
+	pr := n.connect(0, 1)
+	if pr.a.recut || pr.b.recut {
+		t.Fatal("RECUT negotiated though neither side offered it")
+	}
+	if err := n.fab.ScheduleFault(time.Duration(n.sim.Now())+50*time.Microsecond,
+		netem.Fault{Kind: netem.LinkMTU, Plane: 1, Link: uplinkOf(0), MTU: 1472}); err != nil {
+		t.Fatal(err)
+	}
+	src := pr.ha.region(t, 8<<20, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, 8<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{Region: src, Length: 8 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	n.run(time.Second, func() bool { return pr.a.State() == Closed })
+	var mtu *PathMTUError
+	if pr.a.State() != Closed || !errors.As(pr.a.Err(), &mtu) || mtu.Size <= 1472 {
+		t.Fatalf("connection %v (%v): want closed with a PathMTUError", pr.a.State(), pr.a.Err())
+	}
+}
+
+// falseRefusals reports, for count data packets of type typ that host
+// sends from time at on, that the host refused them as too big, while
+// they still go: the resends cut smaller then meet packets that arrived
+// whole. It returns the count reported.
+func falseRefusals(n *testNet, host int, typ proto.Type, at clock.Time, count int) *int {
+	reported := new(int)
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		d := e.Datagram
+		var p proto.Packet
+		if *reported >= count || n.sim.Now() < at || e.Verdict != netem.Sent || e.Link.Kind() != netem.Uplink ||
+			e.Link.From() != host || p.Decode(d.Data) != nil || p.Type() != typ || d.Size() < 4000 {
+			return
+		}
+		*reported++
+		c := *d
+		c.Data = append([]byte(nil), d.Data...)
+		n.sim.After(0, clock.Func(func() { n.hosts[host].ep.TooBig(&c) }))
+	})
+	return reported
+}
+
+// TestRecutPiecesOfPacketsThatArrived checks the receiver's side of RECUT
+// (spec section 6.5). The sender takes packets as refused that in fact
+// arrived whole, and resends them cut smaller, under new DSNs. Each piece
+// then finds its bytes placed, in a message under way or one already
+// complete: it is acknowledged and not placed, nothing counts as an
+// overlap, and every message completes with the right bytes.
+func TestRecutPiecesOfPacketsThatArrived(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8})
+	pr := n.connect(0, 1)
+	reported := falseRefusals(n, 0, proto.TypeWrite, n.sim.Now().Add(20*time.Microsecond), 48)
+	const msgs, size = 32, 256 << 10
+	src := pr.ha.region(t, msgs*size, 3, memreg.LocalWrite)
+	dst := pr.hb.region(t, msgs*size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	for i := range msgs {
+		off := uint64(i * size)
+		if err := pr.a.Post(SendWR{ID: uint64(i), Op: OpWrite, Stream: uint16(i % 4), Local: SGE{src, off, size},
+			RKey: dst.Key(), RemoteOffset: off}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == msgs }) {
+		t.Fatalf("%d of %d WRITEs completed", len(pr.ra.done), msgs)
+	}
+	for _, wc := range pr.ra.done {
+		if wc.Status != StatusOK {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatal("the data differs")
+	}
+	rs := &pr.b.rcv.stats
+	if *reported == 0 || pr.a.snd.stats.Recuts == 0 || rs.Covered == 0 || rs.Overlaps != 0 || rs.Inconsistent != 0 {
+		t.Fatalf("%d refusals reported, %d recuts, %d covered, %d overlaps, %d inconsistent",
+			*reported, pr.a.snd.stats.Recuts, rs.Covered, rs.Overlaps, rs.Inconsistent)
+	}
+	t.Logf("%d refusals reported, %d recuts, %d pieces covered", *reported, pr.a.snd.stats.Recuts, rs.Covered)
+}
+
+// TestRecutReadResponses checks RECUT for READ responses, which the
+// responder cuts and sends in its own DSNs: a piece whose bytes arrived,
+// or whose READ has completed, is acknowledged at the requester rather
+// than refused with BAD_TAG.
+func TestRecutReadResponses(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8})
+	pr := n.connect(0, 1)
+	reported := falseRefusals(n, 1, proto.TypeReadResp, n.sim.Now().Add(20*time.Microsecond), 24)
+	const reads, size = 8, 1 << 20
+	remote := pr.hb.region(t, reads*size, 4, memreg.LocalWrite|memreg.RemoteRead)
+	local := pr.ha.region(t, reads*size, 0, memreg.LocalWrite)
+	for i := range reads {
+		off := uint64(i * size)
+		if err := pr.a.Post(SendWR{ID: uint64(i), Op: OpRead, Local: SGE{local, off, size}, RKey: remote.Key(), RemoteOffset: off}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == reads }) {
+		t.Fatalf("%d of %d READs completed", len(pr.ra.done), reads)
+	}
+	for _, wc := range pr.ra.done {
+		if wc.Status != StatusOK {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
+	if digest(local.Bytes()) != digest(remote.Bytes()) {
+		t.Fatal("the data differs")
+	}
+	rs := &pr.a.rcv.stats
+	if *reported == 0 || pr.b.snd.stats.Recuts == 0 || rs.Covered == 0 || rs.Overlaps != 0 || rs.Nacks[proto.NackBadTag&15] != 0 {
+		t.Fatalf("%d refusals reported, %d recuts, %d covered, %d overlaps, %d BAD_TAG",
+			*reported, pr.b.snd.stats.Recuts, rs.Covered, rs.Overlaps, rs.Nacks[proto.NackBadTag&15])
+	}
+	if pr.a.State() != Established || pr.b.State() != Established {
+		t.Fatalf("connection %v (%v), %v (%v)", pr.a.State(), pr.a.Err(), pr.b.State(), pr.b.Err())
+	}
+}
+
+// TestRecutPieceOfACompletedRead checks the requester's rule for a READ
+// response whose tag names no READ outstanding (spec section 9, step 13).
+// With RECUT, a tag this side gave to a READ that has since completed is a
+// piece of a response that arrived whole: recorded, not refused. Any other
+// tag, and every unknown tag without RECUT, is refused with BAD_TAG.
+func TestRecutPieceOfACompletedRead(t *testing.T) {
+	c := &Conn{recut: true}
+	c.snd.c = c
+	c.snd.reads = map[uint32]*message{}
+	c.snd.nextTag = 10
+	for _, tc := range []struct {
+		recut bool
+		tag   uint32
+		want  proto.NackCode
+	}{
+		{true, 9, covering},
+		{true, 0, covering},
+		{true, 10, proto.NackBadTag}, // never given
+		{true, 1 << 31, proto.NackBadTag},
+		{false, 9, proto.NackBadTag},
+	} {
+		c.recut = tc.recut
+		if got := c.snd.onReadData(tc.tag, 0, 100, make([]byte, 100)); got != tc.want {
+			t.Errorf("RECUT %v, tag %d: %v, want %v", tc.recut, tc.tag, got, tc.want)
+		}
+	}
+}
+
+// TestPathMTUBlackHole checks a path MTU that falls with no error sent
+// back, the usual case (RFC 8899 section 4.3): the links into the
+// receiver come to drop every datagram over 1,472 bytes, on every plane,
+// while a WRITE of 9,000-byte packets is under way. Paths time out, yet
+// answer their unpadded PROBEs; PROBEs padded to the packets' size then go
+// unanswered while their companions are answered, so each plane's size is
+// searched again. The connection lives, its packets are resent cut
+// smaller, and the data arrives intact, for few and for many paths.
+func TestPathMTUBlackHole(t *testing.T) {
+	for _, paths := range []int{4, 32} {
+		n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: paths})
+		pr := n.connect(0, 1)
+		at := time.Duration(n.sim.Now()) + 100*time.Microsecond
+		for plane := range 4 {
+			into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
+			if err := n.fab.ScheduleFault(at, netem.Fault{Kind: netem.LinkMTU, Plane: plane, Link: into, MTU: 1472}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		src, dst := n.writeWhole(t, pr, 32<<20)
+		if digest(src.Bytes()) != digest(dst.Bytes()) {
+			t.Fatalf("%d paths: the data differs", paths)
+		}
+		s := pr.a.snd.stats
+		if s.MTUFalls < 4 || s.Recuts == 0 {
+			t.Fatalf("%d paths: %d falls, %d checks, %d recuts: want a fall on each plane", paths, s.MTUFalls, s.MTUChecks, s.Recuts)
+		}
+		if !n.run(time.Second, func() bool { return !pr.a.searching() }) {
+			t.Fatalf("%d paths: not searched after a second: %+v", paths, pr.a.PathMTU())
+		}
+		for plane, p := range pr.a.PathMTU() {
+			if p.Size > 1472 || p.Size < 1472-mtuGranularity {
+				t.Errorf("%d paths: plane %d: %+v, want 1,472 (less at most %d)", paths, plane, p, mtuGranularity)
+			}
+		}
+		t.Logf("%d paths: %d checks, %d falls, %d recuts, %d timeouts", paths, s.MTUChecks, s.MTUFalls, s.Recuts, s.Timeouts)
+		// Once searched, nothing more times out.
+		timeouts := pr.a.snd.stats.Timeouts
+		pr.ra.done = nil
+		n.writeWhole(t, pr, 8<<20)
+		if d := pr.a.snd.stats.Timeouts - timeouts; d != 0 {
+			t.Errorf("%d paths: %d timeouts after the search", paths, d)
+		}
+	}
+}
+
+// TestRandomLossIsNoMTUFall checks that heavy random loss, 30% on every
+// link from when the connection is up, which takes padded and unpadded
+// PROBEs alike, does not pass for a fallen path MTU: the checks that its
+// timeouts set off find the size still carried, and packets keep their
+// size.
+func TestRandomLossIsNoMTUFall(t *testing.T) {
+	checks := 0
+	for seed := uint64(1); seed <= 4; seed++ {
+		fc := mtuFabric([4]int{})
+		fc.Seed = seed
+		n := newNet(t, fc, Config{MaxPacket: 9000, Paths: 8})
+		pr := n.connect(0, 1)
+		for plane := range 4 {
+			if err := n.fab.ScheduleFault(0, netem.Fault{Kind: netem.LinkLoss, Plane: plane, Loss: &netem.RandomLoss{P: 0.3}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		src, dst := n.writeWhole(t, pr, 16<<20)
+		if digest(src.Bytes()) != digest(dst.Bytes()) {
+			t.Fatal("the data differs")
+		}
+		s := pr.a.snd.stats
+		if s.MTUFalls != 0 || pr.a.sendMax != 9000 {
+			t.Errorf("seed %d: %d checks, %d falls, packets of %d bytes: want no fall, 9,000", seed, s.MTUChecks, s.MTUFalls, pr.a.sendMax)
+		}
+		checks += int(s.MTUChecks)
+	}
+	if checks == 0 {
+		t.Fatal("no check made: the loss tested nothing")
+	}
+	t.Logf("%d checks", checks)
+}
