@@ -186,3 +186,19 @@ func TestLossJudgeSetsCopiesAside(t *testing.T) {
 		t.Error("80 retransmissions all called copies passed")
 	}
 }
+
+// A responder that grants no RECUT leaves recut-covered unsupported, not
+// failed, and passes every other case.
+func TestRecutCaseWithoutRecutIsUnsupported(t *testing.T) {
+	noRecut := func(c *engine.Config) { c.NoRecut = true }
+	env := Env{Target: responder(t, "127.0.0.77", bugs.Set{}, noRecut), Local: netip.MustParseAddr("127.0.0.78")}
+	for _, r := range Run(env, Cases) {
+		want := "pass"
+		if r.Case == "recut-covered" {
+			want = "unsupported"
+		}
+		if r.Result != want {
+			t.Errorf("%s: %s (%s), want %s", r.Case, r.Result, r.Details, want)
+		}
+	}
+}

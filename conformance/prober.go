@@ -34,7 +34,8 @@ type Prober struct {
 	dsn     uint32    // the next DSN
 	msn     uint32    // the next MSN on stream 0
 	buf     []byte
-	Window  uint32 // the DSN window we announce as a receiver
+	offer   proto.Capabilities // what the CONNECT offers
+	Window  uint32             // the DSN window we announce as a receiver
 	Timeout time.Duration
 }
 
@@ -52,12 +53,18 @@ func random32() uint32 {
 // and port 0 takes any. initialPSN is the first PSN of our paths. A test
 // of sequence wrap picks one near 2^32.
 func Dial(target Target, local netip.Addr, initialPSN uint32) (*Prober, error) {
+	return DialOffering(target, local, initialPSN, 0)
+}
+
+// DialOffering is Dial with a CONNECT that offers the capabilities offer
+// (spec section 8.3). The ACCEPT says which the responder grants.
+func DialOffering(target Target, local netip.Addr, initialPSN uint32, offer proto.Capabilities) (*Prober, error) {
 	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)))
 	if err != nil {
 		return nil, fmt.Errorf("conformance: %w", err)
 	}
 	p := &Prober{conn: c, target: target, start: time.Now(), myID: random32() | 1, buf: make([]byte, 65536),
-		Window: 1024, Timeout: 2 * time.Second, dsn: random32()}
+		Window: 1024, Timeout: 2 * time.Second, dsn: random32(), offer: offer}
 	for i := range p.psn {
 		p.psn[i] = initialPSN
 	}
@@ -118,6 +125,7 @@ func (p *Prober) connect(initialPSN uint32, token *[proto.TokenLen]byte) (*proto
 	h.SetMaxReadsOut(4)
 	h.SetMaxReadsIn(4)
 	h.SetInboundCapacity(proto.RateNoLimit)
+	h.SetCapabilities(p.offer)
 	pkt.Common.SetTimestamp(p.now())
 	if err := p.send(pkt.Seal()); err != nil {
 		return nil, err
