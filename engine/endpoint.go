@@ -57,6 +57,8 @@ type Endpoint struct {
 	// mark. Its queues mark, and marks are the finer signal: its paths
 	// take no delay signal (docs/cc.md, "Where no queue marks").
 	marking []bool
+	// down is set for a plane whose port the host sees down (SetPlaneUp).
+	down []bool
 
 	batch []link.Datagram // datagrams queued for the port
 	stats EndpointStats
@@ -95,6 +97,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 	}
 	e.ports = newNICPorts(cfg.PortRates, cfg.MaxPacket)
 	e.marking = make([]bool, len(cfg.Planes))
+	e.down = make([]bool, len(cfg.Planes))
 	return e, nil
 }
 
@@ -213,7 +216,7 @@ func (e *Endpoint) TooBig(d *link.Datagram) {
 		if !c.sent(&pkt, d) {
 			continue
 		}
-		if pkt.Type() == proto.TypeProbe && pkt.Probe().ProbeID()&mtuProbeBit != 0 {
+		if pkt.Type() == proto.TypeProbe && isMTUProbe(pkt.Probe().ProbeID()) {
 			c.mtuProbeTooBig(pkt.Probe().ProbeID())
 			continue
 		}

@@ -145,7 +145,7 @@ func (e *Endpoint) LocalDrop(d *link.Datagram) {
 	switch t := pkt.Type(); {
 	case t.IsData():
 		c.snd.localDrop(&pkt)
-	case t == proto.TypeProbe && pkt.Probe().ProbeID()&mtuProbeBit != 0:
+	case t == proto.TypeProbe && isMTUProbe(pkt.Probe().ProbeID()):
 		c.mtuProbeDropped(pkt.Probe().ProbeID())
 	}
 	e.flush()

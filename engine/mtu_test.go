@@ -148,7 +148,7 @@ func mtuProbe(d *link.Datagram) (int, bool) {
 	if p.Decode(d.Data) != nil || p.Type() != proto.TypeProbe {
 		return 0, false
 	}
-	return d.Size(), p.Probe().ProbeID()&mtuProbeBit != 0
+	return d.Size(), isMTUProbe(p.Probe().ProbeID())
 }
 
 // TestPathMTUSearch checks the search of spec section 6.7 on planes whose

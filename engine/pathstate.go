@@ -6,6 +6,7 @@
 package engine
 
 import (
+	"slices"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -57,6 +58,87 @@ func (p *sendPath) planeUp(now clock.Time) {
 // space continues at the next PSN (spec section 6.3).
 func (p *sendPath) repath(now clock.Time) bool { return p.Repath(now, p.next) }
 
+// stranded reports whether no path of the connection is in service: every
+// plane it has paths on failed, or the peer is gone.
+func (s *sender) stranded() bool {
+	for _, p := range s.paths {
+		if p.InUse() {
+			return false
+		}
+	}
+	return true
+}
+
+// planeProbeBits marks the ProbeIDs of plane probes: the two top bits,
+// above those of MTU probes (mtuProbeBit) and path probes.
+const planeProbeBits = 3 << 30
+
+// probePlanes sends a PROBE on each plane the connection has no path on,
+// whose peer address it knows and whose port the host does not see down,
+// when none of its paths is in service (stranded). A connection with fewer
+// paths than planes would otherwise stop when its planes fail, whatever
+// the others carry. A reply shows a plane that works both ways, and a path
+// moves there (onPlaneProbeReply); a peer that is gone, or a host that
+// does not run, answers on no plane, and nothing moves. It reports whether
+// it sent any.
+func (s *sender) probePlanes() bool {
+	c := s.c
+	if s.planeProbe == nil {
+		s.planeProbe = make([]uint32, len(c.ep.cfg.Planes))
+	}
+	on := make([]bool, len(s.planeProbe))
+	for _, p := range s.paths {
+		on[p.Plane()] = true
+	}
+	sent := false
+	for plane := range s.planeProbe {
+		s.planeProbe[plane] = 0
+		if on[plane] || !c.knows(plane) || c.ep.down[plane] {
+			continue
+		}
+		id := planeProbeBits | c.ep.random32()>>2
+		s.planeProbe[plane] = id
+		var pkt proto.Packet
+		c.build(&pkt, proto.TypeProbe, 0, 0)
+		pkt.Common.SetDstConnID(c.peerID)
+		pkt.Probe().SetProbeID(id)
+		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])
+		sent = true
+	}
+	return sent
+}
+
+// onPlaneProbeReply takes the reply to a plane probe: the plane works, and
+// a path out of service moves to it (spec section 6.3), one path a plane,
+// if the connection is still stranded. The path is probed there before it
+// carries data.
+func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
+	plane := slices.Index(s.planeProbe, id)
+	if plane < 0 || !s.stranded() {
+		return
+	}
+	for _, p := range s.paths {
+		if p.Plane() == plane {
+			return // a path moved here already
+		}
+	}
+	for _, p := range s.paths {
+		if p.InUse() || !p.Move(now, p.next, plane) {
+			continue
+		}
+		s.planeProbe[plane] = 0
+		s.planePaths = nil // counted again when next needed (stride)
+		s.stats.PlaneMoves++
+		p.timeouts = 0
+		if p.State() == pathmgr.Down {
+			p.PlaneUp(true)
+		}
+		p.sendProbe()
+		p.armTimer(now)
+		return
+	}
+}
+
 // routeSuspect reports whether the path's trouble may be its route, which
 // a new source port can change. It may when another path of its plane is
 // in service. When every path of a plane has timed out together, the plane
@@ -103,8 +185,12 @@ func (p *sendPath) sendProbe() {
 // onProbeReply takes a PROBE_REPLY. It gives an RTT sample, and brings an
 // ASSUMED_BAD path back into service.
 func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
-	if id := pkt.ProbeReply().ProbeID(); id&mtuProbeBit != 0 {
+	switch id := pkt.ProbeReply().ProbeID(); {
+	case isMTUProbe(id):
 		s.c.onMTUProbeReply(id)
+		return
+	case id&planeProbeBits == planeProbeBits:
+		s.onPlaneProbeReply(id, at)
 		return
 	}
 	if pkt.ProbeReply().ProbeID() == keepAliveProbe {
@@ -180,6 +266,9 @@ func (s *sender) lossOf(p *sendPath, samePlane bool) (sum float64, n int) {
 // the plane comes back they are probed and return to service.
 func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 	now := e.clock.Now()
+	if plane >= 0 && plane < len(e.down) {
+		e.down[plane] = !up
+	}
 	for _, id := range e.connIDs() {
 		c := e.conns[id]
 		if c.state != Established {
@@ -194,6 +283,9 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 			case up && p.State() == pathmgr.Down:
 				c.tp.planeUp(p, now)
 			}
+		}
+		if !up && c.snd.stranded() {
+			c.snd.probePlanes() // a path on another plane may carry the connection
 		}
 		c.snd.pump()
 	}

@@ -82,8 +82,54 @@ func TestPlaneFailureIsSurvived(t *testing.T) {
 					t.Errorf("path %d on a healthy plane had events %q", path, got)
 				}
 			}
+			if moves := pr.a.SenderStats().PlaneMoves; moves != 0 {
+				t.Errorf("%d paths moved to another plane, with paths in service on three", moves)
+			}
 			t.Logf("%v: %v of virtual time; %+v", kind, n.sim.Now(), pr.a.SenderStats())
 		})
+	}
+}
+
+// TestFewerPathsThanPlanesSurvivePlaneFailure fails, mid-transfer, every
+// plane a connection with fewer paths than planes has its paths on: one
+// path on four planes, and two. Its paths move to the planes left (spec
+// section 6.3), where a plane's failure would otherwise end the transfer
+// however well the others work; the application sees no error and the
+// data arrives intact.
+func TestFewerPathsThanPlanesSurvivePlaneFailure(t *testing.T) {
+	for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
+		for _, paths := range []int{1, 2} {
+			fc := fourPlanes()
+			for plane := range paths {
+				fc.Faults = append(fc.Faults, netem.Fault{At: 100 * time.Microsecond, Kind: kind, Plane: plane})
+			}
+			n := newNet(t, fc, Config{Paths: paths, MPL: time.Millisecond})
+			pr := n.connect(0, 1)
+			for _, p := range pr.a.snd.paths {
+				if p.Plane() >= paths {
+					t.Fatalf("path %d on plane %d: the test fails planes 0 to %d", p.ID(), p.Plane(), paths-1)
+				}
+			}
+			const size = 16 << 20
+			src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+			dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+			pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+			if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 || pr.a.State() == Closed }) {
+				t.Fatalf("%v, %d paths: not complete", kind, paths)
+			}
+			if pr.a.State() != Established || pr.ra.done[0].Status != StatusOK || digest(src.Bytes()) != digest(dst.Bytes()) {
+				t.Fatalf("%v, %d paths: connection %v (%v), completion %+v", kind, paths, pr.a.State(), pr.a.Err(), pr.ra.done)
+			}
+			for _, p := range pr.a.snd.paths {
+				if p.Plane() < paths || p.State() != pathmgr.Good {
+					t.Errorf("%v, %d paths: path %d ended %v on plane %d", kind, paths, p.ID(), p.State(), p.Plane())
+				}
+			}
+			if moves := pr.a.SenderStats().PlaneMoves; moves < uint64(paths) {
+				t.Errorf("%v, %d paths: %d moves", kind, paths, moves)
+			}
+			t.Logf("%v, %d paths: complete at %v, %d moves", kind, paths, n.sim.Now(), pr.a.SenderStats().PlaneMoves)
+		}
 	}
 }
 

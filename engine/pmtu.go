@@ -16,8 +16,9 @@ import (
 )
 
 const (
-	// mtuProbeBit marks the ProbeIDs of MTU probes. Path probes count
-	// below it (pathmgr.Path.NewProbe).
+	// mtuProbeBit marks the ProbeIDs of MTU probes, below those of plane
+	// probes (planeProbeBits). Path probes count below it
+	// (pathmgr.Path.NewProbe).
 	mtuProbeBit = 1 << 31
 	// mtuTries is how many probes of one size go unanswered before the size
 	// is taken as too big, RFC 8899's MAX_PROBES. One lost probe must not
@@ -247,8 +248,8 @@ func (c *Conn) sendMTUProbe(plane int, now clock.Time) {
 	}
 	m := c.mtu
 	p := &m.planes[plane]
-	p.probeID = mtuProbeBit | c.ep.random32() // not guessed by one who knows the connection id
-	p.companion = mtuProbeBit | c.ep.random32()
+	p.probeID = c.mtuProbeID() // not guessed by one who knows the connection id
+	p.companion = c.mtuProbeID()
 	p.heard = false
 	p.pairs++
 	p.sentAt, p.waits = now, 0
@@ -269,6 +270,12 @@ func (c *Conn) sendMTUProbe(plane int, now clock.Time) {
 	}
 	c.snd.stats.MTUProbes++
 }
+
+// mtuProbeID is a new random ProbeID in the range of MTU probes.
+func (c *Conn) mtuProbeID() uint32 { return mtuProbeBit | c.ep.random32()>>2 }
+
+// isMTUProbe reports whether id is an MTU probe's.
+func isMTUProbe(id uint32) bool { return id&planeProbeBits == mtuProbeBit }
 
 // onMTUTimer resends each PROBE taken as lost, and takes a size as too big
 // once mtuTries of its probes (mtuChecks for a size the plane carried)

@@ -40,6 +40,9 @@ type sender struct {
 	// fullAcked is, by plane, when the newest transmission of a full-sized
 	// packet that an ACK reported received was sent (verifyMTU).
 	fullAcked []clock.Time
+	// planeProbe is, by plane, the ProbeID of the plane probe in flight,
+	// 0 for none (probePlanes).
+	planeProbe []uint32
 
 	// Posted messages, by stream. ready holds every stream that may have
 	// data to send, so that nextMessage skips the idle ones.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,9 +49,19 @@ func (s *stallingReceiver) stall(d time.Duration) {
 // when the host runs again report the packets the timeouts declared lost
 // as received: every timeout is found spurious, each path gets back the
 // window it had and returns to service, and none moves to a new source
-// port, since no route failed. The data arrives whole.
+// port, since no route failed. The data arrives whole. A connection with
+// one path on four planes moves it to no other plane: the stalled peer
+// answers its plane probes on none.
 func TestStalledReceiverTimeoutsAreFoundSpurious(t *testing.T) {
-	n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1, PlaceholderPayloads: false})
+	for _, shape := range []struct{ planes, paths int }{{2, 4}, {4, 1}} {
+		t.Run(fmt.Sprintf("%d paths on %d planes", shape.paths, shape.planes), func(t *testing.T) {
+			stalledReceiver(t, shape.planes, shape.paths)
+		})
+	}
+}
+
+func stalledReceiver(t *testing.T, planes, paths int) {
+	n := newNet(t, twoHostFabric(planes), Config{Paths: paths, Streams: 1, PlaceholderPayloads: false})
 	pr := n.connect(0, 1)
 	st := &stallingReceiver{sim: n.sim, ep: n.hosts[1].ep}
 	n.fab.Host(1).Attach(st)

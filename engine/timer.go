@@ -63,7 +63,13 @@ func (p *sendPath) expired(now clock.Time) bool {
 	case p.State() == pathmgr.AssumedBad:
 		// The route may be what failed, so the path moves to another (spec
 		// section 6.3), if its plane shows that a route can be the cause.
-		if p.routeSuspect() {
+		// With every path of the connection out of service, the plane may
+		// be what failed, and other planes are probed.
+		switch {
+		case p.timeouts >= soloProbes && p.s.stranded() && p.s.probePlanes():
+			// The plane may be what failed: the path waits to move to a
+			// plane that answers, rather than to a new port of its own.
+		case p.routeSuspect():
 			p.repath(now)
 		}
 		p.sendProbe()

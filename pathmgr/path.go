@@ -193,6 +193,31 @@ func (p *Path) ProbeAnswers(id uint32, epoch uint8) bool {
 // stayed on one port for twice the longest wait starts afresh. When the
 // path may not move yet, Repath reports false and the path stays.
 func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
+	if !p.mayMove(now) {
+		return false
+	}
+	p.repath(now, nextPSN)
+	return true
+}
+
+// Move repaths the path onto another plane: a new NIC port as well as a
+// new source port (spec section 6.3), for a path whose plane failed. Its
+// round-trip time starts afresh, since the new route's is its own. It
+// waits between moves as Repath does, and reports false when the path may
+// not move yet.
+func (p *Path) Move(now clock.Time, nextPSN uint32, plane int) bool {
+	if !p.mayMove(now) {
+		return false
+	}
+	p.plane = plane
+	p.RTT = RTT{}
+	p.Counters.PlaneMoves++
+	p.repath(now, nextPSN)
+	return true
+}
+
+// mayMove reports whether the path may repath now (see Repath).
+func (p *Path) mayMove(now clock.Time) bool {
 	if p.Counters.Repaths > 0 {
 		since := now.Sub(p.repathedAt)
 		if since >= 2*p.ports.MPL<<maxMoveBackoff {
@@ -202,6 +227,11 @@ func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// repath gives the path its next source port and epoch.
+func (p *Path) repath(now clock.Time, nextPSN uint32) {
 	n := len(p.ports.Pool)
 	next := (p.portIndex + p.ports.Stride) % n
 	if next == p.portIndex {
@@ -216,7 +246,6 @@ func (p *Path) Repath(now clock.Time, nextPSN uint32) bool {
 	p.moves = min(p.moves+1, maxMoveBackoff+1)
 	p.Counters.Repaths++
 	p.set(p.state, true)
-	return true
 }
 
 // set moves the path to st and tells the listener.
