@@ -154,14 +154,7 @@ func TestRecutPiecesOfPacketsThatArrived(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !n.run(time.Second, func() bool { return len(pr.ra.done) == msgs }) {
-		t.Fatalf("%d of %d WRITEs completed", len(pr.ra.done), msgs)
-	}
-	for _, wc := range pr.ra.done {
-		if wc.Status != StatusOK {
-			t.Fatalf("completion %+v", wc)
-		}
-	}
+	completeAll(t, n, pr.ra, msgs)
 	if digest(src.Bytes()) != digest(dst.Bytes()) {
 		t.Fatal("the data differs")
 	}
@@ -171,6 +164,20 @@ func TestRecutPiecesOfPacketsThatArrived(t *testing.T) {
 			*reported, pr.a.snd.stats.Recuts, rs.Covered, rs.Overlaps, rs.Inconsistent)
 	}
 	t.Logf("%d refusals reported, %d recuts, %d pieces covered", *reported, pr.a.snd.stats.Recuts, rs.Covered)
+}
+
+// completeAll runs until rec has count completions, and fails the test
+// unless they come within a second, every one ok.
+func completeAll(t *testing.T, n *testNet, rec *recorder, count int) {
+	t.Helper()
+	if !n.run(time.Second, func() bool { return len(rec.done) == count }) {
+		t.Fatalf("%d of %d completed", len(rec.done), count)
+	}
+	for _, wc := range rec.done {
+		if wc.Status != StatusOK {
+			t.Fatalf("completion %+v", wc)
+		}
+	}
 }
 
 // TestRecutReadResponses checks RECUT for READ responses, which the
@@ -190,14 +197,7 @@ func TestRecutReadResponses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !n.run(time.Second, func() bool { return len(pr.ra.done) == reads }) {
-		t.Fatalf("%d of %d READs completed", len(pr.ra.done), reads)
-	}
-	for _, wc := range pr.ra.done {
-		if wc.Status != StatusOK {
-			t.Fatalf("completion %+v", wc)
-		}
-	}
+	completeAll(t, n, pr.ra, reads)
 	if digest(local.Bytes()) != digest(remote.Bytes()) {
 		t.Fatal("the data differs")
 	}
