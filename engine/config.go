@@ -46,6 +46,10 @@ type Config struct {
 	// default, sends packets of MaxPacket from the start and searches
 	// nothing, as on a fabric whose MTU is known.
 	BasePacket int
+	// PathMTURaise is how long after a plane's path MTU search ends below
+	// MaxPacket it searches again, for a path that came to carry more
+	// (RFC 8899's PMTU_RAISE_TIMER). Default 10 minutes; negative: never.
+	PathMTURaise time.Duration
 	// Paths and Streams are offered or accepted per connection. Defaults 8
 	// and 8.
 	Paths, Streams int
@@ -267,6 +271,7 @@ func (c *Config) fill() error {
 	setDur(&c.KeepAlive, c.NoProgress/4)
 	setDur(&c.ConnectTimeout, defaultConnectTimeout)
 	setDur(&c.MPL, defaultMPL)
+	setDur(&c.PathMTURaise, defaultPathMTURaise)
 	if c.LossOutlierFactor == 0 {
 		c.LossOutlierFactor = defaultLossOutlierFactor
 	}

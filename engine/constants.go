@@ -55,6 +55,7 @@ const (
 	defaultNoProgress        = time.Second            // a connection this long without progress fails
 	defaultConnectTimeout    = time.Second            // the handshake's deadline
 	defaultMPL               = 100 * time.Millisecond // the spec's suggested maximum packet lifetime (section 6.3)
+	defaultPathMTURaise      = 10 * time.Minute       // RFC 8899's PMTU_RAISE_TIMER (Config.PathMTURaise)
 	defaultLossOutlierFactor = 4                      // a path whose loss is four times its siblings' is on a bad route
 	defaultMaxSendWindow     = 4096                   // the sender's DSN state per connection, whatever the peer offers
 	defaultMaxAccepting      = 1024                   // half-open handshakes before CONNECTs are refused

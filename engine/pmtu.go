@@ -65,6 +65,9 @@ type planeMTU struct {
 	// verifying is set while the PROBE in flight checks that the plane
 	// still carries the size packets are cut to (verifyMTU).
 	verifying bool
+	// raiseAt is when a search that ended below MaxPacket starts again, 0
+	// for never (Config.PathMTURaise).
+	raiseAt clock.Time
 }
 
 // mtuSearch is a connection's search, over all its planes.
@@ -195,18 +198,30 @@ func (c *Conn) probeMTUs() {
 	var due clock.Time
 	for plane := range m.planes {
 		p := &m.planes[plane]
+		if p.trying == 0 && p.raiseAt != 0 && p.raiseAt <= now {
+			// The path may carry more now: every size above what it
+			// carries is tried again.
+			p.limit, p.raiseAt = c.maxPacket, 0
+		}
 		if p.trying == 0 {
 			overhead := 28 // IPv4 and UDP
 			if c.ep.cfg.Planes[plane].Is6() {
 				overhead = 48
 			}
 			p.trying, p.tries, p.pairs = p.next(c.maxPacket, overhead), 0, 0
+			if p.trying == 0 && p.raiseAt == 0 && p.confirmed < c.maxPacket && c.ep.cfg.PathMTURaise > 0 {
+				p.raiseAt = now.Add(c.ep.cfg.PathMTURaise)
+			}
 		}
 		if p.trying != 0 && p.due == 0 {
 			c.sendMTUProbe(plane, now)
 		}
-		if p.trying != 0 && p.due != 0 && (due == 0 || p.due < due) {
-			due = p.due
+		next := p.due
+		if p.trying == 0 {
+			next = p.raiseAt
+		}
+		if next != 0 && (due == 0 || next < due) {
+			due = next
 		}
 	}
 	if due != 0 {

@@ -317,3 +317,41 @@ func TestRandomLossIsNoMTUFall(t *testing.T) {
 	}
 	t.Logf("%d checks", checks)
 }
+
+// TestPathMTURaisedAfterRepair checks the search again for a path that
+// came to carry more (RFC 8899's raise timer, Config.PathMTURaise): every
+// plane falls silently to 1,472 bytes, is found at that size, and is
+// repaired; once the raise timer runs out each plane's search finds 9,000
+// bytes again, and packets grow back to it.
+func TestPathMTURaisedAfterRepair(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8, PathMTURaise: 5 * time.Millisecond})
+	pr := n.connect(0, 1)
+	into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
+	at := time.Duration(n.sim.Now()) + 100*time.Microsecond
+	for plane := range 4 {
+		if err := n.fab.ScheduleFault(at, netem.Fault{Kind: netem.LinkMTU, Plane: plane, Link: into, MTU: 1472}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.writeWhole(t, pr, 8<<20)
+	if !n.run(time.Second, func() bool { return !pr.a.searching() }) || pr.a.sendMax > 1472 {
+		t.Fatalf("packets of %d bytes, %+v: want the fall found", pr.a.sendMax, pr.a.PathMTU())
+	}
+	fell := n.sim.Now()
+	for plane := range 4 {
+		if err := n.fab.ScheduleFault(0, netem.Fault{Kind: netem.Repair, Plane: plane, Link: into}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !n.run(100*time.Millisecond, func() bool { return pr.a.sendMax == 9000 }) {
+		t.Fatalf("packets of %d bytes 100 ms after the repair: %+v", pr.a.sendMax, pr.a.PathMTU())
+	}
+	if d := n.sim.Now().Sub(fell); d < 5*time.Millisecond {
+		t.Errorf("raised %v after the search, before the raise timer of 5 ms", d)
+	}
+	pr.ra.done = nil
+	src, dst := n.writeWhole(t, pr, 8<<20)
+	if digest(src.Bytes()) != digest(dst.Bytes()) || pr.a.State() != Established {
+		t.Fatalf("after the raise: data equal %v, connection %v", digest(src.Bytes()) == digest(dst.Bytes()), pr.a.State())
+	}
+}

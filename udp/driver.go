@@ -33,11 +33,12 @@
 // DF is set on every socket, as section 11 of docs/spec.md requires, and
 // New checks the largest datagram against each plane's interface MTU. A
 // datagram the kernel still finds too big for its path is counted in
-// Stats.TooBig and dropped, never fragmented.
+// Stats.TooBig and dropped, never fragmented, and the engine is told
+// (link.TooBigHandler): it learns each plane's path MTU, below the
+// interface's too, with padded probes (spec section 6.7).
 //
-// Not built yet are learning a path MTU below the interface's with padded
-// probes, ICMP errors, and readers that scale to a pool of hundreds of
-// ports. Today each port has one goroutine and two batches. On systems
+// Not built yet are acting on ICMP errors, and readers that scale to a
+// pool of hundreds of ports. Today each port has one goroutine and two batches. On systems
 // other than Linux the ECN field is neither set per datagram nor read,
 // drops are not counted, there is no GSO or GRO, and the batch reader is
 // x/net's, which allocates an address per datagram.
