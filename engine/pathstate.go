@@ -59,8 +59,12 @@ func (p *sendPath) planeUp(now clock.Time) {
 func (p *sendPath) repath(now clock.Time) bool { return p.Repath(now, p.next) }
 
 // stranded reports whether no path of the connection is in service: every
-// plane it has paths on failed, or the peer is gone.
+// plane it has paths on failed, or the peer is gone. A sender not yet
+// equipped with paths is not.
 func (s *sender) stranded() bool {
+	if len(s.paths) == 0 {
+		return false
+	}
 	for _, p := range s.paths {
 		if p.InUse() {
 			return false
