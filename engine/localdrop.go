@@ -242,6 +242,7 @@ func (c *Conn) mtuProbeDropped(id uint32) {
 	for plane := range c.mtu.planes {
 		if p := &c.mtu.planes[plane]; p.trying != 0 && p.probeID == id {
 			p.heard, p.companion, p.waits = false, 0, mtuWaits
+			p.pairs = max(p.pairs-1, 0)
 			return
 		}
 	}

@@ -83,12 +83,19 @@ const planeProbeBits = 3 << 30
 // paths than planes would otherwise stop when its planes fail, whatever
 // the others carry. A reply shows a plane that works both ways, and a path
 // moves there (onPlaneProbeReply); a peer that is gone, or a host that
-// does not run, answers on no plane, and nothing moves. It reports whether
-// it sent any.
+// does not run, answers on no plane, and nothing moves. The next round
+// goes BadProbeMax later while the connection stays stranded, since paths
+// DOWN with their plane have no timer of their own. Only multipath
+// connections move (the baseline keeps one route, spec section 10). It
+// reports whether it sent any.
 func (s *sender) probePlanes() bool {
 	c := s.c
+	if c.mode != proto.ModeMultipath || c.state != Established {
+		return false
+	}
 	if s.planeProbe == nil {
 		s.planeProbe = make([]uint32, len(c.ep.cfg.Planes))
+		s.planeT = c.ep.clock.NewTimer(s.onPlaneTimer)
 	}
 	on := make([]bool, len(s.planeProbe))
 	for _, p := range s.paths {
@@ -109,7 +116,18 @@ func (s *sender) probePlanes() bool {
 		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])
 		sent = true
 	}
+	if sent {
+		s.planeT.Reset(c.ep.clock.Now().Add(c.ep.cfg.BadProbeMax))
+	}
 	return sent
+}
+
+// onPlaneTimer probes the planes again while the connection is stranded.
+func (s *sender) onPlaneTimer() {
+	if s.stranded() {
+		s.probePlanes()
+		s.c.ep.flush()
+	}
 }
 
 // onPlaneProbeReply takes the reply to a plane probe: the plane works, and

@@ -331,3 +331,42 @@ func TestPathsAreDealtToKnownPlanesOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaneProbesRetriedUntilAPathMayMove checks a stranded connection
+// whose path moved to a new port just before its plane went down: a path
+// moves at most as often as the MPL allows (spec section 6.3), and a path
+// DOWN with its plane has no timer of its own, so the plane probes go
+// again, BadProbeMax apart, until the path may move. The default MPL of
+// 100 ms applies.
+func TestPlaneProbesRetriedUntilAPathMayMove(t *testing.T) {
+	n := newNet(t, fourPlanes(), Config{Paths: 1})
+	pr := n.connect(0, 1)
+	src, dst := n.writeWhole(t, pr, 1<<20)
+	_, _ = src, dst
+	p := pr.a.snd.paths[0]
+	if !p.repath(n.sim.Now()) {
+		t.Fatal("the path did not repath")
+	}
+	n.hosts[0].ep.SetPlaneUp(p.Plane(), false)
+	pr.ra.done = nil
+	src, dst = n.writeWhole(t, pr, 1<<20)
+	if digest(src.Bytes()) != digest(dst.Bytes()) || pr.a.SenderStats().PlaneMoves != 1 {
+		t.Fatalf("data equal %v, %d plane moves", digest(src.Bytes()) == digest(dst.Bytes()), pr.a.SenderStats().PlaneMoves)
+	}
+}
+
+// TestBaselineKeepsItsPlane checks that a baseline connection, one route
+// with a fixed port and epoch 0 (spec section 10), does not move when its
+// plane goes down.
+func TestBaselineKeepsItsPlane(t *testing.T) {
+	n := newNet(t, fourPlanes(), Config{Paths: 1, Mode: proto.ModeBaseline})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 1<<20)
+	p := pr.a.snd.paths[0]
+	plane, port := p.Plane(), p.Port()
+	n.hosts[0].ep.SetPlaneUp(plane, false)
+	n.run(10*time.Millisecond, func() bool { return false })
+	if p.Plane() != plane || p.Port() != port || p.Epoch() != 0 || pr.a.SenderStats().PlaneMoves != 0 {
+		t.Fatalf("the baseline path went from plane %d port %d to plane %d port %d epoch %d", plane, port, p.Plane(), p.Port(), p.Epoch())
+	}
+}

@@ -113,18 +113,25 @@ func (c *Conn) mtuFell(plane, size int) bool {
 	if c.mtu == nil {
 		c.newMTUSearch()
 	}
+	if size > c.mtu.planes[plane].limit {
+		return true // known too big already, as for the rest of a refused batch
+	}
 	c.lowerMTU(plane, size)
 	c.probeMTUs()
 	return true
 }
 
 // lowerMTU takes size as too big for plane, which had carried it, and
-// starts the plane's search again from the base size.
+// starts the plane's search again from the base size, or from half the
+// largest size left where even the base size was refused.
 func (c *Conn) lowerMTU(plane, size int) {
 	p := &c.mtu.planes[plane]
 	p.limit = min(p.limit, size-1)
-	p.confirmed = min(p.confirmed, c.basePacket(), p.limit)
-	p.trying, p.due, p.probeID, p.companion, p.verifying = 0, 0, 0, 0, false
+	p.confirmed = min(p.confirmed, c.basePacket())
+	if p.confirmed > p.limit {
+		p.confirmed = max(proto.MinMTU, p.limit/2)
+	}
+	p.trying, p.due, p.probeID, p.companion, p.verifying, p.raiseAt = 0, 0, 0, 0, false, 0
 	c.snd.stats.MTUFalls++
 	c.resize()
 }
@@ -155,7 +162,8 @@ func (c *Conn) verifyMTU(plane int) {
 	}
 	p := &c.mtu.planes[plane]
 	if p.trying != 0 {
-		return // a PROBE in flight tests the plane already
+		c.probeMTUs() // a search tests the plane already; it may have waited for this path
+		return
 	}
 	p.trying, p.tries, p.pairs, p.verifying = c.sendMax, 0, 0, true
 	c.snd.stats.MTUChecks++
@@ -217,8 +225,11 @@ func (c *Conn) probeMTUs() {
 			c.sendMTUProbe(plane, now)
 		}
 		next := p.due
-		if p.trying == 0 {
+		switch {
+		case p.trying == 0:
 			next = p.raiseAt
+		case p.due == 0:
+			next = now.Add(c.ep.cfg.BadProbeMax) // the plane waits for a path in service
 		}
 		if next != 0 && (due == 0 || next < due) {
 			due = next
@@ -226,20 +237,7 @@ func (c *Conn) probeMTUs() {
 	}
 	if due != 0 {
 		m.timer.Reset(due)
-	} else if c.searching() {
-		// Some plane waits for a path in service.
-		m.timer.Reset(now.Add(c.ep.cfg.BadProbeMax))
 	}
-}
-
-// searching reports whether some plane's search is not over.
-func (c *Conn) searching() bool {
-	for i := range c.mtu.planes {
-		if c.mtu.planes[i].trying != 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // sendMTUProbe sends a PROBE of the plane's size under test on a path of

@@ -11,6 +11,16 @@ import (
 	"github.com/mroce/mroce/proto"
 )
 
+// searching reports whether some plane's path MTU search is not over.
+func searching(c *Conn) bool {
+	for _, p := range c.PathMTU() {
+		if !p.Done {
+			return true
+		}
+	}
+	return false
+}
+
 // uplinkOf matches the uplinks of one host on a plane.
 func uplinkOf(host int) *netem.LinkMatch {
 	return &netem.LinkMatch{Kind: netem.Uplink, Host: host, Leaf: -1, Spine: -1}
@@ -62,7 +72,7 @@ func TestPathMTUFallsMidTransfer(t *testing.T) {
 		t.Fatalf("%d data packets refused, %d falls, %d recuts: the MTU fell during no packet in flight", *refused, s.MTUFalls, s.Recuts)
 	}
 	t.Logf("%d data packets refused, %d recut", *refused, s.Recuts)
-	if !n.run(time.Second, func() bool { return !pr.a.searching() }) {
+	if !n.run(time.Second, func() bool { return !searching(pr.a) }) {
 		t.Fatalf("not searched after a second: %+v", pr.a.PathMTU())
 	}
 	want := [4]int{9000, 9000, 1472, 9000}
@@ -266,7 +276,7 @@ func TestPathMTUBlackHole(t *testing.T) {
 		if s.MTUFalls < 4 || s.Recuts == 0 {
 			t.Fatalf("%d paths: %d falls, %d checks, %d recuts: want a fall on each plane", paths, s.MTUFalls, s.MTUChecks, s.Recuts)
 		}
-		if !n.run(time.Second, func() bool { return !pr.a.searching() }) {
+		if !n.run(time.Second, func() bool { return !searching(pr.a) }) {
 			t.Fatalf("%d paths: not searched after a second: %+v", paths, pr.a.PathMTU())
 		}
 		for plane, p := range pr.a.PathMTU() {
@@ -334,7 +344,7 @@ func TestPathMTURaisedAfterRepair(t *testing.T) {
 		}
 	}
 	n.writeWhole(t, pr, 8<<20)
-	if !n.run(time.Second, func() bool { return !pr.a.searching() }) || pr.a.sendMax > 1472 {
+	if !n.run(time.Second, func() bool { return !searching(pr.a) }) || pr.a.sendMax > 1472 {
 		t.Fatalf("packets of %d bytes, %+v: want the fall found", pr.a.sendMax, pr.a.PathMTU())
 	}
 	fell := n.sim.Now()
@@ -353,5 +363,92 @@ func TestPathMTURaisedAfterRepair(t *testing.T) {
 	src, dst := n.writeWhole(t, pr, 8<<20)
 	if digest(src.Bytes()) != digest(dst.Bytes()) || pr.a.State() != Established {
 		t.Fatalf("after the raise: data equal %v, connection %v", digest(src.Bytes()) == digest(dst.Bytes()), pr.a.State())
+	}
+}
+
+// TestPathMTUFallOfALastPlane checks planes that fall at different times:
+// three fall silently to 1,472 bytes and are found, with their raise
+// timers set; then the fourth falls to 1,300, and its own search ends
+// within milliseconds at that size.
+func TestPathMTUFallOfALastPlane(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8})
+	pr := n.connect(0, 1)
+	into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
+	at := time.Duration(n.sim.Now()) + 100*time.Microsecond
+	for plane := range 3 {
+		if err := n.fab.ScheduleFault(at, netem.Fault{Kind: netem.LinkMTU, Plane: plane, Link: into, MTU: 1472}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.writeWhole(t, pr, 8<<20)
+	if !n.run(time.Second, func() bool { return !searching(pr.a) }) {
+		t.Fatalf("three planes not searched: %+v", pr.a.PathMTU())
+	}
+	if err := n.fab.ScheduleFault(0, netem.Fault{Kind: netem.LinkMTU, Plane: 3, Link: into, MTU: 1300}); err != nil {
+		t.Fatal(err)
+	}
+	pr.ra.done = nil
+	n.writeWhole(t, pr, 8<<20)
+	start := n.sim.Now()
+	if !n.run(50*time.Millisecond, func() bool { return !searching(pr.a) }) {
+		t.Fatalf("plane 3 not searched 50 ms after the WRITE: %+v", pr.a.PathMTU())
+	}
+	if got := pr.a.PathMTU()[3].Size; got > 1300 || got < 1300-mtuGranularity || pr.a.sendMax != got {
+		t.Fatalf("plane 3 at %d bytes, packets of %d: want 1,300 or at most %d less", got, pr.a.sendMax, mtuGranularity)
+	}
+	t.Logf("plane 3 searched %v after the WRITE", n.sim.Now().Sub(start))
+}
+
+// TestPathMTUSearchWaitsForAPathNoLongerThanBadProbeMax checks a plane
+// whose search must wait for a path in service, while the other planes'
+// searches are over and wait only for their raise timers: the search
+// timer comes again within BadProbeMax, not at the next raise, and once a
+// path serves again the probe goes.
+func TestPathMTUSearchWaitsForAPathNoLongerThanBadProbeMax(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, BasePacket: 1200, Paths: 4})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 1<<20)
+	if !n.run(time.Second, func() bool { return !searching(pr.a) }) {
+		t.Fatalf("not searched: %+v", pr.a.PathMTU())
+	}
+	c := pr.a
+	now := n.sim.Now()
+	for plane := range c.mtu.planes {
+		c.mtu.planes[plane].raiseAt = now.Add(10 * time.Minute)
+	}
+	p := &c.mtu.planes[3]
+	p.trying, p.limit, p.raiseAt = 4000, 8999, 0
+	var path *sendPath
+	for _, q := range c.snd.paths {
+		if q.Plane() == 3 {
+			path = q
+			q.TimedOut() // no path of plane 3 in service
+		}
+	}
+	c.probeMTUs()
+	if p.due != 0 {
+		t.Fatal("a probe went on a plane with no path in service")
+	}
+	if d := c.mtu.timer.Deadline(); d == clock.Never || d.Sub(now) > c.ep.cfg.BadProbeMax {
+		t.Fatalf("the search timer is due in %v, want at most BadProbeMax (%v)", d.Sub(now), c.ep.cfg.BadProbeMax)
+	}
+	path.Delivered() // back in service
+	n.run(c.ep.cfg.BadProbeMax+time.Microsecond, func() bool { return p.pairs > 0 })
+	if p.pairs == 0 {
+		t.Fatal("no probe of plane 3 after its path came back")
+	}
+}
+
+// TestFullSizedDeliveryIsSeen checks what keeps a timeout from setting off
+// a check of the path MTU (verifyMTU): the sender notes when a packet of
+// full size that an ACK reported received was sent on each plane, also on
+// one path whose ACKs advance CumDSN past what they report.
+func TestFullSizedDeliveryIsSeen(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 1})
+	pr := n.connect(0, 1)
+	before := n.sim.Now()
+	n.writeWhole(t, pr, 1<<20)
+	if got := pr.a.snd.fullAcked[0]; got <= before {
+		t.Fatalf("the newest full-sized packet acknowledged was sent at %v, before the WRITE (%v)", got, before)
 	}
 }

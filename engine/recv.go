@@ -212,9 +212,11 @@ func (r *receiver) checkMessage(pkt *proto.Packet, d *link.Datagram, plane int, 
 	}
 	st := &r.streams[in.stream]
 	if in.msn-st.next >= r.dsn.size {
-		if r.c.recut && st.next-in.msn <= r.dsn.size && in.msg.typ != proto.TypeReadReq {
+		if r.c.recut && st.next-in.msn <= 2*r.dsn.size && in.msg.typ != proto.TypeReadReq {
 			// A piece recut from a packet that arrived whole, after
-			// which its message completed (spec section 6.5).
+			// which its message completed (spec section 6.5). The
+			// messages after it have DSNs before the piece's, within a
+			// window of its original's, or within a window after it.
 			r.covered(pkt.Common, d.Size(), at)
 		} else {
 			r.stats.Inconsistent++

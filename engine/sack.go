@@ -194,7 +194,7 @@ func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 
 func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	r.resolved = true
-	if d := p.s.record(r.dsn); d != nil && d.n >= p.s.payloadMax(d.msg.typ) && r.sentAt > p.s.fullAcked[p.Plane()] {
+	if r.full && r.sentAt > p.s.fullAcked[p.Plane()] {
 		p.s.fullAcked[p.Plane()] = r.sentAt // a packet of full size crossed the plane
 	}
 	if p.s.c.ep.tracer != nil {

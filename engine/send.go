@@ -41,8 +41,10 @@ type sender struct {
 	// packet that an ACK reported received was sent (verifyMTU).
 	fullAcked []clock.Time
 	// planeProbe is, by plane, the ProbeID of the plane probe in flight,
-	// 0 for none (probePlanes).
+	// 0 for none, and planeT sends the next round while the connection
+	// stays stranded (probePlanes). planeT is made when first needed.
 	planeProbe []uint32
+	planeT     clock.Timer
 
 	// Posted messages, by stream. ready holds every stream that may have
 	// data to send, so that nextMessage skips the idle ones.
@@ -594,7 +596,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		p.growRing() // the ring is full, and ringRoom said it may grow
 	}
 	p.next++
-	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now}
+	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= s.payloadMax(r.msg.typ)}
 	p.took()
 	r.path, r.psn = p.ID(), psn
 	s.emitData(d, r, p, psn, retx, probe)

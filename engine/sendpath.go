@@ -17,6 +17,7 @@ type sendRec struct {
 	dsn      uint32
 	sentAt   clock.Time
 	resolved bool // acknowledged, declared lost, or refused
+	full     bool // the packet was as large as the connection sent then (verifyMTU)
 }
 
 // sendPath is the sender's state of one path. The path manager

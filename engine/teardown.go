@@ -129,6 +129,12 @@ func (s *sender) flush(st Status, err error) {
 	if s.portT != nil {
 		s.portT.Stop()
 	}
+	if s.planeT != nil {
+		s.planeT.Stop()
+	}
+	if s.c != nil && s.c.mtu != nil {
+		s.c.mtu.timer.Stop()
+	}
 	if s.c != nil { // set once the connection is negotiated
 		s.c.tp.stop()
 	}
