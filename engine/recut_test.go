@@ -21,6 +21,19 @@ func searching(c *Conn) bool {
 	return false
 }
 
+// narrowInto schedules, at time at, the links into host 1 of planes 0 up
+// to planes-1 to carry datagrams of at most mtu bytes, dropping larger
+// ones silently.
+func narrowInto(t *testing.T, n *testNet, planes, mtu int, at time.Duration) {
+	t.Helper()
+	into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
+	for plane := range planes {
+		if err := n.fab.ScheduleFault(at, netem.Fault{Kind: netem.LinkMTU, Plane: plane, Link: into, MTU: mtu}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // uplinkOf matches the uplinks of one host on a plane.
 func uplinkOf(host int) *netem.LinkMatch {
 	return &netem.LinkMatch{Kind: netem.Uplink, Host: host, Leaf: -1, Spine: -1}
@@ -261,13 +274,7 @@ func TestPathMTUBlackHole(t *testing.T) {
 	for _, paths := range []int{4, 32} {
 		n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: paths})
 		pr := n.connect(0, 1)
-		at := time.Duration(n.sim.Now()) + 100*time.Microsecond
-		for plane := range 4 {
-			into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
-			if err := n.fab.ScheduleFault(at, netem.Fault{Kind: netem.LinkMTU, Plane: plane, Link: into, MTU: 1472}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		narrowInto(t, n, 4, 1472, time.Duration(n.sim.Now())+100*time.Microsecond)
 		src, dst := n.writeWhole(t, pr, 32<<20)
 		if digest(src.Bytes()) != digest(dst.Bytes()) {
 			t.Fatalf("%d paths: the data differs", paths)
@@ -336,18 +343,13 @@ func TestRandomLossIsNoMTUFall(t *testing.T) {
 func TestPathMTURaisedAfterRepair(t *testing.T) {
 	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8, PathMTURaise: 5 * time.Millisecond})
 	pr := n.connect(0, 1)
-	into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
-	at := time.Duration(n.sim.Now()) + 100*time.Microsecond
-	for plane := range 4 {
-		if err := n.fab.ScheduleFault(at, netem.Fault{Kind: netem.LinkMTU, Plane: plane, Link: into, MTU: 1472}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	narrowInto(t, n, 4, 1472, time.Duration(n.sim.Now())+100*time.Microsecond)
 	n.writeWhole(t, pr, 8<<20)
 	if !n.run(time.Second, func() bool { return !searching(pr.a) }) || pr.a.sendMax > 1472 {
 		t.Fatalf("packets of %d bytes, %+v: want the fall found", pr.a.sendMax, pr.a.PathMTU())
 	}
 	fell := n.sim.Now()
+	into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
 	for plane := range 4 {
 		if err := n.fab.ScheduleFault(0, netem.Fault{Kind: netem.Repair, Plane: plane, Link: into}); err != nil {
 			t.Fatal(err)
@@ -373,17 +375,12 @@ func TestPathMTURaisedAfterRepair(t *testing.T) {
 func TestPathMTUFallOfALastPlane(t *testing.T) {
 	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8})
 	pr := n.connect(0, 1)
-	into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
-	at := time.Duration(n.sim.Now()) + 100*time.Microsecond
-	for plane := range 3 {
-		if err := n.fab.ScheduleFault(at, netem.Fault{Kind: netem.LinkMTU, Plane: plane, Link: into, MTU: 1472}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	narrowInto(t, n, 3, 1472, time.Duration(n.sim.Now())+100*time.Microsecond)
 	n.writeWhole(t, pr, 8<<20)
 	if !n.run(time.Second, func() bool { return !searching(pr.a) }) {
 		t.Fatalf("three planes not searched: %+v", pr.a.PathMTU())
 	}
+	into := &netem.LinkMatch{Kind: netem.Downlink, Host: 1, Leaf: -1, Spine: -1}
 	if err := n.fab.ScheduleFault(0, netem.Fault{Kind: netem.LinkMTU, Plane: 3, Link: into, MTU: 1300}); err != nil {
 		t.Fatal(err)
 	}
