@@ -126,18 +126,14 @@ type cutPiece struct {
 	n   uint32
 }
 
-// recut cuts a DSN's content, r, down to what the path MTU lets through
-// now, when the MTU fell below the packet it was cut into (spec section
-// 6.7, with RECUT negotiated). The DSN keeps the first bytes, and the rest
-// waits for new DSNs (newCutDSN), which take their place in the DSN window
-// as new data does. An earlier, larger copy of the DSN may still arrive:
-// the receiver then takes the new DSNs as bytes already placed (spec
-// section 6.5).
-func (s *sender) recut(r *dsnRecord) {
-	most := s.payloadMax(r.msg.typ)
-	if r.n <= most {
-		return
-	}
+// recut cuts a DSN's content, r, down to most bytes, what the path MTU
+// lets through now, when the MTU fell below the packet it was cut into
+// (spec section 6.7, with RECUT negotiated). The DSN keeps the first
+// bytes, and the rest waits for new DSNs (newCutDSN), which take their
+// place in the DSN window as new data does. An earlier, larger copy of the
+// DSN may still arrive: the receiver then takes the new DSNs as bytes
+// already placed (spec section 6.5).
+func (s *sender) recut(r *dsnRecord, most uint32) {
 	s.cuts = append(s.cuts, cutPiece{msg: r.msg, off: r.off + most, n: r.n - most})
 	r.msg.cut++
 	s.unsent += uint64(r.n - most)

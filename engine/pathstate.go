@@ -107,13 +107,8 @@ func (s *sender) probePlanes() bool {
 		if on[plane] || !c.knows(plane) || c.ep.down[plane] {
 			continue
 		}
-		id := planeProbeBits | c.ep.random32()>>2
-		s.planeProbe[plane] = id
-		var pkt proto.Packet
-		c.build(&pkt, proto.TypeProbe, 0, 0)
-		pkt.Common.SetDstConnID(c.peerID)
-		pkt.Probe().SetProbeID(id)
-		c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])
+		s.planeProbe[plane] = planeProbeBits | c.ep.random32()>>2
+		c.sendPlaneProbe(plane, s.planeProbe[plane])
 		sent = true
 	}
 	if sent {
@@ -320,13 +315,19 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 // uses, and needs none of the sender's path state.
 func (c *Conn) sendKeepAlive() {
 	for p := range c.remote {
-		if !c.knows(p) {
-			continue
+		if c.knows(p) {
+			c.sendPlaneProbe(p, keepAliveProbe)
 		}
-		var pkt proto.Packet
-		c.build(&pkt, proto.TypeProbe, 0, 0)
-		pkt.Common.SetDstConnID(c.peerID)
-		pkt.Probe().SetProbeID(keepAliveProbe)
-		c.emit(&pkt, p, c.ep.cfg.SourcePorts[0])
 	}
+}
+
+// sendPlaneProbe sends a PROBE that tests a plane rather than a path: it
+// names path 0 and leaves from the pool's first port. Keep-alives and
+// plane probes (probePlanes) are such PROBEs.
+func (c *Conn) sendPlaneProbe(plane int, id uint32) {
+	var pkt proto.Packet
+	c.build(&pkt, proto.TypeProbe, 0, 0)
+	pkt.Common.SetDstConnID(c.peerID)
+	pkt.Probe().SetProbeID(id)
+	c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])
 }

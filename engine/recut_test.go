@@ -449,3 +449,24 @@ func TestFullSizedDeliveryIsSeen(t *testing.T) {
 		t.Fatalf("the newest full-sized packet acknowledged was sent at %v, before the WRITE (%v)", got, before)
 	}
 }
+
+// TestPathMTUBlackHoleWithoutRecut runs TestPathMTUBlackHole's fault on a
+// connection without RECUT: packets already cut could not be resent
+// smaller, so nothing checks the size, and the WRITE ends at the
+// no-progress timeout, as every connection's did before RECUT.
+func TestPathMTUBlackHoleWithoutRecut(t *testing.T) {
+	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 4, NoRecut: true})
+	pr := n.connect(0, 1)
+	narrowInto(t, n, 4, 1472, time.Duration(n.sim.Now())+100*time.Microsecond)
+	src := pr.ha.region(t, 32<<20, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, 32<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 32 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	n.run(2*time.Second, func() bool { return len(pr.ra.done) == 1 })
+	s := pr.a.snd.stats
+	if len(pr.ra.done) != 1 || pr.ra.done[0].Status == StatusOK || pr.a.State() != Closed || s.MTUChecks != 0 {
+		t.Fatalf("completions %+v, connection %v, %d checks: want the WRITE failed by the timeout, no check", pr.ra.done, pr.a.State(), s.MTUChecks)
+	}
+	t.Logf("closed after %v: %v; %d timeouts", n.sim.Now(), pr.a.Err(), s.Timeouts)
+}

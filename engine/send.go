@@ -586,8 +586,9 @@ func (s *sender) waitForPort() {
 
 // transmit sends DSN d's content on path p with the path's next PSN.
 func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool) {
-	if s.c.recut {
-		s.recut(r) // the path MTU fell below the packet since it was cut
+	most := s.payloadMax(r.msg.typ)
+	if s.c.recut && r.n > most {
+		s.recut(r, most) // the path MTU fell below the packet since it was cut
 	}
 	now := s.c.ep.clock.Now()
 	s.c.ep.ports.sent(p.Plane(), int(r.n), now)
@@ -596,7 +597,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		p.growRing() // the ring is full, and ringRoom said it may grow
 	}
 	p.next++
-	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= s.payloadMax(r.msg.typ)}
+	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= most}
 	p.took()
 	r.path, r.psn = p.ID(), psn
 	s.emitData(d, r, p, psn, retx, probe)
