@@ -56,3 +56,14 @@ func TestLossOnEveryLink(t *testing.T) {
 		t.Errorf("PathLoss(0.1) on every link is %v, want 0.19", e)
 	}
 }
+
+// A handshake across links that each lose a fifth of the packets fails
+// most attempts. The transfer still runs: the engines keep resending the
+// CONNECT and ACCEPT for a minute of virtual time. With the default second
+// seed 2 gave up.
+func TestHandshakeAcrossHeavyLossCompletes(t *testing.T) {
+	cfg := TransferConfig{Bytes: 1 << 20, Planes: 4, Paths: 8, LinkRate: 100e9, Links: DefaultLinks(), Loss: 0.2, EveryLink: true, Seed: 2}
+	if _, err := Transfer(cfg); err != nil {
+		t.Fatalf("seed 2 at 20%% on every link: %v", err)
+	}
+}
