@@ -496,3 +496,43 @@ func TestAllocatorListIsTheMap(t *testing.T) {
 		}
 	}
 }
+
+// A grant grows a window by a packet for each packet acknowledged
+// without a mark. A mark still cuts it, and without a grant the increase
+// is additive.
+func TestGrantGrowsAPacketPerPacket(t *testing.T) {
+	p := WindowParams{Initial: 10, Min: 1, Max: 200, G: 1.0 / 16}
+	psn := uint32(100)
+	// round acknowledges one window of packets, the last one marked when
+	// mark is set, and ends the round.
+	round := func(w *Window, mark bool) {
+		n := w.Packets()
+		for i := 0; i < n; i++ {
+			marked := 0
+			if mark && i == n-1 {
+				marked = 1
+			}
+			psn++
+			w.OnAck(1, marked, psn, psn+uint32(n))
+		}
+	}
+	for _, c := range []struct {
+		name        string
+		grant       bool
+		mark        bool
+		least, most float64 // the window after four rounds
+	}{
+		{"granted", true, false, 150, 200},
+		{"granted, a mark a round", true, true, 1, 40},
+		{"no grant", false, false, 10, 15},
+	} {
+		w := NewWindow(p, psn+1)
+		w.Grant(c.grant)
+		for range 4 {
+			round(w, c.mark)
+		}
+		if v := w.Value(); v < c.least || v > c.most {
+			t.Errorf("%s: window %.1f after four rounds, want %v to %v", c.name, v, c.least, c.most)
+		}
+	}
+}

@@ -133,6 +133,14 @@ type Config struct {
 	// path's least RTT. Default 25 µs. A negative target takes no delay
 	// signal.
 	DelayTarget time.Duration
+	// FirstWindowBDP makes a connection's first window one bandwidth-delay
+	// product, the handshake's round trip times the rate of the NIC ports
+	// its paths leave by (PortRates), where that is more than the default
+	// 16 packets. It gains a round trip at the start of each transfer where
+	// a BDP is hundreds of packets, and costs a first round trip's loss
+	// wherever the first windows of the senders that share a bottleneck
+	// exceed its queue (docs/cc.md). Off by default.
+	FirstWindowBDP bool
 
 	// Acknowledgment.
 

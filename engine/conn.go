@@ -67,6 +67,9 @@ type Conn struct {
 	hsDeadline clock.Time
 	token      *[proto.TokenLen]byte // the last RETRY's token, which the CONNECT carries (spec section 8.1)
 	retries    int                   // RETRYs taken in this connect attempt
+	hsSends    int                   // CONNECTs or ACCEPTs sent
+	hsSentAt   clock.Time            // when the last of them went
+	hsRTT      time.Duration         // the handshake's round trip, when one CONNECT or ACCEPT was sent
 }
 
 // ID is the connection's local id, the DstConnID its peer sends to.

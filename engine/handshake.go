@@ -355,6 +355,8 @@ func (c *Conn) sendHandshake() {
 	}
 	h.SetCapabilities(caps)
 	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])
+	c.hsSends++
+	c.hsSentAt = c.ep.clock.Now()
 }
 
 // firstPlane is the lowest plane whose peer address is known.
@@ -422,10 +424,17 @@ func (c *Conn) establish() {
 	c.state = Established
 	c.hsTimer.Stop()
 	c.heard = c.ep.clock.Now()
+	if c.hsSends == 1 {
+		// The answer to the one CONNECT, or the first packet after the one
+		// ACCEPT, which the initiator sends on the ACCEPT's arrival. Once
+		// either went twice, which one was answered is not known (Karn).
+		c.hsRTT = c.heard.Sub(c.hsSentAt)
+	}
 	c.alive.Reset(c.heard.Add(c.ep.cfg.KeepAlive))
 	if c.events != nil {
 		c.events.State(c, Established, nil)
 	}
 	c.startMTUSearch() // when the sender was equipped before
+	c.snd.openFirstWindow()
 	c.snd.pump()
 }

@@ -369,3 +369,30 @@ func writeOverDeadRoute(t *testing.T, planes int) (*testNet, *pair) {
 	n.run(50*time.Millisecond, func() bool { return pr.a.Telemetry()[0].State.String() == "GOOD" })
 	return n, pr
 }
+
+// TestProbeAfterAFirstBDPWaitsForThePacketsAhead checks that, after a
+// first window of one BDP, a path's tail probe waits for the drain of the
+// packets sent before its oldest only, and its timeout still for all.
+func TestProbeAfterAFirstBDPWaitsForThePacketsAhead(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
+	pr := n.connect(0, 1)
+	s := &pr.a.snd
+	s.equip()
+	cfg := pr.a.ep.cfg
+	p := s.paths[0]
+	p.RTT = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
+	s.mss, s.hint, s.first = 4000, 1e8, 150
+	for range 100 {
+		s.paths[1].took() // the rest of the first window, on the other path
+	}
+	*p.slot(p.next) = sendRec{psn: p.next, dsn: s.una + 25} // 25 DSNs went before it
+	p.next++
+	p.took()
+	if got, want := p.timeout(), p.RTT.SRTT+s.drainFor(25)+cfg.AckDelay; got != want {
+		t.Errorf("tail probe after %v, want %v: the drain of the 25 packets ahead", got, want)
+	}
+	p.probed = true
+	if got, want := p.timeout(), p.RTT.SRTT+s.drainFor(101); got != want {
+		t.Errorf("timeout after %v, want %v: the drain of all 101 in flight", got, want)
+	}
+}

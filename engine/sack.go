@@ -117,6 +117,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		resolved = true
 	}
 	p.advance()
+	p.cwin.Grant(s.c.ep.marking[p.Plane()] && s.granted())
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
 		p.Counters.DelayCuts++
 	}

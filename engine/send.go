@@ -106,9 +106,12 @@ type sender struct {
 		rate  float64
 	}
 	// heard is set by the first ACK. Until then the connection sends no
-	// more than cc.DefaultWindow.Initial packets, which a path's window of
+	// more than its first window (firstWindow), which a path's window of
 	// at least one would exceed with more paths than that.
 	heard bool
+	// first is the first window in packets when the handshake set it
+	// (openFirstWindow), 0 while it is cc.DefaultWindow.Initial.
+	first int
 
 	// Refused DSNs. waiting holds the DSNs refused with a retryable NACK,
 	// and retry fires when the next of them may go again.
@@ -208,6 +211,7 @@ func (s *sender) equip() {
 		p.rateChanged()
 	}
 	c.startMTUSearch()
+	s.openFirstWindow()
 }
 
 // dealtPlanes returns the plane of each path. The endpoint deals its
@@ -300,7 +304,7 @@ func (s *sender) sendSprayed() bool {
 	if s.nextDSN-s.una >= s.window || s.hint <= 0 {
 		return false // the DSN window is full, or the receiver said stop
 	}
-	if !s.heard && s.inflightAll >= int(cc.DefaultWindow.Initial) {
+	if !s.heard && s.inflightAll >= s.firstWindow() {
 		return false // the first window is the connection's, however many paths share it
 	}
 	// Pieces recut from earlier DSNs go before new messages: their

@@ -8,8 +8,78 @@ import (
 	"math"
 	"time"
 
+	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/proto"
 )
+
+// firstWindow is how many packets the connection sends before its first
+// ACK.
+func (s *sender) firstWindow() int {
+	if s.first > 0 {
+		return s.first
+	}
+	return int(cc.DefaultWindow.Initial)
+}
+
+// openFirstWindow makes the first window, where Config.FirstWindowBDP asks
+// for it, one bandwidth-delay product: the
+// handshake's round trip times the line rate of the NIC ports the paths
+// leave by (Config.PortRates), each plane counted once, and never less
+// than cc.DefaultWindow.Initial. The paths share it as they share the
+// default one. It runs once the sender has paths and the connection is
+// established, before anything is sent; without a measured round trip
+// (the CONNECT or ACCEPT went more than once) or the ports' rates, the
+// first window stays as it is.
+//
+// A first window of less than a BDP costs a round trip of the line rate
+// at the start of every transfer, which is most of a short transfer's
+// time where the BDP is hundreds of packets (400 Gb/s, 12.5 µs). The port
+// rule (ports.go) spaces the window at the line rate, and N senders to one
+// receiver lose what their N windows put beyond its queue; the receiver's
+// hints cut them a round trip later (spec section 5.5).
+func (s *sender) openFirstWindow() {
+	c := s.c
+	if !c.ep.cfg.FirstWindowBDP || s.paths == nil || c.state != Established || c.hsRTT <= 0 || s.stats.Packets > 0 ||
+		c.mode == proto.ModeBaseline || len(c.ep.cfg.PortRates) == 0 {
+		return
+	}
+	var rate float64
+	var seen uint64
+	for _, p := range s.paths {
+		if pl := p.Plane(); pl < len(c.ep.cfg.PortRates) && pl < 64 && seen&(1<<pl) == 0 {
+			seen |= 1 << pl
+			rate += c.ep.cfg.PortRates[pl]
+		}
+	}
+	bdp := math.Ceil(rate * c.hsRTT.Seconds() / s.mss)
+	most := float64(len(s.paths) * c.ep.cfg.PathWindow)
+	if bdp <= cc.DefaultWindow.Initial {
+		return
+	}
+	s.first = int(min(bdp, most))
+	each := math.Ceil(float64(s.first) / float64(len(s.paths)))
+	for _, p := range s.paths {
+		p.cwin.Raise(each)
+		p.windowChanged()
+	}
+}
+
+// granted reports whether the receiver's hint is above the rate the
+// windows give at their paths' least round trips (cc.Window.Grant). The
+// sender grants growth by it only on planes whose queues mark: the hint
+// knows the receiver's link, not a bottleneck before it, and where that
+// marks nothing only the delay signal brakes, a round trip after the
+// queue passed its target, which windows that doubled overflow.
+func (s *sender) granted() bool {
+	if !s.hinted() {
+		return false // no hint says how much more the receiver takes
+	}
+	if s.rateStale {
+		s.windowRate, s.rateStale = cc.WindowRate(s.rateIn), false
+	}
+	return s.windowRate < s.hint
+}
 
 // trainPackets is how many packets of the first window must be
 // acknowledged after the first ACK before their spacing gives a rate.

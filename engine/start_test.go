@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -102,5 +103,50 @@ func TestStartBoundByTheFirstWindowsRate(t *testing.T) {
 	t.Logf("windows %d packets at the start (hint %.3g B/s)", w, s.hint)
 	if w > 32 {
 		t.Errorf("windows %d packets at the start, want the slow link's BDP: a few packets above the first 16", w)
+	}
+}
+
+// TestFirstWindowOfOneBDP sends, before the first ACK, one bandwidth-delay
+// product where Config.FirstWindowBDP asks for it: the handshake's round
+// trip times the NIC port's rate. Without it, or without the ports' rates,
+// the first window is 16 packets, however many paths share it.
+func TestFirstWindowOfOneBDP(t *testing.T) {
+	const rate = 400e9 / 8
+	for _, c := range []struct {
+		name  string
+		bdp   bool
+		rates []float64
+	}{
+		{"a BDP", true, []float64{rate}},
+		{"no ports' rates", true, nil},
+		{"the default", false, []float64{rate}},
+	} {
+		fc := twoHostFabric(1)
+		fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+		fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+		n := newNet(t, fc, Config{Paths: 8, FirstWindowBDP: c.bdp, PortRates: c.rates})
+		pr := n.connect(0, 1)
+		s := &pr.a.snd
+		src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
+		dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		n.run(time.Millisecond, func() bool {
+			most = max(most, s.inflight())
+			return s.heard
+		})
+		want := 16
+		if c.bdp && c.rates != nil {
+			rtt := pr.a.hsRTT
+			want = int(math.Ceil(rate * rtt.Seconds() / s.mss))
+			if rtt < 12*time.Microsecond || rtt > 13*time.Microsecond || want < 140 {
+				t.Fatalf("%s: handshake RTT %v, a BDP of %d packets: want about 12.5 µs and 150", c.name, rtt, want)
+			}
+		}
+		if most != want {
+			t.Errorf("%s: %d packets in flight before the first ACK, want %d", c.name, most, want)
+		}
 	}
 }

@@ -103,7 +103,7 @@ func (p *sendPath) probeTimeout() time.Duration {
 			floor = cfg.ProbeMin
 		}
 		late := p.s.c.ep.hostLate() // the host's scheduling delay (see adaptiveRTO)
-		return min(max(2*p.RTT.SRTT+cfg.AckDelay, p.RTT.SRTT+p.s.drainTime()+cfg.AckDelay, floor)+late, cfg.RTOMax)
+		return min(max(2*p.RTT.SRTT+cfg.AckDelay, p.RTT.SRTT+p.probeDrain()+cfg.AckDelay, floor)+late, cfg.RTOMax)
 	}
 	if p.State() == pathmgr.AssumedBad {
 		// Probing doubles the wait, but only up to BadProbeMax. What failed
@@ -220,6 +220,30 @@ func (s *sender) slowestRTT() pathmgr.RTT {
 // trip and changes nothing. It is at most RTOMax, whatever hint a peer
 // sends.
 func (s *sender) drainTime() time.Duration { return s.drainFor(s.inflight()) }
+
+// probeDrain is the drain time a tail probe waits for. It is the
+// connection's whole drain time, except after a first window of one BDP
+// (Config.FirstWindowBDP): then only the packets the connection sent
+// before the path's oldest in flight count, the ones a queue holds in
+// front of it. New data takes DSNs in the order it is sent, so they are at
+// most the DSNs between the oldest not acknowledged and its own. N first
+// windows of a BDP each overflow the queue they meet, and what it did not
+// hold is lost, not waiting; a path whose window is full of lost packets
+// sends nothing new that would show them, so its probe must not wait for
+// the whole window to drain at the connection's share. First windows of
+// 16 packets fit the queues of the incasts measured, where the whole drain
+// time keeps the probes behind them (docs/cc.md).
+func (p *sendPath) probeDrain() time.Duration {
+	s := p.s
+	if s.first == 0 {
+		return s.drainTime()
+	}
+	if p.oldest == p.next {
+		return 0
+	}
+	ahead := p.slot(p.oldest).dsn - s.una
+	return s.drainFor(int(min(uint32(s.inflight()), ahead)))
+}
 
 // drainFor is drainTime for the given number of packets in flight.
 func (s *sender) drainFor(packets int) time.Duration {

@@ -106,6 +106,9 @@ func flowsMode(f sim.FabricOptions) string {
 	if f.Baseline {
 		return "baseline (one path per connection)"
 	}
+	if f.FirstWindowBDP {
+		return fmt.Sprintf("mroce, %d paths per connection, first windows of one BDP", f.Paths)
+	}
 	return fmt.Sprintf("mroce, %d paths per connection", f.Paths)
 }
 

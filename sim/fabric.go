@@ -39,6 +39,8 @@ type FabricOptions struct {
 	// DelayTarget is the engines' Config.DelayTarget: 0 for the default,
 	// below 0 for no delay signal.
 	DelayTarget time.Duration
+	// FirstWindowBDP is the engines' Config.FirstWindowBDP.
+	FirstWindowBDP bool
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool

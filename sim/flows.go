@@ -221,7 +221,8 @@ func (r *flowRun) buildWorld() error {
 	cfgFor := func(h int) engine.Config {
 		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(o.LinkRate) / 8, InboundCapacity: engine.InboundHeadroom * r.res.HostCapacity, OutboundCapacity: r.res.HostCapacity,
-			MaxAccepting: 4096, RetryAt: engine.RetryNever, DelayTarget: o.DelayTarget}
+			MaxAccepting: 4096, RetryAt: engine.RetryNever, DelayTarget: o.DelayTarget,
+			FirstWindowBDP: o.FirstWindowBDP}
 		// Each plane's port sends at its own rate, which a NIC knows.
 		for p := range o.Planes {
 			c.PortRates = append(c.PortRates, float64(o.planeRate(p))/8*ps.payloadShare())

@@ -19,6 +19,7 @@ import (
 //	fat-tree-k 0           ecn-max-kib 0       shared-buffer-kib 0 shared-buffer-alpha 1
 //	start-jitter 0         plane 2 rate-gbps 50
 //	delay-target 25us      # or off, for senders without the delay signal
+//	first-window bdp       # or default: 16 packets (engine.Config.FirstWindowBDP)
 //	baseline
 //	0->1 start 0 size 1MiB
 //	3->7 start 10us size 64KiB after 0
@@ -166,6 +167,15 @@ func (t *Traffic) parseSetting(f []string) error {
 			return fmt.Errorf("delay-target %q: want off or a duration above 0, at most %v", v, MaxDelay)
 		}
 		o.DelayTarget = d
+	case "first-window":
+		switch v {
+		case "bdp":
+			o.FirstWindowBDP = true
+		case "default":
+			o.FirstWindowBDP = false
+		default:
+			return fmt.Errorf("first-window %q: want bdp or default", v)
+		}
 	case "start-jitter":
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > MaxStartJitter {

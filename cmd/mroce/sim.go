@@ -253,6 +253,7 @@ func simCommand() *cli.Command {
 				Flags: append([]cli.Flag{
 					startJitterFlag,
 					&cli.IntFlag{Name: "paths", Usage: "paths per connection, 1 to 256 (default: the file's)"},
+					&cli.StringFlag{Name: "first-window", Usage: "the connections' first window: bdp, one bandwidth-delay product (engine.Config.FirstWindowBDP), or default, 16 packets (default: the file's)"},
 				}, simOutputFlags("flows")...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
@@ -281,6 +282,16 @@ func simCommand() *cli.Command {
 					}
 					if err := startJitterInto(c, &t.Fabric.StartJitter); err != nil {
 						return err
+					}
+					if c.IsSet("first-window") {
+						switch c.String("first-window") {
+						case "bdp":
+							t.Fabric.FirstWindowBDP = true
+						case "default":
+							t.Fabric.FirstWindowBDP = false
+						default:
+							return usagef(c, "sim flows: --first-window must be bdp or default")
+						}
 					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
 					// The seeds start from the file's, so the flows run them
