@@ -77,4 +77,7 @@ const (
 	pacerCatchUp   = time.Millisecond      // the most pacing time a late wake makes up at once: a quiet host's timer lateness many times, and not a stall of a busy one
 	soloProbes     = 4                     // unanswered probes after which a path alone on its plane tries a new source port (routeSuspect)
 	lateMemory     = time.Second           // how long the round trip a spurious timeout revealed stays the timeouts' floor before it halves (lateFloor)
+	lossMemory     = 64                    // ACK-record verdicts the connection's random loss rate averages over (randomLoss)
+	lossVerdicts   = 16                    // verdicts before the connection's loss rate explains anything (randomLoss.explains)
+	lossExplains   = 0.01                  // how likely under random loss a silence must be for it to be no evidence (randomLoss.explains)
 )

@@ -183,6 +183,17 @@ func (p *sendPath) alone() bool {
 	return true
 }
 
+// planeServed reports whether another path of the connection on p's plane
+// is in service.
+func (p *sendPath) planeServed() bool {
+	for _, q := range p.s.paths {
+		if q != p && q.Plane() == p.Plane() && q.InUse() {
+			return true
+		}
+	}
+	return false
+}
+
 // sendProbe sends a PROBE on the path (spec section 5.10).
 func (p *sendPath) sendProbe() {
 	c := p.s.c
@@ -224,6 +235,7 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 	if !p.ProbeAnswers(r.ProbeID(), pkt.Common.Epoch()) {
 		return // an old probe's reply
 	}
+	p.silent = 0
 	if sample := uint32(at) - r.EchoTimestamp() - r.ServiceTime(); sample < 1<<31 {
 		p.rttSample(time.Duration(sample))
 	}

@@ -55,6 +55,14 @@ func (p *sendPath) tailProbe() {
 // works. An unanswered probe repaths it, where a new route can help. What
 // the timeout declared lost is remembered, in case an ACK shows that it
 // was only late (lateDelivery).
+//
+// The last path in service on its plane stays in service, with its window,
+// when the connection's random loss explains its silence (randomLoss.explains): out
+// of service, the plane would carry nothing until a probe came back, and
+// under heavy loss a probe and its reply both arrive less than half the
+// time. Random loss is not congestion, nor a failure. A plane that failed
+// goes on being silent, and the path leaves service once its silence is
+// more than the loss explains.
 func (p *sendPath) onRTO() {
 	s := p.s
 	if !p.lastTimeout.open || p.lastTimeout.epoch != p.Epoch() {
@@ -62,9 +70,12 @@ func (p *sendPath) onRTO() {
 	}
 	p.lastTimeout.open, p.lastTimeout.to = true, p.next
 	p.lostSince = p.slot(p.oldest).sentAt
-	p.cwin.OnTimeout() // this path's window only
-	p.windowChanged()
-	p.timedOut()
+	stays := !p.planeServed() && s.loss.explains(p.silent)
+	if !stays {
+		p.cwin.OnTimeout() // this path's window only
+		p.windowChanged()
+		p.timedOut()
+	}
 	p.Counters.Timeouts++
 	s.stats.Timeouts++
 	for psn := p.oldest; psn != p.next; psn++ {
@@ -73,6 +84,10 @@ func (p *sendPath) onRTO() {
 		}
 	}
 	p.advance()
+	if stays {
+		p.probed = false // its next silence starts with a tail probe
+		return
+	}
 	p.TimedOut()
 	p.sendProbe()
 }

@@ -123,10 +123,11 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	}
 	p.windowChanged()
 	if resolved {
-		p.probed, p.timeouts = false, 0
+		p.probed, p.timeouts, p.silent = false, 0, 0
 		p.Delivered()
 		p.armTimer(at)
 		p.checkLoss(at, gotten, missed)
+		s.loss.add(gotten, missed)
 	}
 	// A CE mark steers new packets to clear paths for a round trip (SKIP,
 	// spec section 6.4). The next clean record brings the path back.

@@ -127,6 +127,8 @@ type sender struct {
 
 	ports pathmgr.Ports // how the paths take source ports
 	stats SenderStats
+	// loss is the random loss the connection's ACK records show (loss.go).
+	loss randomLoss
 
 	creditT     clock.Timer // the credit wait (credit.go), made when a stream is first held
 	creditWaits int         // credit waits in a row that no new limit ended
@@ -603,6 +605,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 	p.next++
 	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= most}
 	p.took()
+	p.silent++
 	r.path, r.psn = p.ID(), psn
 	s.emitData(d, r, p, psn, retx, probe)
 }

@@ -45,6 +45,9 @@ type sendPath struct {
 	timer    clock.Timer
 	probed   bool  // a tail probe went out since the last acknowledgment
 	timeouts uint8 // retransmission timeouts in a row, saturating
+	// silent counts the transmissions on the path since the last news of
+	// it: an ACK record that resolved a packet, or a probe's reply.
+	silent int
 	// lostSince is when the oldest packet the last retransmission timeout
 	// declared lost was sent (verifyMTU).
 	lostSince clock.Time

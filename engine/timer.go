@@ -107,7 +107,13 @@ func (p *sendPath) probeTimeout() time.Duration {
 	}
 	if p.State() == pathmgr.AssumedBad {
 		// Probing doubles the wait, but only up to BadProbeMax. What failed
-		// may be repaired, and a probe is one small packet per path.
+		// may be repaired, and a probe is one small packet per path. It
+		// does not double while no other path of the plane is in service
+		// and the connection's random loss explains the probes that went
+		// unanswered: the plane carries nothing until one is.
+		if !p.planeServed() && p.s.loss.explains(int(p.timeouts)) {
+			return p.rtoAfter(0)
+		}
 		return min(p.rto(), max(p.s.c.ep.cfg.BadProbeMax, p.rtoAfter(0)))
 	}
 	return p.rto()
