@@ -164,12 +164,7 @@ func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
 // soloProbes of its probes went unanswered, and then only as often as
 // pathmgr.Path.Repath allows.
 func (p *sendPath) routeSuspect() bool {
-	for _, q := range p.s.paths {
-		if q != p && q.Plane() == p.Plane() && q.InUse() {
-			return true
-		}
-	}
-	return p.alone() && p.timeouts >= soloProbes
+	return p.planeServed() || p.alone() && p.timeouts >= soloProbes
 }
 
 // alone reports whether the path is the only one of its connection on its
