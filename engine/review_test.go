@@ -215,14 +215,7 @@ func TestRNRBacksOff(t *testing.T) {
 // stands, with RTOMin as its floor. A hostile hint of one byte a second
 // cannot stretch the timers past RTOMax.
 func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
-	pr := n.connect(0, 1)
-	s := &pr.a.snd
-	s.equip()
-	cfg := pr.a.ep.cfg
-	p := s.paths[0]
-	p.RTT = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
-	s.mss = 4000
+	s, p, cfg := timedPath(t)
 	for range 25 {
 		p.took() // in flight on the path, and so in the connection
 	}
@@ -374,14 +367,8 @@ func writeOverDeadRoute(t *testing.T, planes int) (*testNet, *pair) {
 // first window of one BDP, a path's tail probe waits for the drain of the
 // packets sent before its oldest only, and its timeout still for all.
 func TestProbeAfterAFirstBDPWaitsForThePacketsAhead(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
-	pr := n.connect(0, 1)
-	s := &pr.a.snd
-	s.equip()
-	cfg := pr.a.ep.cfg
-	p := s.paths[0]
-	p.RTT = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
-	s.mss, s.hint, s.first = 4000, 1e8, 150
+	s, p, cfg := timedPath(t)
+	s.hint, s.first = 1e8, 150
 	for range 100 {
 		s.paths[1].took() // the rest of the first window, on the other path
 	}
@@ -395,4 +382,18 @@ func TestProbeAfterAFirstBDPWaitsForThePacketsAhead(t *testing.T) {
 	if got, want := p.timeout(), p.RTT.SRTT+s.drainFor(101); got != want {
 		t.Errorf("timeout after %v, want %v: the drain of all 101 in flight", got, want)
 	}
+}
+
+// timedPath is the sender of an established two-path connection and its
+// path 0, given an RTT of 10 µs and packets of 4,000 bytes of payload, for
+// tests of the timers.
+func timedPath(t *testing.T) (*sender, *sendPath, Config) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2, Streams: 1})
+	pr := n.connect(0, 1)
+	s := &pr.a.snd
+	s.equip()
+	p := s.paths[0]
+	p.RTT = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
+	s.mss = 4000
+	return s, p, pr.a.ep.cfg
 }
