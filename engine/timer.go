@@ -66,9 +66,13 @@ func (p *sendPath) expired(now clock.Time) bool {
 		// With every path of the connection out of service, the plane may
 		// be what failed, and other planes are probed.
 		switch {
-		case p.timeouts >= soloProbes && p.s.stranded() && p.s.probePlanes():
+		case p.timeouts >= 1 && p.s.stranded() && p.s.probePlanes():
 			// The plane may be what failed: the path waits to move to a
 			// plane that answers, rather than to a new port of its own.
+			// From the first unanswered probe, since nothing is carried
+			// meanwhile; random loss that explains the silence keeps a
+			// plane's last path in service, so a connection it strands
+			// saw more than loss.
 		case p.routeSuspect():
 			p.repath(now)
 		}
