@@ -395,5 +395,32 @@ func timedPath(t *testing.T) (*sender, *sendPath, Config) {
 	p := s.paths[0]
 	p.RTT = pathmgr.RTT{SRTT: 10 * time.Microsecond, RTTVar: 2 * time.Microsecond, Min: 10 * time.Microsecond, Samples: 3}
 	s.mss = 4000
+	p.rateChanged()
 	return s, p, pr.a.ep.cfg
+}
+
+// TestGrantOpensWhenTheShareRises checks that a connection's windows may
+// grow by grant only for a few round trips after its receiver's hint rose,
+// and while the hint is above what they carry: a steady share, however far
+// above the windows, opens nothing.
+func TestGrantOpensWhenTheShareRises(t *testing.T) {
+	s, p, _ := timedPath(t)
+	tp := s.c.tp
+	tp.hint(s, 1e6)
+	if s.granted() {
+		t.Fatal("a first hint, never risen, granted growth")
+	}
+	tp.hint(s, 1e12) // far above the windows' rate
+	if !s.granted() {
+		t.Fatal("a share that rose above the windows granted nothing")
+	}
+	later := s.c.ep.clock.Now().Add(grantRounds*p.RTT.Min + 1)
+	if s.grantUntil >= later {
+		t.Fatalf("the grant lasts until %v, past %d least round trips", s.grantUntil, grantRounds)
+	}
+	tp.hint(s, 1e12)
+	s.grantUntil = 0 // as once it has run out
+	if s.granted() {
+		t.Error("a share that stayed as it was granted growth")
+	}
 }

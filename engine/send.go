@@ -109,6 +109,9 @@ type sender struct {
 	// more than its first window (firstWindow), which a path's window of
 	// at least one would exceed with more paths than that.
 	heard bool
+	// grantUntil is when the grant that a rise of the receiver's share
+	// opened ends (shareRose).
+	grantUntil clock.Time
 	// first is the first window in packets when the handshake set it
 	// (openFirstWindow), 0 while it is cc.DefaultWindow.Initial.
 	first int

@@ -65,15 +65,37 @@ func (s *sender) openFirstWindow() {
 	}
 }
 
-// granted reports whether the receiver's hint is above the rate the
-// windows give at their paths' least round trips (cc.Window.Grant). The
-// sender grants growth by it only on planes whose queues mark: the hint
-// knows the receiver's link, not a bottleneck before it, and where that
-// marks nothing only the delay signal brakes, a round trip after the
-// queue passed its target, which windows that doubled overflow.
+// grantRounds is how many of its least round trips a connection may grow
+// its windows by grant after its receiver's share rose (shareRose).
+const grantRounds = 4
+
+// shareRose opens the grant (cc.Window.Grant) for grantRounds of the
+// connection's least round trip: the receiver's share rose, as when other
+// senders of an incast finish, and the windows may take it in a few round
+// trips. A share that stays as it was opens nothing, so that a bottleneck
+// before the receiver, which marks, holds the windows by DCTCP's rule
+// alone: a grant there doubled each window between its cuts and kept the
+// queue above the marking threshold.
+func (s *sender) shareRose(now clock.Time) {
+	var least time.Duration
+	for _, p := range s.paths {
+		if p.RTT.Samples > 0 && (least == 0 || p.RTT.Min < least) {
+			least = p.RTT.Min
+		}
+	}
+	s.grantUntil = now.Add(grantRounds * least)
+}
+
+// granted reports whether the receiver's share rose in the last few round
+// trips (shareRose) and its hint is above the rate the windows give at
+// their paths' least round trips (cc.Window.Grant). The sender grants
+// growth by it only on planes whose queues mark: the hint knows the
+// receiver's link, not a bottleneck before it, and where that marks
+// nothing only the delay signal brakes, a round trip after the queue
+// passed its target, which windows that doubled overflow.
 func (s *sender) granted() bool {
-	if !s.hinted() {
-		return false // no hint says how much more the receiver takes
+	if !s.hinted() || s.c.ep.clock.Now() >= s.grantUntil {
+		return false // no hint says how much more the receiver takes, or it has not risen
 	}
 	if s.rateStale {
 		s.windowRate, s.rateStale = cc.WindowRate(s.rateIn), false

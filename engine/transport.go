@@ -143,6 +143,9 @@ func (multipath) hint(s *sender, h uint64) bool {
 	}
 	if hint > s.hint {
 		s.pacer.Faster(hint) // a gap taken at the old rate must not hold the new rate back
+		if s.hinted() && !math.IsInf(hint, 1) {
+			s.shareRose(s.c.ep.clock.Now())
+		}
 	}
 	lower := hint < s.hint
 	if hint != s.hint && s.c.ep.tracer != nil {
