@@ -23,14 +23,13 @@ func (s *sender) firstWindow() int {
 }
 
 // openFirstWindow makes the first window, where Config.FirstWindowBDP asks
-// for it, one bandwidth-delay product: the
-// handshake's round trip times the line rate of the NIC ports the paths
-// leave by (Config.PortRates), each plane counted once, and never less
-// than cc.DefaultWindow.Initial. The paths share it as they share the
-// default one. It runs once the sender has paths and the connection is
-// established, before anything is sent; without a measured round trip
-// (the CONNECT or ACCEPT went more than once) or the ports' rates, the
-// first window stays as it is.
+// for it, one bandwidth-delay product: the handshake's round trip times
+// the line rate of the NIC ports the paths leave by (Config.PortRates),
+// each plane counted once, and never less than cc.DefaultWindow.Initial.
+// The paths share it as they share the default one. It runs once the
+// sender has paths and the connection is established, before anything is
+// sent; without a measured round trip (the CONNECT or ACCEPT went more
+// than once) or the ports' rates, the first window stays as it is.
 //
 // A first window of less than a BDP costs a round trip of the line rate
 // at the start of every transfer, which is most of a short transfer's
