@@ -15,14 +15,17 @@ import (
 // slower than the NIC behind it: datagrams leave at rate bytes a second,
 // and one that finds limit bytes waiting is dropped. The drop is reported
 // to the endpoint after the send, as the UDP driver reports ENOBUFS, unless
-// silent is set, as a host that does not ask for send errors.
+// silent is set, as a host that does not ask for send errors. With
+// unreported above 0, that many drops in a row of every eight go
+// unreported, as some of a real qdisc's do.
 type hostQueue struct {
 	link.Port
 	fluidQueue
-	sim    *clock.Sim
-	ep     *Endpoint
-	silent bool
-	drops  int
+	sim        *clock.Sim
+	ep         *Endpoint
+	silent     bool
+	unreported int
+	drops      int
 }
 
 // fluidQueue is a queue that lets out rate bytes a second and holds limit
@@ -52,7 +55,7 @@ func (q *hostQueue) Send(batch []link.Datagram) {
 		wait, ok := q.admit(q.sim.Now(), d.Size())
 		if !ok {
 			q.drops++
-			if !q.silent {
+			if !q.silent && q.drops%8 >= q.unreported {
 				c := d
 				c.Data = append([]byte(nil), d.Data...)
 				q.sim.After(0, clock.Func(func() { q.ep.LocalDrop(&c) }))
@@ -72,12 +75,18 @@ func localDropRun(t *testing.T, silent bool) (SenderStats, uint64, uint64, *host
 
 // localDropRunWith is localDropRun with the endpoints' configuration cfg.
 func localDropRunWith(t *testing.T, silent bool, cfg Config) (SenderStats, uint64, uint64, *hostQueue) {
+	return localDropRunUnreported(t, silent, 0, cfg)
+}
+
+// localDropRunUnreported is localDropRunWith with unreported drops of
+// every eight left unreported (hostQueue).
+func localDropRunUnreported(t *testing.T, silent bool, unreported int, cfg Config) (SenderStats, uint64, uint64, *hostQueue) {
 	var q *hostQueue
 	n := newNetWrapped(t, twoHostFabric(2), cfg, func(h int, p link.Port) link.Port {
 		if h != 0 {
 			return p
 		}
-		q = &hostQueue{Port: p, fluidQueue: fluidQueue{rate: 1e9, limit: 64 << 10}, silent: silent}
+		q = &hostQueue{Port: p, fluidQueue: fluidQueue{rate: 1e9, limit: 64 << 10}, silent: silent, unreported: unreported}
 		return q
 	})
 	q.sim, q.ep = n.sim, n.hosts[0].ep
@@ -270,5 +279,21 @@ func TestLocalDropsInBaselineMode(t *testing.T) {
 	t.Logf("%d packets, %d resent, %d dropped by the host, %d timeouts", st.Packets, st.Retransmits, q.drops, timeouts)
 	if st.LocalDrops == 0 {
 		t.Errorf("%d drops taken for %d dropped", st.LocalDrops, q.drops)
+	}
+}
+
+// A host that reports half of its drops and loses the rest in silence, as
+// a real qdisc loses some, loses them in runs on one path at a time. That
+// path's loss stands out, but it is the host's: no path moves to a new
+// route while the host's drops limit the rate (docs/cc.md). Without the
+// rule two paths move.
+func TestUnreportedHostDropsMoveNoPath(t *testing.T) {
+	st, timeouts, moves, q := localDropRunUnreported(t, false, 4, Config{Paths: 8})
+	t.Logf("%d packets, %d resent, %d dropped by the host (%d reported), %d timeouts, %d moves", st.Packets, st.Retransmits, q.drops, st.LocalDrops, timeouts, moves)
+	if st.LocalDrops == 0 || st.LocalDrops == uint64(q.drops) {
+		t.Fatalf("%d of %d drops reported: want some and not all", st.LocalDrops, q.drops)
+	}
+	if moves != 0 || st.LossRepaths != 0 {
+		t.Errorf("%d moves, %d for loss: a host's drops moved paths", moves, st.LossRepaths)
 	}
 }

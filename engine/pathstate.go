@@ -265,6 +265,12 @@ func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	if n == 0 || !p.LossOutlier(others/float64(n), factor) {
 		return
 	}
+	if p.s.host.limited() {
+		// The host drops on its way out, a whole batch of one path at a
+		// time, and not every drop is reported: the loss is the host's, and
+		// no new route cures it.
+		return
+	}
 	if !p.repath(now) {
 		return // it moved less than an MPL ago
 	}
