@@ -23,12 +23,9 @@ func (l *randomLoss) add(acked, lost int) {
 		return
 	}
 	// The first verdicts are averaged evenly, later ones with the weight
-	// of lossMemory.
-	w := float64(n) / float64(max(lossMemory, l.verdicts+n))
-	if l.verdicts < lossMemory {
-		w = float64(n) / float64(l.verdicts+n)
-	}
-	l.rate += (float64(lost)/float64(n) - l.rate) * min(1, w)
+	// of lossMemory, since verdicts stops there.
+	w := float64(n) / float64(l.verdicts+n)
+	l.rate += (float64(lost)/float64(n) - l.rate) * w
 	l.verdicts = min(l.verdicts+n, lossMemory)
 }
 

@@ -353,16 +353,22 @@ func (s *sender) onPace() {
 	s.c.ep.flush()
 }
 
+// windowsRate is the rate the paths' windows give at their least round
+// trips, computed again only when a window, RTT or state changed.
+func (s *sender) windowsRate() float64 {
+	if s.rateStale {
+		s.windowRate, s.rateStale = cc.WindowRate(s.rateIn), false
+	}
+	return s.windowRate
+}
+
 // paced charges a transmission of bytes to the pacer at the sender's rate.
 func (s *sender) paced(bytes int) {
 	if s.c.ep.cfg.NoPacing {
 		return
 	}
-	if s.rateStale {
-		s.windowRate, s.rateStale = cc.WindowRate(s.rateIn), false
-	}
 	now := int64(s.c.ep.clock.Now())
-	wr := s.windowRate
+	wr := s.windowsRate()
 	rate := cc.Rate(wr, s.hint)
 	if m := s.nicShare; m != nil {
 		// The endpoint's NIC is shared. This connection asks for what its

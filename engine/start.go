@@ -96,10 +96,7 @@ func (s *sender) granted() bool {
 	if !s.hinted() || s.c.ep.clock.Now() >= s.grantUntil {
 		return false // no hint says how much more the receiver takes, or it has not risen
 	}
-	if s.rateStale {
-		s.windowRate, s.rateStale = cc.WindowRate(s.rateIn), false
-	}
-	return s.windowRate < s.hint
+	return s.windowsRate() < s.hint
 }
 
 // trainPackets is how many packets of the first window must be
