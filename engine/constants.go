@@ -31,11 +31,15 @@ const (
 	tokenKeyLen   = 32                 // the HMAC-SHA256 secret, drawn from Config.Random
 )
 
-// InboundHeadroom is the share of a receiver's capacity its rate hints
-// give out when the capacity is known from its links: the rest lets a
-// queue at the receiver drain rather than hold (spec section 6.6). The
-// simulator and the socket hosts both set Config.InboundCapacity with it.
-const InboundHeadroom = 0.98
+// Headroom is the share of a NIC's rate that the rate allocations give
+// out where a queue marks nothing: a host's own NIC queue, which no
+// switch marks. The rest lets that queue drain rather than stand. The
+// simulator's hosts set their Config.OutboundCapacity with it and give
+// their receivers all of their downlinks' rate, whose queues are switch
+// ports that mark: a receiver holds back while its arrivals are marked
+// (inbound.go). The socket hosts have no OutboundCapacity, and set
+// Config.InboundCapacity with it.
+const Headroom = 0.98
 
 // Defaults of Config, tuned rather than specified. Config's fields say what
 // each one does.

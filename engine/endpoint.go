@@ -37,6 +37,7 @@ type Endpoint struct {
 	dropper   *Conn                      // the connection of the last datagram the host dropped (LocalDrop)
 	nextPlane int                        // the plane the next connection's first path goes on (sender.equip)
 	drain     hostRate                   // the rate this endpoint drains its receive buffer at, learned from its overflows (localdrop.go)
+	marks     inboundMarks               // the share of arrivals CE-marked, and what the hints hold back for it (inbound.go)
 	listener  func(*Conn) (Events, bool) // nil when not listening
 	listenPD  *memreg.Domain
 	accepted  map[acceptKey]*Conn // CONNECTs answered, by source address and initiator's id

@@ -209,12 +209,14 @@ func (e *Endpoint) Overflowed(lost int) {
 
 // inboundCapacity is the capacity the rate hints share: InboundCapacity,
 // or less where the receive buffer's overflows showed the endpoint drains
-// less.
+// less, less what the hints hold back while arrivals are marked
+// (inbound.go).
 func (e *Endpoint) inboundCapacity() float64 {
-	if c := e.cfg.InboundCapacity; c > 0 {
-		return min(c, e.drain.limitRate)
+	c := e.drain.limitRate
+	if asked := e.cfg.InboundCapacity; asked > 0 {
+		c = min(asked, c)
 	}
-	return e.drain.limitRate
+	return c * (1 - e.marks.hold)
 }
 
 // drained counts bytes received at at, for the rate the endpoint drains

@@ -114,6 +114,7 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		r.paths[h.PathID()].ce++
 		r.stats.CE++
 	}
+	c.ep.inboundArrival(plane, d.ECN == link.CE)
 	r.ackPlane = plane
 	if !c.tp.admit(r, h, d, plane, at) {
 		return

@@ -75,7 +75,7 @@ func Cross(cfg CrossConfig) (CrossResult, error) {
 	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
 		c := engine.Config{Paths: cfg.Planes, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second}
 		if h == 1 {
-			c.InboundCapacity = engine.InboundHeadroom * planeRate * float64(cfg.Planes)
+			c.InboundCapacity = engine.Headroom * planeRate * float64(cfg.Planes)
 		}
 		return c
 	})

@@ -220,7 +220,7 @@ func (r *flowRun) buildWorld() error {
 	// cost the handshakes beyond RetryAt a round trip (spec section 8.1).
 	cfgFor := func(h int) engine.Config {
 		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
-			LineRate: float64(o.LinkRate) / 8, InboundCapacity: engine.InboundHeadroom * r.res.HostCapacity, OutboundCapacity: r.res.HostCapacity,
+			LineRate: float64(o.LinkRate) / 8, InboundCapacity: r.res.HostCapacity, OutboundCapacity: engine.Headroom * r.res.HostCapacity,
 			MaxAccepting: 4096, RetryAt: engine.RetryNever, DelayTarget: o.DelayTarget,
 			FirstWindowBDP: o.FirstWindowBDP}
 		// Each plane's port sends at its own rate, which a NIC knows.

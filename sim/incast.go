@@ -201,10 +201,13 @@ func (r *incastRun) buildWorld() error {
 			c.Mode = proto.ModeBaseline
 		}
 		if h == r.n {
-			// The receiver shares its downlink a little under its payload
-			// rate, so that queues built in the first round trip drain.
-			c.InboundCapacity = engine.InboundHeadroom * r.capacity * r.payloadShare
+			// The receiver shares its downlink's payload rate. While the
+			// queue its senders' first windows built marks, it holds some
+			// back, and the queue drains (engine/inbound.go).
+			c.InboundCapacity = r.capacity * r.payloadShare
 			c.NoRateHints = cfg.NoRateHints
+		} else {
+			c.OutboundCapacity = engine.Headroom * r.capacity * r.payloadShare
 		}
 		return c
 	})

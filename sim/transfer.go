@@ -122,7 +122,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(cfg.LinkRate) / 8, ConnectTimeout: time.Minute}
 		if h == 1 {
-			c.InboundCapacity = engine.InboundHeadroom * res.Bottleneck
+			c.InboundCapacity = engine.Headroom * res.Bottleneck
 		}
 		if cfg.Baseline {
 			c.Mode, c.BaselineWindow = proto.ModeBaseline, cfg.BaselineWindow

@@ -24,8 +24,9 @@ const linkOverhead = 20 + 8 + 14 + 4 + 8 + 12
 // InboundFromLinks is the capacity a host's rate hints share among its
 // senders when none is given: the speeds of the planes' links, summed,
 // as the payload of full WRITEs of maxPacket bytes (0: what the
-// interfaces carry), less engine.InboundHeadroom. It is 0, no hints, when
-// a plane's speed is unknown, and why says so.
+// interfaces carry), less engine.Headroom; the engine holds back
+// more while arrivals are CE-marked. It is 0, no hints, when a plane's
+// speed is unknown, and why says so.
 func InboundFromLinks(planes []netip.Addr, maxPacket int) (capacity float64, why string) {
 	return inboundFromLinks(planes, maxPacket, sysClassNet)
 }
@@ -47,7 +48,7 @@ func inboundFromLinks(planes []netip.Addr, maxPacket int, sysfs string) (float64
 		}
 		total += bps / 8 * payloadShare(size, a)
 	}
-	return engine.InboundHeadroom * total, "the planes' link speed"
+	return engine.Headroom * total, "the planes' link speed"
 }
 
 // linkSpeed reads an interface's speed from sysfs, in bits a second.

@@ -36,7 +36,7 @@ func TestInboundFromLinks(t *testing.T) {
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.61"), netip.MustParseAddr("127.0.0.62")}
 	got, why := inboundFromLinks(lo, 9000, sysfs)
 	// Two planes of 10 Gb/s, 1.25 GB/s each.
-	if want := engine.InboundHeadroom * 2 * 1.25e9; got > want || got < 0.97*want {
+	if want := engine.Headroom * 2 * 1.25e9; got > want || got < 0.97*want {
 		t.Errorf("capacity %v (%s), want just under %v", got, why, want)
 	}
 	if small, _ := inboundFromLinks(lo, 1500, sysfs); small >= got {
