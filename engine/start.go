@@ -103,18 +103,26 @@ func (s *sender) granted() bool {
 // acknowledged after the first ACK before their spacing gives a rate.
 const trainPackets = 8
 
+// slowerStart is how far below the hint the first window's rate must be
+// for the start to follow it rather than the hint. The first windows of
+// many connections leave at once, and on a fabric that hashes paths, two
+// or three of them meet on one link and come back at a half or a third of
+// its rate for that burst alone, which no later round trip shows. A link
+// slower by more than that is the sender's own bottleneck.
+const slowerStart = 0.25
+
 // startFromHint raises the connection's windows, once, to what its
 // receiver's share keeps in flight over the shortest round trip seen: the
-// rate hint times that RTT, or less where the first window arrived more
-// slowly. It does so once trainPackets more packets are acknowledged after
-// the first ACK, and not at all once a path saw a CE mark or a queue above
-// its delay target (cc.DelayParams), timed out or had a packet dropped by
-// the local host (localdrop.go).
+// rate hint times that RTT, or less where the first window arrived at
+// under slowerStart of the hint. It does so once trainPackets more packets
+// are acknowledged after the first ACK, and not at all once a path saw a
+// CE mark or a queue above its delay target (cc.DelayParams), timed out or
+// had a packet dropped by the local host (localdrop.go).
 //
 // The hint knows the receiver's side only. The first window leaves back to
 // back, so the spacing of its acknowledgments is the rate of the slowest
 // link it crossed, the sender's own host included: a sender behind a slow
-// qdisc, or one of N in an incast, measures its own bottleneck. Each path
+// qdisc measures its own bottleneck. Each path
 // keeps its part of the total in proportion to its window, and never goes
 // past PathWindow.
 //
@@ -155,8 +163,11 @@ func (s *sender) startFromHint(at clock.Time) {
 		return // the next ACK tries again
 	}
 	s.started = true
-	delivered := float64(acked-s.train.acked) * s.mss / at.Sub(s.train.at).Seconds()
-	target := min(s.hint, delivered) * minRTT.Seconds() / s.mss
+	rate := s.hint
+	if delivered := float64(acked-s.train.acked) * s.mss / at.Sub(s.train.at).Seconds(); delivered < slowerStart*s.hint {
+		rate = delivered
+	}
+	target := rate * minRTT.Seconds() / s.mss
 	if target <= total {
 		return
 	}
