@@ -43,15 +43,7 @@ func (s *sender) openFirstWindow() {
 		c.mode == proto.ModeBaseline || len(c.ep.cfg.PortRates) == 0 {
 		return
 	}
-	var rate float64
-	var seen uint64
-	for _, p := range s.paths {
-		if pl := p.Plane(); pl < len(c.ep.cfg.PortRates) && pl < 64 && seen&(1<<pl) == 0 {
-			seen |= 1 << pl
-			rate += c.ep.cfg.PortRates[pl]
-		}
-	}
-	bdp := math.Ceil(rate * c.hsRTT.Seconds() / s.mss)
+	bdp := math.Ceil(s.portsRate() * c.hsRTT.Seconds() / s.mss)
 	most := float64(len(s.paths) * c.ep.cfg.PathWindow)
 	if bdp <= cc.DefaultWindow.Initial {
 		return
@@ -62,6 +54,30 @@ func (s *sender) openFirstWindow() {
 		p.cwin.Raise(each)
 		p.windowChanged()
 	}
+}
+
+// portsRate is the rate of the NIC ports the connection's paths leave by
+// (Config.PortRates), each plane counted once, or 0 where the ports'
+// rates are not known.
+func (s *sender) portsRate() float64 {
+	rates := s.c.ep.cfg.PortRates
+	var rate float64
+	var seen uint64
+	for _, p := range s.paths {
+		if pl := p.Plane(); pl < len(rates) && pl < 64 && seen&(1<<pl) == 0 {
+			seen |= 1 << pl
+			rate += rates[pl]
+		}
+	}
+	return rate
+}
+
+// receiverBound reports whether the receiver grants less than half of
+// what the connection's NIC ports send: its link, or its share of it, is
+// the bottleneck the hint describes, and a queue there is the receiver's
+// to drain (inbound.go).
+func (s *sender) receiverBound() bool {
+	return s.hinted() && s.hint < s.portsRate()/2
 }
 
 // grantRounds is how many of its least round trips a connection may grow
@@ -119,6 +135,14 @@ const slowerStart = 0.25
 // CE mark or a queue above its delay target (cc.DelayParams), timed out or
 // had a packet dropped by the local host (localdrop.go).
 //
+// A receiver that grants less than half of what the sender's ports send
+// (receiverBound) is the bottleneck, as one of N in an incast: the first
+// windows of all its senders queue at its link, whose marks its hold
+// answers (inbound.go). The start then goes ahead despite the marks, to the
+// hint times the largest smoothed round trip, which that queue is in:
+// windows of the hint times the least round trip would carry less than
+// the hint until the queue drained.
+//
 // The hint knows the receiver's side only. The first window leaves back to
 // back, so the spacing of its acknowledgments is the rate of the slowest
 // link it crossed, the sender's own host included: a sender behind a slow
@@ -140,7 +164,7 @@ func (s *sender) startFromHint(at clock.Time) {
 	var acked uint64
 	var minRTT time.Duration
 	for _, p := range s.paths {
-		if p.Counters.CEMarks > 0 || p.cwin.QueueSeen() || p.Counters.Timeouts > 0 || p.Counters.LocalDrops > 0 {
+		if (p.Counters.CEMarks > 0 || p.cwin.QueueSeen()) && !s.receiverBound() || p.Counters.Timeouts > 0 || p.Counters.LocalDrops > 0 {
 			s.started = true // congestion, a fault or the local host spoke first
 			return
 		}
@@ -167,7 +191,15 @@ func (s *sender) startFromHint(at clock.Time) {
 	if delivered := float64(acked-s.train.acked) * s.mss / at.Sub(s.train.at).Seconds(); delivered < slowerStart*s.hint {
 		rate = delivered
 	}
-	target := rate * minRTT.Seconds() / s.mss
+	rtt := minRTT
+	if s.receiverBound() {
+		for _, p := range s.paths {
+			if p.InUse() && p.RTT.Samples > 0 {
+				rtt = max(rtt, p.RTT.SRTT)
+			}
+		}
+	}
+	target := rate * rtt.Seconds() / s.mss
 	if target <= total {
 		return
 	}

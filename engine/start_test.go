@@ -150,3 +150,76 @@ func TestFirstWindowOfOneBDP(t *testing.T) {
 		}
 	}
 }
+
+// TestStartDespiteTheReceiversMarks runs 8 senders to one receiver at
+// 400 Gb/s, whose downlink marks above 64 KiB: their first windows, 512
+// KiB, queue there and the first ACKs come marked. The receiver grants
+// each an eighth of its link, under half of a sender's port, so the queue
+// is the receiver's to drain, and a sender whose first ACKs were marked
+// still starts at its share: at its start its windows rise to at least the
+// hint times its least round trip. Held by the marks alone, they would
+// carry a packet or two a path for a round trip.
+func TestStartDespiteTheReceiversMarks(t *testing.T) {
+	const senders = 8
+	fc := netem.Config{Seed: 1, Hosts: senders + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	fc.Downlink.Queue.ECNThreshold = 64 << 10
+	rate := 400e9 / 8.0
+	n := newNet(t, fc, Config{Paths: 8, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
+	var pairs []*pair
+	for h := range senders {
+		pr := n.connect(h, senders)
+		src := pr.ha.region(t, 2<<20, uint64(h+1), memreg.LocalWrite)
+		dst := pr.hb.region(t, 2<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		pairs = append(pairs, pr)
+		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 2 << 20}, RKey: dst.Key()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := make([]bool, senders)
+	next := func() bool {
+		for i, pr := range pairs {
+			if !seen[i] && pr.a.snd.started {
+				return true
+			}
+		}
+		return false
+	}
+	marked, done := 0, 0
+	for done < senders {
+		if !n.run(time.Millisecond, next) {
+			t.Fatal("not every sender started within a millisecond")
+		}
+		for i, pr := range pairs {
+			s := &pr.a.snd
+			if seen[i] || !s.started {
+				continue
+			}
+			seen[i] = true
+			done++
+			var w float64
+			var marks uint64
+			least := time.Duration(math.MaxInt64)
+			for _, p := range s.paths {
+				w += p.cwin.Value()
+				marks += p.Counters.CEMarks
+				if p.RTT.Samples > 0 {
+					least = min(least, p.RTT.Min)
+				}
+			}
+			want := s.hint * least.Seconds() / s.mss
+			t.Logf("sender %d at its start: windows %.1f packets, hint %.3g B/s, share's BDP %.1f, %d marks", i, w, s.hint, want, marks)
+			if marks == 0 {
+				continue
+			}
+			marked++
+			if w < want {
+				t.Errorf("sender %d, marked before its start: windows %.1f packets, want its share's BDP, %.1f or more", i, w, want)
+			}
+		}
+	}
+	if marked < senders/2 {
+		t.Errorf("%d senders saw marks before their start, want at least %d: the queue was not there", marked, senders/2)
+	}
+}
