@@ -146,9 +146,8 @@ const slowerStart = 0.25
 // The hint knows the receiver's side only. The first window leaves back to
 // back, so the spacing of its acknowledgments is the rate of the slowest
 // link it crossed, the sender's own host included: a sender behind a slow
-// qdisc measures its own bottleneck. Each path
-// keeps its part of the total in proportion to its window, and never goes
-// past PathWindow.
+// qdisc measures its own bottleneck. Each path keeps its part of the total
+// in proportion to its window, and never goes past PathWindow.
 //
 // The first window is a fixed 16 packets, one bandwidth-delay product at
 // 100 Gb/s and a few microseconds. At 400 Gb/s and 12.5 µs a BDP is near
@@ -163,8 +162,9 @@ func (s *sender) startFromHint(at clock.Time) {
 	var total float64
 	var acked uint64
 	var minRTT time.Duration
+	bound := s.receiverBound()
 	for _, p := range s.paths {
-		if (p.Counters.CEMarks > 0 || p.cwin.QueueSeen()) && !s.receiverBound() || p.Counters.Timeouts > 0 || p.Counters.LocalDrops > 0 {
+		if (p.Counters.CEMarks > 0 || p.cwin.QueueSeen()) && !bound || p.Counters.Timeouts > 0 || p.Counters.LocalDrops > 0 {
 			s.started = true // congestion, a fault or the local host spoke first
 			return
 		}
@@ -192,7 +192,7 @@ func (s *sender) startFromHint(at clock.Time) {
 		rate = delivered
 	}
 	rtt := minRTT
-	if s.receiverBound() {
+	if bound {
 		for _, p := range s.paths {
 			if p.InUse() && p.RTT.Samples > 0 {
 				rtt = max(rtt, p.RTT.SRTT)
