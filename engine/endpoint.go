@@ -71,6 +71,11 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	// Every packet is laid out in a buffer from the port, so a packet
+	// larger than the port's buffers could never be built.
+	if room := cap(port.Buffer()); cfg.MaxPacket > room {
+		return nil, fmt.Errorf("engine: max packet %d: the port's datagrams hold at most %d bytes; lower MaxPacket or raise the port's MaxDatagram", cfg.MaxPacket, room)
+	}
 	r := cfg.Random
 	if r == nil {
 		r = rand.Reader

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -297,5 +298,27 @@ func TestPathMTUSearchOfASenderEquippedEarly(t *testing.T) {
 		if p != (PlaneMTU{Size: 9000, Done: true}) {
 			t.Errorf("plane %d: %+v", plane, p)
 		}
+	}
+}
+
+// smallPort hands out buffers of room bytes.
+type smallPort struct{ room int }
+
+func (p smallPort) Buffer() []byte         { return make([]byte, 0, p.room) }
+func (p smallPort) Send(_ []link.Datagram) {}
+
+// TestMaxPacketBeyondThePortIsRefused checks that an endpoint whose
+// MaxPacket its port's buffers cannot hold is refused with an error that
+// names both sizes, rather than failing when it builds its first packet
+// that large. One whose packets fit is made.
+func TestMaxPacketBeyondThePortIsRefused(t *testing.T) {
+	clk := clock.NewSim()
+	planes := []netip.Addr{netip.MustParseAddr("10.0.0.1")}
+	_, err := NewEndpoint(Config{Planes: planes, Port: 4791, MaxPacket: 16448}, clk, smallPort{room: 9000})
+	if err == nil || !strings.Contains(err.Error(), "16448") || !strings.Contains(err.Error(), "9000") {
+		t.Fatalf("MaxPacket 16448 over buffers of 9000: got %v, want an error naming both", err)
+	}
+	if _, err := NewEndpoint(Config{Planes: planes, Port: 4791, MaxPacket: 9000}, clk, smallPort{room: 9000}); err != nil {
+		t.Fatalf("MaxPacket 9000 over buffers of 9000: %v", err)
 	}
 }
