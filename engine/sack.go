@@ -86,10 +86,16 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		p.ce = rec.CECount()
 		s.c.ep.marking[p.Plane()] = true
 	}
+	if sampled {
+		p.queue, p.queued = p.oneWayQueue(rec, ackSent), true
+	}
+	if marked > 0 {
+		p.markedAt = at
+	}
 	if s.c.ep.marking[p.Plane()] {
 		p.cwin.NoDelay() // samples taken before the plane's first mark included
 	} else if sampled {
-		p.delaySample(rec, ackSent, time.Duration(sample))
+		p.cwin.OnDelay(p.queue, time.Duration(sample), p.RTT.Min+s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
 	}
 	if p.lastTimeout.open && e == p.lastTimeout.epoch {
 		p.lateDelivery(rec, h, at)
@@ -117,7 +123,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		resolved = true
 	}
 	p.advance()
-	p.cwin.Grant(s.c.ep.marking[p.Plane()] && s.granted())
+	p.cwin.Grant(s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && p.relieves(at)))
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
 		p.Counters.DelayCuts++
 	}
@@ -138,17 +144,53 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	}
 }
 
-// delaySample gives the path's window its queueing delay on the way to the
-// receiver (cc.DelayParams). The ACK left ServiceTime after the packet it
-// echoes arrived, so the receiver's clock read ackSent - ServiceTime at
-// that arrival, and less the echoed Timestamp it is the one-way delay plus
-// the clocks' offset. The queue on the way there is the sender's to
-// answer. The ACK's way back, which an RTT would count too, may wait
-// behind the receiver's own data.
-func (p *sendPath) delaySample(rec proto.AckRecord, ackSent uint32, rtt time.Duration) {
+// oneWayQueue is the queueing delay an ACK record shows on the path's way
+// to the receiver, over the least of its plane's readings (cc.DelayBase).
+// The ACK left ServiceTime after the packet it echoes arrived, so the
+// receiver's clock read ackSent - ServiceTime at that arrival, and less
+// the echoed Timestamp it is the one-way delay plus the clocks' offset.
+// The queue on the way there is the sender's to answer. The ACK's way
+// back, which an RTT would count too, may wait behind the receiver's own
+// data.
+func (p *sendPath) oneWayQueue(rec proto.AckRecord, ackSent uint32) time.Duration {
 	arrived := ackSent - rec.ServiceTime() - rec.EchoTimestamp()
-	queue := p.s.oneWay[p.Plane()].Queue(arrived)
-	p.cwin.OnDelay(queue, rtt, p.RTT.Min+p.s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
+	return p.s.oneWay[p.Plane()].Queue(arrived)
+}
+
+// reliefOff turns relieves off, for the tests that measure it.
+var reliefOff bool
+
+// relieves reports whether the path may take over, by grant
+// (cc.Window.Grant), what a marked sibling's cuts gave up. A switch hashes
+// each source port onto one of its links (spec section 6.3), and some of
+// a connection's paths may meet other traffic on a busy link while the
+// rest cross idle ones. The marked paths' windows fall, the connection
+// then carries less than its receiver grants, and additive increase on
+// the clear paths takes a round trip a packet to make it up: tens of
+// round trips at 400 Gb/s. The path relieves a sibling while the
+// connection's windows carry less than the hint, the path went unmarked
+// for two of its round trips, and a sibling on its plane, marked within
+// its last round trip, queues more than an eighth of the least round trip
+// longer: their routes differ in a busy link. A queue that every path
+// meets, the receiver's link in an incast or a bottleneck before it,
+// shows in every path alike and relieves none.
+func (p *sendPath) relieves(at clock.Time) bool {
+	s := p.s
+	if reliefOff || !p.queued || !s.hinted() || s.windowsRate() >= s.hint {
+		return false
+	}
+	if p.markedAt != 0 && at.Sub(p.markedAt) < 2*p.RTT.SRTT {
+		return false
+	}
+	for _, q := range s.paths {
+		if q == p || q.Plane() != p.Plane() || !q.InUse() || !q.queued || q.markedAt == 0 || at.Sub(q.markedAt) > q.RTT.SRTT {
+			continue
+		}
+		if q.queue-p.queue > p.RTT.Min/8 {
+			return true
+		}
+	}
+	return false
 }
 
 // lateDelivery reads an ACK record for news of the packets the path's last
