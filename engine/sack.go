@@ -176,7 +176,7 @@ var reliefOff bool
 // shows in every path alike and relieves none.
 func (p *sendPath) relieves(at clock.Time) bool {
 	s := p.s
-	if reliefOff || !p.queued || !s.hinted() || s.windowsRate() >= s.hint {
+	if reliefOff || !p.queued || !s.underHint() {
 		return false
 	}
 	if p.markedAt != 0 && at.Sub(p.markedAt) < 2*p.RTT.SRTT {

@@ -109,10 +109,14 @@ func (s *sender) shareRose(now clock.Time) {
 // nothing only the delay signal brakes, a round trip after the queue
 // passed its target, which windows that doubled overflow.
 func (s *sender) granted() bool {
-	if !s.hinted() || s.c.ep.clock.Now() >= s.grantUntil {
-		return false // no hint says how much more the receiver takes, or it has not risen
-	}
-	return s.windowsRate() < s.hint
+	return s.c.ep.clock.Now() < s.grantUntil && s.underHint()
+}
+
+// underHint reports whether the receiver's hint is above the rate the
+// windows give at their paths' least round trips: it grants more than
+// they carry.
+func (s *sender) underHint() bool {
+	return s.hinted() && s.windowsRate() < s.hint
 }
 
 // trainPackets is how many packets of the first window must be
@@ -193,11 +197,7 @@ func (s *sender) startFromHint(at clock.Time) {
 	}
 	rtt := minRTT
 	if bound {
-		for _, p := range s.paths {
-			if p.InUse() && p.RTT.Samples > 0 {
-				rtt = max(rtt, p.RTT.SRTT)
-			}
-		}
+		rtt = max(rtt, s.slowestRTT().SRTT)
 	}
 	target := rate * rtt.Seconds() / s.mss
 	if target <= total {
