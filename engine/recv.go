@@ -353,13 +353,18 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	}
 	r.stats.Packets++
 	r.stats.Bytes += uint64(len(payload))
+	// The packet that places a message's last bytes is acknowledged at
+	// once, as the one with AR is: over many paths the message's last
+	// packet sent, which carries AR, often arrives before others, and the
+	// sender's completion would wait out the ACK delay (spec section 6.6).
+	finished := in.msg.typ != proto.TypeReadReq && m.placed.covered() == m.msgLen
 	if in.msn == st.next {
 		r.complete(in.stream)
 		if c.state == Closed {
 			return // the peer broke the receive order, and the connection failed
 		}
 	}
-	r.noteArrival(urgent || h.Flags()&proto.FlagAckRequest != 0, at)
+	r.noteArrival(urgent || finished || h.Flags()&proto.FlagAckRequest != 0, at)
 }
 
 // covered records a data packet whose every byte a packet under another
