@@ -25,6 +25,7 @@ type recvPath struct {
 	lastTS uint32     // the Timestamp of the latest arrival
 	lastAt clock.Time // the latest arrival's time
 	dirty  bool       // recorded something since the last ACK
+	echoes uint8      // later ACKs its last record is still to be repeated in
 }
 
 // record notes PSN psn of epoch e (spec section 6.3). It reports whether
@@ -93,8 +94,9 @@ func (r *receiver) noteArrival(now bool, at clock.Time) {
 func (r *receiver) ackNow() { r.sendAck(r.ackPlane, true) }
 
 // sendAck sends ACKs that carry the records of every path that recorded
-// data since the last ACK. With records unset it sends one ACK with no
-// records, the handshake's third message (spec section 8.1).
+// data since the last ACK, and in the room left the records of the ACKs
+// before it once more (pickRepeats). With records unset it sends one ACK
+// with no records, the handshake's third message (spec section 8.1).
 func (r *receiver) sendAck(plane int, records bool) {
 	c := r.c
 	if !c.knows(plane) {
@@ -103,12 +105,16 @@ func (r *receiver) sendAck(plane int, records bool) {
 	maxRecords := min(proto.MaxAckRecords, (c.sendMax-proto.CommonHeaderLen-proto.AckHeaderLen-proto.TrailerLen)/proto.AckRecordLen)
 	now := c.ep.clock.Now()
 	for first := true; first || records && len(r.dirty) > 0; first = false {
-		n := 0
+		n, repeats := 0, 0
 		if records {
 			n = min(len(r.dirty), maxRecords)
+			if r.repeatACKs > 0 {
+				r.repeatACKs--
+				repeats = r.pickRepeats(maxRecords - n)
+			}
 		}
 		var pkt proto.Packet
-		c.build(&pkt, proto.TypeAck, n, 0)
+		c.build(&pkt, proto.TypeAck, n+repeats, 0)
 		pkt.Common.SetDstConnID(c.peerID)
 		ack := pkt.Ack()
 		ack.SetCumDSN(r.dsn.cum)
@@ -118,10 +124,15 @@ func (r *receiver) sendAck(plane int, records bool) {
 			ack.SetCreditStream(cs)
 			ack.SetCreditLimit(cl)
 		}
-		for i := 0; i < n; i++ {
-			id := r.dirty[i]
+		for i := 0; i < n+repeats; i++ {
+			var id uint8
+			if i < n {
+				id = r.dirty[i]
+				r.reported(id)
+			} else {
+				id = r.repeats[i-n]
+			}
 			p := &r.paths[id]
-			p.dirty = false
 			rec := pkt.AckRecord(i)
 			rec.SetPathID(id)
 			rec.SetEpoch(p.epoch)
@@ -151,6 +162,61 @@ func (r *receiver) sendAck(plane int, records bool) {
 		r.repeat = true
 		c.ackTimer.Reset(now.Add(ackRepeatAfter * max(c.ep.cfg.AckDelay, r.gap)))
 	}
+}
+
+// ackRecordRepeats is how many later ACKs, room permitting, repeat a
+// path's record while the receiver sees loss (pickRepeats). It is a
+// variable so that a test can compare with none.
+var ackRecordRepeats uint8 = 1
+
+// sawLoss notes that the network loses this connection's packets: a PSN
+// was skipped on a path. For the next repeatSpell ACKs, records are
+// repeated (pickRepeats). Where data is lost, ACKs are lost too, and
+// where nothing is lost a repeat would only cost bytes on the way back,
+// which data in the other direction shares. A DSN that arrives twice is
+// no such sign: a tail probe's copy on another plane arrives twice where
+// nothing is lost.
+func (r *receiver) sawLoss() { r.repeatACKs = repeatSpell }
+
+// reported notes that path id's record goes in the ACK being built, new:
+// it is no longer dirty, and while the receiver sees loss it is to be
+// repeated in the next ACKs that have room for it.
+func (r *receiver) reported(id uint8) {
+	p := &r.paths[id]
+	p.dirty = false
+	if ackRecordRepeats == 0 || r.repeatACKs == 0 {
+		return
+	}
+	if p.echoes == 0 {
+		r.echoing = append(r.echoing, id)
+	}
+	p.echoes = ackRecordRepeats
+}
+
+// pickRepeats fills r.repeats with at most room paths whose records went
+// in an earlier ACK and are to be repeated, oldest first, and returns how
+// many. A path that is dirty again goes with its new record instead.
+//
+// A lost ACK would otherwise leave its paths unreported until they record
+// again. A connection spread over many paths sends each only a packet or
+// two a round trip, so such a path waits for its tail probe, which resends
+// a packet that arrived. A repeated record is as true as the first, and
+// tells the path as it is now (spec section 6.6).
+func (r *receiver) pickRepeats(room int) int {
+	r.repeats = r.repeats[:0]
+	keep := r.echoing[:0]
+	for _, id := range r.echoing {
+		p := &r.paths[id]
+		if !p.dirty && len(r.repeats) < room {
+			r.repeats = append(r.repeats, id)
+			p.echoes--
+		}
+		if p.echoes > 0 {
+			keep = append(keep, id)
+		}
+	}
+	r.echoing = keep
+	return len(r.repeats)
 }
 
 // repeatAck sends the records of every path once more, after a quiet spell.

@@ -75,6 +75,7 @@ const (
 	initialMsgRing = 4                     // a receive stream's first ring of messages in progress
 	tailPackets    = 4                     // packets in flight that make the tail of a transfer (probeOverdue)
 	ackRepeatAfter = 4                     // ACK delays of quiet after which the last ACK is repeated
+	repeatSpell    = 64                    // ACKs that repeat records after the receiver saw loss (sawLoss)
 	rnrRetryMicros = 100                   // the RetryAfter of an RNR NACK, in µs (section 7)
 	packetOverhead = 60 + 4 + 28           // a WRITE's headers, trailer, IP and UDP headers, which the baseline's DCQCN pacing charges beyond a payload
 	cnpInterval    = 50 * time.Microsecond // the least time between two CNPs of a baseline connection, as at DCQCN's notification point

@@ -31,10 +31,14 @@ type receiver struct {
 	share       *cc.Member // this connection in the endpoint's InboundCapacity allocation, which sets its rate hints; nil without one
 
 	// What the ACKs report. dirty lists the paths that recorded data since
-	// the last ACK.
-	paths []recvPath
-	dsn   dsnWindow
-	dirty []uint8
+	// the last ACK, and echoing those whose last record is still to be
+	// repeated; repeats is the ones an ACK being built repeats, in the
+	// repeatACKs ACKs left since the receiver last saw loss (sawLoss).
+	paths            []recvPath
+	dsn              dsnWindow
+	dirty            []uint8
+	echoing, repeats []uint8
+	repeatACKs       int
 
 	// Messages being received and the receives posted for them, by stream.
 	streams []recvStream
@@ -389,6 +393,9 @@ func release(g *memreg.Region) {
 
 func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
 	path := &r.paths[h.PathID()]
+	if path.has && h.Epoch() == path.epoch && proto.SeqLess(path.highest+1, h.PSN()) {
+		r.sawLoss() // a PSN skipped: lost, since a path delivers in order (spec section 6.2)
+	}
 	urgent := path.record(h.Epoch(), h.PSN())
 	path.lastTS, path.lastAt = h.Timestamp(), at
 	if !path.dirty {
