@@ -108,9 +108,13 @@ func (r *receiver) sendAck(plane int, records bool) {
 		n, repeats := 0, 0
 		if records {
 			n = min(len(r.dirty), maxRecords)
-			if r.repeatACKs > 0 {
-				r.repeatACKs--
-				repeats = r.pickRepeats(maxRecords - n)
+		}
+		if records && first && r.repeatACKs > 0 {
+			// Only the first ACK of a call: a later one would repeat
+			// the records the ACK just before it carried.
+			repeats = r.pickRepeats(maxRecords - n)
+			if r.repeatACKs--; r.repeatACKs == 0 {
+				r.endRepeats()
 			}
 		}
 		var pkt proto.Packet
@@ -170,13 +174,22 @@ func (r *receiver) sendAck(plane int, records bool) {
 var ackRecordRepeats uint8 = 1
 
 // sawLoss notes that the network loses this connection's packets: a PSN
-// was skipped on a path. For the next repeatSpell ACKs, records are
-// repeated (pickRepeats). Where data is lost, ACKs are lost too, and
-// where nothing is lost a repeat would only cost bytes on the way back,
-// which data in the other direction shares. A DSN that arrives twice is
-// no such sign: a tail probe's copy on another plane arrives twice where
-// nothing is lost.
+// was skipped on a path (a packet this receiver refused skips one too).
+// For the next repeatSpell ACKs, records are repeated (pickRepeats).
+// Where data is lost, ACKs are lost too, and where nothing is lost a
+// repeat would only cost bytes on the way back, which data in the other
+// direction shares. A DSN that arrives twice is no such sign: a tail
+// probe's copy on another plane arrives twice where nothing is lost.
 func (r *receiver) sawLoss() { r.repeatACKs = repeatSpell }
+
+// endRepeats drops the repeats still due when the spell of sawLoss ends,
+// so that the next spell repeats only what it reports itself.
+func (r *receiver) endRepeats() {
+	for _, id := range r.echoing {
+		r.paths[id].echoes = 0
+	}
+	r.echoing = r.echoing[:0]
+}
 
 // reported notes that path id's record goes in the ACK being built, new:
 // it is no longer dirty, and while the receiver sees loss it is to be
@@ -194,14 +207,10 @@ func (r *receiver) reported(id uint8) {
 }
 
 // pickRepeats fills r.repeats with at most room paths whose records went
-// in an earlier ACK and are to be repeated, oldest first, and returns how
-// many. A path that is dirty again goes with its new record instead.
-//
-// A lost ACK would otherwise leave its paths unreported until they record
-// again. A connection spread over many paths sends each only a packet or
-// two a round trip, so such a path waits for its tail probe, which resends
-// a packet that arrived. A repeated record is as true as the first, and
-// tells the path as it is now (spec section 6.6).
+// in an earlier ACK and are to be repeated, in the order they were first
+// queued, and returns how many. A path that is dirty again goes with its
+// new record instead. A repeat tells its path as it is now, as true as
+// the first record (spec section 6.6).
 func (r *receiver) pickRepeats(room int) int {
 	r.repeats = r.repeats[:0]
 	keep := r.echoing[:0]
@@ -227,7 +236,11 @@ func (r *receiver) repeatAck() {
 			r.dirty = append(r.dirty, uint8(id))
 		}
 	}
+	// These records are repeats themselves: none is queued to go again.
+	spell := r.repeatACKs
+	r.repeatACKs = 0
 	r.sendAck(r.ackPlane, true)
+	r.repeatACKs = spell
 	r.repeat = false
 	r.c.ackTimer.Stop()
 }

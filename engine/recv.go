@@ -31,9 +31,9 @@ type receiver struct {
 	share       *cc.Member // this connection in the endpoint's InboundCapacity allocation, which sets its rate hints; nil without one
 
 	// What the ACKs report. dirty lists the paths that recorded data since
-	// the last ACK, and echoing those whose last record is still to be
-	// repeated; repeats is the ones an ACK being built repeats, in the
-	// repeatACKs ACKs left since the receiver last saw loss (sawLoss).
+	// the last ACK, echoing those whose last record is still to be
+	// repeated, and repeats those the ACK being built repeats. repeatACKs
+	// counts the ACKs left that repeat records (sawLoss).
 	paths            []recvPath
 	dsn              dsnWindow
 	dirty            []uint8

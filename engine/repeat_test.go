@@ -70,3 +70,32 @@ func TestRepeatedRecordsCoverLostAcks(t *testing.T) {
 		t.Errorf("no loss: %d resent, and %d records with repeats against %d without; want none resent and the same records", st.Retransmits, with, without)
 	}
 }
+
+// TestRepeatsEndWithTheirSpell checks the receiver's queue of records to
+// repeat: each record reported during a spell after a loss goes once more,
+// in the order reported, none is queued outside a spell, and what is still
+// queued when the spell ends is dropped.
+func TestRepeatsEndWithTheirSpell(t *testing.T) {
+	r := &receiver{paths: make([]recvPath, 8)}
+	r.reported(1)
+	if len(r.echoing) != 0 {
+		t.Fatalf("%v queued before any loss", r.echoing)
+	}
+	r.sawLoss()
+	r.reported(3)
+	r.reported(4)
+	if n := r.pickRepeats(1); n != 1 || r.repeats[0] != 3 {
+		t.Fatalf("picked %v with room for one, want [3]", r.repeats[:n])
+	}
+	if n := r.pickRepeats(8); n != 1 || r.repeats[0] != 4 {
+		t.Fatalf("picked %v next, want [4]", r.repeats[:n])
+	}
+	if n := r.pickRepeats(8); n != 0 {
+		t.Fatalf("picked %v after each went once", r.repeats[:n])
+	}
+	r.reported(5)
+	r.endRepeats()
+	if n := r.pickRepeats(8); n != 0 || r.paths[5].echoes != 0 {
+		t.Fatalf("picked %v after the spell ended", r.repeats[:n])
+	}
+}

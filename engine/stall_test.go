@@ -118,12 +118,8 @@ func stalledReceiver(t *testing.T, planes, paths int) {
 // next ACK, after the path timed out. That timeout is found spurious, but
 // the time from the packet to that ACK is no round trip: the timeouts' floor
 // stays near the fabric's round trip, and the end of the transfer does not
-// wait hundreds of microseconds for a last loss. Records are not repeated
-// here: the repeats (pickRepeats) would report nearly every such packet
-// before its timeout, and leave no spurious timeout to test.
+// wait hundreds of microseconds for a last loss.
 func TestLostAcksSetNoTimeoutFloor(t *testing.T) {
-	ackRecordRepeats = 0
-	defer func() { ackRecordRepeats = 1 }()
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.1}
 	n := newNet(t, fc, Config{Paths: 64, InboundCapacity: 45e9})
