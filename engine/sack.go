@@ -213,8 +213,15 @@ func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 			continue
 		}
 		if r := p.slot(psn); r.psn == psn {
-			if !late && proto.SeqLess(h, p.lastTimeout.to) {
-				p.s.sawLate(at.Sub(r.sentAt)) // the oldest, so the longest round trip
+			if rh := p.slot(h); !late && proto.SeqLess(h, p.lastTimeout.to) && rh.psn == h {
+				// The round trip of the record's newest packet, which the
+				// timeout declared lost too: when an older one arrived the
+				// record does not say, and the watch may span several
+				// timeouts. Less the time the receiver held its report,
+				// an ACK's delay or a record repeated long after a lost
+				// ACK first carried it (spec section 5.5).
+				held := time.Duration(rec.ServiceTime())
+				p.s.sawLate(max(at.Sub(rh.sentAt)-held, 0))
 			}
 			p.s.ackDSN(r.dsn)
 		}

@@ -112,16 +112,19 @@ func stalledReceiver(t *testing.T, planes, paths int) {
 	}
 }
 
-// TestLostAcksSetNoTimeoutFloor runs 64 paths at 10% loss on every
-// downlink, data and ACKs alike. Each path carries a packet every few
-// round trips, so a lost ACK leaves its packet unreported until the path's
-// next ACK, after the path timed out. That timeout is found spurious, but
-// the time from the packet to that ACK is no round trip: the timeouts' floor
-// stays near the fabric's round trip, and the end of the transfer does not
-// wait hundreds of microseconds for a last loss.
+// TestLostAcksSetNoTimeoutFloor runs 64 paths at 20% loss on every link,
+// data and ACKs alike. Each path carries a packet every few round trips,
+// so a lost ACK leaves its packet unreported until the path's next ACK,
+// or a later one that repeats its record, after the path timed out. That
+// timeout is found spurious, but the time from the packet to that ACK is
+// no round trip, and nor is the time from an older packet to the arrival
+// of the newest its record reports: the timeouts' floor stays near the
+// fabric's round trip, and the end of the transfer does not wait hundreds
+// of microseconds for a last loss.
 func TestLostAcksSetNoTimeoutFloor(t *testing.T) {
 	fc := fourPlanes()
-	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.1}
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.2}
+	fc.Uplink.Impair.Loss = &netem.RandomLoss{P: 0.2}
 	n := newNet(t, fc, Config{Paths: 64, InboundCapacity: 45e9})
 	pr := n.connect(0, 1)
 	n.writeWhole(t, pr, 16<<20)

@@ -80,7 +80,7 @@ func (p *sendPath) expired(now clock.Time) bool {
 		p.timeouts = min(p.timeouts, 15) + 1 // at most 16, so that the count never wraps
 	case p.inflight == 0:
 		return false
-	case !p.probed && p.RTT.Samples > 0:
+	case p.mayProbe():
 		p.tailProbe()
 	default:
 		p.onRTO()
@@ -92,12 +92,13 @@ func (p *sendPath) expired(now clock.Time) bool {
 // decides.
 func (p *sendPath) timeout() time.Duration { return p.s.c.tp.timeout(p) }
 
-// probeTimeout is multipath's timeout. It is the tail-probe time once the
-// path has an RTT sample, the probing interval of an ASSUMED_BAD path, and
-// otherwise the retransmission timeout.
+// probeTimeout is multipath's timeout. It is the tail-probe time while
+// the path may probe (mayProbe), the probing interval of an ASSUMED_BAD
+// path, and otherwise the retransmission timeout.
 func (p *sendPath) probeTimeout() time.Duration {
-	if !p.probed && p.RTT.Samples > 0 && (p.State() == pathmgr.Good || p.State() == pathmgr.Skip) {
+	if p.mayProbe() {
 		cfg := &p.s.c.ep.cfg
+		rtt, borrowed := p.probeRTT()
 		floor := cfg.RTOMin
 		if p.s.hinted() {
 			// The drain time keeps the probe behind the queue the packets
@@ -107,7 +108,11 @@ func (p *sendPath) probeTimeout() time.Duration {
 			floor = cfg.ProbeMin
 		}
 		late := p.s.c.ep.hostLate() // the host's scheduling delay (see adaptiveRTO)
-		return min(max(2*p.RTT.SRTT+cfg.AckDelay, p.RTT.SRTT+p.probeDrain()+cfg.AckDelay, floor)+late, cfg.RTOMax)
+		wait := max(2*rtt.SRTT+cfg.AckDelay, rtt.SRTT+p.probeDrain()+cfg.AckDelay, floor) + late
+		if borrowed {
+			wait *= 2 // as adaptiveRTO doubles a borrowed estimate
+		}
+		return min(wait, cfg.RTOMax)
 	}
 	if p.State() == pathmgr.AssumedBad {
 		// Probing doubles the wait, but only up to BadProbeMax. What failed
@@ -121,6 +126,41 @@ func (p *sendPath) probeTimeout() time.Duration {
 		return min(p.rto(), max(p.s.c.ep.cfg.BadProbeMax, p.rtoAfter(0)))
 	}
 	return p.rto()
+}
+
+// mayProbe reports whether the path's timer fires next for a tail probe:
+// it has not probed since its last acknowledgment, it is in service, and
+// it has a round trip to time the probe by (probeRTT).
+func (p *sendPath) mayProbe() bool {
+	if p.probed || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
+		return false
+	}
+	rtt, _ := p.probeRTT()
+	return rtt.Samples > 0
+}
+
+// probeRTT is the round trip that times the path's tail probe: its own
+// estimate, or for a path not yet sampled its connection's slowest path's,
+// once the receiver has granted a rate (borrowed). A path whose whole first
+// window was lost, or whose ACK records were, has no sample. Its packets
+// hold their DSNs, and the rest of a message waits for them: a probe at its
+// connection's estimate finds them lost, or only late, in a few round
+// trips, where the retransmission timeout of an unsampled path is twice
+// its connection's and cuts its window.
+//
+// Not after a first window of one BDP (Config.FirstWindowBDP): N such
+// windows overflow the queue they meet, a path without a sample most often
+// lost its whole window there, and its probe, which waits only for the
+// packets ahead of its own (probeDrain), would go into that queue while it
+// is still full. Its timeout waits the queue out (docs/cc.md).
+func (p *sendPath) probeRTT() (rtt pathmgr.RTT, borrowed bool) {
+	if p.RTT.Samples > 0 {
+		return p.RTT, false
+	}
+	if !p.s.hinted() || p.s.first > 0 {
+		return pathmgr.RTT{}, false
+	}
+	return p.s.slowestRTT(), true
 }
 
 // timedOut counts a timeout in a row, saturating at what the count holds.
