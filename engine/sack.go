@@ -256,6 +256,9 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	}
 	p.released()
 	p.Counters.Acked++
+	if s := p.s; !s.started && s.train.at != 0 {
+		s.trainSent(r.sentAt)
+	}
 	p.s.ackDSN(r.dsn)
 }
 

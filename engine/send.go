@@ -91,10 +91,12 @@ type sender struct {
 	// the receiver's share (startFromHint).
 	started bool
 	// train is when the first ACK that acknowledged data came, and the
-	// packets acknowledged by then (startFromHint).
+	// packets acknowledged by then (startFromHint). firstSent and lastSent
+	// span the sending of the packets acknowledged since.
 	train struct {
-		at    clock.Time
-		acked uint64
+		at                  clock.Time
+		acked               uint64
+		firstSent, lastSent clock.Time
 	}
 	// delivery is the rate the peer acknowledges packets at, taken over
 	// intervals of at least a round trip (sampleDelivery). The interval

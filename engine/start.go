@@ -153,6 +153,13 @@ const slowerStart = 0.25
 // qdisc measures its own bottleneck. Each path keeps its part of the total
 // in proportion to its window, and never goes past PathWindow.
 //
+// The spacing of the acknowledgments is a bottleneck's rate only where the
+// packets left closer together than they came back. Where they left at
+// half that rate or slower, the sender's own window spaced them: under
+// heavy loss the first ACKs report a packet or two a path, and the train
+// is made of packets sent a round trip after one another, whose rate says
+// nothing of the path. The start then follows the hint.
+//
 // The first window is a fixed 16 packets, one bandwidth-delay product at
 // 100 Gb/s and a few microseconds. At 400 Gb/s and 12.5 µs a BDP is near
 // 150 packets, and windows that grow one packet a round trip take most of
@@ -192,7 +199,9 @@ func (s *sender) startFromHint(at clock.Time) {
 	}
 	s.started = true
 	rate := s.hint
-	if delivered := float64(acked-s.train.acked) * s.mss / at.Sub(s.train.at).Seconds(); delivered < slowerStart*s.hint {
+	ackSpan := at.Sub(s.train.at)
+	sendSpan := s.train.lastSent.Sub(s.train.firstSent)
+	if delivered := float64(acked-s.train.acked) * s.mss / ackSpan.Seconds(); delivered < slowerStart*s.hint && 2*sendSpan < ackSpan {
 		rate = delivered
 	}
 	rtt := minRTT
@@ -209,4 +218,13 @@ func (s *sender) startFromHint(at clock.Time) {
 			p.windowChanged()
 		}
 	}
+}
+
+// trainSent widens the span of the sending of the packets acknowledged
+// since the first ACK (startFromHint) to take in one sent at sent.
+func (s *sender) trainSent(sent clock.Time) {
+	if s.train.firstSent == 0 || sent < s.train.firstSent {
+		s.train.firstSent = sent
+	}
+	s.train.lastSent = max(s.train.lastSent, sent)
 }

@@ -223,3 +223,42 @@ func TestStartDespiteTheReceiversMarks(t *testing.T) {
 		t.Errorf("%d senders saw marks before their start, want at least %d: the queue was not there", marked, senders/2)
 	}
 }
+
+// TestStartUnderLossFollowsTheHint loses a fifth of the packets on every
+// link, data and ACKs alike. The first ACKs report a packet or two a path,
+// and the packets acknowledged after the first ACK were sent a round trip
+// after one another as the windows let them out: their acknowledgments'
+// spacing is the windows' rate, not a bottleneck's. The start raises the
+// windows to the receiver's share's bandwidth-delay product all the same,
+// rather than leave them to grow a packet a round trip.
+func TestStartUnderLossFollowsTheHint(t *testing.T) {
+	fc := twoHostFabric(1)
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	fc.Uplink.Impair.Loss = &netem.RandomLoss{P: 0.2}
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.2}
+	n := newNet(t, fc, Config{Paths: 8, InboundCapacity: 0.98 * 400e9 / 8})
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 8<<20, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, 8<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 8 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	s := &pr.a.snd
+	if !n.run(time.Millisecond, func() bool { return s.started }) {
+		t.Fatalf("the start never came: %+v", pr.a.SenderStats())
+	}
+	var w float64
+	var least time.Duration
+	for _, p := range s.paths {
+		w += p.cwin.Value()
+		if p.RTT.Samples > 0 && (least == 0 || p.RTT.Min < least) {
+			least = p.RTT.Min
+		}
+	}
+	bdp := s.hint * least.Seconds() / s.mss
+	t.Logf("windows %.0f packets at the start; the hint's BDP over the least RTT %v: %.0f", w, least, bdp)
+	if w < bdp/2 {
+		t.Errorf("windows %.0f packets at the start, want about the hint's BDP, %.0f", w, bdp)
+	}
+}
