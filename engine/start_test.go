@@ -85,17 +85,7 @@ func TestStartBoundByTheFirstWindowsRate(t *testing.T) {
 	slow := fc.Uplink
 	slow.Rate = 2e9
 	fc.Overrides = []netem.Override{{Plane: 0, Match: netem.LinkMatch{Kind: netem.Uplink, Host: 0, Leaf: -1, Spine: -1}, Link: slow}}
-	n := newNet(t, fc, Config{Paths: 4, InboundCapacity: 40e9})
-	pr := n.connect(0, 1)
-	src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
-	dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
-		t.Fatal(err)
-	}
-	s := &pr.a.snd
-	if !n.run(10*time.Millisecond, func() bool { return s.started }) {
-		t.Fatalf("the start never came: hint %v, %+v", s.hint, pr.a.SenderStats())
-	}
+	s := writeUntilStarted(t, newNet(t, fc, Config{Paths: 4, InboundCapacity: 40e9}), 4<<20, 10*time.Millisecond)
 	var w int
 	for _, p := range s.paths {
 		w += p.window
@@ -237,17 +227,7 @@ func TestStartUnderLossFollowsTheHint(t *testing.T) {
 	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
 	fc.Uplink.Impair.Loss = &netem.RandomLoss{P: 0.2}
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.2}
-	n := newNet(t, fc, Config{Paths: 8, InboundCapacity: 0.98 * 400e9 / 8})
-	pr := n.connect(0, 1)
-	src := pr.ha.region(t, 8<<20, 5, memreg.LocalWrite)
-	dst := pr.hb.region(t, 8<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 8 << 20}, RKey: dst.Key()}); err != nil {
-		t.Fatal(err)
-	}
-	s := &pr.a.snd
-	if !n.run(time.Millisecond, func() bool { return s.started }) {
-		t.Fatalf("the start never came: %+v", pr.a.SenderStats())
-	}
+	s := writeUntilStarted(t, newNet(t, fc, Config{Paths: 8, InboundCapacity: 0.98 * 400e9 / 8}), 8<<20, time.Millisecond)
 	var w float64
 	var least time.Duration
 	for _, p := range s.paths {
@@ -261,4 +241,22 @@ func TestStartUnderLossFollowsTheHint(t *testing.T) {
 	if w < bdp/2 {
 		t.Errorf("windows %.0f packets at the start, want about the hint's BDP, %.0f", w, bdp)
 	}
+}
+
+// writeUntilStarted connects host 0 to host 1 of n, posts a WRITE of size
+// bytes and runs until the start from the receiver's share has come
+// (startFromHint), for at most limit. It returns the connection's sender.
+func writeUntilStarted(t *testing.T, n *testNet, size int, limit time.Duration) *sender {
+	t.Helper()
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	s := &pr.a.snd
+	if !n.run(limit, func() bool { return s.started }) {
+		t.Fatalf("the start never came: hint %v, %+v", s.hint, pr.a.SenderStats())
+	}
+	return s
 }
