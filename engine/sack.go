@@ -214,9 +214,9 @@ func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 		}
 		if r := p.slot(psn); r.psn == psn {
 			if rh := p.slot(h); !late && proto.SeqLess(h, p.lastTimeout.to) && rh.psn == h {
-				// The round trip of the record's newest packet, which the
-				// timeout declared lost too: when an older one arrived the
-				// record does not say, and the watch may span several
+				// The round trip of the record's newest packet, sent before
+				// the timeout within the watch: when an older one arrived
+				// the record does not say, and the watch may span several
 				// timeouts. Less the time the receiver held its report,
 				// an ACK's delay or a record repeated long after a lost
 				// ACK first carried it (spec section 5.5).
@@ -256,8 +256,8 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	}
 	p.released()
 	p.Counters.Acked++
-	if s := p.s; !s.started && s.train.at != 0 {
-		s.trainSent(r.sentAt)
+	if s := p.s; !s.started && s.train.at != 0 && !r.retx {
+		s.trainSent(r.sentAt) // a resend left when its loss was found, not with the train
 	}
 	p.s.ackDSN(r.dsn)
 }

@@ -571,7 +571,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		p.growRing() // the ring is full, and ringRoom said it may grow
 	}
 	p.next++
-	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= most}
+	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= most, retx: retx}
 	p.took()
 	p.silent++
 	r.path, r.psn = p.ID(), psn

@@ -18,6 +18,7 @@ type sendRec struct {
 	sentAt   clock.Time
 	resolved bool // acknowledged, declared lost, or refused
 	full     bool // the packet was as large as the connection sent then (verifyMTU)
+	retx     bool // content sent before: a resend, a probe or a copy
 }
 
 // sendPath is the sender's state of one path. The path manager

@@ -78,14 +78,17 @@ func TestFirstWindowIsTheConnections(t *testing.T) {
 // TestStartBoundByTheFirstWindowsRate puts the sender behind its own
 // 2 Gb/s link while its receiver grants 320 Gb/s. The first window's
 // acknowledgments come at the slow link's rate, and the start raises the
-// windows to that rate's bandwidth-delay product, not the hint's.
+// windows to that rate's bandwidth-delay product, not the hint's. The
+// delay signal is off: the first window's queue at the slow link would
+// show above its target and the start would not come at all, whatever the
+// rate it read.
 func TestStartBoundByTheFirstWindowsRate(t *testing.T) {
 	fc := twoHostFabric(1)
 	fc.Uplink.Delay, fc.Downlink.Delay = 10*time.Microsecond, 10*time.Microsecond
 	slow := fc.Uplink
 	slow.Rate = 2e9
 	fc.Overrides = []netem.Override{{Plane: 0, Match: netem.LinkMatch{Kind: netem.Uplink, Host: 0, Leaf: -1, Spine: -1}, Link: slow}}
-	s := writeUntilStarted(t, newNet(t, fc, Config{Paths: 4, InboundCapacity: 40e9}), 4<<20, 10*time.Millisecond)
+	s := writeUntilStarted(t, newNet(t, fc, Config{Paths: 4, InboundCapacity: 40e9, DelayTarget: -1}), 4<<20, 10*time.Millisecond)
 	var w int
 	for _, p := range s.paths {
 		w += p.window

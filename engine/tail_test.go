@@ -161,31 +161,49 @@ func TestUnsampledPathOverdue(t *testing.T) {
 	}
 }
 
-// TestUnsampledPathProbesByItsConnection checks a path whose first 16
-// packets are lost: its first window of 8 and what the start from the
-// receiver's share adds, so that it has no RTT sample of its own. Its
-// later packets show the 16 lost, and they are resent within three round
-// trips of the WRITE, while the rest of the message waits for those DSNs.
-// Until an ACK reports one of its packets the path has no estimate of its
-// own, and it probes by its connection's other path's. It never times out,
-// where a path not yet sampled that could not probe timed out at twice its
-// connection's retransmission timeout.
+// TestUnsampledPathProbesByItsConnection loses every data packet path 1
+// sends, from the first, while path 0 delivers: path 1 never has an RTT
+// sample of its own, and nothing it sends shows its losses. Once the
+// receiver has granted a rate, the first time its timer fires it sends a
+// tail probe, timed by its connection's estimate, before any timeout
+// declares its packets lost; a path that could not probe timed out at its
+// first firing.
 func TestUnsampledPathProbesByItsConnection(t *testing.T) {
-	var at time.Duration // when the first resend went
-	var drop []int
-	for i := 1; i <= 16; i++ {
-		drop = append(drop, 2*i) // packets alternate between the paths
+	log := &traceLog{}
+	drop := &dropPort{match: func(p *proto.Packet) bool {
+		return p.Common.Type() == proto.TypeWrite && p.Common.PathID() == 1
+	}, limit: 1 << 30}
+	n := newNetWithDrop(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9, Tracer: log}, drop)
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
 	}
-	_, st := tailFinishWatching(t, 512, func(now time.Duration, st SenderStats) {
-		if at == 0 && st.Retransmits > 0 {
-			at = now
+	firstTimer := -1 // the index in log.evs of path 1's first timer
+	n.run(2*time.Millisecond, func() bool {
+		for i, ev := range log.evs {
+			if ev.Kind == TraceTimer && ev.Path == 1 {
+				firstTimer = i
+				return true
+			}
 		}
-	}, drop...)
-	if st.Retransmits < 16 || st.Timeouts != 0 {
-		t.Fatalf("path 1's first window lost: %+v, want 16 resends and no timeout", st)
+		return false
+	})
+	if firstTimer < 0 {
+		t.Fatalf("path 1's timer never fired: %+v", pr.a.SenderStats())
 	}
-	if at > 3*tailRTT {
-		t.Fatalf("path 1's packets were resent %v after the WRITE was posted: want within three round trips", at)
+	if s := &pr.a.snd; s.paths[1].RTT.Samples != 0 || !s.hinted() {
+		t.Fatalf("path 1 has %d RTT samples, hint %v: the test needs none, and a hint", s.paths[1].RTT.Samples, s.hint)
+	}
+	n.run(time.Microsecond, func() bool { return false }) // what the firing sent
+	probed, timedOut := false, false
+	for _, ev := range log.evs[firstTimer:] {
+		probed = probed || ev.Kind == TraceSent && ev.Path == 1 && ev.Probe
+		timedOut = timedOut || ev.Kind == TraceLost && ev.Path == 1 && ev.Loss == LossTimeout
+	}
+	if !probed || timedOut {
+		t.Fatalf("path 1's first timer: probe sent %v, packets lost by timeout %v; want a probe and no timeout", probed, timedOut)
 	}
 }
 

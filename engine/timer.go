@@ -12,8 +12,8 @@ import (
 	"github.com/mroce/mroce/pathmgr"
 )
 
-// armTimer sets the path's timer from now. Once the path has an RTT sample
-// it first fires for a tail probe. Then it fires at the retransmission
+// armTimer sets the path's timer from now. While the path may probe
+// (mayProbe) it first fires for a tail probe. Then it fires at the retransmission
 // timeout, doubled for each timeout in a row. A path in ASSUMED_BAD is
 // probed at its timeout. probeOverdue may bring the timer forward.
 func (p *sendPath) armTimer(now clock.Time) {
@@ -240,8 +240,8 @@ func (s *sender) hinted() bool { return s.hint > 0 && !math.IsInf(s.hint, 1) }
 // largest smoothed RTT, or an estimate with no samples when no path has
 // one.
 //
-// A path not yet sampled times out by twice the timeout this gives, rather
-// than by RTOInitial. Its connection's paths join the same two hosts. If
+// A path not yet sampled probes and times out by twice the times this
+// gives, rather than by RTOInitial (probeRTT, adaptiveRTO). Its connection's paths join the same two hosts. If
 // its first packets were lost, the path would hold their DSNs, and soon the
 // whole DSN window, for RTOInitial, which is hundreds of round trips of a
 // data-center fabric. The factor of two is there because a first window
