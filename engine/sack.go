@@ -213,16 +213,6 @@ func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 			continue
 		}
 		if r := p.slot(psn); r.psn == psn {
-			if rh := p.slot(h); !late && proto.SeqLess(h, p.lastTimeout.to) && rh.psn == h {
-				// The round trip of the record's newest packet, sent before
-				// the timeout within the watch: when an older one arrived
-				// the record does not say, and the watch may span several
-				// timeouts. Less the time the receiver held its report,
-				// an ACK's delay or a record repeated long after a lost
-				// ACK first carried it (spec section 5.5).
-				held := time.Duration(rec.ServiceTime())
-				p.s.sawLate(max(at.Sub(rh.sentAt)-held, 0))
-			}
 			p.s.ackDSN(r.dsn)
 		}
 		late = true
@@ -232,6 +222,16 @@ func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 	}
 	if !late {
 		return
+	}
+	if newest := p.slot(h); proto.SeqLess(h, p.lastTimeout.to) && newest.psn == h {
+		// The round trip of the record's newest packet, sent before the
+		// timeout within the watch: when an older one arrived the record
+		// does not say, and the watch may span several timeouts. Less the
+		// time the receiver held its report, an ACK's delay or a record
+		// repeated long after a lost ACK first carried it (spec section
+		// 5.5).
+		held := time.Duration(rec.ServiceTime())
+		p.s.sawLate(max(at.Sub(newest.sentAt)-held, 0))
 	}
 	p.Counters.SpuriousTimeouts++
 	p.s.stats.Spurious++

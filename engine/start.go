@@ -193,6 +193,7 @@ func (s *sender) startFromHint(at clock.Time) {
 		return
 	case s.train.at == 0:
 		s.train.at, s.train.acked = at, acked
+		s.train.firstSent = clock.Never // no packet of the train yet (trainSent)
 		return
 	case acked < s.train.acked+trainPackets || at == s.train.at || minRTT == 0 || total == 0:
 		return // the next ACK tries again
@@ -200,7 +201,7 @@ func (s *sender) startFromHint(at clock.Time) {
 	s.started = true
 	rate := s.hint
 	ackSpan := at.Sub(s.train.at)
-	sendSpan := s.train.lastSent.Sub(s.train.firstSent)
+	sendSpan := max(s.train.lastSent.Sub(s.train.firstSent), 0) // 0 where every packet was a resend
 	if delivered := float64(acked-s.train.acked) * s.mss / ackSpan.Seconds(); delivered < slowerStart*s.hint && 2*sendSpan < ackSpan {
 		rate = delivered
 	}
@@ -223,8 +224,6 @@ func (s *sender) startFromHint(at clock.Time) {
 // trainSent widens the span of the sending of the packets acknowledged
 // since the first ACK (startFromHint) to take in one sent at sent.
 func (s *sender) trainSent(sent clock.Time) {
-	if s.train.firstSent == 0 || sent < s.train.firstSent {
-		s.train.firstSent = sent
-	}
+	s.train.firstSent = min(s.train.firstSent, sent)
 	s.train.lastSent = max(s.train.lastSent, sent)
 }

@@ -247,16 +247,12 @@ func TestStartUnderLossFollowsTheHint(t *testing.T) {
 }
 
 // writeUntilStarted connects host 0 to host 1 of n, posts a WRITE of size
-// bytes and runs until the start from the receiver's share has come
+// bytes (postWrite) and runs until the start from the receiver's share has come
 // (startFromHint), for at most limit. It returns the connection's sender.
 func writeUntilStarted(t *testing.T, n *testNet, size int, limit time.Duration) *sender {
 	t.Helper()
 	pr := n.connect(0, 1)
-	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
-	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()}); err != nil {
-		t.Fatal(err)
-	}
+	pr.postWrite(t, size/4096)
 	s := &pr.a.snd
 	if !n.run(limit, func() bool { return s.started }) {
 		t.Fatalf("the start never came: hint %v, %+v", s.hint, pr.a.SenderStats())

@@ -175,11 +175,7 @@ func TestUnsampledPathProbesByItsConnection(t *testing.T) {
 	}, limit: 1 << 30}
 	n := newNetWithDrop(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9, Tracer: log}, drop)
 	pr := n.connect(0, 1)
-	src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
-	dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
-		t.Fatal(err)
-	}
+	pr.postWrite(t, 1024)
 	firstTimer := -1 // the index in log.evs of path 1's first timer
 	n.run(2*time.Millisecond, func() bool {
 		for i, ev := range log.evs {
@@ -196,7 +192,6 @@ func TestUnsampledPathProbesByItsConnection(t *testing.T) {
 	if s := &pr.a.snd; s.paths[1].RTT.Samples != 0 || !s.hinted() {
 		t.Fatalf("path 1 has %d RTT samples, hint %v: the test needs none, and a hint", s.paths[1].RTT.Samples, s.hint)
 	}
-	n.run(time.Microsecond, func() bool { return false }) // what the firing sent
 	probed, timedOut := false, false
 	for _, ev := range log.evs[firstTimer:] {
 		probed = probed || ev.Kind == TraceSent && ev.Path == 1 && ev.Probe

@@ -96,9 +96,8 @@ func (p *sendPath) timeout() time.Duration { return p.s.c.tp.timeout(p) }
 // the path may probe (mayProbe), the probing interval of an ASSUMED_BAD
 // path, and otherwise the retransmission timeout.
 func (p *sendPath) probeTimeout() time.Duration {
-	if p.mayProbe() {
+	if rtt, borrowed := p.probeRTT(); rtt.Samples > 0 {
 		cfg := &p.s.c.ep.cfg
-		rtt, borrowed := p.probeRTT()
 		floor := cfg.RTOMin
 		if p.s.hinted() {
 			// The drain time keeps the probe behind the queue the packets
@@ -128,39 +127,48 @@ func (p *sendPath) probeTimeout() time.Duration {
 	return p.rto()
 }
 
-// mayProbe reports whether the path's timer fires next for a tail probe:
-// it has not probed since its last acknowledgment, it is in service, and
-// it has a round trip to time the probe by (probeRTT).
+// mayProbe reports whether the path's timer fires next for a tail probe
+// (probeRTT).
 func (p *sendPath) mayProbe() bool {
-	if p.probed || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
-		return false
-	}
 	rtt, _ := p.probeRTT()
 	return rtt.Samples > 0
 }
 
-// probeRTT is the round trip that times the path's tail probe: its own
-// estimate, or for a path not yet sampled its connection's slowest path's,
-// once the receiver has granted a rate (borrowed). A path whose whole first
-// window was lost, or whose ACK records were, has no sample. Its packets
-// hold their DSNs, and the rest of a message waits for them: a probe at its
-// connection's estimate finds them lost, or only late, in a few round
-// trips, where the retransmission timeout of an unsampled path is twice
-// its connection's and cuts its window.
+// probeRTT is the round trip that times the path's tail probe, or one with
+// no samples where the path may not probe: it probed since its last
+// acknowledgment, it is out of service, or it has no estimate (estimate).
+// A path whose whole first window was lost, or whose ACK records were, has
+// no sample of its own. Its packets hold their DSNs, and the rest of a
+// message waits for them: a probe at its connection's estimate finds them
+// lost, or only late, in a few round trips, where its retransmission
+// timeout is twice its connection's and cuts its window.
 //
-// Not after a first window of one BDP (Config.FirstWindowBDP): N such
-// windows overflow the queue they meet, a path without a sample most often
-// lost its whole window there, and its probe, which waits only for the
-// packets ahead of its own (probeDrain), would go into that queue while it
-// is still full. Its timeout waits the queue out (docs/cc.md).
+// Not with a borrowed estimate after a first window of one BDP
+// (Config.FirstWindowBDP): N such windows overflow the queue they meet, a
+// path without a sample most often lost its whole window there, and its
+// probe, which waits only for the packets ahead of its own (probeDrain),
+// would go into that queue while it is still full. Its timeout waits the
+// queue out (docs/cc.md).
 func (p *sendPath) probeRTT() (rtt pathmgr.RTT, borrowed bool) {
-	if p.RTT.Samples > 0 {
-		return p.RTT, false
-	}
-	if !p.s.hinted() || p.s.first > 0 {
+	if p.probed || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
 		return pathmgr.RTT{}, false
 	}
-	return p.s.slowestRTT(), true
+	if rtt, borrowed = p.estimate(); borrowed && p.s.first > 0 {
+		return pathmgr.RTT{}, false
+	}
+	return rtt, borrowed
+}
+
+// estimate is the RTT estimate the path's timers go by: its own, or for a
+// path not yet sampled, once the receiver has granted a rate, its
+// connection's slowest sampled path's (borrowed; slowestRTT). Without
+// either it has no samples.
+func (p *sendPath) estimate() (rtt pathmgr.RTT, borrowed bool) {
+	if p.RTT.Samples > 0 || !p.s.hinted() {
+		return p.RTT, false
+	}
+	rtt = p.s.slowestRTT()
+	return rtt, rtt.Samples > 0
 }
 
 // timedOut counts a timeout in a row, saturating at what the count holds.
@@ -185,13 +193,10 @@ func (p *sendPath) rtoAfter(timeouts int) time.Duration { return p.s.c.tp.rto(p,
 // and it doubles for each timeout in a row.
 func (p *sendPath) adaptiveRTO(timeouts int) time.Duration {
 	cfg := &p.s.c.ep.cfg
-	rtt := p.RTT
-	if rtt.Samples == 0 && p.s.hinted() {
-		rtt = p.s.slowestRTT()
-	}
+	rtt, borrowed := p.estimate()
 	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
 	rto = max(rto, rtt.SRTT+p.s.drainTime()+p.s.c.ep.hostLate(), p.s.lateFloor())
-	if p.RTT.Samples == 0 && rtt.Samples > 0 {
+	if borrowed {
 		rto *= 2
 	}
 	for i := 0; i < timeouts && rto < cfg.RTOMax; i++ {
@@ -241,7 +246,8 @@ func (s *sender) hinted() bool { return s.hint > 0 && !math.IsInf(s.hint, 1) }
 // one.
 //
 // A path not yet sampled probes and times out by twice the times this
-// gives, rather than by RTOInitial (probeRTT, adaptiveRTO). Its connection's paths join the same two hosts. If
+// gives, rather than by RTOInitial (estimate). Its connection's paths join
+// the same two hosts. If
 // its first packets were lost, the path would hold their DSNs, and soon the
 // whole DSN window, for RTOInitial, which is hundreds of round trips of a
 // data-center fabric. The factor of two is there because a first window
