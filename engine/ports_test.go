@@ -2,9 +2,11 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/netem"
 )
 
@@ -150,5 +152,45 @@ func TestTheTailLeavesALongPlane(t *testing.T) {
 	}
 	if share := float64(bytes[1]) / float64(bytes[0]+bytes[1]); share < 0.45 || share > 0.5 {
 		t.Errorf("the long plane carried %.3f of the data, want 0.45 to 0.5", share)
+	}
+}
+
+// TestDeliveryRateHoldsThroughAckBatches checks that the delivery rate
+// tailCut divides by stays near the rate a paced connection sends at. Its
+// receiver grants 10 Gb/s of payload, and its ACKs leave over links whose
+// delay varies while they keep their order, so that they arrive in
+// batches, as ACKs do behind a busy host's queue. An interval of one round
+// trip then holds one batch or two, and the rate of one interval alone
+// would be far from the true one.
+func TestDeliveryRateHoldsThroughAckBatches(t *testing.T) {
+	fc := twoHostFabric(2)
+	acks := link100()
+	acks.Delay, acks.Impair.Jitter = 20*time.Microsecond, 15*time.Microsecond
+	fc.Overrides = []netem.Override{{Plane: -1, Match: netem.LinkMatch{Kind: netem.Uplink, Host: 1, Leaf: -1, Spine: -1}, Link: acks}}
+	payload := 100e9 / 8 * 4096 / 4226
+	n := newNet(t, fc, Config{Paths: 4, PortRates: []float64{payload, payload}, InboundCapacity: payload / 10})
+	pr := n.connect(0, 1)
+	pr.postWrite(t, 1024)
+	s := &pr.a.snd
+	var rates []float64
+	last := 0.0
+	done := n.run(time.Second, func() bool {
+		if r := s.delivery.rate; r != last {
+			last = r
+			if n.sim.Now() > clock.Time(500*time.Microsecond) && s.unsent > 0 {
+				rates = append(rates, r)
+			}
+		}
+		return len(pr.ra.done) == 1
+	})
+	if !done {
+		t.Fatal("the WRITE did not complete")
+	}
+	if len(rates) < 20 {
+		t.Fatalf("%d delivery rates sampled after 500µs, want at least 20", len(rates))
+	}
+	lo, hi := slices.Min(rates), slices.Max(rates)
+	if want := payload / 10; lo < want/1.5 || hi > 1.5*want {
+		t.Errorf("the delivery rate ranged over %.3g to %.3g B/s, want 2/3 to 3/2 of the hint's %.3g", lo, hi, want)
 	}
 }

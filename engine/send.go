@@ -101,7 +101,8 @@ type sender struct {
 	// delivery is the rate the peer acknowledges packets at, taken over
 	// intervals of at least a round trip (sampleDelivery). The interval
 	// under way began at at, when the paths had acked transmissions
-	// reported received; rate is bytes a second over the last one closed.
+	// reported received; rate is bytes a second, a moving average over the
+	// intervals closed.
 	delivery struct {
 		at    clock.Time
 		acked uint64
@@ -480,8 +481,16 @@ func (s *sender) tailCut(now clock.Time) time.Duration {
 // lasted the least smoothed RTT of the connection's paths; the longest
 // would be too slow to follow a change. The windows' rate is no measure
 // of delivery: behind a long queue their packets take far longer than the
-// least RTT it divides by.
+// least RTT it divides by. The rate is a moving average of the intervals'
+// rates, a quarter to the newest. ACK records come in batches, so an
+// interval of one round trip holds one batch or two, and its rate alone
+// would be half or twice the rate the rest goes at (docs/cc.md, "The end
+// of what is posted").
 func (s *sender) sampleDelivery(at clock.Time) {
+	// The newest interval weighs a quarter: the average spans a few round
+	// trips, long enough to hold several batches and short enough that the
+	// end of a transfer, where tailCut reads it, follows the hint's rises.
+	const deliveryGain = 4
 	d := &s.delivery
 	var acked uint64
 	var srtt time.Duration
@@ -495,7 +504,12 @@ func (s *sender) sampleDelivery(at clock.Time) {
 	case d.at == 0:
 		d.at, d.acked = at, acked
 	case srtt > 0 && at.Sub(d.at) >= srtt:
-		d.rate = float64(acked-d.acked) * s.mss / at.Sub(d.at).Seconds()
+		rate := float64(acked-d.acked) * s.mss / at.Sub(d.at).Seconds()
+		if d.rate == 0 {
+			d.rate = rate
+		} else {
+			d.rate += (rate - d.rate) / deliveryGain
+		}
 		d.at, d.acked = at, acked
 	}
 }
