@@ -98,6 +98,65 @@ func TestHeadOfWindowCopied(t *testing.T) {
 	}
 }
 
+// TestHeadCopiedWhenPassed checks that the head of the receive window is
+// copied once an ACK reports a transmission sent after the head's latest by
+// more than the reordering window, long before a tail probe's margin, and
+// not while that lead is within the window. The window is a quarter of the
+// newest round trip, and as much again as the head's path is longer than
+// the connection's shortest: plane 1's links are faster than plane 0's,
+// where the head is.
+func TestHeadCopiedWhenPassed(t *testing.T) {
+	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8}, 5*time.Microsecond)
+	pr := n.connect(0, 1)
+	data := 0
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		if !proto.Type(d.Data[1]).IsData() {
+			return false
+		}
+		data++
+		return data > 8 // the first packets sample the paths' round trips; then nothing arrives
+	}}
+	pr.postWrite(t, 64)
+	s := &pr.a.snd
+	sampled := func() bool {
+		for _, q := range s.paths {
+			if q.RTT.Samples == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if !n.run(time.Millisecond, func() bool { return sampled() && s.nextDSN-s.una == s.window }) {
+		t.Fatalf("the window did not fill after every path's first sample: %d of %d", s.nextDSN-s.una, s.window)
+	}
+	head := s.record(s.una)
+	p := s.paths[head.path]
+	latest := p.slot(head.psn)
+	least := p.RTT.Min
+	for _, q := range s.paths {
+		if q.RTT.Samples > 0 {
+			least = min(least, q.RTT.Min)
+		}
+	}
+	if p.RTT.Min <= least {
+		t.Fatalf("the head's path %d, on plane %d, is the shortest: least RTT %v", p.ID(), p.Plane(), p.RTT.Min)
+	}
+	s.newestRTT = 40 * time.Microsecond
+	window := p.RTT.Min - least + s.newestRTT/4
+	now := latest.sentAt.Add(time.Microsecond) // far short of a tail probe's margin
+	s.newestAcked = latest.sentAt.Add(window)
+	s.copyHead(now)
+	if s.stats.Copies != 0 {
+		t.Fatalf("copied with a later transmission acknowledged within the window (%v): %+v", window, s.stats)
+	}
+	s.newestAcked = latest.sentAt.Add(window + time.Nanosecond)
+	s.copyHead(now)
+	if s.stats.Copies != 1 || s.paths[head.path].Plane() == p.Plane() {
+		t.Fatalf("passed by a transmission sent %v later: %+v, the head's latest transmission on plane %d (was on %d), want one copy on the other plane",
+			window+time.Nanosecond, s.stats, s.paths[head.path].Plane(), p.Plane())
+	}
+}
+
 // TestSlowPlaneNotProbedEarly checks that the last packets of a WRITE are
 // probed by the newest round trip, but not before their own path's shortest
 // one. With plane 1's links slower and nothing lost, nothing is resent or

@@ -139,24 +139,50 @@ func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid i
 
 // copyHead sends the oldest DSN not acknowledged once more, on a path of
 // another plane. It does so when half of the receive window waits behind
-// that DSN and its latest transmission is overdue by the margin of a tail
-// probe. A burst can take a packet and its resend together. Lost twice, the
-// DSN would hold the whole connection once the window filled, for as long
-// as its path took to find out. Each transmission is copied at most once.
+// that DSN and its latest transmission is overdue. A burst can take a
+// packet and its resend together. Lost twice, the DSN would hold the whole
+// connection once the window filled, for as long as its path took to find
+// out. Each transmission is copied at most once.
 //
-// Like a probe, the copy waits out the drain time. In an incast, a packet
-// at the back of the queue is not late.
+// The transmission is overdue once the ACK being applied reported one sent
+// after it by more than passedBy allows, or else after the margin of a tail
+// probe. Its path finds the loss only from a later packet of its own, or
+// from its timer; a connection of many paths sends each one a packet every
+// few round trips, and under heavy loss those fail too. Without that
+// evidence, the copy waits out the drain time, as a probe does: in an
+// incast, a packet at the back of the queue is not late.
 func (s *sender) copyHead(now clock.Time) {
 	r := s.record(s.una)
 	if s.c.state != Established || r == nil || r.acked || r.queued || r.waiting || int(r.path) >= len(s.paths) {
 		return // an ACK's completion may have closed the connection
 	}
 	p := s.paths[r.path]
-	if latest := p.slot(r.psn); latest.psn != r.psn || latest.resolved ||
-		now.Sub(latest.sentAt) < s.overdueMargin(p)+s.drainTime()+s.c.ep.cfg.AckDelay {
+	latest := p.slot(r.psn)
+	if latest.psn != r.psn || latest.resolved {
+		return
+	}
+	if !s.passedBy(p, latest.sentAt) && now.Sub(latest.sentAt) < s.overdueMargin(p)+s.drainTime()+s.c.ep.cfg.AckDelay {
 		return
 	}
 	s.copyOnOtherPlane(s.una, r, p, -1, false)
+}
+
+// passedBy reports whether the ACK being applied reported a transmission
+// sent after the one sent at sent on path p, by more than p's least RTT
+// exceeds the connection's least, and a quarter of the newest round trip
+// more (the reordering window of RACK, RFC 8985). A later packet that
+// arrived first, over a route no longer than p's, passed it.
+func (s *sender) passedBy(p *sendPath, sent clock.Time) bool {
+	if s.newestAcked == 0 || p.RTT.Samples == 0 {
+		return false
+	}
+	least := p.RTT.Min
+	for _, q := range s.paths {
+		if q.RTT.Samples > 0 {
+			least = min(least, q.RTT.Min)
+		}
+	}
+	return s.newestAcked > sent.Add(p.RTT.Min-least+s.newestRTT/4)
 }
 
 // probeOverdue brings forward the tail probes of a connection with nothing
