@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
+	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -99,14 +101,16 @@ func TestHeadOfWindowCopied(t *testing.T) {
 }
 
 // TestHeadCopiedWhenPassed checks that the head of the receive window is
-// copied once an ACK reports a transmission sent after the head's latest by
-// more than the reordering window, long before a tail probe's margin, and
-// not while that lead is within the window. The window is a quarter of the
-// newest round trip, and as much again as the head's path is longer than
-// the connection's shortest: plane 1's links are faster than plane 0's,
-// where the head is.
+// copied once an ACK reports received a transmission sent more than a
+// reordering window after the head's latest, and the head is as old as a
+// tail probe's margin, before the drain time that the copy waits without
+// that evidence. Not while the later transmission's lead is within the
+// window, nor before the margin. The window is a quarter of the newest
+// round trip plus what the head's path exceeds the connection's shortest
+// by, in least RTT (plane 1's links are faster than plane 0's, where the
+// head is) or in smoothed RTT (a queue on the head's path).
 func TestHeadCopiedWhenPassed(t *testing.T) {
-	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8}, 5*time.Microsecond)
+	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8, InboundCapacity: 1e9}, 5*time.Microsecond)
 	pr := n.connect(0, 1)
 	data := 0
 	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
@@ -132,28 +136,50 @@ func TestHeadCopiedWhenPassed(t *testing.T) {
 	head := s.record(s.una)
 	p := s.paths[head.path]
 	latest := p.slot(head.psn)
-	least := p.RTT.Min
+	least, fastest := p.RTT.Min, p.RTT.SRTT
 	for _, q := range s.paths {
-		if q.RTT.Samples > 0 {
-			least = min(least, q.RTT.Min)
-		}
+		least, fastest = min(least, q.RTT.Min), min(fastest, q.RTT.SRTT)
 	}
 	if p.RTT.Min <= least {
 		t.Fatalf("the head's path %d, on plane %d, is the shortest: least RTT %v", p.ID(), p.Plane(), p.RTT.Min)
 	}
 	s.newestRTT = 40 * time.Microsecond
-	window := p.RTT.Min - least + s.newestRTT/4
-	now := latest.sentAt.Add(time.Microsecond) // far short of a tail probe's margin
-	s.newestAcked = latest.sentAt.Add(window)
-	s.copyHead(now)
-	if s.stats.Copies != 0 {
-		t.Fatalf("copied with a later transmission acknowledged within the window (%v): %+v", window, s.stats)
+	window := max(p.RTT.Min-least, p.RTT.SRTT-fastest) + s.newestRTT/4
+	margin := s.overdueMargin(p) + pr.a.ep.cfg.AckDelay
+	if s.drainTime() == 0 {
+		t.Fatal("no drain time: the receiver granted no rate")
 	}
+	old := latest.sentAt.Add(margin) // as old as a probe's margin, short of the drain time
+	for _, c := range []struct {
+		now  clock.Time
+		lead time.Duration
+	}{
+		{old, window},
+		{old - 1, window + time.Nanosecond},
+	} {
+		s.newestAcked = latest.sentAt.Add(c.lead)
+		s.copyHead(c.now)
+		if s.stats.Copies != 0 {
+			t.Fatalf("%v after the head's latest transmission, a later one received with a lead of %v (window %v): %+v, want no copy",
+				c.now.Sub(latest.sentAt), c.lead, window, s.stats)
+		}
+	}
+	// A queue on the head's path, which its smoothed RTT shows, widens the
+	// window.
+	p.RTT.SRTT += 30 * time.Microsecond
+	queued := max(p.RTT.Min-least, p.RTT.SRTT-fastest) + s.newestRTT/4
+	old = latest.sentAt.Add(s.overdueMargin(p) + pr.a.ep.cfg.AckDelay)
 	s.newestAcked = latest.sentAt.Add(window + time.Nanosecond)
-	s.copyHead(now)
+	s.copyHead(old)
+	if s.stats.Copies != 0 {
+		t.Fatalf("a later transmission received with a lead of %v, within the window of a queued path (%v): %+v, want no copy",
+			window+time.Nanosecond, queued, s.stats)
+	}
+	s.newestAcked = latest.sentAt.Add(queued + time.Nanosecond)
+	s.copyHead(old)
 	if s.stats.Copies != 1 || s.paths[head.path].Plane() == p.Plane() {
 		t.Fatalf("passed by a transmission sent %v later: %+v, the head's latest transmission on plane %d (was on %d), want one copy on the other plane",
-			window+time.Nanosecond, s.stats, s.paths[head.path].Plane(), p.Plane())
+			queued+time.Nanosecond, s.stats, s.paths[head.path].Plane(), p.Plane())
 	}
 }
 
@@ -166,6 +192,27 @@ func TestSlowPlaneNotProbedEarly(t *testing.T) {
 		_, st := writeThrough(t, packets, Config{Paths: 4, Streams: 1, InboundCapacity: 2.5e9}, func(sentData) bool { return false })
 		if st.Retransmits != 0 || st.TailProbes != 0 {
 			t.Errorf("%d packets, no loss: %+v, want nothing resent", packets, st)
+		}
+	}
+}
+
+// TestHeadNotCopiedBehindASlowerPlane checks that a plane whose queue is
+// longer than another's does not pass for loss. Plane 1's downlinks run at
+// half the rate, nothing is lost, and the receive window is small, so that
+// half of it often waits behind a packet still queued there. The packets
+// sent after it on plane 0 arrive first by the queue's length, which the
+// paths' smoothed round trips show; the head is not copied for it.
+func TestHeadNotCopiedBehindASlowerPlane(t *testing.T) {
+	for _, window := range []int{32, 64, 256} {
+		fc := twoHostFabric(2)
+		slow := link100()
+		slow.Rate = 50e9
+		fc.Overrides = []netem.Override{{Plane: 1, Match: netem.LinkMatch{Kind: netem.Downlink, Host: -1, Leaf: -1, Spine: -1}, Link: slow}}
+		n := newNet(t, fc, Config{Paths: 8, Streams: 1, DSNWindow: window})
+		pr := n.connect(0, 1)
+		n.writeWhole(t, pr, 4096*4096)
+		if st := pr.a.SenderStats(); st.Copies != 0 || st.Retransmits != 0 {
+			t.Errorf("window %d, nothing lost: %+v, want nothing copied or resent", window, st)
 		}
 	}
 }

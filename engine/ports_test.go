@@ -157,11 +157,11 @@ func TestTheTailLeavesALongPlane(t *testing.T) {
 
 // TestDeliveryRateHoldsThroughAckBatches checks that the delivery rate
 // tailCut divides by stays near the rate a paced connection sends at. Its
-// receiver grants 10 Gb/s of payload, and its ACKs leave over links whose
-// delay varies while they keep their order, so that they arrive in
-// batches, as ACKs do behind a busy host's queue. An interval of one round
-// trip then holds one batch or two, and the rate of one interval alone
-// would be far from the true one.
+// receiver grants a tenth of a port's payload rate, and its ACKs leave over
+// links whose delay varies while they keep their order, so that they
+// arrive in batches, as ACKs do behind a busy host's queue. An interval of
+// one round trip then holds one batch or two, and the rate of one interval
+// alone would be far from the true one.
 func TestDeliveryRateHoldsThroughAckBatches(t *testing.T) {
 	fc := twoHostFabric(2)
 	acks := link100()

@@ -144,13 +144,13 @@ func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid i
 // connection once the window filled, for as long as its path took to find
 // out. Each transmission is copied at most once.
 //
-// The transmission is overdue once the ACK being applied reported one sent
-// after it by more than passedBy allows, or else after the margin of a tail
-// probe. Its path finds the loss only from a later packet of its own, or
-// from its timer; a connection of many paths sends each one a packet every
-// few round trips, and under heavy loss those fail too. Without that
-// evidence, the copy waits out the drain time, as a probe does: in an
-// incast, a packet at the back of the queue is not late.
+// The transmission is overdue after the margin of a tail probe, once a
+// packet sent after it passed it (passedBy). Its own path finds a loss only
+// from a later packet of its own, or from its timer; a connection of many
+// paths sends each one a packet every few round trips, and under heavy
+// loss those are lost too (docs/cc.md, "Resends go to another plane").
+// Without that evidence the copy also waits out the drain time, as a probe
+// does: in an incast, a packet at the back of the queue is not late.
 func (s *sender) copyHead(now clock.Time) {
 	r := s.record(s.una)
 	if s.c.state != Established || r == nil || r.acked || r.queued || r.waiting || int(r.path) >= len(s.paths) {
@@ -161,28 +161,30 @@ func (s *sender) copyHead(now clock.Time) {
 	if latest.psn != r.psn || latest.resolved {
 		return
 	}
-	if !s.passedBy(p, latest.sentAt) && now.Sub(latest.sentAt) < s.overdueMargin(p)+s.drainTime()+s.c.ep.cfg.AckDelay {
+	age, margin := now.Sub(latest.sentAt), s.overdueMargin(p)+s.c.ep.cfg.AckDelay
+	if age < margin || age < margin+s.drainTime() && !s.passedBy(p, latest.sentAt) {
 		return
 	}
 	s.copyOnOtherPlane(s.una, r, p, -1, false)
 }
 
-// passedBy reports whether the ACK being applied reported a transmission
-// sent after the one sent at sent on path p, by more than p's least RTT
-// exceeds the connection's least, and a quarter of the newest round trip
-// more (the reordering window of RACK, RFC 8985). A later packet that
-// arrived first, over a route no longer than p's, passed it.
+// passedBy reports whether the ACK being applied reported received a
+// transmission sent more than a reordering window after the one sent at
+// sent on path p. The window is a quarter of the newest round trip, as
+// RACK's (RFC 8985), plus what p's round trip exceeds the connection's
+// shortest by: its least RTT for a longer route, its smoothed RTT for a
+// longer queue, such as a slower plane's.
 func (s *sender) passedBy(p *sendPath, sent clock.Time) bool {
 	if s.newestAcked == 0 || p.RTT.Samples == 0 {
 		return false
 	}
-	least := p.RTT.Min
+	least, fastest := p.RTT.Min, p.RTT.SRTT
 	for _, q := range s.paths {
 		if q.RTT.Samples > 0 {
-			least = min(least, q.RTT.Min)
+			least, fastest = min(least, q.RTT.Min), min(fastest, q.RTT.SRTT)
 		}
 	}
-	return s.newestAcked > sent.Add(p.RTT.Min-least+s.newestRTT/4)
+	return s.newestAcked > sent.Add(max(p.RTT.Min-least, p.RTT.SRTT-fastest)+s.newestRTT/4)
 }
 
 // probeOverdue brings forward the tail probes of a connection with nothing
