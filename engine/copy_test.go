@@ -216,3 +216,56 @@ func TestHeadNotCopiedBehindASlowerPlane(t *testing.T) {
 		}
 	}
 }
+
+// TestLostResendCopiedOncePassed follows the copy of the window's head
+// through the ACKs that show it passed. The head's first transmission and
+// its resend are lost, and so is everything after the resend on the
+// resend's path, which then finds nothing by a gap. The packets sent on
+// the other paths arrive, and their ACKs show the head's latest
+// transmission passed: it is copied once it is a tail probe's margin old,
+// before it is also the drain time older, which the copy waits for
+// without that evidence.
+func TestLostResendCopiedOncePassed(t *testing.T) {
+	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 32, InboundCapacity: 1e9}, 10*time.Microsecond)
+	pr := n.connect(0, 1)
+	s := &pr.a.snd
+	var first uint32
+	seen, lostPort := false, uint16(0)
+	var lastAt, copiedAt clock.Time
+	var margin, drain time.Duration
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		var pkt proto.Packet
+		if pkt.DecodeNoCRC(d.Data) != nil || !pkt.Type().IsData() {
+			return false
+		}
+		if !seen {
+			first, seen = pkt.Common.DSN(), true
+		}
+		head := pkt.Common.DSN()-first == 40
+		switch {
+		case head && lostPort == 0 && pkt.Common.Flags()&proto.FlagRetransmit == 0:
+			return true // the first transmission
+		case head && (lostPort == 0 || d.Src.Port() == lostPort):
+			lostPort, lastAt = d.Src.Port(), n.sim.Now() // the resend, or a later one on its path
+			return true
+		case head && copiedAt == 0:
+			copiedAt, drain = n.sim.Now(), s.drainFor(s.inflight()-1) // less the copy, in flight as it goes
+			for _, p := range s.paths {
+				if p.Port() == lostPort {
+					margin = s.overdueMargin(p) + pr.a.ep.cfg.AckDelay
+				}
+			}
+		}
+		return lostPort != 0 && d.Src.Port() == lostPort
+	}}
+	pr.postWrite(t, 256)
+	if !n.run(10*time.Millisecond, func() bool { return copiedAt != 0 }) {
+		t.Fatalf("the head was never sent on another path: %+v", s.stats)
+	}
+	if s.stats.Copies == 0 {
+		t.Fatalf("the head went on another path, but not as a copy: %+v", s.stats)
+	}
+	if age := copiedAt.Sub(lastAt); age < margin || age >= margin+drain {
+		t.Fatalf("copied %v after its latest transmission, want from a probe's margin (%v) to that and the drain time (%v)", age, margin, margin+drain)
+	}
+}
