@@ -199,9 +199,10 @@ func TestSlowPlaneNotProbedEarly(t *testing.T) {
 // TestHeadNotCopiedBehindASlowerPlane checks that a plane whose queue is
 // longer than another's does not pass for loss. Plane 1's downlinks run at
 // half the rate, nothing is lost, and the receive window is small, so that
-// half of it often waits behind a packet still queued there. The packets
-// sent after it on plane 0 arrive first by the queue's length, which the
-// paths' smoothed round trips show; the head is not copied for it.
+// half of it often waits behind a packet still queued there, which packets
+// sent after it on plane 0 pass. No such head is a tail probe's margin old
+// before it arrives, so none is copied. (TestHeadCopiedWhenPassed covers
+// the reordering window's term for a queued path.)
 func TestHeadNotCopiedBehindASlowerPlane(t *testing.T) {
 	for _, window := range []int{32, 64, 256} {
 		fc := twoHostFabric(2)
@@ -233,6 +234,7 @@ func TestLostResendCopiedOncePassed(t *testing.T) {
 	seen, lostPort := false, uint16(0)
 	var lastAt, copiedAt clock.Time
 	var margin, drain time.Duration
+	var copied SenderStats
 	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
 		var pkt proto.Packet
 		if pkt.DecodeNoCRC(d.Data) != nil || !pkt.Type().IsData() {
@@ -249,7 +251,7 @@ func TestLostResendCopiedOncePassed(t *testing.T) {
 			lostPort, lastAt = d.Src.Port(), n.sim.Now() // the resend, or a later one on its path
 			return true
 		case head && copiedAt == 0:
-			copiedAt, drain = n.sim.Now(), s.drainFor(s.inflight()-1) // less the copy, in flight as it goes
+			copiedAt, drain, copied = n.sim.Now(), s.drainFor(s.inflight()-1), s.stats // less the copy, in flight as it goes
 			for _, p := range s.paths {
 				if p.Port() == lostPort {
 					margin = s.overdueMargin(p) + pr.a.ep.cfg.AckDelay
@@ -262,8 +264,8 @@ func TestLostResendCopiedOncePassed(t *testing.T) {
 	if !n.run(10*time.Millisecond, func() bool { return copiedAt != 0 }) {
 		t.Fatalf("the head was never sent on another path: %+v", s.stats)
 	}
-	if s.stats.Copies == 0 {
-		t.Fatalf("the head went on another path, but not as a copy: %+v", s.stats)
+	if copied.Copies != 1 || copied.Timeouts != 0 {
+		t.Fatalf("when the head went on another path: %+v, want it the one copy, and no timeout", copied)
 	}
 	if age := copiedAt.Sub(lastAt); age < margin || age >= margin+drain {
 		t.Fatalf("copied %v after its latest transmission, want from a probe's margin (%v) to that and the drain time (%v)", age, margin, margin+drain)

@@ -162,18 +162,18 @@ func (s *sender) copyHead(now clock.Time) {
 		return
 	}
 	age, margin := now.Sub(latest.sentAt), s.overdueMargin(p)+s.c.ep.cfg.AckDelay
-	if age < margin || age < margin+s.drainTime() && !s.passedBy(p, latest.sentAt) {
+	if age < margin || (age < margin+s.drainTime() && !s.passedBy(p, latest.sentAt)) {
 		return
 	}
 	s.copyOnOtherPlane(s.una, r, p, -1, false)
 }
 
 // passedBy reports whether the ACK being applied reported received a
-// transmission sent more than a reordering window after the one sent at
-// sent on path p. The window is a quarter of the newest round trip, as
-// RACK's (RFC 8985), plus what p's round trip exceeds the connection's
-// shortest by: its least RTT for a longer route, its smoothed RTT for a
-// longer queue, such as a slower plane's.
+// transmission sent more than a reordering window after time sent, when
+// path p sent the transmission in question. The window is a quarter of the
+// newest round trip, as RACK's (RFC 8985), plus what p's round trip
+// exceeds the connection's shortest by: in least RTT for a longer route,
+// in smoothed RTT for a longer queue, such as a slower plane's.
 func (s *sender) passedBy(p *sendPath, sent clock.Time) bool {
 	if s.newestAcked == 0 || p.RTT.Samples == 0 {
 		return false

@@ -482,15 +482,15 @@ func (s *sender) tailCut(now clock.Time) time.Duration {
 // would be too slow to follow a change. The windows' rate is no measure
 // of delivery: behind a long queue their packets take far longer than the
 // least RTT it divides by. The rate is a moving average of the intervals'
-// rates, a quarter to the newest. ACK records come in batches, so an
-// interval of one round trip holds one batch or two, and its rate alone
-// would be half or twice the rate the rest goes at (docs/cc.md, "The end
-// of what is posted").
+// rates. ACK records come in batches, so an interval of one round trip
+// holds fewer or more of them than the mean, and its rate alone would be a
+// fraction or a multiple of the rate the rest goes at (docs/cc.md, "The
+// end of what is posted").
 func (s *sender) sampleDelivery(at clock.Time) {
 	// The newest interval weighs a quarter: the average spans a few round
 	// trips, long enough to hold several batches and short enough that the
 	// end of a transfer, where tailCut reads it, follows the hint's rises.
-	const deliveryGain = 4
+	const newest = 0.25
 	d := &s.delivery
 	var acked uint64
 	var srtt time.Duration
@@ -508,7 +508,7 @@ func (s *sender) sampleDelivery(at clock.Time) {
 		if d.rate == 0 {
 			d.rate = rate
 		} else {
-			d.rate += (rate - d.rate) / deliveryGain
+			d.rate += (rate - d.rate) * newest
 		}
 		d.at, d.acked = at, acked
 	}
