@@ -136,10 +136,7 @@ func TestHeadCopiedWhenPassed(t *testing.T) {
 	head := s.record(s.una)
 	p := s.paths[head.path]
 	latest := p.slot(head.psn)
-	least, fastest := p.RTT.Min, p.RTT.SRTT
-	for _, q := range s.paths {
-		least, fastest = min(least, q.RTT.Min), min(fastest, q.RTT.SRTT)
-	}
+	least, fastest := s.leastRTTs()
 	if p.RTT.Min <= least {
 		t.Fatalf("the head's path %d, on plane %d, is the shortest: least RTT %v", p.ID(), p.Plane(), p.RTT.Min)
 	}

@@ -117,7 +117,7 @@ func TestSprayFollowsPortRates(t *testing.T) {
 // A plane the endpoint has no port rate for takes its share of new data
 // as the fastest port would, not all of it.
 func TestSprayGivesAnUnratedPlaneItsShare(t *testing.T) {
-	payload := 100e9 / 8 * 4096 / 4226
+	payload := portPayload
 	share := sprayShare(t, Config{Paths: 4, PortRates: []float64{payload}, InboundCapacity: payload / 10})
 	if math.Abs(share-0.5) > 0.02 {
 		t.Errorf("the unrated plane carried %.3f of the bytes, want 0.5 +- 0.02", 1-share)
@@ -136,7 +136,7 @@ func TestTheTailLeavesALongPlane(t *testing.T) {
 	long := link100()
 	long.Delay = 10 * time.Microsecond
 	fc.Overrides = []netem.Override{{Plane: 1, Match: netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}, Link: long}}
-	payload := 100e9 / 8 * 4096 / 4226
+	payload := portPayload
 	n := newNet(t, fc, Config{Paths: 4, PortRates: []float64{payload, payload}, InboundCapacity: payload / 10})
 	var last [2]time.Duration
 	var bytes [2]int
@@ -167,7 +167,7 @@ func TestDeliveryRateHoldsThroughAckBatches(t *testing.T) {
 	acks := link100()
 	acks.Delay, acks.Impair.Jitter = 20*time.Microsecond, 15*time.Microsecond
 	fc.Overrides = []netem.Override{{Plane: -1, Match: netem.LinkMatch{Kind: netem.Uplink, Host: 1, Leaf: -1, Spine: -1}, Link: acks}}
-	payload := 100e9 / 8 * 4096 / 4226
+	payload := portPayload
 	n := newNet(t, fc, Config{Paths: 4, PortRates: []float64{payload, payload}, InboundCapacity: payload / 10})
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 1024)
@@ -194,3 +194,7 @@ func TestDeliveryRateHoldsThroughAckBatches(t *testing.T) {
 		t.Errorf("the delivery rate ranged over %.3g to %.3g B/s, want 2/3 to 3/2 of the hint's %.3g", lo, hi, want)
 	}
 }
+
+// portPayload is the payload rate in bytes a second of a 100 Gb/s port
+// sending WRITEs of 4 KiB, 4,226 bytes on the wire each.
+const portPayload = 100e9 / 8 * 4096 / 4226

@@ -178,13 +178,8 @@ func (s *sender) passedBy(p *sendPath, sent clock.Time) bool {
 	if s.newestAcked == 0 || p.RTT.Samples == 0 {
 		return false
 	}
-	least, fastest := p.RTT.Min, p.RTT.SRTT
-	for _, q := range s.paths {
-		if q.RTT.Samples > 0 {
-			least, fastest = min(least, q.RTT.Min), min(fastest, q.RTT.SRTT)
-		}
-	}
-	return s.newestAcked > sent.Add(max(p.RTT.Min-least, p.RTT.SRTT-fastest)+s.newestRTT/4)
+	least, smoothed := s.leastRTTs()
+	return s.newestAcked > sent.Add(max(p.RTT.Min-least, p.RTT.SRTT-smoothed)+s.newestRTT/4)
 }
 
 // probeOverdue brings forward the tail probes of a connection with nothing

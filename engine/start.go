@@ -92,12 +92,7 @@ const grantRounds = 4
 // alone: a grant there doubled each window between its cuts and kept the
 // queue above the marking threshold.
 func (s *sender) shareRose(now clock.Time) {
-	var least time.Duration
-	for _, p := range s.paths {
-		if p.RTT.Samples > 0 && (least == 0 || p.RTT.Min < least) {
-			least = p.RTT.Min
-		}
-	}
+	least, _ := s.leastRTTs()
 	s.grantUntil = now.Add(grantRounds * least)
 }
 

@@ -263,6 +263,24 @@ func (s *sender) slowestRTT() pathmgr.RTT {
 	return r
 }
 
+// leastRTTs is the least RTT and the least smoothed RTT of the
+// connection's sampled paths, each over every such path, or zeros when no
+// path has a sample.
+func (s *sender) leastRTTs() (least, smoothed time.Duration) {
+	for _, p := range s.paths {
+		if p.RTT.Samples == 0 {
+			continue
+		}
+		if least == 0 || p.RTT.Min < least {
+			least = p.RTT.Min
+		}
+		if smoothed == 0 || p.RTT.SRTT < smoothed {
+			smoothed = p.RTT.SRTT
+		}
+	}
+	return least, smoothed
+}
+
 // drainTime is how long the receiver takes, at the rate it granted this
 // connection, to take everything the connection has in flight. No packet is
 // late before the packets sent with it could have been delivered (spec
