@@ -180,6 +180,51 @@ func TestHeadCopiedWhenPassed(t *testing.T) {
 	}
 }
 
+// TestHeadCopiedByItsTimer checks that the head of a full receive window
+// is copied when it comes due though no ACK comes then: the evidence that
+// it was passed came before a tail probe's margin, and nothing arrives
+// after it. It goes before its path's tail probe or timeout would have
+// sent it again (other paths' tail probes may go before it).
+func TestHeadCopiedByItsTimer(t *testing.T) {
+	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8, InboundCapacity: 1e9}, 5*time.Microsecond)
+	pr := n.connect(0, 1)
+	data := 0
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		if !proto.Type(d.Data[1]).IsData() {
+			return false
+		}
+		data++
+		return data > 8 // the first packets sample the paths' round trips; then nothing arrives
+	}}
+	pr.postWrite(t, 64)
+	s := &pr.a.snd
+	if !n.run(time.Millisecond, func() bool { return s.stats.Packets > 8 && s.nextDSN-s.una == s.window }) {
+		t.Fatalf("the window did not fill: %d of %d", s.nextDSN-s.una, s.window)
+	}
+	headDSN := s.una
+	head := s.record(headDSN)
+	p := s.paths[head.path]
+	latest := p.slot(head.psn)
+	s.newestAcked = latest.sentAt.Add(time.Millisecond) // a transmission sent long after it was received
+	due := latest.sentAt.Add(s.overdueMargin(p) + pr.a.ep.cfg.AckDelay)
+	if now := n.sim.Now(); now >= due {
+		t.Fatalf("the head is due at %v, before the window filled (%v)", due, now)
+	}
+	s.copyHead(n.sim.Now())
+	if s.stats.Copies != 0 || s.headT.Deadline() > due {
+		t.Fatalf("before it is due: %+v, the timer at %v, want no copy and the timer by %v", s.stats, s.headT.Deadline(), due)
+	}
+	if !n.run(time.Millisecond, func() bool { h := s.record(headDSN); return h.path != head.path || h.psn != latest.psn }) {
+		t.Fatalf("the head was never sent again: %+v", s.stats)
+	}
+	h := s.record(headDSN)
+	q := s.paths[h.path]
+	if at := q.slot(h.psn).sentAt; at != due || s.stats.Copies != 1 || s.stats.Timeouts != 0 || q.Plane() == p.Plane() {
+		t.Errorf("the head sent again %v after its latest transmission, on plane %d (was on %d): %+v, want one copy on the other plane at %v and no timeout before it",
+			at.Sub(latest.sentAt), q.Plane(), p.Plane(), s.stats, due.Sub(latest.sentAt))
+	}
+}
+
 // TestSlowPlaneNotProbedEarly checks that the last packets of a WRITE are
 // probed by the newest round trip, but not before their own path's shortest
 // one. With plane 1's links slower and nothing lost, nothing is resent or

@@ -161,11 +161,29 @@ func (s *sender) copyHead(now clock.Time) {
 	if latest.psn != r.psn || latest.resolved {
 		return
 	}
-	age, margin := now.Sub(latest.sentAt), s.overdueMargin(p)+s.c.ep.cfg.AckDelay
-	if age < margin || (age < margin+s.drainTime() && !s.passedBy(p, latest.sentAt)) {
+	due := latest.sentAt.Add(s.overdueMargin(p) + s.c.ep.cfg.AckDelay)
+	if !s.passedBy(p, latest.sentAt) {
+		due = due.Add(s.drainTime())
+	}
+	if now < due {
+		// With the receive window full no ACK may come to find it due, so
+		// the head's timer does.
+		if due < s.headT.Deadline() || s.headT.Deadline() <= now {
+			s.headT.Reset(due)
+		}
 		return
 	}
 	s.copyOnOtherPlane(s.una, r, p, -1, false)
+}
+
+// onHeadTimer checks the head of the receive window again when its copy
+// came due (copyHead).
+func (s *sender) onHeadTimer() {
+	if s.c.state != Established {
+		return
+	}
+	s.c.tp.overdue(s, s.c.ep.clock.Now())
+	s.c.ep.flush()
 }
 
 // passedBy reports whether the ACK being applied reported received a

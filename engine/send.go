@@ -79,6 +79,7 @@ type sender struct {
 	// when rateStale.
 	pacer      cc.Pacer
 	paceT      clock.Timer // wakes the sender when the pacer lets the next packet go
+	headT      clock.Timer // wakes it when the window's head is due for a copy (copyHead)
 	portT      clock.Timer // wakes the sender when a busy port can take new data; made when first needed
 	hint       float64     // the receiver's rate hint in bytes a second; +Inf for none
 	mss        float64     // payload bytes of a full packet
@@ -160,6 +161,7 @@ func (s *sender) init(c *Conn) {
 	s.reads = map[uint32]*message{}
 	s.retry = c.ep.clock.NewTimer(s.onRetry)
 	s.paceT = c.ep.clock.NewTimer(s.onPace)
+	s.headT = c.ep.clock.NewTimer(s.onHeadTimer)
 	if a := c.ep.outAlloc; a != nil {
 		s.nicShare = a.Member(c.localID)
 	}

@@ -125,6 +125,7 @@ func (s *sender) flush(st Status, err error) {
 	if s.retry != nil {
 		s.retry.Stop()
 		s.paceT.Stop()
+		s.headT.Stop()
 	}
 	if s.portT != nil {
 		s.portT.Stop()
