@@ -49,6 +49,7 @@ type Window struct {
 	roundEnd      uint32 // the round ends when this PSN is acknowledged
 	cut           bool   // the window was cut in this round
 	granted       bool   // the receiver grants more than the windows carry (Grant)
+	held          bool   // additive increase waits (Hold)
 	delay         delaySignal
 	p             WindowParams
 }
@@ -80,9 +81,10 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) 
 		// The first mark of a round cuts by half the average fraction.
 		w.w = max(w.p.Min, w.w*(1-w.alpha/2))
 		w.cut = true
-	} else if marked == 0 && w.w > 0 && !w.delay.over {
+	} else if marked == 0 && w.w > 0 && !w.delay.over && (!w.held || w.granted) {
 		// Additive increase adds one packet per window of acknowledgments,
-		// unless the last round showed a queue above the delay target.
+		// unless the last round showed a queue above the delay target or
+		// the sender holds it (Hold).
 		// Where the receiver grants more than the windows carry, a packet
 		// per packet acknowledged: the window doubles in a round trip.
 		grow := float64(acked) / w.w
@@ -116,6 +118,12 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) 
 // hundreds at 400 Gb/s and 12.5 µs. The first mark ends it, as it ends
 // additive increase.
 func (w *Window) Grant(more bool) { w.granted = more }
+
+// Hold says whether additive increase waits, while the sender's
+// connection keeps more of its packets queued than it needs and this
+// path's route queues more than its others (docs/cc.md). Growth by grant
+// does not wait.
+func (w *Window) Hold(held bool) { w.held = held }
 
 // OnTimeout trims the window to its minimum after the path timed out. Other
 // paths are not touched, and random loss, a gap, never calls this.

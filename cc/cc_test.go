@@ -499,7 +499,7 @@ func TestAllocatorListIsTheMap(t *testing.T) {
 
 // A grant grows a window by a packet for each packet acknowledged
 // without a mark. A mark still cuts it, and without a grant the increase
-// is additive.
+// is additive. A hold stops additive increase, not a grant's.
 func TestGrantGrowsAPacketPerPacket(t *testing.T) {
 	p := WindowParams{Initial: 10, Min: 1, Max: 200, G: 1.0 / 16}
 	psn := uint32(100)
@@ -518,16 +518,19 @@ func TestGrantGrowsAPacketPerPacket(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name        string
-		grant       bool
+		grant, hold bool
 		mark        bool
 		least, most float64 // the window after four rounds
 	}{
-		{"granted", true, false, 150, 200},
-		{"granted, a mark a round", true, true, 1, 40},
-		{"no grant", false, false, 10, 15},
+		{"granted", true, false, false, 150, 200},
+		{"granted, a mark a round", true, false, true, 1, 40},
+		{"no grant", false, false, false, 10, 15},
+		{"held", false, true, false, 10, 10},
+		{"held and granted", true, true, false, 150, 200},
 	} {
 		w := NewWindow(p, psn+1)
 		w.Grant(c.grant)
+		w.Hold(c.hold)
 		for range 4 {
 			round(w, c.mark)
 		}

@@ -124,6 +124,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	}
 	p.advance()
 	p.cwin.Grant(s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && p.relieves(at)))
+	p.cwin.Hold(p.holdsGrowth())
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
 		p.Counters.DelayCuts++
 	}

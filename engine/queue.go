@@ -1,0 +1,73 @@
+// The queue a connection keeps in the fabric, and the hold it puts on its
+// windows' growth (docs/cc.md, "Hold while the connection's own queue
+// stands").
+
+package engine
+
+// ownQueue is what a connection keeps queued in the fabric
+// (sender.queueNow).
+type ownQueue struct {
+	packets float64 // the connection's own packets waiting in queues
+	share   float64 // the average queued share of a path's packets
+	high    bool    // packets is more than half a BDP at the hint
+}
+
+// queuedShare is the share of p's packets in flight that wait in queues
+// rather than travel: a packet spends the least RTT moving and the rest of
+// the smoothed RTT waiting.
+func (p *sendPath) queuedShare() float64 {
+	if p.RTT.Samples == 0 || p.RTT.SRTT <= 0 {
+		return 0
+	}
+	return max(0, 1-float64(p.RTT.Min)/float64(p.RTT.SRTT))
+}
+
+// queueNow measures the connection's own queue: the packets each path in
+// use has in flight times its queued share, summed. It is high when that
+// is more than half of what the receiver's hint keeps in flight over the
+// least RTT. It is measured afresh for each ACK record, since the records
+// before it in an ACK moved packets out of flight.
+func (s *sender) queueNow() (q ownQueue) {
+	if !s.hinted() {
+		return q
+	}
+	least, _ := s.leastRTTs()
+	n := 0
+	for _, p := range s.paths {
+		if !p.InUse() || p.RTT.Samples == 0 {
+			continue
+		}
+		share := p.queuedShare()
+		q.packets += float64(p.inflight) * share
+		q.share += share
+		n++
+	}
+	if n > 0 {
+		q.share /= float64(n)
+	}
+	q.high = q.packets > s.hint*least.Seconds()/s.mss/2
+	return q
+}
+
+// holdOff turns holdsGrowth off, for the tests that measure it.
+var holdOff bool
+
+// holdsGrowth reports whether p's additive increase waits. A connection of
+// many paths grows by a packet a round trip on each, and where a mark on a
+// window of a few packets is rare, the windows come to sum to several BDPs
+// that stand in the fabric's queues and make its last packets late. So
+// once the connection keeps more than half a BDP of its own packets queued,
+// its paths whose routes queue at least as much as its average path's stop
+// growing, and the clearer paths grow on, which moves its load to the
+// routes with room. Growth by grant goes on: it runs only while the windows
+// carry less than the hint. A receiver that grants less than half of the
+// sender's ports is the bottleneck (receiverBound), and its hints answer
+// the queue at its link.
+func (p *sendPath) holdsGrowth() bool {
+	s := p.s
+	if holdOff || s.receiverBound() {
+		return false
+	}
+	q := s.queueNow()
+	return q.high && p.queuedShare() >= q.share
+}
