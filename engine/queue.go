@@ -9,7 +9,7 @@ package engine
 type ownQueue struct {
 	packets float64 // the connection's own packets waiting in queues
 	share   float64 // the average queued share of a path's packets
-	high    bool    // packets is more than half a BDP at the hint
+	high    bool    // packets is more than half a BDP at the hint, and the paths grow fast
 }
 
 // queuedShare is the share of p's packets in flight that wait in queues
@@ -25,13 +25,16 @@ func (p *sendPath) queuedShare() float64 {
 // queueNow measures the connection's own queue: the packets each path in
 // use has in flight times its queued share, summed. It is high when that
 // is more than half of what the receiver's hint keeps in flight over the
-// least RTT. It is measured afresh for each ACK record, since the records
-// before it in an ACK moved packets out of flight.
+// least RTT, a BDP, on a connection whose paths in use number more than a
+// quarter of that BDP: their additive increase adds that much to the
+// windows every round trip. It is measured afresh for each ACK record,
+// since the records before it in an ACK moved packets out of flight.
 func (s *sender) queueNow() (q ownQueue) {
 	if !s.hinted() {
 		return q
 	}
 	least, _ := s.leastRTTs()
+	bdp := s.hint * least.Seconds() / s.mss
 	n := 0
 	for _, p := range s.paths {
 		if !p.InUse() || p.RTT.Samples == 0 {
@@ -45,7 +48,7 @@ func (s *sender) queueNow() (q ownQueue) {
 	if n > 0 {
 		q.share /= float64(n)
 	}
-	q.high = q.packets > s.hint*least.Seconds()/s.mss/2
+	q.high = q.packets > bdp/2 && float64(n) > bdp/4
 	return q
 }
 
@@ -56,13 +59,16 @@ var holdOff bool
 // many paths grows by a packet a round trip on each, and where a mark on a
 // window of a few packets is rare, the windows come to sum to several BDPs
 // that stand in the fabric's queues and make its last packets late. So
-// once the connection keeps more than half a BDP of its own packets queued,
-// its paths whose routes queue at least as much as its average path's stop
-// growing, and the clearer paths grow on, which moves its load to the
-// routes with room. Growth by grant goes on: it runs only while the windows
-// carry less than the hint. A receiver that grants less than half of the
-// sender's ports is the bottleneck (receiverBound), and its hints answer
-// the queue at its link.
+// once the connection keeps more than half a BDP of its own packets queued
+// and its paths add more than a quarter of a BDP a round trip, its paths
+// whose routes queue at least as much as its average path's stop growing,
+// and the clearer paths grow on, which moves its load to the routes with
+// room. Growth by grant goes on: it runs only while the windows carry less
+// than the hint. A receiver that grants less than half of the sender's
+// ports is the bottleneck (receiverBound), and its hints answer the queue
+// at its link. A connection of few paths grows slowly against its BDP;
+// held, it lost more under burst loss and after a plane failed than it
+// gained (docs/cc.md).
 func (p *sendPath) holdsGrowth() bool {
 	s := p.s
 	if holdOff || s.receiverBound() {

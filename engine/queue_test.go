@@ -79,12 +79,13 @@ func TestLargeOwnQueueHoldsGrowth(t *testing.T) {
 }
 
 // TestGrowthHeldOnTheQueuedPaths checks the rule of holdsGrowth: once the
-// connection keeps more than half a BDP at its hint queued, the paths that
-// queue at least as much as its average path's stop growing and the others
-// do not. Below that, or where the receiver is the bottleneck, none is
+// connection keeps more than half a BDP at its hint queued, and its paths
+// number more than a quarter of that BDP, the paths that queue at least as
+// much as its average path's stop growing and the others do not. Below
+// that, with fewer paths, or where the receiver is the bottleneck, none is
 // held.
 func TestGrowthHeldOnTheQueuedPaths(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 4, InboundCapacity: 1e9, PortRates: []float64{12.5e9}})
+	n := newNet(t, twoHostFabric(1), Config{Paths: 4, InboundCapacity: 1e9, PortRates: []float64{8e9}})
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 256)
 	s := &pr.a.snd
@@ -111,16 +112,18 @@ func TestGrowthHeldOnTheQueuedPaths(t *testing.T) {
 		return held
 	}
 	us := time.Microsecond
-	// At 10 GB/s a BDP over 10 µs is 24 packets: its half is 12.
+	srtts := []time.Duration{40 * us, 10 * us, 20 * us, 10 * us} // queued shares 3/4, 0, 1/2, 0
+	// At 5 GB/s a BDP over 10 µs is 12 packets: its half is 6, its quarter 3.
 	cases := []struct {
 		hint     float64
 		inflight int
 		srtt     []time.Duration
 		want     []bool
 	}{
-		{10e9, 16, []time.Duration{40 * us, 10 * us, 20 * us, 10 * us}, []bool{true, false, true, false}},  // 12 + 8 queued
-		{10e9, 4, []time.Duration{40 * us, 10 * us, 20 * us, 10 * us}, []bool{false, false, false, false}}, // 3 + 2 queued
-		{1e9, 16, []time.Duration{40 * us, 10 * us, 20 * us, 10 * us}, []bool{false, false, false, false}}, // the receiver grants under half the port
+		{5e9, 16, srtts, []bool{true, false, true, false}},    // 12 + 8 queued
+		{5e9, 4, srtts, []bool{false, false, false, false}},   // 3 + 2 queued
+		{20e9, 64, srtts, []bool{false, false, false, false}}, // 4 paths grow less than a quarter of 48 a round trip
+		{1e9, 16, srtts, []bool{false, false, false, false}},  // the receiver grants under half the port
 	}
 	for _, c := range cases {
 		if got := set(c.hint, c.inflight, c.srtt...); !slices.Equal(got, c.want) {
