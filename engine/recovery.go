@@ -42,8 +42,12 @@ func (p *sendPath) tailProbe() {
 		if s.unsent == 0 {
 			// Nothing follows the probe. If it were lost, only the
 			// retransmission timeout would be left to find out. So a copy
-			// goes on another plane.
+			// goes on another plane, and the copy's path is timed by the
+			// tail's margin, as after a resend: its own timer runs from a
+			// smoothed RTT that still holds the queues of the busy part of
+			// the transfer.
 			s.copyOnOtherPlane(r.dsn, d, p, -1, true)
+			s.probeOverdue(s.c.ep.clock.Now())
 		}
 		return
 	}
@@ -226,8 +230,8 @@ func (s *sender) passedBy(p *sendPath, sent clock.Time) bool {
 // Without a receiver's hint there is no drain time to wait for, and the
 // tail's own queue can hold a packet past the margin. The path's timer
 // alone decides then, as it always does in the baseline, whose ACKs carry
-// no hint. probeOverdue runs on ACKs, after resends, and when the hint
-// falls.
+// no hint. probeOverdue runs on ACKs, after resends and tail probes, and
+// when the hint falls.
 func (s *sender) probeOverdue(now clock.Time) {
 	if s.unsent != 0 || s.newestRTT == 0 || !s.hinted() {
 		return

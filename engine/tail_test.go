@@ -146,6 +146,21 @@ func TestTailProbeHasACopy(t *testing.T) {
 	}
 }
 
+// TestTailProbeAndItsCopyLost checks a tail whose last packet, its probe
+// and the probe's copy are all lost. The copy's path is timed by the
+// tail's margin from the newest round trip, as after a resend, and probes
+// again within three round trips; by its own timer, from its smoothed RTT,
+// it took three and a half.
+func TestTailProbeAndItsCopyLost(t *testing.T) {
+	late, st := lossCost(t, 64, 64, 65, 66)
+	if st.TailProbes != 2 || st.Retransmits < 3 {
+		t.Fatalf("the last packet, its probe and the copy lost: %+v, want a second probe", st)
+	}
+	if late > 3*tailRTT {
+		t.Errorf("it cost %v, want under 3 round trips (%v)", late, 3*tailRTT)
+	}
+}
+
 // TestUnsampledPathOverdue checks a path whose only packets are lost. It
 // has no RTT sample, and its timer runs to twice its connection's estimate.
 // Once the connection has nothing new to send, the round trips of its other
