@@ -121,8 +121,8 @@ func (w *Window) Grant(more bool) { w.granted = more }
 
 // Hold says whether additive increase waits, while the sender's
 // connection keeps more of its packets queued than it needs and this
-// path's route queues more than its others (docs/cc.md). Growth by grant
-// does not wait.
+// path's route queues at least as much as its average path's (docs/cc.md).
+// Growth by grant does not wait, and a mark still cuts.
 func (w *Window) Hold(held bool) { w.held = held }
 
 // OnTimeout trims the window to its minimum after the path timed out. Other

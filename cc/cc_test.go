@@ -526,6 +526,7 @@ func TestGrantGrowsAPacketPerPacket(t *testing.T) {
 		{"granted, a mark a round", true, false, true, 1, 40},
 		{"no grant", false, false, false, 10, 15},
 		{"held", false, true, false, 10, 10},
+		{"held, a mark a round", false, true, true, 1, 9},
 		{"held and granted", true, true, false, 150, 200},
 	} {
 		w := NewWindow(p, psn+1)

@@ -100,6 +100,37 @@ func TestHeadOfWindowCopied(t *testing.T) {
 	}
 }
 
+// headStarved connects host 0 to host 1 over two planes of 5 µs links,
+// plane 1's faster, with a receive window of 8 DSNs, and posts a WRITE of
+// 64 packets. The first 8 data packets arrive and sample the paths' round
+// trips; no data packet after them does, so the window fills and stays
+// full.
+func headStarved(t *testing.T) (*testNet, *pair) {
+	t.Helper()
+	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8, InboundCapacity: 1e9}, 5*time.Microsecond)
+	pr := n.connect(0, 1)
+	data := 0
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		if !proto.Type(d.Data[1]).IsData() {
+			return false
+		}
+		data++
+		return data > 8
+	}}
+	pr.postWrite(t, 64)
+	return n, pr
+}
+
+// everyPathSampled reports whether each of s's paths has an RTT sample.
+func everyPathSampled(s *sender) bool {
+	for _, p := range s.paths {
+		if p.RTT.Samples == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // TestHeadCopiedWhenPassed checks that the head of the receive window is
 // copied once an ACK reports received a transmission sent more than a
 // reordering window after the head's latest, and the head is as old as a
@@ -110,27 +141,9 @@ func TestHeadOfWindowCopied(t *testing.T) {
 // by, in least RTT (plane 1's links are faster than plane 0's, where the
 // head is) or in smoothed RTT (a queue on the head's path).
 func TestHeadCopiedWhenPassed(t *testing.T) {
-	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8, InboundCapacity: 1e9}, 5*time.Microsecond)
-	pr := n.connect(0, 1)
-	data := 0
-	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
-		if !proto.Type(d.Data[1]).IsData() {
-			return false
-		}
-		data++
-		return data > 8 // the first packets sample the paths' round trips; then nothing arrives
-	}}
-	pr.postWrite(t, 64)
+	n, pr := headStarved(t)
 	s := &pr.a.snd
-	sampled := func() bool {
-		for _, q := range s.paths {
-			if q.RTT.Samples == 0 {
-				return false
-			}
-		}
-		return true
-	}
-	if !n.run(time.Millisecond, func() bool { return sampled() && s.nextDSN-s.una == s.window }) {
+	if !n.run(time.Millisecond, func() bool { return everyPathSampled(s) && s.nextDSN-s.una == s.window }) {
 		t.Fatalf("the window did not fill after every path's first sample: %d of %d", s.nextDSN-s.una, s.window)
 	}
 	head := s.record(s.una)
@@ -183,20 +196,13 @@ func TestHeadCopiedWhenPassed(t *testing.T) {
 // TestHeadCopiedByItsTimer checks that the head of a full receive window
 // is copied when it comes due though no ACK comes then: the evidence that
 // it was passed came before a tail probe's margin, and nothing arrives
-// after it. It goes before its path's tail probe or timeout would have
-// sent it again (other paths' tail probes may go before it).
+// after it. The evidence is set by hand, a transmission sent long after
+// the head reported received, and cleared again, as by a later ACK that
+// reports nothing: the head stays passed. It is copied at the margin,
+// before its path's tail probe or timeout would have sent it again
+// (other paths' tail probes may go before it).
 func TestHeadCopiedByItsTimer(t *testing.T) {
-	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8, InboundCapacity: 1e9}, 5*time.Microsecond)
-	pr := n.connect(0, 1)
-	data := 0
-	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
-		if !proto.Type(d.Data[1]).IsData() {
-			return false
-		}
-		data++
-		return data > 8 // the first packets sample the paths' round trips; then nothing arrives
-	}}
-	pr.postWrite(t, 64)
+	n, pr := headStarved(t)
 	s := &pr.a.snd
 	if !n.run(time.Millisecond, func() bool { return s.stats.Packets > 8 && s.nextDSN-s.una == s.window }) {
 		t.Fatalf("the window did not fill: %d of %d", s.nextDSN-s.una, s.window)
@@ -214,6 +220,7 @@ func TestHeadCopiedByItsTimer(t *testing.T) {
 	if s.stats.Copies != 0 || s.headT.Deadline() > due {
 		t.Fatalf("before it is due: %+v, the timer at %v, want no copy and the timer by %v", s.stats, s.headT.Deadline(), due)
 	}
+	s.newestAcked = 0
 	if !n.run(time.Millisecond, func() bool { h := s.record(headDSN); return h.path != head.path || h.psn != latest.psn }) {
 		t.Fatalf("the head was never sent again: %+v", s.stats)
 	}

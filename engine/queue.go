@@ -22,18 +22,21 @@ func (p *sendPath) queuedShare() float64 {
 	return max(0, 1-float64(p.RTT.Min)/float64(p.RTT.SRTT))
 }
 
-// queueNow measures the connection's own queue: the packets each path in
-// use has in flight times its queued share, summed. It is high when that
-// is more than half of what the receiver's hint keeps in flight over the
-// least RTT, a BDP, on a connection whose paths in use number more than a
-// quarter of that BDP: their additive increase adds that much to the
-// windows every round trip. It is measured afresh for each ACK record,
+// queueNow measures the connection's own queue: the packets each sampled
+// path in use has in flight times its queued share, summed. It is high
+// when that is more than half of what the receiver's hint keeps in flight
+// over the least RTT, a BDP, on a connection whose sampled paths in use
+// number more than a quarter of that BDP: their additive increase adds
+// that much to the windows every round trip. It is measured afresh for each ACK record,
 // since the records before it in an ACK moved packets out of flight.
 func (s *sender) queueNow() (q ownQueue) {
 	if !s.hinted() {
 		return q
 	}
 	least, _ := s.leastRTTs()
+	if least <= 0 {
+		return q
+	}
 	bdp := s.hint * least.Seconds() / s.mss
 	n := 0
 	for _, p := range s.paths {
@@ -64,14 +67,16 @@ var holdOff bool
 // whose routes queue at least as much as its average path's stop growing,
 // and the clearer paths grow on, which moves its load to the routes with
 // room. Growth by grant goes on: it runs only while the windows carry less
-// than the hint. A receiver that grants less than half of the sender's
-// ports is the bottleneck (receiverBound), and its hints answer the queue
-// at its link. A connection of few paths grows slowly against its BDP;
-// held, it lost more under burst loss and after a plane failed than it
-// gained (docs/cc.md).
+// than the hint. On a plane none of whose queues marks, the delay signal
+// bounds the queue (cc.DelayParams) once it has seen one above its target
+// on the path, and the hold gives way to it. A receiver that grants
+// less than half of the sender's ports is the bottleneck (receiverBound),
+// and its hints answer the queue at its link. A connection of few paths
+// grows slowly against its BDP; held, it lost more under burst loss and
+// after a plane failed than it gained (docs/cc.md).
 func (p *sendPath) holdsGrowth() bool {
 	s := p.s
-	if holdOff || s.receiverBound() {
+	if holdOff || !s.c.ep.marking[p.Plane()] && p.cwin.QueueSeen() || s.receiverBound() {
 		return false
 	}
 	q := s.queueNow()

@@ -45,7 +45,7 @@ func TestLargeOwnQueueHoldsGrowth(t *testing.T) {
 		}
 		s := &pairs[0].a.snd
 		if !n.run(time.Second, func() bool { return s.unsent < size/10 }) {
-			t.Fatalf("hold off %v: half the data was never sent: %+v", off, s.stats)
+			t.Fatalf("hold off %v: nine tenths of the data were never sent: %+v", off, s.stats)
 		}
 		for _, pr := range pairs {
 			for _, p := range pr.a.snd.paths {
@@ -82,25 +82,19 @@ func TestLargeOwnQueueHoldsGrowth(t *testing.T) {
 // connection keeps more than half a BDP at its hint queued, and its paths
 // number more than a quarter of that BDP, the paths that queue at least as
 // much as its average path's stop growing and the others do not. Below
-// that, with fewer paths, or where the receiver is the bottleneck, none is
-// held.
+// that, with fewer paths, where the receiver is the bottleneck, or on a
+// plane none of whose queues has marked once the delay signal saw a queue
+// above its target, none is held.
 func TestGrowthHeldOnTheQueuedPaths(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 4, InboundCapacity: 1e9, PortRates: []float64{8e9}})
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 256)
 	s := &pr.a.snd
-	sampled := func() bool {
-		for _, p := range s.paths {
-			if p.RTT.Samples == 0 {
-				return false
-			}
-		}
-		return s.hinted()
-	}
-	if !n.run(time.Millisecond, sampled) {
+	if !n.run(time.Millisecond, func() bool { return everyPathSampled(s) && s.hinted() }) {
 		t.Fatal("the paths were not all sampled, or no hint came")
 	}
-	set := func(hint float64, inflight int, srtt ...time.Duration) []bool {
+	set := func(marking bool, hint float64, inflight int, srtt ...time.Duration) []bool {
+		pr.a.ep.marking[0] = marking
 		s.hint = hint
 		held := make([]bool, len(s.paths))
 		for i, p := range s.paths {
@@ -115,19 +109,32 @@ func TestGrowthHeldOnTheQueuedPaths(t *testing.T) {
 	srtts := []time.Duration{40 * us, 10 * us, 20 * us, 10 * us} // queued shares 3/4, 0, 1/2, 0
 	// At 5 GB/s a BDP over 10 µs is 12 packets: its half is 6, its quarter 3.
 	cases := []struct {
+		marking  bool
 		hint     float64
 		inflight int
 		srtt     []time.Duration
 		want     []bool
 	}{
-		{5e9, 16, srtts, []bool{true, false, true, false}},    // 12 + 8 queued
-		{5e9, 4, srtts, []bool{false, false, false, false}},   // 3 + 2 queued
-		{20e9, 64, srtts, []bool{false, false, false, false}}, // 4 paths grow less than a quarter of 48 a round trip
-		{1e9, 16, srtts, []bool{false, false, false, false}},  // the receiver grants under half the port
+		{true, 5e9, 16, srtts, []bool{true, false, true, false}},    // 12 + 8 queued
+		{true, 5e9, 4, srtts, []bool{false, false, false, false}},   // 3 + 2 queued
+		{true, 20e9, 64, srtts, []bool{false, false, false, false}}, // 4 paths grow less than a quarter of 48 a round trip
+		{true, 1e9, 16, srtts, []bool{false, false, false, false}},  // the receiver grants under half the port
+		{false, 5e9, 16, srtts, []bool{true, false, true, false}},   // no queue has marked, none passed the delay target
 	}
 	for _, c := range cases {
-		if got := set(c.hint, c.inflight, c.srtt...); !slices.Equal(got, c.want) {
-			t.Errorf("hint %.0f, %d in flight a path, SRTTs %v: held %v, want %v", c.hint, c.inflight, c.srtt, got, c.want)
+		if got := set(c.marking, c.hint, c.inflight, c.srtt...); !slices.Equal(got, c.want) {
+			t.Errorf("marking %v, hint %.0f, %d in flight a path, SRTTs %v: held %v, want %v", c.marking, c.hint, c.inflight, c.srtt, got, c.want)
 		}
+	}
+	// Where no queue marks, the delay signal bounds the queue once it has
+	// seen one above its target.
+	for _, p := range s.paths {
+		p.cwin.OnDelay(time.Second, time.Second, 0)
+	}
+	if got := set(false, 5e9, 16, srtts...); slices.Contains(got, true) {
+		t.Errorf("no queue marked, the delay signal saw a queue above its target: held %v, want none", got)
+	}
+	if got := set(true, 5e9, 16, srtts...); !slices.Equal(got, []bool{true, false, true, false}) {
+		t.Errorf("a queue marked, the delay signal saw a queue above its target: held %v, want paths 0 and 2", got)
 	}
 }

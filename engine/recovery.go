@@ -42,10 +42,11 @@ func (p *sendPath) tailProbe() {
 		if s.unsent == 0 {
 			// Nothing follows the probe. If it were lost, only the
 			// retransmission timeout would be left to find out. So a copy
-			// goes on another plane, and the copy's path is timed by the
-			// tail's margin, as after a resend: its own timer runs from a
-			// smoothed RTT that still holds the queues of the busy part of
-			// the transfer.
+			// goes on another plane. The paths' next probes are then
+			// brought forward by the tail's margin, as after a resend, the
+			// copy's path among them: its own timer runs from a smoothed
+			// RTT that still holds the queues of the busy part of the
+			// transfer.
 			s.copyOnOtherPlane(r.dsn, d, p, -1, true)
 			s.probeOverdue(s.c.ep.clock.Now())
 		}
@@ -165,8 +166,13 @@ func (s *sender) copyHead(now clock.Time) {
 	if latest.psn != r.psn || latest.resolved {
 		return
 	}
+	head := headMark{dsn: s.una, path: r.path, psn: r.psn, acked: s.newestAcked}
+	if seen := s.headSeen; seen.dsn == head.dsn && seen.path == head.path && seen.psn == head.psn {
+		head.acked = max(head.acked, seen.acked)
+	}
+	s.headSeen = head
 	due := latest.sentAt.Add(s.overdueMargin(p) + s.c.ep.cfg.AckDelay)
-	if !s.passedBy(p, latest.sentAt) {
+	if !s.passedBy(p, latest.sentAt, head.acked) {
 		due = due.Add(s.drainTime())
 	}
 	if now < due {
@@ -180,6 +186,15 @@ func (s *sender) copyHead(now clock.Time) {
 	s.copyOnOtherPlane(s.una, r, p, -1, false)
 }
 
+// headMark names one transmission of a DSN, its path and PSN there, and
+// the send time of the newest transmission reported received since.
+type headMark struct {
+	dsn   uint32
+	path  uint8
+	psn   uint32
+	acked clock.Time
+}
+
 // onHeadTimer checks the head of the receive window again when its copy
 // came due (copyHead).
 func (s *sender) onHeadTimer() {
@@ -190,18 +205,18 @@ func (s *sender) onHeadTimer() {
 	s.c.ep.flush()
 }
 
-// passedBy reports whether the ACK being applied reported received a
-// transmission sent more than a reordering window after time sent, when
+// passedBy reports whether a transmission sent at acked, reported
+// received, was sent more than a reordering window after time sent, when
 // path p sent the transmission in question. The window is a quarter of the
 // newest round trip, as RACK's (RFC 8985), plus what p's round trip
 // exceeds the connection's shortest by: in least RTT for a longer route,
 // in smoothed RTT for a longer queue, such as a slower plane's.
-func (s *sender) passedBy(p *sendPath, sent clock.Time) bool {
-	if s.newestAcked == 0 || p.RTT.Samples == 0 {
+func (s *sender) passedBy(p *sendPath, sent, acked clock.Time) bool {
+	if acked == 0 || p.RTT.Samples == 0 {
 		return false
 	}
 	least, smoothed := s.leastRTTs()
-	return s.newestAcked > sent.Add(max(p.RTT.Min-least, p.RTT.SRTT-smoothed)+s.newestRTT/4)
+	return acked > sent.Add(max(p.RTT.Min-least, p.RTT.SRTT-smoothed)+s.newestRTT/4)
 }
 
 // probeOverdue brings forward the tail probes of a connection with nothing

@@ -123,8 +123,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		resolved = true
 	}
 	p.advance()
-	p.cwin.Grant(s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && p.relieves(at)))
-	p.cwin.Hold(p.holdsGrowth())
+	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && p.relieves(at))
+	p.cwin.Grant(grant)
+	p.cwin.Hold(marked == 0 && !grant && p.holdsGrowth()) // read only where additive increase may follow
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
 		p.Counters.DelayCuts++
 	}

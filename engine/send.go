@@ -66,6 +66,11 @@ type sender struct {
 	// trip.
 	newestAcked clock.Time
 	newestRTT   time.Duration
+	// headSeen is the latest transmission of the receive window's head at
+	// the last check, with the newest send time any ACK reported received
+	// since it went (copyHead): the ACKs after one that showed it passed
+	// may report nothing, and the head's timer reads it.
+	headSeen headMark
 	// late is the longest round trip a spurious timeout revealed, and
 	// lateAt when, for the timeouts' floor (see lateFloor).
 	late   time.Duration

@@ -147,10 +147,10 @@ func TestTailProbeHasACopy(t *testing.T) {
 }
 
 // TestTailProbeAndItsCopyLost checks a tail whose last packet, its probe
-// and the probe's copy are all lost. The copy's path is timed by the
-// tail's margin from the newest round trip, as after a resend, and probes
-// again within three round trips; by its own timer, from its smoothed RTT,
-// it took three and a half.
+// and the probe's copy are all lost. The copy's path probes again by the
+// tail's margin from the newest round trip, as after a resend, not by its
+// own timer from its smoothed RTT: the packet is found within three round
+// trips.
 func TestTailProbeAndItsCopyLost(t *testing.T) {
 	late, st := lossCost(t, 64, 64, 65, 66)
 	if st.TailProbes != 2 || st.Retransmits < 3 {
