@@ -4,14 +4,6 @@
 
 package engine
 
-// ownQueue is what a connection keeps queued in the fabric
-// (sender.queueNow).
-type ownQueue struct {
-	packets float64 // the connection's own packets waiting in queues
-	share   float64 // the average queued share of a path's packets
-	high    bool    // packets is more than half a BDP at the hint, and the paths grow fast
-}
-
 // queuedShare is the share of p's packets in flight that wait in queues
 // rather than travel: a packet spends the least RTT moving and the rest of
 // the smoothed RTT waiting.
@@ -23,36 +15,35 @@ func (p *sendPath) queuedShare() float64 {
 }
 
 // queueNow measures the connection's own queue: the packets each sampled
-// path in use has in flight times its queued share, summed. It is high
-// when that is more than half of what the receiver's hint keeps in flight
-// over the least RTT, a BDP, on a connection whose sampled paths in use
-// number more than a quarter of that BDP: their additive increase adds
-// that much to the windows every round trip. It is measured afresh for each ACK record,
+// path in use has in flight times its queued share, summed. It reports
+// the average queued share of those paths, and whether the queue is high:
+// more than half of what the receiver's hint keeps in flight over the
+// least RTT, a BDP, on a connection whose sampled paths in use number more
+// than a quarter of that BDP, as their additive increase adds that much to
+// the windows every round trip. It is measured afresh for each ACK record,
 // since the records before it in an ACK moved packets out of flight.
-func (s *sender) queueNow() (q ownQueue) {
+func (s *sender) queueNow() (share float64, high bool) {
 	if !s.hinted() {
-		return q
+		return 0, false
 	}
 	least, _ := s.leastRTTs()
 	if least <= 0 {
-		return q
+		return 0, false
 	}
-	bdp := s.hint * least.Seconds() / s.mss
+	var queued float64
 	n := 0
 	for _, p := range s.paths {
-		if !p.InUse() || p.RTT.Samples == 0 {
-			continue
+		if p.InUse() && p.RTT.Samples > 0 {
+			queued += float64(p.inflight) * p.queuedShare()
+			share += p.queuedShare()
+			n++
 		}
-		share := p.queuedShare()
-		q.packets += float64(p.inflight) * share
-		q.share += share
-		n++
 	}
-	if n > 0 {
-		q.share /= float64(n)
+	bdp := s.hint * least.Seconds() / s.mss
+	if n == 0 || queued <= bdp/2 || float64(n) <= bdp/4 {
+		return 0, false
 	}
-	q.high = q.packets > bdp/2 && float64(n) > bdp/4
-	return q
+	return share / float64(n), true
 }
 
 // holdOff turns holdsGrowth off, for the tests that measure it.
@@ -76,9 +67,10 @@ var holdOff bool
 // after a plane failed than it gained (docs/cc.md).
 func (p *sendPath) holdsGrowth() bool {
 	s := p.s
-	if holdOff || !s.c.ep.marking[p.Plane()] && p.cwin.QueueSeen() || s.receiverBound() {
-		return false
+	mine := p.queuedShare()
+	if holdOff || mine == 0 || !s.c.ep.marking[p.Plane()] && p.cwin.QueueSeen() {
+		return false // a path that queues nothing is never held
 	}
-	q := s.queueNow()
-	return q.high && p.queuedShare() >= q.share
+	share, high := s.queueNow()
+	return high && mine >= share && !s.receiverBound()
 }

@@ -178,7 +178,7 @@ func (s *sender) copyHead(now clock.Time) {
 	if now < due {
 		// With the receive window full no ACK may come to find it due, so
 		// the head's timer does.
-		if due < s.headT.Deadline() || s.headT.Deadline() <= now {
+		if due < s.headT.Deadline() {
 			s.headT.Reset(due)
 		}
 		return
