@@ -84,6 +84,9 @@ func (c *Conn) RemoteAddr(p int) netip.Addr {
 	return c.remote[p]
 }
 
+// RemotePort is the peer's UDP port, where every packet to it goes.
+func (c *Conn) RemotePort() uint16 { return c.peerPort }
+
 // knows reports whether the peer's address on plane p is known. Every
 // packet sent or received asks. For the first 64 planes a bit answers,
 // without reading the addresses.

@@ -89,51 +89,72 @@ func mix64(z uint64) uint64 {
 	return z ^ z>>31
 }
 
-// route fills pkt.route for a datagram from host sh to host dh on plane p.
-func (f *Fabric) route(pkt *packet, p, sh, dh int) {
-	pkt.route[0] = uint32(f.Uplink(p, sh).id)
-	sl, dl := f.leafOf(sh), f.leafOf(dh)
-	if f.cfg.HostsPerLeaf == 0 && f.cfg.FatTreeK == 0 || sl == dl {
-		pkt.route[1] = uint32(f.Downlink(p, dh).id)
-		pkt.hops = 2
-		return
+// Route returns the links a datagram from src to dst crosses, in order, or
+// nil where the addresses do not route. It is the route Send gives such a
+// datagram, without sending one.
+func (f *Fabric) Route(src, dst netip.AddrPort) []*Link {
+	p, sh, ok1 := f.locate(src.Addr())
+	q, dh, ok2 := f.locate(dst.Addr())
+	if !ok1 || !ok2 || p != q {
+		return nil
 	}
-	if f.cfg.FatTreeK > 0 {
-		f.routeFatTree(pkt, p, sl, dl, dh)
-		return
+	var r [6]uint32
+	n := f.fillRoute(&r, p, sh, dh, src, dst)
+	links := make([]*Link, n)
+	for i := range links {
+		links[i] = f.links[r[i]]
 	}
-	p, s := f.ecmp(p, sl, pkt.d.Src, pkt.d.Dst)
-	pl := &f.planes[p]
-	pkt.route[1] = uint32(pl.leafUp[sl][s].id)
-	pkt.route[2] = uint32(pl.spineDown[s][dl].id)
-	pkt.route[3] = uint32(f.Downlink(p, dh).id)
-	pkt.hops = 4
+	return links
 }
 
-// routeFatTree fills the route of a datagram between edge switches se and
+// route fills pkt.route for a datagram from host sh to host dh on plane p.
+func (f *Fabric) route(pkt *packet, p, sh, dh int) {
+	pkt.hops = f.fillRoute(&pkt.route, p, sh, dh, pkt.d.Src, pkt.d.Dst)
+}
+
+// fillRoute fills r with the links' ids of the route from host sh to host
+// dh on plane p and returns how many there are.
+func (f *Fabric) fillRoute(r *[6]uint32, p, sh, dh int, src, dst netip.AddrPort) uint8 {
+	r[0] = uint32(f.Uplink(p, sh).id)
+	sl, dl := f.leafOf(sh), f.leafOf(dh)
+	if f.cfg.HostsPerLeaf == 0 && f.cfg.FatTreeK == 0 || sl == dl {
+		r[1] = uint32(f.Downlink(p, dh).id)
+		return 2
+	}
+	if f.cfg.FatTreeK > 0 {
+		return f.fillFatTree(r, p, sl, dl, dh, src, dst)
+	}
+	p, s := f.ecmp(p, sl, src, dst)
+	pl := &f.planes[p]
+	r[1] = uint32(pl.leafUp[sl][s].id)
+	r[2] = uint32(pl.spineDown[s][dl].id)
+	r[3] = uint32(f.Downlink(p, dh).id)
+	return 4
+}
+
+// fillFatTree fills the route of a datagram between edge switches se and
 // de of plane p's fat tree, to host dh. The source edge switch's hash picks
 // an aggregation switch of its pod. Within the pod the datagram turns
 // there. Otherwise that switch's hash picks one of its cores, and the core
 // sends it down to the aggregation switch of the same index in the
 // destination pod.
-func (f *Fabric) routeFatTree(pkt *packet, p, se, de, dh int) {
+func (f *Fabric) fillFatTree(r *[6]uint32, p, se, de, dh int, src, dst netip.AddrPort) uint8 {
 	half := f.cfg.FatTreeK / 2
 	pl := &f.planes[p]
-	j := f.pick(f.hash(p, uint64(se), pkt.d.Src, pkt.d.Dst), half)
+	j := f.pick(f.hash(p, uint64(se), src, dst), half)
 	sp, dp := se/half, de/half
 	agg := sp*half + j
-	pkt.route[1] = uint32(pl.edgeUp[se][j].id)
+	r[1] = uint32(pl.edgeUp[se][j].id)
 	if sp == dp {
-		pkt.route[2] = uint32(pl.aggDown[agg][de%half].id)
-		pkt.route[3] = uint32(f.Downlink(p, dh).id)
-		pkt.hops = 4
-		return
+		r[2] = uint32(pl.aggDown[agg][de%half].id)
+		r[3] = uint32(f.Downlink(p, dh).id)
+		return 4
 	}
-	i := f.pick(f.hash(p, 1<<32|uint64(agg), pkt.d.Src, pkt.d.Dst), half)
+	i := f.pick(f.hash(p, 1<<32|uint64(agg), src, dst), half)
 	core := j*half + i
-	pkt.route[2] = uint32(pl.aggUp[agg][i].id)
-	pkt.route[3] = uint32(pl.coreDown[core][dp].id)
-	pkt.route[4] = uint32(pl.aggDown[dp*half+j][de%half].id)
-	pkt.route[5] = uint32(f.Downlink(p, dh).id)
-	pkt.hops = 6
+	r[2] = uint32(pl.aggUp[agg][i].id)
+	r[3] = uint32(pl.coreDown[core][dp].id)
+	r[4] = uint32(pl.aggDown[dp*half+j][de%half].id)
+	r[5] = uint32(f.Downlink(p, dh).id)
+	return 6
 }

@@ -2,6 +2,8 @@ package netem
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +12,7 @@ import (
 	"github.com/mroce/mroce/link"
 )
 
-// A 5-tuple always takes the same spine, the one Spine reports. 256 source
+// A 5-tuple always takes the same spine, the one Spine and Route report. 256 source
 // ports spread over 8 spines within a 3-sigma binomial bound of 32 ± 16.
 func TestECMPSpreadAndStability(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
@@ -30,6 +32,9 @@ func TestECMPSpreadAndStability(t *testing.T) {
 			sim.RunUntil(sim.Now() + clock.Time(time.Millisecond))
 			if f.FabricLink(0, 0, s, true).Stats().Packets != before+1 {
 				t.Fatalf("seed %d port %d: the datagram did not cross spine %d", seed, port, s)
+			}
+			if r := f.Route(d.Src, d.Dst); len(r) != 4 || r[0] != f.Uplink(0, 0) || r[1] != f.FabricLink(0, 0, s, true) || r[3] != f.Downlink(0, 12) {
+				t.Fatalf("seed %d port %d: Route %v, want the uplink, spine %d's links and the downlink", seed, port, r, s)
 			}
 		}
 		for s, c := range counts {
@@ -120,7 +125,7 @@ func fatTree(k, hosts int) Config {
 // crossing 2, 4 and 6 links in as many serializations and delays. Between
 // pods, 256 source ports spread over both aggregation switches of the
 // source pod and over all four cores, and a 5-tuple always takes the way
-// Path names.
+// Path and Route name.
 func TestFatTreeRoutes(t *testing.T) {
 	f, sim := newTestFabric(t, fatTree(4, 16))
 	s := attachSink(f, 15)
@@ -143,17 +148,29 @@ func TestFatTreeRoutes(t *testing.T) {
 		for _, l := range f.Links() {
 			before[l] = l.Stats().Packets
 		}
+		route := f.Route(d.Src, d.Dst)
 		f.Host(0).Send([]link.Datagram{d})
 		sim.RunUntil(sim.Now() + clock.Time(time.Millisecond))
+		crossed := 0
 		for _, l := range f.Links() {
 			if l.Stats().Packets == before[l] {
 				continue
+			}
+			crossed++
+			if !slices.Contains(route, l) {
+				t.Fatalf("port %d: the datagram crossed %v %d>%d, which Route leaves out", port, l.Kind(), l.From(), l.To())
 			}
 			used[fmt.Sprintf("%v %d>%d", l.Kind(), l.From(), l.To())]++
 			if l.Kind() == FabricUp && l.To() != agg {
 				t.Fatalf("port %d: Path names aggregation switch %d, the datagram took %d", port, agg, l.To())
 			}
 		}
+		if crossed != len(route) {
+			t.Fatalf("port %d: the datagram crossed %d links, Route names %d", port, crossed, len(route))
+		}
+	}
+	if r := f.Route(netip.AddrPortFrom(Addr(0, 0), 1), netip.AddrPortFrom(Addr(1, 15), 2)); r != nil {
+		t.Errorf("a route to another plane's address: %v", r)
 	}
 	for _, want := range []string{"leaf-spine 0>0", "leaf-spine 0>1", "agg-core 0>0", "agg-core 0>1", "agg-core 1>2", "agg-core 1>3",
 		"core-agg 0>6", "core-agg 1>6", "core-agg 2>7", "core-agg 3>7", "spine-leaf 6>7", "spine-leaf 7>7"} {
