@@ -84,7 +84,15 @@ func PermutationTables(r sim.PermutationResult) []*Table {
 	for _, w := range r.Rows {
 		t.Add(runMode(w.Baseline), w.Paths, gbps(w.Goodput), w.OfCapacity, us(w.FCTP50), us(w.FCTP99), w.Spread)
 	}
-	return []*Table{t}
+	if !o.Fabric.Bounds {
+		return []*Table{t}
+	}
+	flows := sim.Permutation(o.Fabric.Hosts, o.Shift, o.FlowBytes)
+	b := &Table{Title: "What the routes the paths hashed to allow", Columns: append([]string{"mode", "paths"}, boundsColumns...), Notes: boundsNotes}
+	for _, w := range r.Rows {
+		b.Add(append([]any{runMode(w.Baseline), w.Paths}, boundsCells(w.Run.Bounds, w.Run.SlowestShare(flows))...)...)
+	}
+	return []*Table{t, b}
 }
 
 // PermutationPlot is the permutation scenario's figure, every run's
@@ -124,6 +132,12 @@ func FlowsTables(r sim.FlowsScenarioResult) []*Table {
 	}
 	sum.Add(len(flows), run.Connections, r.Bytes, us(run.Makespan), gbps(r.Goodput), us(r.FCTP50), us(r.FCTP99), us(r.FCTMax),
 		run.Failed, run.Packets, run.Retransmits, run.TailProbes, run.Timeouts)
+	tables := []*Table{sum}
+	if run.Bounds != nil {
+		b := &Table{Title: "What the routes the paths hashed to allow", Columns: boundsColumns, Notes: boundsNotes}
+		b.Add(boundsCells(run.Bounds, run.SlowestShare(flows))...)
+		tables = append(tables, b)
+	}
 	each := &Table{Title: "Every flow (FCT from when it was posted)", Columns: []string{"flow", "src", "dst", "bytes", "start µs", "FCT µs"}}
 	if f.StartJitter > 0 {
 		each.Columns[4] = "posted µs" // its start and its jitter, or later where it waited for others
@@ -135,7 +149,7 @@ func FlowsTables(r sim.FlowsScenarioResult) []*Table {
 		}
 		each.Add(i, fl.Src, fl.Dst, fl.Bytes, start, float64(run.FCT[i].Nanoseconds())/1e3)
 	}
-	return []*Table{sum, each}
+	return append(tables, each)
 }
 
 // FlowsSeedsTables is a traffic file run with several seeds: each run's
@@ -184,7 +198,14 @@ func FlowsSeedsTables(r sim.FlowsSeedsResult) []*Table {
 		}
 		t.Add(cells...)
 	}
-	return []*Table{t}
+	if !f.Bounds {
+		return []*Table{t}
+	}
+	b := &Table{Title: "What the routes the paths hashed to allow", Columns: append([]string{"seed"}, boundsColumns...), Notes: boundsNotes}
+	for i, run := range r.Runs {
+		b.Add(append([]any{r.Seeds[i]}, boundsCells(run.Run.Bounds, run.Run.SlowestShare(flows))...)...)
+	}
+	return []*Table{t, b}
 }
 
 // median is the middle of sorted values, or the mean of the two middle ones.

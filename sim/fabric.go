@@ -41,6 +41,9 @@ type FabricOptions struct {
 	DelayTarget time.Duration
 	// FirstWindowBDP is the engines' Config.FirstWindowBDP.
 	FirstWindowBDP bool
+	// Bounds asks for the bounds the paths' routes put on the
+	// connections (RouteBounds), computed at the end of the run.
+	Bounds bool
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -64,6 +65,9 @@ type FlowsResult struct {
 	// OverProcesses is set when the run went over processes, a host
 	// each, rather than on one clock.
 	OverProcesses bool
+	// Bounds are what the paths' routes allow the connections, with
+	// FabricOptions.Bounds.
+	Bounds *RouteBounds
 	// Events counts the events and timers the run fired and Datagrams
 	// the datagrams the fabric delivered, set-up included. They are what
 	// the simulator's speed is made of.
@@ -77,6 +81,18 @@ func (r FlowsResult) Goodput(flows []Flow) float64 {
 		b += f.Bytes
 	}
 	return float64(b) / r.Makespan.Seconds()
+}
+
+// SlowestShare is the least rate of a flow, its bytes over its completion
+// time, as a share of its host's capacity. Flows that failed do not count.
+func (r FlowsResult) SlowestShare(flows []Flow) float64 {
+	least := math.Inf(1)
+	for i, f := range flows {
+		if r.FCT[i] > 0 {
+			least = min(least, float64(f.Bytes)/r.FCT[i].Seconds()/r.HostCapacity)
+		}
+	}
+	return least
 }
 
 // PacketRate is the simulator's speed in data packets per second of wall
@@ -112,6 +128,13 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		return r.res, fmt.Errorf("%d flows did not finish in a minute of virtual time", r.left())
 	}
 	r.collect()
+	if r.o.Bounds {
+		b, err := r.routeBounds()
+		if err != nil {
+			return r.res, err
+		}
+		r.res.Bounds = b
+	}
 	r.res.WallTime = time.Since(wallStart)
 	r.res.Events, r.res.Datagrams = r.w.fired(), r.w.fab.Delivered()
 	err := r.measureHeap()

@@ -254,6 +254,7 @@ func simCommand() *cli.Command {
 					startJitterFlag,
 					&cli.IntFlag{Name: "paths", Usage: "paths per connection, 1 to 256 (default: the file's)"},
 					&cli.StringFlag{Name: "first-window", Usage: "the connections' first window: bdp, one bandwidth-delay product (engine.Config.FirstWindowBDP), or default, 16 packets (default: the file's)"},
+					boundsFlag,
 				}, simOutputFlags("flows")...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
@@ -294,6 +295,7 @@ func simCommand() *cli.Command {
 						}
 					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
+					t.Fabric.Bounds = c.Bool("bounds")
 					// The seeds start from the file's, so the flows run them
 					// themselves, each run's figures in a row of their own.
 					if seeds > 1 {
@@ -315,12 +317,14 @@ func simCommand() *cli.Command {
 					&cli.IntFlag{Name: "size-mib", Value: dm.FlowBytes >> 20, Usage: "MiB each host sends"},
 					&cli.IntFlag{Name: "shift", Value: dm.Shift, Usage: "host h sends to h + shift"},
 					&cli.BoolFlag{Name: "no-baseline", Usage: "run mroce only"},
+					boundsFlag,
 					jobsFlag,
 				}, simOutputFlags("permutation")...)...),
 				Action: func(c *cli.Context) error {
 					o := dm
 					o.Fabric.Planes, o.FlowBytes, o.Shift, o.Baseline = c.Int("planes"), c.Int("size-mib")<<20, c.Int("shift"), !c.Bool("no-baseline")
 					o.Paths = c.IntSlice("paths")
+					o.Fabric.Bounds = c.Bool("bounds")
 					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
 						return err
 					}
@@ -345,6 +349,10 @@ func simCommand() *cli.Command {
 		},
 	}
 }
+
+// boundsFlag asks for what the routes the paths hashed to allow
+// (sim.RouteBounds).
+var boundsFlag = &cli.BoolFlag{Name: "bounds", Usage: "also print what the routes the paths hashed to allow: the share of its line every flow could have at once, and each flow's share where links are shared fairly path by path"}
 
 // simFabricFlags are the fabric settings of the many-host scenarios, with
 // the defaults of d.
