@@ -14,10 +14,12 @@ import (
 // links (spec section 6.3), so a connection of a few paths may find some
 // of them on busy links and the rest on idle ones. Two rates frame what a
 // controller makes of that: the most that every connection can carry at
-// once, splitting its traffic over its paths as it likes, and what each
-// gets where every link is shared fairly among the paths that cross it,
-// each path on its own, as windows run per path and not per connection
-// converge to (docs/results.md, "The permutation of 16 MB").
+// once, splitting its traffic over its paths as it likes, a ceiling for
+// connections that start together and keep their routes; and what each
+// gets where every link is shared max-min fairly among the paths that
+// cross it, each path on its own, the static share that windows run per
+// path and not per connection tend to (docs/results.md, "The permutation
+// of 16 MB").
 
 // RouteBounds are the rates the routes of a run's paths allow its
 // connections, each as a share of the connection's line: the rates of its
@@ -31,7 +33,8 @@ type RouteBounds struct {
 	Together, TogetherMax float64
 	// PathFair is each connection's share where every link is shared
 	// max-min fairly among the paths that cross it, each path on its own,
-	// sorted from the least.
+	// sorted from the least. It is a static share, not a ceiling: flows
+	// that end early leave their links to the others.
 	PathFair []float64
 	// Moved counts the paths that moved to another source port during the
 	// run. The bounds take every path's last route.
@@ -74,7 +77,7 @@ func (r *flowRun) routeBounds() (*RouteBounds, error) {
 		}
 		for _, t := range c.Telemetry() {
 			if !c.RemoteAddr(t.Plane).IsValid() {
-				continue // a plane the peer's address was never learned on: the path carried nothing
+				continue // no address of the peer on that plane, so no route to name
 			}
 			src := netip.AddrPortFrom(netem.Addr(t.Plane, pair.src), t.SrcPort)
 			dst := netip.AddrPortFrom(c.RemoteAddr(t.Plane), c.RemotePort())
@@ -115,7 +118,9 @@ func pathFair(conns []boundConn, capacity []float64) []float64 {
 	var paths []*path
 	for i, c := range conns {
 		for _, l := range c.paths {
-			paths = append(paths, &path{conn: i, links: l})
+			if len(l) > 0 { // a route crosses at least a host's uplink
+				paths = append(paths, &path{conn: i, links: l})
+			}
 		}
 	}
 	left := slices.Clone(capacity)
@@ -259,11 +264,12 @@ func together(conns []boundConn, capacity []float64, floor []float64) (lower, up
 				}
 			}
 		}
-		// Lengths only matter relative to one another: keep them within
-		// floating point's range.
-		if weight > 1e100 {
+		// Lengths only matter relative to one another: keep the longest
+		// near 1, within floating point's range, so that none underflows
+		// to a length that could never grow again.
+		if longest := slices.Max(length); longest > 1e100 {
 			for l := range length {
-				length[l] *= 1e-100
+				length[l] /= longest
 			}
 		}
 	}

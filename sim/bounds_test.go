@@ -6,7 +6,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/mroce/mroce/netem"
 )
 
 // Two connections whose only paths share one link each get half of it,
@@ -17,15 +21,14 @@ func TestRouteBoundsByHand(t *testing.T) {
 	// Links: 0 and 1 the hosts' uplinks, 2 the shared link, 3 an idle one.
 	capacity := []float64{100, 100, 100, 100}
 	for _, c := range []struct {
-		name           string
-		conns          []boundConn
-		together       float64
-		fairA, fairB   float64
-		togetherMargin float64
+		name         string
+		conns        []boundConn
+		together     float64
+		fairA, fairB float64
 	}{
-		{"one shared link", []boundConn{{line: 100, paths: [][]int{{0, 2}}}, {line: 100, paths: [][]int{{1, 2}}}}, 0.5, 0.5, 0.5, 0},
-		{"one has a way around", []boundConn{{line: 100, paths: [][]int{{0, 2}, {0, 3}}}, {line: 100, paths: [][]int{{1, 2}}}}, 1, 1, 0.5, 0},
-		{"two paths on one route", []boundConn{{line: 100, paths: [][]int{{0, 2}, {0, 2}}}, {line: 100, paths: [][]int{{1, 2}}}}, 0.5, 2.0 / 3, 1.0 / 3, 0},
+		{"one shared link", []boundConn{{line: 100, paths: [][]int{{0, 2}}}, {line: 100, paths: [][]int{{1, 2}}}}, 0.5, 0.5, 0.5},
+		{"one has a way around", []boundConn{{line: 100, paths: [][]int{{0, 2}, {0, 3}}}, {line: 100, paths: [][]int{{1, 2}}}}, 1, 1, 0.5},
+		{"two paths on one route", []boundConn{{line: 100, paths: [][]int{{0, 2}, {0, 2}}}, {line: 100, paths: [][]int{{1, 2}}}}, 0.5, 2.0 / 3, 1.0 / 3},
 	} {
 		fair := pathFair(c.conns, capacity)
 		if math.Abs(fair[0]-c.fairA) > 1e-9 || math.Abs(fair[1]-c.fairB) > 1e-9 {
@@ -157,5 +160,16 @@ func checkCarries(t *testing.T, name string, conns []boundConn, capacity []float
 		if load[l] > c*(1+1e-9) {
 			t.Fatalf("%s: link %d carries %g over its %g", name, l, load[l], c)
 		}
+	}
+}
+
+// Faults change the links while the flows run, and the bounds take one
+// fabric: asked for both, the run says so.
+func TestRouteBoundsRefuseFaults(t *testing.T) {
+	o := DefaultFabric(2)
+	o.Bounds = true
+	o.Faults = []netem.Fault{{At: time.Microsecond, Kind: netem.PlaneDown, Plane: 1}}
+	if _, err := RunFlows(o, Permutation(o.Hosts, 1, 4096), 0); err == nil || !strings.Contains(err.Error(), "faults") {
+		t.Errorf("bounds with faults: %v", err)
 	}
 }

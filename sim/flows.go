@@ -84,13 +84,15 @@ func (r FlowsResult) Goodput(flows []Flow) float64 {
 }
 
 // SlowestShare is the least rate of a flow, its bytes over its completion
-// time, as a share of its host's capacity. Flows that failed do not count.
+// time, as a share of its host's capacity. A flow that failed has 0.
 func (r FlowsResult) SlowestShare(flows []Flow) float64 {
 	least := math.Inf(1)
 	for i, f := range flows {
+		share := 0.0
 		if r.FCT[i] > 0 {
-			least = min(least, float64(f.Bytes)/r.FCT[i].Seconds()/r.HostCapacity)
+			share = float64(f.Bytes) / r.FCT[i].Seconds() / r.HostCapacity
 		}
+		least = min(least, share)
 	}
 	return least
 }
@@ -102,6 +104,11 @@ func (r FlowsResult) PacketRate() float64 { return float64(r.Packets) / r.WallTi
 // RunFlows runs flows over a fabric of o, one connection per (Src, Dst),
 // and samples what the downlinks deliver every bucket.
 func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult, error) {
+	if o.Bounds && len(o.Faults) > 0 {
+		// Links that fail or slow down change what the routes allow while
+		// the flows run; the bounds take one fabric.
+		return FlowsResult{}, errors.New("bounds: not with faults, which change the fabric during the run")
+	}
 	wallStart := time.Now()
 	r := &flowRun{o: o, flows: flows, ps: sizeFor(o.MTU),
 		res: FlowsResult{FCT: make([]time.Duration, len(flows)), Started: make([]time.Duration, len(flows)), Bucket: bucket}}
@@ -128,16 +135,12 @@ func RunFlows(o FabricOptions, flows []Flow, bucket time.Duration) (FlowsResult,
 		return r.res, fmt.Errorf("%d flows did not finish in a minute of virtual time", r.left())
 	}
 	r.collect()
-	if r.o.Bounds {
-		b, err := r.routeBounds()
-		if err != nil {
-			return r.res, err
-		}
-		r.res.Bounds = b
-	}
 	r.res.WallTime = time.Since(wallStart)
 	r.res.Events, r.res.Datagrams = r.w.fired(), r.w.fab.Delivered()
 	err := r.measureHeap()
+	if err == nil && o.Bounds {
+		r.res.Bounds, err = r.routeBounds()
+	}
 	runtime.KeepAlive(r.w)
 	return r.res, err
 }
