@@ -85,4 +85,6 @@ const (
 	lossMemory     = 64                    // ACK-record verdicts the connection's random loss rate averages over (randomLoss)
 	lossVerdicts   = 16                    // verdicts before the connection's loss rate explains anything (randomLoss.explains)
 	lossExplains   = 0.01                  // how likely under random loss a silence must be for it to be no evidence (randomLoss.explains)
+	tailMiss       = 0.01                  // how likely every transmission of a DSN at the tail may be lost (randomLoss.tailCopies)
+	maxTailCopies  = 3                     // the most copies a transmission at the tail gets (randomLoss.tailCopies)
 )

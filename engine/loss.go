@@ -41,3 +41,25 @@ func (l *randomLoss) explains(n int) bool {
 	silent := 1 - (1-l.rate)*(1-l.rate) // a transmission or its answer lost
 	return math.Pow(silent, float64(n)) >= lossExplains
 }
+
+// tailCopies is how many copies on other planes go with a tail probe or a
+// resend at the tail, where nothing new follows that would show its loss:
+// the fewest, at least one, that make losing every transmission of the DSN
+// no likelier than tailMiss at the connection's rate of random loss, and
+// at most maxTailCopies. Each round of loss found at the tail costs a
+// round trip and a probe's margin, and the last of thousands of packets
+// lost a third of the time needs several such rounds with one copy
+// (docs/cc.md, "Copy of a probe or a resend"). Before lossVerdicts
+// verdicts, one.
+func (l *randomLoss) tailCopies() int {
+	if l.verdicts < lossVerdicts {
+		return 1
+	}
+	lost := l.rate // a copy and the original each lost at that rate
+	for c := 1; c < maxTailCopies; c++ {
+		if math.Pow(lost, float64(c+1)) <= tailMiss*(1+1e-9) { // 10% and one copy: 1%, whatever the rounding
+			return c
+		}
+	}
+	return maxTailCopies
+}

@@ -29,3 +29,32 @@ func TestRandomLossExplainsShortSilences(t *testing.T) {
 		t.Error("a connection that lost nothing explained a silence")
 	}
 }
+
+// A transmission at the tail gets as many copies as make losing them all
+// no likelier than tailMiss at the connection's loss, at least one and at
+// most maxTailCopies, and one before the rate means anything.
+func TestTailCopiesFollowTheRate(t *testing.T) {
+	for _, c := range []struct {
+		lost, of int // verdicts, given 20 times
+		want     int
+	}{
+		{0, 10, 1},
+		{1, 10, 1}, // 10%: a copy and the original both lost 1% of the time
+		{2, 10, 2}, // 20%: 4% with one copy, 0.8% with two
+		{3, 10, 3}, // 30%: 2.7% with two copies
+		{5, 10, 3}, // 50%: the most, though all four are lost 6% of the time
+	} {
+		var l randomLoss
+		for range 20 {
+			l.add(c.of-c.lost, c.lost)
+		}
+		if got := l.tailCopies(); got != c.want {
+			t.Errorf("%d of %d lost: %d copies, want %d", c.lost, c.of, got, c.want)
+		}
+	}
+	var early randomLoss
+	early.add(5, 5)
+	if got := early.tailCopies(); got != 1 {
+		t.Errorf("after 10 verdicts, half of them lost: %d copies, want 1", got)
+	}
+}

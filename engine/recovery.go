@@ -47,7 +47,7 @@ func (p *sendPath) tailProbe() {
 			// copy's path among them: its own timer runs from a smoothed
 			// RTT that still holds the queues of the busy part of the
 			// transfer.
-			s.copyOnOtherPlane(r.dsn, d, p, -1, true)
+			s.copyAtTail(r.dsn, d, p, -1, true)
 			s.probeOverdue(s.c.ep.clock.Now())
 		}
 		return
@@ -116,30 +116,51 @@ func (p *sendPath) settleMoot() {
 	p.advance()
 }
 
+// copyAtTail sends DSN dsn, sent on path p with nothing new behind it, as
+// many times more as the connection's random loss asks (tailCopies), each
+// copy on a path of another plane and the copies on planes of their own
+// while there are enough. A plane's losses come together, from a burst on
+// one of its links or a link failing.
+func (s *sender) copyAtTail(dsn uint32, d *dsnRecord, p *sendPath, avoid int, probe bool) {
+	var used uint64 // the planes the copies took, the first 64 of them
+	for range s.loss.tailCopies() {
+		q := s.copyOnOtherPlane(dsn, d, p, avoid, used, probe)
+		if q == nil {
+			return
+		}
+		if q.Plane() < 64 {
+			used |= 1 << q.Plane()
+		}
+	}
+}
+
 // copyOnOtherPlane sends DSN dsn, sent on path p, once more on a path of
-// another plane whose window has room, if there is one. The receiver takes
-// whichever copy comes first and counts the other as a duplicate (spec
-// section 6.6). The sender settles the transmission the other one delivered
-// without counting a loss (see settleMoot). A path of plane avoid, where
-// the DSN was lost, is taken only when no other has room. An avoid of -1
+// another plane whose window has room, if there is one, and returns that
+// path. The receiver takes whichever copy comes first and counts the other
+// as a duplicate (spec section 6.6). The sender settles the transmission
+// the other one delivered without counting a loss (see settleMoot). A path
+// of plane avoid, where the DSN was lost, or of a plane in used, which
+// other copies took, is taken only when no other has room. An avoid of -1
 // avoids no plane.
-func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid int, probe bool) {
+func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid int, used uint64, probe bool) *sendPath {
 	for _, shun := range [2]bool{true, false} {
 		for i := 1; i < len(s.paths); i++ {
 			q := s.paths[(int(p.ID())+i)%len(s.paths)]
-			if q.Plane() == p.Plane() || shun && q.Plane() == avoid || !s.usable(q, true) {
+			plane := q.Plane()
+			if plane == p.Plane() || shun && (plane == avoid || plane < 64 && used&(1<<plane) != 0) || !s.usable(q, true) {
 				continue
 			}
 			s.transmit(dsn, d, q, true, probe)
 			s.stats.Copies++
 			q.Counters.Copies++
 			q.fireBy(s.c.ep.clock.Now().Add(q.timeout())) // the copy is q's newest packet
-			return
+			return q
 		}
-		if avoid < 0 {
-			return
+		if avoid < 0 && used == 0 {
+			return nil
 		}
 	}
+	return nil
 }
 
 // copyHead sends the oldest DSN not acknowledged once more, on a path of
@@ -183,7 +204,7 @@ func (s *sender) copyHead(now clock.Time) {
 		}
 		return
 	}
-	s.copyOnOtherPlane(s.una, r, p, -1, false)
+	s.copyOnOtherPlane(s.una, r, p, -1, 0, false)
 }
 
 // headMark names one transmission of a DSN, its path and PSN there, and

@@ -308,10 +308,10 @@ func (s *sender) sendSprayed() bool {
 		}
 		if s.unsent == 0 {
 			// At the tail nothing follows the resend. If it were lost too,
-			// finding out would cost another round of probing. So a copy
-			// goes on another plane, as a probe's copy does, avoiding the
-			// plane that lost the packet when it can.
-			s.copyOnOtherPlane(d, r, p, lostOn, false)
+			// finding out would cost another round of probing. So copies
+			// go on other planes, as a probe's do, avoiding the plane that
+			// lost the packet when they can.
+			s.copyAtTail(d, r, p, lostOn, false)
 		}
 		s.probeOverdue(s.c.ep.clock.Now()) // at the tail the resend may be its path's last packet
 		return true

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
@@ -300,5 +301,56 @@ func TestPacedSenderDrawsNoRepeatPerPacket(t *testing.T) {
 	t.Logf("%d data packets, %d ACKs", data, acks)
 	if acks > data*5/4 {
 		t.Fatalf("%d ACKs for %d data packets: repeats between paced packets", acks, data)
+	}
+}
+
+// TestTailCopiesOnPlanesOfTheirOwn checks a tail under heavy random loss:
+// with 30% of the packets lost on each downlink, data and ACKs alike, a
+// resend at the tail goes with up to maxTailCopies copies, as many as
+// other planes' windows have room for, each on a plane of its own, so that
+// all four transmissions of its DSN are lost less than one time in a
+// hundred; the transfer completes and checks.
+func TestTailCopiesOnPlanesOfTheirOwn(t *testing.T) {
+	fc := fourPlanes()
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.3}
+	log := &traceLog{}
+	n := newNet(t, fc, Config{Paths: 8, Streams: 1, Tracer: log})
+	pr := n.connect(0, 1)
+	x := &xfer{op: OpWrite, size: 1 << 20, streams: 1}
+	x.start(t, pr)
+	if !n.run(10*time.Second, func() bool { return x.finished(pr) }) {
+		t.Fatalf("not finished: %+v", pr.a.SenderStats())
+	}
+	x.check(t, pr)
+	if got := pr.a.snd.loss.tailCopies(); got != maxTailCopies {
+		t.Fatalf("loss rate %.2f asks for %d copies: the test needs %d", pr.a.snd.loss.rate, got, maxTailCopies)
+	}
+	// A resend and its copies leave at one instant.
+	type burst struct {
+		at  clock.Time
+		dsn uint32
+	}
+	planes := map[burst][]int{}
+	for _, ev := range log.evs {
+		if ev.Kind == TraceSent && ev.Retransmit && !ev.Probe {
+			b := burst{ev.At, ev.DSN}
+			planes[b] = append(planes[b], pr.a.snd.paths[ev.Path].Plane())
+		}
+	}
+	full := 0
+	for b, ps := range planes {
+		if len(ps) <= 1 {
+			continue
+		}
+		if len(ps) > 1+maxTailCopies {
+			t.Errorf("DSN %d at %v went %d times, want a resend and at most %d copies", b.dsn, time.Duration(b.at), len(ps), maxTailCopies)
+		}
+		slices.Sort(ps)
+		if len(ps) == 1+maxTailCopies && len(slices.Compact(ps)) == len(ps) {
+			full++
+		}
+	}
+	if full == 0 {
+		t.Errorf("no resend at the tail went with its copies on planes of their own: %v", planes)
 	}
 }
