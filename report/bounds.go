@@ -19,6 +19,12 @@ var boundsNotes = []string{
 	"Measured: the slowest flow's bytes over its completion time, its start included, as a share of its line. The bounds take each path's last route.",
 }
 
+// boundsTable is an empty table of bounds whose rows start with the
+// columns lead.
+func boundsTable(lead ...string) *Table {
+	return &Table{Title: "What the routes the paths hashed to allow", Columns: append(lead, boundsColumns...), Notes: boundsNotes}
+}
+
 // boundsCells are the bounds' cells of a row, with slowest the measured
 // share of the slowest flow.
 func boundsCells(b *sim.RouteBounds, slowest float64) []any {

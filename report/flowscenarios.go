@@ -88,7 +88,7 @@ func PermutationTables(r sim.PermutationResult) []*Table {
 		return []*Table{t}
 	}
 	flows := sim.Permutation(o.Fabric.Hosts, o.Shift, o.FlowBytes)
-	b := &Table{Title: "What the routes the paths hashed to allow", Columns: append([]string{"mode", "paths"}, boundsColumns...), Notes: boundsNotes}
+	b := boundsTable("mode", "paths")
 	for _, w := range r.Rows {
 		b.Add(append([]any{runMode(w.Baseline), w.Paths}, boundsCells(w.Run.Bounds, w.Run.SlowestShare(flows))...)...)
 	}
@@ -134,7 +134,7 @@ func FlowsTables(r sim.FlowsScenarioResult) []*Table {
 		run.Failed, run.Packets, run.Retransmits, run.TailProbes, run.Timeouts)
 	tables := []*Table{sum}
 	if run.Bounds != nil {
-		b := &Table{Title: "What the routes the paths hashed to allow", Columns: boundsColumns, Notes: boundsNotes}
+		b := boundsTable()
 		b.Add(boundsCells(run.Bounds, run.SlowestShare(flows))...)
 		tables = append(tables, b)
 	}
@@ -201,7 +201,7 @@ func FlowsSeedsTables(r sim.FlowsSeedsResult) []*Table {
 	if !f.Bounds {
 		return []*Table{t}
 	}
-	b := &Table{Title: "What the routes the paths hashed to allow", Columns: append([]string{"seed"}, boundsColumns...), Notes: boundsNotes}
+	b := boundsTable("seed")
 	for i, run := range r.Runs {
 		b.Add(append([]any{r.Seeds[i]}, boundsCells(run.Run.Bounds, run.Run.SlowestShare(flows))...)...)
 	}
