@@ -34,8 +34,9 @@ func (s *sender) queueNow() (share float64, high bool) {
 	n := 0
 	for _, p := range s.paths {
 		if p.InUse() && p.RTT.Samples > 0 {
-			queued += float64(p.inflight) * p.queuedShare()
-			share += p.queuedShare()
+			q := p.queuedShare()
+			queued += float64(p.inflight) * q
+			share += q
 			n++
 		}
 	}
