@@ -24,6 +24,12 @@ import (
 //     refused with a NACK of section 7 and never placed. The API
 //     deregisters a domain's regions and closes its other objects before
 //     DeallocPD.
+//   - RegisterQPMR registers buf in the connection's domain as RegisterMR
+//     does, except that its key is honoured only in requests that arrive
+//     on that connection: a request with it on any other connection is
+//     refused as an unknown key is (docs/spec.md section 5.1). A verbs
+//     NIC does this with a type 2 memory window bound to the queue pair.
+//     DeregisterMR revokes it.
 //   - CreateSRQ, PostSRQRecv and DestroySRQ are shared receive queues.
 //   - Connect, Listen, CloseListener and CloseQP are the connection state
 //     machine of docs/spec.md section 8, with its handshake and teardown,
@@ -57,6 +63,7 @@ type Backend interface {
 	AllocPD() (PDHandle, error)
 	DeallocPD(pd PDHandle) error
 	RegisterMR(pd PDHandle, buf []byte, access Access) (MRHandle, error)
+	RegisterQPMR(qp QPHandle, buf []byte, access Access) (MRHandle, error)
 	DeregisterMR(mr MRHandle) error
 	CreateSRQ(pd PDHandle) (SRQHandle, error)
 	PostSRQRecv(srq SRQHandle, wr RecvWR) error

@@ -60,6 +60,10 @@ func (r *recorder) RegisterMR(_ PDHandle, buf []byte, _ Access) (MRHandle, error
 	r.make("mr")
 	return &region{buf}, nil
 }
+func (r *recorder) RegisterQPMR(_ QPHandle, buf []byte, _ Access) (MRHandle, error) {
+	r.make("mr")
+	return &region{buf}, nil
+}
 func (r *recorder) Connect(_ PDHandle, _ Remote, _ SRQHandle, s Sink) (QPHandle, error) {
 	h := r.make("qp")
 	r.sinks[h] = s

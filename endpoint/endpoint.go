@@ -236,12 +236,19 @@ type MR struct {
 	gone atomic.Bool
 }
 
-// RegisterMR registers buf with the given access.
+// RegisterMR registers buf with the given access. Its key reaches it on
+// every connection of the domain; QP.RegisterMR makes one that a single
+// connection reaches.
 func (pd *PD) RegisterMR(buf []byte, access Access) (*MR, error) {
 	if !pd.isOpen() {
 		return nil, errPDClosed
 	}
-	h, err := pd.dev.b.RegisterMR(pd.h, buf, access)
+	return pd.adoptMR(pd.dev.b.RegisterMR(pd.h, buf, access))
+}
+
+// adoptMR records a region the backend registered in the domain, or
+// deregisters it when the domain closed meanwhile.
+func (pd *PD) adoptMR(h MRHandle, err error) (*MR, error) {
 	if err != nil {
 		return nil, err
 	}

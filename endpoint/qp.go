@@ -502,6 +502,24 @@ func (qp *QP) end(close func() error) error {
 	return err
 }
 
+// RegisterMR registers buf with the given access in the connection's
+// domain, for this connection alone: a peer reaches it with its key only
+// on this connection, and a request naming the key on any other is refused
+// as an unknown key is (docs/spec.md section 5.1). A server that gives each
+// client a region of its own registers it here, so that no client can
+// reach another's. Locally it is a region of the domain like any other.
+// It stays registered until Deregister, or the domain's Close, after the
+// connection has closed too.
+func (qp *QP) RegisterMR(buf []byte, access Access) (*MR, error) {
+	if qp.isClosed() {
+		return nil, errQPClosed
+	}
+	if !qp.pd.isOpen() {
+		return nil, errPDClosed
+	}
+	return qp.pd.adoptMR(qp.pd.dev.b.RegisterQPMR(qp.h, buf, access))
+}
+
 // Params are what the connection's handshake settled, which may be less
 // than this side asked for: the peer's limits count too.
 func (qp *QP) Params() ConnParams { return qp.pd.dev.b.Params(qp.h) }

@@ -31,9 +31,10 @@ type Conn struct {
 	remote    []netip.Addr
 	tp        transport // multipath, or baseline (spec section 10)
 	pd        *memreg.Domain
-	maxPacket int        // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
-	sendMax   int        // the largest packet this side sends now: maxPacket, or what the path MTU search has shown (pmtu.go)
-	mtu       *mtuSearch // nil when nothing is searched
+	scope     *memreg.Scope // what the peer's keys reach: the domain's regions and the connection's own
+	maxPacket int           // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
+	sendMax   int           // the largest packet this side sends now: maxPacket, or what the path MTU search has shown (pmtu.go)
+	mtu       *mtuSearch    // nil when nothing is searched
 	paths     int
 	streams   int
 	readsOut  int  // READs this side may have outstanding
@@ -155,6 +156,11 @@ func (c *Conn) MaxPacket() int { return c.maxPacket }
 
 // Domain is the connection's protection domain.
 func (c *Conn) Domain() *memreg.Domain { return c.pd }
+
+// Scope is the connection's own part of its domain. A region registered
+// through it is reached by this connection's peer alone (docs/spec.md
+// section 5.1).
+func (c *Conn) Scope() *memreg.Scope { return c.scope }
 
 // build lays out a packet of type t in a fresh buffer from the port. When
 // the port pads (see paddingPort), a placeholder payload is left out and

@@ -303,7 +303,7 @@ func (e *Endpoint) Connect(remote []netip.Addr, port uint16, pd *memreg.Domain, 
 
 func (e *Endpoint) newConn(pd *memreg.Domain, ev Events, initiator bool) *Conn {
 	c := &Conn{
-		ep: e, pd: pd, events: ev, initiator: initiator, tp: multipath{},
+		ep: e, pd: pd, scope: pd.NewScope(), events: ev, initiator: initiator, tp: multipath{},
 		localID: e.newConnID(),
 		remote:  make([]netip.Addr, len(e.cfg.Planes)),
 		isn:     e.random32(), idsn: e.random32(),

@@ -199,7 +199,7 @@ func (s *sender) copyPayload(m *message, r *dsnRecord, payload []byte) bool {
 		return true
 	}
 	if m.typ == proto.TypeReadResp {
-		g, err := s.c.pd.Lookup(m.srcKey, memreg.RemoteRead)
+		g, err := s.c.scope.Lookup(m.srcKey, memreg.RemoteRead)
 		if err != nil {
 			s.c.fail(&ProtocolError{Code: proto.NackBadKey, Msg: "a region being READ was deregistered"}, StatusFlushed, true)
 			return false

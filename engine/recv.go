@@ -262,7 +262,7 @@ func (r *receiver) checkRegion(pkt *proto.Packet, plane int, in *arrival, at clo
 	if f.typ == proto.TypeReadReq {
 		want = memreg.RemoteRead
 	}
-	g, err := c.pd.Lookup(f.rkey, want)
+	g, err := c.scope.Lookup(f.rkey, want)
 	if err != nil {
 		code := proto.NackBadKey
 		if errors.Is(err, memreg.ErrAccess) {

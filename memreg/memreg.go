@@ -3,7 +3,9 @@
 // random keys, or rkeys, by which a peer names a region. Every placement of
 // remote data is checked here. A packet can write only inside a region that
 // grants remote write, in the connection's protection domain, through a key
-// that is still registered.
+// that is still registered. A region registered through a Scope is reachable
+// through that scope's connection alone, so a key one peer learns is of no
+// use to another peer of the same domain (docs/spec.md section 5.1).
 //
 // Keys are looked up without locks, since the key table is copy-on-write, so
 // placements on many connections never contend. Deregistration revokes the
@@ -56,6 +58,7 @@ func (a Access) String() string {
 var (
 	ErrBadKey      = errors.New("memreg: unknown or revoked key")
 	ErrWrongDomain = errors.New("memreg: key belongs to another protection domain")
+	ErrWrongScope  = errors.New("memreg: key belongs to another connection")
 	ErrAccess      = errors.New("memreg: access not granted by the region")
 	ErrBounds      = errors.New("memreg: outside the region")
 	ErrRegistered  = errors.New("memreg: region already deregistered")
@@ -106,14 +109,40 @@ type Region struct {
 	buf     []byte
 	key     uint64
 	domain  *Domain
+	scope   *Scope // nil for a region every connection of the domain reaches
 	access  Access
 	revoked atomic.Bool
 	active  atomic.Int64 // placements in progress
 }
 
 // Register registers buf with the given access and returns the region with
-// a fresh random key.
+// a fresh random key. Every connection of the domain reaches the region, as
+// a verbs memory region is reached by every queue pair of its domain.
 func (d *Domain) Register(buf []byte, access Access) (*Region, error) {
+	return d.register(buf, access, nil)
+}
+
+// Scope is one connection's view of its domain. Through it the connection
+// reaches the domain's regions and its own, and no other connection
+// reaches its own. It plays the part of a verbs memory window bound to one
+// queue pair.
+type Scope struct {
+	domain *Domain
+}
+
+// NewScope returns a new scope in the domain, for one connection.
+func (d *Domain) NewScope() *Scope { return &Scope{domain: d} }
+
+// Domain is the scope's protection domain.
+func (s *Scope) Domain() *Domain { return s.domain }
+
+// Register registers buf as Domain.Register does, for the scope's
+// connection alone: a peer reaches it only on that connection.
+func (s *Scope) Register(buf []byte, access Access) (*Region, error) {
+	return s.domain.register(buf, access, s)
+}
+
+func (d *Domain) register(buf []byte, access Access, scope *Scope) (*Region, error) {
 	if len(buf) == 0 {
 		return nil, ErrEmpty
 	}
@@ -135,7 +164,7 @@ func (d *Domain) Register(buf []byte, access Access) (*Region, error) {
 			break
 		}
 	}
-	reg := &Region{buf: buf, key: key, domain: d, access: access}
+	reg := &Region{buf: buf, key: key, domain: d, scope: scope, access: access}
 	next := make(map[uint64]*Region, len(old)+1)
 	for k, v := range old {
 		next[k] = v
@@ -182,20 +211,37 @@ func (g *Region) Access() Access { return g.access }
 // Domain is the region's protection domain.
 func (g *Region) Domain() *Domain { return g.domain }
 
+// Scope is the connection's scope the region was registered through, or
+// nil for a region of the whole domain.
+func (g *Region) Scope() *Scope { return g.scope }
+
 // Bytes is the registered memory, for the local side's own use.
 func (g *Region) Bytes() []byte { return g.buf }
 
 // Lookup finds the region for a key presented by a peer of domain d and
-// checks that it grants want. On success the caller holds a placement
-// reference. It must call Release when its access ends, and Deregister
-// waits for it.
+// checks that it grants want. It finds no region registered through a
+// scope. On success the caller holds a placement reference. It must call
+// Release when its access ends, and Deregister waits for it.
 func (d *Domain) Lookup(key uint64, want Access) (*Region, error) {
+	return d.lookup(key, want, nil)
+}
+
+// Lookup finds the region for a key presented by the scope's peer, as
+// Domain.Lookup does. It finds the domain's regions and the scope's own.
+func (s *Scope) Lookup(key uint64, want Access) (*Region, error) {
+	return s.domain.lookup(key, want, s)
+}
+
+func (d *Domain) lookup(key uint64, want Access, scope *Scope) (*Region, error) {
 	g, ok := (*d.reg.keys.Load())[key]
 	if !ok {
 		return nil, ErrBadKey
 	}
 	if g.domain != d {
 		return nil, ErrWrongDomain
+	}
+	if g.scope != nil && g.scope != scope {
+		return nil, ErrWrongScope
 	}
 	if g.access&want != want {
 		return nil, ErrAccess

@@ -183,3 +183,45 @@ func TestLookupAllocatesNothing(t *testing.T) {
 		t.Fatalf("lookup and place: %.1f allocations", n)
 	}
 }
+
+func TestScopedRegionReachedOnlyThroughItsScope(t *testing.T) {
+	reg := newSeeded()
+	pd := reg.NewDomain()
+	first, second := pd.NewScope(), pd.NewScope()
+	own, err := first.Register(make([]byte, 64), LocalWrite|RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, _ := pd.Register(make([]byte, 64), LocalWrite|RemoteWrite)
+	if own.Scope() != first || own.Domain() != pd || shared.Scope() != nil {
+		t.Fatalf("scope %p domain %p, shared scope %p", own.Scope(), own.Domain(), shared.Scope())
+	}
+	cases := []struct {
+		name   string
+		lookup func(uint64, Access) (*Region, error)
+		key    uint64
+		err    error
+	}{
+		{"own region through its scope", first.Lookup, own.Key(), nil},
+		{"own region through another connection's scope", second.Lookup, own.Key(), ErrWrongScope},
+		{"own region through the domain", pd.Lookup, own.Key(), ErrWrongScope},
+		{"own region from another domain's scope", reg.NewDomain().NewScope().Lookup, own.Key(), ErrWrongDomain},
+		{"the domain's region through a scope", second.Lookup, shared.Key(), nil},
+		{"the domain's region through the domain", pd.Lookup, shared.Key(), nil},
+	}
+	for _, c := range cases {
+		g, err := c.lookup(c.key, RemoteWrite)
+		if !errors.Is(err, c.err) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.err)
+		}
+		if err == nil {
+			g.Release()
+		}
+	}
+	if err := own.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Lookup(own.Key(), RemoteWrite); !errors.Is(err, ErrBadKey) {
+		t.Errorf("deregistered scoped region: %v", err)
+	}
+}

@@ -52,7 +52,7 @@ func opResponder(ctx context.Context, cfg Config, rep *conformance.EndpointRepor
 		return err
 	}
 	defer qp.Close()
-	region, err := responderRegion(pd, cfg)
+	region, err := responderRegion(qp, cfg)
 	if err != nil {
 		return err
 	}
@@ -74,9 +74,10 @@ func opResponder(ctx context.Context, cfg Config, rep *conformance.EndpointRepor
 	return nil
 }
 
-// responderRegion registers the region the requester's operations reach.
-// For read it holds conformance.Data(Size), which the requester checks.
-func responderRegion(pd *endpoint.PD, cfg Config) (*endpoint.MR, error) {
+// responderRegion registers the region the requester's operations reach,
+// for its connection alone (docs/spec.md section 5.1). For read it holds
+// conformance.Data(Size), which the requester checks.
+func responderRegion(qp *endpoint.QP, cfg Config) (*endpoint.MR, error) {
 	buf := make([]byte, cfg.Size)
 	access := endpoint.LocalWrite | endpoint.RemoteWrite
 	if cfg.Case == "read" {
@@ -85,7 +86,7 @@ func responderRegion(pd *endpoint.PD, cfg Config) (*endpoint.MR, error) {
 		}
 		access = endpoint.LocalWrite | endpoint.RemoteRead
 	}
-	return pd.RegisterMR(buf, access)
+	return qp.RegisterMR(buf, access)
 }
 
 // postResponderRecvs posts a receive for each WRITE_IMM, which carries no

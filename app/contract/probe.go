@@ -35,6 +35,8 @@ func ProbeTarget(addr netip.Addr) (*host.Host, conformance.Target, error) {
 		return nil, conformance.Target{}, err
 	}
 	go acceptAll(lis)
+	// The prober reaches the region on each of the connections it opens, so
+	// the region is the domain's and not one connection's.
 	mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
 	if err != nil {
 		h.Close()

@@ -141,10 +141,10 @@ func connect(ctx context.Context, o Options) (*pair, error) {
 	if p.qp, err = spd.Connect(ctx, net.Remote(1), p.cq, p.cq, endpoint.QPOptions{}); err != nil {
 		return nil, err
 	}
-	// The receiver only exposes its region to the WRITEs. It accepts the
-	// connection all the same, since a listener closes one that waits for
-	// Accept past its deadline.
-	if _, err := lis.Accept(ctx); err != nil {
+	// The receiver exposes a region to the WRITEs, for this connection
+	// alone (docs/spec.md section 5.1).
+	served, err := lis.Accept(ctx)
+	if err != nil {
 		return nil, err
 	}
 	size := o.SizeMiB << 20
@@ -153,7 +153,7 @@ func connect(ctx context.Context, o Options) (*pair, error) {
 	if p.src, err = spd.RegisterMR(data, endpoint.LocalWrite); err != nil {
 		return nil, err
 	}
-	if p.dst, err = rpd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite); err != nil {
+	if p.dst, err = served.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -226,7 +226,9 @@ func Serve(ctx context.Context, s Side) (Request, error) {
 		return req, err
 	}
 	size := maxOf(req.Sizes)
-	region, err := s.PD.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite|endpoint.RemoteRead)
+	// The region is this client's alone: another client of the same
+	// listener cannot reach it with its key (docs/spec.md section 5.1).
+	region, err := s.QP.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite|endpoint.RemoteRead)
 	if err != nil {
 		return req, err
 	}
@@ -293,7 +295,7 @@ func Run(ctx context.Context, s Side, req Request, done func(Result)) ([]Result,
 		return nil, err
 	}
 	size := maxOf(req.Sizes)
-	local, err := s.PD.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite)
+	local, err := s.QP.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite)
 	if err != nil {
 		return nil, err
 	}

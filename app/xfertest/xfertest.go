@@ -60,7 +60,7 @@ func Connect(ctx context.Context, a, b *endpoint.Device, remote endpoint.Remote,
 	if p.Src, err = apd.RegisterMR(data, endpoint.LocalWrite); err != nil {
 		return nil, err
 	}
-	if p.Dst, err = bpd.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite); err != nil {
+	if p.Dst, err = p.target.RegisterMR(make([]byte, size), endpoint.LocalWrite|endpoint.RemoteWrite); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -106,6 +106,16 @@ func (s *Software) RegisterMR(pd endpoint.PDHandle, buf []byte, access endpoint.
 	return d.Register(buf, engineAccess(access))
 }
 
+// RegisterQPMR registers buf through the connection's scope, so that its
+// key reaches it on that connection alone.
+func (s *Software) RegisterQPMR(qp endpoint.QPHandle, buf []byte, access endpoint.Access) (endpoint.MRHandle, error) {
+	c, err := conn(qp)
+	if err != nil {
+		return nil, err
+	}
+	return c.Scope().Register(buf, engineAccess(access))
+}
+
 // DeregisterMR revokes the region's key, for packets already in flight
 // too, and waits for placements in progress, as memreg.Region.Deregister
 // does.

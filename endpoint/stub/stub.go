@@ -44,6 +44,11 @@ func (s *Stub) RegisterMR(endpoint.PDHandle, []byte, endpoint.Access) (endpoint.
 	return nil, notSupported("register memory")
 }
 
+// RegisterQPMR would program the table with a key bound to one queue pair.
+func (s *Stub) RegisterQPMR(endpoint.QPHandle, []byte, endpoint.Access) (endpoint.MRHandle, error) {
+	return nil, notSupported("register memory for a connection")
+}
+
 // DeregisterMR would revoke the key and unpin the memory.
 func (s *Stub) DeregisterMR(endpoint.MRHandle) error { return notSupported("deregister memory") }
 
