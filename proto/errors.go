@@ -15,6 +15,8 @@ const (
 	ErrHeaderLength                  // HdrLen does not match the type
 	ErrPayload                       // payload where none is allowed, or beyond MsgLen
 	ErrBufferSize                    // Build's buffer is too small or the packet too large
+	ErrProtected                     // a protected packet, which only its connection's keys open
+	ErrAuthFailed                    // a protected packet that does not open under its connection's keys
 	numErrors
 )
 
@@ -30,6 +32,8 @@ var errorNames = [numErrors][2]string{
 	ErrHeaderLength: {"bad-header-length", "header length does not match the type"},
 	ErrPayload:      {"bad-payload", "payload not allowed for the type, or beyond its message"},
 	ErrBufferSize:   {"buffer-size", "buffer too small for the packet, or packet too large"},
+	ErrProtected:    {"protected", "protected packet, which only its connection's keys open"},
+	ErrAuthFailed:   {"auth-failed", "protected packet does not open under its connection's keys"},
 }
 
 // Name is the drop cause as docs/spec.md section 9 names it, for counters.

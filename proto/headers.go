@@ -14,6 +14,7 @@ type CommonHeader []byte
 
 func (h CommonHeader) Version() uint8        { return h[0] >> 4 }
 func (h CommonHeader) SetVersion(v uint8)    { h[0] = h[0]&0x0F | v<<4 }
+func (h CommonHeader) Protected() bool       { return h[0]&0x08 != 0 }
 func (h CommonHeader) Type() Type            { return Type(h[1]) }
 func (h CommonHeader) SetType(t Type)        { h[1] = byte(t) }
 func (h CommonHeader) Flags() Flags          { return Flags(be.Uint16(h[2:])) }
@@ -24,6 +25,8 @@ func (h CommonHeader) PathID() uint8         { return h[5] }
 func (h CommonHeader) SetPathID(p uint8)     { h[5] = p }
 func (h CommonHeader) Epoch() uint8          { return h[6] >> 6 }
 func (h CommonHeader) SetEpoch(e uint8)      { h[6] = h[6]&0x3F | e<<6 }
+func (h CommonHeader) KeyPhase() uint8       { return h[6] >> 4 & 3 }
+func (h CommonHeader) SetKeyPhase(k uint8)   { h[6] = h[6]&0xCF | k&3<<4 }
 func (h CommonHeader) DstConnID() uint32     { return be.Uint32(h[8:]) }
 func (h CommonHeader) SetDstConnID(v uint32) { be.PutUint32(h[8:], v) }
 func (h CommonHeader) PSN() uint32           { return be.Uint32(h[12:]) }
@@ -32,6 +35,14 @@ func (h CommonHeader) DSN() uint32           { return be.Uint32(h[16:]) }
 func (h CommonHeader) SetDSN(v uint32)       { be.PutUint32(h[16:], v) }
 func (h CommonHeader) Timestamp() uint32     { return be.Uint32(h[20:]) }
 func (h CommonHeader) SetTimestamp(v uint32) { be.PutUint32(h[20:], v) }
+
+// SetProtected marks the packet protected (spec section 13.4).
+func (h CommonHeader) SetProtected(on bool) {
+	h[0] &^= 0x08
+	if on {
+		h[0] |= 0x08
+	}
+}
 
 // Backlog is in units of BacklogUnit bytes. See EncodeBacklog.
 func (h CommonHeader) Backlog() uint32     { return be.Uint32(h[24:]) }
@@ -238,3 +249,34 @@ type Trailer []byte
 
 func (t Trailer) CRC() uint32     { return be.Uint32(t[0:]) }
 func (t Trailer) SetCRC(v uint32) { be.PutUint32(t[0:], v) }
+
+// AuthHello views the 100 bytes of key exchange that a CONNECT with AUTH
+// carries as its payload (spec section 13.3).
+type AuthHello []byte
+
+func (h AuthHello) Suite() uint8            { return h[0] }
+func (h AuthHello) SetSuite(v uint8)        { h[0] = v }
+func (h AuthHello) Method() uint8           { return h[1] }
+func (h AuthHello) SetMethod(v uint8)       { h[1] = v }
+func (h AuthHello) Ephemeral() (v [32]byte) { copy(v[:], h[4:36]); return v }
+func (h AuthHello) SetEphemeral(v [32]byte) { copy(h[4:36], v[:]) }
+func (h AuthHello) Static() (v [48]byte)    { copy(v[:], h[36:84]); return v }
+func (h AuthHello) SetStatic(v [48]byte)    { copy(h[36:84], v[:]) }
+func (h AuthHello) Confirm() (v [16]byte)   { copy(v[:], h[84:100]); return v }
+func (h AuthHello) SetConfirm(v [16]byte)   { copy(h[84:100], v[:]) }
+
+// AuthAccept views the 48 bytes of key exchange that an ACCEPT with AUTH
+// carries as its payload (spec section 13.3).
+type AuthAccept []byte
+
+func (h AuthAccept) Ephemeral() (v [32]byte) { copy(v[:], h[0:32]); return v }
+func (h AuthAccept) SetEphemeral(v [32]byte) { copy(h[0:32], v[:]) }
+func (h AuthAccept) Confirm() (v [16]byte)   { copy(v[:], h[32:48]); return v }
+func (h AuthAccept) SetConfirm(v [16]byte)   { copy(h[32:48], v[:]) }
+
+// Tag views the 16-byte AEAD tag that ends a protected packet in the
+// trailer's place (spec section 13.4).
+type Tag []byte
+
+func (t Tag) Tag() (v [TagLen]byte) { copy(v[:], t[:TagLen]); return v }
+func (t Tag) SetTag(v [TagLen]byte) { copy(t[:TagLen], v[:]) }

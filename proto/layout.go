@@ -41,8 +41,8 @@ type PartLayout struct {
 // spec and the accessors.
 var Layouts = []PartLayout{
 	{"CommonHeader", CommonHeaderLen, []FieldLayout{
-		{"Version", 0, 0, 4}, {"reserved", 0, 4, 4}, {"Type", 1, 0, 8}, {"Flags", 2, 0, 16},
-		{"HdrLen", 4, 0, 8}, {"PathID", 5, 0, 8}, {"Epoch", 6, 0, 2}, {"reserved", 6, 2, 6},
+		{"Version", 0, 0, 4}, {"Protected", 0, 4, 1}, {"reserved", 0, 5, 3}, {"Type", 1, 0, 8}, {"Flags", 2, 0, 16},
+		{"HdrLen", 4, 0, 8}, {"PathID", 5, 0, 8}, {"Epoch", 6, 0, 2}, {"KeyPhase", 6, 2, 2}, {"reserved", 6, 4, 4},
 		{"reserved", 7, 0, 8}, {"DstConnID", 8, 0, 32}, {"PSN", 12, 0, 32}, {"DSN", 16, 0, 32},
 		{"Timestamp", 20, 0, 32}, {"Backlog", 24, 0, 32},
 	}},
@@ -86,6 +86,12 @@ var Layouts = []PartLayout{
 	{"ProbeHeader", 4, []FieldLayout{{"ProbeID", 0, 0, 32}}},
 	{"ProbeReplyHeader", 12, []FieldLayout{{"ProbeID", 0, 0, 32}, {"EchoTimestamp", 4, 0, 32}, {"ServiceTime", 8, 0, 32}}},
 	{"Trailer", TrailerLen, []FieldLayout{{"CRC", 0, 0, 32}}},
+	{"AuthHello", AuthHelloLen, []FieldLayout{
+		{"Suite", 0, 0, 8}, {"Method", 1, 0, 8}, {"reserved", 2, 0, 16}, {"Ephemeral", 4, 0, 256},
+		{"Static", 36, 0, 384}, {"Confirm", 84, 0, 128},
+	}},
+	{"AuthAccept", AuthAcceptLen, []FieldLayout{{"Ephemeral", 0, 0, 256}, {"Confirm", 32, 0, 128}}},
+	{"Tag", TagLen, []FieldLayout{{"Tag", 0, 0, TagLen * 8}}},
 }
 
 // LayoutOf returns the layout table of the named part.
@@ -137,6 +143,12 @@ func (p *Packet) Sections() []Section {
 		s = append(s, part("NackHeader", p.Nack(), 0))
 	case TypeConnect, TypeAccept:
 		s = append(s, part("HandshakeHeader", p.Handshake(), 0))
+		if h, ok := p.AuthHello(); ok {
+			s = append(s, part("AuthHello", h, 0))
+		}
+		if a, ok := p.AuthAccept(); ok {
+			s = append(s, part("AuthAccept", a, 0))
+		}
 	case TypeClose:
 		s = append(s, part("CloseHeader", p.Close(), 0))
 	case TypeProbe:
@@ -145,6 +157,9 @@ func (p *Packet) Sections() []Section {
 		s = append(s, part("ProbeReplyHeader", p.ProbeReply(), 0))
 	case TypeRetry:
 		s = append(s, part("RetryHeader", p.Retry(), 0))
+	}
+	if p.Common.Protected() {
+		return append(s, part("Tag", p.Tag(), 0))
 	}
 	return append(s, part("Trailer", p.Trailer(), 0))
 }

@@ -31,9 +31,12 @@ func (p *Packet) Bytes() []byte { return p.raw }
 // the type.
 func (p *Packet) Ext() []byte { return p.ext }
 
-// Trailer returns the CRC trailer. A placeholder has none, so do not call it
-// on one.
+// Trailer returns the CRC trailer. A placeholder has none, and a protected
+// packet has its tag instead (Tag), so do not call it on either.
 func (p *Packet) Trailer() Trailer { return Trailer(p.raw[len(p.raw)-TrailerLen:]) }
+
+// Tag returns a protected packet's AEAD tag (spec section 13.4).
+func (p *Packet) Tag() Tag { return Tag(p.raw[len(p.raw)-TagLen:]) }
 
 // The extension accessors below return the view of the packet's type.
 // Calling one that does not belong to the type returns a view of the wrong
@@ -81,14 +84,46 @@ func (p *Packet) ProbeReply() ProbeReplyHeader { return ProbeReplyHeader(p.ext[:
 // Retry returns the RETRY extension.
 func (p *Packet) Retry() RetryHeader { return RetryHeader(p.ext[:TokenLen]) }
 
-// Token returns the token a CONNECT carries as its payload, and false for a
-// CONNECT without one and for every other type (spec section 8.1).
+// Token returns the token a CONNECT carries at the end of its payload, and
+// false for a CONNECT without one and for every other type (spec section
+// 8.1).
 func (p *Packet) Token() (tok [TokenLen]byte, ok bool) {
-	if !p.Type().CarriesToken() || len(p.Payload) != TokenLen {
+	if !p.Type().CarriesToken() || len(p.Payload) != p.authLen()+TokenLen {
 		return tok, false
 	}
-	copy(tok[:], p.Payload)
+	copy(tok[:], p.Payload[len(p.Payload)-TokenLen:])
 	return tok, true
+}
+
+// AuthHello returns the key exchange of a CONNECT with AUTH, and false for
+// any other packet (spec section 13.3).
+func (p *Packet) AuthHello() (AuthHello, bool) {
+	if p.Type() != TypeConnect || p.authLen() == 0 || len(p.Payload) < AuthHelloLen {
+		return nil, false
+	}
+	return AuthHello(p.Payload[:AuthHelloLen]), true
+}
+
+// AuthAccept returns the key exchange of an ACCEPT with AUTH, and false for
+// any other packet (spec section 13.3).
+func (p *Packet) AuthAccept() (AuthAccept, bool) {
+	if p.Type() != TypeAccept || p.authLen() == 0 || len(p.Payload) != AuthAcceptLen {
+		return nil, false
+	}
+	return AuthAccept(p.Payload), true
+}
+
+// authLen is the length of the key exchange a CONNECT or ACCEPT carries: 0
+// without AUTH in its capabilities.
+func (p *Packet) authLen() int {
+	t := p.Type()
+	if (t != TypeConnect && t != TypeAccept) || p.Handshake().Capabilities()&CapAuth == 0 {
+		return 0
+	}
+	if t == TypeConnect {
+		return AuthHelloLen
+	}
+	return AuthAcceptLen
 }
 
 // MsgBounds returns the MsgOffset and MsgLen of a packet that carries
@@ -112,15 +147,20 @@ func (p *Packet) MsgBounds() (offset, length uint32, ok bool) {
 // Decode checks b as a receiver must before trusting any field, in steps
 // 1-6 of section 9 of the spec. If b passes, Decode makes p a view of it.
 // It allocates nothing and copies nothing. On error p is left unchanged.
+// A protected packet is ErrProtected: only its connection's keys open it,
+// and DecodeOpened reads it once they have.
 func (p *Packet) Decode(b []byte) error {
 	if len(b) < MinPacketLen {
 		return ErrTruncated
+	}
+	if CommonHeader(b).Protected() {
+		return ErrProtected
 	}
 	n := len(b) - TrailerLen
 	if Checksum(b[:n]) != be.Uint32(b[n:]) {
 		return ErrBadCRC
 	}
-	return p.decodeChecked(b)
+	return p.decodeChecked(b, TrailerLen)
 }
 
 // DecodeNoCRC is Decode without the CRC check of step 2. It serves packets
@@ -131,11 +171,28 @@ func (p *Packet) DecodeNoCRC(b []byte) error {
 	if len(b) < MinPacketLen {
 		return ErrTruncated
 	}
-	return p.decodeChecked(b)
+	if CommonHeader(b).Protected() {
+		return ErrProtected
+	}
+	return p.decodeChecked(b, TrailerLen)
 }
 
-// decodeChecked runs steps 3-6 on b, known to be at least MinPacketLen long.
-func (p *Packet) decodeChecked(b []byte) error {
+// DecodeOpened runs steps 3-6 on a protected packet that has opened: b is
+// the packet with its bytes after the common header decrypted in place and
+// its tag still at the end (spec section 13.4).
+func (p *Packet) DecodeOpened(b []byte) error {
+	if len(b) < MinProtectedLen {
+		return ErrTruncated
+	}
+	if !CommonHeader(b).Protected() {
+		return ErrAuthFailed
+	}
+	return p.decodeChecked(b, TagLen)
+}
+
+// decodeChecked runs steps 3-6 on b, known to be long enough for a common
+// header and a trailer of trailer bytes.
+func (p *Packet) decodeChecked(b []byte, trailer int) error {
 	c := CommonHeader(b)
 	if c.Version() != Version {
 		return ErrVersion
@@ -146,7 +203,7 @@ func (p *Packet) decodeChecked(b []byte) error {
 	}
 	records := 0
 	if t == TypeAck {
-		if len(b) < ackRecordsStart+TrailerLen {
+		if len(b) < ackRecordsStart+trailer {
 			return ErrTruncated
 		}
 		records = int(AckHeader(b[CommonHeaderLen:]).RecordCount())
@@ -158,12 +215,12 @@ func (p *Packet) decodeChecked(b []byte) error {
 	if int(c.HdrLen())*4 != hlen {
 		return ErrHeaderLength
 	}
-	if len(b) < hlen+TrailerLen {
+	if len(b) < hlen+trailer {
 		return ErrTruncated
 	}
 	q := Packet{
 		Common:  c[:CommonHeaderLen:CommonHeaderLen],
-		Payload: b[hlen : len(b)-TrailerLen],
+		Payload: b[hlen : len(b)-trailer],
 		raw:     b,
 		ext:     b[CommonHeaderLen:hlen],
 	}
@@ -175,11 +232,12 @@ func (p *Packet) decodeChecked(b []byte) error {
 }
 
 // checkPayload is step 6. A payload is allowed only where the type allows
-// it, message data must lie within its message, and a CONNECT's token is
-// TokenLen bytes.
+// it, message data must lie within its message, and a CONNECT's and an
+// ACCEPT's are their key exchange under AUTH and a CONNECT's token.
 func (p *Packet) checkPayload() error {
 	if info := typeTable[p.Type()]; !info.hasPayload {
-		if n := len(p.Payload); n != 0 && !(info.token && n == TokenLen) {
+		auth, n := p.authLen(), len(p.Payload)
+		if n != auth && !(info.token && n == auth+TokenLen) {
 			return ErrPayload
 		}
 		return nil
@@ -193,19 +251,51 @@ func (p *Packet) checkPayload() error {
 
 // Build lays out a packet of type t in buf. The header is zeroed, with
 // Version, Type and HdrLen set, and RecordCount for an ACK. Room is left for
-// payloadLen bytes of payload and the trailer. A CONNECT's payload is 0 or
-// TokenLen bytes, its token. The caller sets the other
-// fields through p's views, fills p.Payload, then calls Seal. buf must hold
-// the whole packet.
+// payloadLen bytes of payload and the trailer. A CONNECT's payload is its
+// token, of TokenLen bytes, after an AuthHello with AUTH; an ACCEPT's is
+// its AuthAccept with AUTH. The caller sets the other fields through p's
+// views, fills p.Payload, then calls Seal. buf must hold the whole packet.
 func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
+	return build(p, buf, t, ackRecords, payloadLen, false)
+}
+
+// BuildProtected is Build for a packet to be protected (spec section
+// 13.4): Protected is set, and the room left after the payload is for the
+// tag. The caller fills the packet as for Build, then has its connection's
+// keys seal it in place instead of calling Seal.
+func BuildProtected(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
+	return build(p, buf, t, ackRecords, payloadLen, true)
+}
+
+// payloadAllowed reports whether a packet of type t may carry n bytes of
+// payload, by section 9 step 6.
+func payloadAllowed(t Type, n int) bool {
+	switch {
+	case n < 0:
+		return false
+	case typeTable[t].hasPayload, n == 0:
+		return true
+	case t == TypeConnect:
+		return n == TokenLen || n == AuthHelloLen || n == AuthHelloLen+TokenLen
+	case t == TypeAccept:
+		return n == AuthAcceptLen
+	}
+	return false
+}
+
+func build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int, protected bool) error {
 	hlen, err := HeaderLen(t, ackRecords)
 	if err != nil {
 		return err
 	}
-	if payloadLen < 0 || (payloadLen > 0 && !typeTable[t].hasPayload && !(typeTable[t].token && payloadLen == TokenLen)) {
+	if !payloadAllowed(t, payloadLen) {
 		return ErrPayload
 	}
-	total := hlen + payloadLen + TrailerLen
+	trailer := TrailerLen
+	if protected {
+		trailer = TagLen
+	}
+	total := hlen + payloadLen + trailer
 	if total > len(buf) || total > MaxPacketLen {
 		return ErrBufferSize
 	}
@@ -215,9 +305,10 @@ func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
 	c.SetVersion(Version)
 	c.SetType(t)
 	c.SetHdrLen(uint8(hlen / 4))
+	c.SetProtected(protected)
 	*p = Packet{
 		Common:  c,
-		Payload: b[hlen : total-TrailerLen],
+		Payload: b[hlen : total-trailer],
 		raw:     b,
 		ext:     b[CommonHeaderLen:hlen],
 	}
@@ -229,7 +320,11 @@ func Build(p *Packet, buf []byte, t Type, ackRecords, payloadLen int) error {
 
 // Seal writes the CRC32C trailer over everything before it and returns the
 // finished packet. Call it after the last field and payload byte are set.
+// A protected packet is sealed by its connection's keys instead.
 func (p *Packet) Seal() []byte {
+	if p.Common.Protected() {
+		panic("proto: Seal of a protected packet, which its keys seal")
+	}
 	n := len(p.raw) - TrailerLen
 	be.PutUint32(p.raw[n:], Checksum(p.raw[:n]))
 	return p.raw

@@ -438,3 +438,117 @@ func TestAckRecordBits(t *testing.T) {
 		}
 	}
 }
+
+// A CONNECT or ACCEPT with AUTH in its capabilities carries its key
+// exchange as its payload, a CONNECT's followed by a token when it returns
+// one (spec section 13.3); without AUTH the key exchange is not allowed.
+func TestAuthHandshakePayloads(t *testing.T) {
+	build := func(typ Type, caps Capabilities, n int) []byte {
+		t.Helper()
+		var p Packet
+		if err := Build(&p, make([]byte, 512), typ, 0, n); err != nil {
+			t.Fatalf("Build of a %v with %d bytes of payload: %v", typ, n, err)
+		}
+		p.Handshake().SetCapabilities(caps)
+		for i := range p.Payload {
+			p.Payload[i] = byte(i + 1)
+		}
+		return p.Seal()
+	}
+	cases := []struct {
+		typ        Type
+		caps       Capabilities
+		n          int
+		err        error
+		hello, tok bool
+	}{
+		{TypeConnect, CapAuth, AuthHelloLen, nil, true, false},
+		{TypeConnect, CapAuth, AuthHelloLen + TokenLen, nil, true, true},
+		{TypeConnect, CapAuth, 0, ErrPayload, false, false},
+		{TypeConnect, CapAuth, TokenLen, ErrPayload, false, false},
+		{TypeConnect, 0, AuthHelloLen, ErrPayload, false, false},
+		{TypeConnect, 0, TokenLen, nil, false, true},
+		{TypeAccept, CapAuth, AuthAcceptLen, nil, false, false},
+		{TypeAccept, CapAuth, 0, ErrPayload, false, false},
+		{TypeAccept, 0, AuthAcceptLen, ErrPayload, false, false},
+	}
+	for _, c := range cases {
+		var p Packet
+		err := p.Decode(build(c.typ, c.caps, c.n))
+		if err != c.err {
+			t.Errorf("%v %v with %d bytes: %v, want %v", c.typ, c.caps, c.n, err, c.err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		h, hello := p.AuthHello()
+		a, accept := p.AuthAccept()
+		tok, hasTok := p.Token()
+		if hello != c.hello || hasTok != c.tok || accept != (c.typ == TypeAccept && c.caps&CapAuth != 0) {
+			t.Errorf("%v %v with %d bytes: AuthHello %v, AuthAccept %v, token %v", c.typ, c.caps, c.n, hello, accept, hasTok)
+		}
+		if hello && (h.Suite() != 1 || h.Confirm()[15] != AuthHelloLen) {
+			t.Errorf("AuthHello is the wrong bytes: suite %d, confirm %x", h.Suite(), h.Confirm())
+		}
+		if hasTok && tok[0] != byte(c.n-TokenLen+1) {
+			t.Errorf("the token is not the payload's last %d bytes: %x", TokenLen, tok)
+		}
+		if accept && a.Confirm()[15] != AuthAcceptLen {
+			t.Errorf("AuthAccept is the wrong bytes: %x", a.Confirm())
+		}
+	}
+	var p Packet
+	for _, n := range []int{AuthHelloLen - 1, AuthHelloLen + 1, AuthAcceptLen} {
+		if err := Build(&p, make([]byte, 512), TypeConnect, 0, n); err != ErrPayload {
+			t.Errorf("Build of a CONNECT with %d bytes: %v", n, err)
+		}
+	}
+}
+
+// A protected packet is refused by Decode, whatever its bytes, and read by
+// DecodeOpened once its keys have opened it, with its 16-byte tag where
+// the trailer was (spec sections 9 and 13.4).
+func TestProtectedPackets(t *testing.T) {
+	var p Packet
+	buf := make([]byte, 256)
+	if err := BuildProtected(&p, buf, TypeWrite, 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	hlen, _ := HeaderLen(TypeWrite, 0)
+	raw := p.Bytes()
+	if !p.Common.Protected() || len(raw) != hlen+10+TagLen || len(p.Payload) != 10 || len(p.Tag()) != TagLen {
+		t.Fatalf("protected WRITE: protected %v, %d bytes, payload %d", p.Common.Protected(), len(raw), len(p.Payload))
+	}
+	p.Common.SetKeyPhase(2)
+	p.Write().SetMsgLen(10)
+	copy(p.Payload, "0123456789")
+	var q Packet
+	if err := q.Decode(raw); err != ErrProtected {
+		t.Errorf("Decode of a protected packet: %v", err)
+	}
+	if err := q.DecodeNoCRC(raw); err != ErrProtected {
+		t.Errorf("DecodeNoCRC of a protected packet: %v", err)
+	}
+	if err := q.DecodeOpened(raw); err != nil || string(q.Payload) != "0123456789" || q.Common.KeyPhase() != 2 || q.Write().MsgLen() != 10 {
+		t.Fatalf("DecodeOpened: %v, payload %q, phase %d", err, q.Payload, q.Common.KeyPhase())
+	}
+	if s := q.Sections(); s[len(s)-1].Layout.Name != "Tag" {
+		t.Errorf("a protected packet's last section is %s", s[len(s)-1].Layout.Name)
+	}
+	if err := q.DecodeOpened(raw[:MinProtectedLen-1]); err != ErrTruncated {
+		t.Errorf("DecodeOpened of %d bytes: %v", MinProtectedLen-1, err)
+	}
+	if err := q.DecodeOpened(golden(t, "01-write.hex")); err != ErrAuthFailed {
+		t.Errorf("DecodeOpened of an unprotected packet: %v", err)
+	}
+	if err := BuildProtected(&p, buf, TypeCNP, 0, 0); err != nil || len(p.Bytes()) != MinProtectedLen {
+		t.Errorf("a protected CNP: %v, %d bytes", err, len(p.Bytes()))
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Seal of a protected packet wrote a CRC over its tag")
+		}
+	}()
+	p.Seal()
+}

@@ -29,6 +29,9 @@ var viewTypes = map[string]reflect.Type{
 	"ProbeHeader":      reflect.TypeFor[ProbeHeader](),
 	"ProbeReplyHeader": reflect.TypeFor[ProbeReplyHeader](),
 	"Trailer":          reflect.TypeFor[Trailer](),
+	"AuthHello":        reflect.TypeFor[AuthHello](),
+	"AuthAccept":       reflect.TypeFor[AuthAccept](),
+	"Tag":              reflect.TypeFor[Tag](),
 }
 
 // bitHelpers are view methods that are not field accessors. They read and
@@ -164,9 +167,12 @@ func checkAccessor(t *testing.T, vt reflect.Type, part PartLayout, f FieldLayout
 			}
 			view := reflect.ValueOf(buf).Convert(vt)
 			arg := reflect.New(set.Type.In(1)).Elem()
-			if arg.Kind() == reflect.Array {
+			switch arg.Kind() {
+			case reflect.Array:
 				reflect.Copy(arg, reflect.ValueOf(sentinel.FillBytes(make([]byte, arg.Len()))))
-			} else {
+			case reflect.Bool:
+				arg.SetBool(sentinel.Sign() != 0)
+			default:
 				arg.SetUint(sentinel.Uint64())
 			}
 			set.Func.Call([]reflect.Value{view, arg})
@@ -190,11 +196,17 @@ func checkAccessor(t *testing.T, vt reflect.Type, part PartLayout, f FieldLayout
 			}
 			got := get.Func.Call([]reflect.Value{view})[0]
 			var gotInt *big.Int
-			if got.Kind() == reflect.Array {
+			switch got.Kind() {
+			case reflect.Array:
 				b := make([]byte, got.Len())
 				reflect.Copy(reflect.ValueOf(b), got)
 				gotInt = new(big.Int).SetBytes(b)
-			} else {
+			case reflect.Bool:
+				gotInt = big.NewInt(0)
+				if got.Bool() {
+					gotInt.SetInt64(1)
+				}
+			default:
 				gotInt = new(big.Int).SetUint64(got.Uint())
 			}
 			if gotInt.Cmp(sentinel) != 0 {

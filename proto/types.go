@@ -21,6 +21,10 @@ const (
 	MinMTU             = 256
 	AckHeaderLen       = 16
 	TokenLen           = 16 // a RETRY's token, which the CONNECT that follows carries as its payload
+	TagLen             = 16 // a protected packet's AEAD tag, in the trailer's place (section 13.4)
+	AuthHelloLen       = 100
+	AuthAcceptLen      = 48
+	MinProtectedLen    = CommonHeaderLen + TagLen // a protected CNP
 	AckRecordLen       = 52
 	MaxAckRecords      = 18
 	BitvectorBits      = 256
@@ -272,7 +276,7 @@ type Capabilities uint32
 
 const (
 	CapAtomics Capabilities = 1 << 0
-	CapAuth    Capabilities = 1 << 1 // not defined in version 0 and never set
+	CapAuth    Capabilities = 1 << 1 // the authenticated mode (section 13)
 	CapCredits Capabilities = 1 << 2 // receive credits in ACKs (sections 5.5 and 6.5)
 	CapRecut   Capabilities = 1 << 3 // resends cut smaller when a path MTU falls (sections 6.5 and 6.7)
 )

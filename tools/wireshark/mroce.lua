@@ -13,13 +13,15 @@
 local PARTS = {
   CommonHeader = {size = 28, fields = {
     {"Version", 0, 0, 4},
-    {"reserved", 0, 4, 4},
+    {"Protected", 0, 4, 1},
+    {"reserved", 0, 5, 3},
     {"Type", 1, 0, 8},
     {"Flags", 2, 0, 16},
     {"HdrLen", 4, 0, 8},
     {"PathID", 5, 0, 8},
     {"Epoch", 6, 0, 2},
-    {"reserved", 6, 2, 6},
+    {"KeyPhase", 6, 2, 2},
+    {"reserved", 6, 4, 4},
     {"reserved", 7, 0, 8},
     {"DstConnID", 8, 0, 32},
     {"PSN", 12, 0, 32},
@@ -128,10 +130,25 @@ local PARTS = {
   Trailer = {size = 4, fields = {
     {"CRC", 0, 0, 32},
   }},
+  AuthHello = {size = 100, fields = {
+    {"Suite", 0, 0, 8},
+    {"Method", 1, 0, 8},
+    {"reserved", 2, 0, 16},
+    {"Ephemeral", 4, 0, 256},
+    {"Static", 36, 0, 384},
+    {"Confirm", 84, 0, 128},
+  }},
+  AuthAccept = {size = 48, fields = {
+    {"Ephemeral", 0, 0, 256},
+    {"Confirm", 32, 0, 128},
+  }},
+  Tag = {size = 16, fields = {
+    {"Tag", 0, 0, 128},
+  }},
 }
 
 -- The order the parts are written in, for the field definitions.
-local PART_ORDER = {"CommonHeader", "WriteHeader", "ImmHeader", "SendHeader", "ReadReqHeader", "ReadRespHeader", "AckHeader", "AckRecord", "NackHeader", "HandshakeHeader", "RetryHeader", "CloseHeader", "ProbeHeader", "ProbeReplyHeader", "Trailer"}
+local PART_ORDER = {"CommonHeader", "WriteHeader", "ImmHeader", "SendHeader", "ReadReqHeader", "ReadRespHeader", "AckHeader", "AckRecord", "NackHeader", "HandshakeHeader", "RetryHeader", "CloseHeader", "ProbeHeader", "ProbeReplyHeader", "Trailer", "AuthHello", "AuthAccept", "Tag"}
 
 -- Every packet type: its name, and the parts after the common header.
 local TYPES = {
