@@ -61,14 +61,11 @@ func handshake(ic, ac *Credentials, hsC, hsA proto.HandshakeHeader, tamper func(
 	if tamper != nil {
 		tamper(hello, nil)
 	}
-	r, err := Respond(ac, hsC, proto.AuthHello(hello))
+	r, err := Respond(ac, newSeeded(11), hsC, proto.AuthHello(hello))
 	if err != nil {
 		return is, as, err
 	}
-	acc, as, err := r.Answer(newSeeded(11), hsA)
-	if err != nil {
-		return is, as, err
-	}
+	acc, as := r.Answer(hsA)
 	acc = bytes.Clone(acc)
 	if tamper != nil {
 		tamper(nil, acc)
@@ -117,11 +114,11 @@ func TestHandshakeBindsEverything(t *testing.T) {
 		in, _ := Initiate(ic, newSeeded(10), hsC)
 		other, _ := handshakeHeaders()
 		other.SetPaths(4)
-		if _, err := Respond(ac, other, proto.AuthHello(in.Hello())); !errors.Is(err, ErrFailed) {
+		if _, err := Respond(ac, newSeeded(11), other, proto.AuthHello(in.Hello())); !errors.Is(err, ErrFailed) {
 			t.Errorf("%v: a CONNECT whose Paths changed: %v", m, err)
 		}
-		r, _ := Respond(ac, hsC, proto.AuthHello(in.Hello()))
-		acc, _, _ := r.Answer(newSeeded(11), hsA)
+		r, _ := Respond(ac, newSeeded(11), hsC, proto.AuthHello(in.Hello()))
+		acc, _ := r.Answer(hsA)
 		changed := bytes.Clone(hsA)
 		proto.HandshakeHeader(changed).SetStreams(9)
 		if _, err := in.Finish(changed, proto.AuthAccept(acc)); !errors.Is(err, ErrFailed) {
@@ -130,7 +127,7 @@ func TestHandshakeBindsEverything(t *testing.T) {
 		if !r.Same(proto.AuthHello(in.Hello())) {
 			t.Errorf("%v: the hello the response checked is not the same", m)
 		}
-		again, _, _ := r.Answer(newSeeded(99), hsA)
+		again, _ := r.Answer(hsA)
 		if !bytes.Equal(again, acc) {
 			t.Errorf("%v: a second answer differs from the first", m)
 		}

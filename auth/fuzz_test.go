@@ -63,7 +63,7 @@ func FuzzRespond(f *testing.F) {
 		if static {
 			cred = keys
 		}
-		r, err := Respond(cred, proto.HandshakeHeader(hs), proto.AuthHello(hello))
+		r, err := Respond(cred, bytes.NewReader(make([]byte, 32)), proto.HandshakeHeader(hs), proto.AuthHello(hello))
 		if err == nil && !valid[string(hs[:44])+string(hello[:proto.AuthHelloLen])] {
 			t.Fatalf("a hello no one made was accepted: %x %x", hs, hello)
 		}
@@ -72,9 +72,7 @@ func FuzzRespond(f *testing.F) {
 			t.Fatalf("Respond returned %v", err)
 		}
 		if err == nil {
-			if _, _, err := r.Answer(bytes.NewReader(make([]byte, 32)), proto.HandshakeHeader(hs)); err != nil && !errors.Is(err, ErrFailed) {
-				t.Fatalf("Answer returned %v", err)
-			}
+			r.Answer(proto.HandshakeHeader(hs))
 		}
 	})
 }

@@ -228,10 +228,8 @@ func directions(ck2, tha []byte) (ia, ai []byte) {
 // Response is an acceptor's half of a handshake: a CONNECT's AuthHello
 // checked, and the ACCEPT that answers it.
 type Response struct {
-	cred      *Credentials
 	suite     Suite
-	ei, si    []byte // the initiator's ephemeral and, with static keys, static keys
-	ck1, thc  []byte
+	ck2, thc  []byte
 	hello     [proto.AuthHelloLen]byte
 	accept    [proto.AuthAcceptLen]byte
 	answered  bool
@@ -239,10 +237,11 @@ type Response struct {
 	initiator *ecdh.PublicKey
 }
 
-// Respond checks the AuthHello of a CONNECT whose HandshakeHeader is hs. A
+// Respond checks the AuthHello of a CONNECT whose HandshakeHeader is hs,
+// and draws the acceptor's ephemeral key from random for its answer. A
 // suite or method it does not serve is a *RefusedError; a hello that does
 // not prove the credentials is ErrFailed.
-func Respond(cred *Credentials, hs proto.HandshakeHeader, hello proto.AuthHello) (*Response, error) {
+func Respond(cred *Credentials, random io.Reader, hs proto.HandshakeHeader, hello proto.AuthHello) (*Response, error) {
 	if err := cred.Check(); err != nil {
 		return nil, err
 	}
@@ -253,14 +252,15 @@ func Respond(cred *Credentials, hs proto.HandshakeHeader, hello proto.AuthHello)
 	if Method(hello.Method()) != cred.Method {
 		return nil, &RefusedError{DetailMethod, fmt.Sprintf("method %v, where this acceptor uses %v", Method(hello.Method()), cred.Method)}
 	}
-	r := &Response{cred: cred, suite: suite}
+	r := &Response{suite: suite}
 	copy(r.hello[:], hello[:proto.AuthHelloLen])
-	r.ei = r.hello[4:36]
+	ei := r.hello[4:36]
+	var ck1, si []byte
 	switch cred.Method {
 	case MethodPSK:
-		r.ck1 = mix(ck0[:], cred.PSK)
+		ck1 = mix(ck0[:], cred.PSK)
 	case MethodKeys:
-		es, err := x25519(cred.Static, r.ei)
+		es, err := x25519(cred.Static, ei)
 		if err != nil {
 			return nil, err
 		}
@@ -270,7 +270,7 @@ func Respond(cred *Credentials, hs proto.HandshakeHeader, hello proto.AuthHello)
 		if err != nil {
 			return nil, err
 		}
-		si, err := a.Open(nil, make([]byte, nonceLen), r.hello[36:84], the)
+		si, err = a.Open(nil, make([]byte, nonceLen), r.hello[36:84], the)
 		if err != nil {
 			return nil, ErrFailed
 		}
@@ -286,15 +286,31 @@ func Respond(cred *Credentials, hs proto.HandshakeHeader, hello proto.AuthHello)
 		if err != nil {
 			return nil, err
 		}
-		r.si = si
-		r.ck1 = mix(cke, ss)
+		ck1 = mix(cke, ss)
 	}
 	r.thc = transcript(hs[:44], r.hello[:84])
-	want := confirm(r.ck1, "connect", r.thc)
+	want := confirm(ck1, "connect", r.thc)
 	got := hello.Confirm()
 	if subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
 		return nil, ErrFailed
 	}
+	eph, err := newEphemeral(random)
+	if err != nil {
+		return nil, err
+	}
+	ee, err := x25519(eph, ei)
+	if err != nil {
+		return nil, err
+	}
+	r.ck2 = mix(ck1, ee)
+	if cred.Method == MethodKeys {
+		se, err := x25519(eph, si)
+		if err != nil {
+			return nil, err
+		}
+		r.ck2 = mix(r.ck2, se)
+	}
+	copy(r.accept[:32], eph.PublicKey().Bytes())
 	return r, nil
 }
 
@@ -308,37 +324,19 @@ func (r *Response) Same(hello proto.AuthHello) bool {
 // pre-shared key.
 func (r *Response) Initiator() *ecdh.PublicKey { return r.initiator }
 
-// Answer draws the acceptor's ephemeral key and completes the schedule for
-// the ACCEPT whose HandshakeHeader is hs. It returns the ACCEPT's key
-// exchange and the acceptor's secrets. A second call returns the first
-// one's answer, for the ACCEPT that answers a resent CONNECT.
-func (r *Response) Answer(random io.Reader, hs proto.HandshakeHeader) ([]byte, Secrets, error) {
+// Answer completes the schedule for the ACCEPT whose HandshakeHeader is
+// hs. It returns the ACCEPT's key exchange and the acceptor's secrets. A
+// second call returns the first one's answer, for the ACCEPT that answers
+// a resent CONNECT.
+func (r *Response) Answer(hs proto.HandshakeHeader) ([]byte, Secrets) {
 	if r.answered {
-		return r.accept[:], r.secrets, nil
+		return r.accept[:], r.secrets
 	}
-	eph, err := newEphemeral(random)
-	if err != nil {
-		return nil, Secrets{}, err
-	}
-	ee, err := x25519(eph, r.ei)
-	if err != nil {
-		return nil, Secrets{}, err
-	}
-	ck2 := mix(r.ck1, ee)
-	if r.cred.Method == MethodKeys {
-		se, err := x25519(eph, r.si)
-		if err != nil {
-			return nil, Secrets{}, err
-		}
-		ck2 = mix(ck2, se)
-	}
-	a := proto.AuthAccept(r.accept[:])
-	copy(r.accept[:32], eph.PublicKey().Bytes())
 	confirmC := proto.AuthHello(r.hello[:]).Confirm()
 	tha := transcript(r.thc, confirmC[:], hs[:44], r.accept[:32])
-	a.SetConfirm(confirm(ck2, "accept", tha))
-	ia, ai := directions(ck2, tha)
+	proto.AuthAccept(r.accept[:]).SetConfirm(confirm(r.ck2, "accept", tha))
+	ia, ai := directions(r.ck2, tha)
 	r.secrets = Secrets{Suite: r.suite, Send: ai, Recv: ia}
 	r.answered = true
-	return r.accept[:], r.secrets, nil
+	return r.accept[:], r.secrets
 }

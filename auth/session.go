@@ -141,6 +141,16 @@ func (s *Session) Open(pkt []byte, now clock.Time) error {
 	return nil
 }
 
+// OpenOwn opens a packet this side sealed, as the host hands back one it
+// refused to send (a datagram too big for its path, say). Only a packet of
+// the current phase opens: one sealed before a move is not looked into.
+func (s *Session) OpenOwn(pkt []byte) error {
+	if len(pkt) < proto.MinProtectedLen || uint64(proto.CommonHeader(pkt).KeyPhase()) != s.phase&3 {
+		return proto.ErrAuthFailed
+	}
+	return s.send.Open(pkt)
+}
+
 // mayMove reports whether this side may start the next phase: it has
 // heard its peer in this one, at least MPL ago.
 func (s *Session) mayMove(now clock.Time) bool {

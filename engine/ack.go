@@ -102,7 +102,7 @@ func (r *receiver) sendAck(plane int, records bool) {
 	if !c.knows(plane) {
 		plane = c.firstPlane()
 	}
-	maxRecords := min(proto.MaxAckRecords, (c.sendMax-proto.CommonHeaderLen-proto.AckHeaderLen-proto.TrailerLen)/proto.AckRecordLen)
+	maxRecords := min(proto.MaxAckRecords, (c.sendMax-proto.CommonHeaderLen-proto.AckHeaderLen-c.trailerLen())/proto.AckRecordLen)
 	now := c.ep.clock.Now()
 	for first := true; first || records && len(r.dirty) > 0; first = false {
 		n, repeats := 0, 0
@@ -258,10 +258,14 @@ func (r *receiver) onProbe(pkt *proto.Packet, d *link.Datagram, plane int, at cl
 	pr.SetProbeID(pkt.Probe().ProbeID())
 	pr.SetEchoTimestamp(pkt.Common.Timestamp())
 	pr.SetServiceTime(uint32(min(c.ep.clock.Now()-at, 1<<32-1)))
+	data := c.seal(&out)
+	if data == nil {
+		return
+	}
 	c.ep.send(link.Datagram{
 		Src:  netip.AddrPortFrom(c.ep.cfg.Planes[plane], d.Dst.Port()),
 		Dst:  d.Src,
 		DSCP: proto.DefaultDSCP(proto.TypeProbeReply),
-		Data: c.ep.seal(&out),
+		Data: data,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/proto"
 )
@@ -224,9 +225,22 @@ type Config struct {
 	// software.OpenUDPEngine refuses it.
 	PlaceholderPayloads bool
 	// Random is the source of connection ids and initial sequence numbers,
-	// and of memreg keys when the registry is made from this config.
-	// Default crypto/rand. Simulations pass a seeded source.
+	// of the authenticated mode's ephemeral keys, and of memreg keys when
+	// the registry is made from this config. Default crypto/rand.
+	// Simulations pass a seeded source.
 	Random io.Reader
+	// Auth, when set, puts every connection of the endpoint in the
+	// authenticated mode of spec section 13, with these credentials: its
+	// CONNECTs and ACCEPTs carry the key exchange, every later packet is
+	// protected, and a peer without the mode is refused. It needs the
+	// multipath mode and real payloads.
+	Auth *auth.Credentials
+	// KeyLog, when set, receives a line for each direction of each
+	// authenticated connection with the secret its packets are protected
+	// under (spec section 13.7), so that a capture can be read. Whoever
+	// holds it can read and forge the connection's packets: tests and
+	// debugging only.
+	KeyLog io.Writer
 	// Tracer, when set, hears of the sender's decisions (see TraceEvent).
 	Tracer Tracer
 }
@@ -318,6 +332,16 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engine: retry at %d half-open handshakes: want 1 or more, RetryAlways or RetryNever", c.RetryAt)
 	case c.MaxSendWindow < 1 || c.MaxSendWindow > 1<<20:
 		return fmt.Errorf("engine: max send window %d: want 1 .. %d", c.MaxSendWindow, 1<<20)
+	}
+	if c.Auth != nil {
+		switch err := c.Auth.Check(); {
+		case err != nil:
+			return fmt.Errorf("engine: %w", err)
+		case c.Mode != proto.ModeMultipath:
+			return errors.New("engine: the authenticated mode needs the multipath mode: the baseline reuses PSNs, and with them nonces (spec section 13.3)")
+		case c.PlaceholderPayloads:
+			return errors.New("engine: the authenticated mode needs real payloads, which it encrypts")
+		}
 	}
 	for i, r := range c.PortRates {
 		if !(r > 0) || math.IsInf(r, 0) {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -27,22 +28,29 @@ type Conn struct {
 	// The peer's addresses, one per plane, invalid until known. Bit p of
 	// known is set when remote[p] is known, for the planes 0 to 63 (see
 	// knows).
-	known     uint64
-	remote    []netip.Addr
-	tp        transport // multipath, or baseline (spec section 10)
-	pd        *memreg.Domain
-	scope     *memreg.Scope // what the peer's keys reach: the domain's regions and the connection's own
-	maxPacket int           // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
-	sendMax   int           // the largest packet this side sends now: maxPacket, or what the path MTU search has shown (pmtu.go)
-	mtu       *mtuSearch    // nil when nothing is searched
-	paths     int
-	streams   int
-	readsOut  int  // READs this side may have outstanding
-	credits   bool // both sides offered CREDITS: ACKs name receive limits, and sends keep within them (spec section 6.5)
-	recut     bool // both sides offered RECUT: a resend may be cut smaller when the path MTU falls (spec section 6.7)
-	ackTimer  clock.Timer
-	progress  clock.Timer // fires after Config.NoProgress without progress while work is outstanding
-	heard     clock.Time  // when the last packet from the peer arrived
+	known  uint64
+	remote []netip.Addr
+	tp     transport // multipath, or baseline (spec section 10)
+	pd     *memreg.Domain
+	scope  *memreg.Scope // what the peer's keys reach: the domain's regions and the connection's own
+	// The authenticated mode (auth.go). session holds the keys once the
+	// handshake made them; initiation and response are the two halves of
+	// the handshake; accepted is the AuthAccept an initiator took.
+	session    *auth.Session
+	initiation *auth.Initiation
+	response   *auth.Response
+	accepted   [proto.AuthAcceptLen]byte
+	maxPacket  int        // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
+	sendMax    int        // the largest packet this side sends now: maxPacket, or what the path MTU search has shown (pmtu.go)
+	mtu        *mtuSearch // nil when nothing is searched
+	paths      int
+	streams    int
+	readsOut   int  // READs this side may have outstanding
+	credits    bool // both sides offered CREDITS: ACKs name receive limits, and sends keep within them (spec section 6.5)
+	recut      bool // both sides offered RECUT: a resend may be cut smaller when the path MTU falls (spec section 6.7)
+	ackTimer   clock.Timer
+	progress   clock.Timer // fires after Config.NoProgress without progress while work is outstanding
+	heard      clock.Time  // when the last packet from the peer arrived
 
 	// The two directions.
 	snd sender
@@ -175,6 +183,9 @@ func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
 	case pp != nil && hlen+payload+proto.TrailerLen <= pp.HeaderBufferLen():
 		buf := pp.HeaderBuffer()
 		err = proto.Build(pkt, buf[:cap(buf)], t, records, payload)
+	case c.protects(t):
+		buf := c.ep.port.Buffer()
+		err = proto.BuildProtected(pkt, buf[:cap(buf)], t, records, payload)
 	default:
 		buf := c.ep.port.Buffer()
 		err = proto.Build(pkt, buf[:cap(buf)], t, records, payload)
@@ -187,6 +198,10 @@ func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
 
 // emit seals a packet and queues it on plane from source port srcPort.
 func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
+	data := c.seal(pkt)
+	if data == nil {
+		return
+	}
 	t := pkt.Type()
 	ecn := link.NotECT
 	if t.IsData() {
@@ -197,7 +212,7 @@ func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
 		Dst:  netip.AddrPortFrom(c.remote[plane], c.peerPort),
 		ECN:  ecn,
 		DSCP: proto.DefaultDSCP(t),
-		Data: c.ep.seal(pkt),
+		Data: data,
 		Pad:  int32(pkt.Pad()),
 	})
 }
@@ -206,6 +221,10 @@ func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
 // section 9 on.
 func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.Time) {
 	if c.state == Closed {
+		return
+	}
+	if c.ep.authed() && !pkt.Common.Protected() && !c.takesClear(pkt.Type()) {
+		c.ep.stats.Unprotected++ // anyone on the path could have made it (spec section 13.3)
 		return
 	}
 	if pkt.Type() == proto.TypeRetry {

@@ -115,7 +115,7 @@ func (s *sender) ackDSN(d uint32) {
 // the largest packet the connection sends leaves after the headers.
 func (s *sender) payloadMax(typ proto.Type) uint32 {
 	hlen, _ := proto.HeaderLen(typ, 0)
-	return uint32(s.c.sendMax - hlen - proto.TrailerLen)
+	return uint32(s.c.sendMax - hlen - s.c.trailerLen())
 }
 
 // cutPiece is content cut from a DSN by recut that waits for a DSN of its

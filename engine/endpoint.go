@@ -61,8 +61,9 @@ type Endpoint struct {
 	// down is set for a plane whose port the host sees down (SetPlaneUp).
 	down []bool
 
-	batch []link.Datagram // datagrams queued for the port
-	stats EndpointStats
+	batch  []link.Datagram // datagrams queued for the port
+	opened []byte          // the last protected packet opened (auth.go)
+	stats  EndpointStats
 }
 
 // NewEndpoint makes an endpoint sending through port on clk. Attach it to
@@ -151,8 +152,16 @@ func (e *Endpoint) planeOf(a netip.Addr) int {
 func (e *Endpoint) Receive(d *link.Datagram, at clock.Time) {
 	e.drained(at, d.Size())
 	var pkt proto.Packet
-	if err := e.decode(&pkt, d); err != nil {
-		e.stats.Decode[err.(proto.Error)]++
+	var err error
+	if len(d.Data) >= proto.MinPacketLen && proto.CommonHeader(d.Data).Protected() && d.Pad == 0 {
+		err = e.open(&pkt, d, at)
+	} else {
+		err = e.decode(&pkt, d)
+	}
+	if err != nil {
+		if perr, ok := err.(proto.Error); ok {
+			e.stats.Decode[perr]++
+		}
 		return
 	}
 	plane := e.planeOf(d.Dst.Addr())
@@ -214,7 +223,7 @@ func (e *Endpoint) seal(pkt *proto.Packet) []byte {
 // PathMTUError that names the path and the sizes.
 func (e *Endpoint) TooBig(d *link.Datagram) {
 	var pkt proto.Packet
-	if err := e.decode(&pkt, d); err != nil {
+	if err := e.decodeOwn(&pkt, d); err != nil {
 		return // not one of ours
 	}
 	for _, id := range e.connIDs() { // a refusal is rare, and the sorted walk keeps failures in order

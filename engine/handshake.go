@@ -21,6 +21,10 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 	h := pkt.Handshake()
 	key := acceptKey{d.Src.Addr(), h.SrcConnID()}
 	if c := e.accepted[key]; c != nil {
+		if hello, ok := pkt.AuthHello(); c.response != nil && (!ok || !c.response.Same(hello)) {
+			e.stats.BadHandshakes++ // a resent CONNECT repeats its key exchange (spec section 13.3)
+			return
+		}
 		c.sendHandshake() // a resent CONNECT gets the same ACCEPT
 		return
 	}
@@ -29,7 +33,7 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		return
 	}
 	reply := func(reason proto.CloseReason, detail uint32) {
-		e.sendClose(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), reason, detail)
+		e.sendClose(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), reason, detail, nil)
 	}
 	if off, ok := checkHandshake(h); !ok {
 		e.stats.Malformed++
@@ -68,6 +72,14 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		e.sendRetry(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), e.makeToken(d.Src.Addr(), h))
 		return
 	}
+	response, refuse, drop := e.checkHello(pkt)
+	switch {
+	case drop:
+		return // it does not prove the credentials: not answered (spec section 13.3)
+	case refuse != 0:
+		reply(proto.CloseParams, refuse)
+		return
+	}
 	if e.accepting >= e.cfg.MaxAccepting {
 		// A flood of CONNECTs, forged perhaps, must not grow state without
 		// bound. Beyond the cap they are refused.
@@ -80,6 +92,7 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 	c.peerPort = h.ReplyPort()
 	c.peerID = h.SrcConnID()
 	c.acceptKey = key
+	c.response = response
 	c.state = Accepting
 	ev, ok := e.listener(c) // before any per-connection state is allocated
 	if !ok {
@@ -238,6 +251,9 @@ func acceptable(h proto.HandshakeHeader, cfg *Config) (int, bool) {
 // unless Config.NoCredits and Config.NoRecut.
 func (e *Endpoint) capabilities() proto.Capabilities {
 	var caps proto.Capabilities
+	if e.authed() {
+		caps |= proto.CapAuth
+	}
 	if !e.cfg.NoCredits {
 		caps |= proto.CapCredits
 	}
@@ -316,19 +332,26 @@ func (c *Conn) sendHandshake() {
 	if mode == proto.ModeBaseline {
 		paths = 1
 	}
-	payload := 0
+	hello := 0
+	if c.ep.authed() {
+		hello = proto.AuthHelloLen
+	}
+	payload := hello
 	if c.token != nil {
-		payload = proto.TokenLen
+		payload += proto.TokenLen
 	}
 	if !c.initiator {
 		t, dst = proto.TypeAccept, c.peerID
 		paths, streams, mode = c.paths, c.streams, c.mode
 		payload = 0
+		if c.ep.authed() {
+			payload = proto.AuthAcceptLen
+		}
 	}
 	var pkt proto.Packet
 	c.build(&pkt, t, 0, payload)
-	if payload > 0 {
-		copy(pkt.Payload, c.token[:])
+	if c.token != nil && c.initiator {
+		copy(pkt.Payload[hello:], c.token[:])
 	}
 	pkt.Common.SetDstConnID(dst)
 	h := pkt.Handshake()
@@ -354,6 +377,13 @@ func (c *Conn) sendHandshake() {
 		}
 	}
 	h.SetCapabilities(caps)
+	if c.ep.authed() { // the key exchange binds the header, so it comes last
+		if c.initiator {
+			c.helloFor(&pkt)
+		} else {
+			c.acceptFor(&pkt)
+		}
+	}
 	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])
 	c.hsSends++
 	c.hsSentAt = c.ep.clock.Now()
@@ -396,11 +426,14 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 		c.ep.stats.Malformed++
 		return
 	}
+	if c.ep.authed() && !c.finishAccept(pkt) {
+		return // dropped and counted; the attempt goes on (spec section 13.3)
+	}
 	h := pkt.Handshake()
 	if c.state == Connecting {
 		if off, ok := acceptable(h, &c.ep.cfg); !ok {
 			c.peerID = h.SrcConnID()
-			c.ep.sendClose(c.firstPlane(), netip.AddrPortFrom(c.remote[c.firstPlane()], c.peerPort), h.SrcConnID(), proto.CloseParams, uint32(off))
+			c.ep.sendClose(c.firstPlane(), netip.AddrPortFrom(c.remote[c.firstPlane()], c.peerPort), h.SrcConnID(), proto.CloseParams, uint32(off), c.session)
 			c.fail(&RemoteError{Reason: proto.CloseParams}, StatusFlushed, false)
 			return
 		}

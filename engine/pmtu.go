@@ -271,7 +271,7 @@ func (c *Conn) sendMTUProbe(plane int, now clock.Time) {
 	for _, probe := range [2]struct {
 		id  uint32
 		pad int
-	}{{p.companion, 0}, {p.probeID, p.trying - hlen - proto.TrailerLen}} {
+	}{{p.companion, 0}, {p.probeID, p.trying - hlen - c.trailerLen()}} {
 		var pkt proto.Packet
 		c.build(&pkt, proto.TypeProbe, 0, probe.pad)
 		clear(pkt.Payload)
@@ -425,7 +425,7 @@ func (c *Conn) resize() {
 func (c *Conn) setSendMax(size int) {
 	c.sendMax = size
 	hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)
-	c.snd.mss = float64(size - hlen - proto.TrailerLen)
+	c.snd.mss = float64(size - hlen - c.trailerLen())
 }
 
 // PathMTU is the largest packet, as a UDP payload, that this side has seen

@@ -396,8 +396,14 @@ func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
 	if path.has && h.Epoch() == path.epoch && proto.SeqLess(path.highest+1, h.PSN()) {
 		r.sawLoss() // a PSN skipped: lost, since a path delivers in order (spec section 6.2)
 	}
+	advances := !path.has || proto.SeqLess(path.highest, h.PSN())
 	urgent := path.record(h.Epoch(), h.PSN())
-	path.lastTS, path.lastAt = h.Timestamp(), at
+	if advances || !r.c.ep.authed() {
+		// In the authenticated mode only a new PSN gives the echo: a
+		// repeated packet's timestamp is as old as the packet (spec
+		// section 13.6).
+		path.lastTS, path.lastAt = h.Timestamp(), at
+	}
 	if !path.dirty {
 		path.dirty = true
 		r.dirty = append(r.dirty, h.PathID())

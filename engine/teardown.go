@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/proto"
@@ -42,7 +43,7 @@ func (c *Conn) onClose(pkt *proto.Packet, plane int) {
 		}
 		return
 	}
-	c.ep.sendClose(plane, netip.AddrPortFrom(c.remote[plane], c.peerPort), c.peerID, proto.CloseClosed, 0)
+	c.ep.sendClose(plane, netip.AddrPortFrom(c.remote[plane], c.peerPort), c.peerID, proto.CloseClosed, 0, c.session)
 	var err error = &RemoteError{Reason: cl.Reason(), Detail: cl.Detail()}
 	switch cl.Reason() {
 	case proto.CloseNormal:
@@ -157,22 +158,34 @@ func (r *receiver) flush(err error) {
 	}
 }
 
-// sendClose sends a CLOSE to dst.
-func (e *Endpoint) sendClose(plane int, dst netip.AddrPort, peerID uint32, reason proto.CloseReason, detail uint32) {
+// sendClose sends a CLOSE to dst, protected by session when the
+// connection has keys (spec section 13.4), with its CRC when not.
+func (e *Endpoint) sendClose(plane int, dst netip.AddrPort, peerID uint32, reason proto.CloseReason, detail uint32, session *auth.Session) {
 	buf := e.port.Buffer()
 	var pkt proto.Packet
-	if err := proto.Build(&pkt, buf[:cap(buf)], proto.TypeClose, 0, 0); err != nil {
+	build := proto.Build
+	if session != nil {
+		build = proto.BuildProtected
+	}
+	if err := build(&pkt, buf[:cap(buf)], proto.TypeClose, 0, 0); err != nil {
 		panic(err)
 	}
 	pkt.Common.SetDstConnID(peerID)
 	pkt.Common.SetTimestamp(uint32(e.clock.Now()))
 	pkt.Close().SetReason(reason)
 	pkt.Close().SetDetail(detail)
+	data := pkt.Bytes()
+	if session == nil {
+		data = e.seal(&pkt)
+	} else if session.Seal(data, e.clock.Now()) != nil {
+		e.stats.PhaseSpent++
+		return
+	}
 	e.send(link.Datagram{
 		Src:  netip.AddrPortFrom(e.cfg.Planes[plane], e.cfg.SourcePorts[0]),
 		Dst:  dst,
 		DSCP: proto.DefaultDSCP(proto.TypeClose),
-		Data: e.seal(&pkt),
+		Data: data,
 	})
 }
 
@@ -190,6 +203,7 @@ type closedConn struct {
 	done    bool // the peer acknowledged our CLOSE, or we were not to send one
 	expires clock.Time
 	timer   clock.Timer
+	session *auth.Session // the connection's keys, which its CLOSEs in quarantine use; nil without them
 }
 
 // forget removes a connection that ended and quarantines its id. When tell
@@ -220,7 +234,8 @@ func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail u
 	}
 	p := c.firstPlane()
 	cc := &closedConn{peerID: c.peerID, plane: p, dst: netip.AddrPortFrom(c.remote[p], c.peerPort),
-		reason: reason, detail: detail, done: !tell || c.peerID == 0, expires: now.Add(2 * e.cfg.MPL)}
+		reason: reason, detail: detail, done: !tell || c.peerID == 0, expires: now.Add(2 * e.cfg.MPL),
+		session: c.session}
 	e.closed[c.localID] = cc
 	if !cc.done {
 		cc.timer = e.clock.NewTimer(func() { e.resendClose(cc) })
@@ -235,13 +250,17 @@ func (e *Endpoint) resendClose(cc *closedConn) {
 		return
 	}
 	cc.tries++
-	e.sendClose(cc.plane, cc.dst, cc.peerID, cc.reason, cc.detail)
+	e.sendClose(cc.plane, cc.dst, cc.peerID, cc.reason, cc.detail, cc.session)
 	cc.timer.Reset(e.clock.Now().Add(closeInterval))
 	e.flush()
 }
 
 // onClosedConn handles a packet for a quarantined id.
 func (e *Endpoint) onClosedConn(cc *closedConn, pkt *proto.Packet, plane int) {
+	if cc.session != nil && !pkt.Common.Protected() {
+		e.stats.Unprotected++ // its keys are still here, and only they speak for it
+		return
+	}
 	e.stats.Quarantined++
 	if pkt.Type() != proto.TypeClose {
 		return
@@ -251,5 +270,5 @@ func (e *Endpoint) onClosedConn(cc *closedConn, pkt *proto.Packet, plane int) {
 		cc.timer.Stop()
 		return
 	}
-	e.sendClose(plane, cc.dst, cc.peerID, proto.CloseClosed, 0)
+	e.sendClose(plane, cc.dst, cc.peerID, proto.CloseClosed, 0, cc.session)
 }

@@ -69,6 +69,14 @@ type EndpointStats struct {
 	Malformed   uint64 // handshake packets out of range, unexpected types
 	Refused     uint64 // CONNECTs refused because no one listens, the listener said no, or too many are accepting
 
+	// The authenticated mode (spec section 13). Packets that do not open
+	// count in Decode under proto.ErrAuthFailed, and protected packets for
+	// no connection with keys under proto.ErrProtected.
+	BadHandshakes uint64 // CONNECTs and ACCEPTs whose key exchange did not confirm, or that lacked it
+	Unprotected   uint64 // unprotected packets for a connection that takes only protected ones
+	Replays       uint64 // control packets opened before, or too old to tell (spec section 13.6)
+	PhaseSpent    uint64 // packets not sent: their key phase spent, the next not yet allowed (spec section 13.5)
+
 	// Address validation (spec section 8.1). At the acceptor:
 	RetriesSent   uint64 // RETRYs sent, one for each CONNECT without a valid token under pressure (Config.RetryAt)
 	BadTokens     uint64 // CONNECTs dropped, unanswered, for a token not made here for their source, id and port
