@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -155,13 +156,22 @@ func TestEngineSteadyStateAllocatesNothing(t *testing.T) {
 // engine and emulator together, allocates nothing per data packet in steady
 // state. It looks at stretches of a 256 MiB WRITE on 8 paths over 4 planes
 // with 1% loss, so that recovery is in the loop too. It runs with real
-// payloads and with placeholders, which use header buffers and padding.
+// payloads, with placeholders, which use header buffers and padding, and
+// in the authenticated mode, where every packet is sealed and opened.
 func TestTransferOverNetemAllocatesNothing(t *testing.T) {
-	for _, placeholders := range []bool{false, true} {
+	for _, c := range []struct {
+		placeholders, authed bool
+	}{{false, false}, {true, false}, {false, true}} {
+		placeholders := c.placeholders
 		fc := fourPlanes()
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
 		fc.MaxDatagram = 4160
-		n := newNet(t, fc, Config{Paths: 8, PlaceholderPayloads: placeholders})
+		cfg := Config{Paths: 8, PlaceholderPayloads: placeholders}
+		n := newNet(t, fc, cfg)
+		if c.authed {
+			ic, ac := credentialPair(t, auth.MethodPSK, 0)
+			n.withAuth(t, cfg, ic, ac)
+		}
 		pr := n.connect(0, 1)
 		const size = 256 << 20
 		src := pr.ha.region(t, size, 1, memreg.LocalWrite)
@@ -174,10 +184,13 @@ func TestTransferOverNetemAllocatesNothing(t *testing.T) {
 		allocs := testing.AllocsPerRun(50, func() { n.run(20*time.Microsecond, func() bool { return false }) })
 		moved := pr.a.SenderStats().Packets - before
 		if moved < 10000 || len(pr.ra.done) != 0 {
-			t.Fatalf("placeholders %v: moved %d packets (done %d): not a steady stretch", placeholders, moved, len(pr.ra.done))
+			t.Fatalf("%+v: moved %d packets (done %d): not a steady stretch", c, moved, len(pr.ra.done))
+		}
+		if c.authed && pr.a.session == nil {
+			t.Fatal("the authenticated case has no keys")
 		}
 		if allocs != 0 {
-			t.Fatalf("placeholders %v: %.2f allocations per 20 µs stretch (%d packets in all)", placeholders, allocs, moved)
+			t.Fatalf("%+v: %.2f allocations per 20 µs stretch (%d packets in all)", c, allocs, moved)
 		}
 	}
 }
