@@ -3,8 +3,10 @@ package auth
 import (
 	"bytes"
 	"crypto/ecdh"
+	"encoding/hex"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -397,5 +399,27 @@ func TestSealOpenAllocateNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations a packet", allocs)
+	}
+}
+
+// Keys as text: hexadecimal and base64 read back the same 32 bytes, and
+// anything else is refused.
+func TestKeysAsText(t *testing.T) {
+	k := staticKey(t, 9)
+	b := k.Bytes()
+	for _, text := range []string{FormatKey(b), FormatKey(b) + "\n", " " + hex.EncodeToString(b)} {
+		got, err := ParsePrivateKey(text)
+		if err != nil || !bytes.Equal(got.Bytes(), b) {
+			t.Errorf("%q: %v", text, err)
+		}
+	}
+	pub, err := ParsePublicKey(FormatKey(k.PublicKey().Bytes()))
+	if err != nil || !pub.Equal(k.PublicKey()) {
+		t.Errorf("public key: %v", err)
+	}
+	for _, bad := range []string{"", "abc", hex.EncodeToString(b)[:62], strings.Repeat("z", 64), FormatKey(b[:31]), strings.Repeat("!", 44)} {
+		if _, err := ParseKey(bad); err == nil {
+			t.Errorf("%q read as a key", bad)
+		}
 	}
 }

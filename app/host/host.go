@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/link"
@@ -67,6 +69,10 @@ type Options struct {
 	// the capture. The capture is nearest the sockets, so that it records
 	// what went on the wire.
 	Wrappers []software.Wrapper
+	// Auth, when set, runs the host's connections in the authenticated
+	// mode, and KeyLog receives their secrets (software.UDPOptions).
+	Auth   *auth.Credentials
+	KeyLog io.Writer
 }
 
 // Host is an open endpoint with its capture and metrics server.
@@ -142,7 +148,7 @@ func bind(planes []netip.Addr, o Options, wrappers []software.Wrapper) (*softwar
 			port = uint16(20000 + rand.IntN(40000-o.SourcePorts))
 		}
 		uo := software.UDPOptions{Planes: planes, Port: port, Paths: o.Paths, Streams: Streams, MaxPacket: o.MaxPacket,
-			InboundCapacity: o.InboundCapacity, NoProgress: o.NoProgress, Baseline: o.Baseline}
+			InboundCapacity: o.InboundCapacity, NoProgress: o.NoProgress, Baseline: o.Baseline, Auth: o.Auth, KeyLog: o.KeyLog}
 		for i := 1; i <= o.SourcePorts; i++ {
 			uo.SourcePorts = append(uo.SourcePorts, port+uint16(i))
 		}

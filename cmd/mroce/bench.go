@@ -82,6 +82,7 @@ func benchAction(c *cli.Context) error {
 		if len(planes) == 0 {
 			return usagef(c, "bench: --listen: no address")
 		}
+		warnOpen(c.App.ErrWriter, planes, o.auth)
 		return runBenchServer(c.Context, c.App.Writer, test, planes, o)
 	}
 	req := perftest.Request{Test: test, Sizes: []int{c.Int("size")}, Iters: c.Int("iters"), Depth: c.Int("tx-depth")}

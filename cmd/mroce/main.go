@@ -76,7 +76,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		ErrWriter:      stderr,
 		ExitErrHandler: func(*cli.Context, error) {}, // run maps errors to exit codes
 		OnUsageError:   onUsageError,
-		Commands:       []*cli.Command{demoCommand(), sendCommand(), recvCommand(), benchCommand(), simCommand(), benchNetCommand(), netemCommand(), conformanceCommand(), decodeCommand(), versionCommand(), goldenPcapCommand(), wiresharkCommand()},
+		Commands:       []*cli.Command{demoCommand(), sendCommand(), recvCommand(), benchCommand(), simCommand(), benchNetCommand(), netemCommand(), conformanceCommand(), decodeCommand(), keygenCommand(), versionCommand(), goldenPcapCommand(), wiresharkCommand()},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return &usageError{msg: fmt.Sprintf("unknown command %q", c.Args().First())}

@@ -27,7 +27,7 @@ import (
 // transferFlags are the settings send and recv share, each with an
 // environment variable.
 func transferFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.UintFlag{Name: "port", Value: 4797, EnvVars: []string{"MROCE_PORT"}, Usage: "the receiver's UDP port"},
 		&cli.IntFlag{Name: "paths", Value: 8, EnvVars: []string{"MROCE_PATHS"}, Usage: "paths of the connection, 1 to 256"},
 		&cli.IntFlag{Name: "source-ports", Value: 16, EnvVars: []string{"MROCE_SOURCE_PORTS"}, Usage: "UDP source ports in the pool (a path moves to a fresh one when it fails), 1 to 1024"},
@@ -42,7 +42,7 @@ func transferFlags() []cli.Flag {
 		&cli.StringFlag{Name: "pcap", EnvVars: []string{"MROCE_PCAP"}, Usage: "write every packet sent and received to this pcap file (for Wireshark or mroce decode)"},
 		&cli.StringFlag{Name: "cpuprofile", EnvVars: []string{"MROCE_CPUPROFILE"}, Usage: "write a CPU profile of this side to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"MROCE_LOG_LEVEL"}, Usage: "log to standard error from this level: debug, info (path events), warn, error"},
-	}
+	}, authFlags()...)
 }
 
 // transferOptions are the checked settings.
@@ -56,6 +56,7 @@ type transferOptions struct {
 	metrics              string // address to serve /metrics at, or ""
 	pcap                 string // file to capture to, or ""
 	log                  *slog.Logger
+	auth                 authOptions
 }
 
 func parseTransferOptions(c *cli.Context) (transferOptions, error) {
@@ -84,8 +85,12 @@ func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 		return o, usagef(c, "%s: --inbound-gbps must not be negative", name)
 	case o.interval < 0 || o.noProgress <= 0:
 		return o, usagef(c, "%s: --interval must not be negative, --timeout must be positive", name)
+	case o.baseline && (c.String("psk-file") != "" || c.String("key-file") != ""):
+		return o, usagef(c, "%s: --baseline cannot be authenticated: it resends under the same PSN, which would repeat a nonce (docs/spec.md section 13.3)", name)
 	}
-	return o, nil
+	var err error
+	o.auth, err = parseAuthOptions(c)
+	return o, err
 }
 
 // defined reports whether the running command has the flag name.
@@ -110,7 +115,7 @@ func (o *transferOptions) fill() {
 func (o transferOptions) hostOptions(port uint16) host.Options {
 	return host.Options{Port: port, Paths: o.paths, SourcePorts: o.sourcePorts, MaxPacket: o.mtu,
 		InboundCapacity: o.inbound, Baseline: o.baseline, NoProgress: o.noProgress,
-		Pcap: o.pcap, Metrics: o.metrics, Log: o.log}
+		Pcap: o.pcap, Metrics: o.metrics, Log: o.log, Auth: o.auth.cred, KeyLog: o.auth.keyLog}
 }
 
 // maxPlanes is how many planes, or NIC ports, the tool takes. It is as
@@ -166,6 +171,7 @@ func recvCommand() *cli.Command {
 			if len(planes) == 0 {
 				return usagef(c, "recv: --listen: no address")
 			}
+			warnOpen(c.App.ErrWriter, planes, o.auth)
 			out := outputOptions{overwrite: c.Bool("overwrite"), keepPartial: c.Bool("keep-partial")}
 			return transferCommand(c, func(ctx context.Context) error {
 				return runRecv(ctx, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), out, o)

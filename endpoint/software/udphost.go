@@ -3,9 +3,11 @@ package software
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
@@ -59,6 +61,11 @@ type UDPOptions struct {
 	Baseline bool
 	// Tap, when set, sees the host's datagrams.
 	Tap Tap
+	// Auth, when set, runs every connection of the host in the
+	// authenticated mode with these credentials (docs/spec.md section 13),
+	// and KeyLog, when set, receives their secrets (engine.Config.KeyLog).
+	Auth   *auth.Credentials
+	KeyLog io.Writer
 }
 
 // EngineConfig is the engine configuration the options make, for a caller
@@ -66,7 +73,7 @@ type UDPOptions struct {
 func (o UDPOptions) EngineConfig() engine.Config {
 	cfg := engine.Config{Planes: o.Planes, Port: o.Port, SourcePorts: o.SourcePorts, Paths: o.Paths, Streams: o.Streams,
 		MaxPacket: o.MaxPacket, InboundCapacity: o.InboundCapacity, NoProgress: o.NoProgress,
-		ConnectTimeout: o.ConnectTimeout}
+		ConnectTimeout: o.ConnectTimeout, Auth: o.Auth, KeyLog: o.KeyLog}
 	if o.Baseline {
 		cfg.Mode = proto.ModeBaseline
 	}
