@@ -109,14 +109,21 @@ func (k *Keys) Seal(pkt []byte) {
 
 // Open checks a protected packet's tag and decrypts it in place. On
 // failure the packet's bytes are unspecified and it must be dropped.
-func (k *Keys) Open(pkt []byte) error {
-	if len(pkt) < proto.MinProtectedLen {
+func (k *Keys) Open(pkt []byte) error { return k.OpenTo(pkt, pkt) }
+
+// OpenTo checks a protected packet's tag and writes the packet opened to
+// dst, which is pkt itself or as long and apart from it: the common header
+// copied, the rest decrypted, the tag's bytes left as they were. On
+// failure dst's bytes are unspecified.
+func (k *Keys) OpenTo(dst, pkt []byte) error {
+	if len(pkt) < proto.MinProtectedLen || len(dst) < len(pkt) {
 		return proto.ErrTruncated
 	}
 	h := proto.CommonHeader(pkt[:proto.CommonHeaderLen])
 	sealed := pkt[proto.CommonHeaderLen:]
-	if _, err := k.aead.Open(sealed[:0], k.nonceFor(h), sealed, h); err != nil {
+	if _, err := k.aead.Open(dst[proto.CommonHeaderLen:proto.CommonHeaderLen], k.nonceFor(h), sealed, h); err != nil {
 		return proto.ErrAuthFailed
 	}
+	copy(dst, h)
 	return nil
 }

@@ -111,7 +111,10 @@ func (s *Session) Seal(pkt []byte, now clock.Time) error {
 // returns proto.ErrAuthFailed for a packet that does not open, its phase
 // out of reach included, and ErrReplay for a control packet that opened
 // before. A packet of the next phase moves this side to it.
-func (s *Session) Open(pkt []byte, now clock.Time) error {
+func (s *Session) Open(pkt []byte, now clock.Time) error { return s.OpenTo(pkt, pkt, now) }
+
+// OpenTo is Open with the packet opened into dst, as Keys.OpenTo does.
+func (s *Session) OpenTo(dst, pkt []byte, now clock.Time) error {
 	if len(pkt) < proto.MinProtectedLen {
 		return proto.ErrTruncated
 	}
@@ -121,9 +124,10 @@ func (s *Session) Open(pkt []byte, now clock.Time) error {
 	if ahead == 2 || k == nil {
 		return proto.ErrAuthFailed
 	}
-	if err := k.Open(pkt); err != nil {
+	if err := k.OpenTo(dst, pkt); err != nil {
 		return err
 	}
+	h = proto.CommonHeader(dst[:proto.CommonHeaderLen])
 	if !h.Type().IsData() && !s.fresh(h.PSN()) {
 		return ErrReplay
 	}

@@ -72,8 +72,7 @@ func (e *Endpoint) open(pkt *proto.Packet, d *link.Datagram, at clock.Time) erro
 		e.opened = make([]byte, len(b), max(len(b), e.cfg.MaxPacket))
 	}
 	out := e.opened[:len(b)]
-	copy(out, b)
-	if err := s.Open(out, at); err != nil {
+	if err := s.OpenTo(out, b, at); err != nil {
 		if errors.Is(err, auth.ErrReplay) {
 			e.stats.Replays++
 			return errCounted
