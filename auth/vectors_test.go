@@ -209,3 +209,27 @@ func TestVectorsAreTheScriptsOutput(t *testing.T) {
 		t.Fatal("testdata/auth/vectors.txt is not what vectors.py prints: run python3 testdata/auth/vectors.py > testdata/auth/vectors.txt")
 	}
 }
+
+// The golden CONNECT and ACCEPT of the authenticated mode carry the
+// vectors' handshake headers and key exchange, so a decoder that reads
+// them reads what the schedule was computed from.
+func TestGoldenHandshakePacketsAreTheVectors(t *testing.T) {
+	v := vectors(t)
+	for _, c := range []struct {
+		name, hs, exchange string
+	}{{"16-connect-auth", "input.connect-handshake", "psk.aes128gcm.hello"}, {"17-accept-auth", "input.accept-handshake", "psk.aes128gcm.accept"}} {
+		var p proto.Packet
+		if err := p.Decode(goldenPacket(t, c.name)); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var exchange []byte
+		if h, ok := p.AuthHello(); ok {
+			exchange = h
+		} else if a, ok := p.AuthAccept(); ok {
+			exchange = a
+		}
+		if !bytes.Equal(p.Handshake(), v[c.hs]) || !bytes.Equal(exchange, v[c.exchange]) {
+			t.Errorf("%s: header %x, key exchange %x; not the vectors'", c.name, []byte(p.Handshake()), exchange)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -29,9 +30,12 @@ func Summary(p *proto.Packet) string {
 	if p.Type().IsData() {
 		class = "data"
 	}
-	total := len(p.Bytes())
-	return fmt.Sprintf("%v (%s), %d bytes = header %d + payload %d + trailer %d",
-		p.Type(), class, total, total-len(p.Payload)-proto.TrailerLen, len(p.Payload), proto.TrailerLen)
+	total, trailer, what := len(p.Bytes()), proto.TrailerLen, "trailer"
+	if p.Common.Protected() {
+		trailer, what = proto.TagLen, "tag"
+	}
+	return fmt.Sprintf("%v (%s), %d bytes = header %d + payload %d + %s %d",
+		p.Type(), class, total, total-len(p.Payload)-trailer, len(p.Payload), what, trailer)
 }
 
 // Fields writes every part of p, one line per field, the payload before the
@@ -41,9 +45,9 @@ func Summary(p *proto.Packet) string {
 func Fields(w io.Writer, p *proto.Packet, crcChecked bool) {
 	off := 0
 	for _, s := range p.Sections() {
-		if s.Layout.Name == "Trailer" {
+		if s.Layout.Name == "Trailer" || s.Layout.Name == "Tag" {
 			printPayload(w, p, off)
-			off = len(p.Bytes()) - proto.TrailerLen
+			off = len(p.Bytes()) - len(s.Bytes)
 		}
 		title := s.Layout.Name
 		if s.Layout.Name == "AckRecord" {
@@ -154,9 +158,18 @@ func bitvectorSummary(r proto.AckRecord) string {
 		missing, proto.BitvectorBits, high, strings.Join(parts, ", "))
 }
 
-// printPayload prints the payload's length and its first bytes.
+// printPayload prints the payload's length and its first bytes: what
+// follows the key exchange of a CONNECT or ACCEPT with AUTH, which Fields
+// prints as a part.
 func printPayload(w io.Writer, p *proto.Packet, off int) {
-	n := len(p.Payload)
+	payload := p.Payload
+	if h, ok := p.AuthHello(); ok {
+		payload = payload[len(h):]
+	}
+	if _, ok := p.AuthAccept(); ok {
+		payload = nil
+	}
+	n := len(payload)
 	if n == 0 {
 		fmt.Fprintln(w, "  Payload: none")
 		return
@@ -170,7 +183,7 @@ func printPayload(w io.Writer, p *proto.Packet, off int) {
 		what = ": the token of a RETRY, returned unchanged (spec section 8.1)"
 	}
 	fmt.Fprintf(w, "  Payload, bytes %d-%d: %d bytes%s\n", off, off+n-1, n, what)
-	shown := p.Payload[:min(n, payloadShown)]
+	shown := payload[:min(n, payloadShown)]
 	more := ""
 	if n > payloadShown {
 		more = fmt.Sprintf(" ... (first %d of %d bytes)", payloadShown, n)
@@ -214,6 +227,20 @@ func fieldMeaning(p *proto.Packet, s proto.Section, f proto.FieldLayout, v uint6
 		return fmt.Sprintf("%d words = %d bytes", v, v*4)
 	case "Epoch":
 		return fmt.Sprintf("path epoch %d (mod 4)", v)
+	case "Protected":
+		if v == 1 {
+			return "protected: encrypted after this header, a tag ends it (spec section 13.4)"
+		}
+		return "not protected: a CRC32C ends it"
+	case "KeyPhase":
+		if p.Common.Protected() {
+			return fmt.Sprintf("key phase %d (mod 4, spec section 13.5)", v)
+		}
+		return ""
+	case "Suite":
+		return auth.Suite(v).String()
+	case "Method":
+		return auth.Method(v).String()
 	case "Backlog":
 		if v == 0xFFFFFFFF {
 			return fmt.Sprintf("saturated: %d bytes or more unsent", proto.DecodeBacklog(uint32(v)))

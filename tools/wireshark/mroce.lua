@@ -168,7 +168,7 @@ local TYPES = {
   [0x25] = {name = "RETRY", parts = {"RetryHeader"}},
 }
 
-local COMMON_LEN, TRAILER_LEN, DEFAULT_PORT = 28, 4, 4797
+local COMMON_LEN, TRAILER_LEN, TAG_LEN, DEFAULT_PORT = 28, 4, 16, 4797
 
 local p_mroce = Proto("mroce", "mroce transport")
 
@@ -203,11 +203,19 @@ for _, part in ipairs(PART_ORDER) do
   end
 end
 local f_payload = ProtoField.bytes("mroce.payload", "Payload")
+local f_encrypted = ProtoField.bytes("mroce.encrypted", "Encrypted: type extensions and payload")
 table.insert(all, f_payload)
+table.insert(all, f_encrypted)
 p_mroce.fields = all
 
 local e_short = ProtoExpert.new("mroce.short", "shorter than its header says", expert.group.MALFORMED, expert.severity.ERROR)
-p_mroce.experts = {e_short}
+local e_protected = ProtoExpert.new("mroce.protected", "protected (docs/spec.md section 13.4): only the common header is in the clear", expert.group.SECURITY, expert.severity.NOTE)
+p_mroce.experts = {e_short, e_protected}
+
+-- bit_set reports whether the bit of value mask is set in v.
+local function bit_set(v, mask)
+  return math.floor(v / mask) % 2 == 1
+end
 
 -- add_part adds part name at offset off of tvb under tree and returns the
 -- offset after it, or nil when the packet ends first.
@@ -238,6 +246,19 @@ function p_mroce.dissector(tvb, pinfo, tree)
   pinfo.cols.info = t and t.name or string.format("UNKNOWN(0x%02x)", typ)
   local root = tree:add(p_mroce, tvb(), "mroce, " .. (t and t.name or "unknown type"))
   local off = add_part(root, tvb, "CommonHeader", 0)
+  if bit_set(tvb(0, 1):uint(), 0x08) then -- Protected: the rest is encrypted, a tag ends it
+    pinfo.cols.info = tostring(pinfo.cols.info) .. " [protected]"
+    root:add_proto_expert_info(e_protected)
+    if tvb:len() < COMMON_LEN + TAG_LEN then
+      root:add_proto_expert_info(e_short)
+      return tvb:len()
+    end
+    if tvb:len() > COMMON_LEN + TAG_LEN then
+      root:add(f_encrypted, tvb(COMMON_LEN, tvb:len() - COMMON_LEN - TAG_LEN))
+    end
+    add_part(root, tvb, "Tag", tvb:len() - TAG_LEN)
+    return tvb:len()
+  end
   if t then
     for _, name in ipairs(t.parts) do
       local start = off
@@ -250,13 +271,18 @@ function p_mroce.dissector(tvb, pinfo, tree)
       end
     end
   end
+  -- A CONNECT or ACCEPT with AUTH in its Capabilities carries its key
+  -- exchange first in its payload (docs/spec.md section 13.3).
+  if off and (typ == 0x20 or typ == 0x21) and bit_set(tvb(COMMON_LEN + 28, 4):uint(), 2) then
+    off = add_part(root, tvb, typ == 0x20 and "AuthHello" or "AuthAccept", off)
+  end
   if not off then
     root:add_proto_expert_info(e_short)
     return tvb:len()
   end
-  local hdrlen = tvb(4, 1):uint() * 4 -- HdrLen, in 4-byte words
+  local hdrlen = math.max(tvb(4, 1):uint() * 4, off) -- HdrLen, in 4-byte words; a key exchange after it
   local payload = tvb:len() - TRAILER_LEN - hdrlen
-  if payload > 0 and hdrlen >= off then
+  if payload > 0 then
     root:add(f_payload, tvb(hdrlen, payload))
   end
   add_part(root, tvb, "Trailer", tvb:len() - TRAILER_LEN)
