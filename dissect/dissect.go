@@ -288,8 +288,11 @@ func fieldMeaning(p *proto.Packet, s proto.Section, f proto.FieldLayout, v uint6
 	case "Capabilities":
 		c := proto.Capabilities(v)
 		m := c.String()
-		if c&^(proto.CapAtomics|proto.CapAuth) != 0 {
+		if c&^(proto.CapAtomics|proto.CapAuth|proto.CapCredits|proto.CapRecut) != 0 {
 			m += " [!] reserved capability bits set: must be sent as 0, ignored"
+		}
+		if c&proto.CapAtomics != 0 {
+			m += " [!] ATOMICS: its types are not defined in version 0, so it is never set"
 		}
 		return m
 	case "MaxPacket", "MsgLen", "MsgOffset", "RemoteOffset":
@@ -497,4 +500,43 @@ func payloadError(b []byte, typ proto.Type) string {
 	}
 	return fmt.Sprintf("payload not allowed: MsgOffset %d + payload %d bytes = %d, beyond MsgLen %d",
 		off, payload, off+uint64(payload), length)
+}
+
+// Sealed writes what can be read of a protected packet without its keys:
+// the common header, field by field, then how many bytes are encrypted
+// and the tag (spec section 13.4).
+func Sealed(w io.Writer, b []byte) {
+	if len(b) < proto.MinProtectedLen {
+		fmt.Fprintf(w, "  truncated: %d bytes, a protected packet is at least %d\n", len(b), proto.MinProtectedLen)
+		return
+	}
+	common, _ := proto.LayoutOf("CommonHeader")
+	var p proto.Packet // for the meanings, which read the type and flags
+	p.Common = proto.CommonHeader(b[:proto.CommonHeaderLen])
+	s := proto.Section{Layout: common, Bytes: b[:proto.CommonHeaderLen]}
+	fmt.Fprintf(w, "  CommonHeader, bytes 0-%d\n", proto.CommonHeaderLen-1)
+	for _, f := range common.Fields {
+		v := f.Uint(s.Bytes)
+		if f.Reserved() {
+			if v != 0 {
+				printField(w, f.Name, fmt.Sprint(v), hexValue(v, f.Width), "[!] nonzero reserved field")
+			}
+			continue
+		}
+		meaning := ""
+		switch f.Name {
+		case "PSN":
+			if !p.Type().IsData() {
+				meaning = "control sequence number (spec section 13.4)"
+			}
+		case "Version", "Type", "Flags", "HdrLen", "Epoch", "Protected", "KeyPhase", "Timestamp", "Backlog":
+			meaning = fieldMeaning(&p, s, f, v, false)
+		}
+		printField(w, f.Name, fmt.Sprint(v), hexValue(v, f.Width), meaning)
+	}
+	n := len(b) - proto.CommonHeaderLen - proto.TagLen
+	if n > 0 {
+		fmt.Fprintf(w, "  Encrypted, bytes %d-%d: %d bytes of type extensions and payload\n", proto.CommonHeaderLen, proto.CommonHeaderLen+n-1, n)
+	}
+	fmt.Fprintf(w, "  Tag, bytes %d-%d\n    %s\n", len(b)-proto.TagLen, len(b)-1, spacedHex(b[len(b)-proto.TagLen:]))
 }

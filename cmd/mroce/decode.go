@@ -30,11 +30,18 @@ func decodeCommand() *cli.Command {
 			"the UDP payloads to or from --port in a pcap or pcapng capture.\n\n" +
 			"Every packet is checked as a receiver checks it (docs/spec.md section 9, steps\n" +
 			"1-6). A malformed packet is reported on standard error with the check it failed,\n" +
-			"and decoding goes on with the next; the exit status is then 1.",
+			"and decoding goes on with the next; the exit status is then 1.\n\n" +
+			"A protected packet (the authenticated mode, section 13) shows its clear common\n" +
+			"header and how much is encrypted, unless --key-log names the key log its sender\n" +
+			"or receiver wrote (--key-log of send, recv and bench): then it is opened and\n" +
+			"printed whole. One that does not open under the log's keys is malformed.\n\n" +
+			"Example:\n" +
+			"   mroce decode --pcap transfer.pcap --key-log keys.log",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "pcap", Usage: "read the packets from the pcap or pcapng `FILE`", TakesFile: true},
 			&cli.UintFlag{Name: "port", Value: proto.DefaultPort, Usage: "with --pcap, the UDP `PORT` (source or destination) of mroce packets"},
 			&cli.BoolFlag{Name: "no-crc", Usage: "do not check the CRC32C trailer (for hand-crafted packets)"},
+			&cli.StringFlag{Name: "key-log", Usage: "open protected packets with the secrets in this key log (MROCE_SECRET lines, docs/spec.md section 13.7)", TakesFile: true},
 		},
 		Action: runDecode,
 	}
@@ -45,6 +52,7 @@ type decoder struct {
 	out       *bufio.Writer
 	errOut    io.Writer
 	noCRC     bool
+	keys      *keyLog // nil without --key-log
 	packets   int
 	malformed int
 	printed   bool // whether a packet was printed yet
@@ -64,6 +72,17 @@ func runDecode(c *cli.Context) error {
 	}
 	d := &decoder{out: bufio.NewWriter(c.App.Writer), errOut: c.App.ErrWriter, noCRC: c.Bool("no-crc")}
 	defer d.out.Flush()
+	if path := c.String("key-log"); path != "" {
+		text, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return usagef(c, "--key-log: %v", err)
+		} else if err != nil {
+			return err
+		}
+		if d.keys, err = parseKeyLog(string(text)); err != nil {
+			return usagef(c, "--key-log %s: %v", path, err)
+		}
+	}
 
 	switch {
 	case pcapFile != "":
@@ -181,9 +200,25 @@ func (d *decoder) decodePacket(label, where string, b []byte, dg *pcapio.Datagra
 	d.packets++
 	var p proto.Packet
 	var err error
-	if d.noCRC {
+	opened := ""
+	switch {
+	case len(b) >= proto.MinPacketLen && proto.CommonHeader(b).Protected() && d.keys != nil:
+		var out []byte
+		var phase uint64
+		if out, phase, err = d.keys.open(b); err == nil {
+			err = p.DecodeOpened(out)
+			opened = fmt.Sprintf("  Opened with the key log: phase %d of connection %08x's secret\n", phase, proto.CommonHeader(b).DstConnID())
+		}
+	case len(b) >= proto.MinPacketLen && proto.CommonHeader(b).Protected():
+		d.printed = true
+		fmt.Fprintf(d.out, "%s: %v, protected, %d bytes (no --key-log to open it)\n", label, proto.Type(b[1]), len(b))
+		d.printWhere(where, dg)
+		dissect.Sealed(d.out, b)
+		fmt.Fprintln(d.out)
+		return
+	case d.noCRC:
 		err = p.DecodeNoCRC(b)
-	} else {
+	default:
 		err = p.Decode(b)
 	}
 	if err != nil {
@@ -201,6 +236,15 @@ func (d *decoder) decodePacket(label, where string, b []byte, dg *pcapio.Datagra
 	}
 	d.printed = true
 	fmt.Fprintf(d.out, "%s: %s\n", label, dissect.Summary(&p))
+	d.printWhere(where, dg)
+	fmt.Fprint(d.out, opened)
+	dissect.Fields(d.out, &p, !d.noCRC)
+	fmt.Fprintln(d.out)
+}
+
+// printWhere prints where a packet came from: a line of the input or a
+// frame of a capture.
+func (d *decoder) printWhere(where string, dg *pcapio.Datagram) {
 	if where != "" {
 		fmt.Fprintf(d.out, "  Input: %s\n", where)
 	}
@@ -212,8 +256,6 @@ func (d *decoder) decodePacket(label, where string, b []byte, dg *pcapio.Datagra
 		fmt.Fprintf(d.out, "  Capture: %s, %s, DSCP %s, ECN %v\n",
 			dg.Time.UTC().Format("2006-01-02T15:04:05.000000000Z"), addrs(dg), dscp, dg.ECN)
 	}
-	dissect.Fields(d.out, &p, !d.noCRC)
-	fmt.Fprintln(d.out)
 }
 
 // fail reports a malformed packet on standard error, after what was printed
