@@ -1,15 +1,18 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
@@ -200,5 +203,32 @@ func TestRecutCaseWithoutRecutIsUnsupported(t *testing.T) {
 		if r.Result != want {
 			t.Errorf("%s: %s (%s), want %s", r.Case, r.Result, r.Details, want)
 		}
+	}
+}
+
+// mroce in the authenticated mode passes every packet-level case with the
+// prober in the mode too, the auth- cases among them. Without its
+// credentials those cases are unsupported, and against a responder that is
+// not in the mode the prober's handshake fails.
+func TestMrocePassesEveryCaseAuthenticated(t *testing.T) {
+	cred := &auth.Credentials{Method: auth.MethodPSK, PSK: bytes.Repeat([]byte{0x33}, auth.PSKLen)}
+	withAuth := func(c *engine.Config) { c.Auth = cred }
+	target := responder(t, "127.0.0.77", bugs.Set{}, withAuth)
+	target.Auth = cred
+	env := Env{Target: target, Local: netip.MustParseAddr("127.0.0.78")}
+	for _, r := range Run(env, append(slices.Clone(Cases), AuthCases...)) {
+		if r.Result != "pass" {
+			t.Errorf("%s (spec %s): %s", r.Case, r.Spec, r.Details)
+		}
+	}
+	plain := Env{Target: responder(t, "127.0.0.79", bugs.Set{}), Local: netip.MustParseAddr("127.0.0.80")}
+	for _, r := range Run(plain, AuthCases) {
+		if r.Result != "unsupported" {
+			t.Errorf("%s without credentials: %s (%s)", r.Case, r.Result, r.Details)
+		}
+	}
+	plain.Target.Auth = cred
+	if r := Run(plain, AuthCases[:1])[0]; r.Result != "fail" {
+		t.Errorf("auth-handshake against a responder without the mode: %s (%s)", r.Result, r.Details)
 	}
 }

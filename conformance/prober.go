@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -19,6 +20,11 @@ type Target struct {
 	RKey    uint64
 	Len     uint64 // the region's length
 	Streams int    // streams to ask for, of which the responder may grant fewer
+	// Auth, when set, are the credentials of a responder in the
+	// authenticated mode (docs/spec.md section 13). The prober then speaks
+	// the mode on every connection: its handshake carries the key
+	// exchange, and every packet after it is protected.
+	Auth *auth.Credentials
 }
 
 // Prober is one connection to the responder, driven packet by packet.
@@ -37,6 +43,10 @@ type Prober struct {
 	offer   proto.Capabilities // what the CONNECT offers
 	Window  uint32             // the DSN window we announce as a receiver
 	Timeout time.Duration
+	// The authenticated mode, when the target has credentials: the
+	// handshake's half of ours, and the keys it made.
+	initiation *auth.Initiation
+	session    *auth.Session
 }
 
 // Paths is how many paths the prober asks for.
@@ -57,11 +67,43 @@ func Dial(target Target, local netip.Addr, initialPSN uint32) (*Prober, error) {
 }
 
 // DialOffering is Dial with a CONNECT that offers the capabilities offer
-// (spec section 8.3). The ACCEPT says which the responder grants.
+// (spec section 8.3), and AUTH beside them when the target has
+// credentials. The ACCEPT says which the responder grants.
 func DialOffering(target Target, local netip.Addr, initialPSN uint32, offer proto.Capabilities) (*Prober, error) {
+	p, got, err := answer(target, local, initialPSN, offer)
+	if err != nil {
+		return nil, fmt.Errorf("conformance: no ACCEPT: %w", err)
+	}
+	c := p.conn
+	if got.Type() == proto.TypeClose {
+		c.Close()
+		return nil, fmt.Errorf("conformance: the responder refused with CLOSE %v (detail %d)", got.Close().Reason(), got.Close().Detail())
+	}
+	if err := p.finishAuth(got); err != nil {
+		c.Close()
+		return nil, err
+	}
+	p.accept = append(proto.HandshakeHeader(nil), got.Handshake()...)
+	p.peerID = p.accept.SrcConnID()
+	// The third message is an ACK with no records. It establishes the
+	// responder's side.
+	if err := p.SendAck(p.accept.InitialDSN()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// answer sends a CONNECT that offers offer, and AUTH with the target's
+// credentials when it has them, and returns the prober and the ACCEPT or
+// CLOSE that answers it, RETRYs taken. On an error the prober is closed.
+func answer(target Target, local netip.Addr, initialPSN uint32, offer proto.Capabilities) (*Prober, *proto.Packet, error) {
+	if target.Auth != nil {
+		offer |= proto.CapAuth
+	}
 	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)))
 	if err != nil {
-		return nil, fmt.Errorf("conformance: %w", err)
+		return nil, nil, fmt.Errorf("conformance: %w", err)
 	}
 	p := &Prober{conn: c, target: target, start: time.Now(), myID: random32() | 1, buf: make([]byte, 65536),
 		Window: 1024, Timeout: 2 * time.Second, dsn: random32(), offer: offer}
@@ -81,21 +123,9 @@ func DialOffering(target Target, local netip.Addr, initialPSN uint32, offer prot
 	}
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("conformance: no ACCEPT: %w", err)
+		return nil, nil, err
 	}
-	if got.Type() == proto.TypeClose {
-		c.Close()
-		return nil, fmt.Errorf("conformance: the responder refused with CLOSE %v (detail %d)", got.Close().Reason(), got.Close().Detail())
-	}
-	p.accept = append(proto.HandshakeHeader(nil), got.Handshake()...)
-	p.peerID = p.accept.SrcConnID()
-	// The third message is an ACK with no records. It establishes the
-	// responder's side.
-	if err := p.SendAck(p.accept.InitialDSN()); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return p, nil
+	return p, got, nil
 }
 
 // connect sends the CONNECT, with token as its payload unless it is nil,
@@ -103,15 +133,19 @@ func DialOffering(target Target, local netip.Addr, initialPSN uint32, offer prot
 func (p *Prober) connect(initialPSN uint32, token *[proto.TokenLen]byte) (*proto.Packet, error) {
 	var pkt proto.Packet
 	b := make([]byte, 256)
-	payload := 0
+	hello := 0
+	if p.target.Auth != nil {
+		hello = proto.AuthHelloLen
+	}
+	payload := hello
 	if token != nil {
-		payload = proto.TokenLen
+		payload += proto.TokenLen
 	}
 	if err := proto.Build(&pkt, b, proto.TypeConnect, 0, payload); err != nil {
 		return nil, err
 	}
 	if token != nil {
-		copy(pkt.Payload, token[:])
+		copy(pkt.Payload[hello:], token[:])
 	}
 	h := pkt.Handshake()
 	h.SetSrcConnID(p.myID)
@@ -127,12 +161,66 @@ func (p *Prober) connect(initialPSN uint32, token *[proto.TokenLen]byte) (*proto
 	h.SetInboundCapacity(proto.RateNoLimit)
 	h.SetCapabilities(p.offer)
 	pkt.Common.SetTimestamp(p.now())
+	if p.target.Auth != nil { // the key exchange binds the header, so it comes last (spec section 13.3)
+		if p.initiation == nil {
+			in, err := auth.Initiate(p.target.Auth, rand.Reader, h)
+			if err != nil {
+				return nil, err
+			}
+			p.initiation = in
+		}
+		copy(pkt.Payload, p.initiation.Hello())
+	}
 	if err := p.send(pkt.Seal()); err != nil {
 		return nil, err
 	}
 	return p.Expect(func(q *proto.Packet) bool {
 		return q.Type() == proto.TypeAccept || q.Type() == proto.TypeClose || q.Type() == proto.TypeRetry && q.Common.DstConnID() == p.myID
 	})
+}
+
+// finishAuth checks the ACCEPT's key exchange when the prober speaks the
+// authenticated mode, and makes its keys.
+func (p *Prober) finishAuth(accept *proto.Packet) error {
+	if p.initiation == nil {
+		return nil
+	}
+	acc, ok := accept.AuthAccept()
+	if !ok {
+		return errors.New("conformance: the ACCEPT has no AuthAccept, so the responder is not in the authenticated mode")
+	}
+	secrets, err := p.initiation.Finish(accept.Handshake(), acc)
+	if err != nil {
+		return fmt.Errorf("conformance: the ACCEPT's key exchange does not confirm (spec section 13.3): %w", err)
+	}
+	s, err := auth.NewSession(secrets, 100*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	p.session = s
+	return nil
+}
+
+// Authenticated reports whether the prober speaks the authenticated mode
+// on its connection.
+func (p *Prober) Authenticated() bool { return p.session != nil }
+
+// build lays out a packet the prober sends on its connection: protected
+// once it has keys.
+func (p *Prober) build(pkt *proto.Packet, t proto.Type, records, payload int) error {
+	if p.session != nil {
+		return proto.BuildProtected(pkt, p.buf, t, records, payload)
+	}
+	return proto.Build(pkt, p.buf, t, records, payload)
+}
+
+// seal finishes a packet laid out by build: sealed by the keys, or with
+// its CRC.
+func (p *Prober) seal(pkt *proto.Packet) ([]byte, error) {
+	if p.session != nil {
+		return pkt.Bytes(), p.session.Seal(pkt.Bytes(), 0)
+	}
+	return pkt.Seal(), nil
 }
 
 // Close closes the prober's socket. The responder is not told, and its
@@ -155,14 +243,18 @@ func (p *Prober) send(b []byte) error {
 // SendAck sends an ACK with no records.
 func (p *Prober) SendAck(cumDSN uint32) error {
 	var pkt proto.Packet
-	if err := proto.Build(&pkt, p.buf, proto.TypeAck, 0, 0); err != nil {
+	if err := p.build(&pkt, proto.TypeAck, 0, 0); err != nil {
 		return err
 	}
 	pkt.Common.SetDstConnID(p.peerID)
 	pkt.Common.SetTimestamp(p.now())
 	pkt.Ack().SetCumDSN(cumDSN)
 	pkt.Ack().SetRateHint(proto.RateNoLimit)
-	return p.send(pkt.Seal())
+	b, err := p.seal(&pkt)
+	if err != nil {
+		return err
+	}
+	return p.send(b)
 }
 
 // Write describes one crafted WRITE packet. Zero fields take the prober's
@@ -184,7 +276,8 @@ type Write struct {
 	Payload       []byte
 	Flags         proto.Flags
 	Version       uint8
-	CorruptCRC    bool
+	CorruptCRC    bool // the trailer's last byte changed: the CRC, or a protected packet's tag
+	Clear         bool // sent unprotected, with a CRC, on a connection in the authenticated mode
 }
 
 // Sent is what a crafted packet carried.
@@ -196,7 +289,13 @@ type Sent struct {
 // SendWrite sends a crafted WRITE and returns its path, PSN and DSN.
 func (p *Prober) SendWrite(w Write) (Sent, error) {
 	var pkt proto.Packet
-	if err := proto.Build(&pkt, p.buf, proto.TypeWrite, 0, len(w.Payload)); err != nil {
+	build := p.build
+	if w.Clear {
+		build = func(pkt *proto.Packet, t proto.Type, records, payload int) error {
+			return proto.Build(pkt, p.buf, t, records, payload)
+		}
+	}
+	if err := build(&pkt, proto.TypeWrite, 0, len(w.Payload)); err != nil {
 		return Sent{}, err
 	}
 	copy(pkt.Payload, w.Payload)
@@ -237,10 +336,13 @@ func (p *Prober) SendWrite(w Write) (Sent, error) {
 	wh.SetMsgOffset(w.MsgOffset)
 	wh.SetStream(w.Stream)
 	wh.SetMSN(w.MSN)
-	b := pkt.Seal()
-	if w.Version != 0 {
-		pkt.Common.SetVersion(w.Version)
+	pkt.Common.SetVersion(w.Version)
+	var b []byte
+	var err error
+	if w.Clear {
 		b = pkt.Seal()
+	} else if b, err = p.seal(&pkt); err != nil {
+		return s, err
 	}
 	if w.CorruptCRC {
 		b[len(b)-1] ^= 0xFF
@@ -282,7 +384,12 @@ func (p *Prober) ExpectWithin(d time.Duration, want func(*proto.Packet) bool) (*
 		}
 		b := append([]byte(nil), p.buf[:n]...)
 		var pkt proto.Packet
-		if pkt.Decode(b) != nil {
+		switch {
+		case len(b) >= proto.MinPacketLen && proto.CommonHeader(b).Protected():
+			if p.session == nil || p.session.Open(b, 0) != nil || pkt.DecodeOpened(b) != nil {
+				continue
+			}
+		case pkt.Decode(b) != nil:
 			continue
 		}
 		if pkt.Type() != proto.TypeConnect && pkt.Type() != proto.TypeAccept && pkt.Type() != proto.TypeClose && pkt.Common.DstConnID() != p.myID {

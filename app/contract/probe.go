@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/app/host"
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/endpoint"
 )
@@ -17,8 +18,10 @@ import (
 // ProbeTarget opens this mroce on addr as the responder that the
 // packet-level prober checks in conformance self. It listens and grants
 // remote write on a 1 MiB region, which is what a probe target must offer.
-func ProbeTarget(addr netip.Addr) (*host.Host, conformance.Target, error) {
-	h, err := host.Open([]netip.Addr{addr}, host.Options{Paths: 8, SourcePorts: 2, NoProgress: 10 * time.Second})
+// With a pre-shared key in cred it runs in the authenticated mode, and the
+// target it returns gives the prober the same key.
+func ProbeTarget(addr netip.Addr, cred *auth.Credentials) (*host.Host, conformance.Target, error) {
+	h, err := host.Open([]netip.Addr{addr}, host.Options{Paths: 8, SourcePorts: 2, NoProgress: 10 * time.Second, Auth: cred})
 	if err != nil {
 		return nil, conformance.Target{}, err
 	}
@@ -42,7 +45,7 @@ func ProbeTarget(addr netip.Addr) (*host.Host, conformance.Target, error) {
 		h.Close()
 		return nil, conformance.Target{}, err
 	}
-	return h, conformance.Target{Addr: netip.AddrPortFrom(addr, h.Remote().Port), RKey: mr.RKey(), Len: 1 << 20, Streams: host.Streams}, nil
+	return h, conformance.Target{Addr: netip.AddrPortFrom(addr, h.Remote().Port), RKey: mr.RKey(), Len: 1 << 20, Streams: host.Streams, Auth: cred}, nil
 }
 
 // acceptAll accepts every connection that comes to lis until the listener

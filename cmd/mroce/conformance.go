@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/mroce/mroce/app/contract"
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/conformance"
 )
 
@@ -67,6 +69,10 @@ func conformanceCommand() *cli.Command {
 					&cli.Uint64Flag{Name: "len", Required: true, Usage: "that region's length, bytes (at least 4096)"},
 					&cli.IntFlag{Name: "streams", Value: 2, Usage: "streams to ask for"},
 					&cli.StringFlag{Name: "name", Value: "the target", Usage: "the implementation's name, for the report"},
+					&cli.StringFlag{Name: "psk-file", Usage: "the responder is in the authenticated mode with the pre-shared key in this file: every case runs in the mode, and the auth- cases run"},
+					&cli.StringFlag{Name: "key-file", Usage: "the responder is in the authenticated mode with static keys: the prober's own X25519 private key, which the responder admits"},
+					&cli.StringSliceFlag{Name: "peer-key", Usage: "with --key-file: the responder's public key"},
+					&cli.StringFlag{Name: "suite", Value: "aes128gcm", Usage: "the cipher the prober asks for: aes128gcm or chacha20poly1305"},
 				}, out...),
 				Action: func(c *cli.Context) error {
 					addr, err := netip.ParseAddrPort(c.String("target"))
@@ -76,7 +82,11 @@ func conformanceCommand() *cli.Command {
 					if c.Uint64("len") < 4096 || c.Int("streams") < 1 || c.Int("streams") > 65535 {
 						return usagef(c, "conformance probe: --len must be at least 4096, --streams 1 to 65535")
 					}
-					t := conformance.Target{Addr: addr, RKey: c.Uint64("rkey"), Len: c.Uint64("len"), Streams: c.Int("streams")}
+					a, err := parseAuthOptions(c)
+					if err != nil {
+						return err
+					}
+					t := conformance.Target{Addr: addr, RKey: c.Uint64("rkey"), Len: c.Uint64("len"), Streams: c.Int("streams"), Auth: a.cred}
 					return runConformance(c, c.String("name"), t)
 				},
 			},
@@ -96,13 +106,22 @@ func conformanceCommand() *cli.Command {
 				Usage: "run this mroce as the responder, in this process, and probe it",
 				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "listen", Value: "127.0.0.1", Usage: "the responder's address"},
+					&cli.BoolFlag{Name: "auth", Usage: "run the responder in the authenticated mode with a fresh pre-shared key, and every case in the mode"},
 				}, out...),
 				Action: func(c *cli.Context) error {
 					a, err := netip.ParseAddr(c.String("listen"))
 					if err != nil {
 						return usagef(c, "conformance self: --listen %q: want an address", c.String("listen"))
 					}
-					h, t, err := contract.ProbeTarget(a)
+					var cred *auth.Credentials
+					if c.Bool("auth") {
+						psk := make([]byte, auth.PSKLen)
+						if _, err := rand.Read(psk); err != nil {
+							return err
+						}
+						cred = &auth.Credentials{Method: auth.MethodPSK, PSK: psk}
+					}
+					h, t, err := contract.ProbeTarget(a, cred)
 					if err != nil {
 						return fmt.Errorf("conformance self: %w", err)
 					}
@@ -208,7 +227,8 @@ func runConformance(c *cli.Context, name string, t conformance.Target) error {
 		return usagef(c, "conformance: --local %q: want an address", c.String("local"))
 	}
 	rep := conformance.Report{Implementation: name, Target: t.Addr.String(), Started: time.Now()}
-	rep.Results = conformance.Run(conformance.Env{Target: t, Local: local}, conformance.Cases)
+	cases := append(slices.Clone(conformance.Cases), conformance.AuthCases...)
+	rep.Results = conformance.Run(conformance.Env{Target: t, Local: local}, cases)
 	return writeConformance(c, rep)
 }
 

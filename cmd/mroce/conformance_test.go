@@ -22,26 +22,37 @@ import (
 )
 
 // conformance self passes every case, its JSON lists them, and the HTML
-// page is written.
+// page is written. Without --auth the cases of the authenticated mode are
+// unsupported; with it, every case passes in the mode.
 func TestConformanceSelf(t *testing.T) {
-	page := filepath.Join(t.TempDir(), "c.html")
-	r := runCLI(t, "", "conformance", "self", "--json", "--html", page)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s %s", r.code, r.stdout, r.stderr)
-	}
-	var rep struct {
-		Results []struct{ Case, Result string }
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Results) < 13 {
-		t.Fatalf("%v: %s", err, r.stdout)
-	}
-	for _, x := range rep.Results {
-		if x.Result != "pass" {
-			t.Errorf("%s: %s", x.Case, x.Result)
+	for _, authed := range []bool{false, true} {
+		page := filepath.Join(t.TempDir(), "c.html")
+		args := []string{"conformance", "self", "--json", "--html", page}
+		if authed {
+			args = append(args, "--auth")
 		}
-	}
-	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), `class="pass"`) {
-		t.Fatalf("page: %v", err)
+		r := runCLI(t, "", args...)
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s %s", r.code, r.stdout, r.stderr)
+		}
+		var rep struct {
+			Results []struct{ Case, Result string }
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Results) != len(conformance.Cases)+len(conformance.AuthCases) {
+			t.Fatalf("%v: %s", err, r.stdout)
+		}
+		for _, x := range rep.Results {
+			want := "pass"
+			if !authed && strings.HasPrefix(x.Case, "auth-") {
+				want = "unsupported"
+			}
+			if x.Result != want {
+				t.Errorf("--auth %v: %s: %s", authed, x.Case, x.Result)
+			}
+		}
+		if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), `class="pass"`) {
+			t.Fatalf("page: %v", err)
+		}
 	}
 }
 
@@ -72,8 +83,8 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 	mr, _ := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
 	r := runCLI(t, "", "conformance", "probe", "--target", fmt.Sprintf("127.0.0.57:%d", base), "--rkey", fmt.Sprint(mr.RKey()),
 		"--len", fmt.Sprint(1<<20), "--local", "127.0.0.58", "--name", "broken")
-	all := len(conformance.Cases)
-	if r.code != 1 || !strings.Contains(r.stdout, "bad-key        FAIL") || !strings.Contains(r.stdout, fmt.Sprintf("%d of %d passed", all-1, all)) {
+	all := len(conformance.Cases) + len(conformance.AuthCases)
+	if r.code != 1 || !strings.Contains(r.stdout, "bad-key             FAIL") || !strings.Contains(r.stdout, fmt.Sprintf("%d of %d passed", len(conformance.Cases)-1, all)) {
 		t.Fatalf("exit %d:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := runCLI(t, "", "conformance", "probe", "--target", "nonsense", "--rkey", "1", "--len", "4096"); r.code != 2 {
