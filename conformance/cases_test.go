@@ -127,6 +127,12 @@ func TestDocsListEveryCase(t *testing.T) {
 			t.Errorf("docs/conformance.md lacks the row %s", row)
 		}
 	}
+	for _, c := range AuthCases {
+		row := fmt.Sprintf("| `%s` | %s | %s |", c.Name, c.Spec, c.What)
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/conformance.md lacks the row %s", row)
+		}
+	}
 	for _, c := range SenderCases {
 		row := fmt.Sprintf("| `%s` | %s | %s |", c.Name, c.Spec, c.What)
 		if !strings.Contains(string(doc), row) {

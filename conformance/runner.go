@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/link"
@@ -36,6 +38,8 @@ import (
 //	REQUESTERS how many requesters connect to the responder, each moving SIZE bytes, 1 if unset
 //	START      when requesters of a case with many begin moving data, in Unix nanoseconds, after connecting
 //	LOGDIR     a directory for the endpoint's report.json and logs
+//	PSK_FILE   in the cases of the authenticated mode, a file holding the
+//	           pre-shared key as text (docs/spec.md section 13)
 //
 // The requester moves SIZE bytes of the deterministic data Data(SIZE) to
 // the responder, by WRITE or SEND as it chooses, and the responder checks
@@ -215,6 +219,13 @@ func (cr *caseRun) makeDirs() error {
 			return err
 		}
 	}
+	if cr.c.Auth {
+		psk := make([]byte, auth.PSKLen)
+		if _, err := cryptorand.Read(psk); err != nil {
+			return err
+		}
+		return os.WriteFile(cr.pskFile(), []byte(auth.FormatKey(psk)+"\n"), 0o600)
+	}
 	return nil
 }
 
@@ -234,9 +245,16 @@ func (cr *caseRun) addrs(reach bool, h int) string {
 
 // env is an endpoint's environment under the endpoint contract.
 func (cr *caseRun) env(role, planes, peer, logdir string) []string {
-	return append(os.Environ(), "ROLE="+role, "TESTCASE="+cr.c.Name, "PLANES="+planes, "PEER="+peer,
+	e := append(os.Environ(), "ROLE="+role, "TESTCASE="+cr.c.Name, "PLANES="+planes, "PEER="+peer,
 		fmt.Sprintf("PORT=%d", cr.em.port()), fmt.Sprintf("SIZE=%d", cr.c.Size), fmt.Sprintf("REQUESTERS=%d", cr.n), "LOGDIR="+logdir)
+	if cr.c.Auth {
+		e = append(e, "PSK_FILE="+cr.pskFile())
+	}
+	return e
 }
+
+// pskFile is the case's pre-shared key, which makeDirs writes.
+func (cr *caseRun) pskFile() string { return filepath.Join(cr.dir, "psk") }
 
 // start starts impl as host h with environment e, its output logged in
 // logdir.
@@ -361,6 +379,7 @@ func (cr *caseRun) observe() (Observed, int, error) {
 		reused = w.reused
 		o.CEDelivered, o.CEEchoed, o.Connections = w.ceDelivered, w.ceEchoed, len(w.respConns)
 		o.DataPackets, o.DataDelivered = w.dataPackets, w.dataDelivered
+		o.Protected, o.Clear = w.protected, w.clear
 	})
 	return o, reused, nil
 }
@@ -397,6 +416,9 @@ type wireWatch struct {
 	// responder marked CE, and ceEchoed holds the highest CECount the
 	// responder's ACK records carried for the path.
 	ceDelivered, ceEchoed map[uint8]uint32
+	// protected and clear count the packets of connections, all but the
+	// handshake's and CLOSEs, that entered the emulator protected and not.
+	protected, clear uint64
 	// respConns holds the connections data reached the responder on.
 	respConns map[uint32]bool
 }
@@ -468,6 +490,13 @@ func (w *wireWatch) see(f *netem.Fabric, e *netem.TapEvent) {
 	}
 	if proto.Type(pkt[1]) == proto.TypeAck && entered && e.Link.From() == responderHost {
 		w.readEcho(pkt)
+	}
+	if t := proto.Type(pkt[1]); entered && t != proto.TypeConnect && t != proto.TypeAccept && t != proto.TypeRetry && t != proto.TypeClose {
+		if proto.CommonHeader(pkt).Protected() {
+			w.protected++
+		} else {
+			w.clear++
+		}
 	}
 	if data && !w.faultsArmed {
 		w.armFaults(f, e.At)

@@ -23,6 +23,10 @@ type RunnerCase struct {
 	Faults []netem.Fault
 	// Judge decides from the endpoints' reports and the emulator's counts.
 	Judge func(o Observed) error
+	// Auth runs both endpoints in the authenticated mode (docs/spec.md
+	// section 13) with a pre-shared key the runner makes, given to them
+	// as PSK_FILE.
+	Auth bool
 }
 
 // Observed is what a case's judge sees.
@@ -54,6 +58,10 @@ type Observed struct {
 	// emulator, retransmissions included. DataDelivered counts those it
 	// delivered to the responder.
 	DataPackets, DataDelivered uint64
+	// Protected and Clear count the packets, but CONNECT, ACCEPT, RETRY
+	// and CLOSE, that entered the emulator protected (docs/spec.md section
+	// 13.4) and not.
+	Protected, Clear uint64
 }
 
 // responderHost is the responder in the fabric. It is the runner's host 1.
@@ -173,6 +181,17 @@ var RunnerCases = []RunnerCase{
 				return fmt.Errorf("plane 2 delivered %d bytes while blackholed", during)
 			case after < 1<<20:
 				return fmt.Errorf("plane 2 carried %d bytes after the repair: not back in use", after)
+			}
+			return nil
+		}},
+	{Name: "auth", What: "both endpoints in the authenticated mode with a pre-shared key (PSK_FILE), at 1% random loss: the data arrives whole with the resends of loss-1, and every packet after the handshake, but CLOSEs, enters the network protected", Planes: 2, Size: 8 << 20,
+		Auth: true, Fabric: func(c *netem.Config) { c.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01} },
+		Judge: func(o Observed) error {
+			if err := lossJudge(8 << 20)(o); err != nil {
+				return err
+			}
+			if o.Clear != 0 || o.Protected < o.DataPackets {
+				return fmt.Errorf("%d packets entered the network unprotected, %d protected of %d data packets", o.Clear, o.Protected, o.DataPackets)
 			}
 			return nil
 		}},

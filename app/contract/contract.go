@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/app/host"
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
@@ -59,6 +60,9 @@ type Config struct {
 	// Broken holds the deliberate bugs MROCE_BREAK builds into this side
 	// for the conformance suite's self-test. It is not a user's option.
 	Broken bugs.Set
+	// PSK, from PSK_FILE, puts this side in the authenticated mode with
+	// that pre-shared key (docs/spec.md section 13). Nil leaves it out.
+	PSK []byte
 }
 
 // ParseEnv reads the contract's variables through getenv, os.Getenv in a
@@ -105,6 +109,15 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	if cfg.Broken, err = bugs.ForRole(getenv("MROCE_BREAK"), cfg.Role); err != nil {
 		return cfg, fmt.Errorf("MROCE_BREAK %w", err)
 	}
+	if path := getenv("PSK_FILE"); path != "" {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("PSK_FILE: %w", err)
+		}
+		if cfg.PSK, err = auth.ParseKey(string(text)); err != nil {
+			return cfg, fmt.Errorf("PSK_FILE %s: %w", path, err)
+		}
+	}
 	return cfg, nil
 }
 
@@ -146,6 +159,9 @@ func isOperation(testcase string) bool {
 // the host to close and a device and protection domain on it.
 func openHost(cfg Config) (*host.Host, *endpoint.Device, *endpoint.PD, error) {
 	o := host.Options{Port: cfg.Port, Paths: 8, SourcePorts: 16, NoProgress: 30 * time.Second}
+	if cfg.PSK != nil {
+		o.Auth = &auth.Credentials{Method: auth.MethodPSK, PSK: cfg.PSK}
+	}
 	if !cfg.Broken.Empty() {
 		o.Wrappers = []software.Wrapper{cfg.Broken.Wrapper}
 	}
