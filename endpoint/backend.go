@@ -44,6 +44,21 @@ import (
 //   - Telemetry reports the per-path state and counters of section 6.4
 //     that the NIC keeps. For a closed connection it reports the last, or
 //     none.
+//   - The authenticated mode of docs/spec.md section 13 is the backend's
+//     configuration, not a call: the software backend takes it from
+//     UDPOptions.Auth. A NIC that offloads it, as PSP offload does, keeps
+//     a key table in hardware: per connection and direction, the keys of
+//     the current key phase and of the phases either side of it (13.5),
+//     and the control sequence number. It seals every packet it sends
+//     after the handshake (AES-128-GCM or ChaCha20-Poly1305 over all but
+//     the common header, which is the associated data; the nonce from the
+//     IV, the path and the PSN, 13.4) and opens every one it receives
+//     before it places a byte, dropping and counting one that does not
+//     open, and refuses a control packet whose number it opened before
+//     (13.6). The handshake's key exchange, X25519 and HKDF, can stay in
+//     the driver or firmware, which installs the two secrets the
+//     handshake gives (package auth) and the next phases' keys as they
+//     are needed.
 //   - Progress waits until cond holds. A driver polls its completion
 //     queues or sleeps on its interrupt, and delivers completions to the
 //     Sinks before evaluating cond. It may evaluate cond once more after
