@@ -315,3 +315,38 @@ func TestAuthenticatedKeyOfAnotherConnection(t *testing.T) {
 		t.Fatalf("the connection's own WRITE: %+v", first.ra.done)
 	}
 }
+
+// Both directions move through many key phases during a transfer over
+// many paths with loss, packets of the phase before still arriving on
+// other paths, and the WRITE arrives whole with nothing dropped for its
+// keys (spec section 13.5).
+func TestAuthenticatedKeyPhasesDuringATransfer(t *testing.T) {
+	fc := twoHostFabric(4)
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
+	ic, ac := credentialPair(t, auth.MethodPSK, 0)
+	n := authNet(t, fc, Config{Paths: 8, MPL: 20 * time.Microsecond}, ic, ac)
+	pr := n.connect(0, 1)
+	for _, s := range []*auth.Session{pr.a.session, pr.b.session} {
+		s.UpdateAfter = 200
+	}
+	const size = 16 << 20
+	src := pr.ha.region(t, size, 9, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
+		t.Fatalf("the WRITE did not complete: %+v", pr.ra.done)
+	}
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatal("the WRITE arrived with other bytes")
+	}
+	if pr.a.session.Phase() < 8 || pr.b.session.Phase() < pr.a.session.Phase()-1 {
+		t.Fatalf("phases %d and %d after %d packets, a move due every 200", pr.a.session.Phase(), pr.b.session.Phase(), pr.a.SenderStats().Packets)
+	}
+	for h, hst := range n.hosts {
+		if st := hst.ep.Stats(); st.Decode[proto.ErrAuthFailed] != 0 || st.PhaseSpent != 0 || st.Replays != 0 {
+			t.Errorf("host %d: %d failed to open, %d not sent for a spent phase, %d replays", h, st.Decode[proto.ErrAuthFailed], st.PhaseSpent, st.Replays)
+		}
+	}
+}

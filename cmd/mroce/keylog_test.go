@@ -3,13 +3,18 @@ package main
 import (
 	"bufio"
 	"encoding/hex"
+	"encoding/xml"
 	"fmt"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mroce/mroce/dissect"
+	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -122,4 +127,61 @@ func goldenFile(t *testing.T, name string) []byte {
 	}
 	t.Fatalf("no golden packet %s", name)
 	return nil
+}
+
+// Wireshark, with the dissector, shows a protected packet's clear common
+// header, its encrypted bytes as one field and its tag, and none of its
+// extensions' fields.
+func TestWiresharkMarksProtectedPackets(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		if os.Getenv("MROCE_REQUIRE_TSHARK") == "1" {
+			t.Fatal("tshark is not on PATH and MROCE_REQUIRE_TSHARK=1")
+		}
+		t.Skip("tshark is not on PATH")
+	}
+	v := authVectors(t)
+	sealed := [][]byte{v["psk.aes128gcm.packet.01-write"], v["psk.aes128gcm.packet.06-ack"]}
+	path := filepath.Join(t.TempDir(), "protected.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pcapio.NewWriter(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, dst := netip.MustParseAddrPort("192.0.2.1:49152"), netip.MustParseAddrPort("192.0.2.2:4797")
+	for _, b := range sealed {
+		if err := w.WriteDatagram(time.Unix(0, 0), src, dst, 26, pcapio.ECN(0), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	cmd := exec.Command(tshark, "-X", "lua_script:"+dissectorPath, "-r", path, "-T", "pdml")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	var doc pdml
+	if err := xml.Unmarshal(out, &doc); err != nil || len(doc.Packets) != len(sealed) {
+		t.Fatalf("tshark's PDML: %v, %d frames", err, len(doc.Packets))
+	}
+	for i, b := range sealed {
+		fields := map[string]pdmlField{}
+		for _, fl := range mroceFields(doc.Packets[i].Protos) {
+			fields[fl.Name] = fl
+		}
+		enc := hex.EncodeToString(b[proto.CommonHeaderLen : len(b)-proto.TagLen])
+		tag := hex.EncodeToString(b[len(b)-proto.TagLen:])
+		if fields["mroce.commonheader.protected"].Show != "1" || fields["mroce.encrypted"].Value != enc || fields["mroce.tag.tag"].Value != tag {
+			t.Errorf("frame %d: protected %q, encrypted %q, tag %q", i+1, fields["mroce.commonheader.protected"].Show, fields["mroce.encrypted"].Value, fields["mroce.tag.tag"].Value)
+		}
+		for name := range fields {
+			if !strings.HasPrefix(name, "mroce.commonheader.") && name != "mroce.encrypted" && name != "mroce.tag.tag" {
+				t.Errorf("frame %d: a field of the encrypted part is shown: %s", i+1, name)
+			}
+		}
+	}
 }
