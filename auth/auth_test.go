@@ -181,6 +181,7 @@ func TestWrongCredentialsFail(t *testing.T) {
 		{Method: MethodKeys, Static: staticKey(t, 1)},
 		{Method: 3},
 		{Method: MethodPSK, PSK: make([]byte, PSKLen), Suite: 7},
+		{Method: MethodKeys, Static: staticKey(t, 1), Peers: []*ecdh.PublicKey{lowOrder(t)}},
 	} {
 		if c.Check() == nil {
 			t.Errorf("credentials %+v pass their check", c)
@@ -422,4 +423,33 @@ func TestKeysAsText(t *testing.T) {
 			t.Errorf("%q read as a key", bad)
 		}
 	}
+}
+
+// Past its suite's integrity limit of packets that failed to open, a
+// session says so, and the connection must end.
+func TestForgeryLimit(t *testing.T) {
+	a, b := sessions(t, ChaCha20Poly1305, 0)
+	b.forgeries = 3
+	p := packet(t, proto.TypeWrite, 1, 16)
+	a.Seal(p, 0)
+	for i := 1; i <= 3; i++ {
+		bad := bytes.Clone(p)
+		bad[40] ^= 1
+		err := b.Open(bad, 0)
+		if want := i == 3; errors.Is(err, ErrForgeryLimit) != want || err == nil {
+			t.Fatalf("failure %d: %v", i, err)
+		}
+	}
+	if ChaCha20Poly1305.forgeryLimit() != 1<<36 || AES128GCM.forgeryLimit() != 1<<52 {
+		t.Error("the integrity limits are not RFC 9001's")
+	}
+}
+
+// lowOrder is an X25519 public key of low order: all zeros.
+func lowOrder(t *testing.T) *ecdh.PublicKey {
+	k, err := ecdh.X25519().NewPublicKey(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

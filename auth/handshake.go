@@ -68,6 +68,9 @@ func (c *Credentials) Check() error {
 			if p == nil || p.Curve() != ecdh.X25519() {
 				return errors.New("auth: a peer's key is not an X25519 public key")
 			}
+			if _, err := c.Static.ECDH(p); err != nil {
+				return errors.New("auth: a peer's key is of low order: no key exchange with it is secret")
+			}
 		}
 	default:
 		return fmt.Errorf("auth: unknown method %d", uint8(c.Method))

@@ -27,7 +27,21 @@ var (
 	// ErrPhaseSpent is a packet that would go past PhaseLimit under one
 	// key because the next phase is not yet allowed. It is not sent.
 	ErrPhaseSpent = errors.New("auth: key phase spent and the next not yet allowed")
+	// ErrForgeryLimit is a packet that failed to open when as many had
+	// failed under the connection's keys as their suite's integrity limit
+	// allows (spec section 13.5). The connection must end.
+	ErrForgeryLimit = errors.New("auth: as many packets failed to open as the suite's integrity limit allows")
 )
+
+// forgeryLimit is the suite's integrity limit: how many packets may fail
+// to open under a connection's keys before a forgery could succeed with
+// a chance above 2^-57 (RFC 9001 section 6.6).
+func (s Suite) forgeryLimit() uint64 {
+	if s == ChaCha20Poly1305 {
+		return 1 << 36
+	}
+	return 1 << 52
+}
 
 // Session is one connection's packet protection in the authenticated
 // mode: its sending and receiving keys by phase, its control sequence
@@ -42,6 +56,8 @@ type Session struct {
 	// this side starts the next phase, once allowed. Tests lower it.
 	UpdateAfter uint64
 	limit       uint64 // PhaseLimit; tests lower it
+	failed      uint64 // packets that did not open, over the connection's life
+	forgeries   uint64 // the suite's forgeryLimit; tests lower it
 
 	phase      uint64 // n
 	sendSecret []byte // Secret_n of what this side sends
@@ -61,7 +77,7 @@ type Session struct {
 // NewSession returns the protection of a connection whose handshake gave
 // secrets.
 func NewSession(s Secrets, mpl time.Duration) (*Session, error) {
-	ss := &Session{suite: s.Suite, MPL: mpl, UpdateAfter: UpdateAfter, limit: PhaseLimit, sendSecret: s.Send}
+	ss := &Session{suite: s.Suite, MPL: mpl, UpdateAfter: UpdateAfter, limit: PhaseLimit, forgeries: s.Suite.forgeryLimit(), sendSecret: s.Send}
 	var err error
 	if ss.send, err = NewKeys(s.Suite, s.Send); err != nil {
 		return nil, err
@@ -125,6 +141,9 @@ func (s *Session) OpenTo(dst, pkt []byte, now clock.Time) error {
 		return proto.ErrAuthFailed
 	}
 	if err := k.OpenTo(dst, pkt); err != nil {
+		if s.failed++; s.failed >= s.forgeries {
+			return ErrForgeryLimit
+		}
 		return err
 	}
 	h = proto.CommonHeader(dst[:proto.CommonHeaderLen])

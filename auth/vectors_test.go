@@ -233,3 +233,39 @@ func TestGoldenHandshakePacketsAreTheVectors(t *testing.T) {
 		}
 	}
 }
+
+// What the acceptor sends, under its own direction's secret, with both
+// methods and both suites: the initiator's session opens the vectors'
+// packets into the golden ones, and a session of the other direction does
+// not.
+func TestAcceptorPacketsMatchTheVectors(t *testing.T) {
+	v := vectors(t)
+	for _, prefix := range []string{"psk.aes128gcm.", "psk.chacha20poly1305.", "keys.aes128gcm.", "keys.chacha20poly1305."} {
+		suite := AES128GCM
+		if strings.Contains(prefix, "chacha") {
+			suite = ChaCha20Poly1305
+		}
+		initiator, _ := NewSession(Secrets{Suite: suite, Send: v[prefix+"secret-i2a"], Recv: v[prefix+"secret-a2i"]}, 0)
+		mirror, _ := NewSession(Secrets{Suite: suite, Send: v[prefix+"secret-a2i"], Recv: v[prefix+"secret-i2a"]}, 0)
+		for _, name := range []string{"05-read-resp", "06-ack"} {
+			sealed := v[prefix+"packet-a2i."+name]
+			if mirror.Open(bytes.Clone(sealed), 0) == nil {
+				t.Errorf("%s%s opened under the initiator's own direction", prefix, name)
+			}
+			opened := bytes.Clone(sealed)
+			if err := initiator.Open(opened, 0); err != nil {
+				t.Fatalf("%s%s: %v", prefix, name, err)
+			}
+			var got, want proto.Packet
+			if err := got.DecodeOpened(opened); err != nil {
+				t.Fatal(err)
+			}
+			if err := want.Decode(goldenPacket(t, name)); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Ext(), want.Ext()) || !bytes.Equal(got.Payload, want.Payload) {
+				t.Errorf("%s%s opened into other fields", prefix, name)
+			}
+		}
+	}
+}

@@ -60,10 +60,11 @@ func (e *Endpoint) open(pkt *proto.Packet, d *link.Datagram, at clock.Time) erro
 	}
 	id := proto.CommonHeader(b).DstConnID()
 	var s *auth.Session
-	if c := e.conns[id]; c != nil {
+	var c *Conn
+	if c = e.conns[id]; c != nil {
 		s = c.session
-	} else if cc := e.closed[id]; cc != nil {
-		s = cc.session
+	} else if cc := e.closed[id]; cc != nil && at < cc.expires {
+		s = cc.session // only while the id is quarantined: its keys end with it
 	}
 	if s == nil {
 		return proto.ErrProtected
@@ -73,11 +74,22 @@ func (e *Endpoint) open(pkt *proto.Packet, d *link.Datagram, at clock.Time) erro
 	}
 	out := e.opened[:len(b)]
 	if err := s.OpenTo(out, b, at); err != nil {
-		if errors.Is(err, auth.ErrReplay) {
+		switch {
+		case errors.Is(err, auth.ErrReplay):
 			e.stats.Replays++
 			return errCounted
+		case errors.Is(err, auth.ErrForgeryLimit) && c != nil:
+			e.stats.Decode[proto.ErrAuthFailed]++
+			c.fail(fmt.Errorf("engine: the connection ends: %w", err), StatusFlushed, true) // a CLOSE NORMAL, still under its keys
+			e.flush()
+			return errCounted
+		case errors.Is(err, auth.ErrForgeryLimit):
+			return proto.ErrAuthFailed
 		}
 		return err
+	}
+	if c != nil {
+		c.heardProtected = true
 	}
 	return pkt.DecodeOpened(out)
 }
@@ -95,8 +107,8 @@ func (e *Endpoint) decodeOwn(pkt *proto.Packet, d *link.Datagram) error {
 		if c.session == nil || c.peerID != id || !c.sent(&proto.Packet{Common: proto.CommonHeader(b[:proto.CommonHeaderLen])}, d) {
 			continue
 		}
-		out := append(e.opened[:0], b...)
-		e.opened = out[:0]
+		out := append(e.ownOpened[:0], b...) // apart from opened, which a packet being handled may hold
+		e.ownOpened = out[:0]
 		if err := c.session.OpenOwn(out); err != nil {
 			return err
 		}
@@ -113,25 +125,59 @@ var errCounted = errors.New("engine: dropped and counted")
 // spec section 13.3 names. Everything else must come protected.
 func (c *Conn) takesClear(t proto.Type) bool {
 	switch t {
-	case proto.TypeAccept, proto.TypeRetry:
+	case proto.TypeAccept:
 		return c.initiator
-	case proto.TypeClose:
-		return c.state == Connecting // a refusal of its CONNECT
+	case proto.TypeRetry, proto.TypeClose:
+		return c.initiator && c.state == Connecting // during its handshake only
 	}
 	return false
 }
 
+// fresh reports whether a packet counts as hearing from the peer (spec
+// section 8.6). In the authenticated mode a data packet counts only when
+// its PSN is after its path's highest: a repeat of an old one, which
+// anyone on the path can send, must not keep a connection alive whose
+// peer is gone (spec section 13.6). Control packets that opened twice
+// were dropped before.
+func (c *Conn) fresh(pkt *proto.Packet) bool {
+	if !c.ep.authed() || !pkt.Type().IsData() {
+		return true
+	}
+	h := pkt.Common
+	if int(h.PathID()) >= len(c.rcv.paths) {
+		return false // refused at step 8
+	}
+	p := &c.rcv.paths[h.PathID()]
+	return !p.has || proto.SeqLess(p.highest, h.PSN())
+}
+
 // helloFor fills a CONNECT's AuthHello. The first CONNECT of the attempt
-// starts the key exchange, and every resend carries the same hello.
-func (c *Conn) helloFor(pkt *proto.Packet) {
+// starts the key exchange, and every resend carries the same hello. The
+// credentials were checked with the config, so only a failing random
+// source makes it fail, and the connection with it.
+func (c *Conn) helloFor(pkt *proto.Packet) bool {
 	if c.initiation == nil {
 		in, err := auth.Initiate(c.ep.cfg.Auth, c.ep.random, pkt.Handshake())
 		if err != nil {
-			panic("engine: " + err.Error()) // the credentials were checked with the config
+			c.fail(fmt.Errorf("engine: starting the key exchange: %w", err), StatusFlushed, false)
+			return false
 		}
 		c.initiation = in
 	}
 	copy(pkt.Payload, c.initiation.Hello())
+	return true
+}
+
+// ownHello reports whether a CONNECT's ephemeral key is one of this
+// endpoint's own attempts: its CONNECT sent back to it. With a pre-shared
+// key nothing else tells the two sides apart (spec section 13.3).
+func (e *Endpoint) ownHello(hello proto.AuthHello) bool {
+	for _, c := range e.conns {
+		if c.initiation != nil && c.state == Connecting && string(c.initiation.Hello()[4:36]) == string(hello[4:36]) {
+			return true
+		}
+	}
+	return false
 }
 
 // acceptFor fills an ACCEPT's AuthAccept and makes the acceptor's keys. A
@@ -164,6 +210,10 @@ func (e *Endpoint) checkHello(pkt *proto.Packet) (r *auth.Response, refuse uint3
 		return nil, 40, false
 	}
 	hello, _ := pkt.AuthHello()
+	if e.ownHello(hello) {
+		e.stats.BadHandshakes++
+		return nil, 0, true
+	}
 	r, err := auth.Respond(e.cfg.Auth, e.random, h, hello)
 	var refused *auth.RefusedError
 	switch {
@@ -177,8 +227,8 @@ func (e *Endpoint) checkHello(pkt *proto.Packet) (r *auth.Response, refuse uint3
 }
 
 // finishAccept checks an ACCEPT's key exchange at the initiator and makes
-// its keys; a repeated ACCEPT must be the one taken. It reports whether the
-// ACCEPT may be acted on.
+// its keys; a repeated ACCEPT must be the one taken, but for its
+// Timestamp. It reports whether the ACCEPT may be acted on.
 func (c *Conn) finishAccept(pkt *proto.Packet) bool {
 	acc, ok := pkt.AuthAccept()
 	if !ok {
@@ -186,7 +236,7 @@ func (c *Conn) finishAccept(pkt *proto.Packet) bool {
 		return false
 	}
 	if c.session != nil {
-		if string(acc) != string(c.accepted[:]) {
+		if acceptImage(pkt) != c.accepted {
 			c.ep.stats.BadHandshakes++
 			return false
 		}
@@ -201,9 +251,17 @@ func (c *Conn) finishAccept(pkt *proto.Packet) bool {
 		c.ep.stats.BadHandshakes++
 		return false
 	}
-	copy(c.accepted[:], acc)
+	c.accepted = acceptImage(pkt)
 	c.logSecrets(secrets, pkt.Handshake().SrcConnID())
 	return true
+}
+
+// acceptImage is an ACCEPT with AUTH as a repeat of it must be: every
+// byte before the trailer but the Timestamp, which each send sets anew.
+func acceptImage(pkt *proto.Packet) (img [proto.CommonHeaderLen + 44 + proto.AuthAcceptLen]byte) {
+	copy(img[:], pkt.Bytes())
+	proto.CommonHeader(img[:proto.CommonHeaderLen]).SetTimestamp(0)
+	return img
 }
 
 // logSecrets writes the connection's two secrets to the key log, each

@@ -350,3 +350,118 @@ func TestAuthenticatedKeyPhasesDuringATransfer(t *testing.T) {
 		}
 	}
 }
+
+// What a party on the path can send from the handshake teaches nothing: an
+// ACCEPT with a key exchange of its own, to a plane the initiator has not
+// learned, neither teaches the plane's address nor counts as hearing from
+// the peer; a copy of the real ACCEPT with a field changed is dropped; the
+// real one repeated draws no ACKs once the peer has spoken protected; a
+// data packet repeated does not keep the connection alive; and the
+// initiator's own CONNECT sent back to it is not accepted (spec sections
+// 13.3 and 13.6).
+func TestAuthenticatedHandshakeLeftovers(t *testing.T) {
+	ic, ac := credentialPair(t, auth.MethodPSK, 0)
+	fc := twoHostFabric(2)
+	fc.Hosts = 3 // host 2 is a peer without the mode
+	n := authNet(t, fc, Config{Paths: 2}, ic, ac)
+	var accept, connect, data []byte
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		b := e.Datagram.Data
+		if e.Verdict == netem.Queued && proto.Type(b[1]) == proto.TypeConnect {
+			connect = bytes.Clone(b) // as it leaves, wherever it goes
+		}
+		if e.Verdict != netem.Delivered {
+			return
+		}
+		switch proto.Type(b[1]) {
+		case proto.TypeAccept:
+			accept = bytes.Clone(b)
+		case proto.TypeWrite:
+			if data == nil {
+				data = bytes.Clone(b)
+			}
+		}
+	})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 64<<10)
+	a := pr.a
+	peer := netem.Addr(0, 1)
+	stranger := netem.Addr(1, 9)
+
+	// A forged ACCEPT to plane 1 from a stranger, once the plane is
+	// forgotten as if never learned.
+	a.known &^= 1 << 1
+	a.remote[1] = netip.Addr{}
+	forged := bytes.Clone(accept)
+	clear(forged[len(forged)-proto.TrailerLen-proto.AuthAcceptLen : len(forged)-proto.TrailerLen])
+	var p proto.Packet
+	p.DecodeNoCRC(forged)
+	forged = p.Seal()
+	n.sim.RunUntil(n.sim.Now().Add(time.Millisecond))
+	heard, bad := a.heard, n.hosts[0].ep.Stats().BadHandshakes
+	d := link.Datagram{Src: netip.AddrPortFrom(stranger, 49152), Dst: netip.AddrPortFrom(netem.Addr(1, 0), proto.DefaultPort), Data: forged}
+	n.hosts[0].ep.Receive(&d, n.sim.Now())
+	if a.knows(1) || a.heard != heard || n.hosts[0].ep.Stats().BadHandshakes != bad+1 {
+		t.Errorf("a forged ACCEPT: plane 1 learned %v (%v), heard moved %v, bad handshakes %d -> %d",
+			a.knows(1), a.remote[1], a.heard != heard, bad, n.hosts[0].ep.Stats().BadHandshakes)
+	}
+	// The real ACCEPT with Streams changed.
+	changed := bytes.Clone(accept)
+	p.DecodeNoCRC(changed)
+	p.Handshake().SetStreams(p.Handshake().Streams() - 1)
+	n.inject(0, peer, p.Seal())
+	if n.hosts[0].ep.Stats().BadHandshakes != bad+2 {
+		t.Error("an ACCEPT with a field changed was taken as a repeat")
+	}
+	// The real ACCEPT again: taken, and answered by nothing.
+	acks := a.rcv.stats.AcksSent
+	n.inject(0, peer, bytes.Clone(accept))
+	if n.hosts[0].ep.Stats().BadHandshakes != bad+2 || a.rcv.stats.AcksSent != acks {
+		t.Errorf("the real ACCEPT repeated: bad handshakes %d, ACKs %d -> %d", n.hosts[0].ep.Stats().BadHandshakes-bad, acks, a.rcv.stats.AcksSent)
+	}
+	// An old data packet again, at the acceptor: a duplicate, and no sign
+	// of life.
+	n.sim.RunUntil(n.sim.Now().Add(time.Millisecond))
+	heardB := pr.b.heard
+	n.inject(1, netem.Addr(0, 0), bytes.Clone(data))
+	if pr.b.heard != heardB {
+		t.Error("a repeated data packet counted as hearing from the peer")
+	}
+	// The initiator's own CONNECT, to another host, sent back to its own
+	// listener as it leaves.
+	n.hosts[0].ep.Listen(n.hosts[0].pd, func(*Conn) (Events, bool) { t.Error("accepted its own CONNECT"); return nil, false })
+	again := n.hosts[0].ep.Stats().BadHandshakes
+	first := connect
+	if _, err := n.hosts[0].ep.Connect([]netip.Addr{netem.Addr(0, 2), netem.Addr(1, 2)}, proto.DefaultPort, n.hosts[0].pd, &recorder{}); err != nil {
+		t.Fatal(err)
+	}
+	n.run(10*time.Microsecond, func() bool { return !bytes.Equal(connect, first) })
+	if bytes.Equal(connect, first) {
+		t.Fatal("the new CONNECT was not seen")
+	}
+	n.inject(0, peer, bytes.Clone(connect))
+	if n.hosts[0].ep.Stats().BadHandshakes != again+1 {
+		t.Error("its own CONNECT, sent back to it, was not refused")
+	}
+}
+
+// A closed connection's keys open nothing once its quarantine ends.
+func TestAuthenticatedKeysEndWithQuarantine(t *testing.T) {
+	ic, ac := credentialPair(t, auth.MethodPSK, 0)
+	n := authNet(t, twoHostFabric(1), Config{Paths: 2, MPL: 100 * time.Microsecond}, ic, ac)
+	var data []byte
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		if e.Verdict == netem.Delivered && proto.Type(e.Datagram.Data[1]) == proto.TypeWrite && data == nil {
+			data = bytes.Clone(e.Datagram.Data)
+		}
+	})
+	pr := n.connect(0, 1)
+	n.writeWhole(t, pr, 16<<10)
+	pr.b.Close()
+	n.sim.RunUntil(n.sim.Now().Add(time.Millisecond)) // 10 MPL: its quarantine of 2 is over
+	protected := n.hosts[1].ep.Stats().Decode[proto.ErrProtected]
+	n.inject(1, netem.Addr(0, 0), bytes.Clone(data))
+	if n.hosts[1].ep.Stats().Decode[proto.ErrProtected] != protected+1 {
+		t.Error("a packet for a connection out of quarantine was opened with its keys")
+	}
+}

@@ -39,18 +39,21 @@ type Conn struct {
 	session    *auth.Session
 	initiation *auth.Initiation
 	response   *auth.Response
-	accepted   [proto.AuthAcceptLen]byte
-	maxPacket  int        // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
-	sendMax    int        // the largest packet this side sends now: maxPacket, or what the path MTU search has shown (pmtu.go)
-	mtu        *mtuSearch // nil when nothing is searched
-	paths      int
-	streams    int
-	readsOut   int  // READs this side may have outstanding
-	credits    bool // both sides offered CREDITS: ACKs name receive limits, and sends keep within them (spec section 6.5)
-	recut      bool // both sides offered RECUT: a resend may be cut smaller when the path MTU falls (spec section 6.7)
-	ackTimer   clock.Timer
-	progress   clock.Timer // fires after Config.NoProgress without progress while work is outstanding
-	heard      clock.Time  // when the last packet from the peer arrived
+	accepted   [proto.CommonHeaderLen + 44 + proto.AuthAcceptLen]byte // an initiator's ACCEPT taken, but its Timestamp
+	// heardProtected is set once a packet of the peer's has opened: the
+	// peer is established.
+	heardProtected bool
+	maxPacket      int        // negotiated at the handshake (spec section 8.2), as are paths, streams and readsOut
+	sendMax        int        // the largest packet this side sends now: maxPacket, or what the path MTU search has shown (pmtu.go)
+	mtu            *mtuSearch // nil when nothing is searched
+	paths          int
+	streams        int
+	readsOut       int  // READs this side may have outstanding
+	credits        bool // both sides offered CREDITS: ACKs name receive limits, and sends keep within them (spec section 6.5)
+	recut          bool // both sides offered RECUT: a resend may be cut smaller when the path MTU falls (spec section 6.7)
+	ackTimer       clock.Timer
+	progress       clock.Timer // fires after Config.NoProgress without progress while work is outstanding
+	heard          clock.Time  // when the last packet from the peer arrived
 
 	// The two directions.
 	snd sender
@@ -223,9 +226,20 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	if c.state == Closed {
 		return
 	}
-	if c.ep.authed() && !pkt.Common.Protected() && !c.takesClear(pkt.Type()) {
-		c.ep.stats.Unprotected++ // anyone on the path could have made it (spec section 13.3)
-		return
+	if c.ep.authed() && !pkt.Common.Protected() {
+		if !c.takesClear(pkt.Type()) {
+			c.ep.stats.Unprotected++ // anyone on the path could have made it (spec section 13.3)
+			return
+		}
+		// An ACCEPT's key exchange is checked before the ACCEPT teaches an
+		// address or counts as hearing from the peer. Once established, a
+		// repeat teaches and counts nothing (spec section 13.3).
+		if pkt.Type() == proto.TypeAccept && (!c.finishAccept(pkt) || c.state != Connecting) {
+			if c.state == Established {
+				c.answerAccept()
+			}
+			return
+		}
 	}
 	if pkt.Type() == proto.TypeRetry {
 		c.onRetry(pkt, d, plane) // it teaches no address
@@ -245,7 +259,9 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 		c.ep.stats.WrongSource++
 		return
 	}
-	c.heard = at
+	if c.fresh(pkt) {
+		c.heard = at
+	}
 	switch t := pkt.Type(); {
 	case t == proto.TypeAccept:
 		c.onAccept(pkt)

@@ -63,7 +63,11 @@ type Endpoint struct {
 
 	batch  []link.Datagram // datagrams queued for the port
 	opened []byte          // the last protected packet opened (auth.go)
-	stats  EndpointStats
+	// ownOpened holds a packet of this endpoint's that its host handed
+	// back (TooBig, LocalDrop), opened: the port may hand one back while a
+	// received packet in opened is being handled.
+	ownOpened []byte
+	stats     EndpointStats
 }
 
 // NewEndpoint makes an endpoint sending through port on clk. Attach it to

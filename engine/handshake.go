@@ -72,19 +72,20 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		e.sendRetry(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), e.makeToken(d.Src.Addr(), h))
 		return
 	}
+	if e.accepting >= e.cfg.MaxAccepting {
+		// A flood of CONNECTs, forged perhaps, must not grow state without
+		// bound. Beyond the cap they are refused, before any key exchange
+		// is worked out.
+		e.stats.Refused++
+		reply(proto.CloseResource, 0)
+		return
+	}
 	response, refuse, drop := e.checkHello(pkt)
 	switch {
 	case drop:
 		return // it does not prove the credentials: not answered (spec section 13.3)
 	case refuse != 0:
 		reply(proto.CloseParams, refuse)
-		return
-	}
-	if e.accepting >= e.cfg.MaxAccepting {
-		// A flood of CONNECTs, forged perhaps, must not grow state without
-		// bound. Beyond the cap they are refused.
-		e.stats.Refused++
-		reply(proto.CloseResource, 0)
 		return
 	}
 	c := e.newConn(e.listenPD, nil, false)
@@ -378,10 +379,10 @@ func (c *Conn) sendHandshake() {
 	}
 	h.SetCapabilities(caps)
 	if c.ep.authed() { // the key exchange binds the header, so it comes last
-		if c.initiator {
-			c.helloFor(&pkt)
-		} else {
+		if !c.initiator {
 			c.acceptFor(&pkt)
+		} else if !c.helloFor(&pkt) {
+			return
 		}
 	}
 	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])
@@ -426,9 +427,6 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 		c.ep.stats.Malformed++
 		return
 	}
-	if c.ep.authed() && !c.finishAccept(pkt) {
-		return // dropped and counted; the attempt goes on (spec section 13.3)
-	}
 	h := pkt.Handshake()
 	if c.state == Connecting {
 		if off, ok := acceptable(h, &c.ep.cfg); !ok {
@@ -441,8 +439,18 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 		c.negotiate(h, int(h.Paths()), int(h.Streams()))
 		c.establish()
 	}
-	// The third message of the handshake goes on every plane, and again for
-	// each resent ACCEPT (spec section 8.1).
+	c.answerAccept()
+}
+
+// answerAccept sends the third message of the handshake on every plane,
+// and again for each resent ACCEPT (spec section 8.1). In the
+// authenticated mode an initiator that has opened a packet of its peer's
+// knows that the peer is established, and a repeat, which anyone who saw
+// the ACCEPT could send, draws nothing more.
+func (c *Conn) answerAccept() {
+	if c.heardProtected {
+		return
+	}
 	for p := range c.remote {
 		if c.knows(p) {
 			c.rcv.sendAck(p, false)

@@ -125,7 +125,7 @@ func (h *hostRate) dropped(now clock.Time) bool {
 // ACK or a control packet, is left to the protocol's own recovery.
 func (e *Endpoint) LocalDrop(d *link.Datagram) {
 	var pkt proto.Packet
-	if err := e.decode(&pkt, d); err != nil {
+	if err := e.decodeOwn(&pkt, d); err != nil {
 		return // not one of ours
 	}
 	c := e.dropper

@@ -185,6 +185,10 @@ def main(out):
                     if packet[1] >= 0x10:
                         seq += 1
                 w(p + "packet.01-write.phase1", protect(suite, s1, 1, read_hex("01-write.hex"), 0))
+            # What the acceptor sends, under the other direction's secret:
+            # a READ response and an ACK, its first control packet.
+            w(p + "packet-a2i.05-read-resp", protect(suite, ai, 0, read_hex("05-read-resp.hex"), 0))
+            w(p + "packet-a2i.06-ack", protect(suite, ai, 0, read_hex("06-ack.hex"), 0))
 
 
 if __name__ == "__main__":
