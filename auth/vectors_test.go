@@ -1,16 +1,15 @@
 package auth
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/ecdh"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/mroce/mroce/internal/hexfmt"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -18,27 +17,15 @@ import (
 // computes apart from this package.
 func vectors(t testing.TB) map[string][]byte {
 	t.Helper()
-	f, err := os.Open("../testdata/auth/vectors.txt")
+	text, err := os.ReadFile("../testdata/auth/vectors.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	out := map[string][]byte{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		k, v, ok := strings.Cut(line, " = ")
-		b, err := hex.DecodeString(v)
-		if !ok || err != nil {
-			t.Fatalf("bad vector line %q", line)
-		}
-		out[k] = b
+	v, err := hexfmt.Named(string(text))
+	if err != nil {
+		t.Fatalf("testdata/auth/vectors.txt: %v", err)
 	}
-	return out
+	return v
 }
 
 // goldenPacket reads a packet of testdata/golden.
@@ -48,16 +35,11 @@ func goldenPacket(t testing.TB, name string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []byte
-	for _, line := range strings.Split(string(text), "\n") {
-		line, _, _ = strings.Cut(line, "#")
-		b, err := hex.DecodeString(strings.Join(strings.Fields(line), ""))
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		out = append(out, b...)
+	b, err := hexfmt.Parse(string(text))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
-	return out
+	return b
 }
 
 func x25519Key(t *testing.T, b []byte) *ecdh.PrivateKey {

@@ -38,32 +38,14 @@ var AuthCases = []Case{
 			if err := needAuth(env); err != nil {
 				return err
 			}
-			return withProber(env, random32(), func(p *Prober) error {
-				s, err := p.SendWrite(Write{Path: 2, Payload: make([]byte, 64), Flags: proto.FlagAckRequest, Clear: true})
-				if err != nil {
-					return err
-				}
-				if err := nothingFor(p, 2, s.PSN, 300*time.Millisecond); err != nil {
-					return err
-				}
-				return refusedStaysClear(p, s)
-			})
+			return droppedSilently(env, Write{Path: 2, Payload: make([]byte, 64), Flags: proto.FlagAckRequest, Clear: true})
 		}},
 	{Name: "auth-tag", Spec: "13.4, 9 step 2", What: "a protected WRITE with AR whose tag was changed is dropped silently: no ACK or NACK, its PSN not recorded",
 		Run: func(env Env) error {
 			if err := needAuth(env); err != nil {
 				return err
 			}
-			return withProber(env, random32(), func(p *Prober) error {
-				s, err := p.SendWrite(Write{Path: 3, Payload: make([]byte, 64), Flags: proto.FlagAckRequest, CorruptCRC: true})
-				if err != nil {
-					return err
-				}
-				if err := nothingFor(p, 3, s.PSN, 300*time.Millisecond); err != nil {
-					return err
-				}
-				return refusedStaysClear(p, s)
-			})
+			return droppedSilently(env, Write{Path: 3, Payload: make([]byte, 64), Flags: proto.FlagAckRequest, CorruptCRC: true})
 		}},
 	{Name: "auth-plain-refused", Spec: "13.3", What: "a CONNECT without AUTH to a responder in the mode is refused with CLOSE PARAMS, Detail 28",
 		Run: func(env Env) error {
@@ -117,6 +99,21 @@ func needAuth(env Env) error {
 		return unsupported("the responder's credentials are not given (--psk-file, or --key-file and --peer-key)")
 	}
 	return nil
+}
+
+// droppedSilently sends w on a connection of its own and checks that the
+// responder drops it: nothing answers it, and its PSN is not recorded.
+func droppedSilently(env Env, w Write) error {
+	return withProber(env, random32(), func(p *Prober) error {
+		s, err := p.SendWrite(w)
+		if err != nil {
+			return err
+		}
+		if err := nothingFor(p, w.Path, s.PSN, 300*time.Millisecond); err != nil {
+			return err
+		}
+		return refusedStaysClear(p, s)
+	})
 }
 
 // nothingFor checks that no ACK records psn on path and no NACK names it

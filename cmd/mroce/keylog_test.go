@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"encoding/hex"
-	"encoding/xml"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mroce/mroce/dissect"
+	"github.com/mroce/mroce/internal/hexfmt"
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/proto"
 )
@@ -21,24 +19,15 @@ import (
 // authVectors reads testdata/auth/vectors.txt.
 func authVectors(t *testing.T) map[string][]byte {
 	t.Helper()
-	f, err := os.Open("../../testdata/auth/vectors.txt")
+	text, err := os.ReadFile("../../testdata/auth/vectors.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	out := map[string][]byte{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), " = "); ok {
-			b, err := hex.DecodeString(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[k] = b
-		}
+	v, err := hexfmt.Named(string(text))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return v
 }
 
 // mroce decode opens the vectors' protected packets with a key log and
@@ -133,13 +122,6 @@ func goldenFile(t *testing.T, name string) []byte {
 // header, its encrypted bytes as one field and its tag, and none of its
 // extensions' fields.
 func TestWiresharkMarksProtectedPackets(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		if os.Getenv("MROCE_REQUIRE_TSHARK") == "1" {
-			t.Fatal("tshark is not on PATH and MROCE_REQUIRE_TSHARK=1")
-		}
-		t.Skip("tshark is not on PATH")
-	}
 	v := authVectors(t)
 	sealed := [][]byte{v["psk.aes128gcm.packet.01-write"], v["psk.aes128gcm.packet.06-ack"]}
 	path := filepath.Join(t.TempDir(), "protected.pcap")
@@ -158,15 +140,9 @@ func TestWiresharkMarksProtectedPackets(t *testing.T) {
 		}
 	}
 	f.Close()
-	cmd := exec.Command(tshark, "-X", "lua_script:"+dissectorPath, "-r", path, "-T", "pdml")
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
-	var doc pdml
-	if err := xml.Unmarshal(out, &doc); err != nil || len(doc.Packets) != len(sealed) {
-		t.Fatalf("tshark's PDML: %v, %d frames", err, len(doc.Packets))
+	doc := dissectInTshark(t, path)
+	if len(doc.Packets) != len(sealed) {
+		t.Fatalf("tshark shows %d frames, %d were written", len(doc.Packets), len(sealed))
 	}
 	for i, b := range sealed {
 		fields := map[string]pdmlField{}

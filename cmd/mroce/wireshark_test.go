@@ -50,6 +50,33 @@ type pdmlField struct {
 	Value string `xml:"value,attr"`
 }
 
+// dissectInTshark runs tshark with the dissector over a capture and
+// returns what it shows. Without tshark the test is skipped, unless
+// MROCE_REQUIRE_TSHARK=1, as CI sets it.
+func dissectInTshark(t *testing.T, capture string) pdml {
+	t.Helper()
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		if os.Getenv("MROCE_REQUIRE_TSHARK") == "1" {
+			t.Fatal("tshark is not on PATH and MROCE_REQUIRE_TSHARK=1")
+		}
+		t.Skip("tshark is not on PATH: skipping the dissector test (install tshark)")
+	}
+	cmd := exec.Command(tshark, "-X", "lua_script:"+dissectorPath, "-r", capture, "-T", "pdml")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, stderr.String())
+	}
+	var doc pdml
+	if err := xml.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("tshark's PDML: %v", err)
+	}
+	return doc
+}
+
 // mroceFields lists the mroce fields of a dissected frame, in order.
 func mroceFields(ps []pdmlProto) []pdmlField {
 	var out []pdmlField
@@ -68,25 +95,7 @@ func mroceFields(ps []pdmlProto) []pdmlField {
 // as mroce decode does, the same fields in the same order with the same
 // values, the bitvector and the payload byte for byte.
 func TestWiresharkDissector(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		if os.Getenv("MROCE_REQUIRE_TSHARK") == "1" {
-			t.Fatal("tshark is not on PATH and MROCE_REQUIRE_TSHARK=1")
-		}
-		t.Skip("tshark is not on PATH: skipping the dissector test (install tshark)")
-	}
-	cmd := exec.Command(tshark, "-X", "lua_script:"+dissectorPath, "-r", goldenPcap, "-T", "pdml")
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("tshark: %v\n%s", err, stderr.String())
-	}
-	var doc pdml
-	if err := xml.Unmarshal(out, &doc); err != nil {
-		t.Fatalf("tshark's PDML: %v", err)
-	}
+	doc := dissectInTshark(t, goldenPcap)
 	golden := goldenPackets(t)
 	if len(doc.Packets) != len(golden) {
 		t.Fatalf("tshark read %d frames, there are %d golden packets", len(doc.Packets), len(golden))

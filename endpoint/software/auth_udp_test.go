@@ -3,7 +3,6 @@ package software
 import (
 	"bytes"
 	"context"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -21,19 +20,7 @@ import (
 // its datagrams shown to tap.
 func openAuthUDP(t *testing.T, addr string, cred *auth.Credentials, tap Tap) *UDPHost {
 	t.Helper()
-	var lastErr error
-	for try := 0; try < 20; try++ {
-		base := uint16(20000 + rand.IntN(40000))
-		h, err := OpenUDP(UDPOptions{Planes: []netip.Addr{netip.MustParseAddr(addr)}, Port: base, Paths: 4, Streams: 4,
-			SourcePorts: []uint16{base + 1, base + 2, base + 3, base + 4}, NoProgress: 10 * time.Second, Auth: cred, Tap: tap})
-		if err == nil {
-			t.Cleanup(func() { h.Close() })
-			return h
-		}
-		lastErr = err
-	}
-	t.Fatalf("no free ports: %v", lastErr)
-	return nil
+	return openUDPWith(t, []string{addr}, 4, UDPOptions{Streams: 4, NoProgress: 10 * time.Second, Auth: cred, Tap: tap})
 }
 
 // forger sends datagrams from one address, as a party on the path can.

@@ -17,10 +17,18 @@ import (
 // some are taken; it closes when the test ends.
 func openUDP(t *testing.T, planes []string, paths int) *UDPHost {
 	t.Helper()
+	return openUDPWith(t, planes, paths, UDPOptions{Streams: 4, NoProgress: 10 * time.Second})
+}
+
+// openUDPWith opens a host on planes with paths paths and the other
+// options of o, on free ports, and closes it when the test ends.
+func openUDPWith(t *testing.T, planes []string, paths int, o UDPOptions) *UDPHost {
+	t.Helper()
 	var lastErr error
 	for try := 0; try < 20; try++ {
 		base := uint16(20000 + rand.IntN(40000))
-		cfg := UDPOptions{Port: base, Paths: paths, Streams: 4, NoProgress: 10 * time.Second}
+		cfg := o
+		cfg.Port, cfg.Paths, cfg.Planes, cfg.SourcePorts = base, paths, nil, nil
 		for _, p := range planes {
 			cfg.Planes = append(cfg.Planes, netip.MustParseAddr(p))
 		}

@@ -188,3 +188,27 @@ func Format(b []byte) string {
 	}
 	return sb.String()
 }
+
+// Named reads lines of the form "NAME = HEX", as testdata/auth/vectors.txt
+// holds them, into a map by name. Blank lines and lines from # on are
+// skipped. A line of another form, or whose value is not hex bytes, is an
+// error that names it.
+func Named(text string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for i, line := range strings.Split(text, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, " = ")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("line %d: want NAME = HEX", i+1)
+		}
+		b, err := parseLines(value, i+1, nil)
+		if err != nil {
+			return nil, err
+		}
+		out[strings.TrimSpace(name)] = b
+	}
+	return out, nil
+}

@@ -215,3 +215,15 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestNamed(t *testing.T) {
+	got, err := Named("# vectors\na = 0102\n\nb c = ff # comment\n")
+	if err != nil || len(got) != 2 || string(got["a"]) != "\x01\x02" || string(got["b c"]) != "\xff" {
+		t.Fatalf("%v %q", err, got)
+	}
+	for _, bad := range []string{"a 0102", " = 01", "a = zz"} {
+		if _, err := Named(bad); err == nil {
+			t.Errorf("%q read", bad)
+		}
+	}
+}
