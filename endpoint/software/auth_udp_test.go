@@ -124,6 +124,7 @@ func TestAuthenticatedOverUDP(t *testing.T) {
 	client.Backend().Runner().Do(func() { clientID = cconn.ID() })
 	sendC, sendT := control(proto.TypeSend, serverID, 8, func(p *proto.Packet) { p.Send().SetMsgLen(8); copy(p.Payload, "HIJACKED") })
 	closeC, _ := control(proto.TypeClose, clientID, 0, func(p *proto.Packet) { p.Close().SetReason(proto.CloseFatal) })
+	nackC, _ := control(proto.TypeNack, clientID, 0, func(p *proto.Packet) { p.Nack().SetCode(proto.NackBadKey) })
 	_, ackT := control(proto.TypeAck, clientID, 0, func(p *proto.Packet) { p.Ack().SetCumDSN(1 << 31) })
 	mu.Lock()
 	replayData, replayAck := bytes.Clone(data), bytes.Clone(ack)
@@ -139,6 +140,7 @@ func TestAuthenticatedOverUDP(t *testing.T) {
 		changed++
 	}
 	fromServer(toClient, closeC)
+	fromServer(toClient, nackC)
 	fromServer(toClient, ackT)
 	fromServer(toClient, replayAck)
 
@@ -162,8 +164,27 @@ func TestAuthenticatedOverUDP(t *testing.T) {
 	if ss.Unprotected != 1 || ss.Decode[proto.ErrAuthFailed] != uint64(1+changed) {
 		t.Errorf("server: %d dropped in the clear (want 1), %d failed to open (want %d)", ss.Unprotected, ss.Decode[proto.ErrAuthFailed], 1+changed)
 	}
-	if cs.Unprotected != 1 || cs.Decode[proto.ErrAuthFailed] != 1 || cs.Replays != 1 {
-		t.Errorf("client: %d dropped in the clear, %d failed to open, %d replays; want 1 each", cs.Unprotected, cs.Decode[proto.ErrAuthFailed], cs.Replays)
+	if cs.Unprotected != 2 || cs.Decode[proto.ErrAuthFailed] != 1 || cs.Replays != 1 {
+		t.Errorf("client: %d dropped in the clear (want 2), %d failed to open, %d replays (want 1 each)", cs.Unprotected, cs.Decode[proto.ErrAuthFailed], cs.Replays)
+	}
+	// A second client of the same listener, holding the first's key: its
+	// WRITE is refused, and the region keeps the first's data.
+	other, err := cpd.Connect(ctx, server.Remote(), ccq, ccq, endpoint.QPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lis.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hijack, _ := cpd.RegisterMR(bytes.Repeat([]byte("HIJACKED"), 512), endpoint.LocalWrite)
+	if err := other.PostWrite(2, 1, hijack.SGE(0, 4096), dst.RKey(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := ccq.Wait(ctx, out); err != nil || k != 1 || out[0].ID != 2 || out[0].Status != endpoint.StatusRemoteAccess {
+		t.Fatalf("a WRITE with another connection's key: %v %+v", err, out[:k])
+	}
+	if !bytes.Equal(src.Bytes()[:4096], dst.Bytes()[:4096]) {
+		t.Fatal("another connection's WRITE reached the region")
 	}
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
