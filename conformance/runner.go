@@ -40,12 +40,25 @@ import (
 //	LOGDIR     a directory for the endpoint's report.json and logs
 //	PSK_FILE   in the cases of the authenticated mode, a file holding the
 //	           pre-shared key as text (docs/spec.md section 13)
+//	TIMEOUT    how long the case may take, in seconds; the endpoint's own deadlines keep within it
+//
+// A responder creates the empty file LOGDIR/ready once it listens. The
+// runner starts the requesters when it appears, or after ReadyWait if it
+// does not.
 //
 // The requester moves SIZE bytes of the deterministic data Data(SIZE) to
 // the responder, by WRITE or SEND as it chooses, and the responder checks
 // them. Each writes an EndpointReport to LOGDIR/report.json. It exits 0
 // on success, 127 for a case it does not support, and anything else for a
 // failure.
+
+// ReadyFile is the file a responder creates in LOGDIR once it listens.
+const ReadyFile = "ready"
+
+// ReadyWait is how long the runner waits for a responder's ReadyFile
+// before it starts the requesters all the same, for an implementation
+// that does not write one.
+const ReadyWait = 10 * time.Second
 
 // Data is the deterministic data a requester moves. It is the same for
 // every implementation, so that a responder can be checked against it.
@@ -201,6 +214,7 @@ type caseRun struct {
 	respDir  string
 	em       emulator
 	wire     *wireWatch
+	timeout  time.Duration // what the case may take, TIMEOUT
 }
 
 // makeDirs makes the endpoints' log directories.
@@ -246,7 +260,8 @@ func (cr *caseRun) addrs(reach bool, h int) string {
 // env is an endpoint's environment under the endpoint contract.
 func (cr *caseRun) env(role, planes, peer, logdir string) []string {
 	e := append(os.Environ(), "ROLE="+role, "TESTCASE="+cr.c.Name, "PLANES="+planes, "PEER="+peer,
-		fmt.Sprintf("PORT=%d", cr.em.port()), fmt.Sprintf("SIZE=%d", cr.c.Size), fmt.Sprintf("REQUESTERS=%d", cr.n), "LOGDIR="+logdir)
+		fmt.Sprintf("PORT=%d", cr.em.port()), fmt.Sprintf("SIZE=%d", cr.c.Size), fmt.Sprintf("REQUESTERS=%d", cr.n), "LOGDIR="+logdir,
+		fmt.Sprintf("TIMEOUT=%g", cr.timeout.Seconds()))
 	if cr.c.Auth {
 		e = append(e, "PSK_FILE="+cr.pskFile())
 	}
@@ -277,19 +292,27 @@ func (cr *caseRun) start(ctx context.Context, impl Implementation, h int, e []st
 func (cr *caseRun) runEndpoints(req, resp Implementation, timeout time.Duration) (string, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	cr.timeout = timeout
 	rcmd, err := cr.start(ctx, resp, 1, cr.env("responder", cr.addrs(false, 1), "", cr.respDir), cr.respDir)
 	if err != nil {
 		return "fail", "starting the responder: " + err.Error()
 	}
 	respDone := make(chan error, 1)
 	go func() { respDone <- rcmd.Wait() }()
-	select {
-	case err := <-respDone:
-		if code(err) == Unsupported {
-			return "unsupported", ""
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for waited := time.Now(); ; {
+		select {
+		case err := <-respDone:
+			if code(err) == Unsupported {
+				return "unsupported", ""
+			}
+			return "fail", fmt.Sprintf("the responder exited before the requesters started: %v (logs in %s)", err, cr.dir)
+		case <-tick.C:
 		}
-		return "fail", fmt.Sprintf("the responder exited before the requesters started: %v (logs in %s)", err, cr.dir)
-	case <-time.After(300 * time.Millisecond): // until it listens
+		if _, err := os.Stat(filepath.Join(cr.respDir, ReadyFile)); err == nil || time.Since(waited) > ReadyWait {
+			break // it listens, or it says nothing of it
+		}
 	}
 	// Many requesters are processes started one after another. They are
 	// told when to begin, late enough for the last to have connected. An

@@ -63,13 +63,31 @@ type Config struct {
 	// PSK, from PSK_FILE, puts this side in the authenticated mode with
 	// that pre-shared key (docs/spec.md section 13). Nil leaves it out.
 	PSK []byte
+	// Timeout, from TIMEOUT, is how long the whole case may take; this
+	// side's own deadlines keep within it. DefaultTimeout without it.
+	Timeout time.Duration
 }
+
+// DefaultTimeout is a case's time when the runner gives none.
+const DefaultTimeout = time.Minute
+
+// timeout is the case's time: Timeout, or DefaultTimeout when unset.
+func (cfg Config) timeout() time.Duration {
+	if cfg.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return cfg.Timeout
+}
+
+// ReadyFile is the file a responder creates in LOGDIR once it listens,
+// which the runner waits for before it starts the requesters.
+const ReadyFile = conformance.ReadyFile
 
 // ParseEnv reads the contract's variables through getenv, os.Getenv in a
 // real endpoint. It returns ErrUnsupported for a case it does not know,
 // before it looks at anything else, as the contract asks.
 func ParseEnv(getenv func(string) string) (Config, error) {
-	cfg := Config{Role: getenv("ROLE"), Case: getenv("TESTCASE"), LogDir: getenv("LOGDIR"), Requesters: 1}
+	cfg := Config{Role: getenv("ROLE"), Case: getenv("TESTCASE"), LogDir: getenv("LOGDIR"), Requesters: 1, Timeout: DefaultTimeout}
 	if !slices.ContainsFunc(conformance.RunnerCases, func(c conformance.RunnerCase) bool { return c.Name == cfg.Case }) {
 		return cfg, ErrUnsupported
 	}
@@ -108,6 +126,13 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	}
 	if cfg.Broken, err = bugs.ForRole(getenv("MROCE_BREAK"), cfg.Role); err != nil {
 		return cfg, fmt.Errorf("MROCE_BREAK %w", err)
+	}
+	if v := getenv("TIMEOUT"); v != "" {
+		s, err := strconv.ParseFloat(v, 64)
+		if err != nil || s <= 0 || s > 24*3600 {
+			return cfg, fmt.Errorf("TIMEOUT %q: want seconds, above 0", v)
+		}
+		cfg.Timeout = time.Duration(s * float64(time.Second))
 	}
 	if path := getenv("PSK_FILE"); path != "" {
 		text, err := os.ReadFile(path)
@@ -176,6 +201,15 @@ func openHost(cfg Config) (*host.Host, *endpoint.Device, *endpoint.PD, error) {
 		return nil, nil, nil, err
 	}
 	return h, dev, pd, nil
+}
+
+// ready tells the runner that this responder listens (the contract's
+// ReadyFile), so that it starts the requesters.
+func ready(cfg Config) error {
+	if cfg.LogDir == "" {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(cfg.LogDir, ReadyFile), nil, 0o644)
 }
 
 // dial connects to the responder, giving the handshake 10 s.

@@ -34,13 +34,20 @@ func env(changes map[string]string) func(string) string {
 // contract does not allow, and reports an unknown case as unsupported
 // before anything else.
 func TestParseEnv(t *testing.T) {
-	cfg, err := ParseEnv(env(map[string]string{"REQUESTERS": "8", "START": "1000", "MROCE_BREAK": "requester:reuse-psn,responder:ignore-ce"}))
+	psk := filepath.Join(t.TempDir(), "psk")
+	os.WriteFile(psk, []byte(strings.Repeat("ab", 32)+"\n"), 0o600)
+	cfg, err := ParseEnv(env(map[string]string{"REQUESTERS": "8", "START": "1000", "MROCE_BREAK": "requester:reuse-psn,responder:ignore-ce",
+		"TIMEOUT": "2.5", "PSK_FILE": psk}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Role != Requester || cfg.Case != "transfer" || len(cfg.Planes) != 2 || len(cfg.Peer) != 2 || cfg.Port != 4797 ||
-		cfg.Size != 1024 || cfg.Requesters != 8 || !cfg.Start.Equal(time.Unix(0, 1000)) || !cfg.Broken.ReusePSN || cfg.Broken.IgnoreCE {
+		cfg.Size != 1024 || cfg.Requesters != 8 || !cfg.Start.Equal(time.Unix(0, 1000)) || !cfg.Broken.ReusePSN || cfg.Broken.IgnoreCE ||
+		cfg.Timeout != 2500*time.Millisecond || len(cfg.PSK) != 32 || cfg.PSK[0] != 0xab {
 		t.Errorf("%+v", cfg)
+	}
+	if cfg, _ := ParseEnv(env(nil)); cfg.Timeout != DefaultTimeout || cfg.PSK != nil {
+		t.Errorf("without TIMEOUT and PSK_FILE: %v, %x", cfg.Timeout, cfg.PSK)
 	}
 	for _, c := range []struct {
 		changes map[string]string
@@ -55,6 +62,9 @@ func TestParseEnv(t *testing.T) {
 		{map[string]string{"PEER": "127.0.0.3"}, "PEER"},
 		{map[string]string{"ROLE": "observer"}, "ROLE"},
 		{map[string]string{"MROCE_BREAK": "requester:nonesuch"}, "MROCE_BREAK"},
+		{map[string]string{"TIMEOUT": "0"}, "TIMEOUT"},
+		{map[string]string{"TIMEOUT": "soon"}, "TIMEOUT"},
+		{map[string]string{"PSK_FILE": "/nonexistent/psk"}, "PSK_FILE"},
 	} {
 		if _, err := ParseEnv(env(c.changes)); err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%v: %v, want an error naming %s", c.changes, err, c.msg)
@@ -122,7 +132,12 @@ func TestRunBothRoles(t *testing.T) {
 			var rerr error
 			var wg sync.WaitGroup
 			wg.Go(func() { rerr = Run(ctx, resp) })
-			time.Sleep(100 * time.Millisecond) // until it listens
+			for { // until it listens, which it says with the ready file
+				if _, err := os.Stat(filepath.Join(resp.LogDir, ReadyFile)); err == nil || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
 			qerr := Run(ctx, req)
 			wg.Wait()
 			if rerr != nil || qerr != nil {

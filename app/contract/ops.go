@@ -45,7 +45,10 @@ func opResponder(ctx context.Context, cfg Config, rep *conformance.EndpointRepor
 	if err != nil {
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	if err := ready(cfg); err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, cfg.timeout())
 	defer cancel()
 	qp, err := lis.Accept(actx)
 	if err != nil {
@@ -163,7 +166,7 @@ func opRequester(ctx context.Context, cfg Config, rep *conformance.EndpointRepor
 		return err
 	}
 	defer qp.Close()
-	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	tctx, cancel := context.WithTimeout(ctx, cfg.timeout())
 	defer cancel()
 	rkey, err := readAdvert(tctx, pd, qp, recv, cfg.Size)
 	if err != nil {

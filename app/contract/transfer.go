@@ -27,7 +27,10 @@ func transferResponder(ctx context.Context, cfg Config, rep *conformance.Endpoin
 	if err != nil {
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	if err := ready(cfg); err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, cfg.timeout())
 	defer cancel()
 	type result struct {
 		res filexfer.Result
@@ -86,7 +89,7 @@ func transferRequester(ctx context.Context, cfg Config, rep *conformance.Endpoin
 	if err := waitStart(ctx, cfg); err != nil {
 		return err
 	}
-	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	tctx, cancel := context.WithTimeout(ctx, cfg.timeout())
 	defer cancel()
 	began := time.Now()
 	res, err := filexfer.SendFile(tctx, conn, conformance.Data(cfg.Size), cfg.Case, cfg.Size, filexfer.Options{Chunk: 1 << 20})
