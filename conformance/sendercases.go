@@ -76,7 +76,7 @@ var SenderCases = []SenderCase{
 		Run: rnrRetry},
 	{Name: "sender-hint-zero", Spec: "5.5, 6.6", What: "after an ACK with RateHint 0 (and ACKs repeating it every millisecond, for 50 ms) at most 64 new DSNs arrive, what was in flight or queued; a hint with no limit brings new data back within 1 s",
 		Run: hintZero},
-	{Name: "sender-ecn", Spec: "5.5, 6.6", What: "with every packet acknowledged at once, 64 packets show how the requester spreads new data over its paths; then every packet on the path that carried most is echoed as marked CE: among the last 128 of the next 256 packets, that path carries less than half its earlier share of the new DSNs",
+	{Name: "sender-ecn", Spec: "5.5, 6.4", What: "with every packet acknowledged at once, 64 packets show how the requester spreads new data over its paths; then every packet on the path that carried most is echoed as marked CE: among the last 128 of the next 256 packets, that path carries less than half its earlier share of the new DSNs",
 		Run: ecnSlows},
 	{Name: "sender-fatal-nack", Spec: "7, 8.3", What: "a packet refused with NACK BAD_KEY (fatal) makes the requester CLOSE the connection with reason FATAL and Detail 1 (within 1 s), and send no data after its CLOSE",
 		Run: fatalNack},
