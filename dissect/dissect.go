@@ -391,9 +391,20 @@ func bytesText(n uint64) string {
 }
 
 // ExplainError says which check of proto.Packet.Decode b failed, with the
-// values that failed it. err is what Decode returned. It must not panic
-// on any input, so it reads only bytes that are there.
+// values that failed it, and names the drop cause as spec section 9 does
+// (bad-crc, bad-version and so on), which receivers count under. err is
+// what Decode returned. It must not panic on any input, so it reads only
+// bytes that are there.
 func ExplainError(b []byte, err error) string {
+	msg := explain(b, err)
+	if e, ok := err.(proto.Error); ok {
+		return msg + " [" + e.Name() + ", spec section 9]"
+	}
+	return msg
+}
+
+// explain is ExplainError's sentence, without the cause's name.
+func explain(b []byte, err error) string {
 	n := len(b)
 	byteAt := func(i int) int {
 		if i < n {

@@ -196,7 +196,7 @@ func TestExplainError(t *testing.T) {
 			t.Errorf("%s: decodes", tt.name)
 			continue
 		}
-		if got := ExplainError(tt.b, err); !strings.Contains(got, tt.want) {
+		if got := ExplainError(tt.b, err); !strings.Contains(got, tt.want) || !strings.HasSuffix(got, "["+err.(proto.Error).Name()+", spec section 9]") {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
 	}
