@@ -489,7 +489,17 @@ func payloadError(b []byte, typ proto.Type) string {
 		part = "SendHeader"
 	case proto.TypeReadResp:
 		part = "ReadRespHeader"
-	case proto.TypeConnect:
+	case proto.TypeConnect, proto.TypeAccept:
+		if proto.HandshakeHeader(b[proto.CommonHeaderLen:hlen]).Capabilities()&proto.CapAuth != 0 {
+			want := fmt.Sprintf("its %d-byte AuthHello, then a %d-byte token or nothing", proto.AuthHelloLen, proto.TokenLen)
+			if typ == proto.TypeAccept {
+				want = fmt.Sprintf("its %d-byte AuthAccept", proto.AuthAcceptLen)
+			}
+			return fmt.Sprintf("payload not allowed: a %v with AUTH carries %s (spec section 13.3), but %d bytes lie between header and trailer", typ, want, payload)
+		}
+		if typ == proto.TypeAccept {
+			return fmt.Sprintf("payload not allowed: type ACCEPT carries none, but %d bytes lie between header and trailer", payload)
+		}
 		return fmt.Sprintf("payload not allowed: a CONNECT carries none or a %d-byte token, but %d bytes lie between header and trailer",
 			proto.TokenLen, payload)
 	default:

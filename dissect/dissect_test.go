@@ -413,3 +413,31 @@ func FuzzDissect(f *testing.F) {
 		}
 	})
 }
+
+// A CONNECT or ACCEPT with AUTH whose payload is not its key exchange is
+// explained by what the authenticated mode asks of it.
+func TestExplainAuthHandshakePayload(t *testing.T) {
+	for _, c := range []struct {
+		typ  proto.Type
+		n    int
+		want string
+	}{
+		{proto.TypeConnect, proto.TokenLen, "AuthHello"},
+		{proto.TypeAccept, 0, "48-byte AuthAccept"},
+	} {
+		var p proto.Packet
+		if err := proto.Build(&p, make([]byte, 512), c.typ, 0, c.n); err != nil {
+			t.Fatal(err)
+		}
+		p.Handshake().SetCapabilities(proto.CapAuth)
+		b := p.Seal()
+		var q proto.Packet
+		err := q.Decode(b)
+		if err != proto.ErrPayload {
+			t.Fatalf("%v: %v", c.typ, err)
+		}
+		if got := ExplainError(b, err); !strings.Contains(got, c.want) || !strings.Contains(got, "13.3") {
+			t.Errorf("%v: %q", c.typ, got)
+		}
+	}
+}
