@@ -183,7 +183,10 @@ func isOperation(testcase string) bool {
 // deliberate bugs of cfg between the engine and the sockets. It returns
 // the host to close and a device and protection domain on it.
 func openHost(cfg Config) (*host.Host, *endpoint.Device, *endpoint.PD, error) {
-	o := host.Options{Port: cfg.Port, Paths: 8, SourcePorts: 16, NoProgress: 30 * time.Second}
+	// A requester may start before its responder listens, when the runner
+	// gave up waiting for the ready file: its handshake goes on for as
+	// long as dial waits, resending its CONNECT.
+	o := host.Options{Port: cfg.Port, Paths: 8, SourcePorts: 16, NoProgress: 30 * time.Second, ConnectTimeout: dialWait}
 	if cfg.PSK != nil {
 		o.Auth = &auth.Credentials{Method: auth.MethodPSK, PSK: cfg.PSK}
 	}
@@ -212,9 +215,12 @@ func ready(cfg Config) error {
 	return os.WriteFile(filepath.Join(cfg.LogDir, ReadyFile), nil, 0o644)
 }
 
-// dial connects to the responder, giving the handshake 10 s.
+// dialWait is how long a requester's handshake may take.
+const dialWait = 10 * time.Second
+
+// dial connects to the responder, giving the handshake dialWait.
 func dial(ctx context.Context, cfg Config, pd *endpoint.PD, send, recv *endpoint.CQ) (*endpoint.QP, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, dialWait)
 	defer cancel()
 	return pd.Connect(cctx, endpoint.Remote{Planes: cfg.Peer, Port: cfg.Port}, send, recv, endpoint.QPOptions{})
 }

@@ -175,3 +175,33 @@ func TestRunReportsFailure(t *testing.T) {
 		t.Fatalf("Run %v; report %v: %s", err, rerr, b)
 	}
 }
+
+// A requester started before its responder listens connects once the
+// responder comes up, a few seconds later: its handshake waits.
+func TestLargeRequesterWaitsForASlowResponder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 2 s in real time")
+	}
+	port := freePort(t, "127.0.0.113", "127.0.0.114")
+	dir := t.TempDir()
+	base := Config{Case: "transfer", Port: port, Size: 64 << 10, Requesters: 1}
+	resp, req := base, base
+	resp.Role, resp.LogDir = Responder, filepath.Join(dir, Responder)
+	req.Role, req.LogDir = Requester, filepath.Join(dir, Requester)
+	os.Mkdir(resp.LogDir, 0o755)
+	os.Mkdir(req.LogDir, 0o755)
+	resp.Planes, _ = conformance.ParseAddrs("127.0.0.113")
+	req.Planes, _ = conformance.ParseAddrs("127.0.0.114")
+	req.Peer = resp.Planes
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var qerr error
+	var wg sync.WaitGroup
+	wg.Go(func() { qerr = Run(ctx, req) })
+	time.Sleep(2 * time.Second) // past the engine's default connect timeout of 1 s
+	rerr := Run(ctx, resp)
+	wg.Wait()
+	if rerr != nil || qerr != nil {
+		t.Fatalf("responder %v, requester %v", rerr, qerr)
+	}
+}

@@ -80,7 +80,7 @@ func transferRequester(ctx context.Context, cfg Config, rep *conformance.Endpoin
 		return err
 	}
 	defer h.Close()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, dialWait)
 	conn, err := filexfer.Dial(cctx, dev, endpoint.Remote{Planes: cfg.Peer, Port: cfg.Port})
 	cancel()
 	if err != nil {

@@ -57,6 +57,8 @@ type Options struct {
 	// NoProgress is how long a connection may wait on its peer before it
 	// fails.
 	NoProgress time.Duration
+	// ConnectTimeout bounds a handshake; zero takes the engine's 1 s.
+	ConnectTimeout time.Duration
 	// Pcap names a file that receives every packet sent and received.
 	// Empty captures nothing.
 	Pcap string
@@ -148,7 +150,8 @@ func bind(planes []netip.Addr, o Options, wrappers []software.Wrapper) (*softwar
 			port = uint16(20000 + rand.IntN(40000-o.SourcePorts))
 		}
 		uo := software.UDPOptions{Planes: planes, Port: port, Paths: o.Paths, Streams: Streams, MaxPacket: o.MaxPacket,
-			InboundCapacity: o.InboundCapacity, NoProgress: o.NoProgress, Baseline: o.Baseline, Auth: o.Auth, KeyLog: o.KeyLog}
+			InboundCapacity: o.InboundCapacity, NoProgress: o.NoProgress, ConnectTimeout: o.ConnectTimeout, Baseline: o.Baseline,
+			Auth: o.Auth, KeyLog: o.KeyLog}
 		for i := 1; i <= o.SourcePorts; i++ {
 			uo.SourcePorts = append(uo.SourcePorts, port+uint16(i))
 		}
