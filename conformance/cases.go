@@ -261,6 +261,29 @@ var Cases = []Case{
 				return refusedStaysClear(p, s)
 			})
 		}},
+	{Name: "bad-key-again", Spec: "7", What: "the responder that sent a fatal NACK keeps its connection until the requester closes it: the refused WRITE, resent under its DSN with a new PSN, is refused again with the same NACK naming the new PSN",
+		Run: func(env Env) error {
+			return withProber(env, random32(), func(p *Prober) error {
+				w := Write{Path: 1, RKey: env.Target.RKey ^ 0x0F0F0F0F0F0F0F0F, Payload: make([]byte, 64), ExplicitMSN: true, MSN: p.msn}
+				p.msn++
+				first, err := p.SendWrite(w)
+				if err != nil {
+					return err
+				}
+				if err := expectNack(p, first, proto.NackBadKey); err != nil {
+					return err
+				}
+				w.ExplicitDSN, w.DSN, w.Flags = true, first.DSN, proto.FlagRetransmit
+				again, err := p.SendWrite(w)
+				if err != nil {
+					return err
+				}
+				if again.PSN == first.PSN {
+					return errors.New("the resend took the same PSN")
+				}
+				return expectNack(p, again, proto.NackBadKey)
+			})
+		}},
 	{Name: "bounds", Spec: "7, 9 step 15", What: "a WRITE past the region's end is refused with NACK BOUNDS",
 		Run: func(env Env) error {
 			return withProber(env, random32(), func(p *Prober) error {

@@ -97,7 +97,7 @@ func TestBrokenBuildsFailTheRightCases(t *testing.T) {
 	}{
 		{"ignores a SACK bit", bugs.Set{IgnoreSACKBit: true}, []string{"sack-exact", "duplicate", "psn-wrap"}},
 		{"places corrupt packets", bugs.Set{AcceptBadCRC: true}, []string{"bad-crc"}},
-		{"skips key checks", bugs.Set{SkipKeyCheck: true}, []string{"bad-key"}},
+		{"skips key checks", bugs.Set{SkipKeyCheck: true}, []string{"bad-key", "bad-key-again"}},
 	}
 	for i, c := range cases {
 		target := responder(t, fmt.Sprintf("127.0.0.%d", 53+2*i), c.broke)
