@@ -112,8 +112,8 @@ var ErrFailed = proto.ErrAuthFailed
 // Detail values of a refusal: the offsets of Suite and Method in the
 // CONNECT's extensions, after its 44-byte HandshakeHeader.
 const (
-	DetailSuite  = 44
-	DetailMethod = 45
+	DetailSuite  = proto.HandshakeHeaderLen
+	DetailMethod = proto.HandshakeHeaderLen + 1
 )
 
 // x25519 returns DH(priv, pub). A result of all zeros fails, as a low-order
@@ -175,7 +175,7 @@ func Initiate(cred *Credentials, random io.Reader, hs proto.HandshakeHeader) (*I
 			return nil, err
 		}
 		cke := mix(ck0[:], es)
-		the := transcript(hs[:44], in.hello[:36])
+		the := transcript(hs[:proto.HandshakeHeaderLen], in.hello[:36])
 		a, err := in.suite.aead(expandLabel(cke, "static", the, in.suite.keyLen()))
 		if err != nil {
 			return nil, err
@@ -187,7 +187,7 @@ func Initiate(cred *Credentials, random io.Reader, hs proto.HandshakeHeader) (*I
 		}
 		in.ck1 = mix(cke, ss)
 	}
-	in.thc = transcript(hs[:44], in.hello[:84])
+	in.thc = transcript(hs[:proto.HandshakeHeaderLen], in.hello[:84])
 	h.SetConfirm(confirm(in.ck1, "connect", in.thc))
 	return in, nil
 }
@@ -213,7 +213,7 @@ func (in *Initiation) Finish(hs proto.HandshakeHeader, acc proto.AuthAccept) (Se
 		ck2 = mix(ck2, se)
 	}
 	confirmC := proto.AuthHello(in.hello[:]).Confirm()
-	tha := transcript(in.thc, confirmC[:], hs[:44], ea)
+	tha := transcript(in.thc, confirmC[:], hs[:proto.HandshakeHeaderLen], ea)
 	want := confirm(ck2, "accept", tha)
 	got := acc.Confirm()
 	if subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
@@ -268,7 +268,7 @@ func Respond(cred *Credentials, random io.Reader, hs proto.HandshakeHeader, hell
 			return nil, err
 		}
 		cke := mix(ck0[:], es)
-		the := transcript(hs[:44], r.hello[:36])
+		the := transcript(hs[:proto.HandshakeHeaderLen], r.hello[:36])
 		a, err := suite.aead(expandLabel(cke, "static", the, suite.keyLen()))
 		if err != nil {
 			return nil, err
@@ -291,7 +291,7 @@ func Respond(cred *Credentials, random io.Reader, hs proto.HandshakeHeader, hell
 		}
 		ck1 = mix(cke, ss)
 	}
-	r.thc = transcript(hs[:44], r.hello[:84])
+	r.thc = transcript(hs[:proto.HandshakeHeaderLen], r.hello[:84])
 	want := confirm(ck1, "connect", r.thc)
 	got := hello.Confirm()
 	if subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
@@ -336,7 +336,7 @@ func (r *Response) Answer(hs proto.HandshakeHeader) ([]byte, Secrets) {
 		return r.accept[:], r.secrets
 	}
 	confirmC := proto.AuthHello(r.hello[:]).Confirm()
-	tha := transcript(r.thc, confirmC[:], hs[:44], r.accept[:32])
+	tha := transcript(r.thc, confirmC[:], hs[:proto.HandshakeHeaderLen], r.accept[:32])
 	proto.AuthAccept(r.accept[:]).SetConfirm(confirm(r.ck2, "accept", tha))
 	ia, ai := directions(r.ck2, tha)
 	r.secrets = Secrets{Suite: r.suite, Send: ai, Recv: ia}

@@ -28,6 +28,10 @@ type recvPath struct {
 	echoes uint8      // later ACKs its last record is still to be repeated in
 }
 
+// advances reports whether a data packet with PSN psn is after every one
+// the path recorded, as a repeat of an old packet never is.
+func (p *recvPath) advances(psn uint32) bool { return !p.has || proto.SeqLess(p.highest, psn) }
+
 // record notes PSN psn of epoch e (spec section 6.3). It reports whether
 // the arrival calls for an immediate ACK, because its PSN is not the one
 // after the highest (spec section 6.6).

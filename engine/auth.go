@@ -147,8 +147,7 @@ func (c *Conn) fresh(pkt *proto.Packet) bool {
 	if int(h.PathID()) >= len(c.rcv.paths) {
 		return false // refused at step 8
 	}
-	p := &c.rcv.paths[h.PathID()]
-	return !p.has || proto.SeqLess(p.highest, h.PSN())
+	return c.rcv.paths[h.PathID()].advances(h.PSN())
 }
 
 // helloFor fills a CONNECT's AuthHello. The first CONNECT of the attempt
@@ -256,9 +255,12 @@ func (c *Conn) finishAccept(pkt *proto.Packet) bool {
 	return true
 }
 
+// acceptImageLen is an ACCEPT with AUTH without its trailer.
+const acceptImageLen = proto.CommonHeaderLen + proto.HandshakeHeaderLen + proto.AuthAcceptLen
+
 // acceptImage is an ACCEPT with AUTH as a repeat of it must be: every
 // byte before the trailer but the Timestamp, which each send sets anew.
-func acceptImage(pkt *proto.Packet) (img [proto.CommonHeaderLen + 44 + proto.AuthAcceptLen]byte) {
+func acceptImage(pkt *proto.Packet) (img [acceptImageLen]byte) {
 	copy(img[:], pkt.Bytes())
 	proto.CommonHeader(img[:proto.CommonHeaderLen]).SetTimestamp(0)
 	return img

@@ -39,7 +39,7 @@ type Conn struct {
 	session    *auth.Session
 	initiation *auth.Initiation
 	response   *auth.Response
-	accepted   [proto.CommonHeaderLen + 44 + proto.AuthAcceptLen]byte // an initiator's ACCEPT taken, but its Timestamp
+	accepted   [acceptImageLen]byte // an initiator's ACCEPT taken, but its Timestamp
 	// heardProtected is set once a packet of the peer's has opened: the
 	// peer is established.
 	heardProtected bool

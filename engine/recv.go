@@ -396,7 +396,7 @@ func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
 	if path.has && h.Epoch() == path.epoch && proto.SeqLess(path.highest+1, h.PSN()) {
 		r.sawLoss() // a PSN skipped: lost, since a path delivers in order (spec section 6.2)
 	}
-	advances := !path.has || proto.SeqLess(path.highest, h.PSN())
+	advances := path.advances(h.PSN())
 	urgent := path.record(h.Epoch(), h.PSN())
 	if advances || !r.c.ep.authed() {
 		// In the authenticated mode only a new PSN gives the echo: a

@@ -74,7 +74,7 @@ var Layouts = []PartLayout{
 		{"reserved", 3, 0, 8}, {"PSN", 4, 0, 32}, {"DSN", 8, 0, 32}, {"Stream", 12, 0, 16},
 		{"RetryAfter", 14, 0, 16}, {"MSN", 16, 0, 32},
 	}},
-	{"HandshakeHeader", 44, []FieldLayout{
+	{"HandshakeHeader", HandshakeHeaderLen, []FieldLayout{
 		{"SrcConnID", 0, 0, 32}, {"InitialPSN", 4, 0, 32}, {"InitialDSN", 8, 0, 32},
 		{"DSNWindow", 12, 0, 32}, {"MaxPacket", 16, 0, 16}, {"Paths", 18, 0, 16}, {"Streams", 20, 0, 16},
 		{"ReplyPort", 22, 0, 16}, {"MaxReadsOut", 24, 0, 16}, {"MaxReadsIn", 26, 0, 16},

@@ -70,7 +70,7 @@ func (p *Packet) AckRecord(i int) AckRecord {
 func (p *Packet) Nack() NackHeader { return NackHeader(p.ext[:20]) }
 
 // Handshake returns the CONNECT / ACCEPT extension.
-func (p *Packet) Handshake() HandshakeHeader { return HandshakeHeader(p.ext[:44]) }
+func (p *Packet) Handshake() HandshakeHeader { return HandshakeHeader(p.ext[:HandshakeHeaderLen]) }
 
 // Close returns the CLOSE extension.
 func (p *Packet) Close() CloseHeader { return CloseHeader(p.ext[:8]) }

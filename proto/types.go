@@ -22,6 +22,7 @@ const (
 	AckHeaderLen       = 16
 	TokenLen           = 16 // a RETRY's token, which the CONNECT that follows carries as its payload
 	TagLen             = 16 // a protected packet's AEAD tag, in the trailer's place (section 13.4)
+	HandshakeHeaderLen = 44 // a CONNECT's or ACCEPT's extension
 	AuthHelloLen       = 100
 	AuthAcceptLen      = 48
 	MinProtectedLen    = CommonHeaderLen + TagLen // a protected CNP
@@ -83,8 +84,8 @@ var typeTable = [256]typeInfo{
 	TypeAck:        {"ACK", CommonHeaderLen + AckHeaderLen, false, false},
 	TypeNack:       {"NACK", CommonHeaderLen + 20, false, false},
 	TypeCNP:        {"CNP", CommonHeaderLen, false, false},
-	TypeConnect:    {"CONNECT", CommonHeaderLen + 44, false, true},
-	TypeAccept:     {"ACCEPT", CommonHeaderLen + 44, false, false},
+	TypeConnect:    {"CONNECT", CommonHeaderLen + HandshakeHeaderLen, false, true},
+	TypeAccept:     {"ACCEPT", CommonHeaderLen + HandshakeHeaderLen, false, false},
 	TypeClose:      {"CLOSE", CommonHeaderLen + 8, false, false},
 	TypeProbe:      {"PROBE", CommonHeaderLen + 4, true, false},
 	TypeProbeReply: {"PROBE_REPLY", CommonHeaderLen + 12, false, false},
