@@ -104,6 +104,24 @@ func freePort(t *testing.T, addrs ...string) uint16 {
 	return 0
 }
 
+// roles are the configurations of a responder on respAddr and a
+// requester on reqAddr for one case of size bytes, on a free port, each
+// with a log directory of its own under one temporary directory.
+func roles(t *testing.T, testcase string, size int64, respAddr, reqAddr string) (resp, req Config) {
+	t.Helper()
+	dir := t.TempDir()
+	base := Config{Case: testcase, Port: freePort(t, respAddr, reqAddr), Size: size, Requesters: 1}
+	resp, req = base, base
+	resp.Role, resp.LogDir = Responder, filepath.Join(dir, Responder)
+	req.Role, req.LogDir = Requester, filepath.Join(dir, Requester)
+	os.Mkdir(resp.LogDir, 0o755)
+	os.Mkdir(req.LogDir, 0o755)
+	resp.Planes, _ = conformance.ParseAddrs(respAddr)
+	req.Planes, _ = conformance.ParseAddrs(reqAddr)
+	req.Peer = resp.Planes
+	return resp, req
+}
+
 // Both roles of every kind of case, in one process on loopback, agree on
 // the data and report it as the runner reads it.
 func TestRunBothRoles(t *testing.T) {
@@ -113,20 +131,8 @@ func TestRunBothRoles(t *testing.T) {
 	sum := hex.EncodeToString(want.Sum(nil))
 	for _, testcase := range []string{"transfer", "write", "write-imm", "read"} {
 		t.Run(testcase, func(t *testing.T) {
-			port := freePort(t, "127.0.0.111", "127.0.0.112")
-			dir := t.TempDir()
-			logdir := func(role string) string {
-				d := filepath.Join(dir, role)
-				os.Mkdir(d, 0o755)
-				return d
-			}
-			base := Config{Case: testcase, Port: port, Size: size, Requesters: 1}
-			resp, req := base, base
-			resp.Role, resp.LogDir = Responder, logdir(Responder)
-			resp.Planes, _ = conformance.ParseAddrs("127.0.0.111")
-			req.Role, req.LogDir = Requester, logdir(Requester)
-			req.Planes, _ = conformance.ParseAddrs("127.0.0.112")
-			req.Peer = resp.Planes
+			resp, req := roles(t, testcase, size, "127.0.0.111", "127.0.0.112")
+			dir := filepath.Dir(resp.LogDir)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			var rerr error
@@ -182,17 +188,7 @@ func TestLargeRequesterWaitsForASlowResponder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits 2 s in real time")
 	}
-	port := freePort(t, "127.0.0.113", "127.0.0.114")
-	dir := t.TempDir()
-	base := Config{Case: "transfer", Port: port, Size: 64 << 10, Requesters: 1}
-	resp, req := base, base
-	resp.Role, resp.LogDir = Responder, filepath.Join(dir, Responder)
-	req.Role, req.LogDir = Requester, filepath.Join(dir, Requester)
-	os.Mkdir(resp.LogDir, 0o755)
-	os.Mkdir(req.LogDir, 0o755)
-	resp.Planes, _ = conformance.ParseAddrs("127.0.0.113")
-	req.Planes, _ = conformance.ParseAddrs("127.0.0.114")
-	req.Peer = resp.Planes
+	resp, req := roles(t, "transfer", 64<<10, "127.0.0.113", "127.0.0.114")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var qerr error
