@@ -102,9 +102,9 @@ func (e *Endpoint) decodeOwn(pkt *proto.Packet, d *link.Datagram) error {
 	if len(b) < proto.MinProtectedLen || !proto.CommonHeader(b).Protected() {
 		return e.decode(pkt, d)
 	}
-	id := proto.CommonHeader(b).DstConnID()
+	header := proto.Packet{Common: proto.CommonHeader(b[:proto.CommonHeaderLen])} // all that is clear
 	for _, c := range e.conns {
-		if c.session == nil || c.peerID != id || !c.sent(&proto.Packet{Common: proto.CommonHeader(b[:proto.CommonHeaderLen])}, d) {
+		if c.session == nil || !c.sent(&header, d) {
 			continue
 		}
 		out := append(e.ownOpened[:0], b...) // apart from opened, which a packet being handled may hold
