@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -295,5 +296,15 @@ func TestUnreportedHostDropsMoveNoPath(t *testing.T) {
 	}
 	if moves != 0 || st.LossRepaths != 0 {
 		t.Errorf("%d moves, %d for loss: a host's drops moved paths", moves, st.LossRepaths)
+	}
+}
+
+// In the authenticated mode too, the sender opens each datagram its host
+// hands back as dropped and resends it at once, blaming no path.
+func TestLocalDropsInTheAuthenticatedMode(t *testing.T) {
+	psk, _ := credentialPair(t, auth.MethodPSK, 0)
+	told, timeouts, moves, q := localDropRunWith(t, false, Config{Paths: 8, Auth: psk})
+	if told.LocalDrops == 0 || told.LocalDrops > uint64(q.drops) || timeouts != 0 || moves != 0 {
+		t.Errorf("%d drops taken for %d dropped, %d timeouts, %d moves", told.LocalDrops, q.drops, timeouts, moves)
 	}
 }
