@@ -291,12 +291,26 @@ func fieldMeaning(p *proto.Packet, s proto.Section, f proto.FieldLayout, v uint6
 		if c&^(proto.CapAtomics|proto.CapAuth|proto.CapCredits|proto.CapRecut) != 0 {
 			m += " [!] reserved capability bits set: must be sent as 0, ignored"
 		}
-		if c&proto.CapAtomics != 0 {
-			m += " [!] ATOMICS: its types are not defined in version 0, so it is never set"
-		}
 		return m
-	case "MaxPacket", "MsgLen", "MsgOffset", "RemoteOffset":
+	case "MaxPacket", "MsgLen", "MsgOffset":
 		return fmt.Sprintf("%d bytes", v)
+	case "RemoteOffset":
+		if p.Type().IsAtomic() && v%8 != 0 {
+			return fmt.Sprintf("%d bytes [!] not a multiple of 8: refused with BOUNDS (spec section 5.12)", v)
+		}
+		return fmt.Sprintf("%d bytes", v)
+	case "Operand":
+		if p.Type() == proto.TypeFetchAdd {
+			return "added to the target"
+		}
+		return "written if the target holds Compare"
+	case "Compare":
+		if p.Type() == proto.TypeFetchAdd {
+			return "ignored by FETCH_ADD"
+		}
+		return "compared with the target"
+	case "Original":
+		return "the target before the operation"
 	case "RetryAfter":
 		return fmt.Sprintf("%d µs", v)
 	case "ReplyPort":

@@ -154,7 +154,7 @@ func TestExplainError(t *testing.T) {
 	version := bytes.Clone(write)
 	version[0] = 0x10
 	unknownType := bytes.Clone(write)
-	unknownType[1] = 0x07
+	unknownType[1] = 0x04
 	lyingHdrLen := bytes.Clone(write)
 	lyingHdrLen[4] = 7
 	records := bytes.Clone(ack)
@@ -177,7 +177,7 @@ func TestExplainError(t *testing.T) {
 		{"truncated", make([]byte, 20), "truncated: 20 bytes, need at least 32"},
 		{"bad CRC", badCRC, fmt.Sprintf("bad CRC: trailer 0x%08x, computed 0x%08x", crcNow^0xff, crcNow)},
 		{"version", reseal(version), "unsupported version 1"},
-		{"unknown type", reseal(unknownType), "unknown type 0x07"},
+		{"unknown type", reseal(unknownType), "unknown type 0x04 (reserved for SEND with immediate data"},
 		{"lying HdrLen", reseal(lyingHdrLen), "header length: HdrLen 7 words = 28 bytes, type WRITE needs 60"},
 		{"record count", reseal(records), "bad ACK record count: RecordCount 19, at most 18"},
 		{"truncated header", reseal(shortWrite), "truncated: 40 bytes, type WRITE needs at least 64 (header 60 + trailer 4)"},

@@ -283,3 +283,55 @@ func (g *Region) Slice(off, n uint64) ([]byte, error) {
 	}
 	return g.buf[off : off+n], nil
 }
+
+// AtomicSize is the size of an atomic operation's target (spec section
+// 5.12).
+const AtomicSize = 8
+
+// atomics serializes every atomic operation of the process, so that two on
+// the same bytes never interleave whatever regions or domains alias them
+// (spec section 5.12: atomic among the responder's atomic operations).
+var atomics sync.Mutex
+
+// ErrAlign is an atomic operation's target at an offset that is not a
+// multiple of AtomicSize.
+var ErrAlign = errors.New("memreg: atomic target not at a multiple of 8 bytes")
+
+// CheckAtomic reports whether an atomic operation may target the 8 bytes at
+// off: within the region, at a multiple of 8 of its offsets.
+func (g *Region) CheckAtomic(off uint64) error {
+	if off%AtomicSize != 0 {
+		return ErrAlign
+	}
+	return g.CheckRange(off, AtomicSize)
+}
+
+// FetchAdd adds add to the big-endian 64-bit integer at off, modulo 2^64,
+// and returns the value it held before.
+func (g *Region) FetchAdd(off, add uint64) (uint64, error) {
+	if err := g.CheckAtomic(off); err != nil {
+		return 0, err
+	}
+	atomics.Lock()
+	defer atomics.Unlock()
+	target := g.buf[off : off+AtomicSize]
+	old := binary.BigEndian.Uint64(target)
+	binary.BigEndian.PutUint64(target, old+add)
+	return old, nil
+}
+
+// CompareSwap writes swap to the big-endian 64-bit integer at off if it
+// equals compare, and returns the value it held before either way.
+func (g *Region) CompareSwap(off, compare, swap uint64) (uint64, error) {
+	if err := g.CheckAtomic(off); err != nil {
+		return 0, err
+	}
+	atomics.Lock()
+	defer atomics.Unlock()
+	target := g.buf[off : off+AtomicSize]
+	old := binary.BigEndian.Uint64(target)
+	if old == compare {
+		binary.BigEndian.PutUint64(target, swap)
+	}
+	return old, nil
+}

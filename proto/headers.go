@@ -112,6 +112,32 @@ func (h ReadRespHeader) SetMsgOffset(v uint32) { be.PutUint32(h[4:], v) }
 func (h ReadRespHeader) MsgLen() uint32        { return be.Uint32(h[8:]) }
 func (h ReadRespHeader) SetMsgLen(v uint32)    { be.PutUint32(h[8:], v) }
 
+// AtomicHeader views the 44-byte extension of FETCH_ADD and CMP_SWAP.
+type AtomicHeader []byte
+
+func (h AtomicHeader) Stream() uint16           { return be.Uint16(h[0:]) }
+func (h AtomicHeader) SetStream(v uint16)       { be.PutUint16(h[0:], v) }
+func (h AtomicHeader) MSN() uint32              { return be.Uint32(h[4:]) }
+func (h AtomicHeader) SetMSN(v uint32)          { be.PutUint32(h[4:], v) }
+func (h AtomicHeader) RKey() uint64             { return be.Uint64(h[8:]) }
+func (h AtomicHeader) SetRKey(v uint64)         { be.PutUint64(h[8:], v) }
+func (h AtomicHeader) RemoteOffset() uint64     { return be.Uint64(h[16:]) }
+func (h AtomicHeader) SetRemoteOffset(v uint64) { be.PutUint64(h[16:], v) }
+func (h AtomicHeader) Operand() uint64          { return be.Uint64(h[24:]) }
+func (h AtomicHeader) SetOperand(v uint64)      { be.PutUint64(h[24:], v) }
+func (h AtomicHeader) Compare() uint64          { return be.Uint64(h[32:]) }
+func (h AtomicHeader) SetCompare(v uint64)      { be.PutUint64(h[32:], v) }
+func (h AtomicHeader) AtomicTag() uint32        { return be.Uint32(h[40:]) }
+func (h AtomicHeader) SetAtomicTag(v uint32)    { be.PutUint32(h[40:], v) }
+
+// AtomicRespHeader views the 12-byte extension of ATOMIC_RESP.
+type AtomicRespHeader []byte
+
+func (h AtomicRespHeader) AtomicTag() uint32     { return be.Uint32(h[0:]) }
+func (h AtomicRespHeader) SetAtomicTag(v uint32) { be.PutUint32(h[0:], v) }
+func (h AtomicRespHeader) Original() uint64      { return be.Uint64(h[4:]) }
+func (h AtomicRespHeader) SetOriginal(v uint64)  { be.PutUint64(h[4:], v) }
+
 // AckHeader views the 16-byte fixed part of an ACK. AckRecords follow it.
 type AckHeader []byte
 

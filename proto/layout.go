@@ -86,6 +86,11 @@ var Layouts = []PartLayout{
 	{"ProbeHeader", 4, []FieldLayout{{"ProbeID", 0, 0, 32}}},
 	{"ProbeReplyHeader", 12, []FieldLayout{{"ProbeID", 0, 0, 32}, {"EchoTimestamp", 4, 0, 32}, {"ServiceTime", 8, 0, 32}}},
 	{"Trailer", TrailerLen, []FieldLayout{{"CRC", 0, 0, 32}}},
+	{"AtomicHeader", AtomicHeaderLen, []FieldLayout{
+		{"Stream", 0, 0, 16}, {"reserved", 2, 0, 16}, {"MSN", 4, 0, 32}, {"RKey", 8, 0, 64},
+		{"RemoteOffset", 16, 0, 64}, {"Operand", 24, 0, 64}, {"Compare", 32, 0, 64}, {"AtomicTag", 40, 0, 32},
+	}},
+	{"AtomicRespHeader", 12, []FieldLayout{{"AtomicTag", 0, 0, 32}, {"Original", 4, 0, 64}}},
 	{"AuthHello", AuthHelloLen, []FieldLayout{
 		{"Suite", 0, 0, 8}, {"Method", 1, 0, 8}, {"reserved", 2, 0, 16}, {"Ephemeral", 4, 0, 256},
 		{"Static", 36, 0, 384}, {"Confirm", 84, 0, 128},
@@ -134,6 +139,10 @@ func (p *Packet) Sections() []Section {
 		s = append(s, part("ReadReqHeader", p.ReadReq(), 0))
 	case TypeReadResp:
 		s = append(s, part("ReadRespHeader", p.ReadResp(), 0))
+	case TypeFetchAdd, TypeCmpSwap:
+		s = append(s, part("AtomicHeader", p.Atomic(), 0))
+	case TypeAtomicResp:
+		s = append(s, part("AtomicRespHeader", p.AtomicResp(), 0))
 	case TypeAck:
 		s = append(s, part("AckHeader", p.Ack(), 0))
 		for i := 0; i < int(p.Ack().RecordCount()); i++ {

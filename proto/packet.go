@@ -57,6 +57,12 @@ func (p *Packet) ReadReq() ReadReqHeader { return ReadReqHeader(p.ext[:32]) }
 // ReadResp returns the READ_RESP extension.
 func (p *Packet) ReadResp() ReadRespHeader { return ReadRespHeader(p.ext[:12]) }
 
+// Atomic returns the FETCH_ADD / CMP_SWAP extension.
+func (p *Packet) Atomic() AtomicHeader { return AtomicHeader(p.ext[:AtomicHeaderLen]) }
+
+// AtomicResp returns the ATOMIC_RESP extension.
+func (p *Packet) AtomicResp() AtomicRespHeader { return AtomicRespHeader(p.ext[:12]) }
+
 // Ack returns the fixed part of an ACK.
 func (p *Packet) Ack() AckHeader { return AckHeader(p.ext[:AckHeaderLen]) }
 

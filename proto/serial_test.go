@@ -85,7 +85,7 @@ func TestSetAsideAndDSCP(t *testing.T) {
 			t.Errorf("%v is defined and set aside", ty)
 		}
 	}
-	if SetAside(0x04) == "" || SetAside(0x08) == "" || SetAside(0x0A) != "" {
+	if SetAside(0x04) == "" || SetAside(0x08) != "" || SetAside(0x0A) != "" {
 		t.Error("set-aside codes differ from spec section 3")
 	}
 	for ty, want := range map[Type]uint8{TypeWrite: 26, TypeReadResp: 26, TypeAck: 26, TypeNack: 26, TypeCNP: 48, TypeConnect: 0, TypeProbe: 0} {

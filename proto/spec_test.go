@@ -29,6 +29,8 @@ var viewTypes = map[string]reflect.Type{
 	"ProbeHeader":      reflect.TypeFor[ProbeHeader](),
 	"ProbeReplyHeader": reflect.TypeFor[ProbeReplyHeader](),
 	"Trailer":          reflect.TypeFor[Trailer](),
+	"AtomicHeader":     reflect.TypeFor[AtomicHeader](),
+	"AtomicRespHeader": reflect.TypeFor[AtomicRespHeader](),
 	"AuthHello":        reflect.TypeFor[AuthHello](),
 	"AuthAccept":       reflect.TypeFor[AuthAccept](),
 	"Tag":              reflect.TypeFor[Tag](),

@@ -23,6 +23,7 @@ const (
 	TokenLen           = 16 // a RETRY's token, which the CONNECT that follows carries as its payload
 	TagLen             = 16 // a protected packet's AEAD tag, in the trailer's place (section 13.4)
 	HandshakeHeaderLen = 44 // a CONNECT's or ACCEPT's extension
+	AtomicHeaderLen    = 44 // a FETCH_ADD's or CMP_SWAP's extension
 	AuthHelloLen       = 100
 	AuthAcceptLen      = 48
 	MinProtectedLen    = CommonHeaderLen + TagLen // a protected CNP
@@ -56,6 +57,9 @@ const (
 	TypeSend       Type = 0x03
 	TypeReadReq    Type = 0x05
 	TypeReadResp   Type = 0x06
+	TypeFetchAdd   Type = 0x07
+	TypeCmpSwap    Type = 0x08
+	TypeAtomicResp Type = 0x09
 	TypeAck        Type = 0x10
 	TypeNack       Type = 0x11
 	TypeCNP        Type = 0x12
@@ -81,6 +85,9 @@ var typeTable = [256]typeInfo{
 	TypeSend:       {"SEND", CommonHeaderLen + 20, true, false},
 	TypeReadReq:    {"READ_REQ", CommonHeaderLen + 32, false, false},
 	TypeReadResp:   {"READ_RESP", CommonHeaderLen + 12, true, false},
+	TypeFetchAdd:   {"FETCH_ADD", CommonHeaderLen + AtomicHeaderLen, false, false},
+	TypeCmpSwap:    {"CMP_SWAP", CommonHeaderLen + AtomicHeaderLen, false, false},
+	TypeAtomicResp: {"ATOMIC_RESP", CommonHeaderLen + 12, false, false},
 	TypeAck:        {"ACK", CommonHeaderLen + AckHeaderLen, false, false},
 	TypeNack:       {"NACK", CommonHeaderLen + 20, false, false},
 	TypeCNP:        {"CNP", CommonHeaderLen, false, false},
@@ -94,10 +101,19 @@ var typeTable = [256]typeInfo{
 
 // Types lists every type version 0 defines, in code order.
 var Types = []Type{TypeWrite, TypeWriteImm, TypeSend, TypeReadReq, TypeReadResp,
-	TypeAck, TypeNack, TypeCNP, TypeConnect, TypeAccept, TypeClose, TypeProbe, TypeProbeReply, TypeRetry}
+	TypeFetchAdd, TypeCmpSwap, TypeAtomicResp, TypeAck, TypeNack, TypeCNP, TypeConnect, TypeAccept, TypeClose, TypeProbe, TypeProbeReply, TypeRetry}
 
 // Known reports whether version 0 defines t.
 func (t Type) Known() bool { return typeTable[t].headerLen != 0 }
+
+// IsAtomic reports whether t is an atomic request, FETCH_ADD or CMP_SWAP
+// (spec section 5.12).
+func (t Type) IsAtomic() bool { return t == TypeFetchAdd || t == TypeCmpSwap }
+
+// IsRequest reports whether t asks the peer for data of its own in
+// return: READ_REQ, FETCH_ADD or CMP_SWAP. Such a request is one packet
+// without payload, and counts against the READ limit (spec section 6.5).
+func (t Type) IsRequest() bool { return t == TypeReadReq || t.IsAtomic() }
 
 // IsData reports whether t is a data type, one that is sequenced,
 // acknowledged and retransmitted.
@@ -118,11 +134,8 @@ func (t Type) CarriesToken() bool { return typeTable[t].token }
 // spec lists, or "" for a code with no planned use. Version 0 treats them
 // all as unknown.
 func SetAside(t Type) string {
-	switch {
-	case t == 0x04:
+	if t == 0x04 {
 		return "SEND with immediate data"
-	case t >= 0x07 && t <= 0x09:
-		return "atomic operations (ATOMICS capability)"
 	}
 	return ""
 }
@@ -276,7 +289,7 @@ func (m Mode) String() string {
 type Capabilities uint32
 
 const (
-	CapAtomics Capabilities = 1 << 0
+	CapAtomics Capabilities = 1 << 0 // FETCH_ADD, CMP_SWAP and ATOMIC_RESP (sections 5.12 and 6.5)
 	CapAuth    Capabilities = 1 << 1 // the authenticated mode (section 13)
 	CapCredits Capabilities = 1 << 2 // receive credits in ACKs (sections 5.5 and 6.5)
 	CapRecut   Capabilities = 1 << 3 // resends cut smaller when a path MTU falls (sections 6.5 and 6.7)

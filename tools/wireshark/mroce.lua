@@ -130,6 +130,20 @@ local PARTS = {
   Trailer = {size = 4, fields = {
     {"CRC", 0, 0, 32},
   }},
+  AtomicHeader = {size = 44, fields = {
+    {"Stream", 0, 0, 16},
+    {"reserved", 2, 0, 16},
+    {"MSN", 4, 0, 32},
+    {"RKey", 8, 0, 64},
+    {"RemoteOffset", 16, 0, 64},
+    {"Operand", 24, 0, 64},
+    {"Compare", 32, 0, 64},
+    {"AtomicTag", 40, 0, 32},
+  }},
+  AtomicRespHeader = {size = 12, fields = {
+    {"AtomicTag", 0, 0, 32},
+    {"Original", 4, 0, 64},
+  }},
   AuthHello = {size = 100, fields = {
     {"Suite", 0, 0, 8},
     {"Method", 1, 0, 8},
@@ -148,7 +162,7 @@ local PARTS = {
 }
 
 -- The order the parts are written in, for the field definitions.
-local PART_ORDER = {"CommonHeader", "WriteHeader", "ImmHeader", "SendHeader", "ReadReqHeader", "ReadRespHeader", "AckHeader", "AckRecord", "NackHeader", "HandshakeHeader", "RetryHeader", "CloseHeader", "ProbeHeader", "ProbeReplyHeader", "Trailer", "AuthHello", "AuthAccept", "Tag"}
+local PART_ORDER = {"CommonHeader", "WriteHeader", "ImmHeader", "SendHeader", "ReadReqHeader", "ReadRespHeader", "AckHeader", "AckRecord", "NackHeader", "HandshakeHeader", "RetryHeader", "CloseHeader", "ProbeHeader", "ProbeReplyHeader", "Trailer", "AtomicHeader", "AtomicRespHeader", "AuthHello", "AuthAccept", "Tag"}
 
 -- Every packet type: its name, and the parts after the common header.
 local TYPES = {
@@ -157,6 +171,9 @@ local TYPES = {
   [0x03] = {name = "SEND", parts = {"SendHeader"}},
   [0x05] = {name = "READ_REQ", parts = {"ReadReqHeader"}},
   [0x06] = {name = "READ_RESP", parts = {"ReadRespHeader"}},
+  [0x07] = {name = "FETCH_ADD", parts = {"AtomicHeader"}},
+  [0x08] = {name = "CMP_SWAP", parts = {"AtomicHeader"}},
+  [0x09] = {name = "ATOMIC_RESP", parts = {"AtomicRespHeader"}},
   [0x10] = {name = "ACK", parts = {"AckHeader"}},
   [0x11] = {name = "NACK", parts = {"NackHeader"}},
   [0x12] = {name = "CNP", parts = {}},
