@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -495,6 +496,109 @@ var Cases = []Case{
 				return fmt.Errorf("CumDSN %d, want %d: every DSN received but the partial overlap's", cum, partial.DSN)
 			}
 			return nil
+		}},
+	{Name: "atomics", Spec: "5.12, 6.5, 9 step 9", What: "with ATOMICS granted, FETCH_ADD and CMP_SWAP act on the big-endian word a WRITE before them on the stream left and answer with an ATOMIC_RESP of its value before; a FETCH_ADD resent under its DSN is acknowledged at once and not executed again; a responder that grants no ATOMICS is unsupported",
+		Run: func(env Env) error {
+			p, err := DialOffering(env.Target, env.Local, random32(), proto.CapAtomics)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			if p.Accept().Capabilities()&proto.CapAtomics == 0 {
+				return unsupported("the ACCEPT grants no ATOMICS")
+			}
+			off := (env.Target.Len - 64) &^ 7
+			v := uint64(random32())<<32 | uint64(random32())
+			var word [8]byte
+			binary.BigEndian.PutUint64(word[:], v)
+			if _, err := p.SendWrite(Write{Path: 0, RemoteOffset: off, Payload: word[:]}); err != nil {
+				return err
+			}
+			result := func(tag uint32) (uint64, error) {
+				pkt, err := p.Expect(func(q *proto.Packet) bool {
+					return q.Type() == proto.TypeAtomicResp && q.AtomicResp().AtomicTag() == tag
+				})
+				if err != nil {
+					return 0, fmt.Errorf("no ATOMIC_RESP with tag %d: %w", tag, err)
+				}
+				return pkt.AtomicResp().Original(), nil
+			}
+			add := uint64(random32()) | 1
+			first, msn, err := p.SendAtomic(Atomic{Type: proto.TypeFetchAdd, Path: 1, RemoteOffset: off, Operand: add, Tag: 1})
+			if err != nil {
+				return err
+			}
+			if got, err := result(1); err != nil {
+				return err
+			} else if got != v {
+				return fmt.Errorf("FETCH_ADD returned %#x, want %#x, the word the WRITE before it left", got, v)
+			}
+			again, _, err := p.SendAtomic(Atomic{Type: proto.TypeFetchAdd, Path: 2, RemoteOffset: off, Operand: add, Tag: 1,
+				Again: true, Sent: first, MSN: msn})
+			if err != nil {
+				return err
+			}
+			if _, err := p.Expect(func(q *proto.Packet) bool {
+				r, ok := Record(q, 2)
+				return ok && r.HighestPSN() == again.PSN
+			}); err != nil {
+				return fmt.Errorf("the FETCH_ADD resent under its DSN was not acknowledged as a duplicate: %w", err)
+			}
+			swap := ^v
+			if _, _, err := p.SendAtomic(Atomic{Type: proto.TypeCmpSwap, Path: 3, RemoteOffset: off, Operand: swap, Compare: v + add, Tag: 2}); err != nil {
+				return err
+			}
+			switch got, err := result(2); {
+			case err != nil:
+				return err
+			case got == v+2*add:
+				return fmt.Errorf("CMP_SWAP found %#x: the resent FETCH_ADD was executed again", got)
+			case got != v+add:
+				return fmt.Errorf("CMP_SWAP returned %#x, want %#x, the word after one FETCH_ADD of %#x", got, v+add, add)
+			}
+			if _, _, err := p.SendAtomic(Atomic{Type: proto.TypeFetchAdd, Path: 0, RemoteOffset: off, Tag: 3}); err != nil {
+				return err
+			}
+			if got, err := result(3); err != nil {
+				return err
+			} else if got != swap {
+				return fmt.Errorf("FETCH_ADD of 0 returned %#x, want %#x, what the CMP_SWAP wrote", got, swap)
+			}
+			return nil
+		}},
+	{Name: "atomic-refused", Spec: "7, 9 steps 12 and 15", What: "a FETCH_ADD at an offset that is not a multiple of 8 is refused with NACK BOUNDS, and one on a connection without ATOMICS with NACK UNSUPPORTED; neither is recorded; a responder that grants no ATOMICS is unsupported",
+		Run: func(env Env) error {
+			p, err := DialOffering(env.Target, env.Local, random32(), proto.CapAtomics)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			if p.Accept().Capabilities()&proto.CapAtomics == 0 {
+				return unsupported("the ACCEPT grants no ATOMICS")
+			}
+			s, _, err := p.SendAtomic(Atomic{Type: proto.TypeFetchAdd, Path: 0, RemoteOffset: 4, Operand: 1, Tag: 1})
+			if err != nil {
+				return err
+			}
+			if err := expectNack(p, s, proto.NackBounds); err != nil {
+				return fmt.Errorf("an unaligned FETCH_ADD: %w", err)
+			}
+			if err := refusedStaysClear(p, s); err != nil {
+				return err
+			}
+			return withProber(env, random32(), func(q *Prober) error {
+				if q.Accept().Capabilities()&proto.CapAtomics != 0 {
+					return errors.New("the ACCEPT grants ATOMICS, which the CONNECT did not offer")
+				}
+				s, _, err := q.SendAtomic(Atomic{Type: proto.TypeFetchAdd, Path: 1, Operand: 1, Tag: 1})
+				if err != nil {
+					return err
+				}
+				if err := expectNack(q, s, proto.NackUnsupported); err != nil {
+					return fmt.Errorf("a FETCH_ADD without ATOMICS: %w", err)
+				}
+				return refusedStaysClear(q, s)
+			})
 		}},
 }
 

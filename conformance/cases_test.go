@@ -21,7 +21,7 @@ import (
 )
 
 // responder opens an mroce endpoint on addr, with the bugs of bugSet, that
-// listens and grants remote write on a region; it returns the target the
+// listens and grants remote write and remote atomic access on a region; it returns the target the
 // cases need. tweaks change the endpoint's configuration.
 func responder(t *testing.T, addr string, bugSet bugs.Set, tweaks ...func(*engine.Config)) Target {
 	t.Helper()
@@ -57,7 +57,7 @@ func responder(t *testing.T, addr string, bugSet bugs.Set, tweaks ...func(*engin
 			}
 		}
 	}()
-	mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
+	mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite|endpoint.RemoteAtomic)
 	if err != nil {
 		t.Fatal(err)
 	}

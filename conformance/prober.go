@@ -302,15 +302,7 @@ func (p *Prober) SendWrite(w Write) (Sent, error) {
 	if !w.ExplicitEpoch {
 		w.Epoch = p.epoch[w.Path%Paths]
 	}
-	s := Sent{Path: w.Path, Epoch: w.Epoch, PSN: w.PSN, DSN: w.DSN}
-	if !w.ExplicitPSN {
-		s.PSN = p.psn[w.Path%Paths]
-		p.psn[w.Path%Paths]++
-	}
-	if !w.ExplicitDSN {
-		s.DSN = p.dsn
-		p.dsn++
-	}
+	s := p.number(&pkt, w.Path, w.Epoch, w.ExplicitPSN, w.PSN, w.ExplicitDSN, w.DSN, w.Flags)
 	if !w.ExplicitMSN {
 		w.MSN = p.msn
 		p.msn++
@@ -321,14 +313,6 @@ func (p *Prober) SendWrite(w Write) (Sent, error) {
 	if w.MsgLen == 0 {
 		w.MsgLen = uint32(len(w.Payload))
 	}
-	h := pkt.Common
-	h.SetDstConnID(p.peerID)
-	h.SetPathID(w.Path)
-	h.SetEpoch(w.Epoch)
-	h.SetPSN(s.PSN)
-	h.SetDSN(s.DSN)
-	h.SetFlags(w.Flags)
-	h.SetTimestamp(p.now())
 	wh := pkt.Write()
 	wh.SetRKey(w.RKey)
 	wh.SetRemoteOffset(w.RemoteOffset)
@@ -348,6 +332,74 @@ func (p *Prober) SendWrite(w Write) (Sent, error) {
 		b[len(b)-1] ^= 0xFF
 	}
 	return s, p.send(b)
+}
+
+// number fills a data packet's common header: its path and epoch, the
+// path's next PSN and the next DSN unless explicit, and its flags.
+func (p *Prober) number(pkt *proto.Packet, path, epoch uint8, explicitPSN bool, psn uint32, explicitDSN bool, dsn uint32, flags proto.Flags) Sent {
+	s := Sent{Path: path, Epoch: epoch, PSN: psn, DSN: dsn}
+	if !explicitPSN {
+		s.PSN = p.psn[path%Paths]
+		p.psn[path%Paths]++
+	}
+	if !explicitDSN {
+		s.DSN = p.dsn
+		p.dsn++
+	}
+	h := pkt.Common
+	h.SetDstConnID(p.peerID)
+	h.SetPathID(path)
+	h.SetEpoch(epoch)
+	h.SetPSN(s.PSN)
+	h.SetDSN(s.DSN)
+	h.SetFlags(flags)
+	h.SetTimestamp(p.now())
+	return s
+}
+
+// Atomic describes one crafted FETCH_ADD or CMP_SWAP on stream 0 of the
+// target's region (spec section 5.12). It takes the path's next PSN, and
+// the next DSN and MSN unless Again is set: then it repeats the request
+// sent as Sent, under its DSN and MSN, as a retransmission.
+type Atomic struct {
+	Type         proto.Type
+	Path         uint8
+	RemoteOffset uint64
+	Operand      uint64
+	Compare      uint64
+	Tag          uint32
+	Again        bool
+	Sent         Sent
+	MSN          uint32
+}
+
+// SendAtomic sends a crafted atomic request with AR and returns its path,
+// PSN and DSN, and the MSN it took.
+func (p *Prober) SendAtomic(a Atomic) (Sent, uint32, error) {
+	var pkt proto.Packet
+	if err := p.build(&pkt, a.Type, 0, 0); err != nil {
+		return Sent{}, 0, err
+	}
+	flags := proto.FlagAckRequest
+	if a.Again {
+		flags |= proto.FlagRetransmit
+	} else {
+		a.MSN = p.msn
+		p.msn++
+	}
+	s := p.number(&pkt, a.Path, p.epoch[a.Path%Paths], false, 0, a.Again, a.Sent.DSN, flags)
+	ah := pkt.Atomic()
+	ah.SetMSN(a.MSN)
+	ah.SetRKey(p.target.RKey)
+	ah.SetRemoteOffset(a.RemoteOffset)
+	ah.SetOperand(a.Operand)
+	ah.SetCompare(a.Compare)
+	ah.SetAtomicTag(a.Tag)
+	b, err := p.seal(&pkt)
+	if err != nil {
+		return s, a.MSN, err
+	}
+	return s, a.MSN, p.send(b)
 }
 
 // Repath moves path to its next epoch, as a new source port would.

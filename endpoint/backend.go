@@ -37,10 +37,17 @@ import (
 //     its receives from the shared receive queue given, when one is.
 //     CloseListener stops accepting, and the connections accepted stay.
 //   - PostSend and PostRecv are the doorbells that hand one work request
-//     to the NIC. They must not block on the network.
+//     to the NIC. They must not block on the network. FETCH_ADD and
+//     CMP_SWAP (docs/spec.md section 5.12) are atomic among the NIC's
+//     own atomics, as verbs' IBV_ATOMIC_HCA: the responder executes each
+//     once, in its stream's order, and keeps its result in the
+//     ATOMIC_RESP it resends until the requester acknowledges it
+//     (section 6.5). A NIC that offers none leaves ATOMICS out of its
+//     handshake.
 //   - Params reports what the connection's handshake settled, of
-//     section 8.2: paths, streams and the largest packet. Before the
-//     handshake completes it reports zeros.
+//     section 8.2: paths, streams and the largest packet, and whether
+//     atomics were negotiated. Before the handshake completes it reports
+//     zeros.
 //   - Telemetry reports the per-path state and counters of section 6.4
 //     that the NIC keeps. For a closed connection it reports the last, or
 //     none.

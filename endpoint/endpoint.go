@@ -47,17 +47,23 @@ type SGE struct {
 	Length uint32
 }
 
-// SendWR is a send-side work request, a WRITE, WRITE_IMM, SEND or READ.
+// SendWR is a send-side work request, a WRITE, WRITE_IMM, SEND, READ,
+// FETCH_ADD or CMP_SWAP.
 type SendWR struct {
 	ID     uint64
 	Op     Opcode
 	Stream uint16
 	// SGL is the local buffers, in order. WRITE and SEND gather from them,
-	// and READ scatters into them.
+	// and READ scatters into them. An atomic's is 8 bytes of local write,
+	// where the target's value before the operation lands, big-endian.
 	SGL []SGE
 	// RKey and RemoteOffset name the peer's region of a WRITE, WRITE_IMM
-	// or READ.
+	// or READ, or an atomic's 8 bytes, at a multiple of 8 in a region
+	// that grants RemoteAtomic (docs/spec.md section 5.12).
 	RKey, RemoteOffset uint64
+	// Add is what a FETCH_ADD adds to the target. A CMP_SWAP writes Swap
+	// if the target holds Compare.
+	Add, Compare, Swap uint64
 	// Imm is a WRITE_IMM's immediate data.
 	Imm       uint32
 	Solicited bool

@@ -455,6 +455,20 @@ func (qp *QP) PostRead(id uint64, stream uint16, local SGE, rkey, remoteOffset u
 	return qp.Post(SendWR{ID: id, Op: OpRead, Stream: stream, SGL: []SGE{local}, RKey: rkey, RemoteOffset: remoteOffset})
 }
 
+// PostFetchAdd posts an atomic FETCH_ADD of add to the 8 bytes at
+// remoteOffset of rkey. Their value before it lands in local, 8 bytes.
+func (qp *QP) PostFetchAdd(id uint64, stream uint16, local SGE, rkey, remoteOffset, add uint64) error {
+	return qp.Post(SendWR{ID: id, Op: OpFetchAdd, Stream: stream, SGL: []SGE{local}, RKey: rkey, RemoteOffset: remoteOffset, Add: add})
+}
+
+// PostCmpSwap posts an atomic CMP_SWAP: the 8 bytes at remoteOffset of
+// rkey become swap if they hold compare. Their value before it lands in
+// local, 8 bytes.
+func (qp *QP) PostCmpSwap(id uint64, stream uint16, local SGE, rkey, remoteOffset, compare, swap uint64) error {
+	return qp.Post(SendWR{ID: id, Op: OpCmpSwap, Stream: stream, SGL: []SGE{local}, RKey: rkey, RemoteOffset: remoteOffset,
+		Compare: compare, Swap: swap})
+}
+
 // PostSend posts a SEND of local on stream.
 func (qp *QP) PostSend(id uint64, stream uint16, local SGE) error {
 	return qp.Post(SendWR{ID: id, Op: OpSend, Stream: stream, SGL: []SGE{local}})

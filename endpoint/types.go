@@ -15,6 +15,8 @@ const (
 	OpSend                       // SEND
 	OpRecv                       // a receive, where a SEND or a WRITE_IMM's notice arrived
 	OpRead                       // RDMA READ
+	OpFetchAdd                   // atomic fetch-and-add on 8 bytes
+	OpCmpSwap                    // atomic compare-and-swap on 8 bytes
 )
 
 func (o Opcode) String() string {
@@ -29,6 +31,10 @@ func (o Opcode) String() string {
 		return "RECV"
 	case OpRead:
 		return "READ"
+	case OpFetchAdd:
+		return "FETCH_ADD"
+	case OpCmpSwap:
+		return "CMP_SWAP"
 	}
 	return fmt.Sprintf("Opcode(%d)", uint8(o))
 }
@@ -278,4 +284,7 @@ type ConnParams struct {
 	// A connection's packets are at most the smallest.
 	PathMTU     []int
 	PathMTUDone bool
+	// Atomics is whether both sides offered atomics (docs/spec.md section
+	// 8.3), so that FETCH_ADD and CMP_SWAP may be posted.
+	Atomics bool
 }

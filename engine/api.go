@@ -17,6 +17,8 @@ const (
 	OpSend                       // SEND
 	OpRecv                       // a receive, whose completion says a SEND or WRITE_IMM arrived
 	OpRead                       // RDMA READ
+	OpFetchAdd                   // atomic fetch-and-add (spec section 5.12)
+	OpCmpSwap                    // atomic compare-and-swap (spec section 5.12)
 )
 
 func (o Opcode) String() string {
@@ -31,6 +33,10 @@ func (o Opcode) String() string {
 		return "RECV"
 	case OpRead:
 		return "READ"
+	case OpFetchAdd:
+		return "FETCH_ADD"
+	case OpCmpSwap:
+		return "CMP_SWAP"
 	}
 	return fmt.Sprintf("Opcode(%d)", uint8(o))
 }
@@ -90,8 +96,8 @@ type SGE struct {
 	Length uint32
 }
 
-// SendWR is a work request for the send side, a WRITE, WRITE_IMM, SEND or
-// READ.
+// SendWR is a work request for the send side, a WRITE, WRITE_IMM, SEND,
+// READ, FETCH_ADD or CMP_SWAP.
 type SendWR struct {
 	ID     uint64
 	Op     Opcode
@@ -102,10 +108,15 @@ type SendWR struct {
 	// where the data lands, and its region must grant local write.
 	Local SGE
 	SGL   []SGE
-	// RKey and RemoteOffset name the target of a WRITE or WRITE_IMM, or the
-	// peer's region a READ reads.
+	// RKey and RemoteOffset name the target of a WRITE or WRITE_IMM, the
+	// peer's region a READ reads, or an atomic's 8 bytes.
 	RKey         uint64
 	RemoteOffset uint64
+	// Add is what a FETCH_ADD adds. A CMP_SWAP writes Swap if the target
+	// holds Compare. An atomic's Local is 8 bytes that grant local write,
+	// where the target's value before the operation lands, big-endian as
+	// the target holds it (spec section 5.12).
+	Add, Compare, Swap uint64
 	// Imm is the immediate data of a WRITE_IMM.
 	Imm uint32
 	// Solicited marks a SEND or WRITE_IMM as solicited. Its receive

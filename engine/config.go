@@ -57,9 +57,10 @@ type Config struct {
 	// DSNWindow is the receive window in packets this endpoint offers.
 	// Default 2,048.
 	DSNWindow int
-	// MaxReadsOut is how many READs a connection may have outstanding as
-	// requester, and MaxReadsIn how many it serves at once as responder.
-	// Both are negotiated. Defaults 16 and 16, or -1 for none.
+	// MaxReadsOut is how many READs and atomics a connection may have
+	// outstanding as requester, together, and MaxReadsIn how many it
+	// serves at once as responder. Both are negotiated. Defaults 16 and 16,
+	// or -1 for none.
 	MaxReadsOut, MaxReadsIn int
 	// NoCredits leaves the CREDITS capability out of the handshake, so
 	// that connections send SENDs without receive credits and learn of a
@@ -71,6 +72,10 @@ type Config struct {
 	// as with a peer that does not offer it (spec section 6.7). For
 	// testing such a peer.
 	NoRecut bool
+	// NoAtomics leaves the ATOMICS capability out of the handshake: the
+	// endpoint neither sends nor serves FETCH_ADD and CMP_SWAP (spec
+	// section 5.12), and refuses them with NACK UNSUPPORTED.
+	NoAtomics bool
 
 	// Limits on the state an endpoint keeps.
 

@@ -51,6 +51,7 @@ type Conn struct {
 	readsOut       int  // READs this side may have outstanding
 	credits        bool // both sides offered CREDITS: ACKs name receive limits, and sends keep within them (spec section 6.5)
 	recut          bool // both sides offered RECUT: a resend may be cut smaller when the path MTU falls (spec section 6.7)
+	atomics        bool // both sides offered ATOMICS: either may send FETCH_ADD and CMP_SWAP (spec section 5.12)
 	ackTimer       clock.Timer
 	progress       clock.Timer // fires after Config.NoProgress without progress while work is outstanding
 	heard          clock.Time  // when the last packet from the peer arrived
@@ -172,6 +173,10 @@ func (c *Conn) Domain() *memreg.Domain { return c.pd }
 // through it is reached by this connection's peer alone (docs/spec.md
 // section 5.1).
 func (c *Conn) Scope() *memreg.Scope { return c.scope }
+
+// Atomics reports whether both sides offered ATOMICS, so that either may
+// post FETCH_ADD and CMP_SWAP (spec section 8.3).
+func (c *Conn) Atomics() bool { return c.atomics }
 
 // build lays out a packet of type t in a fresh buffer from the port. When
 // the port pads (see paddingPort), a placeholder payload is left out and

@@ -61,8 +61,8 @@ func (s *sender) newDSN(m *message) *dsnRecord {
 	s.nextDSN++
 	// Each new packet is as large as the path MTU search allows now.
 	n := min(s.payloadMax(m.typ), m.length-m.next)
-	if m.typ == proto.TypeReadReq {
-		n = 0 // a READ is one packet with no payload; the data comes back
+	if m.typ.IsRequest() {
+		n = 0 // a READ or atomic is one packet with no payload; the data comes back
 		s.readsActive++
 	}
 	r := &s.ring[d&s.mask]
@@ -70,11 +70,11 @@ func (s *sender) newDSN(m *message) *dsnRecord {
 	m.next += n
 	m.unacked++
 	s.unsent -= uint64(n)
-	if m.next == m.length || m.typ == proto.TypeReadReq {
+	if m.next == m.length || m.typ.IsRequest() {
 		m.allSent = true
 		s.streams[s.streamOf(m)].sendIdx++
-		if m.typ == proto.TypeReadResp {
-			s.c.rcv.readsIn-- // served, so the responder's READ is no longer outstanding (spec section 6.5)
+		if m.typ == proto.TypeReadResp || m.typ == proto.TypeAtomicResp {
+			s.c.rcv.readsIn-- // served, so the responder's READ or atomic is no longer outstanding (spec section 6.5)
 		}
 	}
 	return r

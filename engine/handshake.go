@@ -248,8 +248,8 @@ func acceptable(h proto.HandshakeHeader, cfg *Config) (int, bool) {
 }
 
 // capabilities are what this endpoint offers at the handshake (spec
-// section 8.3): receive credits and resends cut to a fallen path MTU,
-// unless Config.NoCredits and Config.NoRecut.
+// section 8.3): receive credits, resends cut to a fallen path MTU and
+// atomics, unless Config.NoCredits, Config.NoRecut and Config.NoAtomics.
 func (e *Endpoint) capabilities() proto.Capabilities {
 	var caps proto.Capabilities
 	if e.authed() {
@@ -260,6 +260,9 @@ func (e *Endpoint) capabilities() proto.Capabilities {
 	}
 	if !e.cfg.NoRecut {
 		caps |= proto.CapRecut
+	}
+	if !e.cfg.NoAtomics {
+		caps |= proto.CapAtomics
 	}
 	return caps
 }
@@ -279,10 +282,11 @@ func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 	c.mode = h.Mode()
 	agreed := c.ep.capabilities() & h.Capabilities()
 	if c.mode != proto.ModeMultipath {
-		agreed = 0 // the baseline has neither (spec section 10)
+		agreed &= proto.CapAtomics // the baseline has atomics alone (spec section 10)
 	}
 	c.credits = agreed&proto.CapCredits != 0
 	c.recut = agreed&proto.CapRecut != 0
+	c.atomics = agreed&proto.CapAtomics != 0
 	if c.mode == proto.ModeBaseline {
 		c.paths = 1
 		c.tp = newBaseline(c)
@@ -375,6 +379,9 @@ func (c *Conn) sendHandshake() {
 		}
 		if !c.recut {
 			caps &^= proto.CapRecut
+		}
+		if !c.atomics {
+			caps &^= proto.CapAtomics
 		}
 	}
 	h.SetCapabilities(caps)

@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/mroce/mroce/memreg"
@@ -11,14 +12,15 @@ import (
 )
 
 // message is a message on its way out. It is a posted WRITE, WRITE_IMM,
-// SEND or READ, or a READ response this side sends as responder.
+// SEND, READ or atomic, or a READ or atomic response this side sends as
+// responder.
 type message struct {
 	// The request and the local buffers its bytes come from or go to.
 	typ      proto.Type
 	wr       SendWR
 	list     sgl    // the local buffers
 	one      [1]SGE // list's storage when the request has one buffer
-	internal bool   // a READ response, with no completion for the application
+	internal bool   // a response, with no completion for the application
 
 	// Its place on its stream, and its size.
 	msn    uint32
@@ -33,20 +35,22 @@ type message struct {
 	done    bool // acknowledged, or failed
 	failed  bool // already reported with an error status
 
-	// READs. The tag names the READ at both ends. The requester counts the
-	// response bytes that arrived. The responder reads from srcOff in the
-	// region srcKey.
+	// READs and atomics. The tag names the request at both ends. The
+	// requester counts the response bytes that arrived. A READ's responder
+	// reads from srcOff in the region srcKey; an atomic's responder sends
+	// original, the result of its one execution.
 	tag        uint32
 	readPlaced spans // the READ's data arrived, as ranges
-	readDone   bool
+	readDone   bool  // every byte of the response arrived
 	srcKey     uint64
 	srcOff     uint64
+	original   uint64
 }
 
 // finished reports whether every part of the message is done. Every DSN is
-// acknowledged and, for a READ, every response byte has arrived.
+// acknowledged and, for a READ or an atomic, the response has arrived.
 func (m *message) finished() bool {
-	return m.allSent && m.unacked == 0 && m.cut == 0 && (m.typ != proto.TypeReadReq || m.readDone)
+	return m.allSent && m.unacked == 0 && m.cut == 0 && (!m.typ.IsRequest() || m.readDone)
 }
 
 // sendStream is one stream's outgoing messages, in MSN order.
@@ -94,11 +98,18 @@ func (s *sender) post(wr SendWR) error {
 		typ = proto.TypeSend
 	case OpRead:
 		typ = proto.TypeReadReq
-		if c.readsOut == 0 {
-			return fmt.Errorf("engine: READ not allowed: the peer serves none")
-		}
+	case OpFetchAdd:
+		typ = proto.TypeFetchAdd
+	case OpCmpSwap:
+		typ = proto.TypeCmpSwap
 	default:
 		return fmt.Errorf("engine: cannot post %v on the send side", wr.Op)
+	}
+	if typ.IsAtomic() && !c.atomics {
+		return fmt.Errorf("engine: %v not allowed: the connection did not negotiate ATOMICS", wr.Op)
+	}
+	if typ.IsRequest() && c.readsOut == 0 {
+		return fmt.Errorf("engine: %v not allowed: the peer serves no READs or atomics", wr.Op)
 	}
 	if int(wr.Stream) >= c.streams {
 		return fmt.Errorf("engine: stream %d: the connection has %d", wr.Stream, c.streams)
@@ -106,12 +117,15 @@ func (s *sender) post(wr SendWR) error {
 	m := &message{wr: wr, typ: typ}
 	m.list = gatherList(wr.Local, wr.SGL, &m.one)
 	var need memreg.Access
-	if typ == proto.TypeReadReq {
-		need = memreg.LocalWrite // the READ's data lands there
+	if typ.IsRequest() {
+		need = memreg.LocalWrite // the response lands there
 	}
 	length, err := m.list.check(c.pd, need)
 	if err != nil {
 		return err
+	}
+	if typ.IsAtomic() && length != memreg.AtomicSize {
+		return fmt.Errorf("engine: %v: local buffer of %d bytes, want %d for the result", wr.Op, length, memreg.AtomicSize)
 	}
 	m.length = length
 	st := &s.streams[wr.Stream]
@@ -121,8 +135,8 @@ func (s *sender) post(wr SendWR) error {
 	case proto.TypeSend, proto.TypeWriteImm:
 		m.rsn = st.rsn
 		st.rsn++
-	case proto.TypeReadReq:
-		m.tag = s.nextTag
+	case proto.TypeReadReq, proto.TypeFetchAdd, proto.TypeCmpSwap:
+		m.tag = s.nextTag // READs and atomics share the tag space (spec section 5.12)
 		s.nextTag++
 		s.reads[m.tag] = m
 	}
@@ -130,7 +144,7 @@ func (s *sender) post(wr SendWR) error {
 	st.queue = append(st.queue, m)
 	s.ready.set(int(wr.Stream))
 	s.msgs++
-	if typ != proto.TypeReadReq {
+	if !typ.IsRequest() {
 		s.unsent += uint64(m.length)
 	}
 	return nil
@@ -151,6 +165,20 @@ func (s *sender) queueResponse(rkey, roff uint64, length, tag uint32) {
 	s.c.madeProgress(false)
 }
 
+// queueAtomicResponse queues the ATOMIC_RESP that carries an atomic's
+// result, on the internal stream. The message keeps the result until the
+// requester acknowledges it, and every resend carries it: it is the
+// result cache that answers a repeated request (spec section 6.5).
+func (s *sender) queueAtomicResponse(tag uint32, original uint64) {
+	s.equip()
+	m := &message{typ: proto.TypeAtomicResp, tag: tag, original: original, internal: true}
+	st := &s.streams[s.respStream]
+	st.queue = append(st.queue, m)
+	s.ready.set(s.respStream)
+	s.msgs++
+	s.c.madeProgress(false)
+}
+
 // nextMessage picks the next stream with bytes to send, round robin. A
 // stream whose next message is a READ waits while the READ limit is
 // reached, and one whose next SEND or WRITE_IMM has no receive credit
@@ -168,7 +196,7 @@ func (s *sender) nextMessage() *message {
 				continue
 			}
 			m := st.queue[st.sendIdx]
-			if m.typ == proto.TypeReadReq && s.readsActive >= s.c.readsOut {
+			if m.typ.IsRequest() && s.readsActive >= s.c.readsOut {
 				continue
 			}
 			if st.heldByCredit(m) {
@@ -241,6 +269,9 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 		}
 		return proto.NackBadTag
 	}
+	if m.typ != proto.TypeReadReq {
+		return proto.NackBadTag // an atomic's tag (spec section 6.5)
+	}
 	if length != m.length {
 		return proto.NackBounds
 	}
@@ -259,17 +290,40 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 		}
 	}
 	if m.readPlaced.covered() >= length && !m.readDone {
-		m.readDone = true
-		s.readsActive--
-		delete(s.reads, tag)
-		s.c.madeProgress(true)
-		if m.finished() {
-			m.done = true
-			s.complete(uint16(s.streamOf(m)))
-		}
-		s.pump() // a READ slot is free, so the next READ may go
+		s.answered(m)
 	}
 	return 0
+}
+
+// onAtomicData places an atomic's result at the requester (spec section 9,
+// steps 13 and 17 for ATOMIC_RESP). It returns the NACK code that refuses
+// it, or 0. A repeated response is a duplicate DSN, caught before this.
+func (s *sender) onAtomicData(tag uint32, original uint64) proto.NackCode {
+	m := s.reads[tag]
+	if m == nil || !m.typ.IsAtomic() {
+		return proto.NackBadTag
+	}
+	var value [memreg.AtomicSize]byte
+	binary.BigEndian.PutUint64(value[:], original)
+	if err := m.list.scatter(0, value[:]); err != nil {
+		return proto.NackBounds // checked at post, so this is a bug
+	}
+	s.answered(m)
+	return 0
+}
+
+// answered ends a READ or atomic whose response has all arrived: its slot
+// of the READ limit is free, and it completes once acknowledged.
+func (s *sender) answered(m *message) {
+	m.readDone = true
+	s.readsActive--
+	delete(s.reads, m.tag)
+	s.c.madeProgress(true)
+	if m.finished() {
+		m.done = true
+		s.complete(uint16(s.streamOf(m)))
+	}
+	s.pump() // a slot is free, so the next READ or atomic may go
 }
 
 // complete reports the finished messages at the head of a stream, in order.
@@ -299,7 +353,7 @@ func (s *sender) failMessage(m *message, st Status, err error) {
 		return
 	}
 	m.done, m.failed = true, true
-	if m.typ == proto.TypeReadReq {
+	if m.typ.IsRequest() {
 		delete(s.reads, m.tag)
 	}
 	s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: m.wr.Stream, Bytes: m.length, Err: err})

@@ -44,7 +44,7 @@ type receiver struct {
 	streams []recvStream
 	free    []*rxMessage // completed messages, kept for reuse
 	srq     *SRQ         // where receives come from, when shared
-	readsIn int          // READs accepted and not yet fully answered
+	readsIn int          // READs and atomics accepted and not yet fully answered
 
 	// Receive credits (credit.go). grown holds the streams whose limit
 	// grew since an ACK last named it, and awaited those the sender may
@@ -134,8 +134,8 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		r.ackNow()
 		return
 	}
-	if pkt.Type() == proto.TypeReadResp {
-		r.onReadResp(pkt, plane, at)
+	if pkt.Type() == proto.TypeReadResp || pkt.Type() == proto.TypeAtomicResp {
+		r.onResponse(pkt, plane, at)
 		return
 	}
 	in, known := arrivalOf(pkt)
@@ -149,7 +149,11 @@ func (r *receiver) onData(pkt *proto.Packet, d *link.Datagram, plane int, at clo
 		return
 	}
 	// Step 12, the operation allowed.
-	if in.msg.typ == proto.TypeReadReq && r.readsIn >= c.ep.cfg.MaxReadsIn {
+	if in.msg.typ.IsAtomic() && !c.atomics {
+		r.nack(pkt, plane, proto.NackUnsupported, in.stream, in.msn)
+		return
+	}
+	if in.msg.typ.IsRequest() && r.readsIn >= c.ep.cfg.MaxReadsIn {
 		r.nack(pkt, plane, proto.NackReadLimit, in.stream, in.msn)
 		return
 	}
@@ -176,8 +180,8 @@ type arrival struct {
 	msgOff uint32
 }
 
-// arrivalOf reads the message fields of a WRITE, WRITE_IMM, SEND or
-// READ_REQ. It reports false for any other type.
+// arrivalOf reads the message fields of a WRITE, WRITE_IMM, SEND,
+// READ_REQ, FETCH_ADD or CMP_SWAP. It reports false for any other type.
 func arrivalOf(pkt *proto.Packet) (arrival, bool) {
 	var in arrival
 	switch pkt.Type() {
@@ -196,6 +200,11 @@ func arrivalOf(pkt *proto.Packet) (arrival, bool) {
 		rq := pkt.ReadReq()
 		in.stream, in.msn = rq.Stream(), rq.MSN()
 		in.msg = rxMessage{typ: proto.TypeReadReq, msgLen: rq.MsgLen(), rkey: rq.RKey(), roff: rq.RemoteOffset(), rsn: rq.ReadTag()}
+	case proto.TypeFetchAdd, proto.TypeCmpSwap:
+		a := pkt.Atomic()
+		in.stream, in.msn = a.Stream(), a.MSN()
+		in.msg = rxMessage{typ: pkt.Type(), msgLen: memreg.AtomicSize, rkey: a.RKey(), roff: a.RemoteOffset(),
+			rsn: a.AtomicTag(), operand: a.Operand(), compare: a.Compare()}
 	default:
 		return in, false
 	}
@@ -217,7 +226,7 @@ func (r *receiver) checkMessage(pkt *proto.Packet, d *link.Datagram, plane int, 
 	}
 	st := &r.streams[in.stream]
 	if in.msn-st.next >= r.dsn.size {
-		if r.c.recut && st.next-in.msn <= 2*r.dsn.size && in.msg.typ != proto.TypeReadReq {
+		if r.c.recut && st.next-in.msn <= 2*r.dsn.size && !in.msg.typ.IsRequest() {
 			// A piece recut from a packet that arrived whole, after
 			// which its message completed (spec section 6.5). The
 			// messages after it have DSNs before the piece's, within a
@@ -230,10 +239,10 @@ func (r *receiver) checkMessage(pkt *proto.Packet, d *link.Datagram, plane int, 
 	}
 	m := st.msgs.get(st.next, in.msn)
 	f := &in.msg
-	if m != nil && f.typ == proto.TypeReadReq {
-		// A READ_REQ is one packet. Another for the same MSN under a new
-		// DSN would take a second READ slot for one READ, which is served
-		// once.
+	if m != nil && f.typ.IsRequest() {
+		// A READ_REQ or an atomic is one packet. Another for the same MSN
+		// under a new DSN would take a second slot for one request, which
+		// is served once; an atomic is never executed twice.
 		r.stats.Inconsistent++
 		return nil, nil, false
 	}
@@ -245,8 +254,9 @@ func (r *receiver) checkMessage(pkt *proto.Packet, d *link.Datagram, plane int, 
 	return st, m, true
 }
 
-// checkRegion looks up and checks the region that a WRITE, WRITE_IMM or
-// READ_REQ names (steps 13 to 15). A SEND names no region, and gets nil.
+// checkRegion looks up and checks the region that a WRITE, WRITE_IMM,
+// READ_REQ or atomic names (steps 13 to 15). A SEND names no region, and
+// gets nil.
 //
 // The region is held from here to the placement, so that a Deregister waits
 // for it. It is released by hand on every way out. A deferred release would
@@ -259,8 +269,11 @@ func (r *receiver) checkRegion(pkt *proto.Packet, plane int, in *arrival, at clo
 		return nil, true
 	}
 	want := memreg.RemoteWrite
-	if f.typ == proto.TypeReadReq {
+	switch {
+	case f.typ == proto.TypeReadReq:
 		want = memreg.RemoteRead
+	case f.typ.IsAtomic():
+		want = memreg.RemoteAtomic
 	}
 	g, err := c.scope.Lookup(f.rkey, want)
 	if err != nil {
@@ -271,7 +284,11 @@ func (r *receiver) checkRegion(pkt *proto.Packet, plane int, in *arrival, at clo
 		r.nack(pkt, plane, code, in.stream, in.msn)
 		return nil, false
 	}
-	if g.CheckRange(f.roff, uint64(f.msgLen)) != nil {
+	bounds := g.CheckRange(f.roff, uint64(f.msgLen))
+	if f.typ.IsAtomic() {
+		bounds = g.CheckAtomic(f.roff)
+	}
+	if bounds != nil {
 		g.Release()
 		r.nack(pkt, plane, proto.NackBounds, in.stream, in.msn)
 		return nil, false
@@ -325,7 +342,7 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	// honest sender segments a message once, and with RECUT cuts a DSN's
 	// content only into pieces of it, so that a packet whose bytes are all
 	// placed is a piece of one that arrived whole (spec section 6.5).
-	if in.msg.typ != proto.TypeReadReq && !m.placed.add(in.msgOff, uint32(len(payload)), int(r.dsn.size)) {
+	if !in.msg.typ.IsRequest() && !m.placed.add(in.msgOff, uint32(len(payload)), int(r.dsn.size)) {
 		release(region)
 		if c.recut && m.placed.contains(in.msgOff, uint32(len(payload))) {
 			r.covered(h, d.Size(), at)
@@ -352,7 +369,7 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	r.dsn.mark(h.DSN())
 	r.observe(h, d.Size(), at)
 	c.tp.placed()
-	if in.msg.typ == proto.TypeReadReq {
+	if in.msg.typ.IsRequest() {
 		r.readsIn++
 	}
 	r.stats.Packets++
@@ -361,7 +378,7 @@ func (r *receiver) place(pkt *proto.Packet, d *link.Datagram, at clock.Time, st 
 	// once, as the one with AR is: over many paths the message's last
 	// packet sent, which carries AR, often arrives before others, and the
 	// sender's completion would wait out the ACK delay (spec section 6.6).
-	finished := in.msg.typ != proto.TypeReadReq && m.placed.covered() == m.msgLen
+	finished := !in.msg.typ.IsRequest() && m.placed.covered() == m.msgLen
 	if in.msn == st.next {
 		r.complete(in.stream)
 		if c.state == Closed {
@@ -427,13 +444,21 @@ func (r *receiver) complete(stream uint16) {
 	st := &r.streams[stream]
 	for {
 		m := st.msgs.get(st.next, st.next)
-		if m == nil || m.typ != proto.TypeReadReq && m.placed.covered() < m.msgLen {
+		if m == nil || !m.typ.IsRequest() && m.placed.covered() < m.msgLen {
 			return
 		}
 		if m.typ == proto.TypeReadReq {
 			// Its turn has come. Every earlier message of the stream is
 			// placed, so the READ returns their data (spec section 6.5).
 			r.c.snd.queueResponse(m.rkey, m.roff, m.msgLen, m.rsn)
+			r.c.snd.pump()
+		} else if m.typ.IsAtomic() {
+			// Its turn has come too: the one execution (spec section 6.5).
+			original, ok := r.execute(m)
+			if !ok {
+				return
+			}
+			r.c.snd.queueAtomicResponse(m.rsn, original)
 			r.c.snd.pump()
 		} else if m.typ == proto.TypeWrite {
 			if o, ok := r.c.events.(WriteObserver); ok {
@@ -480,14 +505,47 @@ func (r *receiver) claimShared(st *recvStream, i uint32) bool {
 	return true
 }
 
-// onReadResp places READ response data at the requester, then records the
-// packet. The READ_RESP steps of spec section 9 are the tag (step 13) and
-// the length (step 15).
-func (r *receiver) onReadResp(pkt *proto.Packet, plane int, at clock.Time) {
+// execute performs an atomic whose turn has come, once, and returns the
+// target's value before it (spec section 5.12). The region was checked when
+// the request arrived. One deregistered since fails the connection, as a
+// READ of it does.
+func (r *receiver) execute(m *rxMessage) (uint64, bool) {
+	c := r.c
+	g, err := c.scope.Lookup(m.rkey, memreg.RemoteAtomic)
+	if err != nil {
+		c.fail(&ProtocolError{Code: proto.NackBadKey, Msg: "a region an atomic targets was deregistered"}, StatusFlushed, true)
+		return 0, false
+	}
+	defer g.Release()
+	var original uint64
+	if m.typ == proto.TypeFetchAdd {
+		original, err = g.FetchAdd(m.roff, m.operand)
+	} else {
+		original, err = g.CompareSwap(m.roff, m.compare, m.operand)
+	}
+	if err != nil {
+		panic("engine: an atomic left its checked bounds: " + err.Error())
+	}
+	r.stats.Atomics++
+	return original, true
+}
+
+// onResponse places READ or atomic response data at the requester, then
+// records the packet. The steps of spec section 9 for READ_RESP and
+// ATOMIC_RESP are the tag (step 13) and, for READ_RESP, the length (step
+// 15).
+func (r *receiver) onResponse(pkt *proto.Packet, plane int, at clock.Time) {
 	c := r.c
 	h := pkt.Common
-	rs := pkt.ReadResp()
-	switch code := c.snd.onReadData(rs.ReadTag(), rs.MsgOffset(), rs.MsgLen(), pkt.Payload); code {
+	var code proto.NackCode
+	if pkt.Type() == proto.TypeAtomicResp {
+		a := pkt.AtomicResp()
+		code = c.snd.onAtomicData(a.AtomicTag(), a.Original())
+	} else {
+		rs := pkt.ReadResp()
+		code = c.snd.onReadData(rs.ReadTag(), rs.MsgOffset(), rs.MsgLen(), pkt.Payload)
+	}
+	switch code {
 	case 0:
 	case overlapping:
 		r.stats.Overlaps++

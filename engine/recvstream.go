@@ -13,12 +13,14 @@ type rxMessage struct {
 	msgLen    uint32
 	rkey      uint64
 	roff      uint64
-	rsn       uint32 // for a READ_REQ, its ReadTag
+	rsn       uint32 // for a READ_REQ or an atomic, its tag
 	imm       uint32
 	solicited bool
+	// An atomic's operand and, for CMP_SWAP, the value compared.
+	operand, compare uint64
 
-	// placed is the message's bytes placed so far. A READ_REQ places
-	// nothing: it is whole once accepted.
+	// placed is the message's bytes placed so far. A READ_REQ or an
+	// atomic places nothing: it is whole once accepted.
 	placed spans
 }
 

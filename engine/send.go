@@ -134,7 +134,7 @@ type sender struct {
 	// responses, as responder, go out on the internal stream respStream.
 	reads       map[uint32]*message
 	nextTag     uint32
-	readsActive int // READ_REQs sent whose data has not all arrived
+	readsActive int // READ_REQs and atomics sent whose response has not all arrived
 	respStream  int
 
 	ports pathmgr.Ports // how the paths take source ports
@@ -618,7 +618,7 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	// the packet fills the path's window. Otherwise a sender with a small
 	// window would wait out the receiver's ACK coalescing with nothing to
 	// send.
-	if r.off+r.n == m.length || m.typ == proto.TypeReadReq || probe || p.inflight >= p.window {
+	if r.off+r.n == m.length || m.typ.IsRequest() || probe || p.inflight >= p.window {
 		flags |= proto.FlagAckRequest
 	}
 	if retx {
@@ -661,6 +661,23 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 		rs.SetReadTag(m.tag)
 		rs.SetMsgOffset(r.off)
 		rs.SetMsgLen(m.length)
+	case proto.TypeFetchAdd, proto.TypeCmpSwap:
+		a := pkt.Atomic()
+		a.SetStream(m.wr.Stream)
+		a.SetMSN(m.msn)
+		a.SetRKey(m.wr.RKey)
+		a.SetRemoteOffset(m.wr.RemoteOffset)
+		if m.typ == proto.TypeFetchAdd {
+			a.SetOperand(m.wr.Add)
+		} else {
+			a.SetOperand(m.wr.Swap)
+			a.SetCompare(m.wr.Compare)
+		}
+		a.SetAtomicTag(m.tag)
+	case proto.TypeAtomicResp:
+		a := pkt.AtomicResp()
+		a.SetAtomicTag(m.tag)
+		a.SetOriginal(m.original)
 	}
 	if !s.copyPayload(m, r, pkt.Payload) {
 		return

@@ -49,7 +49,8 @@ type ReceiverStats struct {
 	Duplicates   uint64
 	OutOfWindow  uint64
 	OutOfOrder   uint64 // in baseline mode, PSNs after the expected one, dropped
-	Inconsistent uint64 // disagreed with their message's first packet, or a READ_REQ again
+	Inconsistent uint64 // disagreed with their message's first packet, or a READ_REQ or atomic again
+	Atomics      uint64 // FETCH_ADDs and CMP_SWAPs executed, each once (spec section 6.5)
 	Overlaps     uint64 // bytes of their message already placed under another DSN
 	// Covered counts packets, with RECUT negotiated, whose every byte an
 	// earlier packet under another DSN had placed: recorded, not placed

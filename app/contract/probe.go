@@ -17,7 +17,8 @@ import (
 
 // ProbeTarget opens this mroce on addr as the responder that the
 // packet-level prober checks in conformance self. It listens and grants
-// remote write on a 1 MiB region, which is what a probe target must offer.
+// remote write and remote atomic access on a 1 MiB region, which is what a
+// probe target must offer.
 // With a pre-shared key in cred it runs in the authenticated mode, and the
 // target it returns gives the prober the same key.
 func ProbeTarget(addr netip.Addr, cred *auth.Credentials) (*host.Host, conformance.Target, error) {
@@ -40,7 +41,7 @@ func ProbeTarget(addr netip.Addr, cred *auth.Credentials) (*host.Host, conforman
 	go acceptAll(lis)
 	// The prober reaches the region on each of the connections it opens, so
 	// the region is the domain's and not one connection's.
-	mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
+	mr, err := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite|endpoint.RemoteAtomic)
 	if err != nil {
 		h.Close()
 		return nil, conformance.Target{}, err

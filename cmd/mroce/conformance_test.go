@@ -80,7 +80,7 @@ func TestConformanceProbeFindsABrokenResponder(t *testing.T) {
 			}
 		}
 	}()
-	mr, _ := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite)
+	mr, _ := pd.RegisterMR(make([]byte, 1<<20), endpoint.LocalWrite|endpoint.RemoteWrite|endpoint.RemoteAtomic)
 	r := runCLI(t, "", "conformance", "probe", "--target", fmt.Sprintf("127.0.0.57:%d", base), "--rkey", fmt.Sprint(mr.RKey()),
 		"--len", fmt.Sprint(1<<20), "--local", "127.0.0.58", "--name", "broken")
 	all := len(conformance.Cases) + len(conformance.AuthCases)

@@ -26,6 +26,10 @@ func engineOp(o endpoint.Opcode) engine.Opcode {
 		return engine.OpRecv
 	case endpoint.OpRead:
 		return engine.OpRead
+	case endpoint.OpFetchAdd:
+		return engine.OpFetchAdd
+	case endpoint.OpCmpSwap:
+		return engine.OpCmpSwap
 	}
 	return 0 // no operation, which the engine refuses
 }
@@ -42,6 +46,10 @@ func apiOp(o engine.Opcode) endpoint.Opcode {
 		return endpoint.OpRecv
 	case engine.OpRead:
 		return endpoint.OpRead
+	case engine.OpFetchAdd:
+		return endpoint.OpFetchAdd
+	case engine.OpCmpSwap:
+		return endpoint.OpCmpSwap
 	}
 	return 0
 }

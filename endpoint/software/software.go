@@ -283,7 +283,8 @@ func (s *Software) PostSend(qp endpoint.QPHandle, wr endpoint.SendWR) error {
 		return err
 	}
 	ewr := engine.SendWR{ID: wr.ID, Op: engineOp(wr.Op), Stream: wr.Stream, SGL: list, RKey: wr.RKey,
-		RemoteOffset: wr.RemoteOffset, Imm: wr.Imm, Solicited: wr.Solicited, Unsignaled: wr.Unsignaled}
+		RemoteOffset: wr.RemoteOffset, Imm: wr.Imm, Solicited: wr.Solicited, Unsignaled: wr.Unsignaled,
+		Add: wr.Add, Compare: wr.Compare, Swap: wr.Swap}
 	if derr := s.runner.Do(func() { err = c.Post(ewr) }); derr != nil {
 		return derr
 	}
@@ -336,7 +337,7 @@ func (s *Software) Params(qp endpoint.QPHandle) endpoint.ConnParams {
 	}
 	var p endpoint.ConnParams
 	s.runner.Do(func() {
-		p = endpoint.ConnParams{Paths: c.Paths(), Streams: c.Streams(), MaxPacket: c.MaxPacket(), PathMTUDone: true}
+		p = endpoint.ConnParams{Paths: c.Paths(), Streams: c.Streams(), MaxPacket: c.MaxPacket(), PathMTUDone: true, Atomics: c.Atomics()}
 		for _, m := range c.PathMTU() {
 			p.PathMTU = append(p.PathMTU, m.Size)
 			p.PathMTUDone = p.PathMTUDone && m.Done
