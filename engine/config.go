@@ -133,6 +133,10 @@ type Config struct {
 	NoRateHints bool
 	// NoPacing sends as the windows allow, without spacing packets.
 	NoPacing bool
+	// Resend is where a lost packet is resent: ResendOtherPath, the
+	// default, or ResendSamePath (spec section 6.6 leaves it to the
+	// sender).
+	Resend ResendPolicy
 	// DelayTarget is the queueing delay on the way to the receiver that a
 	// path may show before its window is cut, on planes whose queues mark
 	// no ECN (cc.DelayParams, docs/cc.md). The target is never below the
@@ -256,6 +260,43 @@ const (
 	RetryNever  = -2 // validate none: CONNECTs are accepted up to MaxAccepting
 )
 
+// ResendPolicy chooses the path a lost packet is resent on.
+type ResendPolicy uint8
+
+const (
+	// ResendOtherPath resends on the usable path with the shortest
+	// smoothed RTT on another plane, or failing that on another path of
+	// the same plane. Losses on a plane come together, from a burst on
+	// one of its links or a link that fails, and another plane avoids
+	// them.
+	ResendOtherPath ResendPolicy = iota
+	// ResendSamePath resends on the path that lost the packet while it
+	// can take one (in service, with room in its window), and on another
+	// as ResendOtherPath does when it cannot: MetaRoCE's description, a
+	// resend "on the path that lost it".
+	ResendSamePath
+)
+
+func (r ResendPolicy) String() string {
+	switch r {
+	case ResendOtherPath:
+		return "other"
+	case ResendSamePath:
+		return "same"
+	}
+	return fmt.Sprintf("ResendPolicy(%d)", uint8(r))
+}
+
+// ParseResendPolicy reads "other" or "same".
+func ParseResendPolicy(s string) (ResendPolicy, error) {
+	for _, r := range []ResendPolicy{ResendOtherPath, ResendSamePath} {
+		if s == r.String() {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("engine: resend policy %q: want other or same", s)
+}
+
 // retryThreshold is how many half-open handshakes make a CONNECT without a
 // valid token draw a RETRY.
 func (c *Config) retryThreshold() int {
@@ -337,6 +378,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engine: retry at %d half-open handshakes: want 1 or more, RetryAlways or RetryNever", c.RetryAt)
 	case c.MaxSendWindow < 1 || c.MaxSendWindow > 1<<20:
 		return fmt.Errorf("engine: max send window %d: want 1 .. %d", c.MaxSendWindow, 1<<20)
+	case c.Resend > ResendSamePath:
+		return fmt.Errorf("engine: %v", c.Resend)
 	}
 	if c.Auth != nil {
 		switch err := c.Auth.Check(); {

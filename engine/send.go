@@ -268,7 +268,7 @@ func (s *sender) pump() {
 }
 
 // sendSprayed is multipath's sendOne. A retransmission goes first, on the
-// usable path with the shortest RTT off the plane that lost it. Otherwise
+// path Config.Resend chooses (pickPath). Otherwise
 // new data goes on the next usable path, round robin, within the pacer's
 // rate.
 func (s *sender) sendSprayed() bool {
@@ -358,8 +358,12 @@ func (s *sender) usable(p *sendPath, skip bool) bool {
 // round robin over the usable paths, or by their ports' rates, except paths
 // too long for what is left (tailCut). A retransmission goes to the usable
 // path with the lowest smoothed RTT other than the one that lost it, or
-// back to that one if no other can take it.
+// back to that one if no other can take it; with ResendSamePath, back to
+// that one first.
 func (s *sender) pickPath(lost int) *sendPath {
+	if lost >= 0 && lost < len(s.paths) && s.c.ep.cfg.Resend == ResendSamePath && s.usable(s.paths[lost], true) {
+		return s.paths[lost]
+	}
 	// Clear paths come first. Paths in SKIP, which saw a CE mark recently,
 	// are used only when no clear path can take the packet.
 	now := s.c.ep.clock.Now()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/netem"
 )
 
@@ -41,6 +42,9 @@ type FabricOptions struct {
 	DelayTarget time.Duration
 	// FirstWindowBDP is the engines' Config.FirstWindowBDP.
 	FirstWindowBDP bool
+	// Resend is the engines' Config.Resend: the path a lost packet is
+	// resent on.
+	Resend engine.ResendPolicy
 	// Bounds asks for the bounds the paths' routes put on the
 	// connections (RouteBounds), computed at the end of the run.
 	Bounds bool

@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"time"
+
+	"github.com/mroce/mroce/engine"
 )
 
 // LossOptions are the loss scenario's settings.
@@ -24,8 +26,9 @@ type LossOptions struct {
 	BurstLen           float64       // mean Gilbert-Elliott burst in packets
 	BurstTime          time.Duration // when set, mean burst in time instead
 	Seed               uint64
-	RealPayloads       bool // as TransferConfig's
-	Jobs               int  // runs at once
+	Resend             engine.ResendPolicy // as TransferConfig's
+	RealPayloads       bool                // as TransferConfig's
+	Jobs               int                 // runs at once
 }
 
 // DefaultLoss is the loss scenario of docs/results.md. The baseline is
@@ -102,7 +105,7 @@ func Loss(o LossOptions) (LossResult, error) {
 	var runs []TransferConfig
 	for _, p := range o.Losses {
 		base := TransferConfig{Bytes: o.Bytes, Planes: o.Planes, Paths: o.Paths, LinkRate: o.LinkRate, Links: o.Links,
-			Loss: p, EveryLink: o.EveryLink, Seed: o.Seed, Burst: o.Burst, BurstLen: o.BurstLen, BurstTime: o.BurstTime, RealPayloads: o.RealPayloads}
+			Loss: p, EveryLink: o.EveryLink, Seed: o.Seed, Resend: o.Resend, Burst: o.Burst, BurstLen: o.BurstLen, BurstTime: o.BurstTime, RealPayloads: o.RealPayloads}
 		bl := base
 		bl.Bytes = max(o.Bytes/o.Planes, 1<<20) // one plane's share of the bytes, in the same time
 		bl.Baseline, bl.BaselineWindow, bl.BaselineAckTimeout = true, o.BaselineWindow, o.BaselineAckTimeout

@@ -21,6 +21,9 @@ type TransferConfig struct {
 	LinkRate int64
 	Links
 	Loss float64
+	// Resend is the engines' Config.Resend: the path a lost packet is
+	// resent on.
+	Resend engine.ResendPolicy
 	// EveryLink puts Loss on the uplinks as well as the downlinks.
 	EveryLink bool
 	Seed      uint64
@@ -120,7 +123,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		// measures the transfer, and a minute of resends costs nothing in
 		// virtual time.
 		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
-			LineRate: float64(cfg.LinkRate) / 8, ConnectTimeout: time.Minute}
+			LineRate: float64(cfg.LinkRate) / 8, ConnectTimeout: time.Minute, Resend: cfg.Resend}
 		if h == 1 {
 			c.InboundCapacity = engine.Headroom * res.Bottleneck
 		}

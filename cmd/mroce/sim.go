@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/hugepage"
 	"github.com/mroce/mroce/report"
 	"github.com/mroce/mroce/sim"
@@ -63,6 +64,19 @@ func startJitterInto(c *cli.Context, d *time.Duration) error {
 }
 
 // jobsFlag is the setting of the scenarios of several runs.
+// resendFlag chooses engine.Config.Resend.
+var resendFlag = &cli.StringFlag{Name: "resend", Value: engine.ResendOtherPath.String(), Usage: "where a lost packet is resent: other (the path with the shortest RTT on another plane, when one has room) or same (the path that lost it, when it has room)"}
+
+// resendInto reads --resend.
+func resendInto(c *cli.Context, r *engine.ResendPolicy) error {
+	p, err := engine.ParseResendPolicy(c.String("resend"))
+	if err != nil {
+		return usagef(c, "sim %s: --resend %q: want other or same", c.Command.Name, c.String("resend"))
+	}
+	*r = p
+	return nil
+}
+
 var jobsFlag = &cli.IntFlag{Name: "jobs", Value: 1, Usage: "runs of the scenario at once, each on its own core (0: one per core); the results are the same for any, the speed tables' wall times are not each run's own, and their heap is left out"}
 
 // simJobs reads --jobs into jobs as the scenarios take it, where a value
@@ -109,6 +123,7 @@ func simCommand() *cli.Command {
 					&cli.Float64Flag{Name: "burst-len", Value: dl.BurstLen, Usage: "mean burst, packets"},
 					&cli.DurationFlag{Name: "burst-time", Usage: "with --burst: bursts that last this long on average (100ns to 1s), whether packets come or not (in place of --burst-len packets)"},
 					&cli.BoolFlag{Name: "every-link", Usage: "the loss on the uplinks too, so that every packet crosses two lossy links"},
+					resendFlag,
 					jobsFlag,
 				}, append(simLinkFlags(dl.Links), simOutputFlags("loss")...)...),
 				Action: func(c *cli.Context) error {
@@ -119,6 +134,9 @@ func simCommand() *cli.Command {
 						EveryLink:    c.Bool("every-link"),
 						RealPayloads: c.Bool("real-payloads")}
 					if err := linkFlagsInto(c, &o.Links); err != nil {
+						return err
+					}
+					if err := resendInto(c, &o.Resend); err != nil {
 						return err
 					}
 					if err := simJobs(c, &o.Jobs); err != nil {
@@ -366,6 +384,7 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.StringSliceFlag{Name: "plane-delay", Usage: "P=D: plane P's links have a delay of D, above 0 (repeat for more planes)"},
 		&cli.StringSliceFlag{Name: "plane-buffer-kib", Usage: "P=B: plane P's switch queues hold B KiB (repeat for more planes)"},
 		startJitterFlag,
+		resendFlag,
 		&cli.IntFlag{Name: "fat-tree-k", Value: d.FatTreeK, Usage: "a three-tier fat tree of k-port switches per plane, k even, at most k^3/4 hosts (0: none; instead of --hosts-per-leaf)"},
 		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none or for data arriving at their own host, one switch per plane, no PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
 	}
@@ -482,6 +501,9 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 	f.HostsPerLeaf, f.Seed, f.RealPayloads, f.Workers = c.Int("hosts-per-leaf"), c.Uint64("seed"), c.Bool("real-payloads"), c.Int("workers")
 	f.FatTreeK = c.Int("fat-tree-k")
 	if err := startJitterInto(c, &f.StartJitter); err != nil {
+		return err
+	}
+	if err := resendInto(c, &f.Resend); err != nil {
 		return err
 	}
 	for _, spec := range [...]struct{ flag, key string }{{"plane-rate-gbps", "rate-gbps"}, {"plane-delay", "delay"}, {"plane-buffer-kib", "buffer-kib"}} {
