@@ -271,6 +271,14 @@ func (e *AbortError) Error() string {
 // Is reports ErrClosed as what an AbortError is.
 func (e *AbortError) Is(target error) bool { return target == ErrClosed }
 
+// ClosedNormally reports whether err, the end of a connection or of a
+// request on it, is a CLOSE NORMAL, this side's or the peer's: not an
+// abort, a timeout or a failure.
+func ClosedNormally(err error) bool {
+	var abort *AbortError
+	return errors.Is(err, ErrClosed) && !errors.As(err, &abort)
+}
+
 // ConnParams are what a connection's handshake settled (docs/spec.md
 // section 8.2): the smaller of the two sides' limits.
 type ConnParams struct {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
@@ -207,7 +207,7 @@ func (r *fileReceiver) receiveData(w io.Writer, size int64) error {
 // conclude answers the sender with the verdict on the checksums and
 // returns the transfer's outcome.
 func (r *fileReceiver) conclude(got, sent string) error {
-	v := Verdict{OK: sent == got, SHA256: got}
+	v := Verdict{OK: strings.EqualFold(sent, got), SHA256: got} // hex digits of either case (docs/apps.md)
 	if !v.OK {
 		v.Error = "SHA-256 mismatch"
 	}
@@ -216,8 +216,8 @@ func (r *fileReceiver) conclude(got, sent string) error {
 		// soon as it reads the verdict can close before the verdict's
 		// acknowledgment reaches us, when the CLOSE takes another plane.
 		// The verdict's send then fails as flushed, and the transfer still
-		// succeeded.
-		if !v.OK || !errors.Is(err, endpoint.ErrClosed) {
+		// succeeded. An abort is not that.
+		if !v.OK || !endpoint.ClosedNormally(err) {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/mroce/mroce/endpoint"
@@ -52,7 +53,7 @@ func SendFile(ctx context.Context, c Conn, r io.Reader, name string, size int64,
 		return res, err
 	}
 	if !v.OK {
-		if v.SHA256 != "" && v.SHA256 != res.SHA256 {
+		if v.SHA256 != "" && !strings.EqualFold(v.SHA256, res.SHA256) {
 			return res, fmt.Errorf("%w: the receiver computed %s, the sender %s (%s)", ErrMismatch, v.SHA256, res.SHA256, v.Error)
 		}
 		// A receiver that gave up before the trailer, whose verdict came

@@ -12,6 +12,7 @@
 package perftest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -153,8 +154,13 @@ func exchange(ctx context.Context, s Side, msg any, into any) (err error) {
 	return receive(ctx, s, in, into)
 }
 
+// send SENDs msg on the control stream, JSON-encoded, or as it is when it
+// is bytes already.
 func send(ctx context.Context, s Side, msg any) (err error) {
-	b, _ := json.Marshal(msg)
+	b, raw := msg.([]byte)
+	if !raw {
+		b, _ = json.Marshal(msg)
+	}
 	out, err := s.PD.RegisterMR(b, endpoint.LocalWrite)
 	if err != nil {
 		return err
@@ -193,6 +199,10 @@ func receive(ctx context.Context, s Side, in *endpoint.MR, into any) error {
 	if into == nil {
 		return nil
 	}
+	if raw, ok := into.(*[]byte); ok {
+		*raw = bytes.Clone(in.Bytes()[:wc[0].Bytes])
+		return nil
+	}
 	if err := json.Unmarshal(in.Bytes()[:wc[0].Bytes], into); err != nil {
 		return fmt.Errorf("perftest: a control message that is not JSON: %w", err)
 	}
@@ -213,15 +223,27 @@ func waitOne(ctx context.Context, cq *endpoint.CQ, id uint64) error {
 
 // Serve answers one client's test on s and returns when the client ends it.
 // A connection that ends before the request arrives returns ErrNoRequest.
-func Serve(ctx context.Context, s Side) (Request, error) {
+// A request that is not JSON, not valid, or for another test than test
+// (any, when it is "") is refused in the response (docs/apps.md).
+func Serve(ctx context.Context, s Side, test string) (Request, error) {
 	var req Request
-	if err := exchange(ctx, s, nil, &req); err != nil {
+	var raw []byte
+	if err := exchange(ctx, s, nil, &raw); err != nil {
 		if st, _ := s.QP.State(); st == endpoint.Closed && ctx.Err() == nil {
 			err = fmt.Errorf("%w: %w", ErrNoRequest, err)
 		}
 		return req, err
 	}
-	if err := req.Validate(); err != nil {
+	err := json.Unmarshal(raw, &req)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("perftest: a request that is not JSON: %w", err)
+	case test != "" && req.Test != test:
+		err = fmt.Errorf("perftest: this server serves %s, not %s", test, req.Test)
+	default:
+		err = req.Validate()
+	}
+	if err != nil {
 		send(ctx, s, Response{Error: err.Error()})
 		return req, err
 	}
@@ -268,7 +290,16 @@ func Serve(ctx context.Context, s Side) (Request, error) {
 			}
 			switch {
 			case c.Stream == control:
-				return req, send(ctx, s, Response{RKey: region.RKey(), Len: size}) // the end, answered
+				// The end, answered. The client closes once it has the
+				// answer, and its CLOSE may overtake the answer's ACK:
+				// the answer's send then ends flushed by a normal close,
+				// and the test still succeeded.
+				if err := send(ctx, s, Response{RKey: region.RKey(), Len: size}); err != nil {
+					if st, cerr := s.QP.State(); st != endpoint.Closed || !endpoint.ClosedNormally(cerr) {
+						return req, err
+					}
+				}
+				return req, nil
 			case req.Test == SendBW:
 				if err := s.QP.PostRecv(c.ID, data, region.SGE(0, uint32(size))); err != nil {
 					return req, err

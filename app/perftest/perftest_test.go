@@ -30,7 +30,7 @@ func TestEveryTestRuns(t *testing.T) {
 		var serr error
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go func() { defer wg.Done(); _, serr = Serve(ctx, server) }()
+		go func() { defer wg.Done(); _, serr = Serve(ctx, server, "") }()
 		req := Request{Test: test, Sizes: []int{64, 65536}, Iters: 200, Depth: 16}
 		var seen []Result
 		res, err := Run(ctx, client, req, func(r Result) { seen = append(seen, r) })
@@ -77,5 +77,42 @@ func TestBadRequestsAreRefused(t *testing.T) {
 	}
 	if len(Sweep()) != 23 || Sweep()[0] != 2 || Sweep()[22] != 8<<20 {
 		t.Errorf("sweep %v", Sweep())
+	}
+}
+
+// A server answers a request it will not run with a refusal in the
+// response, over the wire: a request that is not JSON, and one for another
+// test than the one it serves (docs/apps.md). The client reports the
+// reason.
+func TestServerRefusesInTheResponse(t *testing.T) {
+	for _, c := range []struct {
+		name, serves string
+		raw          []byte
+		want         string
+	}{
+		{"not JSON", "", []byte("write_bw please"), "not JSON"},
+		{"another test", WriteBW, nil, "this server serves write_bw, not send_bw"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client, server := pair(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var serr error
+			var wg sync.WaitGroup
+			wg.Go(func() { _, serr = Serve(ctx, server, c.serves) })
+			var msg any = Request{Test: SendBW, Sizes: []int{64}, Iters: 1, Depth: 1}
+			if c.raw != nil {
+				msg = c.raw
+			}
+			var resp Response
+			err := exchange(ctx, client, msg, &resp)
+			wg.Wait()
+			if err != nil || !strings.Contains(resp.Error, c.want) || resp.RKey != 0 {
+				t.Fatalf("response %+v (%v), want a refusal naming %q", resp, err, c.want)
+			}
+			if serr == nil || !strings.Contains(serr.Error(), c.want) {
+				t.Fatalf("the server returned %v", serr)
+			}
+		})
 	}
 }

@@ -342,7 +342,9 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	}
 	if err == nil {
 		p.tick(tel)
-		conn.QP.Close()
+	}
+	if err == nil || errors.Is(err, filexfer.ErrMismatch) {
+		conn.QP.Close() // the verdict came: the protocol ended (docs/apps.md)
 	}
 	return p.finish(res, tel, mtuAdvice(err))
 }
@@ -458,7 +460,9 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 	}
 	if err == nil {
 		p.tick(nil)
-		conn.QP.Close()
+	}
+	if err == nil || errors.Is(err, filexfer.ErrMismatch) {
+		conn.QP.Close() // the verdict went: the protocol ended (docs/apps.md)
 	}
 	return p.finish(res, nil, mtuAdvice(err))
 }
