@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mroce/mroce/app/appmsg"
 	"github.com/mroce/mroce/dissect"
 	"github.com/mroce/mroce/internal/hexfmt"
 	"github.com/mroce/mroce/internal/pcapio"
@@ -35,13 +37,18 @@ func decodeCommand() *cli.Command {
 			"header and how much is encrypted, unless --key-log names the key log its sender\n" +
 			"or receiver wrote (--key-log of send, recv and bench): then it is opened and\n" +
 			"printed whole. One that does not open under the log's keys is malformed.\n\n" +
-			"Example:\n" +
-			"   mroce decode --pcap transfer.pcap --key-log keys.log",
+			"With --apps, a capture of one connection is read as its application messages\n" +
+			"instead: every SEND, WRITE, WRITE_IMM and READ each side posted, whole, one a\n" +
+			"line, and its CLOSEs (the format of docs/apps.md, section 4).\n\n" +
+			"Examples:\n" +
+			"   mroce decode --pcap transfer.pcap --key-log keys.log\n" +
+			"   mroce decode --pcap testdata/apps/send.pcap --apps",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "pcap", Usage: "read the packets from the pcap or pcapng `FILE`", TakesFile: true},
 			&cli.UintFlag{Name: "port", Value: proto.DefaultPort, Usage: "with --pcap, the UDP `PORT` (source or destination) of mroce packets"},
 			&cli.BoolFlag{Name: "no-crc", Usage: "do not check the CRC32C trailer (for hand-crafted packets)"},
 			&cli.StringFlag{Name: "key-log", Usage: "open protected packets with the secrets in this key log (MROCE_SECRET lines, docs/spec.md section 13.7)", TakesFile: true},
+			&cli.BoolFlag{Name: "apps", Usage: "with --pcap, print the application messages of the capture's connection (docs/apps.md), of every UDP port unless --port is given"},
 		},
 		Action: runDecode,
 	}
@@ -69,6 +76,15 @@ func runDecode(c *cli.Context) error {
 	port := c.Uint("port")
 	if port == 0 || port > 65535 {
 		return usagef(c, "--port %d is not a UDP port (1-65535)", port)
+	}
+	if c.Bool("apps") {
+		if pcapFile == "" || c.IsSet("key-log") || c.IsSet("no-crc") {
+			return usagef(c, "--apps takes --pcap FILE, and neither --key-log nor --no-crc")
+		}
+		if !c.IsSet("port") {
+			port = 0 // an acceptor's ACKs and answers leave from its source ports, not from --port
+		}
+		return printApps(c.App.Writer, pcapFile, uint16(port))
 	}
 	d := &decoder{out: bufio.NewWriter(c.App.Writer), errOut: c.App.ErrWriter, noCRC: c.Bool("no-crc")}
 	defer d.out.Flush()
@@ -264,4 +280,50 @@ func (d *decoder) fail(label, msg string) {
 	d.malformed++
 	d.out.Flush()
 	fmt.Fprintf(d.errOut, "%s: %s: %s\n", progName, label, msg)
+}
+
+// printApps prints the application messages of the connection a capture
+// holds (docs/apps.md, section 4).
+func printApps(w io.Writer, path string, port uint16) error {
+	packets, err := capturePayloads(path, port)
+	if err != nil {
+		return err
+	}
+	msgs, err := appmsg.Extract(packets)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, m := range msgs {
+		line := m.String()
+		if !m.Complete() {
+			line += " (not all of it in the capture)"
+		}
+		fmt.Fprintln(w, line)
+	}
+	return nil
+}
+
+// capturePayloads reads the UDP payloads to or from port, every one when
+// port is 0, of a capture, in its order.
+func capturePayloads(path string, port uint16) ([][]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := pcapio.NewReader(f, port)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out [][]byte
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, bytes.Clone(d.Payload))
+	}
 }

@@ -96,7 +96,8 @@ const (
 
 // NewReader reads the file header of the pcap or pcapng capture r, which
 // may be a gzip'ed pcap, and returns a Reader for the UDP datagrams whose
-// source or destination port is port.
+// source or destination port is port, or for every UDP datagram when port
+// is 0.
 func NewReader(r io.Reader, port uint16) (*Reader, error) {
 	br := bufio.NewReader(r)
 	magic, err := br.Peek(4)
@@ -247,7 +248,7 @@ func (r *Reader) match(frame []byte, lt layers.LinkType) (Datagram, bool) {
 		case *layers.IPv6Fragment:
 			return Datagram{}, false
 		case *layers.UDP:
-			if !haveIP || (uint16(l.SrcPort) != r.port && uint16(l.DstPort) != r.port) {
+			if !haveIP || r.port != 0 && uint16(l.SrcPort) != r.port && uint16(l.DstPort) != r.port {
 				continue // perhaps an outer tunnel datagram, so look further in
 			}
 			d.SrcPort, d.DstPort = uint16(l.SrcPort), uint16(l.DstPort)
