@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -494,6 +496,81 @@ var Cases = []Case{
 			}
 			if cum := pkt.Ack().CumDSN(); cum != partial.DSN {
 				return fmt.Errorf("CumDSN %d, want %d: every DSN received but the partial overlap's", cum, partial.DSN)
+			}
+			return nil
+		}},
+	{Name: "connect-resent", Spec: "8.1", What: "a CONNECT sent again once its ACCEPT has come is answered with the same ACCEPT (the same id, initial PSN and DSN), and the connection it made carries data",
+		Run: func(env Env) error {
+			psn := random32()
+			p, got, err := answer(env.Target, env.Local, psn, 0)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			if got.Type() != proto.TypeAccept {
+				return fmt.Errorf("the CONNECT drew a %v", got.Type())
+			}
+			first := bytes.Clone(got.Ext())
+			firstPayload := bytes.Clone(got.Payload)
+			again, err := p.connect(psn, nil)
+			if err != nil {
+				return fmt.Errorf("the CONNECT sent again: %w", err)
+			}
+			if again.Type() != proto.TypeAccept || !bytes.Equal(again.Ext(), first) || !bytes.Equal(again.Payload, firstPayload) {
+				return fmt.Errorf("the CONNECT sent again drew a %v with SrcConnID %d, InitialPSN %d, InitialDSN %d; the first ACCEPT had %d, %d, %d",
+					again.Type(), again.Handshake().SrcConnID(), again.Handshake().InitialPSN(), again.Handshake().InitialDSN(),
+					got.Handshake().SrcConnID(), got.Handshake().InitialPSN(), got.Handshake().InitialDSN())
+			}
+			if err := p.finishAuth(got); err != nil {
+				return err
+			}
+			p.accept = append(proto.HandshakeHeader(nil), got.Handshake()...)
+			p.peerID = p.accept.SrcConnID()
+			if err := p.SendAck(p.accept.InitialDSN()); err != nil {
+				return err
+			}
+			_, _, _, err = ackAfter(p, 0)
+			return err
+		}},
+	{Name: "accept-reply-port", Spec: "8.1", What: "the ACCEPT goes to the CONNECT's ReplyPort, not to the port it was sent from",
+		Run: func(env Env) error {
+			p, err := newProber(env.Target, env.Local, random32(), 0)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			from, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(env.Local, 0)))
+			if err != nil {
+				return err
+			}
+			defer from.Close()
+			var token *[proto.TokenLen]byte
+			for retries := 0; ; retries++ {
+				b, err := p.connectPacket(p.psn[0], token)
+				if err != nil {
+					return err
+				}
+				if _, err := from.WriteToUDPAddrPort(b, env.Target.Addr); err != nil {
+					return err
+				}
+				got, err := p.Expect(func(q *proto.Packet) bool {
+					return q.Common.DstConnID() == p.myID && (q.Type() == proto.TypeAccept || q.Type() == proto.TypeRetry || q.Type() == proto.TypeClose)
+				})
+				if err != nil {
+					return fmt.Errorf("nothing came to the ReplyPort: %w", err)
+				}
+				if got.Type() == proto.TypeAccept {
+					break
+				}
+				if got.Type() != proto.TypeRetry || retries == 3 {
+					return fmt.Errorf("the CONNECT drew a %v", got.Type())
+				}
+				tok := got.Retry().Token()
+				token = &tok
+			}
+			from.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if n, _, err := from.ReadFromUDPAddrPort(p.buf); err == nil {
+				return fmt.Errorf("%d bytes came to the port the CONNECT was sent from", n)
 			}
 			return nil
 		}},

@@ -98,18 +98,11 @@ func DialOffering(target Target, local netip.Addr, initialPSN uint32, offer prot
 // credentials when it has them, and returns the prober and the ACCEPT or
 // CLOSE that answers it, RETRYs taken. On an error the prober is closed.
 func answer(target Target, local netip.Addr, initialPSN uint32, offer proto.Capabilities) (*Prober, *proto.Packet, error) {
-	if target.Auth != nil {
-		offer |= proto.CapAuth
-	}
-	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)))
+	p, err := newProber(target, local, initialPSN, offer)
 	if err != nil {
-		return nil, nil, fmt.Errorf("conformance: %w", err)
+		return nil, nil, err
 	}
-	p := &Prober{conn: c, target: target, start: time.Now(), myID: random32() | 1, buf: make([]byte, 65536),
-		Window: 1024, Timeout: 2 * time.Second, dsn: random32(), offer: offer}
-	for i := range p.psn {
-		p.psn[i] = initialPSN
-	}
+	c := p.conn
 	got, err := p.connect(initialPSN, nil)
 	// A responder under pressure asks for its token back (spec section
 	// 8.1). The prober takes at most 3 RETRYs, as the spec bounds them.
@@ -128,9 +121,42 @@ func answer(target Target, local netip.Addr, initialPSN uint32, offer proto.Capa
 	return p, got, nil
 }
 
+// newProber opens the prober's socket on local and draws its connection
+// id and first DSN. Its CONNECT offers offer, and AUTH when the target has
+// credentials. It sends nothing.
+func newProber(target Target, local netip.Addr, initialPSN uint32, offer proto.Capabilities) (*Prober, error) {
+	if target.Auth != nil {
+		offer |= proto.CapAuth
+	}
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)))
+	if err != nil {
+		return nil, fmt.Errorf("conformance: %w", err)
+	}
+	p := &Prober{conn: c, target: target, start: time.Now(), myID: random32() | 1, buf: make([]byte, 65536),
+		Window: 1024, Timeout: 2 * time.Second, dsn: random32(), offer: offer}
+	for i := range p.psn {
+		p.psn[i] = initialPSN
+	}
+	return p, nil
+}
+
 // connect sends the CONNECT, with token as its payload unless it is nil,
 // and returns the ACCEPT, CLOSE or RETRY that answers it.
 func (p *Prober) connect(initialPSN uint32, token *[proto.TokenLen]byte) (*proto.Packet, error) {
+	b, err := p.connectPacket(initialPSN, token)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.send(b); err != nil {
+		return nil, err
+	}
+	return p.Expect(func(q *proto.Packet) bool {
+		return q.Type() == proto.TypeAccept || q.Type() == proto.TypeClose || q.Type() == proto.TypeRetry && q.Common.DstConnID() == p.myID
+	})
+}
+
+// connectPacket is the prober's CONNECT, whose ReplyPort is its socket's.
+func (p *Prober) connectPacket(initialPSN uint32, token *[proto.TokenLen]byte) ([]byte, error) {
 	var pkt proto.Packet
 	b := make([]byte, 256)
 	hello := 0
@@ -171,12 +197,7 @@ func (p *Prober) connect(initialPSN uint32, token *[proto.TokenLen]byte) (*proto
 		}
 		copy(pkt.Payload, p.initiation.Hello())
 	}
-	if err := p.send(pkt.Seal()); err != nil {
-		return nil, err
-	}
-	return p.Expect(func(q *proto.Packet) bool {
-		return q.Type() == proto.TypeAccept || q.Type() == proto.TypeClose || q.Type() == proto.TypeRetry && q.Common.DstConnID() == p.myID
-	})
+	return pkt.Seal(), nil
 }
 
 // finishAuth checks the ACCEPT's key exchange when the prober speaks the

@@ -30,6 +30,9 @@ type SenderProbe struct {
 	hint    uint64         // RateHint of the ACKs sent
 	marking map[uint8]bool // paths whose data packets count as arrived with CE
 	Timeout time.Duration
+	// AcceptEdit, when set, changes the ACCEPT before it is sent, for a
+	// case of an ACCEPT the requester must refuse.
+	AcceptEdit func(accept, connect proto.HandshakeHeader)
 }
 
 type probePath struct {
@@ -147,6 +150,9 @@ func (s *SenderProbe) Accept() error {
 		a.SetMaxReadsOut(h.MaxReadsIn())
 		a.SetMaxReadsIn(h.MaxReadsOut())
 		a.SetInboundCapacity(proto.RateNoLimit)
+		if s.AcceptEdit != nil {
+			s.AcceptEdit(a, h)
+		}
 		out.Common.SetDstConnID(s.peerID)
 		out.Common.SetTimestamp(s.now())
 		_, err = s.conn.WriteToUDPAddrPort(out.Seal(), s.peer)

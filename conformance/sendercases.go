@@ -17,10 +17,12 @@ type SenderEnv struct {
 	Start func(peer netip.AddrPort) (stop func(), err error)
 }
 
-// SenderCase is a case of the requester under test.
+// SenderCase is a case of the requester under test. Accept, when set,
+// changes the probe's ACCEPT.
 type SenderCase struct {
 	Name, Spec, What string
 	Run              func(s *SenderProbe) error
+	Accept           func(accept, connect proto.HandshakeHeader)
 }
 
 // RunSender runs the sender cases, each with its own requester and probe.
@@ -44,6 +46,7 @@ func runSenderCase(env SenderEnv, c SenderCase) error {
 		return fmt.Errorf("starting the requester: %w", err)
 	}
 	defer stop()
+	s.AcceptEdit = c.Accept
 	if err := s.Accept(); err != nil {
 		return err
 	}
@@ -80,6 +83,33 @@ var SenderCases = []SenderCase{
 		Run: ecnSlows},
 	{Name: "sender-fatal-nack", Spec: "7, 8.3", What: "a packet refused with NACK BAD_KEY (fatal) makes the requester CLOSE the connection with reason FATAL and Detail 1 (within 1 s), and send no data after its CLOSE",
 		Run: fatalNack},
+	{Name: "sender-accept-refused", Spec: "8.2", What: "an ACCEPT that grants more paths than the CONNECT asked for is refused with CLOSE PARAMS, Detail 18 (the offset of Paths), DstConnID the ACCEPT's SrcConnID (within 1 s), and no data follows",
+		Accept: func(a, connect proto.HandshakeHeader) { a.SetPaths(connect.Paths() + 1) },
+		Run:    acceptRefused},
+}
+
+// acceptRefused runs sender-accept-refused: the probe's ACCEPT granted
+// more paths than asked, which the requester must refuse (spec section
+// 8.2).
+func acceptRefused(s *SenderProbe) error {
+	_, closing, err := s.NextData(time.Second)
+	switch {
+	case errors.Is(err, ErrTimeout):
+		return errors.New("no CLOSE within 1 s of an ACCEPT with too many paths")
+	case err == nil:
+		return errors.New("data after an ACCEPT with too many paths")
+	case !errors.Is(err, ErrPeerClosed):
+		return err
+	}
+	c := closing.Close()
+	if c.Reason() != proto.CloseParams || c.Detail() != 18 || closing.Common.DstConnID() != s.myID {
+		return fmt.Errorf("CLOSE %v, Detail %d, DstConnID %#x: want PARAMS, 18, %#x (the ACCEPT's SrcConnID)",
+			c.Reason(), c.Detail(), closing.Common.DstConnID(), s.myID)
+	}
+	if _, _, err := s.NextData(200 * time.Millisecond); err == nil {
+		return errors.New("data after the CLOSE")
+	}
+	return nil
 }
 
 // sackRepair runs sender-sack-repair. It acknowledges a few packets one
