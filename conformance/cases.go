@@ -78,6 +78,21 @@ type unsupported string
 
 func (u unsupported) Error() string { return string(u) }
 
+// dialGranted dials offering the capability c, which the responder may
+// grant or not (spec section 8.3). A case of it is unsupported where the
+// ACCEPT does not grant it.
+func dialGranted(env Env, c proto.Capabilities) (*Prober, error) {
+	p, err := DialOffering(env.Target, env.Local, random32(), c)
+	if err != nil {
+		return nil, err
+	}
+	if p.Accept().Capabilities()&c == 0 {
+		p.Close()
+		return nil, unsupported(fmt.Sprintf("the ACCEPT grants no %v", c))
+	}
+	return p, nil
+}
+
 // withProber dials, runs f, and closes.
 func withProber(env Env, initialPSN uint32, f func(p *Prober) error) error {
 	p, err := Dial(env.Target, env.Local, initialPSN)
@@ -445,14 +460,11 @@ var Cases = []Case{
 		}},
 	{Name: "recut-covered", Spec: "6.5, 8.3, 9 steps 10 and 17", What: "with RECUT granted, a piece of a packet already placed, under a new DSN, is recorded and not dropped, in a message under way and in one complete; a packet that places some bytes twice and some not is dropped; a responder that grants no RECUT is unsupported",
 		Run: func(env Env) error {
-			p, err := DialOffering(env.Target, env.Local, random32(), proto.CapRecut)
+			p, err := dialGranted(env, proto.CapRecut)
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			if p.Accept().Capabilities()&proto.CapRecut == 0 {
-				return unsupported("the ACCEPT grants no RECUT")
-			}
 			const path = 1
 			write := func(w Write) Sent {
 				if err == nil {
@@ -576,14 +588,11 @@ var Cases = []Case{
 		}},
 	{Name: "atomics", Spec: "5.12, 6.5, 9 step 9", What: "with ATOMICS granted, FETCH_ADD and CMP_SWAP act on the big-endian word a WRITE before them on the stream left and answer with an ATOMIC_RESP of its value before; a FETCH_ADD resent under its DSN is acknowledged at once and not executed again; a responder that grants no ATOMICS is unsupported",
 		Run: func(env Env) error {
-			p, err := DialOffering(env.Target, env.Local, random32(), proto.CapAtomics)
+			p, err := dialGranted(env, proto.CapAtomics)
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			if p.Accept().Capabilities()&proto.CapAtomics == 0 {
-				return unsupported("the ACCEPT grants no ATOMICS")
-			}
 			off := (env.Target.Len - 64) &^ 7
 			v := uint64(random32())<<32 | uint64(random32())
 			var word [8]byte
@@ -645,14 +654,11 @@ var Cases = []Case{
 		}},
 	{Name: "atomic-refused", Spec: "7, 9 steps 12 and 15", What: "a FETCH_ADD at an offset that is not a multiple of 8 is refused with NACK BOUNDS, and one on a connection without ATOMICS with NACK UNSUPPORTED; neither is recorded; a responder that grants no ATOMICS is unsupported",
 		Run: func(env Env) error {
-			p, err := DialOffering(env.Target, env.Local, random32(), proto.CapAtomics)
+			p, err := dialGranted(env, proto.CapAtomics)
 			if err != nil {
 				return err
 			}
 			defer p.Close()
-			if p.Accept().Capabilities()&proto.CapAtomics == 0 {
-				return unsupported("the ACCEPT grants no ATOMICS")
-			}
 			s, _, err := p.SendAtomic(Atomic{Type: proto.TypeFetchAdd, Path: 0, RemoteOffset: 4, Operand: 1, Tag: 1})
 			if err != nil {
 				return err
