@@ -253,3 +253,41 @@ func TestResponseTagsKeepTheirKind(t *testing.T) {
 		t.Fatal("the two requests did not complete after the forged responses")
 	}
 }
+
+// TestAtomicsExecutedOnceInBaseline checks the same in the baseline mode,
+// whose go-back-N resends a request under its PSN and DSN (spec section
+// 10): a resend is a duplicate, never executed again.
+func TestAtomicsExecutedOnceInBaseline(t *testing.T) {
+	const count = 100
+	n := newNet(t, lossyDuplicating(2, 5), Config{Mode: proto.ModeBaseline, Streams: 2, MaxReadsOut: 8, MaxReadsIn: 8})
+	pr := n.connect(0, 1)
+	if !pr.a.Atomics() {
+		t.Fatal("no ATOMICS in the baseline mode")
+	}
+	target := pr.hb.region(t, 8, 0, memreg.LocalWrite|memreg.RemoteAtomic)
+	local := pr.ha.region(t, 8*count, 0, memreg.LocalWrite)
+	for i := range count {
+		if err := pr.a.Post(SendWR{ID: uint64(i), Op: OpFetchAdd, Stream: uint16(i % 2), Local: SGE{local, uint64(8 * i), 8}, RKey: target.Key(), Add: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !n.run(10*time.Second, func() bool { return len(pr.ra.done) == count }) {
+		t.Fatalf("%d of %d completed", len(pr.ra.done), count)
+	}
+	var fetched []uint64
+	for i := range count {
+		fetched = append(fetched, binary.BigEndian.Uint64(local.Bytes()[8*i:]))
+	}
+	slices.Sort(fetched)
+	for i, v := range fetched {
+		if v != uint64(i) {
+			t.Fatalf("results %v: not every value below %d once", fetched, count)
+		}
+	}
+	if got := binary.BigEndian.Uint64(target.Bytes()); got != count || pr.b.ReceiverStats().Atomics != count {
+		t.Fatalf("counter %d, %d executions; want %d", got, pr.b.ReceiverStats().Atomics, count)
+	}
+	if pr.b.ReceiverStats().Duplicates == 0 {
+		t.Fatal("no request arrived twice: the test shows nothing")
+	}
+}
