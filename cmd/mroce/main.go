@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -32,7 +33,8 @@ func main() {
 // run runs the tool with args, the program name first, and returns its
 // exit status.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	err := newApp(stdin, stdout, stderr).Run(args)
+	app := newApp(stdin, stdout, stderr)
+	err := app.Run(hoistFlags(app, args))
 	if err == nil {
 		return 0
 	}
@@ -77,17 +79,50 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {}, // run maps errors to exit codes
 		OnUsageError:   onUsageError,
 		Commands:       []*cli.Command{demoCommand(), sendCommand(), recvCommand(), benchCommand(), simCommand(), benchNetCommand(), netemCommand(), conformanceCommand(), decodeCommand(), keygenCommand(), versionCommand(), goldenPcapCommand(), wiresharkCommand()},
+		Flags:          []cli.Flag{&cli.BoolFlag{Name: "version", Usage: "print the versions of mroce, Go and the wire format, as mroce version does"}},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return &usageError{msg: fmt.Sprintf("unknown command %q", c.Args().First())}
+			}
+			if c.Bool("version") {
+				printVersion(c.App.Writer)
+				return nil
 			}
 			return cli.ShowAppHelp(c)
 		},
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = onUsageError
+		nameUnknownSubcommands(cmd)
 	}
 	return app
+}
+
+// nameUnknownSubcommands makes a command of subcommands, and each below
+// it, refuse a word that is none of them in one line with exit status 2,
+// and show its help when given nothing.
+func nameUnknownSubcommands(cmd *cli.Command) {
+	if len(cmd.Subcommands) == 0 {
+		return
+	}
+	if cmd.Action == nil {
+		cmd.Action = func(c *cli.Context) error {
+			if !c.Args().Present() {
+				return cli.ShowSubcommandHelp(c)
+			}
+			var names []string
+			for _, sub := range cmd.Subcommands {
+				if !sub.Hidden && sub.Name != "help" {
+					names = append(names, sub.Name)
+				}
+			}
+			return usagef(c, "%s: unknown command %q (want one of %s)", cmd.Name, c.Args().First(), strings.Join(names, ", "))
+		}
+	}
+	for _, sub := range cmd.Subcommands {
+		sub.OnUsageError = onUsageError
+		nameUnknownSubcommands(sub)
+	}
 }
 
 // exitStatus is an exit status the tool returns with nothing printed, such
@@ -122,4 +157,80 @@ func commandName(c *cli.Context) string {
 		return name
 	}
 	return c.Command.Name
+}
+
+// hoistFlags moves the flags that follow a command's arguments ahead of
+// them, so that `send FILE --to ADDR` reads as `send --to ADDR FILE`: the
+// flag library stops at the first argument. Only the flags the command
+// defines move, each with its value; anything after "--" stays, as do
+// words that are no flag of the command, which a command running another
+// program (netem exec) passes on.
+func hoistFlags(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	commands, flags := app.Commands, app.Flags
+	i := 1
+	// The command path, with any flags of the commands along it.
+	for i < len(args) {
+		if cmd := findCommand(commands, args[i]); cmd != nil {
+			out = append(out, args[i])
+			commands, flags = cmd.Subcommands, cmd.Flags
+			i++
+			continue
+		}
+		if n := flagTokens(flags, args[i:]); n > 0 {
+			out = append(out, args[i:i+n]...)
+			i += n
+			continue
+		}
+		break
+	}
+	var hoisted, rest []string
+	for i < len(args) {
+		if args[i] == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		if n := flagTokens(flags, args[i:]); n > 0 {
+			hoisted = append(hoisted, args[i:i+n]...)
+			i += n
+			continue
+		}
+		rest = append(rest, args[i])
+		i++
+	}
+	return append(append(out, hoisted...), rest...)
+}
+
+// findCommand returns the command of commands named or aliased name.
+func findCommand(commands []*cli.Command, name string) *cli.Command {
+	for _, c := range commands {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+// flagTokens reports how many tokens at the head of args are one flag of
+// flags with its value: 1 for a boolean or a --name=value, 2 for a flag
+// whose value follows, 0 for no flag of flags.
+func flagTokens(flags []cli.Flag, args []string) int {
+	tok := args[0]
+	if len(tok) < 2 || tok[0] != '-' || tok == "--" {
+		return 0
+	}
+	name, _, hasValue := strings.Cut(strings.TrimLeft(tok, "-"), "=")
+	for _, f := range flags {
+		if !slices.Contains(f.Names(), name) {
+			continue
+		}
+		if _, isBool := f.(*cli.BoolFlag); isBool || hasValue || len(args) < 2 {
+			return 1
+		}
+		return 2
+	}
+	return 0
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -147,5 +149,49 @@ func TestUsageErrors(t *testing.T) {
 	r := runCLI(t, "# only a comment\n\n", "decode")
 	if r.code != 2 || !strings.Contains(r.stderr, "no packets") {
 		t.Errorf("decode of empty input: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// Flags after a command's arguments are read as flags, with their values;
+// a program's own flags after netem exec's host stay the program's, and
+// so does everything after "--".
+func TestFlagsAfterArguments(t *testing.T) {
+	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
+	for _, c := range []struct{ in, want string }{
+		{"send FILE --to 10.0.0.1", "send --to 10.0.0.1 FILE"},
+		{"send FILE --json --to=10.0.0.1 --paths 4", "send --json --to=10.0.0.1 --paths 4 FILE"},
+		{"sim flows t.txt --plot x.svg", "sim flows --plot x.svg t.txt"},
+		{"netem exec h0 ping -c 1", "netem exec h0 ping -c 1"},
+		{"netem exec h0 -- prog --name x", "netem exec h0 -- prog --name x"},
+		{"decode --pcap f --apps", "decode --pcap f --apps"},
+		{"decode 0011 --no-crc", "decode --no-crc 0011"},
+		{"bench write_bw --to 1.2.3.4 -n 5", "bench write_bw --to 1.2.3.4 -n 5"},
+	} {
+		got := strings.Join(hoistFlags(app, append([]string{"mroce"}, strings.Fields(c.in)...))[1:], " ")
+		if got != c.want {
+			t.Errorf("%s: read as %s, want %s", c.in, got, c.want)
+		}
+	}
+	// A packet with a bad CRC decodes when --no-crc follows it.
+	pkt := goldenPackets(t)[0].bytes
+	bad := fmt.Sprintf("%x", append(pkt[:len(pkt)-1:len(pkt)-1], pkt[len(pkt)-1]^1))
+	if r := runCLI(t, "", "decode", bad, "--no-crc"); r.code != 0 {
+		t.Fatalf("decode HEX --no-crc: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// A word that is no subcommand of a command of subcommands is refused in
+// one line on standard error, naming the ones there are, with status 2;
+// --version prints what mroce version prints.
+func TestUnknownSubcommandsAndVersion(t *testing.T) {
+	for _, cmd := range []string{"bench", "sim", "netem", "conformance"} {
+		r := runCLI(t, "", cmd, "teleport")
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, cmd+`: unknown command "teleport" (want one of `) {
+			t.Errorf("%s teleport: exit %d, stdout %q, stderr %q", cmd, r.code, r.stdout, r.stderr)
+		}
+	}
+	v, flag := runCLI(t, "", "version"), runCLI(t, "", "--version")
+	if v.code != 0 || flag.code != 0 || v.stdout != flag.stdout || !strings.Contains(flag.stdout, "wire format version: 0") {
+		t.Fatalf("version %q, --version %q", v.stdout, flag.stdout)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
@@ -22,27 +23,31 @@ func versionCommand() *cli.Command {
 			if c.Args().Present() {
 				return usagef(c, "version takes no arguments")
 			}
-			w := c.App.Writer
-			module, version, vcs := modulePath, "(devel)", ""
-			if info, ok := debug.ReadBuildInfo(); ok {
-				if info.Main.Path != "" {
-					module = info.Main.Path
-				}
-				if info.Main.Version != "" {
-					version = info.Main.Version
-				}
-				vcs = vcsInfo(info)
-			}
-			fmt.Fprintf(w, "%s %s\n", progName, version)
-			fmt.Fprintf(w, "module: %s\n", module)
-			if vcs != "" {
-				fmt.Fprintf(w, "commit: %s\n", vcs)
-			}
-			fmt.Fprintf(w, "go: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			fmt.Fprintf(w, "wire format version: %d\n", proto.Version)
+			printVersion(c.App.Writer)
 			return nil
 		},
 	}
+}
+
+// printVersion prints what mroce version and mroce --version print.
+func printVersion(w io.Writer) {
+	module, version, vcs := modulePath, "(devel)", ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if info.Main.Path != "" {
+			module = info.Main.Path
+		}
+		if info.Main.Version != "" {
+			version = info.Main.Version
+		}
+		vcs = vcsInfo(info)
+	}
+	fmt.Fprintf(w, "%s %s\n", progName, version)
+	fmt.Fprintf(w, "module: %s\n", module)
+	if vcs != "" {
+		fmt.Fprintf(w, "commit: %s\n", vcs)
+	}
+	fmt.Fprintf(w, "go: %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "wire format version: %d\n", proto.Version)
 }
 
 // vcsInfo returns the revision the binary was built from, with its time and
