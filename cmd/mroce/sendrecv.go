@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -123,7 +124,7 @@ func (o transferOptions) hostOptions(port uint16) host.Options {
 const maxPlanes = 8
 
 // parseAddrs reads a list of plane addresses, given comma-separated or by
-// repeating the flag.
+// repeating the flag, each an IP address or a host name.
 func parseAddrs(c *cli.Context, flag string) ([]netip.Addr, error) {
 	var out []netip.Addr
 	for _, v := range c.StringSlice(flag) {
@@ -131,9 +132,9 @@ func parseAddrs(c *cli.Context, flag string) ([]netip.Addr, error) {
 			if s = strings.TrimSpace(s); s == "" {
 				continue
 			}
-			a, err := netip.ParseAddr(s)
-			if err != nil || a.Is4In6() || a.Zone() != "" {
-				return nil, usagef(c, "%s: --%s: %q is not an IPv4 or IPv6 address", c.Command.Name, flag, s)
+			a, err := resolveAddr(s)
+			if err != nil {
+				return nil, usagef(c, "%s: --%s: %v", c.Command.Name, flag, err)
 			}
 			out = append(out, a)
 		}
@@ -142,6 +143,30 @@ func parseAddrs(c *cli.Context, flag string) ([]netip.Addr, error) {
 		return nil, usagef(c, "%s: --%s: %d addresses, at most %d planes", c.Command.Name, flag, len(out), maxPlanes)
 	}
 	return out, nil
+}
+
+// resolveAddr reads an IP address, or looks a host name up and takes its
+// first IPv4 address, or its first address when it has none: a plane has
+// one address, and the names users give (localhost) list IPv4 first.
+func resolveAddr(s string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Is4In6() || a.Zone() != "" {
+			return netip.Addr{}, fmt.Errorf("%q is not an IPv4 or IPv6 address of a plane", s)
+		}
+		return a, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", s)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("%q is neither an IP address nor a host name that resolves", s)
+	}
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			return a.Unmap(), nil
+		}
+	}
+	return addrs[0], nil
 }
 
 // recvCommand defines mroce recv.

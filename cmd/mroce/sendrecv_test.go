@@ -225,7 +225,7 @@ func TestSendRecvErrors(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"send"}, 2, "send: --to: the receiver's address is needed"},
-		{[]string{"send", "--to", "not-an-address"}, 2, `"not-an-address" is not an IPv4 or IPv6 address`},
+		{[]string{"send", "--to", "not-an-address"}, 2, `"not-an-address" is neither an IP address nor a host name that resolves`},
 		{[]string{"send", "--to", "127.0.0.1", "/no/such/file"}, 2, "no such file or directory"},
 		{[]string{"send", "--to", "127.0.0.1", "--paths", "0"}, 2, "--paths must be 1 to 256"},
 		{[]string{"send", "--to", "127.0.0.1", "--local", "127.0.0.1,127.0.0.2"}, 2, "2 --local addresses for 1 --to addresses"},
@@ -365,5 +365,19 @@ func TestPathMTUNote(t *testing.T) {
 		if got := pathMTUNote(c.got); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.got, got, c.want)
 		}
+	}
+}
+
+// A plane's address may be given by host name: localhost is a loopback
+// address, IPv4 first; a literal is taken as it is.
+func TestHostNamesResolve(t *testing.T) {
+	if a, err := resolveAddr("localhost"); err != nil || !a.IsLoopback() {
+		t.Fatalf("localhost: %v, %v", a, err)
+	}
+	if a, err := resolveAddr("127.0.0.93"); err != nil || a != netip.MustParseAddr("127.0.0.93") {
+		t.Fatalf("a literal: %v, %v", a, err)
+	}
+	if _, err := resolveAddr("::ffff:127.0.0.1"); err == nil {
+		t.Fatal("an IPv4-mapped address taken for a plane")
 	}
 }
