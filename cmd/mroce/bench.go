@@ -30,6 +30,7 @@ func benchCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice("127.0.0.1"), EnvVars: []string{"MROCE_LISTEN"}, Usage: "the server's local address of each plane"},
 		&cli.StringSliceFlag{Name: "to", EnvVars: []string{"MROCE_TO"}, Usage: "the client: the server's address on each plane"},
 		&cli.StringSliceFlag{Name: "local", EnvVars: []string{"MROCE_LOCAL"}, Usage: "the client's local address of each plane (default: the system's choice for each --to)"},
+		&cli.UintFlag{Name: "local-port", EnvVars: []string{"MROCE_LOCAL_PORT"}, Usage: "the client: the UDP port to receive on, the source ports following it (0: a free one); mroce netem relay carries only the ports it was given"},
 		&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "sweep the sizes 2 B to 8 MiB (powers of two)"},
 		&cli.IntFlag{Name: "size", Aliases: []string{"s"}, Value: 65536, Usage: "message size, bytes"},
 		&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Usage: "iterations per size (default 5000 for bandwidth, 1000 for latency)"},
@@ -196,7 +197,7 @@ func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side
 
 func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, local, to []netip.Addr, o transferOptions) error {
 	o.fill()
-	h, err := host.Open(local, o.hostOptions(0))
+	h, err := host.Open(local, o.hostOptions(o.localPort))
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

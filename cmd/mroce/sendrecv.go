@@ -49,6 +49,7 @@ func transferFlags() []cli.Flag {
 // transferOptions are the checked settings.
 type transferOptions struct {
 	port                 uint16
+	localPort            uint16 // a sender's own receive port, or 0 for a free one
 	paths, sourcePorts   int
 	mtu, chunk           int
 	inbound              float64 // bytes/s
@@ -65,6 +66,9 @@ func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 		mtu: c.Int("mtu"), chunk: c.Int("chunk-kib") << 10, inbound: c.Float64("inbound-gbps") * 1e9 / 8,
 		baseline: c.Bool("baseline"), json: c.Bool("json"), interval: c.Duration("interval"), noProgress: c.Duration("timeout"),
 		metrics: c.String("metrics"), pcap: c.String("pcap")}
+	if defined(c, "local-port") {
+		o.localPort = uint16(min(c.Uint("local-port"), 65535))
+	}
 	name := c.Command.Name
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
@@ -74,6 +78,8 @@ func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 	switch {
 	case c.Uint("port") == 0 || c.Uint("port") > 65535:
 		return o, usagef(c, "%s: --port must be 1 to 65535", name)
+	case defined(c, "local-port") && c.Uint("local-port")+uint(c.Int("source-ports")) > 65535:
+		return o, usagef(c, "%s: --local-port must leave room for --source-ports after it, within 65535", name)
 	case o.paths < 1 || o.paths > 256:
 		return o, usagef(c, "%s: --paths must be 1 to 256", name)
 	case o.sourcePorts < 1 || o.sourcePorts > 1024:
@@ -112,7 +118,7 @@ func (o *transferOptions) fill() {
 }
 
 // hostOptions are the host's settings, receiving on port. A sender gives
-// port 0 for a free one, since --port names the receiver's.
+// --local-port, or 0 for a free one, since --port names the receiver's.
 func (o transferOptions) hostOptions(port uint16) host.Options {
 	return host.Options{Port: port, Paths: o.paths, SourcePorts: o.sourcePorts, MaxPacket: o.mtu,
 		InboundCapacity: o.inbound, Baseline: o.baseline, NoProgress: o.noProgress,
@@ -220,6 +226,7 @@ func sendCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "to", EnvVars: []string{"MROCE_TO"}, Usage: "the receiver's address on each plane"},
 			&cli.StringSliceFlag{Name: "local", EnvVars: []string{"MROCE_LOCAL"}, Usage: "local address of each plane (default: the system's choice for each --to)"},
 			&cli.IntFlag{Name: "size-mib", Value: 64, EnvVars: []string{"MROCE_SIZE_MIB"}, Usage: "MiB of generated data to send when no FILE is given"},
+			&cli.UintFlag{Name: "local-port", EnvVars: []string{"MROCE_LOCAL_PORT"}, Usage: "the UDP port to receive on, the source ports following it (0: a free one); mroce netem relay carries only the ports it was given"},
 		}, transferFlags()...),
 		Action: func(c *cli.Context) error {
 			o, err := parseTransferOptions(c)
@@ -325,7 +332,7 @@ func openSource(path string, sizeMiB int) (*source, error) {
 // runSend sends src to the receiver at to and prints the transfer.
 func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr, src *source, o transferOptions) error {
 	o.fill()
-	h, err := host.Open(local, o.hostOptions(0))
+	h, err := host.Open(local, o.hostOptions(o.localPort))
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}

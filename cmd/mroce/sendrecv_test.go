@@ -22,6 +22,8 @@ import (
 
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/relay"
 )
 
 // buildBinary builds the mroce binary once for the test.
@@ -379,5 +381,37 @@ func TestHostNamesResolve(t *testing.T) {
 	}
 	if _, err := resolveAddr("::ffff:127.0.0.1"); err == nil {
 		t.Fatal("an IPv4-mapped address taken for a plane")
+	}
+}
+
+// send runs through mroce netem relay's fabric when its ports are ones the
+// relay carries: --local-port with the receiver's, and the relay's source
+// ports after them.
+func TestSendThroughTheRelay(t *testing.T) {
+	port := uint16(20000 + rand.IntN(30000)) // the relay's tests bind the same addresses, with ports of their own
+	ports := []uint16{port}
+	for p := range uint16(4) {
+		ports = append(ports, port+1+p)
+	}
+	r, err := relay.Start(relay.Config{Hosts: 2, Planes: 2, Ports: ports,
+		Fabric: netem.Config{Uplink: netem.LinkConfig{Rate: 1e9, Delay: 10 * time.Microsecond}, Downlink: netem.LinkConfig{Rate: 1e9, Delay: 10 * time.Microsecond}}})
+	if err != nil {
+		t.Skipf("no relay here: %v", err)
+	}
+	defer r.Close()
+	done := make(chan error, 1)
+	go func() {
+		o := transferOptions{port: port, paths: 4, sourcePorts: 4, chunk: 1 << 20, interval: time.Hour, noProgress: 20 * time.Second}
+		done <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{relay.RealAddr(1, 0), relay.RealAddr(1, 1)}, "", outputOptions{}, o)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	s := runCLI(t, "", "send", "--size-mib", "4", "--paths", "4", "--source-ports", "4", "--port", fmt.Sprint(port),
+		"--to", relay.VirtualAddr(1, 0).String()+","+relay.VirtualAddr(1, 1).String(),
+		"--local", relay.RealAddr(0, 0).String()+","+relay.RealAddr(0, 1).String(), "--local-port", fmt.Sprint(port), "--timeout", "20s")
+	if err := <-done; err != nil || s.code != 0 {
+		t.Fatalf("recv: %v; send: exit %d\n%s%s", err, s.code, s.stdout, s.stderr)
+	}
+	if st := r.Stats(); st.Delivered == 0 || st.Unmapped != 0 {
+		t.Fatalf("relay %+v: the transfer did not cross it whole", st)
 	}
 }
