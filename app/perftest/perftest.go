@@ -375,11 +375,10 @@ func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, res
 	}
 	posted, completed := 0, 0
 	began := time.Now()
-	// The peak is the best rate over a window of a tenth of the
-	// iterations.
-	window := max(1, req.Iters/10)
-	marks := make([]time.Time, 0, req.Iters/window+2)
-	wc := make([]endpoint.Completion, 64)
+	marks := []mark{{began, 0}}
+	// Each wait takes every completion there is, so that a mark counts
+	// what had completed by its time, not a backlog cut short.
+	wc := make([]endpoint.Completion, max(64, req.Depth))
 	for completed < req.Iters {
 		for posted < req.Iters && posted-completed < req.Depth {
 			if err := post(posted); err != nil {
@@ -396,23 +395,46 @@ func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, res
 				return r, fmt.Errorf("perftest: %s of %d bytes: %v: %v", req.Test, n, c.Status, c.Err)
 			}
 			completed++
-			if completed%window == 0 {
-				marks = append(marks, time.Now())
-			}
 		}
+		marks = append(marks, mark{time.Now(), completed})
 	}
 	took := time.Since(began)
 	r.BWAvgGbps = float64(n) * float64(req.Iters) * 8 / took.Seconds() / 1e9
 	r.MsgRateMpps = float64(req.Iters) / took.Seconds() / 1e6
-	prev := began
-	for _, m := range marks {
-		if d := m.Sub(prev).Seconds(); d > 0 {
-			r.BWPeakGbps = math.Max(r.BWPeakGbps, float64(n)*float64(window)*8/d/1e9)
-		}
-		prev = m
-	}
+	r.BWPeakGbps = peakGbps(marks, n, max(1, req.Iters/10))
 	r.BWPeakGbps = math.Max(r.BWPeakGbps, r.BWAvgGbps)
 	return r, nil
+}
+
+// mark is how many operations had completed by a time.
+type mark struct {
+	at   time.Time
+	done int
+}
+
+// MinPeakWindow is the shortest span the peak bandwidth is taken over.
+// Completions reach the application in batches, and over a span of a
+// batch or two their rate says nothing of the network's.
+const MinPeakWindow = time.Millisecond
+
+// peakGbps is the peak bandwidth of n-byte operations: the best rate over
+// a span between two marks that holds at least window operations and
+// lasts at least MinPeakWindow, or none when no span does.
+func peakGbps(marks []mark, n, window int) float64 {
+	var best float64
+	i := 0
+	for j := 1; j < len(marks); j++ {
+		long := func(k int) bool {
+			return marks[j].done-marks[k].done >= window && marks[j].at.Sub(marks[k].at) >= MinPeakWindow
+		}
+		for i+1 < j && long(i+1) {
+			i++ // the shortest span that ends at j and is long enough
+		}
+		if long(i) {
+			best = math.Max(best, float64(n)*float64(marks[j].done-marks[i].done)*8/marks[j].at.Sub(marks[i].at).Seconds()/1e9)
+		}
+	}
+	return best
 }
 
 // latency ping-pongs WRITE_IMMs of n bytes Iters times, one at a time.

@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -114,5 +115,30 @@ func TestServerRefusesInTheResponse(t *testing.T) {
 				t.Fatalf("the server returned %v", serr)
 			}
 		})
+	}
+}
+
+// The peak bandwidth never exceeds the rate the operations completed at,
+// however the completions are seen: in batches of 1 to 200 at random
+// times, and all at once after the application was away for 5 ms.
+func TestPeakNeverAboveTheLine(t *testing.T) {
+	const n, ops = 4096, 5000
+	every := time.Duration(float64(n*8) / 1e9 * float64(time.Second)) // 1 Gb/s
+	began := time.Unix(0, 0)
+	completedBy := func(at time.Time) int { return min(ops, int(at.Sub(began)/every)) }
+	rng := rand.New(rand.NewPCG(7, 7))
+	marks := []mark{{began, 0}}
+	at := began
+	for done := 0; done < ops; {
+		at = at.Add(time.Duration(1+rng.IntN(200)) * every)
+		if rng.IntN(50) == 0 {
+			at = at.Add(5 * time.Millisecond) // away: the completions pile up
+		}
+		done = completedBy(at)
+		marks = append(marks, mark{at, done})
+	}
+	peak := peakGbps(marks, n, ops/10)
+	if peak > 1.01 || peak < 0.9 {
+		t.Fatalf("peak %.3f Gb/s of operations that completed at 1 Gb/s", peak)
 	}
 }

@@ -22,6 +22,9 @@ func benchCommand() *cli.Command {
 	var flags []cli.Flag
 	for _, f := range transferFlags() {
 		if n := f.Names()[0]; n != "chunk-kib" && n != "interval" {
+			if n == "port" {
+				f.(*cli.UintFlag).Aliases = []string{"p"} // perftest's -p
+			}
 			flags = append(flags, f)
 		}
 	}
@@ -32,7 +35,7 @@ func benchCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "local", EnvVars: []string{"MROCE_LOCAL"}, Usage: "the client's local address of each plane (default: the system's choice for each --to)"},
 		&cli.UintFlag{Name: "local-port", EnvVars: []string{"MROCE_LOCAL_PORT"}, Usage: "the client: the UDP port to receive on, the source ports following it (0: a free one); mroce netem relay carries only the ports it was given"},
 		&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "sweep the sizes 2 B to 8 MiB (powers of two)"},
-		&cli.IntFlag{Name: "size", Aliases: []string{"s"}, Value: 65536, Usage: "message size, bytes"},
+		&cli.IntFlag{Name: "size", Aliases: []string{"s"}, Usage: "message size, bytes (default 65536 for bandwidth, 2 for latency, as perftest)"},
 		&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Usage: "iterations per size (default 5000 for bandwidth, 1000 for latency)"},
 		&cli.IntFlag{Name: "tx-depth", Aliases: []string{"t"}, Value: 128, Usage: "messages in flight (bandwidth tests)"},
 	)
@@ -62,8 +65,8 @@ func benchCommand() *cli.Command {
 
 // benchAction runs one test's subcommand, as server or client.
 func benchAction(c *cli.Context) error {
-	if c.NArg() != 0 {
-		return usagef(c, "bench %s: no arguments: the settings are flags", c.Command.Name)
+	if c.NArg() > 1 || c.NArg() == 1 && (c.Bool("server") || c.IsSet("to")) {
+		return usagef(c, "bench %s: one argument at most, the server's address, as --to gives it", c.Command.Name)
 	}
 	test := c.Command.Name
 	o, err := parseTransferOptions(c)
@@ -86,7 +89,14 @@ func benchAction(c *cli.Context) error {
 		warnOpen(c.App.ErrWriter, planes, o.auth)
 		return runBenchServer(c.Context, c.App.Writer, test, planes, o)
 	}
-	req := perftest.Request{Test: test, Sizes: []int{c.Int("size")}, Iters: c.Int("iters"), Depth: c.Int("tx-depth")}
+	size := c.Int("size")
+	if !c.IsSet("size") {
+		size = 65536
+		if perftest.IsLatency(test) {
+			size = 2
+		}
+	}
+	req := perftest.Request{Test: test, Sizes: []int{size}, Iters: c.Int("iters"), Depth: c.Int("tx-depth")}
 	if c.Bool("all") {
 		req.Sizes = perftest.Sweep()
 	}
@@ -99,12 +109,15 @@ func benchAction(c *cli.Context) error {
 	if err := req.Validate(); err != nil {
 		return usagef(c, "%v", err)
 	}
+	if c.NArg() == 1 {
+		c.Set("to", c.Args().First()) // perftest takes the server's address as its argument
+	}
 	to, err := parseAddrs(c, "to")
 	if err != nil {
 		return err
 	}
 	if len(to) == 0 {
-		return usagef(c, "bench: --to (the server's addresses) or --server")
+		return usagef(c, "bench: the server's addresses (--to, or the argument) or --server")
 	}
 	local, err := clientLocal(c, to)
 	if err != nil {

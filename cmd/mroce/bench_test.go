@@ -53,6 +53,14 @@ func TestBenchClient(t *testing.T) {
 		t.Errorf("no row for 4096 bytes, 300 iterations:\n%s", r.stdout)
 	}
 
+	// As perftest: the server's address as the argument, -p for the port,
+	// and latency at 2 bytes unless told.
+	port, done = serveBench(t, perftest.WriteLat, "127.0.0.97")
+	r = runCLI(t, "", "bench", "write_lat", "127.0.0.97", "-p", fmt.Sprint(port), "--paths", "4", "--iters", "20", "--json")
+	if err := <-done; err != nil || r.code != 0 || !strings.Contains(r.stdout, `"bytes": 2,`) {
+		t.Fatalf("server %v; client exit %d: %s%s", err, r.code, r.stdout, r.stderr)
+	}
+
 	port, done = serveBench(t, perftest.WriteLat, "127.0.0.97")
 	r = runCLI(t, "", "bench", "write_lat", "--to", "127.0.0.97", "--port", fmt.Sprint(port), "--paths", "4", "--size", "8", "--iters", "200", "--json")
 	if err := <-done; err != nil || r.code != 0 {
@@ -77,10 +85,11 @@ func TestBenchErrors(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"bench", "write_bw"}, "--to (the server's addresses) or --server"},
+		{[]string{"bench", "write_bw"}, "the server's addresses (--to, or the argument) or --server"},
 		{[]string{"bench", "write_bw", "--to", "127.0.0.1", "--size", "0"}, "size 0: want 1 to"},
 		{[]string{"bench", "send_bw", "--to", "127.0.0.1", "--tx-depth", "0"}, "depth 0"},
-		{[]string{"bench", "read_bw", "--to", "127.0.0.1", "extra"}, "no arguments"},
+		{[]string{"bench", "read_bw", "--to", "127.0.0.1", "extra"}, "one argument at most, the server's address"},
+		{[]string{"bench", "read_bw", "127.0.0.1", "127.0.0.2"}, "one argument at most"},
 	} {
 		r := runCLI(t, "", c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {
