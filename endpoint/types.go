@@ -271,9 +271,11 @@ func (e *AbortError) Error() string {
 // Is reports ErrClosed as what an AbortError is.
 func (e *AbortError) Is(target error) bool { return target == ErrClosed }
 
-// ClosedNormally reports whether err, the end of a connection or of a
-// request on it, is a CLOSE NORMAL, this side's or the peer's: not an
-// abort, a timeout or a failure.
+// ClosedNormally reports whether err, the error QP.State reports for a
+// connection that has ended, is a CLOSE NORMAL, this side's or the
+// peer's: not an abort, a timeout or a failure. The error of a request
+// posted after the end says only that it ended, whatever the cause, so
+// ask QP.State.
 func ClosedNormally(err error) bool {
 	var abort *AbortError
 	return errors.Is(err, ErrClosed) && !errors.As(err, &abort)

@@ -291,3 +291,67 @@ func TestAtomicsExecutedOnceInBaseline(t *testing.T) {
 		t.Fatal("no request arrived twice: the test shows nothing")
 	}
 }
+
+// TestAtomicNotRunAfterItsConnectionFailed checks that an atomic waiting
+// behind a READ is not executed once serving that READ has ended the
+// connection (its region was deregistered): what follows a failure on a
+// stream is not served.
+func TestAtomicNotRunAfterItsConnectionFailed(t *testing.T) {
+	p := newProber(t, Config{})
+	w := p.pr.hb.region(t, 128, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	rd := p.pr.hb.region(t, 64, 0, memreg.LocalWrite|memreg.RemoteRead)
+	target := p.pr.hb.region(t, 8, 0, memreg.LocalWrite|memreg.RemoteAtomic)
+	half := make([]byte, 64)
+	p.data(proto.TypeWrite, half, func(pkt *proto.Packet) { writeTo(w, 0, 128)(pkt); pkt.Write().SetMSN(0) })
+	p.data(proto.TypeReadReq, nil, func(pkt *proto.Packet) {
+		r := pkt.ReadReq()
+		r.SetMSN(1)
+		r.SetRKey(rd.Key())
+		r.SetMsgLen(64)
+		r.SetReadTag(7)
+	})
+	p.data(proto.TypeFetchAdd, nil, func(pkt *proto.Packet) {
+		a := pkt.Atomic()
+		a.SetMSN(2)
+		a.SetRKey(target.Key())
+		a.SetOperand(5)
+		a.SetAtomicTag(8)
+	})
+	rd.Deregister()
+	p.data(proto.TypeWrite, half, func(pkt *proto.Packet) { // the WRITE's rest: the READ's turn, then the atomic's
+		writeTo(w, 0, 128)(pkt)
+		pkt.Write().SetMSN(0)
+		pkt.Write().SetMsgOffset(64)
+	})
+	if p.pr.b.State() != Closed {
+		t.Fatal("a READ of a deregistered region did not end the connection")
+	}
+	if got := binary.BigEndian.Uint64(target.Bytes()); got != 0 || p.pr.b.ReceiverStats().Atomics != 0 {
+		t.Fatalf("the atomic ran after its connection failed: target %d, %d executed", got, p.pr.b.ReceiverStats().Atomics)
+	}
+}
+
+// TestAnswerToARequestNotSentIsRefused checks that an ATOMIC_RESP or
+// READ_RESP for a request posted but not yet sent, held by the READ limit,
+// is refused with BAD_TAG and frees no slot it never took.
+func TestAnswerToARequestNotSentIsRefused(t *testing.T) {
+	p := newProber(t, Config{MaxReadsOut: 1, MaxReadsIn: 1})
+	target := p.pr.hb.region(t, 16, 0, memreg.LocalWrite|memreg.RemoteAtomic|memreg.RemoteRead)
+	local := p.pr.ha.region(t, 24, 0, memreg.LocalWrite)
+	a := p.pr.a
+	for i, op := range []Opcode{OpFetchAdd, OpFetchAdd, OpRead} {
+		if err := a.Post(SendWR{ID: uint64(i), Op: op, Local: SGE{local, uint64(8 * i), 8}, RKey: target.Key(), Add: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	active := a.snd.readsActive
+	if code := a.snd.onAtomicData(a.snd.nextTag-2, 42); code != proto.NackBadTag {
+		t.Errorf("an answer to an atomic not sent: %v, want BAD_TAG", code)
+	}
+	if code := a.snd.onReadData(a.snd.nextTag-1, 0, 8, make([]byte, 8)); code != proto.NackBadTag {
+		t.Errorf("an answer to a READ not sent: %v, want BAD_TAG", code)
+	}
+	if a.snd.readsActive != active {
+		t.Fatalf("READs and atomics active %d, was %d", a.snd.readsActive, active)
+	}
+}

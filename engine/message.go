@@ -265,12 +265,14 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 	m := s.reads[tag]
 	if m == nil {
 		if s.c.recut && proto.SeqLess(tag, s.nextTag) {
-			return covering // tags go in order, so this READ has completed
+			return covering // tags go in order, so this READ or atomic has completed
 		}
 		return proto.NackBadTag
 	}
-	if m.typ != proto.TypeReadReq {
-		return proto.NackBadTag // an atomic's tag (spec section 6.5)
+	if m.typ != proto.TypeReadReq || !m.allSent {
+		// An atomic's tag (spec section 6.5), or a READ not yet sent, whose
+		// answer can only be forged.
+		return proto.NackBadTag
 	}
 	if length != m.length {
 		return proto.NackBounds
@@ -300,8 +302,8 @@ func (s *sender) onReadData(tag, off, length uint32, payload []byte) proto.NackC
 // it, or 0. A repeated response is a duplicate DSN, caught before this.
 func (s *sender) onAtomicData(tag uint32, original uint64) proto.NackCode {
 	m := s.reads[tag]
-	if m == nil || !m.typ.IsAtomic() {
-		return proto.NackBadTag
+	if m == nil || !m.typ.IsAtomic() || !m.allSent {
+		return proto.NackBadTag // no atomic, a READ, or an atomic not yet sent
 	}
 	var value [memreg.AtomicSize]byte
 	binary.BigEndian.PutUint64(value[:], original)
@@ -356,7 +358,9 @@ func (s *sender) failMessage(m *message, st Status, err error) {
 	if m.typ.IsRequest() {
 		delete(s.reads, m.tag)
 	}
-	s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: m.wr.Stream, Bytes: m.length, Err: err})
+	if !m.internal { // a response is the transport's own, with no work request to complete
+		s.c.report(Completion{ID: m.wr.ID, Op: m.wr.Op, Status: st, Stream: m.wr.Stream, Bytes: m.length, Err: err})
+	}
 }
 
 // report hands a completion to the connection's events.

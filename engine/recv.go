@@ -443,6 +443,9 @@ func (r *receiver) newMessage() *rxMessage {
 func (r *receiver) complete(stream uint16) {
 	st := &r.streams[stream]
 	for {
+		if r.c.state == Closed {
+			return // what ran last ended the connection: nothing more of the stream is served
+		}
 		m := st.msgs.get(st.next, st.next)
 		if m == nil || !m.typ.IsRequest() && m.placed.covered() < m.msgLen {
 			return

@@ -628,7 +628,7 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	if retx {
 		flags |= proto.FlagRetransmit
 	}
-	if m.wr.Solicited && m.typ != proto.TypeWrite {
+	if m.wr.Solicited && (m.typ == proto.TypeSend || m.typ == proto.TypeWriteImm) {
 		flags |= proto.FlagSolicited
 	}
 	h.SetFlags(flags)

@@ -163,9 +163,9 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 		benchHeader(w, test, o, "server")
 		fmt.Fprintf(w, " Waiting for a client on %v port %d\n", planes, o.port)
 	}
-	req, err := serveFirstTest(ctx, lis, s, h, o, test)
-	if s.QP != nil {
-		s.QP.Close() // the test is over, or failed: either way the server is done with it
+	req, qp, err := serveFirstTest(ctx, lis, s, h, o, test)
+	if qp != nil {
+		qp.Close() // the test is over, or failed: either way the server is done with it (docs/apps.md)
 	}
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -182,17 +182,17 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 // left or died, is closed, and the server takes the next one. A CONNECT
 // whose handshake never completes never reaches Accept. A failure once the
 // request has arrived ends the server, as the test it ran failed.
-func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side, h *host.Host, o transferOptions, test string) (perftest.Request, error) {
+func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side, h *host.Host, o transferOptions, test string) (perftest.Request, *endpoint.QP, error) {
 	for {
 		qp, err := lis.Accept(ctx)
 		if err != nil {
-			return perftest.Request{}, err
+			return perftest.Request{}, nil, err
 		}
 		s.QP = qp
 		h.Metrics.Add("client", qp.Telemetry)
 		req, err := perftest.Serve(ctx, s, test)
 		if !errors.Is(err, perftest.ErrNoRequest) {
-			return req, err
+			return req, qp, err
 		}
 		o.log.Warn("a client left before its test request; waiting for the next", "err", err)
 		h.Metrics.Remove("client")

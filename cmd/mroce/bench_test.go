@@ -201,3 +201,34 @@ func TestBenchServerOutlivesClientsThatLeave(t *testing.T) {
 	}
 	<-running
 }
+
+// A bench server started for one test refuses a client that asks for
+// another in its answer, and then closes the connection (docs/apps.md,
+// section 3): the client learns why and sees a CLOSE NORMAL.
+func TestBenchServerRefusesAnotherTestAndCloses(t *testing.T) {
+	port, done := serveBench(t, perftest.WriteBW, "127.0.0.97")
+	_, s := benchClientHost(t, "127.0.0.98", "127.0.0.97", port)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := perftest.Run(ctx, s, perftest.Request{Test: perftest.SendBW, Sizes: []int{64}, Iters: 1, Depth: 1}, nil)
+	if err == nil || !strings.Contains(err.Error(), "this server serves write_bw, not send_bw") {
+		t.Fatalf("client: %v", err)
+	}
+	if serr := <-done; serr == nil {
+		t.Fatal("the server reports success for a test it refused")
+	}
+	for {
+		st, cerr := s.QP.State()
+		if st == endpoint.Closed {
+			if !endpoint.ClosedNormally(cerr) {
+				t.Fatalf("the connection ended with %v", cerr)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the server did not close the connection")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
