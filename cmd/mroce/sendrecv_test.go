@@ -388,13 +388,27 @@ func TestHostNamesResolve(t *testing.T) {
 // relay carries: --local-port with the receiver's, and the relay's source
 // ports after them.
 func TestSendThroughTheRelay(t *testing.T) {
+	if st := sendThroughRelay(t, 0); st.Delivered == 0 || st.Unmapped != 0 {
+		t.Fatalf("relay %+v: the transfer did not cross it whole", st)
+	}
+}
+
+// sendThroughRelay moves 4 MiB from send to recv, on two planes of a relay
+// whose downlinks lose loss of their datagrams, with extra flags of send,
+// and returns the relay's counters.
+func sendThroughRelay(t *testing.T, loss float64, extra ...string) relay.Stats {
+	t.Helper()
 	port := uint16(20000 + rand.IntN(30000)) // the relay's tests bind the same addresses, with ports of their own
 	ports := []uint16{port}
 	for p := range uint16(4) {
 		ports = append(ports, port+1+p)
 	}
-	r, err := relay.Start(relay.Config{Hosts: 2, Planes: 2, Ports: ports,
-		Fabric: netem.Config{Uplink: netem.LinkConfig{Rate: 1e9, Delay: 10 * time.Microsecond}, Downlink: netem.LinkConfig{Rate: 1e9, Delay: 10 * time.Microsecond}}})
+	link := netem.LinkConfig{Rate: 1e9, Delay: 10 * time.Microsecond}
+	down := link
+	if loss > 0 {
+		down.Impair.Loss = &netem.RandomLoss{P: loss}
+	}
+	r, err := relay.Start(relay.Config{Hosts: 2, Planes: 2, Ports: ports, Fabric: netem.Config{Seed: 1, Uplink: link, Downlink: down}})
 	if err != nil {
 		t.Skipf("no relay here: %v", err)
 	}
@@ -405,13 +419,12 @@ func TestSendThroughTheRelay(t *testing.T) {
 		done <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{relay.RealAddr(1, 0), relay.RealAddr(1, 1)}, "", outputOptions{}, o)
 	}()
 	time.Sleep(200 * time.Millisecond)
-	s := runCLI(t, "", "send", "--size-mib", "4", "--paths", "4", "--source-ports", "4", "--port", fmt.Sprint(port),
-		"--to", relay.VirtualAddr(1, 0).String()+","+relay.VirtualAddr(1, 1).String(),
-		"--local", relay.RealAddr(0, 0).String()+","+relay.RealAddr(0, 1).String(), "--local-port", fmt.Sprint(port), "--timeout", "20s")
+	args := append([]string{"send", "--size-mib", "4", "--paths", "4", "--source-ports", "4", "--port", fmt.Sprint(port),
+		"--to", relay.VirtualAddr(1, 0).String() + "," + relay.VirtualAddr(1, 1).String(),
+		"--local", relay.RealAddr(0, 0).String() + "," + relay.RealAddr(0, 1).String(), "--local-port", fmt.Sprint(port), "--timeout", "20s"}, extra...)
+	s := runCLI(t, "", args...)
 	if err := <-done; err != nil || s.code != 0 {
 		t.Fatalf("recv: %v; send: exit %d\n%s%s", err, s.code, s.stdout, s.stderr)
 	}
-	if st := r.Stats(); st.Delivered == 0 || st.Unmapped != 0 {
-		t.Fatalf("relay %+v: the transfer did not cross it whole", st)
-	}
+	return r.Stats()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -55,6 +56,19 @@ type pdmlField struct {
 // MROCE_REQUIRE_TSHARK=1, as CI sets it.
 func dissectInTshark(t *testing.T, capture string) pdml {
 	t.Helper()
+	out := runTshark(t, capture, "-T", "pdml")
+	var doc pdml
+	if err := xml.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("tshark's PDML: %v", err)
+	}
+	return doc
+}
+
+// runTshark runs tshark with the dissector over a capture and returns its
+// output. Without tshark the test is skipped, unless
+// MROCE_REQUIRE_TSHARK=1, as CI sets it.
+func runTshark(t *testing.T, capture string, args ...string) []byte {
+	t.Helper()
 	tshark, err := exec.LookPath("tshark")
 	if err != nil {
 		if os.Getenv("MROCE_REQUIRE_TSHARK") == "1" {
@@ -62,7 +76,7 @@ func dissectInTshark(t *testing.T, capture string) pdml {
 		}
 		t.Skip("tshark is not on PATH: skipping the dissector test (install tshark)")
 	}
-	cmd := exec.Command(tshark, "-X", "lua_script:"+dissectorPath, "-r", capture, "-T", "pdml")
+	cmd := exec.Command(tshark, append([]string{"-X", "lua_script:" + dissectorPath, "-r", capture}, args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -70,11 +84,60 @@ func dissectInTshark(t *testing.T, capture string) pdml {
 	if err != nil {
 		t.Fatalf("tshark: %v\n%s", err, stderr.String())
 	}
-	var doc pdml
-	if err := xml.Unmarshal(out, &doc); err != nil {
-		t.Fatalf("tshark's PDML: %v", err)
+	return out
+}
+
+// tsharkRows runs tshark over a capture and returns, per frame, its
+// protocol column, its UDP ports and its Info column.
+func tsharkRows(t *testing.T, capture string) [][]string {
+	t.Helper()
+	out := runTshark(t, capture, "-T", "fields", "-E", "separator=/t", "-e", "_ws.col.Protocol", "-e", "udp.srcport", "-e", "udp.dstport", "-e", "_ws.col.Info")
+	var rows [][]string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		rows = append(rows, strings.Split(line, "\t"))
 	}
-	return doc
+	return rows
+}
+
+// The dissector takes both directions of a conversation, whatever their
+// ports, and names what each packet is in the Info column: a golden
+// capture of send and recv, whose acceptor answers from its source ports
+// to the initiator's, and a capture of a transfer through the relay at 3%
+// loss, whose ACKs report PSNs lost.
+func TestWiresharkBothDirections(t *testing.T) {
+	rows := tsharkRows(t, "../../testdata/apps/send.pcap")
+	var infos []string
+	for i, r := range rows {
+		if len(r) != 4 || r[0] != "MROCE" {
+			t.Fatalf("frame %d of the send capture: %q, want MROCE", i+1, r)
+		}
+		infos = append(infos, r[3])
+	}
+	all := strings.Join(infos, "\n")
+	for _, want := range []string{"CONNECT", "ACCEPT", "SEND path 0 PSN", "ACK CumDSN", "CLOSE NORMAL detail 0"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no Info %q in the send capture:\n%s", want, all)
+		}
+	}
+	if len(rows) < 30 {
+		t.Errorf("%d frames dissected", len(rows))
+	}
+
+	capture := filepath.Join(t.TempDir(), "lossy.pcap")
+	sendThroughRelay(t, 0.03, "--pcap", capture)
+	rows = tsharkRows(t, capture)
+	lost := 0
+	for i, r := range rows {
+		if len(r) != 4 || r[0] != "MROCE" {
+			t.Fatalf("frame %d of the lossy capture: %q, want MROCE", i+1, r)
+		}
+		if strings.Contains(r[3], "PSNs lost") {
+			lost++
+		}
+	}
+	if lost == 0 {
+		t.Fatalf("no ACK of %d frames reports PSNs lost at 3%% loss", len(rows))
+	}
 }
 
 // mroceFields lists the mroce fields of a dissected frame, in order.
@@ -120,14 +183,21 @@ func TestWiresharkDissector(t *testing.T) {
 			}
 		}
 		got := mroceFields(doc.Packets[i].Protos)
-		var payload string
+		var payload, crc string
 		kept := got[:0]
 		for _, f := range got {
-			if f.Name == "mroce.payload" {
+			switch f.Name {
+			case "mroce.payload":
 				payload = f.Value
+				continue
+			case "mroce.crc_status", "mroce.ackrecord.holes": // what the dissector works out, not a field of the wire
+				crc += f.Show
 				continue
 			}
 			kept = append(kept, f)
+		}
+		if !strings.Contains(crc, "good") {
+			t.Errorf("%s: CRC status %q, want good", g.name, crc)
 		}
 		got = kept
 		wantPayload := p.Payload // what follows the key exchange, which is a part of its own

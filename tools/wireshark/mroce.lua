@@ -3,8 +3,11 @@
 -- spec's layout tables in package proto: do not edit by hand.
 --
 -- Use: wireshark -X lua_script:tools/wireshark/mroce.lua capture.pcap
--- (or copy it to Wireshark's plugins folder). It dissects UDP port 4797;
--- Decode As... reaches other ports. Every field is named
+-- (or copy it to Wireshark's plugins folder). It dissects UDP port 4797,
+-- and any other UDP datagram that is a version-0 packet by its type, its
+-- header length and its CRC (a heuristic dissector), so that both
+-- directions of a conversation show, whatever ports they use. Every
+-- field is named
 -- mroce.<part>.<field> in lower case: mroce.commonheader.type,
 -- mroce.ackrecord.bitvector, mroce.trailer.crc, as mroce decode prints them.
 
@@ -164,28 +167,38 @@ local PARTS = {
 -- The order the parts are written in, for the field definitions.
 local PART_ORDER = {"CommonHeader", "WriteHeader", "ImmHeader", "SendHeader", "ReadReqHeader", "ReadRespHeader", "AckHeader", "AckRecord", "NackHeader", "HandshakeHeader", "RetryHeader", "CloseHeader", "ProbeHeader", "ProbeReplyHeader", "Trailer", "AtomicHeader", "AtomicRespHeader", "AuthHello", "AuthAccept", "Tag"}
 
--- Every packet type: its name, and the parts after the common header.
+-- Every packet type: its name, its header's length in bytes (an ACK's
+-- without records), whether it is data, and the parts after the common
+-- header.
 local TYPES = {
-  [0x01] = {name = "WRITE", parts = {"WriteHeader"}},
-  [0x02] = {name = "WRITE_IMM", parts = {"WriteHeader", "ImmHeader"}},
-  [0x03] = {name = "SEND", parts = {"SendHeader"}},
-  [0x05] = {name = "READ_REQ", parts = {"ReadReqHeader"}},
-  [0x06] = {name = "READ_RESP", parts = {"ReadRespHeader"}},
-  [0x07] = {name = "FETCH_ADD", parts = {"AtomicHeader"}},
-  [0x08] = {name = "CMP_SWAP", parts = {"AtomicHeader"}},
-  [0x09] = {name = "ATOMIC_RESP", parts = {"AtomicRespHeader"}},
-  [0x10] = {name = "ACK", parts = {"AckHeader"}},
-  [0x11] = {name = "NACK", parts = {"NackHeader"}},
-  [0x12] = {name = "CNP", parts = {}},
-  [0x20] = {name = "CONNECT", parts = {"HandshakeHeader"}},
-  [0x21] = {name = "ACCEPT", parts = {"HandshakeHeader"}},
-  [0x22] = {name = "CLOSE", parts = {"CloseHeader"}},
-  [0x23] = {name = "PROBE", parts = {"ProbeHeader"}},
-  [0x24] = {name = "PROBE_REPLY", parts = {"ProbeReplyHeader"}},
-  [0x25] = {name = "RETRY", parts = {"RetryHeader"}},
+  [0x01] = {name = "WRITE", hdrlen = 60, data = true, parts = {"WriteHeader"}},
+  [0x02] = {name = "WRITE_IMM", hdrlen = 68, data = true, parts = {"WriteHeader", "ImmHeader"}},
+  [0x03] = {name = "SEND", hdrlen = 48, data = true, parts = {"SendHeader"}},
+  [0x05] = {name = "READ_REQ", hdrlen = 60, data = true, parts = {"ReadReqHeader"}},
+  [0x06] = {name = "READ_RESP", hdrlen = 40, data = true, parts = {"ReadRespHeader"}},
+  [0x07] = {name = "FETCH_ADD", hdrlen = 72, data = true, parts = {"AtomicHeader"}},
+  [0x08] = {name = "CMP_SWAP", hdrlen = 72, data = true, parts = {"AtomicHeader"}},
+  [0x09] = {name = "ATOMIC_RESP", hdrlen = 40, data = true, parts = {"AtomicRespHeader"}},
+  [0x10] = {name = "ACK", hdrlen = 44, data = false, parts = {"AckHeader"}},
+  [0x11] = {name = "NACK", hdrlen = 48, data = false, parts = {"NackHeader"}},
+  [0x12] = {name = "CNP", hdrlen = 28, data = false, parts = {}},
+  [0x20] = {name = "CONNECT", hdrlen = 72, data = false, parts = {"HandshakeHeader"}},
+  [0x21] = {name = "ACCEPT", hdrlen = 72, data = false, parts = {"HandshakeHeader"}},
+  [0x22] = {name = "CLOSE", hdrlen = 36, data = false, parts = {"CloseHeader"}},
+  [0x23] = {name = "PROBE", hdrlen = 32, data = false, parts = {"ProbeHeader"}},
+  [0x24] = {name = "PROBE_REPLY", hdrlen = 40, data = false, parts = {"ProbeReplyHeader"}},
+  [0x25] = {name = "RETRY", hdrlen = 44, data = false, parts = {"RetryHeader"}},
+}
+
+-- The names of coded values, for the fields that carry them.
+local VALS = {
+  ["CommonHeader.Type"] = {[1] = "WRITE", [2] = "WRITE_IMM", [3] = "SEND", [5] = "READ_REQ", [6] = "READ_RESP", [7] = "FETCH_ADD", [8] = "CMP_SWAP", [9] = "ATOMIC_RESP", [16] = "ACK", [17] = "NACK", [18] = "CNP", [32] = "CONNECT", [33] = "ACCEPT", [34] = "CLOSE", [35] = "PROBE", [36] = "PROBE_REPLY", [37] = "RETRY", },
+  ["NackHeader.Code"] = {[1] = "BAD_KEY", [2] = "ACCESS", [3] = "BOUNDS", [4] = "RNR", [5] = "BAD_STREAM", [6] = "READ_LIMIT", [7] = "BAD_TAG", [8] = "UNSUPPORTED", [9] = "SEQ_ERR", [10] = "RESOURCE", },
+  ["CloseHeader.Reason"] = {[0] = "NORMAL", [1] = "REFUSED", [2] = "VERSION", [3] = "PARAMS", [4] = "FATAL", [5] = "TIMEOUT", [6] = "RESOURCE", [7] = "CLOSED", [8] = "APPLICATION", },
 }
 
 local COMMON_LEN, TRAILER_LEN, TAG_LEN, DEFAULT_PORT = 28, 4, 16, 4797
+local ACK_RECORD_LEN, MAX_ACK_RECORDS, BITVECTOR_BYTES = 52, 18, 32
 
 local p_mroce = Proto("mroce", "mroce transport")
 
@@ -206,9 +219,9 @@ for _, part in ipairs(PART_ORDER) do
         local mask = (2 ^ width - 1) * 2 ^ (8 - bit - width)
         pf = ProtoField.uint8(abbrev, name, base.DEC, nil, mask)
       elseif width == 8 then
-        pf = ProtoField.uint8(abbrev, name, base.DEC)
+        pf = ProtoField.uint8(abbrev, name, base.DEC, VALS[part .. "." .. name])
       elseif width == 16 then
-        pf = ProtoField.uint16(abbrev, name, base.DEC)
+        pf = ProtoField.uint16(abbrev, name, base.DEC, VALS[part .. "." .. name])
       elseif width == 32 then
         pf = ProtoField.uint32(abbrev, name, base.DEC)
       else
@@ -223,11 +236,83 @@ local f_payload = ProtoField.bytes("mroce.payload", "Payload")
 local f_encrypted = ProtoField.bytes("mroce.encrypted", "Encrypted: type extensions and payload")
 table.insert(all, f_payload)
 table.insert(all, f_encrypted)
+
+local f_crc_status = ProtoField.string("mroce.crc_status", "CRC status")
+local f_holes = ProtoField.uint32("mroce.ackrecord.holes", "PSNs reported lost", base.DEC)
+table.insert(all, f_crc_status)
+table.insert(all, f_holes)
 p_mroce.fields = all
 
 local e_short = ProtoExpert.new("mroce.short", "shorter than its header says", expert.group.MALFORMED, expert.severity.ERROR)
 local e_protected = ProtoExpert.new("mroce.protected", "protected (docs/spec.md section 13.4): only the common header is in the clear", expert.group.SECURITY, expert.severity.NOTE)
-p_mroce.experts = {e_short, e_protected}
+local e_bad_crc = ProtoExpert.new("mroce.bad_crc", "bad CRC32C: a receiver drops it (docs/spec.md section 9 step 2)", expert.group.CHECKSUM, expert.severity.ERROR)
+local e_nack = ProtoExpert.new("mroce.nack", "a packet refused (docs/spec.md section 7)", expert.group.RESPONSE_CODE, expert.severity.WARN)
+local e_holes = ProtoExpert.new("mroce.holes", "PSNs reported lost: their bits are clear below a PSN received (docs/spec.md section 5.5)", expert.group.SEQUENCE, expert.severity.NOTE)
+p_mroce.experts = {e_short, e_protected, e_bad_crc, e_nack, e_holes}
+
+-- CRC32C (Castagnoli, reflected 0x82F63B78), as the trailer holds it. Lua
+-- 5.2's bit32 does the bit operations where Wireshark has it; elsewhere
+-- they are done with arithmetic, slowly.
+local bxor, rshift, band = nil, nil, nil
+if bit32 then
+  bxor, rshift, band = bit32.bxor, bit32.rshift, bit32.band
+else
+  bxor = function(a, b)
+    local r, p = 0, 1
+    while a > 0 or b > 0 do
+      if a % 2 ~= b % 2 then r = r + p end
+      a, b, p = math.floor(a / 2), math.floor(b / 2), p * 2
+    end
+    return r
+  end
+  rshift = function(a, n) return math.floor(a / 2 ^ n) end
+  band = function(a, m) return a % (m + 1) end -- for masks 2^k - 1 only
+end
+local CRC_TABLE = {}
+for i = 0, 255 do
+  local c = i
+  for _ = 1, 8 do
+    if c % 2 == 1 then c = bxor(rshift(c, 1), 0x82F63B78) else c = rshift(c, 1) end
+  end
+  CRC_TABLE[i] = c
+end
+local function crc32c(tvb, len)
+  local c = 0xFFFFFFFF
+  local bytes = tvb:bytes(0, len)
+  for i = 0, len - 1 do
+    c = bxor(CRC_TABLE[band(bxor(c, bytes:get_index(i)), 0xFF)], rshift(c, 8))
+  end
+  return bxor(c, 0xFFFFFFFF)
+end
+
+-- header_len is the length the header of the packet in tvb must have by
+-- its type, or nil for an unknown type or an ACK with too many records.
+local function header_len(tvb)
+  local t = TYPES[tvb(1, 1):uint()]
+  if not t then return nil end
+  if t.name == "ACK" then
+    if tvb:len() < COMMON_LEN + 8 then return nil end
+    local n = tvb(COMMON_LEN + 4, 1):uint()
+    if n > MAX_ACK_RECORDS then return nil end
+    return t.hdrlen + n * ACK_RECORD_LEN
+  end
+  return t.hdrlen
+end
+
+-- holes counts the clear bits of an ACK record's bitvector below its last
+-- set one: PSNs below one received that did not arrive.
+local function holes(tvb, off)
+  local bits, last, clear = {}, -1, 0
+  for k = 0, BITVECTOR_BYTES * 8 - 1 do
+    local byte = tvb(off + math.floor(k / 8), 1):uint()
+    bits[k] = math.floor(byte / 2 ^ (7 - k % 8)) % 2
+    if bits[k] == 1 then last = k end
+  end
+  for k = 0, last - 1 do
+    if bits[k] == 0 then clear = clear + 1 end
+  end
+  return clear
+end
 
 -- bit_set reports whether the bit of value mask is set in v.
 local function bit_set(v, mask)
@@ -303,7 +388,67 @@ function p_mroce.dissector(tvb, pinfo, tree)
     root:add(f_payload, tvb(hdrlen, payload))
   end
   add_part(root, tvb, "Trailer", tvb:len() - TRAILER_LEN)
+  local info = t.name
+  if t.data then
+    info = string.format("%s path %d PSN %d DSN %d", t.name, tvb(5, 1):uint(), tvb(12, 4):uint(), tvb(16, 4):uint())
+  elseif t.name == "ACK" then
+    local n, lost = tvb(COMMON_LEN + 4, 1):uint(), 0
+    for i = 0, n - 1 do
+      local rec = COMMON_LEN + 16 + i * ACK_RECORD_LEN
+      local h = holes(tvb, rec + 20)
+      lost = lost + h
+      if h > 0 then
+        root:add(f_holes, tvb(rec + 20, BITVECTOR_BYTES), h)
+      end
+    end
+    info = string.format("ACK CumDSN %d, %d records", tvb(COMMON_LEN, 4):uint(), n)
+    if lost > 0 then
+      info = info .. string.format(", %d PSNs lost", lost)
+      root:add_proto_expert_info(e_holes)
+    end
+  elseif t.name == "NACK" then
+    local code = tvb(COMMON_LEN, 1):uint()
+    info = string.format("NACK %s path %d PSN %d DSN %d", VALS["NackHeader.Code"][code] or "unknown code",
+      tvb(COMMON_LEN + 1, 1):uint(), tvb(COMMON_LEN + 4, 4):uint(), tvb(COMMON_LEN + 8, 4):uint())
+    root:add_proto_expert_info(e_nack)
+  elseif t.name == "PROBE" or t.name == "PROBE_REPLY" then
+    info = string.format("%s path %d", t.name, tvb(5, 1):uint())
+  elseif t.name == "CLOSE" then
+    local reason = tvb(COMMON_LEN, 2):uint()
+    info = string.format("CLOSE %s detail %d", VALS["CloseHeader.Reason"][reason] or "unknown reason", tvb(COMMON_LEN + 4, 4):uint())
+  end
+  local n = tvb:len() - TRAILER_LEN
+  local computed = crc32c(tvb, n)
+  if computed == tvb(n, 4):uint() then
+    root:add(f_crc_status, tvb(n, 4), "good")
+  else
+    root:add(f_crc_status, tvb(n, 4), string.format("bad: computed 0x%08x", computed))
+    root:add_proto_expert_info(e_bad_crc)
+    info = info .. " [bad CRC]"
+  end
+  pinfo.cols.info = info
   return tvb:len()
 end
 
+-- heuristic takes a UDP datagram on any port that is a version-0 packet:
+-- a known type, the header length the type has, room for the header and
+-- the trailer, and, unless protected, a good CRC.
+local function heuristic(tvb, pinfo, tree)
+  if tvb:len() < COMMON_LEN + TRAILER_LEN or tvb(0, 1):uint() >= 0x10 + 0x08 or tvb(0, 1):uint() % 8 ~= 0 then
+    return false -- another version, or reserved bits set
+  end
+  local hlen = header_len(tvb)
+  if not hlen or tvb(4, 1):uint() * 4 ~= hlen then
+    return false
+  end
+  if bit_set(tvb(0, 1):uint(), 0x08) then
+    if tvb:len() < COMMON_LEN + TAG_LEN then return false end
+  elseif tvb:len() < hlen + TRAILER_LEN or crc32c(tvb, tvb:len() - TRAILER_LEN) ~= tvb(tvb:len() - TRAILER_LEN, 4):uint() then
+    return false
+  end
+  p_mroce.dissector(tvb, pinfo, tree)
+  return true
+end
+
 DissectorTable.get("udp.port"):add(DEFAULT_PORT, p_mroce)
+p_mroce:register_heuristic("udp", heuristic)
