@@ -54,7 +54,7 @@ func conformanceCommand() *cli.Command {
 					&cli.StringFlag{Name: "requester", Usage: "the requester's command line (default: this mroce)"},
 					&cli.StringFlag{Name: "responder", Usage: "the responder's command line (default: this mroce)"},
 					&cli.StringSliceFlag{Name: "impl", Usage: "NAME=COMMAND: an implementation (its command line following the endpoint contract) for the interop matrix, which runs every case for every ordered pair of this mroce and the --impl ones; repeat for more"},
-					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for every case's logs and reports"},
+					&cli.StringFlag{Name: "logs", Usage: "the directory for every case's logs and reports (default: a new one in the system's temporary directory, named on standard error)"},
 					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
 					&cli.DurationFlag{Name: "timeout", Value: time.Minute, Usage: "how long a case may take"},
 				}, report...),
@@ -96,7 +96,7 @@ func conformanceCommand() *cli.Command {
 				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "requester", Usage: "the requester's command line, following the endpoint contract (default: this mroce)"},
 					&cli.StringFlag{Name: "probe", Value: "127.0.0.2", Usage: "the address the probe listens on (the requester binds 127.0.0.1)"},
-					&cli.StringFlag{Name: "logs", Value: "conformance-logs", Usage: "the directory for the requester's logs"},
+					&cli.StringFlag{Name: "logs", Usage: "the directory for the requester's logs (default: a new one in the system's temporary directory, named on standard error)"},
 					&cli.StringSliceFlag{Name: "cases", Usage: "run only these cases (default: all)"},
 				}, report...),
 				Action: conformanceSender,
@@ -152,6 +152,10 @@ func conformanceRun(c *cli.Context) error {
 	if emu != conformance.Relay && emu != conformance.TUN {
 		return usagef(c, "conformance run: --emulator %q: want relay or tun", emu)
 	}
+	logs, err := logsDir(c)
+	if err != nil {
+		return err
+	}
 	rep := conformance.Report{Target: "the " + emu + " emulator", Started: time.Now()}
 	if len(impls) > 0 {
 		if c.IsSet("requester") || c.IsSet("responder") {
@@ -163,7 +167,7 @@ func conformanceRun(c *cli.Context) error {
 			names = append(names, im.Name)
 		}
 		rep.Implementation = "the interop matrix of " + strings.Join(names, ", ")
-		rep.Results = conformance.RunMatrix(emu, impls, cases, c.String("logs"), c.Duration("timeout"))
+		rep.Results = conformance.RunMatrix(emu, impls, cases, logs, c.Duration("timeout"))
 		return writeConformance(c, rep)
 	}
 	impl := func(flag string) conformance.Implementation {
@@ -174,8 +178,23 @@ func conformanceRun(c *cli.Context) error {
 	}
 	req, resp := impl("requester"), impl("responder")
 	rep.Implementation = req.Name + " -> " + resp.Name
-	rep.Results = conformance.RunPair(emu, req, resp, cases, c.String("logs"), c.Duration("timeout"))
+	rep.Results = conformance.RunPair(emu, req, resp, cases, logs, c.Duration("timeout"))
 	return writeConformance(c, rep)
+}
+
+// logsDir is --logs, or a new directory in the system's temporary one,
+// which is named on standard error: a run writes its logs only where it
+// was told, or where it says.
+func logsDir(c *cli.Context) (string, error) {
+	if dir := c.String("logs"); dir != "" {
+		return dir, nil
+	}
+	dir, err := os.MkdirTemp("", "mroce-conformance-")
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(c.App.ErrWriter, "logs: %s\n", dir)
+	return dir, nil
 }
 
 // conformanceSender checks a requester from the wire through the sender
@@ -197,7 +216,11 @@ func conformanceSender(c *cli.Context) error {
 	if unknown != "" {
 		return usagef(c, "conformance sender: no case %q", unknown)
 	}
-	env := conformance.SenderEnv{Local: probe, Start: contract.RequesterStarter(argv, c.String("logs"))}
+	logs, err := logsDir(c)
+	if err != nil {
+		return err
+	}
+	env := conformance.SenderEnv{Local: probe, Start: contract.RequesterStarter(argv, logs)}
 	rep := conformance.Report{Implementation: name, Target: "the requester, through the sender probe", Started: time.Now()}
 	rep.Results = conformance.RunSender(env, cases)
 	return writeConformance(c, rep)

@@ -21,7 +21,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 	return []cli.Flag{
 		&cli.BoolFlag{Name: "json", Usage: "print the tables as one JSON document"},
 		&cli.BoolFlag{Name: "csv", Usage: "print the tables as CSV"},
-		&cli.StringFlag{Name: "plot", Value: "sim-" + scenario + ".svg", Usage: "write the main figure to this .svg or .png file (\"\": none)"},
+		&cli.StringFlag{Name: "plot", Usage: "write the main figure to this .svg or .png file, such as sim-" + scenario + ".svg (default: none)"},
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice: the same seed gives the same results"},
 		&cli.IntFlag{Name: "seeds", Value: 1, Usage: fmt.Sprintf("run with this many seeds, from --seed up, and show each figure's min-max (median) over them where they differ, the plot --seed's (1 to %d; sim flows: a row and a line a seed, from the file's seed unless --seed is given)", maxSeeds)},
 		&cli.BoolFlag{Name: "real-payloads", Usage: "copy and checksum every payload byte as on a real wire (slower; the results are the same: by default payloads are placeholders of their length)"},

@@ -153,9 +153,12 @@ func TestSimLinkFlags(t *testing.T) {
 
 // Text and CSV, and bad flags.
 func TestSimOutputsAndErrors(t *testing.T) {
-	r := runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "")
+	r := runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1")
 	if r.code != 0 || !strings.Contains(r.stdout, "mroce Gb/s") || strings.Contains(r.stdout, "plot:") {
 		t.Fatalf("text: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat("sim-loss.svg"); err == nil {
+		t.Fatal("sim loss wrote a plot it was not asked for")
 	}
 	r = runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1", "--plot", "", "--csv")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "loss,mroce Gb/s,") {
