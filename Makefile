@@ -3,12 +3,21 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 10s
 
-.PHONY: all build test unit large lint vet fuzz bench bench-net bench-busy bench-kernel golden wireshark results pgo clean
+.PHONY: all build install test unit large lint vet fuzz bench bench-net bench-busy bench-kernel golden wireshark results pgo clean
 
 all: build
 
 build:
 	$(GO) build -o bin/mroce ./cmd/mroce
+
+# bin/mroce, its man page and its bash completion under PREFIX (DESTDIR
+# for staging): make install PREFIX=$$HOME/.local
+PREFIX ?= /usr/local
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 755 bin/mroce $(DESTDIR)$(PREFIX)/bin/mroce
+	bin/mroce man > $(DESTDIR)$(PREFIX)/share/man/man1/mroce.1
+	bin/mroce completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/mroce
 
 # vet and gofmt, unit tests with the race detector (-short skips the large
 # scenarios), then the large scenarios without the race detector.

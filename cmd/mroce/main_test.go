@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -193,5 +194,55 @@ func TestUnknownSubcommandsAndVersion(t *testing.T) {
 	v, flag := runCLI(t, "", "version"), runCLI(t, "", "--version")
 	if v.code != 0 || flag.code != 0 || v.stdout != flag.stdout || !strings.Contains(flag.stdout, "wire format version: 0") {
 		t.Fatalf("version %q, --version %q", v.stdout, flag.stdout)
+	}
+}
+
+// mroce completion writes bash's script, and refuses a shell it has none
+// for. (The man page and fish's script are checked against the binary in
+// TestLargeManAndCompletion: urfave/cli's help command is one value for
+// every app of a process, and after a help the documentation of a second
+// app in the same process does not end.)
+func TestCompletionScripts(t *testing.T) {
+	if r := runCLI(t, "", "completion", "bash"); r.code != 0 || !strings.Contains(r.stdout, "complete -o bashdefault -o default -F _mroce mroce") {
+		t.Errorf("completion bash: exit %d, %q", r.code, r.stdout)
+	}
+	if r := runCLI(t, "", "completion", "tcsh"); r.code != 2 {
+		t.Errorf("completion tcsh: exit %d, want 2", r.code)
+	}
+}
+
+// The man page and fish's script come from the command definitions, and
+// bash completion, run in bash against the binary, offers a command's
+// subcommands and the flags that begin with what was typed. (The flag
+// library writes completions to the process's own standard output, so
+// this runs the binary.)
+func TestLargeManAndCompletion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary: with the large tests")
+	}
+	bin := buildBinary(t)
+	man, err := exec.Command(bin, "man").Output()
+	if err != nil || !strings.Contains(string(man), ".TH mroce 1") || !strings.Contains(string(man), "send") {
+		t.Fatalf("man: %v, %.200q", err, man)
+	}
+	fish, err := exec.Command(bin, "completion", "fish").Output()
+	if err != nil || !strings.Contains(string(fish), "complete -c mroce") {
+		t.Fatalf("completion fish: %v, %.200q", err, fish)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	for _, c := range []struct{ words, want string }{
+		{"si", "sim"},
+		{"sim per", "permutation"},
+		{"send --local-p", "--local-port"},
+	} {
+		script := fmt.Sprintf(`source <(%[1]s completion bash); COMP_WORDS=(%[1]s %[2]s); COMP_CWORD=%[3]d; _mroce; echo "${COMPREPLY[@]}"`,
+			bin, c.words, len(strings.Fields(c.words)))
+		out, err := exec.Command(bash, "-c", script).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != c.want {
+			t.Errorf("completing %q: %q (%v), want %q", c.words, out, err, c.want)
+		}
 	}
 }
