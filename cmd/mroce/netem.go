@@ -285,6 +285,12 @@ func fabricFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "rate-gbps", Value: 1, Usage: "every link's rate, Gb/s"},
 		&cli.DurationFlag{Name: "delay", Value: 5 * time.Microsecond, Usage: "every link's delay"},
 		&cli.Float64Flag{Name: "loss", Usage: "random loss on every link towards a host, 0 to 1"},
+		&cli.Float64Flag{Name: "burst-len", Usage: "with --loss: lose in bursts of this many packets on average (Gilbert-Elliott, the same mean rate), at least 1"},
+		&cli.Float64Flag{Name: "reorder", Usage: "on every link towards a host, the share of datagrams held back by --reorder-gap, so that later ones overtake them, 0 to 1"},
+		&cli.DurationFlag{Name: "reorder-gap", Value: 100 * time.Microsecond, Usage: "how long a reordered datagram is held back"},
+		&cli.Float64Flag{Name: "duplicate", Usage: "on every link towards a host, the share of datagrams delivered twice, 0 to 1"},
+		&cli.Float64Flag{Name: "corrupt", Usage: "on every link towards a host, the share of datagrams with one bit flipped, 0 to 1"},
+		&cli.StringSliceFlag{Name: "plane-delay", Usage: "P=D: plane P's links have a delay of D (repeat for more planes)"},
 		&cli.IntFlag{Name: "ecn-kib", Value: 512, Usage: "DCTCP step marking threshold of every queue, KiB (0: no marking)"},
 		&cli.IntFlag{Name: "queue-kib", Value: 4096, Usage: "every queue's limit, KiB"},
 		&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the emulator's random choices"},
@@ -293,6 +299,35 @@ func fabricFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "blackhole-for", Usage: "how long it lasts before the plane is repaired (0: to the end)"},
 		&cli.DurationFlag{Name: "for", Usage: "stop after this long (0: when interrupted)"},
 	}
+}
+
+// impairments are what the fabric flags do to every link towards a host:
+// loss, random or in bursts, reordering, duplication and corruption.
+func impairments(c *cli.Context, cmd string) (netem.Impairments, error) {
+	var im netem.Impairments
+	loss, burst := c.Float64("loss"), c.Float64("burst-len")
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"reorder", c.Float64("reorder")}, {"duplicate", c.Float64("duplicate")}, {"corrupt", c.Float64("corrupt")}} {
+		if !(p.v >= 0 && p.v <= 1) {
+			return im, usagef(c, "%s: --%s must be 0 to 1", cmd, p.name)
+		}
+	}
+	switch {
+	case c.IsSet("burst-len") && (loss <= 0 || burst < 1):
+		return im, usagef(c, "%s: --burst-len comes with --loss, and is at least 1", cmd)
+	case c.Duration("reorder-gap") < 0:
+		return im, usagef(c, "%s: --reorder-gap must not be negative", cmd)
+	case burst >= 1:
+		r := 1 / burst
+		im.Loss = &netem.GilbertElliott{P: loss * r / (1 - loss), R: r, LossBad: 1}
+	case loss > 0:
+		im.Loss = &netem.RandomLoss{P: loss}
+	}
+	im.Reorder, im.ReorderGap = c.Float64("reorder"), c.Duration("reorder-gap")
+	im.Duplicate, im.Corrupt = c.Float64("duplicate"), c.Float64("corrupt")
+	return im, nil
 }
 
 // fabricConfig checks the fabric flags and makes netem's configuration.
@@ -314,10 +349,27 @@ func fabricConfig(c *cli.Context) (netem.Config, error) {
 	l := netem.LinkConfig{Rate: int64(rate * 1e9), Delay: c.Duration("delay"),
 		Queue: netem.QueueConfig{Limit: c.Int("queue-kib") << 10, ECNThreshold: c.Int("ecn-kib") << 10}}
 	down := l
-	if loss > 0 {
-		down.Impair.Loss = &netem.RandomLoss{P: loss}
+	im, err := impairments(c, cmd)
+	if err != nil {
+		return netem.Config{}, err
 	}
+	down.Impair = im
 	fc := netem.Config{Seed: c.Uint64("seed"), Uplink: l, Downlink: down}
+	for _, v := range c.StringSlice("plane-delay") {
+		ps, ds, ok := strings.Cut(v, "=")
+		p, perr := strconv.Atoi(ps)
+		d, derr := time.ParseDuration(ds)
+		if !ok || perr != nil || derr != nil || p < 0 || p >= c.Int("planes") || d < 0 {
+			return netem.Config{}, usagef(c, "%s: --plane-delay %q: want P=D, a plane from 0 to %d and a delay not negative", cmd, v, c.Int("planes")-1)
+		}
+		for _, k := range []struct {
+			kind netem.LinkKind
+			link netem.LinkConfig
+		}{{netem.Uplink, fc.Uplink}, {netem.Downlink, fc.Downlink}} {
+			k.link.Delay = d
+			fc.Overrides = append(fc.Overrides, netem.Override{Plane: p, Match: netem.LinkMatch{Kind: k.kind, Host: -1, Leaf: -1, Spine: -1}, Link: k.link})
+		}
+	}
 	if p := c.Int("blackhole-plane"); p >= 0 {
 		at, lasts := c.Duration("blackhole-at"), c.Duration("blackhole-for")
 		if p >= c.Int("planes") || at < 0 || lasts < 0 {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -13,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/tunnet"
@@ -244,5 +248,54 @@ func TestNetemRelayBlackhole(t *testing.T) {
 	}
 	if r := <-done; r.code != 0 {
 		t.Fatalf("relay: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// fabricConfigOf reads the fabric flags as netem relay and netem up do.
+func fabricConfigOf(args ...string) (netem.Config, error) {
+	var fc netem.Config
+	var ferr error
+	app := &cli.App{Name: "mroce", Writer: io.Discard, ErrWriter: io.Discard, ExitErrHandler: func(*cli.Context, error) {},
+		Commands: []*cli.Command{{Name: "relay", Flags: fabricFlags(), Action: func(c *cli.Context) error {
+			fc, ferr = fabricConfig(c)
+			return nil
+		}}}}
+	if err := app.Run(append([]string{"mroce", "relay"}, args...)); err != nil {
+		return fc, err
+	}
+	return fc, ferr
+}
+
+// The emulators' flags reach every link towards a host: loss in bursts,
+// reordering, duplication, corruption; a plane's delay reaches that
+// plane's links alone. Values out of range are refused.
+func TestEmulatorImpairmentFlags(t *testing.T) {
+	fc, err := fabricConfigOf("--planes", "2", "--loss", "0.02", "--burst-len", "4", "--reorder", "0.1", "--reorder-gap", "50us",
+		"--duplicate", "0.01", "--corrupt", "0.001", "--plane-delay", "1=2ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := fc.Downlink.Impair
+	ge, ok := im.Loss.(*netem.GilbertElliott)
+	if !ok || math.Abs(ge.Rate()-0.02) > 1e-9 || ge.R != 0.25 {
+		t.Errorf("loss model %#v, want Gilbert-Elliott at 2%% in bursts of 4", im.Loss)
+	}
+	if im.Reorder != 0.1 || im.ReorderGap != 50*time.Microsecond || im.Duplicate != 0.01 || im.Corrupt != 0.001 {
+		t.Errorf("impairments %+v", im)
+	}
+	if fc.Uplink.Impair.Loss != nil || fc.Uplink.Impair.Reorder != 0 {
+		t.Errorf("the uplinks are impaired too: %+v", fc.Uplink.Impair)
+	}
+	if len(fc.Overrides) != 2 || fc.Overrides[0].Plane != 1 || fc.Overrides[0].Link.Delay != 2*time.Millisecond || fc.Overrides[1].Link.Delay != 2*time.Millisecond {
+		t.Errorf("overrides %+v, want plane 1's uplinks and downlinks at 2 ms", fc.Overrides)
+	}
+	if fc, err := fabricConfigOf("--loss", "0.1"); err != nil || fc.Downlink.Impair.Loss.(*netem.RandomLoss).P != 0.1 {
+		t.Errorf("random loss: %v", err)
+	}
+	for _, bad := range [][]string{{"--burst-len", "4"}, {"--loss", "0.1", "--burst-len", "0.5"}, {"--reorder", "2"},
+		{"--duplicate", "-1"}, {"--planes", "2", "--plane-delay", "2=1ms"}, {"--plane-delay", "0=x"}} {
+		if _, err := fabricConfigOf(bad...); err == nil {
+			t.Errorf("%v: taken", bad)
+		}
 	}
 }
