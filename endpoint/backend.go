@@ -49,8 +49,8 @@ import (
 //     atomics were negotiated. Before the handshake completes it reports
 //     zeros.
 //   - Telemetry reports the per-path state and counters of section 6.4
-//     that the NIC keeps. For a closed connection it reports the last, or
-//     none.
+//     that the NIC keeps, and Received what the connection's receive side
+//     counts. For a closed connection they report the last, or zeros.
 //   - The authenticated mode of docs/spec.md section 13 is the backend's
 //     configuration, not a call: the software backend takes it from
 //     UDPOptions.Auth. A NIC that offloads it, as PSP offload does, keeps
@@ -99,6 +99,7 @@ type Backend interface {
 	AbortQP(qp QPHandle, code uint32) error
 	Params(qp QPHandle) ConnParams
 	Telemetry(qp QPHandle) []PathTelemetry
+	Received(qp QPHandle) ReceiveCounters
 	Progress(ctx context.Context, cond func() bool) error
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }

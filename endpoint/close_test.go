@@ -81,6 +81,7 @@ func (r *recorder) CloseListener(ListenerHandle) error {
 func (r *recorder) PostSend(QPHandle, SendWR) error    { return nil }
 func (r *recorder) PostRecv(QPHandle, RecvWR) error    { return nil }
 func (r *recorder) Telemetry(QPHandle) []PathTelemetry { return nil }
+func (r *recorder) Received(QPHandle) ReceiveCounters  { return ReceiveCounters{} }
 func (r *recorder) Params(QPHandle) ConnParams         { return ConnParams{} }
 func (r *recorder) CloseQP(h QPHandle) error {
 	r.sinks[h].State(Closed, ErrClosed)

@@ -541,3 +541,8 @@ func (qp *QP) Params() ConnParams { return qp.pd.dev.b.Params(qp.h) }
 // Telemetry is a snapshot of the connection's paths; of a closed one, its
 // last.
 func (qp *QP) Telemetry() []PathTelemetry { return qp.pd.dev.b.Telemetry(qp.h) }
+
+// Received reports what the connection's receive side counted: the data
+// of the peer's sends, which its paths' telemetry, the sender's, does not
+// show.
+func (qp *QP) Received() ReceiveCounters { return qp.pd.dev.b.Received(qp.h) }

@@ -202,6 +202,18 @@ type PathCounters struct {
 	Copies                 uint64 // retransmissions that sent a probe or a resend a second time, on another plane
 }
 
+// ReceiveCounters are what a connection's receive side counted of the
+// data the peer sent it.
+type ReceiveCounters struct {
+	Packets     uint64 // data packets placed
+	Bytes       uint64 // their payload
+	Duplicates  uint64 // data packets whose DSN had arrived before
+	OutOfWindow uint64 // data packets beyond the DSN window, dropped
+	CEMarks     uint64 // data packets that arrived marked CE
+	AcksSent    uint64
+	Nacks       uint64 // data packets refused, every NACK code
+}
+
 // PathTelemetry is a snapshot of one path of a connection, by
 // docs/spec.md section 6.4.
 type PathTelemetry struct {

@@ -12,8 +12,13 @@ import (
 	"github.com/mroce/mroce/endpoint"
 )
 
-// Source returns a connection's telemetry now, as endpoint.QP.Telemetry does.
-type Source func() []endpoint.PathTelemetry
+// Source reads a connection now: its paths' telemetry, as
+// endpoint.QP.Telemetry does, and what its receive side counted, as
+// endpoint.QP.Received does.
+type Source interface {
+	Telemetry() []endpoint.PathTelemetry
+	Received() endpoint.ReceiveCounters
+}
 
 // Collector exports the telemetry of the connections added to it.
 type Collector struct {
@@ -32,6 +37,26 @@ func (c *Collector) Add(conn string, src Source) {
 	c.mu.Unlock()
 }
 
+// Freeze reads every connection now and exports what it read from then
+// on: the connections' last figures stay scrapeable once their host has
+// stopped.
+func (c *Collector) Freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, src := range c.conns {
+		c.conns[name] = snapshot{src.Telemetry(), src.Received()}
+	}
+}
+
+// snapshot is a connection as it was read once.
+type snapshot struct {
+	tel []endpoint.PathTelemetry
+	rc  endpoint.ReceiveCounters
+}
+
+func (s snapshot) Telemetry() []endpoint.PathTelemetry { return s.tel }
+func (s snapshot) Received() endpoint.ReceiveCounters  { return s.rc }
+
 // Remove stops exporting a connection.
 func (c *Collector) Remove(conn string) {
 	c.mu.Lock()
@@ -40,7 +65,9 @@ func (c *Collector) Remove(conn string) {
 }
 
 var (
-	pathLabels = []string{"conn", "path", "plane", "source_port"}
+	// A path keeps its series when it moves to a new source port: the
+	// port is a value (mroce_path_source_port), not a label.
+	pathLabels = []string{"conn", "path", "plane"}
 
 	pathPackets = prometheus.NewDesc("mroce_path_packets_sent_total",
 		"Packets a path sent, retransmissions included.", pathLabels, nil)
@@ -74,16 +101,36 @@ var (
 		"The share of its congestion window a path holds in flight (0 to 1): near 1 the window limits it, near 0 something else does.", pathLabels, nil)
 	pathState = prometheus.NewDesc("mroce_path_state",
 		"1 for a path's present state (GOOD, SKIP, ASSUMED_BAD, DOWN), 0 for the others.", append(pathLabels, "state"), nil)
+	pathSourcePort = prometheus.NewDesc("mroce_path_source_port",
+		"The UDP source port a path sends from now.", pathLabels, nil)
 	connPaths = prometheus.NewDesc("mroce_connection_paths",
 		"The paths of a connection.", []string{"conn"}, nil)
+	recvPackets = prometheus.NewDesc("mroce_connection_received_packets_total",
+		"Data packets of the peer's placed.", []string{"conn"}, nil)
+	recvBytes = prometheus.NewDesc("mroce_connection_received_bytes_total",
+		"Payload bytes of the peer's placed.", []string{"conn"}, nil)
+	recvDuplicates = prometheus.NewDesc("mroce_connection_received_duplicates_total",
+		"Data packets of the peer's whose DSN had arrived before.", []string{"conn"}, nil)
+	recvOutOfWindow = prometheus.NewDesc("mroce_connection_received_out_of_window_total",
+		"Data packets of the peer's beyond the DSN window, dropped.", []string{"conn"}, nil)
+	recvCE = prometheus.NewDesc("mroce_connection_received_ce_marks_total",
+		"Data packets of the peer's that arrived marked CE.", []string{"conn"}, nil)
+	recvAcks = prometheus.NewDesc("mroce_connection_acks_sent_total",
+		"ACKs sent to the peer.", []string{"conn"}, nil)
+	recvNacks = prometheus.NewDesc("mroce_connection_nacks_sent_total",
+		"Data packets of the peer's refused with a NACK.", []string{"conn"}, nil)
 )
+
+// Descs are every series the collector exports, for a dashboard's check.
+var Descs = []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathSpurious, pathLocalDrops, pathCE, pathAcked,
+	pathRepaths, pathRTT, pathMinRTT, pathWindow, pathInFlight, pathUtilization, pathState, pathSourcePort, connPaths,
+	recvPackets, recvBytes, recvDuplicates, recvOutOfWindow, recvCE, recvAcks, recvNacks}
 
 var states = []endpoint.PathState{endpoint.PathGood, endpoint.PathSkip, endpoint.PathAssumedBad, endpoint.PathDown}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathSpurious, pathLocalDrops, pathCE, pathAcked,
-		pathRepaths, pathRTT, pathMinRTT, pathWindow, pathInFlight, pathUtilization, pathState, connPaths} {
+	for _, d := range Descs {
 		ch <- d
 	}
 }
@@ -98,10 +145,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 	for name, src := range conns {
-		tel := src()
+		tel := src.Telemetry()
 		ch <- prometheus.MustNewConstMetric(connPaths, prometheus.GaugeValue, float64(len(tel)), name)
+		rc := src.Received()
+		for _, m := range []struct {
+			d *prometheus.Desc
+			v uint64
+		}{{recvPackets, rc.Packets}, {recvBytes, rc.Bytes}, {recvDuplicates, rc.Duplicates}, {recvOutOfWindow, rc.OutOfWindow},
+			{recvCE, rc.CEMarks}, {recvAcks, rc.AcksSent}, {recvNacks, rc.Nacks}} {
+			ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.v), name)
+		}
 		for _, p := range tel {
-			l := []string{name, strconv.Itoa(p.Path), strconv.Itoa(p.Plane), strconv.Itoa(int(p.SrcPort))}
+			l := []string{name, strconv.Itoa(p.Path), strconv.Itoa(p.Plane)}
 			counter := func(d *prometheus.Desc, v uint64) {
 				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
 			}
@@ -123,6 +178,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(pathWindow, float64(p.Window))
 			gauge(pathInFlight, float64(p.InFlight))
 			gauge(pathUtilization, p.Utilization())
+			gauge(pathSourcePort, float64(p.SrcPort))
 			for _, s := range states {
 				v := 0.0
 				if p.State == s {

@@ -63,7 +63,10 @@ type Options struct {
 	// Empty captures nothing.
 	Pcap string
 	// Metrics is an address to serve Prometheus metrics at. Empty serves
-	// none.
+	// none. MetricsLinger keeps serving them that long after Close, so
+	// that a scrape finds a command's last figures once it has ended.
+	MetricsLinger time.Duration
+	// Metrics is the address, see MetricsLinger.
 	Metrics string
 	// Log receives the errors of the capture. Nil discards them.
 	Log *slog.Logger
@@ -89,8 +92,9 @@ type Host struct {
 	// checking.
 	Metrics *metrics.Collector
 
-	stopMetrics  func()
-	closeCapture func() error
+	stopMetrics   func()
+	metricsLinger time.Duration // 0 when no metrics are served
+	closeCapture  func() error
 }
 
 // Open binds a host on planes, one address per plane, and starts what the
@@ -109,6 +113,9 @@ func Open(planes []netip.Addr, o Options) (*Host, error) {
 	var err error
 	if h.Metrics, h.stopMetrics, err = serveMetrics(o.Metrics); err != nil {
 		return nil, err
+	}
+	if o.Metrics != "" {
+		h.metricsLinger = o.MetricsLinger
 	}
 	tap, closeCapture, err := capture(o.Pcap, log)
 	if err != nil {
@@ -129,11 +136,17 @@ func Open(planes []netip.Addr, o Options) (*Host, error) {
 	return h, nil
 }
 
-// Close stops the host, then the metrics server, then flushes and closes
-// the capture. It returns the capture's error, the only one a caller can
-// act on.
+// Close stops the host, then, after Options.MetricsLinger, the metrics
+// server, then flushes and closes the capture. It returns the capture's
+// error, the only one a caller can act on.
 func (h *Host) Close() error {
+	if h.metricsLinger > 0 {
+		h.Metrics.Freeze() // a stopped host's connections read as nothing
+	}
 	h.UDPHost.Close()
+	if h.metricsLinger > 0 {
+		time.Sleep(h.metricsLinger)
+	}
 	h.stopMetrics()
 	return h.closeCapture()
 }

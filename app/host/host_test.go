@@ -51,7 +51,7 @@ func TestOpenWithCaptureAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client.Metrics.Add("server", qp.Telemetry)
+	client.Metrics.Add("server", qp)
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)

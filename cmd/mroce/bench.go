@@ -189,7 +189,7 @@ func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side
 			return perftest.Request{}, nil, err
 		}
 		s.QP = qp
-		h.Metrics.Add("client", qp.Telemetry)
+		h.Metrics.Add("client", qp)
 		req, err := perftest.Serve(ctx, s, test)
 		if !errors.Is(err, perftest.ErrNoRequest) {
 			return req, qp, err
@@ -226,7 +226,7 @@ func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, loca
 		return fmt.Errorf("bench: no answer from %v port %d (is mroce bench %s --server running there?): %w", to, o.port, req.Test, err)
 	}
 	defer s.QP.Close()
-	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), s.QP.Telemetry)
+	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), s.QP)
 	// The columns are fixed as perftest prints them, so that each row can go
 	// out as its size finishes.
 	if !o.json {

@@ -39,7 +39,8 @@ func transferFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "interval", Value: time.Second, EnvVars: []string{"MROCE_INTERVAL"}, Usage: "time between interval reports (0: none)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, EnvVars: []string{"MROCE_TIMEOUT"}, Usage: "give up when the peer does not answer for this long"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON document at the end instead of text"},
-		&cli.StringFlag{Name: "metrics", EnvVars: []string{"MROCE_METRICS"}, Usage: "serve Prometheus metrics (per path) at http://ADDR/metrics while running"},
+		&cli.StringFlag{Name: "metrics", EnvVars: []string{"MROCE_METRICS"}, Usage: "serve Prometheus metrics (per path, and what the connection received) at http://ADDR/metrics while running"},
+		&cli.DurationFlag{Name: "metrics-linger", EnvVars: []string{"MROCE_METRICS_LINGER"}, Usage: "with --metrics, keep serving them this long after the transfer ends, so that a scrape sees its last figures (2 scrape intervals, say)"},
 		&cli.StringFlag{Name: "pcap", EnvVars: []string{"MROCE_PCAP"}, Usage: "write every packet sent and received to this pcap file (for Wireshark or mroce decode)"},
 		&cli.StringFlag{Name: "cpuprofile", EnvVars: []string{"MROCE_CPUPROFILE"}, Usage: "write a CPU profile of this side to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"MROCE_LOG_LEVEL"}, Usage: "log to standard error from this level: debug, info (path events), warn, error"},
@@ -56,6 +57,7 @@ type transferOptions struct {
 	baseline, json       bool
 	interval, noProgress time.Duration
 	metrics              string // address to serve /metrics at, or ""
+	metricsLinger        time.Duration
 	pcap                 string // file to capture to, or ""
 	log                  *slog.Logger
 	auth                 authOptions
@@ -65,7 +67,7 @@ func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 	o := transferOptions{port: uint16(c.Uint("port")), paths: c.Int("paths"), sourcePorts: c.Int("source-ports"),
 		mtu: c.Int("mtu"), chunk: c.Int("chunk-kib") << 10, inbound: c.Float64("inbound-gbps") * 1e9 / 8,
 		baseline: c.Bool("baseline"), json: c.Bool("json"), interval: c.Duration("interval"), noProgress: c.Duration("timeout"),
-		metrics: c.String("metrics"), pcap: c.String("pcap")}
+		metrics: c.String("metrics"), metricsLinger: c.Duration("metrics-linger"), pcap: c.String("pcap")}
 	if defined(c, "local-port") {
 		o.localPort = uint16(min(c.Uint("local-port"), 65535))
 	}
@@ -90,6 +92,8 @@ func parseTransferOptions(c *cli.Context) (transferOptions, error) {
 		return o, usagef(c, "%s: --chunk-kib must be 1 to 16384", name)
 	case o.inbound < 0:
 		return o, usagef(c, "%s: --inbound-gbps must not be negative", name)
+	case o.metricsLinger < 0 || o.metricsLinger > time.Hour || o.metricsLinger > 0 && o.metrics == "":
+		return o, usagef(c, "%s: --metrics-linger must be 0 to 1h, and comes with --metrics", name)
 	case o.interval < 0 || o.noProgress <= 0:
 		return o, usagef(c, "%s: --interval must not be negative, --timeout must be positive", name)
 	case o.baseline && (c.String("psk-file") != "" || c.String("key-file") != ""):
@@ -122,7 +126,7 @@ func (o *transferOptions) fill() {
 func (o transferOptions) hostOptions(port uint16) host.Options {
 	return host.Options{Port: port, Paths: o.paths, SourcePorts: o.sourcePorts, MaxPacket: o.mtu,
 		InboundCapacity: o.inbound, Baseline: o.baseline, NoProgress: o.noProgress,
-		Pcap: o.pcap, Metrics: o.metrics, Log: o.log, Auth: o.auth.cred, KeyLog: o.auth.keyLog}
+		Pcap: o.pcap, Metrics: o.metrics, MetricsLinger: o.metricsLinger, Log: o.log, Auth: o.auth.cred, KeyLog: o.auth.keyLog}
 }
 
 // maxPlanes is how many planes, or NIC ports, the tool takes. It is as
@@ -345,7 +349,7 @@ func runSend(ctx context.Context, out, errOut io.Writer, local, to []netip.Addr,
 	}
 	got := conn.QP.Params()
 	o.log.Info("connected", "to", to, "port", o.port, "paths", got.Paths, "max_packet", got.MaxPacket)
-	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), conn.QP.Telemetry)
+	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), conn.QP)
 	p := newPrinter("sender", out, o, local, to)
 	p.report.Name, p.report.Size = src.name, src.size
 	p.report.Paths, p.report.MaxPacket = got.Paths, got.MaxPacket
@@ -450,7 +454,7 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 	if err != nil {
 		return err
 	}
-	h.Metrics.Add("sender", conn.QP.Telemetry)
+	h.Metrics.Add("sender", conn.QP)
 	got := conn.QP.Params()
 	p.report.Paths, p.report.MaxPacket = got.Paths, got.MaxPacket
 	o.log.Info("receiving", "name", in.Header.Name, "size", in.Header.Size, "paths", got.Paths, "max_packet", got.MaxPacket)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -256,9 +257,16 @@ func TestSendMetrics(t *testing.T) {
 	}
 	metricsAddr := ln.Addr().String()
 	ln.Close()
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvMetrics := ln.Addr().String()
+	ln.Close()
 	recvDone := make(chan error, 1)
 	go func() {
-		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 8, chunk: 1 << 20, json: true, noProgress: 30 * time.Second}
+		o := transferOptions{port: uint16(port), paths: 4, sourcePorts: 8, chunk: 1 << 20, json: true, noProgress: 30 * time.Second,
+			metrics: recvMetrics, metricsLinger: 2 * time.Second}
 		recvDone <- runRecv(context.Background(), io.Discard, io.Discard, []netip.Addr{netip.MustParseAddr("127.0.0.96")}, "", outputOptions{}, o)
 	}()
 	time.Sleep(200 * time.Millisecond)
@@ -281,8 +289,28 @@ func TestSendMetrics(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	s := <-sendDone
+	// The receiver's endpoint outlives its transfer by --metrics-linger,
+	// with what its connection received.
+	var received string
+	for received == "" && time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + recvMetrics + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				v, ok := strings.CutPrefix(l, `mroce_connection_received_bytes_total{conn="sender"} `)
+				if f, err := strconv.ParseFloat(v, 64); ok && err == nil && f >= 256<<20 {
+					received = string(b) // the data, and the control messages beside it
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if err := <-recvDone; err != nil || s.code != 0 {
 		t.Fatalf("send exit %d %s; recv %v", s.code, s.stderr, err)
+	}
+	if received == "" {
+		t.Fatal("no scrape of the receiver after the transfer showed its 256 MiB received")
 	}
 	if scraped == "" {
 		t.Fatal("no scrape showed the connection's paths")

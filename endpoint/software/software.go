@@ -357,6 +357,22 @@ func (s *Software) Telemetry(qp endpoint.QPHandle) []endpoint.PathTelemetry {
 	return apiTelemetry(t)
 }
 
+// Received reads the connection's receive side counters.
+func (s *Software) Received(qp endpoint.QPHandle) endpoint.ReceiveCounters {
+	c, err := conn(qp)
+	if err != nil {
+		return endpoint.ReceiveCounters{}
+	}
+	var st engine.ReceiverStats
+	s.runner.Do(func() { st = c.ReceiverStats() })
+	rc := endpoint.ReceiveCounters{Packets: st.Packets, Bytes: st.Bytes, Duplicates: st.Duplicates, OutOfWindow: st.OutOfWindow,
+		CEMarks: st.CE, AcksSent: st.AcksSent}
+	for _, n := range st.Nacks {
+		rc.Nacks += n
+	}
+	return rc
+}
+
 // Progress waits on the runner.
 func (s *Software) Progress(ctx context.Context, cond func() bool) error {
 	return s.runner.Progress(ctx, cond)

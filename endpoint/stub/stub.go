@@ -99,6 +99,11 @@ func (s *Stub) Params(endpoint.QPHandle) endpoint.ConnParams { return endpoint.C
 // Telemetry would read the NIC's per-path counters.
 func (s *Stub) Telemetry(endpoint.QPHandle) []endpoint.PathTelemetry { return nil }
 
+// Received reports nothing counted.
+func (s *Stub) Received(endpoint.QPHandle) endpoint.ReceiveCounters {
+	return endpoint.ReceiveCounters{}
+}
+
 // Progress would poll the NIC's completion queues; the stub has none.
 func (s *Stub) Progress(context.Context, func() bool) error { return notSupported("progress") }
 
