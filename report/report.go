@@ -134,6 +134,9 @@ func WriteJSON(w io.Writer, scenario string, tables []*Table) error {
 type Series struct {
 	Name string
 	X, Y []float64
+	// Points draws the series as points alone, such as the packets of a
+	// time-sequence plot, where a line between them would mean nothing.
+	Points bool
 }
 
 // Plot is a line plot of series.
@@ -210,6 +213,16 @@ func (p *Plot) panel() (*plot.Plot, error) {
 			if !math.IsNaN(s.Y[k]) && !math.IsInf(s.Y[k], 0) {
 				pts = append(pts, plotter.XY{X: s.X[k], Y: s.Y[k]})
 			}
+		}
+		if s.Points {
+			sc, err := plotter.NewScatter(pts)
+			if err != nil {
+				return nil, err
+			}
+			sc.Color, sc.Shape, sc.Radius = plotutil.Color(i), plotutil.Shape(i), vg.Points(1.5)
+			pl.Add(sc)
+			pl.Legend.Add(s.Name, sc)
+			continue
 		}
 		line, points, err := plotter.NewLinePoints(pts)
 		if err != nil {

@@ -59,7 +59,7 @@ func TestCSVAndJSON(t *testing.T) {
 
 // A plot is written as SVG or PNG, and refused for other files.
 func TestPlotSave(t *testing.T) {
-	p := &Plot{Title: "t", XLabel: "x", YLabel: "y", Series: []Series{{"a", []float64{0, 1, 2}, []float64{1, math.NaN(), 3}}}}
+	p := &Plot{Title: "t", XLabel: "x", YLabel: "y", Series: []Series{{Name: "a", X: []float64{0, 1, 2}, Y: []float64{1, math.NaN(), 3}}, {Name: "b", X: []float64{0, 2}, Y: []float64{2, 2}, Points: true}}}
 	dir := t.TempDir()
 	for _, name := range []string{"p.svg", "p.png"} {
 		path := filepath.Join(dir, name)
@@ -82,7 +82,7 @@ func TestPlotSave(t *testing.T) {
 	}
 	// A second panel below draws both Y labels and makes a taller image.
 	one, _ := os.ReadFile(filepath.Join(dir, "p.png"))
-	p.Below = &Plot{YLabel: "queue KiB", Series: []Series{{"q", []float64{0, 1, 2}, []float64{5, 9, 2}}}}
+	p.Below = &Plot{YLabel: "queue KiB", Series: []Series{{Name: "q", X: []float64{0, 1, 2}, Y: []float64{5, 9, 2}}}}
 	for _, name := range []string{"two.svg", "two.png"} {
 		if err := p.Save(filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)

@@ -35,6 +35,9 @@ type Options struct {
 	// Interval is the virtual time between ticks. Zero asks for none.
 	Interval time.Duration
 	Seed     uint64
+	// Tracer, when set, hears of both hosts' engines' decisions
+	// (engine.Config.Tracer).
+	Tracer engine.Tracer
 }
 
 // Result is the finished transfer.
@@ -119,7 +122,7 @@ func connect(ctx context.Context, o Options) (*pair, error) {
 	// payload in 4,160 bytes of packet and 66 of framing.
 	inbound := 0.98 * float64(o.Planes) * o.RateGbps * 1e9 / 8 * 4096 / (4160 + 66)
 	net, err := software.NewSimNetwork(fc, engine.Config{Paths: o.Paths, Streams: o.Streams, DSNWindow: 4096,
-		InboundCapacity: inbound, LineRate: o.RateGbps * 1e9 / 8}, o.Seed)
+		InboundCapacity: inbound, LineRate: o.RateGbps * 1e9 / 8, Tracer: o.Tracer}, o.Seed)
 	if err != nil {
 		return nil, err
 	}

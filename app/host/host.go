@@ -26,6 +26,7 @@ import (
 
 	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/endpoint/software"
+	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/internal/pcapio"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/metrics"
@@ -78,6 +79,9 @@ type Options struct {
 	// mode, and KeyLog receives their secrets (software.UDPOptions).
 	Auth   *auth.Credentials
 	KeyLog io.Writer
+	// Tracer, when set, hears of the engine's decisions
+	// (engine.Config.Tracer); package tracelog writes them to a file.
+	Tracer engine.Tracer
 }
 
 // Host is an open endpoint with its capture and metrics server.
@@ -164,7 +168,7 @@ func bind(planes []netip.Addr, o Options, wrappers []software.Wrapper) (*softwar
 		}
 		uo := software.UDPOptions{Planes: planes, Port: port, Paths: o.Paths, Streams: Streams, MaxPacket: o.MaxPacket,
 			InboundCapacity: o.InboundCapacity, NoProgress: o.NoProgress, ConnectTimeout: o.ConnectTimeout, Baseline: o.Baseline,
-			Auth: o.Auth, KeyLog: o.KeyLog}
+			Auth: o.Auth, KeyLog: o.KeyLog, Tracer: o.Tracer}
 		for i := 1; i <= o.SourcePorts; i++ {
 			uo.SourcePorts = append(uo.SourcePorts, port+uint16(i))
 		}

@@ -87,7 +87,12 @@ func benchAction(c *cli.Context) error {
 			return usagef(c, "bench: --listen: no address")
 		}
 		warnOpen(c.App.ErrWriter, planes, o.auth)
-		return runBenchServer(c.Context, c.App.Writer, test, planes, o)
+		trace, err := openTrace(c)
+		if err != nil {
+			return err
+		}
+		o.tracer = trace.tracer()
+		return trace.close(runBenchServer(c.Context, c.App.Writer, test, planes, o))
 	}
 	size := c.Int("size")
 	if !c.IsSet("size") {
@@ -123,7 +128,12 @@ func benchAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	return runBenchClient(c.Context, c.App.Writer, req, local, to, o)
+	trace, err := openTrace(c)
+	if err != nil {
+		return err
+	}
+	o.tracer = trace.tracer()
+	return trace.close(runBenchClient(c.Context, c.App.Writer, req, local, to, o))
 }
 
 var benchTitles = map[string]string{

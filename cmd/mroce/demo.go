@@ -12,6 +12,7 @@ import (
 
 	"github.com/mroce/mroce/app/demo"
 	"github.com/mroce/mroce/app/xferstats"
+	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -36,6 +37,7 @@ func demoCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice (the run repeats exactly)"},
 			&cli.DurationFlag{Name: "interval", Value: 250 * time.Microsecond, Usage: "virtual time between interval reports (0: none)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON document instead of text"},
+			traceFlag,
 		},
 		Action: func(c *cli.Context) error {
 			o := demoOptions{
@@ -46,7 +48,12 @@ func demoCommand() *cli.Command {
 			if err := o.check(); err != nil {
 				return &usageError{msg: "demo: " + err.Error(), command: "demo"}
 			}
-			return runDemo(c.Context, c.App.Writer, o)
+			trace, err := openTrace(c)
+			if err != nil {
+				return err
+			}
+			o.tracer = trace.tracer()
+			return trace.close(runDemo(c.Context, c.App.Writer, o))
 		},
 	}
 }
@@ -57,6 +64,7 @@ type demoOptions struct {
 	delay, interval                 time.Duration
 	seed                            uint64
 	json                            bool
+	tracer                          engine.Tracer
 }
 
 func (o demoOptions) check() error {
@@ -92,7 +100,7 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	fmt.Fprintf(text, "mroce demo: WRITE %d MiB from host 0 to host 1 over %d paths on %d planes (%g Gb/s each), %g%% random loss on every downlink, %d streams, seed %d\n\n",
 		o.sizeMiB, o.paths, o.planes, o.rateGbps, 100*o.loss, o.streams, o.seed)
 	res, err := demo.Run(ctx, demo.Options{SizeMiB: o.sizeMiB, Planes: o.planes, Paths: o.paths, Streams: o.streams,
-		Loss: o.loss, RateGbps: o.rateGbps, Delay: o.delay, Interval: o.interval, Seed: o.seed},
+		Loss: o.loss, RateGbps: o.rateGbps, Delay: o.delay, Interval: o.interval, Seed: o.seed, Tracer: o.tracer},
 		func(iv xferstats.Interval) { printInterval(text, iv, true, true) })
 	if err != nil {
 		return err

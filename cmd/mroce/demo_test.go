@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -82,5 +84,25 @@ func TestDemoJSON(t *testing.T) {
 	if !doc.End.Verified || doc.End.Gbps <= 0 || doc.Config.Size != 8<<20 || len(doc.Paths) != doc.Config.Paths || len(doc.Intervals) < 2 ||
 		sum < 8<<20 {
 		t.Fatalf("%+v (intervals add up to %d bytes)", doc, sum)
+	}
+}
+
+// demo --trace writes the engine's decisions, and mroce trace sums them
+// up and draws the time-sequence plot, losses among them at 1% loss.
+func TestDemoTrace(t *testing.T) {
+	dir := t.TempDir()
+	file, plot := filepath.Join(dir, "demo.trace"), filepath.Join(dir, "demo.svg")
+	if r := runCLI(t, "", "demo", "--size-mib", "4", "--loss", "0.01", "--trace", file); r.code != 0 {
+		t.Fatalf("demo: exit %d: %s", r.code, r.stderr)
+	}
+	r := runCLI(t, "", "trace", file, "--plot", plot)
+	if r.code != 0 || !strings.Contains(r.stdout, "events over") || !strings.Contains(r.stdout, "mean RTT") {
+		t.Fatalf("trace: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if b, err := os.ReadFile(plot); err != nil || !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), "lost") {
+		t.Fatalf("plot: %v", err)
+	}
+	if r := runCLI(t, "", "trace", filepath.Join(dir, "none")); r.code != 2 {
+		t.Fatalf("a missing trace: exit %d", r.code)
 	}
 }

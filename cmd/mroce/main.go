@@ -79,7 +79,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {}, // run maps errors to exit codes
 		OnUsageError:   onUsageError,
 		Commands: []*cli.Command{demoCommand(), sendCommand(), recvCommand(), benchCommand(), simCommand(), benchNetCommand(), netemCommand(),
-			conformanceCommand(), decodeCommand(), keygenCommand(), versionCommand(), completionCommand(), manCommand(), goldenPcapCommand(), wiresharkCommand()},
+			conformanceCommand(), decodeCommand(), traceCommand(), keygenCommand(), versionCommand(), completionCommand(), manCommand(), goldenPcapCommand(), wiresharkCommand()},
 		EnableBashCompletion: true,
 		Flags:                []cli.Flag{&cli.BoolFlag{Name: "version", Usage: "print the versions of mroce, Go and the wire format, as mroce version does"}},
 		Action: func(c *cli.Context) error {

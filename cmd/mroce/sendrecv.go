@@ -42,6 +42,7 @@ func transferFlags() []cli.Flag {
 		&cli.StringFlag{Name: "metrics", EnvVars: []string{"MROCE_METRICS"}, Usage: "serve Prometheus metrics (per path, and what the connection received) at http://ADDR/metrics while running"},
 		&cli.DurationFlag{Name: "metrics-linger", EnvVars: []string{"MROCE_METRICS_LINGER"}, Usage: "with --metrics, keep serving them this long after the transfer ends, so that a scrape sees its last figures (2 scrape intervals, say)"},
 		&cli.StringFlag{Name: "pcap", EnvVars: []string{"MROCE_PCAP"}, Usage: "write every packet sent and received to this pcap file (for Wireshark or mroce decode)"},
+		traceFlag,
 		&cli.StringFlag{Name: "cpuprofile", EnvVars: []string{"MROCE_CPUPROFILE"}, Usage: "write a CPU profile of this side to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"MROCE_LOG_LEVEL"}, Usage: "log to standard error from this level: debug, info (path events), warn, error"},
 	}, authFlags()...)
@@ -59,6 +60,7 @@ type transferOptions struct {
 	metrics              string // address to serve /metrics at, or ""
 	metricsLinger        time.Duration
 	pcap                 string // file to capture to, or ""
+	tracer               engine.Tracer
 	log                  *slog.Logger
 	auth                 authOptions
 }
@@ -126,7 +128,7 @@ func (o *transferOptions) fill() {
 func (o transferOptions) hostOptions(port uint16) host.Options {
 	return host.Options{Port: port, Paths: o.paths, SourcePorts: o.sourcePorts, MaxPacket: o.mtu,
 		InboundCapacity: o.inbound, Baseline: o.baseline, NoProgress: o.noProgress,
-		Pcap: o.pcap, Metrics: o.metrics, MetricsLinger: o.metricsLinger, Log: o.log, Auth: o.auth.cred, KeyLog: o.auth.keyLog}
+		Pcap: o.pcap, Metrics: o.metrics, MetricsLinger: o.metricsLinger, Log: o.log, Tracer: o.tracer, Auth: o.auth.cred, KeyLog: o.auth.keyLog}
 }
 
 // maxPlanes is how many planes, or NIC ports, the tool takes. It is as
@@ -208,9 +210,14 @@ func recvCommand() *cli.Command {
 			}
 			warnOpen(c.App.ErrWriter, planes, o.auth)
 			out := outputOptions{overwrite: c.Bool("overwrite"), keepPartial: c.Bool("keep-partial")}
-			return transferCommand(c, func(ctx context.Context) error {
+			trace, err := openTrace(c)
+			if err != nil {
+				return err
+			}
+			o.tracer = trace.tracer()
+			return trace.close(transferCommand(c, func(ctx context.Context) error {
 				return runRecv(ctx, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), out, o)
-			})
+			}))
 		},
 	}
 }
@@ -256,9 +263,14 @@ func sendCommand() *cli.Command {
 				return err
 			}
 			defer src.Close()
-			return transferCommand(c, func(ctx context.Context) error {
+			trace, err := openTrace(c)
+			if err != nil {
+				return err
+			}
+			o.tracer = trace.tracer()
+			return trace.close(transferCommand(c, func(ctx context.Context) error {
 				return runSend(ctx, c.App.Writer, c.App.ErrWriter, local, to, src, o)
-			})
+			}))
 		},
 	}
 }

@@ -66,6 +66,9 @@ type UDPOptions struct {
 	// and KeyLog, when set, receives their secrets (engine.Config.KeyLog).
 	Auth   *auth.Credentials
 	KeyLog io.Writer
+	// Tracer, when set, hears of the engine's decisions
+	// (engine.Config.Tracer).
+	Tracer engine.Tracer
 }
 
 // EngineConfig is the engine configuration the options make, for a caller
@@ -73,7 +76,7 @@ type UDPOptions struct {
 func (o UDPOptions) EngineConfig() engine.Config {
 	cfg := engine.Config{Planes: o.Planes, Port: o.Port, SourcePorts: o.SourcePorts, Paths: o.Paths, Streams: o.Streams,
 		MaxPacket: o.MaxPacket, InboundCapacity: o.InboundCapacity, NoProgress: o.NoProgress,
-		ConnectTimeout: o.ConnectTimeout, Auth: o.Auth, KeyLog: o.KeyLog}
+		ConnectTimeout: o.ConnectTimeout, Auth: o.Auth, KeyLog: o.KeyLog, Tracer: o.Tracer}
 	if o.Baseline {
 		cfg.Mode = proto.ModeBaseline
 	}
