@@ -309,20 +309,23 @@ func (g *Region) CheckAtomic(off uint64) error {
 // FetchAdd adds add to the big-endian 64-bit integer at off, modulo 2^64,
 // and returns the value it held before.
 func (g *Region) FetchAdd(off, add uint64) (uint64, error) {
-	if err := g.CheckAtomic(off); err != nil {
-		return 0, err
-	}
-	atomics.Lock()
-	defer atomics.Unlock()
-	target := g.buf[off : off+AtomicSize]
-	old := binary.BigEndian.Uint64(target)
-	binary.BigEndian.PutUint64(target, old+add)
-	return old, nil
+	return g.atomically(off, func(old uint64) uint64 { return old + add })
 }
 
 // CompareSwap writes swap to the big-endian 64-bit integer at off if it
 // equals compare, and returns the value it held before either way.
 func (g *Region) CompareSwap(off, compare, swap uint64) (uint64, error) {
+	return g.atomically(off, func(old uint64) uint64 {
+		if old == compare {
+			return swap
+		}
+		return old
+	})
+}
+
+// atomically replaces the big-endian 64-bit integer at off with what op
+// makes of it, under the lock of every atomic, and returns it as it was.
+func (g *Region) atomically(off uint64, op func(old uint64) uint64) (uint64, error) {
 	if err := g.CheckAtomic(off); err != nil {
 		return 0, err
 	}
@@ -330,8 +333,6 @@ func (g *Region) CompareSwap(off, compare, swap uint64) (uint64, error) {
 	defer atomics.Unlock()
 	target := g.buf[off : off+AtomicSize]
 	old := binary.BigEndian.Uint64(target)
-	if old == compare {
-		binary.BigEndian.PutUint64(target, swap)
-	}
+	binary.BigEndian.PutUint64(target, op(old))
 	return old, nil
 }
