@@ -97,6 +97,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer) *cli.App {
 		cmd.OnUsageError = onUsageError
 		nameUnknownSubcommands(cmd)
 	}
+	addExamples("", app.Commands)
 	return app
 }
 

@@ -8,8 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/mroce/mroce/internal/hexfmt"
 	"github.com/mroce/mroce/proto"
@@ -245,4 +248,53 @@ func TestLargeManAndCompletion(t *testing.T) {
 			t.Errorf("completing %q: %q (%v), want %q", c.words, out, err, c.want)
 		}
 	}
+}
+
+// Every command's --help shows examples, and every flag an example gives
+// is one of the command's.
+func TestEveryCommandHasAnExample(t *testing.T) {
+	app := newApp(strings.NewReader(""), io.Discard, io.Discard)
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Hidden || c.Name == "help" {
+				continue
+			}
+			name := strings.TrimSpace(path + " " + c.Name)
+			if len(c.Subcommands) > 0 {
+				walk(name, c.Subcommands)
+				continue
+			}
+			if !strings.Contains(c.Description, "Example") {
+				t.Errorf("mroce %s --help shows no example", name)
+			}
+			for _, ex := range examples[name] {
+				words := strings.Fields(ex)
+				for len(words) > 0 && strings.Contains(words[0], "=") {
+					words = words[1:] // the environment the command reads
+				}
+				if !strings.HasPrefix(strings.Join(words, " "), "mroce "+name) {
+					t.Errorf("%s: the example %q is not of the command", name, ex)
+					continue
+				}
+				for _, w := range words[1+len(strings.Fields(name)):] {
+					if w == "--" {
+						break
+					}
+					if !strings.HasPrefix(w, "-") {
+						continue
+					}
+					flag, _, _ := strings.Cut(strings.TrimLeft(w, "-"), "=")
+					found := false
+					for _, f := range c.Flags {
+						found = found || slices.Contains(f.Names(), flag)
+					}
+					if !found {
+						t.Errorf("%s: the example %q gives --%s, which the command does not have", name, ex, flag)
+					}
+				}
+			}
+		}
+	}
+	walk("", app.Commands)
 }
