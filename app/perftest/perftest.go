@@ -46,6 +46,20 @@ type Request struct {
 	Depth int    `json:"depth"`
 	// RKey is the client's region that write_lat's server WRITEs back to.
 	RKey uint64 `json:"rkey,omitempty"`
+	// Duration, when set, runs each size for that long, at least one
+	// operation, and Iters only bounds it (perftest's -D). The client's
+	// own: the server serves operations as they come.
+	Duration time.Duration `json:"-"`
+}
+
+// MaxIters is the most operations a size may run.
+const MaxIters = 10_000_000
+
+// until reports whether a size begun at began may start another
+// operation, the done-th: under Iters, and within Duration when one is
+// set, and always the first.
+func (r Request) until(began time.Time, done int) bool {
+	return done < r.Iters && (done == 0 || r.Duration == 0 || time.Since(began) < r.Duration)
 }
 
 // Response is the server's answer, naming its region or its refusal.
@@ -114,7 +128,7 @@ func (r Request) Validate() error {
 	if !slices.Contains(Tests, r.Test) {
 		return fmt.Errorf("perftest: unknown test %q (want one of %v)", r.Test, Tests)
 	}
-	if len(r.Sizes) == 0 || r.Iters < 1 || r.Iters > 10_000_000 || r.Depth < 1 || r.Depth > 4096 {
+	if len(r.Sizes) == 0 || r.Iters < 1 || r.Iters > MaxIters || r.Depth < 1 || r.Depth > 4096 {
 		return fmt.Errorf("perftest: %d sizes, %d iterations, depth %d: want sizes, 1 to 10,000,000 iterations, depth 1 to 4,096", len(r.Sizes), r.Iters, r.Depth)
 	}
 	for _, n := range r.Sizes {
@@ -379,8 +393,8 @@ func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, res
 	// Each wait takes every completion there is, so that a mark counts
 	// what had completed by its time, not a backlog cut short.
 	wc := make([]endpoint.Completion, max(64, req.Depth))
-	for completed < req.Iters {
-		for posted < req.Iters && posted-completed < req.Depth {
+	for completed < posted || req.until(began, posted) {
+		for req.until(began, posted) && posted-completed < req.Depth {
 			if err := post(posted); err != nil {
 				return r, err
 			}
@@ -399,9 +413,10 @@ func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, res
 		marks = append(marks, mark{time.Now(), completed})
 	}
 	took := time.Since(began)
-	r.BWAvgGbps = float64(n) * float64(req.Iters) * 8 / took.Seconds() / 1e9
-	r.MsgRateMpps = float64(req.Iters) / took.Seconds() / 1e6
-	r.BWPeakGbps = peakGbps(marks, n, max(1, req.Iters/10))
+	r.Iterations = completed
+	r.BWAvgGbps = float64(n) * float64(completed) * 8 / took.Seconds() / 1e9
+	r.MsgRateMpps = float64(completed) / took.Seconds() / 1e6
+	r.BWPeakGbps = peakGbps(marks, n, max(1, completed/10))
 	r.BWPeakGbps = math.Max(r.BWPeakGbps, r.BWAvgGbps)
 	return r, nil
 }
@@ -439,10 +454,11 @@ func peakGbps(marks []mark, n, window int) float64 {
 
 // latency ping-pongs WRITE_IMMs of n bytes Iters times, one at a time.
 func latency(ctx context.Context, s Side, req Request, local *endpoint.MR, resp Response, n int) (Result, error) {
-	r := Result{Bytes: n, Iterations: req.Iters}
-	samples := make([]float64, 0, req.Iters)
+	r := Result{Bytes: n}
+	var samples []float64
 	wc := make([]endpoint.Completion, 1)
-	for i := 0; i < req.Iters; i++ {
+	start := time.Now()
+	for i := 0; req.until(start, i); i++ {
 		if err := s.QP.PostRecv(uint64(i), data); err != nil {
 			return r, err
 		}
@@ -460,6 +476,7 @@ func latency(ctx context.Context, s Side, req Request, local *endpoint.MR, resp 
 		}
 		samples = append(samples, float64(rtt.Nanoseconds())/2/1e3)
 	}
+	r.Iterations = len(samples)
 	slices.Sort(samples)
 	q := func(p float64) float64 { return samples[min(len(samples)-1, int(p*float64(len(samples))))] }
 	var sum, sq float64

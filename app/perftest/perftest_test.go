@@ -142,3 +142,31 @@ func TestPeakNeverAboveTheLine(t *testing.T) {
 		t.Fatalf("peak %.3f Gb/s of operations that completed at 1 Gb/s", peak)
 	}
 }
+
+// With a duration, each size runs for about that long and reports the
+// operations it ran, at least one, however many Iters allows.
+func TestDurationBoundsEachSize(t *testing.T) {
+	for _, test := range []string{WriteBW, WriteLat} {
+		client, server := pair(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var wg sync.WaitGroup
+		var serr error
+		wg.Go(func() { _, serr = Serve(ctx, server, "") })
+		began := time.Now()
+		res, err := Run(ctx, client, Request{Test: test, Sizes: []int{64, 4096}, Iters: MaxIters, Depth: 16, Duration: 100 * time.Millisecond}, nil)
+		took := time.Since(began)
+		wg.Wait()
+		cancel()
+		if err != nil || serr != nil {
+			t.Fatalf("%s: client %v, server %v", test, err, serr)
+		}
+		if len(res) != 2 || took < 200*time.Millisecond || took > 20*time.Second {
+			t.Fatalf("%s: %d results in %v, want 2 sizes of 100 ms each", test, len(res), took)
+		}
+		for _, r := range res {
+			if r.Iterations < 1 || r.Iterations >= MaxIters {
+				t.Errorf("%s: %+v", test, r)
+			}
+		}
+	}
+}

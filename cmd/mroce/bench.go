@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -38,6 +39,7 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: "size", Aliases: []string{"s"}, Usage: "message size, bytes (default 65536 for bandwidth, 2 for latency, as perftest)"},
 		&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Usage: "iterations per size (default 5000 for bandwidth, 1000 for latency)"},
 		&cli.IntFlag{Name: "tx-depth", Aliases: []string{"t"}, Value: 128, Usage: "messages in flight (bandwidth tests)"},
+		&cli.IntFlag{Name: "duration", Aliases: []string{"D"}, Usage: "run each size for this many seconds, as perftest's -D, with at most --iters operations (default then 10,000,000)"},
 	)
 	var tests []*cli.Command
 	for _, test := range perftest.Tests {
@@ -104,6 +106,15 @@ func benchAction(c *cli.Context) error {
 	req := perftest.Request{Test: test, Sizes: []int{size}, Iters: c.Int("iters"), Depth: c.Int("tx-depth")}
 	if c.Bool("all") {
 		req.Sizes = perftest.Sweep()
+	}
+	if d := c.Int("duration"); d != 0 {
+		if d < 0 || d > 3600 {
+			return usagef(c, "bench %s: --duration must be 1 to 3600 seconds", test)
+		}
+		req.Duration = time.Duration(d) * time.Second
+		if req.Iters == 0 {
+			req.Iters = perftest.MaxIters
+		}
 	}
 	if req.Iters == 0 {
 		req.Iters = 5000
