@@ -1,0 +1,221 @@
+// Choosing the path for a packet: new data sprayed over the usable
+// paths, by their ports' rates where the endpoint knows them, and kept
+// off paths too long for what is left; a resend where Config.Resend says
+// (spec section 6.6).
+
+package engine
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/mroce/mroce/clock"
+)
+
+// usable reports whether p can take a packet now. The path must be GOOD, or
+// SKIP when skip is set. It needs room in its window and in its ring, where
+// refused packets can leave holes behind an unresolved oldest PSN. And the
+// peer's address on its plane must be known.
+func (s *sender) usable(p *sendPath, skip bool) bool {
+	return p.Ready(s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom() && s.c.knows(p.Plane())
+}
+
+// pickPath chooses a path for a packet. New data (lost < 0) is sprayed
+// round robin over the usable paths, or by their ports' rates, except paths
+// too long for what is left (tailCut). A retransmission goes to the usable
+// path with the lowest smoothed RTT other than the one that lost it, or
+// back to that one if no other can take it; with ResendSamePath, back to
+// that one first.
+func (s *sender) pickPath(lost int) *sendPath {
+	if lost >= 0 && lost < len(s.paths) && s.c.ep.cfg.Resend == ResendSamePath && s.usable(s.paths[lost], true) {
+		return s.paths[lost]
+	}
+	// Clear paths come first. Paths in SKIP, which saw a CE mark recently,
+	// are used only when no clear path can take the packet.
+	now := s.c.ep.clock.Now()
+	var cut time.Duration
+	if lost < 0 {
+		cut = s.tailCut(now)
+	}
+	for _, skip := range [2]bool{false, true} {
+		if lost < 0 {
+			ports := s.c.ep.ports
+			if ports != nil {
+				if p := s.pickByRate(skip, cut, now); p != nil {
+					return p
+				}
+				continue
+			}
+			for i := 0; i < len(s.paths); i++ {
+				p := s.paths[(s.rrPath+i)%len(s.paths)]
+				if s.usable(p, skip) && ports.ready(p.Plane(), now) && shortEnough(p, cut) {
+					s.rrPath = int(p.ID()) + 1
+					return p
+				}
+			}
+			continue
+		}
+		// Losses on a plane come together, from a burst on one of its links
+		// or a failing link. So a resend goes to another plane when one can
+		// take it, on the path with the shortest RTT there.
+		var best *sendPath
+		lostPlane := -1
+		if lost < len(s.paths) {
+			lostPlane = s.paths[lost].Plane()
+		}
+		for _, otherPlane := range [2]bool{true, false} {
+			for _, p := range s.paths {
+				if int(p.ID()) == lost || !s.usable(p, skip) || otherPlane && p.Plane() == lostPlane {
+					continue
+				}
+				if best == nil || p.RTT.Samples > 0 && (best.RTT.Samples == 0 || p.RTT.SRTT < best.RTT.SRTT) {
+					best = p
+				}
+			}
+			if best != nil {
+				break
+			}
+		}
+		if best == nil && lost < len(s.paths) && s.usable(s.paths[lost], skip) {
+			best = s.paths[lost]
+		}
+		if best != nil {
+			return best
+		}
+	}
+	return nil
+}
+
+// pickByRate sprays new data over the usable paths in proportion to their
+// ports' rates, when the endpoint knows them: each plane's paths together
+// take the share of the packets its port's rate is of all the ports'.
+// Round robin would give a half-rate plane of four a quarter of the packets,
+// a seventh being its share; its port holds back the rest only once it is
+// busy, and the receivers' half-rate downlinks of that plane take what it
+// lets through. Each path keeps a pass, the time its packets took of its
+// share, and the path with the lowest goes next (stride scheduling). A path
+// that sat out, out of service or full, counts from the connection's
+// present pass, so that it does not take a burst on its return.
+func (s *sender) pickByRate(skip bool, cut time.Duration, now clock.Time) *sendPath {
+	ports := s.c.ep.ports
+	var best *sendPath
+	var bestPass float64
+	for i := 0; i < len(s.paths); i++ {
+		p := s.paths[(s.rrPath+i)%len(s.paths)]
+		if !s.usable(p, skip) || !ports.ready(p.Plane(), now) || !shortEnough(p, cut) {
+			continue
+		}
+		if pass := max(p.pass, s.pass); best == nil || pass < bestPass {
+			best, bestPass = p, pass
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	s.rrPath = int(best.ID()) + 1
+	s.pass = bestPass
+	best.pass = bestPass + s.stride(best.Plane())
+	return best
+}
+
+// tailCut is the longest least RTT a path may have and still take new data
+// now. Near the end of what is posted, a packet on a path much longer than
+// the fastest arrives after the fastest could have carried all the rest,
+// and its message completes that much later: a plane of long links would
+// add its extra round trip to every message. So new data leaves a path
+// whose least RTT exceeds the fastest path's by more than the time the
+// connection needs to send what is left at the rate its packets are
+// acknowledged (sampleDelivery), plus the wait until the fastest path can
+// take a packet: its port's backlog, or a slot of its window when that is
+// full (the earliest completion rule of multipath schedulers). It returns
+// no limit before the first RTT sample or rate.
+func (s *sender) tailCut(now clock.Time) time.Duration {
+	const none = time.Duration(math.MaxInt64)
+	var fastest *sendPath
+	for _, p := range s.paths {
+		if p.RTT.Samples > 0 && (fastest == nil || p.RTT.Min < fastest.RTT.Min) && p.Ready(now, true) && s.c.knows(p.Plane()) {
+			fastest = p
+		}
+	}
+	if fastest == nil {
+		return none
+	}
+	left := float64(s.unsent) / s.delivery.rate // seconds
+	if !(left < 1) {
+		return none // no rate yet, or a second or more to go
+	}
+	var wait time.Duration
+	if !s.usable(fastest, true) { // in service, so its window or ring is full
+		wait = fastest.RTT.SRTT / time.Duration(max(fastest.window, 1))
+	}
+	if ports := s.c.ep.ports; !ports.ready(fastest.Plane(), now) {
+		wait = max(wait, ports.readyAt(fastest.Plane()).Sub(now))
+	}
+	return fastest.RTT.Min + wait + time.Duration(left*1e9)
+}
+
+// sampleDelivery closes an interval of the delivery rate once it has
+// lasted the least smoothed RTT of the connection's paths; the longest
+// would be too slow to follow a change. The windows' rate is no measure
+// of delivery: behind a long queue their packets take far longer than the
+// least RTT it divides by. The rate is a moving average of the intervals'
+// rates. ACK records come in batches, so an interval of one round trip
+// holds fewer or more of them than the mean, and its rate alone would be a
+// fraction or a multiple of the rate the rest goes at (docs/cc.md, "The
+// end of what is posted").
+func (s *sender) sampleDelivery(at clock.Time) {
+	// The newest interval weighs a quarter: the average spans a few round
+	// trips, long enough to hold several batches and short enough that the
+	// end of a transfer, where tailCut reads it, follows the hint's rises.
+	const newest = 0.25
+	d := &s.delivery
+	var acked uint64
+	var srtt time.Duration
+	for _, p := range s.paths {
+		acked += p.Counters.Acked
+		if p.RTT.Samples > 0 && (srtt == 0 || p.RTT.SRTT < srtt) {
+			srtt = p.RTT.SRTT
+		}
+	}
+	switch {
+	case d.at == 0:
+		d.at, d.acked = at, acked
+	case srtt > 0 && at.Sub(d.at) >= srtt:
+		rate := float64(acked-d.acked) * s.mss / at.Sub(d.at).Seconds()
+		if d.rate == 0 {
+			d.rate = rate
+		} else {
+			d.rate += (rate - d.rate) * newest
+		}
+		d.at, d.acked = at, acked
+	}
+}
+
+// shortEnough reports whether p may take new data under tailCut's limit. A
+// path not yet sampled may: nothing says it is long.
+func shortEnough(p *sendPath, cut time.Duration) bool {
+	return p.RTT.Samples == 0 || p.RTT.Min <= cut
+}
+
+// stride is how far a packet moves the pass of a path on plane: the
+// connection's paths on that plane over its port's rate. A plane given no
+// rate counts as fast as the fastest port, so that it takes its share and
+// no more.
+func (s *sender) stride(plane int) float64 {
+	ports := s.c.ep.ports
+	if s.planePaths == nil {
+		n := len(s.c.ep.cfg.Planes)
+		s.planePaths = make([]int, n)
+		for _, p := range s.paths {
+			if q := p.Plane(); q < n {
+				s.planePaths[q]++
+			}
+		}
+	}
+	rate := slices.Max(ports.rate)
+	if plane < len(ports.rate) {
+		rate = ports.rate[plane]
+	}
+	return float64(s.planePaths[plane]) / rate
+}
