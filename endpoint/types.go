@@ -309,4 +309,17 @@ type ConnParams struct {
 	// Atomics is whether both sides offered atomics (docs/spec.md section
 	// 8.3), so that FETCH_ADD and CMP_SWAP may be posted.
 	Atomics bool
+	// Each side's identity on the wire, as the handshake carried it
+	// (docs/spec.md section 8.1): the DstConnID its peer sends to, the
+	// first PSN of each of its paths and its first DSN. They are what
+	// verbs tools print as the QPN and PSN of each end; the peer's are 0
+	// until the handshake has carried them.
+	Local, Peer WireIdentity
+}
+
+// WireIdentity is one side's connection id and first sequence numbers.
+type WireIdentity struct {
+	ConnID     uint32
+	InitialPSN uint32
+	InitialDSN uint32
 }

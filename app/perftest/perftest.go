@@ -100,6 +100,16 @@ type Result struct {
 	P999Us      float64 `json:"p99_9_us,omitempty"`
 }
 
+// Ends is what perftest prints of a test's connection before its figures:
+// each end's connection id, first PSN and DSN (what verbs calls the QPN
+// and PSN), the key of the region each end uses in the test, and the
+// packet size the handshake settled. A RemoteRKey of 0 is a key the test
+// never tells this end: the client's, at the server of a bandwidth test.
+type Ends struct {
+	Params                endpoint.ConnParams
+	LocalRKey, RemoteRKey uint64
+}
+
 // Side is one end's connection and what it registers with.
 type Side struct {
 	QP         *endpoint.QP
@@ -238,8 +248,9 @@ func waitOne(ctx context.Context, cq *endpoint.CQ, id uint64) error {
 // Serve answers one client's test on s and returns when the client ends it.
 // A connection that ends before the request arrives returns ErrNoRequest.
 // A request that is not JSON, not valid, or for another test than test
-// (any, when it is "") is refused in the response (docs/apps.md).
-func Serve(ctx context.Context, s Side, test string) (Request, error) {
+// (any, when it is "") is refused in the response (docs/apps.md). started,
+// when not nil, is called once the request is answered.
+func Serve(ctx context.Context, s Side, test string, started func(Request, Ends)) (Request, error) {
 	var req Request
 	var raw []byte
 	if err := exchange(ctx, s, nil, &raw); err != nil {
@@ -292,6 +303,9 @@ func Serve(ctx context.Context, s Side, test string) (Request, error) {
 	if err := send(ctx, s, Response{RKey: region.RKey(), Len: size}); err != nil {
 		return req, err
 	}
+	if started != nil {
+		started(req, Ends{Params: s.QP.Params(), LocalRKey: region.RKey(), RemoteRKey: req.RKey})
+	}
 	wc := make([]endpoint.Completion, 64)
 	for {
 		k, err := s.Recv.Wait(ctx, wc)
@@ -334,8 +348,9 @@ func Serve(ctx context.Context, s Side, test string) (Request, error) {
 }
 
 // Run runs req against the server at the other end of s, one Result per
-// size, calling done after each.
-func Run(ctx context.Context, s Side, req Request, done func(Result)) ([]Result, error) {
+// size. started, when not nil, is called once the server has answered,
+// and done after each size.
+func Run(ctx context.Context, s Side, req Request, started func(Ends), done func(Result)) ([]Result, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -353,6 +368,9 @@ func Run(ctx context.Context, s Side, req Request, done func(Result)) ([]Result,
 	}
 	if resp.Error != "" {
 		return nil, errors.New("perftest: the server refused: " + resp.Error)
+	}
+	if started != nil {
+		started(Ends{Params: s.QP.Params(), LocalRKey: local.RKey(), RemoteRKey: resp.RKey})
 	}
 	var out []Result
 	for _, n := range req.Sizes {

@@ -23,7 +23,9 @@ func pair(t *testing.T) (Side, Side) {
 // reports figures that hang together. For bandwidth the peak is at least
 // the average and the message rate is the average over the size. For
 // latency min <= typical <= p99 <= p99.9 <= max, and the average lies
-// between min and max.
+// between min and max. The two ends describe one connection: each names
+// the other's identity and region key, but for the client's key at the
+// server of a bandwidth test, which it never learns.
 func TestEveryTestRuns(t *testing.T) {
 	for _, test := range Tests {
 		client, server := pair(t)
@@ -31,14 +33,27 @@ func TestEveryTestRuns(t *testing.T) {
 		var serr error
 		var wg sync.WaitGroup
 		wg.Add(1)
-		go func() { defer wg.Done(); _, serr = Serve(ctx, server, "") }()
+		var atServer, atClient Ends
+		go func() {
+			defer wg.Done()
+			_, serr = Serve(ctx, server, "", func(_ Request, e Ends) { atServer = e })
+		}()
 		req := Request{Test: test, Sizes: []int{64, 65536}, Iters: 200, Depth: 16}
 		var seen []Result
-		res, err := Run(ctx, client, req, func(r Result) { seen = append(seen, r) })
+		res, err := Run(ctx, client, req, func(e Ends) { atClient = e }, func(r Result) { seen = append(seen, r) })
 		wg.Wait()
 		cancel()
 		if err != nil || serr != nil {
 			t.Fatalf("%s: client %v, server %v", test, err, serr)
+		}
+		clientKey := atClient.LocalRKey
+		if !IsLatency(test) {
+			clientKey = 0
+		}
+		if atClient.Params.Local != atServer.Params.Peer || atServer.Params.Local != atClient.Params.Peer ||
+			atClient.Params.Local.ConnID == 0 || atClient.RemoteRKey != atServer.LocalRKey || atServer.RemoteRKey != clientKey ||
+			atClient.LocalRKey == 0 || atServer.LocalRKey == 0 {
+			t.Errorf("%s: the ends disagree: client %+v, server %+v", test, atClient, atServer)
 		}
 		if len(res) != 2 || len(seen) != 2 {
 			t.Fatalf("%s: %d results, %d reported", test, len(res), len(seen))
@@ -100,7 +115,7 @@ func TestServerRefusesInTheResponse(t *testing.T) {
 			defer cancel()
 			var serr error
 			var wg sync.WaitGroup
-			wg.Go(func() { _, serr = Serve(ctx, server, c.serves) })
+			wg.Go(func() { _, serr = Serve(ctx, server, c.serves, nil) })
 			var msg any = Request{Test: SendBW, Sizes: []int{64}, Iters: 1, Depth: 1}
 			if c.raw != nil {
 				msg = c.raw
@@ -151,9 +166,9 @@ func TestDurationBoundsEachSize(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var wg sync.WaitGroup
 		var serr error
-		wg.Go(func() { _, serr = Serve(ctx, server, "") })
+		wg.Go(func() { _, serr = Serve(ctx, server, "", nil) })
 		began := time.Now()
-		res, err := Run(ctx, client, Request{Test: test, Sizes: []int{64, 4096}, Iters: MaxIters, Depth: 16, Duration: 100 * time.Millisecond}, nil)
+		res, err := Run(ctx, client, Request{Test: test, Sizes: []int{64, 4096}, Iters: MaxIters, Depth: 16, Duration: 100 * time.Millisecond}, nil, nil)
 		took := time.Since(began)
 		wg.Wait()
 		cancel()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -40,6 +41,8 @@ func benchCommand() *cli.Command {
 		&cli.IntFlag{Name: "iters", Aliases: []string{"n"}, Usage: "iterations per size (default 5000 for bandwidth, 1000 for latency)"},
 		&cli.IntFlag{Name: "tx-depth", Aliases: []string{"t"}, Value: 128, Usage: "messages in flight (bandwidth tests)"},
 		&cli.IntFlag{Name: "duration", Aliases: []string{"D"}, Usage: "run each size for this many seconds, as perftest's -D, with at most --iters operations (default then 10,000,000)"},
+		&cli.BoolFlag{Name: "report_gbits", Usage: "report bandwidth in Gb/sec (10^9 bits a second) rather than perftest's default MB/sec (2^20 bytes a second)"},
+		&cli.BoolFlag{Name: "CPU-freq", Aliases: []string{"F"}, Usage: "do not warn when a CPU's frequency governor is not \"performance\", as perftest's -F"},
 	)
 	var tests []*cli.Command
 	for _, test := range perftest.Tests {
@@ -74,6 +77,11 @@ func benchAction(c *cli.Context) error {
 	o, err := parseTransferOptions(c)
 	if err != nil {
 		return err
+	}
+	if !c.Bool("CPU-freq") {
+		if warning := cpuFreqWarning(os.DirFS("/")); warning != "" {
+			fmt.Fprintln(c.App.ErrWriter, warning)
+		}
 	}
 	stopProfile, err := startCPUProfile(c.String("cpuprofile"))
 	if err != nil {
@@ -144,7 +152,7 @@ func benchAction(c *cli.Context) error {
 		return err
 	}
 	o.tracer = trace.tracer()
-	return trace.close(runBenchClient(c.Context, c.App.Writer, req, local, to, o))
+	return trace.close(runBenchClient(c.Context, c.App.Writer, req, local, to, o, c.Bool("report_gbits")))
 }
 
 var benchTitles = map[string]string{
@@ -154,14 +162,48 @@ var benchTitles = map[string]string{
 
 const rule = "---------------------------------------------------------------------------------------"
 
-func benchHeader(w io.Writer, test string, o transferOptions, role string) {
+// benchHeader prints what perftest prints before a test: the test, and
+// the settings the two ends share. depth is 0 at the server, which learns
+// it from the client.
+func benchHeader(w io.Writer, test string, o transferOptions, role string, depth int) {
 	fmt.Fprintln(w, rule)
 	fmt.Fprintf(w, "                    %s (mroce, %s)\n", benchTitles[test], role)
 	mode := "multipath"
 	if o.baseline {
 		mode = "baseline (RoCEv2-like)"
 	}
-	fmt.Fprintf(w, " Transport: mroce over UDP, %s    Paths: %d    Port: %d\n", mode, o.paths, o.port)
+	fmt.Fprintf(w, " Transport type  : mroce over UDP, %s\n", mode)
+	fmt.Fprintf(w, " Paths           : %d\t\tPort           : %d\n", o.paths, o.port)
+	if depth > 0 {
+		fmt.Fprintf(w, " TX depth        : %d\n", depth)
+	}
+}
+
+// benchEnds prints the rest of perftest's header once the connection is
+// up: the packet size the handshake settled and each end's identity, as
+// perftest prints each QP's QPN, PSN and RKey. A connection has a PSN
+// space per path, all starting at one InitialPSN, and a DSN space of its
+// own (docs/spec.md section 6.2).
+func benchEnds(w io.Writer, e perftest.Ends, local, remote []netip.Addr) {
+	mtu := e.Params.MaxPacket
+	for _, m := range e.Params.PathMTU {
+		mtu = min(mtu, m)
+	}
+	fmt.Fprintf(w, " Mtu             : %d[B] (the largest packet, as UDP payload)\n", mtu)
+	fmt.Fprintf(w, " Streams         : %d\t\tAtomics        : %s\n", e.Params.Streams, map[bool]string{true: "ON", false: "OFF"}[e.Params.Atomics])
+	fmt.Fprintln(w, rule)
+	end := func(name string, id endpoint.WireIdentity, rkey uint64, addrs []netip.Addr) {
+		key := "-"
+		if rkey != 0 {
+			key = fmt.Sprintf("%#016x", rkey)
+		}
+		fmt.Fprintf(w, " %-15s QPN %#08x PSN %#08x DSN %#08x RKey %s\n", name+" address:", id.ConnID, id.InitialPSN, id.InitialDSN, key)
+		if len(addrs) > 0 {
+			fmt.Fprintf(w, " %-15s %v\n", "planes:", addrs)
+		}
+	}
+	end("local", e.Params.Local, e.LocalRKey, local)
+	end("remote", e.Params.Peer, e.RemoteRKey, remote)
 	fmt.Fprintln(w, rule)
 }
 
@@ -181,10 +223,16 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 		return err
 	}
 	if !o.json {
-		benchHeader(w, test, o, "server")
+		benchHeader(w, test, o, "server", 0)
 		fmt.Fprintf(w, " Waiting for a client on %v port %d\n", planes, o.port)
 	}
-	req, qp, err := serveFirstTest(ctx, lis, s, h, o, test)
+	started := func(req perftest.Request, e perftest.Ends) {
+		if !o.json {
+			fmt.Fprintf(w, " TX depth        : %d\n", req.Depth)
+			benchEnds(w, e, planes, nil)
+		}
+	}
+	req, qp, err := serveFirstTest(ctx, lis, s, h, o, test, started)
 	if qp != nil {
 		qp.Close() // the test is over, or failed: either way the server is done with it (docs/apps.md)
 	}
@@ -203,7 +251,8 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 // left or died, is closed, and the server takes the next one. A CONNECT
 // whose handshake never completes never reaches Accept. A failure once the
 // request has arrived ends the server, as the test it ran failed.
-func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side, h *host.Host, o transferOptions, test string) (perftest.Request, *endpoint.QP, error) {
+func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side, h *host.Host, o transferOptions, test string,
+	started func(perftest.Request, perftest.Ends)) (perftest.Request, *endpoint.QP, error) {
 	for {
 		qp, err := lis.Accept(ctx)
 		if err != nil {
@@ -211,7 +260,7 @@ func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side
 		}
 		s.QP = qp
 		h.Metrics.Add("client", qp)
-		req, err := perftest.Serve(ctx, s, test)
+		req, err := perftest.Serve(ctx, s, test, started)
 		if !errors.Is(err, perftest.ErrNoRequest) {
 			return req, qp, err
 		}
@@ -229,7 +278,10 @@ func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side
 	}
 }
 
-func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, local, to []netip.Addr, o transferOptions) error {
+// runBenchClient runs req against the server at to. Bandwidth is printed
+// as perftest prints it: in MB/sec, 2^20 bytes a second, or with gbits in
+// Gb/sec, 10^9 bits a second.
+func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, local, to []netip.Addr, o transferOptions, gbits bool) error {
 	o.fill()
 	h, err := host.Open(local, o.hostOptions(o.localPort))
 	if err != nil {
@@ -250,13 +302,25 @@ func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, loca
 	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), s.QP)
 	// The columns are fixed as perftest prints them, so that each row can go
 	// out as its size finishes.
-	if !o.json {
-		benchHeader(w, req.Test, o, "client")
+	unit, perGbps := "MB/sec", 1e9/8/(1<<20)
+	if gbits {
+		unit, perGbps = "Gb/sec", 1
+	}
+	started := func(e perftest.Ends) {
+		if o.json {
+			return
+		}
+		depth := req.Depth
+		if perftest.IsLatency(req.Test) {
+			depth = 1
+		}
+		benchHeader(w, req.Test, o, "client", depth)
+		benchEnds(w, e, local, to)
 		if perftest.IsLatency(req.Test) {
 			fmt.Fprintf(w, " %-10s %-12s %-12s %-12s %-16s %-12s %-14s %-21s %s\n", "#bytes", "#iterations", "t_min[usec]",
 				"t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]")
 		} else {
-			fmt.Fprintf(w, " %-10s %-12s %-17s %-20s %s\n", "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]", "MsgRate[Mpps]")
+			fmt.Fprintf(w, " %-10s %-12s %-17s %-20s %s\n", "#bytes", "#iterations", "BW peak["+unit+"]", "BW average["+unit+"]", "MsgRate[Mpps]")
 		}
 	}
 	row := func(r perftest.Result) {
@@ -267,10 +331,10 @@ func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, loca
 			fmt.Fprintf(w, " %-10d %-12d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-21.2f %.2f\n", r.Bytes, r.Iterations, r.TMinUs, r.TMaxUs,
 				r.TTypicalUs, r.TAvgUs, r.TStdevUs, r.P99Us, r.P999Us)
 		} else {
-			fmt.Fprintf(w, " %-10d %-12d %-17.2f %-20.2f %.6f\n", r.Bytes, r.Iterations, r.BWPeakGbps, r.BWAvgGbps, r.MsgRateMpps)
+			fmt.Fprintf(w, " %-10d %-12d %-17.2f %-20.2f %.6f\n", r.Bytes, r.Iterations, r.BWPeakGbps*perGbps, r.BWAvgGbps*perGbps, r.MsgRateMpps)
 		}
 	}
-	res, err := perftest.Run(ctx, s, req, row)
+	res, err := perftest.Run(ctx, s, req, started, row)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -44,13 +45,27 @@ func TestBenchClient(t *testing.T) {
 	if err := <-done; err != nil || r.code != 0 {
 		t.Fatalf("server %v; client exit %d: %s", err, r.code, r.stderr)
 	}
-	for _, col := range []string{"#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]", "MsgRate[Mpps]", "RDMA_Write BW Test"} {
+	for _, col := range []string{"#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]", "RDMA_Write BW Test",
+		"TX depth        : 128", "Mtu             : "} {
 		if !strings.Contains(r.stdout, col) {
 			t.Errorf("no %q in\n%s", col, r.stdout)
 		}
 	}
 	if !strings.Contains(r.stdout, "\n 4096       300 ") {
 		t.Errorf("no row for 4096 bytes, 300 iterations:\n%s", r.stdout)
+	}
+	// perftest's connection header: each end's QPN (the connection id),
+	// PSN and RKey, the two ends apart.
+	ends := regexp.MustCompile(`(?m)^ (local|remote) address: +QPN (0x[0-9a-f]{8}) PSN 0x[0-9a-f]{8} DSN 0x[0-9a-f]{8} RKey (0x[0-9a-f]{16})$`).FindAllStringSubmatch(r.stdout, -1)
+	if len(ends) != 2 || ends[0][1] != "local" || ends[1][1] != "remote" || ends[0][2] == ends[1][2] || ends[0][3] == ends[1][3] {
+		t.Errorf("no local and remote address lines:\n%s", r.stdout)
+	}
+
+	// --report_gbits: Gb/sec, as perftest's.
+	port, done = serveBench(t, perftest.WriteBW, "127.0.0.97")
+	r = runCLI(t, "", "bench", "write_bw", "127.0.0.97", "-p", fmt.Sprint(port), "--paths", "4", "--size", "4096", "-n", "300", "--report_gbits", "-F")
+	if err := <-done; err != nil || r.code != 0 || !strings.Contains(r.stdout, "BW peak[Gb/sec]") || !strings.Contains(r.stdout, "BW average[Gb/sec]") {
+		t.Fatalf("server %v; client exit %d: %s%s", err, r.code, r.stdout, r.stderr)
 	}
 
 	// As perftest: the server's address as the argument, -p for the port,
@@ -186,7 +201,7 @@ func TestBenchServerOutlivesClientsThatLeave(t *testing.T) {
 	_, client := benchClientHost(t, "127.0.0.99", addr, port)
 	running := make(chan error, 1)
 	go func() {
-		_, err := perftest.Run(context.Background(), client, perftest.Request{Test: perftest.WriteBW, Sizes: []int{65536}, Iters: 10_000_000, Depth: 16}, nil)
+		_, err := perftest.Run(context.Background(), client, perftest.Request{Test: perftest.WriteBW, Sizes: []int{65536}, Iters: 10_000_000, Depth: 16}, nil, nil)
 		running <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
@@ -210,7 +225,7 @@ func TestBenchServerRefusesAnotherTestAndCloses(t *testing.T) {
 	_, s := benchClientHost(t, "127.0.0.98", "127.0.0.97", port)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := perftest.Run(ctx, s, perftest.Request{Test: perftest.SendBW, Sizes: []int{64}, Iters: 1, Depth: 1}, nil)
+	_, err := perftest.Run(ctx, s, perftest.Request{Test: perftest.SendBW, Sizes: []int{64}, Iters: 1, Depth: 1}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "this server serves write_bw, not send_bw") {
 		t.Fatalf("client: %v", err)
 	}

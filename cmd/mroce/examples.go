@@ -13,7 +13,7 @@ var examples = map[string][]string{
 	"demo":                 {"mroce demo --loss 0.05 --paths 16 --planes 8", "mroce demo --size-mib 8 --trace demo.trace"},
 	"send":                 {"mroce send --to 10.0.0.2,10.1.0.2 --size-mib 1024", "mroce send --to receiver.example --psk-file shared.psk data.bin"},
 	"recv":                 {"mroce recv --listen 10.0.0.2,10.1.0.2 --out /data/", "mroce recv --listen 127.0.0.1 --metrics 127.0.0.1:9464 --metrics-linger 30s"},
-	"bench write_bw":       {"mroce bench write_bw --server --listen 127.0.0.85", "mroce bench write_bw 127.0.0.85 -a"},
+	"bench write_bw":       {"mroce bench write_bw --server --listen 127.0.0.85", "mroce bench write_bw 127.0.0.85 -a --report_gbits"},
 	"bench send_bw":        {"mroce bench send_bw --server --listen 127.0.0.85", "mroce bench send_bw --to 127.0.0.85 --size 4096 -t 64"},
 	"bench read_bw":        {"mroce bench read_bw --server --listen 127.0.0.85", "mroce bench read_bw --to 127.0.0.85 --size 1048576 -n 2000"},
 	"bench write_lat":      {"mroce bench write_lat --server --listen 127.0.0.85", "mroce bench write_lat 127.0.0.85 -n 10000"},

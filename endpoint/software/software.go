@@ -338,6 +338,9 @@ func (s *Software) Params(qp endpoint.QPHandle) endpoint.ConnParams {
 	var p endpoint.ConnParams
 	s.runner.Do(func() {
 		p = endpoint.ConnParams{Paths: c.Paths(), Streams: c.Streams(), MaxPacket: c.MaxPacket(), PathMTUDone: true, Atomics: c.Atomics()}
+		p.Local.ConnID, p.Peer.ConnID = c.ID(), c.PeerID()
+		p.Local.InitialPSN, p.Local.InitialDSN = c.Initial()
+		p.Peer.InitialPSN, p.Peer.InitialDSN = c.PeerInitial()
 		for _, m := range c.PathMTU() {
 			p.PathMTU = append(p.PathMTU, m.Size)
 			p.PathMTUDone = p.PathMTUDone && m.Done

@@ -394,3 +394,23 @@ func TestAbortCarriesTheCodeToThePeer(t *testing.T) {
 		t.Fatalf("Close after Abort: %v", err)
 	}
 }
+
+// Each side's Params name its own wire identity and the peer's, and the
+// two sides agree: one's Local is the other's Peer (docs/spec.md section
+// 8.1).
+func TestParamsNameBothEnds(t *testing.T) {
+	l := listen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	qp, sqp := l.connect(t, ctx)
+	if err := sqp.WaitEstablished(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, s := qp.Params(), sqp.Params()
+	if c.Local != s.Peer || s.Local != c.Peer {
+		t.Fatalf("the ends disagree: client %+v, server %+v", c, s)
+	}
+	if c.Local.ConnID == 0 || s.Local.ConnID == 0 || c.Local.ConnID == s.Local.ConnID && c.Local.InitialPSN == s.Local.InitialPSN {
+		t.Fatalf("identities not drawn: client %+v, server %+v", c.Local, s.Local)
+	}
+}
