@@ -148,9 +148,9 @@ type Plot struct {
 	// LegendBottomLeft puts the legend in the lower left corner rather
 	// than the top right.
 	LegendBottomLeft bool
-	// Below, when set, is a second panel drawn under this one over the
-	// same X, such as an incast's queue under its senders' rates. Its
-	// Series, YLabel and Y range are its own.
+	// Below, when set, is a panel drawn under this one over the same X,
+	// such as an incast's queue under its senders' rates; it may have one
+	// below it in turn. Its Series, YLabel and Y range are its own.
 	Below *Plot
 }
 
@@ -163,30 +163,35 @@ func CheckPlotPath(path string) error {
 	return nil
 }
 
-// Save draws the plot to path, as SVG or PNG by its extension.
+// Save draws the plot to path, as SVG or PNG by its extension, with the
+// panels below it under it.
 func (p *Plot) Save(path string) error {
 	if err := CheckPlotPath(path); err != nil {
 		return err
 	}
-	top, err := p.panel()
+	var panels [][]*plot.Plot
+	for q := p; q != nil; q = q.Below {
+		pl, err := q.panel()
+		if err != nil {
+			return err
+		}
+		if len(panels) > 0 {
+			pl.X.Min, pl.X.Max = panels[0][0].X.Min, panels[0][0].X.Max // one X for all
+		}
+		panels = append(panels, []*plot.Plot{pl})
+	}
+	if len(panels) == 1 {
+		return panels[0][0].Save(7*vg.Inch, 4.5*vg.Inch, path)
+	}
+	height := 1.5*vg.Inch + vg.Length(len(panels))*3*vg.Inch
+	c, err := draw.NewFormattedCanvas(7*vg.Inch, height, strings.ToLower(filepath.Ext(path))[1:])
 	if err != nil {
 		return err
 	}
-	if p.Below == nil {
-		return top.Save(7*vg.Inch, 4.5*vg.Inch, path)
+	tiles := plot.Align(panels, draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Points(12)}, draw.New(c))
+	for i := range panels {
+		panels[i][0].Draw(tiles[i][0])
 	}
-	below, err := p.Below.panel()
-	if err != nil {
-		return err
-	}
-	below.X.Min, below.X.Max = top.X.Min, top.X.Max // one X for both
-	c, err := draw.NewFormattedCanvas(7*vg.Inch, 7.5*vg.Inch, strings.ToLower(filepath.Ext(path))[1:])
-	if err != nil {
-		return err
-	}
-	panels := plot.Align([][]*plot.Plot{{top}, {below}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12)}, draw.New(c))
-	top.Draw(panels[0][0])
-	below.Draw(panels[1][0])
 	f, err := os.Create(path)
 	if err != nil {
 		return err

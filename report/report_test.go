@@ -96,4 +96,17 @@ func TestPlotSave(t *testing.T) {
 	if height(two) <= height(one) {
 		t.Fatalf("two panels %d pixels high, one %d", height(two), height(one))
 	}
+	// A third panel, below the second, is drawn too.
+	p.Below.Below = &Plot{YLabel: "rate Gb/s", Series: []Series{{Name: "r", X: []float64{0, 2}, Y: []float64{1, 3}}}}
+	for _, name := range []string{"three.svg", "three.png"} {
+		if err := p.Save(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if svg, _ := os.ReadFile(filepath.Join(dir, "three.svg")); !bytes.Contains(svg, []byte("queue KiB")) || !bytes.Contains(svg, []byte("rate Gb/s")) {
+		t.Fatal("the SVG lacks a panel's Y label")
+	}
+	if three, _ := os.ReadFile(filepath.Join(dir, "three.png")); height(three) <= height(two) {
+		t.Fatalf("three panels %d pixels high, two %d", height(three), height(two))
+	}
 }

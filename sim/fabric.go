@@ -51,6 +51,11 @@ type FabricOptions struct {
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
+	// Tracer, when set, hears of the engines' decisions
+	// (engine.Config.Tracer). A run it hears goes on one clock, never
+	// over processes. A scenario of several runs gives it to its first
+	// run alone, so that what it hears is one run's.
+	Tracer engine.Tracer
 	// Workers is the cores a run over processes takes, one per core when
 	// zero. A run goes over processes, a host each, when no flow waits
 	// for one that ends at another host and the fabric has one switch

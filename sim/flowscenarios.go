@@ -148,6 +148,9 @@ func Collective(name string, o CollectiveOptions) (CollectiveResult, error) {
 		rn := runs[i]
 		f := o.Fabric
 		f.Loss, f.Baseline = rn.loss, rn.baseline
+		if i > 0 {
+			f.Tracer = nil // the first run's alone
+		}
 		r, err := RunFlows(f, flowsOf(rn.size), 0)
 		if err != nil {
 			err = fmt.Errorf("%s of %d bytes at %g: %w", name, rn.size, rn.loss, err)
@@ -230,6 +233,9 @@ func PermutationScenario(o PermutationOptions) (PermutationResult, error) {
 	results, err := runEach(o.Jobs, len(runs), func(i int) (FlowsResult, error) {
 		f := o.Fabric
 		f.Baseline, f.Paths = runs[i].baseline, runs[i].paths
+		if i > 0 {
+			f.Tracer = nil // the first run's alone
+		}
 		return RunFlows(f, flows, 0)
 	})
 	if err != nil {
@@ -292,6 +298,9 @@ func FlowsSeeds(t Traffic, seeds int) (FlowsSeedsResult, error) {
 	first := t.Fabric.Seed
 	for i := range seeds {
 		t.Fabric.Seed = first + uint64(i)
+		if i > 0 {
+			t.Fabric.Tracer = nil // the first run's alone
+		}
 		r, err := FlowsScenario(t)
 		if err != nil {
 			return res, fmt.Errorf("seed %d: %w", t.Fabric.Seed, err)

@@ -46,6 +46,9 @@ type IncastConfig struct {
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
+	// Tracer, when set, hears of every engine's decisions
+	// (engine.Config.Tracer).
+	Tracer engine.Tracer
 	// Trace, when set, sees every sampled rate window from the first data
 	// packet on. It gets the window's start in base RTTs, every sender's
 	// delivered rate and the fair share in bytes/s, and the deepest the
@@ -196,7 +199,7 @@ func (r *incastRun) buildWorld() error {
 	r.payloadShare = ps.payloadShare()
 	w, err := newWorld(fc, cfg.Seed, cfg.RealPayloads, func(h int) engine.Config {
 		c := engine.Config{Paths: 8, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
-			LineRate: float64(cfg.LinkRate) / 8}
+			LineRate: float64(cfg.LinkRate) / 8, Tracer: cfg.Tracer}
 		if cfg.Baseline {
 			c.Mode = proto.ModeBaseline
 		}
@@ -464,6 +467,7 @@ type IncastOptions struct {
 	Seed         uint64
 	StartJitter  time.Duration // as IncastConfig's
 	RealPayloads bool          // as IncastConfig's
+	Tracer       engine.Tracer // as IncastConfig's, for the first run alone: mroce, the first N and rate
 	Jobs         int           // runs at once
 }
 
@@ -514,6 +518,9 @@ func IncastScenario(o IncastOptions) (IncastScenarioResult, error) {
 			for vi, v := range incastVariants {
 				cfg := DefaultIncast(n, rate)
 				cfg.Bytes, cfg.Seed, cfg.RealPayloads, cfg.StartJitter = o.Bytes, o.Seed, o.RealPayloads, o.StartJitter
+				if len(runs) == 0 {
+					cfg.Tracer = o.Tracer // the first run's alone
+				}
 				cfg.Links = o.Links
 				cfg.NoRateHints, cfg.Baseline, cfg.PFC = v.NoRateHints, v.Baseline, v.PFC
 				if n == nMax && ri == 0 && vi == 0 { // only the traced run writes the trace

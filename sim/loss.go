@@ -28,6 +28,7 @@ type LossOptions struct {
 	Seed               uint64
 	Resend             engine.ResendPolicy // as TransferConfig's
 	RealPayloads       bool                // as TransferConfig's
+	Tracer             engine.Tracer       // as TransferConfig's, for the first run alone: mroce at the first loss rate
 	Jobs               int                 // runs at once
 }
 
@@ -112,6 +113,9 @@ func Loss(o LossOptions) (LossResult, error) {
 		bp := bl
 		bp.PFC = true
 		runs = append(runs, base, bl, bp)
+	}
+	if len(runs) > 0 {
+		runs[0].Tracer = o.Tracer // the first run's alone
 	}
 	results, err := runEach(o.Jobs, len(runs), func(i int) (TransferResult, error) {
 		r, err := Transfer(runs[i])

@@ -52,6 +52,9 @@ func Planes(o PlanesOptions) (PlanesResult, error) {
 	results, err := runEach(o.Jobs, len(o.Planes), func(i int) (FlowsResult, error) {
 		f := o.Fabric
 		f.Planes = o.Planes[i]
+		if i > 0 {
+			f.Tracer = nil // the first run's alone
+		}
 		r, err := RunFlows(f, flows, 0)
 		if err != nil {
 			err = fmt.Errorf("%d planes: %w", o.Planes[i], err)

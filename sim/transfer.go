@@ -30,6 +30,9 @@ type TransferConfig struct {
 	// RealPayloads makes the engines copy and checksum every payload byte,
 	// as on a real wire. By default payloads are placeholders.
 	RealPayloads bool
+	// Tracer, when set, hears of both engines' decisions
+	// (engine.Config.Tracer).
+	Tracer engine.Tracer
 	// Baseline runs the connection in the RoCEv2-like baseline mode, with
 	// one path, go-back-N over a window of BaselineWindow packets, and
 	// DCQCN. BaselineAckTimeout, when set, fixes its local ACK timeout as
@@ -123,7 +126,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		// measures the transfer, and a minute of resends costs nothing in
 		// virtual time.
 		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
-			LineRate: float64(cfg.LinkRate) / 8, ConnectTimeout: time.Minute, Resend: cfg.Resend}
+			LineRate: float64(cfg.LinkRate) / 8, ConnectTimeout: time.Minute, Resend: cfg.Resend, Tracer: cfg.Tracer}
 		if h == 1 {
 			c.InboundCapacity = engine.Headroom * res.Bottleneck
 		}

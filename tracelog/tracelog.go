@@ -266,9 +266,11 @@ func WriteSummary(w io.Writer, evs []Event) {
 }
 
 // Plot draws the trace of connection conn, or of the first connection
-// that sent data when conn is 0: each path's DSNs over time as it sent
-// them, first sends and resends apart, with the losses marked, and under
-// it each path's window.
+// that sent data when conn is 0, in panels over one time axis: each
+// path's DSNs as it sent them, first sends and resends apart, with the
+// losses marked; under it each path's window; then each path's RTT as its
+// ACKs measured it; and, when the peer sent any, the rate hint the sender
+// followed (spec section 7.3).
 func Plot(evs []Event, conn uint32) *report.Plot {
 	if conn == 0 {
 		for _, e := range evs {
@@ -285,14 +287,16 @@ func Plot(evs []Event, conn uint32) *report.Plot {
 	us := func(e Event) float64 { return float64(e.TNs-first) / 1e3 }
 	var base uint32
 	haveBase := false
-	sent := map[int]*report.Series{}
-	windows := map[int]*report.Series{}
+	sent, windows, rtts := perPath{}, perPath{}, perPath{}
 	resent := &report.Series{Name: "resent", Points: true}
 	lost := &report.Series{Name: "lost", Points: true}
+	hint := &report.Series{Name: "rate hint"}
+	var last float64
 	for _, e := range evs {
 		if e.Conn != conn {
 			continue
 		}
+		last = us(e)
 		switch e.Kind {
 		case engine.TraceSent.String():
 			if !haveBase {
@@ -303,38 +307,66 @@ func Plot(evs []Event, conn uint32) *report.Plot {
 				resent.X, resent.Y = append(resent.X, us(e)), append(resent.Y, y)
 				continue
 			}
-			s := sent[e.Path]
-			if s == nil {
-				s = &report.Series{Name: fmt.Sprintf("path %d", e.Path), Points: true}
-				sent[e.Path] = s
-			}
-			s.X, s.Y = append(s.X, us(e)), append(s.Y, y)
+			sent.add(e.Path, true, us(e), y)
 		case engine.TraceLost.String():
 			if haveBase {
 				lost.X, lost.Y = append(lost.X, us(e)), append(lost.Y, float64(e.DSN-base))
 			}
-		case engine.TraceWindow.String():
-			s := windows[e.Path]
-			if s == nil {
-				s = &report.Series{Name: fmt.Sprintf("path %d", e.Path)}
-				windows[e.Path] = s
+		case engine.TraceAcked.String():
+			if e.RTTNs > 0 {
+				rtts.add(e.Path, false, us(e), float64(e.RTTNs)/1e3)
 			}
-			s.X, s.Y = append(s.X, us(e)), append(s.Y, e.Number())
+		case engine.TraceWindow.String():
+			windows.add(e.Path, false, us(e), e.Number())
+		case engine.TraceHint.String():
+			// A hint holds until the next: a step. No limit is drawn as a
+			// gap.
+			gbps := e.Number() * 8 / 1e9
+			if n := len(hint.Y); n > 0 {
+				hint.X, hint.Y = append(hint.X, us(e)), append(hint.Y, hint.Y[n-1])
+			}
+			hint.X, hint.Y = append(hint.X, us(e)), append(hint.Y, gbps)
 		}
 	}
-	top := &report.Plot{Title: fmt.Sprintf("Connection %08x: data sequence over time", conn), XLabel: "time (µs)", YLabel: "DSN (from the first)"}
-	for _, p := range sortedKeys(sent) {
-		top.Series = append(top.Series, *sent[p])
+	if n := len(hint.Y); n > 0 {
+		hint.X, hint.Y = append(hint.X, last), append(hint.Y, hint.Y[n-1])
 	}
-	top.Series = append(top.Series, *resent, *lost)
-	below := &report.Plot{XLabel: "time (µs)", YLabel: "window (packets)"}
-	for _, p := range sortedKeys(windows) {
-		below.Series = append(below.Series, *windows[p])
+	top := &report.Plot{Title: fmt.Sprintf("Connection %08x: data sequence over time", conn), XLabel: "time (µs)", YLabel: "DSN (from the first)",
+		Series: append(sent.series(), *resent, *lost)}
+	bottom := top
+	below := func(p *report.Plot) {
+		if len(p.Series) > 0 {
+			bottom.Below = p
+			bottom = p
+		}
 	}
-	if len(below.Series) > 0 {
-		top.Below = below
+	below(&report.Plot{XLabel: "time (µs)", YLabel: "window (packets)", Series: windows.series()})
+	below(&report.Plot{XLabel: "time (µs)", YLabel: "RTT (µs)", Series: rtts.series()})
+	if slices.ContainsFunc(hint.Y, func(v float64) bool { return !math.IsInf(v, 0) }) {
+		below(&report.Plot{XLabel: "time (µs)", YLabel: "rate hint (Gb/s)", Series: []report.Series{*hint}})
 	}
 	return top
+}
+
+// perPath is a series for each path, by path number.
+type perPath map[int]*report.Series
+
+func (pp perPath) add(path int, points bool, x, y float64) {
+	s := pp[path]
+	if s == nil {
+		s = &report.Series{Name: fmt.Sprintf("path %d", path), Points: points}
+		pp[path] = s
+	}
+	s.X, s.Y = append(s.X, x), append(s.Y, y)
+}
+
+// series is the paths' series in the order of their numbers.
+func (pp perPath) series() []report.Series {
+	var out []report.Series
+	for _, p := range sortedKeys(pp) {
+		out = append(out, *pp[p])
+	}
+	return out
 }
 
 func sortedKeys[V any](m map[int]V) []int {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,20 @@ func TestWriteReadSummarize(t *testing.T) {
 	p := Plot(evs, 0)
 	if len(p.Series) != 4 || p.Below == nil { // paths 0 and 1, resent, lost; the windows under them
 		t.Fatalf("plot of %d series", len(p.Series))
+	}
+	// Under the windows, path 0's RTT, then the hint as a step: no limit
+	// until 13 µs, then 100 Gb/s.
+	rtt := p.Below.Below
+	if rtt == nil || rtt.YLabel != "RTT (µs)" || len(rtt.Series) != 1 || rtt.Series[0].Name != "path 0" || !slices.Equal(rtt.Series[0].Y, []float64{8}) {
+		t.Fatalf("RTT panel %+v", rtt)
+	}
+	hint := rtt.Below
+	if hint == nil || hint.Below != nil || len(hint.Series) != 1 || !slices.Equal(hint.Series[0].X, []float64{0, 13, 13, 13}) ||
+		!slices.Equal(hint.Series[0].Y, []float64{math.Inf(1), math.Inf(1), 100, 100}) {
+		t.Fatalf("hint panel %+v", hint)
+	}
+	if q := Plot(evs[1:8], 0); q.Below == nil || q.Below.Below == nil || q.Below.Below.Below != nil {
+		t.Fatal("a trace with no hint has a hint panel, or lacks another")
 	}
 	if err := p.Save(filepath.Join(t.TempDir(), "t.svg")); err != nil {
 		t.Fatal(err)

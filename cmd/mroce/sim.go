@@ -27,6 +27,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 		&cli.BoolFlag{Name: "real-payloads", Usage: "copy and checksum every payload byte as on a real wire (slower; the results are the same: by default payloads are placeholders of their length)"},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile of what the last run of flows holds live at its end to this file (go tool pprof reads it; the scenarios with a speed table)"},
+		&cli.StringFlag{Name: "trace", Usage: "write the engines' decisions in the scenario's first run (the first seed's, the first row's mroce run) to this file, a JSON line each: mroce trace reads it"},
 		&cli.BoolFlag{Name: "huge-pages", Value: true, Usage: "ask the kernel for huge pages for the simulation's memory (Linux, unless its transparent huge pages are off): faster with thousands of connections; the results are the same"},
 	}
 }
@@ -163,7 +164,10 @@ func simCommand() *cli.Command {
 							return usagef(c, "sim loss: --losses: %g is not 0 to 0.5", p)
 						}
 					}
-					return runScenario(c, "loss", func(seed uint64) (sim.LossResult, error) { o.Seed = seed; return sim.Loss(o) }, report.LossTables, report.LossPlot)
+					return runScenario(c, "loss", func(seed uint64, tr engine.Tracer) (sim.LossResult, error) {
+						o.Seed, o.Tracer = seed, tr
+						return sim.Loss(o)
+					}, report.LossTables, report.LossPlot)
 				},
 			},
 			{
@@ -202,7 +206,10 @@ func simCommand() *cli.Command {
 							return usagef(c, "sim incast: --senders: %d is not 1 to 64", n)
 						}
 					}
-					return runScenario(c, "incast", func(seed uint64) (sim.IncastScenarioResult, error) { o.Seed = seed; return sim.IncastScenario(o) },
+					return runScenario(c, "incast", func(seed uint64, tr engine.Tracer) (sim.IncastScenarioResult, error) {
+						o.Seed, o.Tracer = seed, tr
+						return sim.IncastScenario(o)
+					},
 						report.IncastTables, report.IncastPlot)
 				},
 			},
@@ -231,7 +238,10 @@ func simCommand() *cli.Command {
 					if len(o.Planes) == 0 || o.FlowBytes < 4<<10 || o.FlowBytes > 1<<30 {
 						return usagef(c, "sim planes: want --planes, and --size-kib of 4 to 1048576")
 					}
-					return runScenario(c, "planes", func(seed uint64) (sim.PlanesResult, error) { o.Fabric.Seed = seed; return sim.Planes(o) }, report.PlanesTables, report.PlanesPlot)
+					return runScenario(c, "planes", func(seed uint64, tr engine.Tracer) (sim.PlanesResult, error) {
+						o.Fabric.Seed, o.Fabric.Tracer = seed, tr
+						return sim.Planes(o)
+					}, report.PlanesTables, report.PlanesPlot)
 				},
 			},
 			{
@@ -260,7 +270,10 @@ func simCommand() *cli.Command {
 					case !sizeMiBOK(c) || o.FailAt < 0 || o.RepairAt < 0:
 						return usagef(c, "sim planefail: --size-mib must be 1 to %d, the times not negative", maxSizeMiB)
 					}
-					return runScenario(c, "planefail", func(seed uint64) (sim.PlaneFailResult, error) { o.Fabric.Seed = seed; return sim.PlaneFail(o) },
+					return runScenario(c, "planefail", func(seed uint64, tr engine.Tracer) (sim.PlaneFailResult, error) {
+						o.Fabric.Seed, o.Fabric.Tracer = seed, tr
+						return sim.PlaneFail(o)
+					},
 						report.PlaneFailTables, report.PlaneFailPlot)
 				},
 			},
@@ -317,10 +330,16 @@ func simCommand() *cli.Command {
 					// The seeds start from the file's, so the flows run them
 					// themselves, each run's figures in a row of their own.
 					if seeds > 1 {
-						return runScenarioSeeds(c, "flows", 1, func(uint64) (sim.FlowsSeedsResult, error) { return sim.FlowsSeeds(t, seeds) },
+						return runScenarioSeeds(c, "flows", 1, func(_ uint64, tr engine.Tracer) (sim.FlowsSeedsResult, error) {
+							t.Fabric.Tracer = tr
+							return sim.FlowsSeeds(t, seeds)
+						},
 							report.FlowsSeedsTables, report.FlowsSeedsPlot)
 					}
-					return runScenarioSeeds(c, "flows", 1, func(uint64) (sim.FlowsScenarioResult, error) { return sim.FlowsScenario(t) },
+					return runScenarioSeeds(c, "flows", 1, func(_ uint64, tr engine.Tracer) (sim.FlowsScenarioResult, error) {
+						t.Fabric.Tracer = tr
+						return sim.FlowsScenario(t)
+					},
 						report.FlowsTables, report.FlowsPlot)
 				},
 			},
@@ -357,8 +376,8 @@ func simCommand() *cli.Command {
 					if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || !sizeMiBOK(c) || o.Shift%o.Fabric.Hosts == 0 {
 						return usagef(c, "sim permutation: --planes must be 1 to 8, --size-mib 1 to %d, --shift not a multiple of --hosts", maxSizeMiB)
 					}
-					return runScenario(c, "permutation", func(seed uint64) (sim.PermutationResult, error) {
-						o.Fabric.Seed = seed
+					return runScenario(c, "permutation", func(seed uint64, tr engine.Tracer) (sim.PermutationResult, error) {
+						o.Fabric.Seed, o.Fabric.Tracer = seed, tr
 						return sim.PermutationScenario(o)
 					},
 						report.PermutationTables, report.PermutationPlot)
@@ -484,7 +503,10 @@ func collectiveCommand(name, usage string, d sim.CollectiveOptions) *cli.Command
 			if o.Fabric.Planes < 1 || o.Fabric.Planes > 8 || len(o.Sizes) == 0 || len(o.Losses) == 0 {
 				return usagef(c, "sim %s: --planes must be 1 to 8; --sizes-mib and --losses not empty", name)
 			}
-			return runScenario(c, name, func(seed uint64) (sim.CollectiveResult, error) { o.Fabric.Seed = seed; return sim.Collective(name, o) },
+			return runScenario(c, name, func(seed uint64, tr engine.Tracer) (sim.CollectiveResult, error) {
+				o.Fabric.Seed, o.Fabric.Tracer = seed, tr
+				return sim.Collective(name, o)
+			},
 				report.CollectiveTables, report.CollectivePlot)
 		},
 	}
@@ -550,14 +572,15 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 
 // runScenario runs a scenario, prints the tables its result makes as text,
 // JSON or CSV, and writes its plot.
-func runScenario[R any](c *cli.Context, name string, run func(seed uint64) (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) error {
+func runScenario[R any](c *cli.Context, name string, run func(seed uint64, tracer engine.Tracer) (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) error {
 	return runScenarioSeeds(c, name, c.Int("seeds"), run, tables, plot)
 }
 
 // runScenarioSeeds is runScenario with seeds runs, from --seed up. With
 // more than one, every figure of the tables becomes its spread over the
-// seeds (report.OverSeeds), and the plot is the first seed's.
-func runScenarioSeeds[R any](c *cli.Context, name string, seeds int, run func(seed uint64) (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) error {
+// seeds (report.OverSeeds), and the plot is the first seed's. The first
+// seed's run gets --trace's tracer, nil without it, and the others nil.
+func runScenarioSeeds[R any](c *cli.Context, name string, seeds int, run func(seed uint64, tracer engine.Tracer) (R, error), tables func(R) []*report.Table, plot func(R) *report.Plot) (err error) {
 	if c.Bool("json") && c.Bool("csv") {
 		return usagef(c, "sim %s: --json or --csv, not both", name)
 	}
@@ -577,6 +600,11 @@ func runScenarioSeeds[R any](c *cli.Context, name string, seeds int, run func(se
 	if c.Bool("huge-pages") {
 		_, _ = hugepage.Reserve(hugeHeap) // where it cannot, the run is only slower
 	}
+	trace, err := openTrace(c)
+	if err != nil {
+		return err
+	}
+	defer func() { err = trace.close(err) }()
 	sim.HeapProfile = c.String("memprofile")
 	defer func() { sim.HeapProfile = "" }()
 	began := time.Now()
@@ -586,7 +614,11 @@ func runScenarioSeeds[R any](c *cli.Context, name string, seeds int, run func(se
 	var runs [][]*report.Table
 	var used []uint64
 	for i := range seeds {
-		r, err := run(first + uint64(i))
+		tracer := trace.tracer()
+		if i > 0 {
+			tracer = nil
+		}
+		r, err := run(first+uint64(i), tracer)
 		if err != nil {
 			return fmt.Errorf("sim %s: seed %d: %w", name, first+uint64(i), err)
 		}

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/mroce/mroce/tracelog"
 )
 
 // Each scenario runs from the command line at a reduced size. It prints
@@ -222,5 +224,43 @@ func TestSimProfiles(t *testing.T) {
 		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 			t.Fatalf("%v: profile %v: %d bytes", args, err, len(b))
 		}
+	}
+}
+
+// sim --trace writes the first run's decisions, which mroce trace reads:
+// for the loss scenario, the mroce transfer at the first rate, with its
+// losses and resends.
+func TestSimTrace(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "loss.trace")
+	r := runCLI(t, "", "sim", "loss", "--losses", "0.02,0.05", "--size-mib", "2", "--jobs", "2", "--trace", file)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	evs, err := tracelog.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost, resent int
+	conns := map[uint32]bool{}
+	for _, e := range evs {
+		conns[e.Conn] = true
+		lost += map[bool]int{true: 1}[e.Kind == "lost"]
+		resent += map[bool]int{true: 1}[e.Kind == "sent" && e.Retransmit]
+	}
+	if lost == 0 || resent == 0 || len(conns) > 2 {
+		t.Fatalf("%d events of %d connections, %d lost, %d resent: want one run's, with losses and resends", len(evs), len(conns), lost, resent)
+	}
+	r = runCLI(t, "", "trace", file, "--plot", filepath.Join(dir, "loss.svg"))
+	if r.code != 0 || !strings.Contains(r.stdout, "plot: ") {
+		t.Fatalf("mroce trace: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1", "--trace", filepath.Join(dir, "none", "x")); r.code != 2 || !strings.Contains(r.stderr, "--trace") {
+		t.Fatalf("a trace file that cannot be made: exit %d, %s", r.code, r.stderr)
 	}
 }

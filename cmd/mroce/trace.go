@@ -13,7 +13,7 @@ import (
 	"github.com/mroce/mroce/tracelog"
 )
 
-// traceFlag is --trace of demo, send, recv and bench.
+// traceFlag is --trace of demo, send, recv and bench; sim has its own.
 var traceFlag = &cli.StringFlag{Name: "trace", Usage: "write the engine's decisions to this file, a JSON line each (packets sent, acknowledged and lost, path states, timers, windows, rate hints): mroce trace reads it"}
 
 // traceFile is --trace's file and its writer, or nothing.
@@ -65,10 +65,11 @@ func traceCommand() *cli.Command {
 		Name:      "trace",
 		Usage:     "sum up a --trace file, and plot how the sender decided over time",
 		ArgsUsage: "FILE",
-		Description: "trace reads the file --trace wrote (demo, send, recv, bench) and prints, for each path\n" +
+		Description: "trace reads the file --trace wrote (demo, send, recv, bench, sim) and prints, for each path\n" +
 			"of each connection, what it sent, resent and had acknowledged, its losses by cause, its\n" +
 			"timeouts and moves, its RTTs and its states. --plot draws one connection: each path's\n" +
-			"DSNs over time, resends and losses marked, and under it each path's window.\n\n" +
+			"DSNs over time, resends and losses marked, and under it each path's window, each path's\n" +
+			"RTT and the rate hint the sender followed.\n\n" +
 			"Example:\n" +
 			"   mroce demo --size-mib 8 --loss 0.01 --trace demo.trace\n" +
 			"   mroce trace demo.trace --plot demo-trace.svg",
