@@ -268,9 +268,10 @@ func WriteSummary(w io.Writer, evs []Event) {
 // Plot draws the trace of connection conn, or of the first connection
 // that sent data when conn is 0, in panels over one time axis: each
 // path's DSNs as it sent them, first sends and resends apart, with the
-// losses marked; under it each path's window; then each path's RTT as its
-// ACKs measured it; and, when the peer sent any, the rate hint the sender
-// followed (spec section 7.3).
+// losses marked; under it each path's own PSNs, counted from its first,
+// with its losses (spec section 6.2); each path's window; each path's RTT
+// as its ACKs measured it; and, when the peer sent any, the rate hint the
+// sender followed (spec section 7.3).
 func Plot(evs []Event, conn uint32) *report.Plot {
 	if conn == 0 {
 		for _, e := range evs {
@@ -287,7 +288,15 @@ func Plot(evs []Event, conn uint32) *report.Plot {
 	us := func(e Event) float64 { return float64(e.TNs-first) / 1e3 }
 	var base uint32
 	haveBase := false
-	sent, windows, rtts := perPath{}, perPath{}, perPath{}
+	sent, psns, windows, rtts := perPath{}, perPath{}, perPath{}, perPath{}
+	firstPSN := map[int]uint32{}
+	psnOf := func(e Event) float64 {
+		if _, ok := firstPSN[e.Path]; !ok {
+			firstPSN[e.Path] = e.PSN
+		}
+		return float64(e.PSN - firstPSN[e.Path])
+	}
+	lostPSN := &report.Series{Name: "lost", Points: true}
 	resent := &report.Series{Name: "resent", Points: true}
 	lost := &report.Series{Name: "lost", Points: true}
 	hint := &report.Series{Name: "rate hint"}
@@ -303,6 +312,7 @@ func Plot(evs []Event, conn uint32) *report.Plot {
 				base, haveBase = e.DSN, true
 			}
 			y := float64(e.DSN - base)
+			psns.add(e.Path, true, us(e), psnOf(e))
 			if e.Retransmit {
 				resent.X, resent.Y = append(resent.X, us(e)), append(resent.Y, y)
 				continue
@@ -312,6 +322,7 @@ func Plot(evs []Event, conn uint32) *report.Plot {
 			if haveBase {
 				lost.X, lost.Y = append(lost.X, us(e)), append(lost.Y, float64(e.DSN-base))
 			}
+			lostPSN.X, lostPSN.Y = append(lostPSN.X, us(e)), append(lostPSN.Y, psnOf(e))
 		case engine.TraceAcked.String():
 			if e.RTTNs > 0 {
 				rtts.add(e.Path, false, us(e), float64(e.RTTNs)/1e3)
@@ -339,6 +350,9 @@ func Plot(evs []Event, conn uint32) *report.Plot {
 			bottom.Below = p
 			bottom = p
 		}
+	}
+	if len(psns) > 0 {
+		below(&report.Plot{XLabel: "time (µs)", YLabel: "PSN (from the path's first)", Series: append(psns.series(), *lostPSN)})
 	}
 	below(&report.Plot{XLabel: "time (µs)", YLabel: "window (packets)", Series: windows.series()})
 	below(&report.Plot{XLabel: "time (µs)", YLabel: "RTT (µs)", Series: rtts.series()})

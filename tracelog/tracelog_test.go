@@ -69,9 +69,15 @@ func TestWriteReadSummarize(t *testing.T) {
 	if len(p.Series) != 4 || p.Below == nil { // paths 0 and 1, resent, lost; the windows under them
 		t.Fatalf("plot of %d series", len(p.Series))
 	}
-	// Under the windows, path 0's RTT, then the hint as a step: no limit
-	// until 13 µs, then 100 Gb/s.
-	rtt := p.Below.Below
+	// Under it each path's PSNs from its first, path 0's resend at 1 and
+	// path 1's loss at 0; then the windows; then path 0's RTT; then the
+	// hint as a step: no limit until 13 µs, then 100 Gb/s.
+	psn := p.Below
+	if psn.YLabel != "PSN (from the path's first)" || len(psn.Series) != 3 || !slices.Equal(psn.Series[0].Y, []float64{0, 1}) ||
+		!slices.Equal(psn.Series[1].Y, []float64{0}) || !slices.Equal(psn.Series[2].Y, []float64{0}) || psn.Series[2].Name != "lost" {
+		t.Fatalf("PSN panel %+v", psn)
+	}
+	rtt := p.Below.Below.Below
 	if rtt == nil || rtt.YLabel != "RTT (µs)" || len(rtt.Series) != 1 || rtt.Series[0].Name != "path 0" || !slices.Equal(rtt.Series[0].Y, []float64{8}) {
 		t.Fatalf("RTT panel %+v", rtt)
 	}
@@ -80,7 +86,7 @@ func TestWriteReadSummarize(t *testing.T) {
 		!slices.Equal(hint.Series[0].Y, []float64{math.Inf(1), math.Inf(1), 100, 100}) {
 		t.Fatalf("hint panel %+v", hint)
 	}
-	if q := Plot(evs[1:8], 0); q.Below == nil || q.Below.Below == nil || q.Below.Below.Below != nil {
+	if q := Plot(evs[1:8], 0); q.Below == nil || q.Below.Below.Below == nil || q.Below.Below.Below.Below != nil {
 		t.Fatal("a trace with no hint has a hint panel, or lacks another")
 	}
 	if err := p.Save(filepath.Join(t.TempDir(), "t.svg")); err != nil {

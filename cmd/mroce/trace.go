@@ -68,8 +68,8 @@ func traceCommand() *cli.Command {
 		Description: "trace reads the file --trace wrote (demo, send, recv, bench, sim) and prints, for each path\n" +
 			"of each connection, what it sent, resent and had acknowledged, its losses by cause, its\n" +
 			"timeouts and moves, its RTTs and its states. --plot draws one connection: each path's\n" +
-			"DSNs over time, resends and losses marked, and under it each path's window, each path's\n" +
-			"RTT and the rate hint the sender followed.\n\n" +
+			"DSNs over time, resends and losses marked, and under it each path's PSNs with its losses,\n" +
+			"each path's window, each path's RTT and the rate hint the sender followed.\n\n" +
 			"Example:\n" +
 			"   mroce demo --size-mib 8 --loss 0.01 --trace demo.trace\n" +
 			"   mroce trace demo.trace --plot demo-trace.svg",
