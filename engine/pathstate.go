@@ -73,21 +73,47 @@ func (s *sender) stranded() bool {
 	return true
 }
 
+// stuck reports whether the path is out of service and its plane looks
+// failed: the host sees the plane down, or no path of the connection on
+// it is in service. A path alone on its plane cannot tell its plane from
+// its route, and counts as stuck once soloProbes of its probes went
+// unanswered, when a new source port would be its next try (routeSuspect).
+func (p *sendPath) stuck() bool {
+	switch {
+	case p.InUse():
+		return false
+	case p.State() == pathmgr.Down:
+		return true
+	case p.State() != pathmgr.AssumedBad || p.planeServed():
+		return false
+	}
+	return !p.alone() || p.timeouts >= soloProbes
+}
+
+// wantsPlane reports whether the connection is stranded, or a path of it
+// is stuck on a plane that looks failed. Such a path moves to a plane none
+// of the connection's paths is on, once a probe shows that plane works
+// (spec section 6.3): a connection with fewer paths than planes would
+// otherwise carry on fewer paths while planes it could use work, and stop
+// when every plane it has paths on failed.
+func (s *sender) wantsPlane() bool {
+	return s.stranded() || slices.ContainsFunc(s.paths, (*sendPath).stuck)
+}
+
 // planeProbeBits marks the ProbeIDs of plane probes: the two top bits,
 // above those of MTU probes (mtuProbeBit) and path probes.
 const planeProbeBits = 3 << 30
 
 // probePlanes sends a PROBE on each plane the connection has no path on,
 // whose peer address it knows and whose port the host does not see down,
-// when none of its paths is in service (stranded). A connection with fewer
-// paths than planes would otherwise stop when its planes fail, whatever
-// the others carry. A reply shows a plane that works both ways, and a path
-// moves there (onPlaneProbeReply); a peer that is gone, or a host that
-// does not run, answers on no plane, and nothing moves. The next round
-// goes BadProbeMax later while the connection stays stranded, since paths
-// DOWN with their plane have no timer of their own. Only multipath
-// connections move (the baseline keeps one route, spec section 10). It
-// reports whether it sent any.
+// when a path of it is stuck (wantsPlane). A reply shows a plane that
+// works both ways, and a stuck path moves there (onPlaneProbeReply); a
+// peer that is gone, or a host that does not run, answers on no plane, and
+// nothing moves. The next round goes BadProbeMax later while a path stays
+// stuck, since paths DOWN with their plane have no timer of their own.
+// Only multipath connections move (the baseline keeps one route, spec
+// section 10). It reports whether it sent any: where the connection has a
+// path on every plane, there is nowhere to move, and it sends none.
 func (s *sender) probePlanes() bool {
 	c := s.c
 	if c.mode != proto.ModeMultipath || c.state != Established {
@@ -117,21 +143,21 @@ func (s *sender) probePlanes() bool {
 	return sent
 }
 
-// onPlaneTimer probes the planes again while the connection is stranded.
+// onPlaneTimer probes the planes again while a path is stuck.
 func (s *sender) onPlaneTimer() {
-	if s.stranded() {
+	if s.wantsPlane() {
 		s.probePlanes()
 		s.c.ep.flush()
 	}
 }
 
 // onPlaneProbeReply takes the reply to a plane probe: the plane works, and
-// a path out of service moves to it (spec section 6.3), one path a plane,
-// if the connection is still stranded. The path is probed there before it
-// carries data.
+// a stuck path, or any path out of service of a stranded connection, moves
+// to it (spec section 6.3), one path a plane. The path is probed there
+// before it carries data.
 func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
 	plane := slices.Index(s.planeProbe, id)
-	if plane < 0 || !s.stranded() {
+	if plane < 0 || !s.wantsPlane() {
 		return
 	}
 	for _, p := range s.paths {
@@ -139,8 +165,9 @@ func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
 			return // a path moved here already
 		}
 	}
+	stranded := s.stranded() // then any path out of service may move
 	for _, p := range s.paths {
-		if p.InUse() || !p.Move(now, p.next, plane) {
+		if p.InUse() || !stranded && !p.stuck() || !p.Move(now, p.next, plane) {
 			continue
 		}
 		s.planeProbe[plane] = 0
@@ -314,8 +341,8 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 				c.tp.planeUp(p, now)
 			}
 		}
-		if !up && c.snd.stranded() {
-			c.snd.probePlanes() // a path on another plane may carry the connection
+		if !up && c.snd.wantsPlane() {
+			c.snd.probePlanes() // the plane's paths may carry on another
 		}
 		c.snd.pump()
 	}

@@ -63,16 +63,16 @@ func (p *sendPath) expired(now clock.Time) bool {
 	case p.State() == pathmgr.AssumedBad:
 		// The route may be what failed, so the path moves to another (spec
 		// section 6.3), if its plane shows that a route can be the cause.
-		// With every path of the connection out of service, the plane may
-		// be what failed, and other planes are probed.
+		// Where the plane may be what failed, planes the connection has no
+		// path on are probed.
 		switch {
-		case p.timeouts >= 1 && p.s.stranded() && p.s.probePlanes():
+		case p.timeouts >= 1 && (p.s.stranded() || p.stuck()) && p.s.probePlanes():
 			// The plane may be what failed: the path waits to move to a
 			// plane that answers, rather than to a new port of its own.
-			// From the first unanswered probe, since nothing is carried
-			// meanwhile; random loss that explains the silence keeps a
-			// plane's last path in service, so a connection it strands
-			// saw more than loss.
+			// A stranded connection probes from the first unanswered probe,
+			// since nothing is carried meanwhile; random loss that explains
+			// the silence keeps a plane's last path in service, so a
+			// connection it strands saw more than loss.
 		case p.routeSuspect():
 			p.repath(now)
 		}
