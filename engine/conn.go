@@ -166,10 +166,12 @@ func (c *Conn) Streams() int { return c.streams }
 // MaxPacket is the negotiated largest packet.
 func (c *Conn) MaxPacket() int { return c.maxPacket }
 
-// Initial is this side's InitialPSN and InitialDSN, and PeerInitial the
-// peer's, as the handshake carried them (spec section 8.1). The peer's are
-// 0 until its CONNECT or ACCEPT has arrived.
-func (c *Conn) Initial() (psn, dsn uint32)     { return c.isn, c.idsn }
+// Initial is this side's InitialPSN and InitialDSN, as its CONNECT or
+// ACCEPT carried them (spec section 8.1).
+func (c *Conn) Initial() (psn, dsn uint32) { return c.isn, c.idsn }
+
+// PeerInitial is the peer's InitialPSN and InitialDSN, 0 until its CONNECT
+// or ACCEPT has arrived (spec section 8.1).
 func (c *Conn) PeerInitial() (psn, dsn uint32) { return c.peerISN, c.peerIDSN }
 
 // Domain is the connection's protection domain.

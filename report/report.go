@@ -9,6 +9,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"image/color"
 	"io"
 	"math"
 	"os"
@@ -137,6 +138,10 @@ type Series struct {
 	// Points draws the series as points alone, such as the packets of a
 	// time-sequence plot, where a line between them would mean nothing.
 	Points bool
+	// Color, when set, is the series' color in place of the palette's,
+	// which repeats after seven: marks such as losses stay apart from
+	// however many series come before them.
+	Color color.Color
 }
 
 // Plot is a line plot of series.
@@ -175,10 +180,15 @@ func (p *Plot) Save(path string) error {
 		if err != nil {
 			return err
 		}
-		if len(panels) > 0 {
-			pl.X.Min, pl.X.Max = panels[0][0].X.Min, panels[0][0].X.Max // one X for all
-		}
 		panels = append(panels, []*plot.Plot{pl})
+	}
+	// One X for all: the span of every panel's.
+	lo, hi := panels[0][0].X.Min, panels[0][0].X.Max
+	for _, row := range panels[1:] {
+		lo, hi = math.Min(lo, row[0].X.Min), math.Max(hi, row[0].X.Max)
+	}
+	for _, row := range panels {
+		row[0].X.Min, row[0].X.Max = lo, hi
 	}
 	if len(panels) == 1 {
 		return panels[0][0].Save(7*vg.Inch, 4.5*vg.Inch, path)
@@ -225,6 +235,9 @@ func (p *Plot) panel() (*plot.Plot, error) {
 				return nil, err
 			}
 			sc.Color, sc.Shape, sc.Radius = plotutil.Color(i), plotutil.Shape(i), vg.Points(1.5)
+			if s.Color != nil {
+				sc.Color, sc.Radius = s.Color, vg.Points(2)
+			}
 			pl.Add(sc)
 			pl.Legend.Add(s.Name, sc)
 			continue
@@ -234,6 +247,9 @@ func (p *Plot) panel() (*plot.Plot, error) {
 			return nil, err
 		}
 		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+		if s.Color != nil {
+			line.Color, points.Color = s.Color, s.Color
+		}
 		line.Dashes = plotutil.Dashes(i)
 		points.Shape = plotutil.Shape(i)
 		if len(pts) > 60 {

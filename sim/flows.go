@@ -282,7 +282,7 @@ func grouped(o FabricOptions, flows []Flow) bool {
 		return false // a plane's delay may be below the lookahead the others give
 	}
 	if o.Tracer != nil {
-		return false // the tracer is this process's
+		return false // a Tracer is called from one goroutine; a group runs its hosts on several
 	}
 	// Over processes, a fault comes after what is on an uplink's wire has
 	// arrived. That is at most a full packet's serialization and a link

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"image/color"
 	"io"
 	"math"
 	"slices"
@@ -271,7 +272,7 @@ func WriteSummary(w io.Writer, evs []Event) {
 // losses marked; under it each path's own PSNs, counted from its first,
 // with its losses (spec section 6.2); each path's window; each path's RTT
 // as its ACKs measured it; and, when the peer sent any, the rate hint the
-// sender followed (spec section 7.3).
+// sender followed (spec sections 5.5 and 6.6).
 func Plot(evs []Event, conn uint32) *report.Plot {
 	if conn == 0 {
 		for _, e := range evs {
@@ -296,9 +297,9 @@ func Plot(evs []Event, conn uint32) *report.Plot {
 		}
 		return float64(e.PSN - firstPSN[e.Path])
 	}
-	lostPSN := &report.Series{Name: "lost", Points: true}
-	resent := &report.Series{Name: "resent", Points: true}
-	lost := &report.Series{Name: "lost", Points: true}
+	lostPSN := &report.Series{Name: "lost", Points: true, Color: color.Black}
+	resent := &report.Series{Name: "resent", Points: true, Color: color.Gray{Y: 0x60}}
+	lost := &report.Series{Name: "lost", Points: true, Color: color.Black}
 	hint := &report.Series{Name: "rate hint"}
 	var last float64
 	for _, e := range evs {
@@ -330,8 +331,8 @@ func Plot(evs []Event, conn uint32) *report.Plot {
 		case engine.TraceWindow.String():
 			windows.add(e.Path, false, us(e), e.Number())
 		case engine.TraceHint.String():
-			// A hint holds until the next: a step. No limit is drawn as a
-			// gap.
+			// A hint holds until the next: a step. No limit is left out of
+			// the line.
 			gbps := e.Number() * 8 / 1e9
 			if n := len(hint.Y); n > 0 {
 				hint.X, hint.Y = append(hint.X, us(e)), append(hint.Y, hint.Y[n-1])

@@ -173,24 +173,25 @@ func benchHeader(w io.Writer, test string, o transferOptions, role string, depth
 		mode = "baseline (RoCEv2-like)"
 	}
 	fmt.Fprintf(w, " Transport type  : mroce over UDP, %s\n", mode)
-	fmt.Fprintf(w, " Paths           : %d\t\tPort           : %d\n", o.paths, o.port)
+	fmt.Fprintf(w, " Port            : %d\n", o.port)
 	if depth > 0 {
 		fmt.Fprintf(w, " TX depth        : %d\n", depth)
 	}
 }
 
 // benchEnds prints the rest of perftest's header once the connection is
-// up: the packet size the handshake settled and each end's identity, as
-// perftest prints each QP's QPN, PSN and RKey. A connection has a PSN
-// space per path, all starting at one InitialPSN, and a DSN space of its
-// own (docs/spec.md section 6.2).
+// up: what the handshake settled, the largest packet sent now, and each
+// end's identity, as perftest prints each QP's QPN, PSN and RKey. A
+// connection has a PSN space per path, all starting at one InitialPSN
+// (docs/spec.md section 6.2), and a DSN space of its own (section 6.5).
 func benchEnds(w io.Writer, e perftest.Ends, local, remote []netip.Addr) {
 	mtu := e.Params.MaxPacket
 	for _, m := range e.Params.PathMTU {
 		mtu = min(mtu, m)
 	}
-	fmt.Fprintf(w, " Mtu             : %d[B] (the largest packet, as UDP payload)\n", mtu)
-	fmt.Fprintf(w, " Streams         : %d\t\tAtomics        : %s\n", e.Params.Streams, map[bool]string{true: "ON", false: "OFF"}[e.Params.Atomics])
+	fmt.Fprintf(w, " Mtu             : %d[B] (the largest packet sent now, as UDP payload)\n", mtu)
+	fmt.Fprintf(w, " Paths           : %d\t\tStreams        : %d\n", e.Params.Paths, e.Params.Streams)
+	fmt.Fprintf(w, " Atomics         : %s\n", map[bool]string{true: "ON", false: "OFF"}[e.Params.Atomics])
 	fmt.Fprintln(w, rule)
 	end := func(name string, id endpoint.WireIdentity, rkey uint64, addrs []netip.Addr) {
 		key := "-"
@@ -228,7 +229,7 @@ func runBenchServer(ctx context.Context, w io.Writer, test string, planes []neti
 	}
 	started := func(req perftest.Request, e perftest.Ends) {
 		if !o.json {
-			fmt.Fprintf(w, " TX depth        : %d\n", req.Depth)
+			fmt.Fprintf(w, " TX depth        : %d\n", txDepth(req))
 			benchEnds(w, e, planes, nil)
 		}
 	}
@@ -278,6 +279,25 @@ func serveFirstTest(ctx context.Context, lis *endpoint.Listener, s perftest.Side
 	}
 }
 
+// txDepth is the messages a test keeps in flight: its depth, or one for
+// the latency test's ping-pong.
+func txDepth(req perftest.Request) int {
+	if perftest.IsLatency(req.Test) {
+		return 1
+	}
+	return req.Depth
+}
+
+// bandwidthUnit is the unit bandwidth is printed in and how many of it
+// make a Gb/s: perftest's MB/sec, 2^20 bytes a second, or with gbits its
+// Gb/sec, 10^9 bits a second.
+func bandwidthUnit(gbits bool) (unit string, perGbps float64) {
+	if gbits {
+		return "Gb/sec", 1
+	}
+	return "MB/sec", 1e9 / 8 / (1 << 20)
+}
+
 // runBenchClient runs req against the server at to. Bandwidth is printed
 // as perftest prints it: in MB/sec, 2^20 bytes a second, or with gbits in
 // Gb/sec, 10^9 bits a second.
@@ -302,19 +322,12 @@ func runBenchClient(ctx context.Context, w io.Writer, req perftest.Request, loca
 	h.Metrics.Add(fmt.Sprintf("%v:%d", to[0], o.port), s.QP)
 	// The columns are fixed as perftest prints them, so that each row can go
 	// out as its size finishes.
-	unit, perGbps := "MB/sec", 1e9/8/(1<<20)
-	if gbits {
-		unit, perGbps = "Gb/sec", 1
-	}
+	unit, perGbps := bandwidthUnit(gbits)
 	started := func(e perftest.Ends) {
 		if o.json {
 			return
 		}
-		depth := req.Depth
-		if perftest.IsLatency(req.Test) {
-			depth = 1
-		}
-		benchHeader(w, req.Test, o, "client", depth)
+		benchHeader(w, req.Test, o, "client", txDepth(req))
 		benchEnds(w, e, local, to)
 		if perftest.IsLatency(req.Test) {
 			fmt.Fprintf(w, " %-10s %-12s %-12s %-12s %-16s %-12s %-14s %-21s %s\n", "#bytes", "#iterations", "t_min[usec]",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"regexp"
@@ -245,5 +246,23 @@ func TestBenchServerRefusesAnotherTestAndCloses(t *testing.T) {
 			t.Fatal("the server did not close the connection")
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// Bandwidth is printed in perftest's units: MB/sec of 2^20 bytes, so that
+// 1 Gb/s, 125,000,000 bytes a second, is 119.209 MB/sec; or Gb/sec as is.
+// A latency test keeps one message in flight whatever its depth.
+func TestBenchUnitsAndDepth(t *testing.T) {
+	if unit, per := bandwidthUnit(false); unit != "MB/sec" || math.Abs(per-125e6/1048576) > 1e-9 {
+		t.Errorf("MB/sec: %s, %v a Gb/s", unit, per)
+	}
+	if unit, per := bandwidthUnit(true); unit != "Gb/sec" || per != 1 {
+		t.Errorf("Gb/sec: %s, %v a Gb/s", unit, per)
+	}
+	if d := txDepth(perftest.Request{Test: perftest.WriteLat, Depth: 128}); d != 1 {
+		t.Errorf("write_lat: depth %d", d)
+	}
+	if d := txDepth(perftest.Request{Test: perftest.ReadBW, Depth: 64}); d != 64 {
+		t.Errorf("read_bw: depth %d", d)
 	}
 }

@@ -30,10 +30,12 @@ func cpuFreqWarning(fsys fs.FS) string {
 		return ""
 	}
 	var named []string
+	scaling := 0
 	for g, n := range others {
 		named = append(named, fmt.Sprintf("%q on %d", g, n))
+		scaling += n
 	}
 	sort.Strings(named)
-	return fmt.Sprintf("bench: warning: CPU frequency governor %s of %d CPUs, not \"performance\": figures may be low and vary (-F: no warning)",
-		strings.Join(named, ", "), len(files))
+	return fmt.Sprintf("bench: warning: %d of %d CPUs may change their frequency (governor %s, not \"performance\"): figures may be low and vary (-F: no warning)",
+		scaling, len(files), strings.Join(named, ", "))
 }

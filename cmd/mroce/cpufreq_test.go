@@ -28,7 +28,7 @@ func TestCPUFreqWarning(t *testing.T) {
 		t.Errorf("all performance: %q", w)
 	}
 	w := cpuFreqWarning(fsys("performance", "powersave", "powersave", "schedutil"))
-	for _, want := range []string{`"powersave" on 2`, `"schedutil" on 1`, "of 4 CPUs", "-F"} {
+	for _, want := range []string{"3 of 4 CPUs", `governor "powersave" on 2, "schedutil" on 1,`, "-F"} {
 		if !strings.Contains(w, want) {
 			t.Errorf("no %q in %q", want, w)
 		}

@@ -17,7 +17,7 @@ var examples = map[string][]string{
 	"bench send_bw":        {"mroce bench send_bw --server --listen 127.0.0.85", "mroce bench send_bw --to 127.0.0.85 --size 4096 -t 64"},
 	"bench read_bw":        {"mroce bench read_bw --server --listen 127.0.0.85", "mroce bench read_bw --to 127.0.0.85 --size 1048576 -n 2000"},
 	"bench write_lat":      {"mroce bench write_lat --server --listen 127.0.0.85", "mroce bench write_lat 127.0.0.85 -n 10000"},
-	"sim loss":             {"mroce sim loss --plot loss.svg", "mroce sim loss --losses 0.05 --size-mib 8 --trace loss.trace && mroce trace loss.trace --plot loss-trace.svg", "mroce sim loss --losses 0,0.1,0.2 --every-link --paths 128 --seeds 4 --jobs 2 --resend same"},
+	"sim loss":             {"mroce sim loss --plot loss.svg", "mroce sim loss --losses 0.05 --size-mib 8 --trace loss.trace", "mroce sim loss --losses 0,0.1,0.2 --every-link --paths 128 --seeds 4 --jobs 2 --resend same"},
 	"sim incast":           {"mroce sim incast --senders 8,32 --rates-gbps 400"},
 	"sim planes":           {"mroce sim planes --planes 4,8 --hosts-per-leaf 8 --spines 4"},
 	"sim planefail":        {"mroce sim planefail --down --plot planefail.svg"},

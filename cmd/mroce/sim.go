@@ -27,7 +27,7 @@ func simOutputFlags(scenario string) []cli.Flag {
 		&cli.BoolFlag{Name: "real-payloads", Usage: "copy and checksum every payload byte as on a real wire (slower; the results are the same: by default payloads are placeholders of their length)"},
 		&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof reads it)"},
 		&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile of what the last run of flows holds live at its end to this file (go tool pprof reads it; the scenarios with a speed table)"},
-		&cli.StringFlag{Name: "trace", Usage: "write the engines' decisions in the scenario's first run (the first seed's, the first row's mroce run) to this file, a JSON line each: mroce trace reads it"},
+		&cli.StringFlag{Name: "trace", Usage: "write the engines' decisions in the scenario's first run (the first seed's, the first row's mroce run) to this file, a JSON line each, for mroce trace: every connection's every packet, so keep the run small; a traced run goes on one clock, never over processes, and a fabric scenario's first table row may differ from an untraced run's in its last digits"},
 		&cli.BoolFlag{Name: "huge-pages", Value: true, Usage: "ask the kernel for huge pages for the simulation's memory (Linux, unless its transparent huge pages are off): faster with thousands of connections; the results are the same"},
 	}
 }

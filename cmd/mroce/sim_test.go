@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -229,13 +230,20 @@ func TestSimProfiles(t *testing.T) {
 
 // sim --trace writes the first run's decisions, which mroce trace reads:
 // for the loss scenario, the mroce transfer at the first rate, with its
-// losses and resends.
+// losses and resends, and nothing of the five other runs, which a run of
+// that rate alone shows: its trace is the same to the byte.
 func TestSimTrace(t *testing.T) {
 	dir := t.TempDir()
-	file := filepath.Join(dir, "loss.trace")
+	file, alone := filepath.Join(dir, "loss.trace"), filepath.Join(dir, "alone.trace")
 	r := runCLI(t, "", "sim", "loss", "--losses", "0.02,0.05", "--size-mib", "2", "--jobs", "2", "--trace", file)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, "", "sim", "loss", "--losses", "0.02", "--size-mib", "2", "--trace", alone); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if a, b := readFile(t, file), readFile(t, alone); !bytes.Equal(a, b) {
+		t.Fatalf("the scenario's trace (%d bytes) is not its first run's alone (%d bytes)", len(a), len(b))
 	}
 	f, err := os.Open(file)
 	if err != nil {
@@ -263,4 +271,13 @@ func TestSimTrace(t *testing.T) {
 	if r := runCLI(t, "", "sim", "loss", "--losses", "0", "--size-mib", "1", "--trace", filepath.Join(dir, "none", "x")); r.code != 2 || !strings.Contains(r.stderr, "--trace") {
 		t.Fatalf("a trace file that cannot be made: exit %d, %s", r.code, r.stderr)
 	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -30,7 +30,7 @@ func openTrace(c *cli.Context) (*traceFile, error) {
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, usagef(c, "%s: --trace: %v", c.Command.Name, err)
+		return nil, usagef(c, "%s: --trace: %v", commandName(c), err)
 	}
 	return &traceFile{f: f, w: tracelog.NewWriter(f)}, nil
 }
