@@ -122,7 +122,9 @@ type Config struct {
 	// only while its port has no more than a few packets waiting, so the
 	// connections give a slower port less and build no queue in front of
 	// it. A plane without a rate here takes new data whenever its paths
-	// have room.
+	// have room. Where every plane has a rate and they differ, the paths
+	// of a new connection beyond its whole rounds over the planes are
+	// dealt to the planes in proportion to the rates (dealing.go).
 	PortRates []float64
 	// HintHorizon turns a sender's declared backlog into its demand, which
 	// is backlog / horizon. It is also how long a silent sender keeps its

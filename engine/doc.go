@@ -15,6 +15,7 @@
 //	dsn.go          the sender's DSN ring (section 6.5)
 //	send.go         the sender, pacing, spraying over paths, building data packets
 //	sendpath.go     a path's PSN ring and window (sections 6.1, 6.2)
+//	dealing.go      which plane each path of a new connection goes on
 //	sack.go         applying ACKs and their selective-ack records (sections 5.5, 6.6)
 //	recovery.go     tail probes, timeouts and copies on another plane (section 6.6)
 //	timer.go        the path, ACK and no-progress timers

@@ -36,6 +36,8 @@ type Endpoint struct {
 	conns     map[uint32]*Conn           // by local connection id
 	dropper   *Conn                      // the connection of the last datagram the host dropped (LocalDrop)
 	nextPlane int                        // the plane the next connection's first path goes on (sender.equip)
+	dealPass  []float64                  // by plane, where dealByRate has dealt to: a path advances it by the fastest port's rate over the plane's
+	dealtAt   float64                    // the pass of the last path dealByRate dealt
 	drain     hostRate                   // the rate this endpoint drains its receive buffer at, learned from its overflows (localdrop.go)
 	marks     inboundMarks               // the share of arrivals CE-marked, and what the hints hold back for it (inbound.go)
 	listener  func(*Conn) (Events, bool) // nil when not listening

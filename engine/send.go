@@ -228,32 +228,6 @@ func (s *sender) equip() {
 	s.openFirstWindow()
 }
 
-// dealtPlanes returns the plane of each path. The endpoint deals its
-// initiated connections' paths to the planes it was given the peer's
-// addresses on, in turn, so that connections with fewer paths than planes,
-// or a number that the planes do not divide, spread over every plane
-// together; where the planes divide every connection's paths, path i is on
-// plane i. An acceptor learns the peer's planes as packets arrive, and
-// puts path i on plane i mod planes.
-func (c *Conn) dealtPlanes() func(i int) int {
-	all := len(c.ep.cfg.Planes)
-	if !c.initiator {
-		return func(i int) int { return i % all }
-	}
-	known := make([]int, 0, all)
-	for p := range all {
-		if c.knows(p) {
-			known = append(known, p)
-		}
-	}
-	if len(known) == 0 {
-		return func(i int) int { return i % all }
-	}
-	first := c.ep.nextPlane % len(known)
-	c.ep.nextPlane = (first + c.paths) % len(known)
-	return func(i int) int { return known[(first+i)%len(known)] }
-}
-
 func (s *sender) busy() bool { return s.msgs > 0 }
 
 // pump sends what the windows allow. Retransmissions go first, then new data

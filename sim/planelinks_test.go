@@ -41,6 +41,25 @@ func TestPlaneLinks(t *testing.T) {
 	}
 }
 
+// An all-to-all of one-path connections over 4 planes, one at half rate,
+// keeps 0.9 of the capacity that remains: each host deals its paths to
+// the planes in proportion to their ports' rates, so the half-rate plane
+// carries a seventh of the connections, 3 of each host's 21. Dealt in
+// turn, a quarter of them sat on it at half the others' rate, and the run
+// waited for them.
+func TestOnePathConnectionsShareAHalfRatePlane(t *testing.T) {
+	o := DefaultPlanes()
+	o.Fabric.Hosts, o.Fabric.Paths, o.FlowBytes, o.Planes = 22, 1, 256<<10, []int{4}
+	o.Fabric.PlaneLinks = []PlaneLink{{Plane: 0, Rate: 50e9}}
+	res, err := Planes(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Rows[0]; r.OfCapacity < 0.9 {
+		t.Errorf("%.3f of the capacity that remains, want at least 0.9 (FCT p50 %v, p99 %v)", r.OfCapacity, r.FCTP50, r.FCTP99)
+	}
+}
+
 // Plane lines of a traffic file, and what is wrong with bad ones.
 func TestParseTrafficPlanes(t *testing.T) {
 	tr, err := ParseTraffic(strings.NewReader("planes 4\nplane 2 rate-gbps 50\nplane 3 delay 10us\nplane 1 buffer-kib 64\n0->1 size 1"))

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -52,6 +53,9 @@ func Planes(o PlanesOptions) (PlanesResult, error) {
 	results, err := runEach(o.Jobs, len(o.Planes), func(i int) (FlowsResult, error) {
 		f := o.Fabric
 		f.Planes = o.Planes[i]
+		// A run of fewer planes has none of the links of the planes it
+		// lacks.
+		f.PlaneLinks = slices.DeleteFunc(slices.Clone(f.PlaneLinks), func(pl PlaneLink) bool { return pl.Plane >= f.Planes })
 		if i > 0 {
 			f.Tracer = nil // the first run's alone
 		}

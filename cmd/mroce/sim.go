@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -224,6 +225,9 @@ func simCommand() *cli.Command {
 				Action: func(c *cli.Context) error {
 					o := dp
 					o.Planes, o.FlowBytes = c.IntSlice("planes"), c.Int("size-kib")<<10
+					if len(o.Planes) > 0 {
+						o.Fabric.Planes = slices.Max(o.Planes) // what --plane-rate-gbps and its siblings may name
+					}
 					if err := fabricFlagsInto(c, &o.Fabric); err != nil {
 						return err
 					}

@@ -152,6 +152,11 @@ func TestSimLinkFlags(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "2 KiB packets") {
 		t.Fatalf("incast --mtu 2048: exit %d: %s %s", r.code, r.stdout, r.stderr)
 	}
+	// sim planes may name any plane of its largest count.
+	r = runCLI(t, "", "sim", "planes", "--planes", "2,4", "--plane-rate-gbps", "3=50", "--hosts", "3", "--size-kib", "64", "--plot", "")
+	if r.code != 0 {
+		t.Fatalf("planes --plane-rate-gbps 3=50 with --planes 2,4: exit %d: %s", r.code, r.stderr)
+	}
 }
 
 // Text and CSV, and bad flags.
