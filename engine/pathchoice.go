@@ -18,7 +18,7 @@ import (
 // refused packets can leave holes behind an unresolved oldest PSN. And the
 // peer's address on its plane must be known.
 func (s *sender) usable(p *sendPath, skip bool) bool {
-	return p.Ready(s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom() && s.c.knows(p.Plane())
+	return p.Ready(s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom() && s.c.knows(p.Plane()) && !p.returning
 }
 
 // pickPath chooses a path for a packet. New data (lost < 0) is sprayed

@@ -119,10 +119,7 @@ func (s *sender) probePlanes() bool {
 	if c.mode != proto.ModeMultipath || c.state != Established {
 		return false
 	}
-	if s.planeProbe == nil {
-		s.planeProbe = make([]uint32, len(c.ep.cfg.Planes))
-		s.planeT = c.ep.clock.NewTimer(s.onPlaneTimer)
-	}
+	s.planeProbes()
 	on := make([]bool, len(s.planeProbe))
 	for _, p := range s.paths {
 		on[p.Plane()] = true
@@ -143,6 +140,14 @@ func (s *sender) probePlanes() bool {
 	return sent
 }
 
+// planeProbes makes the plane probes' state when first needed.
+func (s *sender) planeProbes() {
+	if s.planeProbe == nil {
+		s.planeProbe = make([]uint32, len(s.c.ep.cfg.Planes))
+		s.planeT = s.c.ep.clock.NewTimer(s.onPlaneTimer)
+	}
+}
+
 // onPlaneTimer probes the planes again while a path is stuck.
 func (s *sender) onPlaneTimer() {
 	if s.wantsPlane() {
@@ -154,10 +159,11 @@ func (s *sender) onPlaneTimer() {
 // onPlaneProbeReply takes the reply to a plane probe: the plane works, and
 // a stuck path, or any path out of service of a stranded connection, moves
 // to it (spec section 6.3), one path a plane. The path is probed there
-// before it carries data.
+// before it carries data. Failing that, a path whose home the plane is
+// goes back to it (returnHome).
 func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
 	plane := slices.Index(s.planeProbe, id)
-	if plane < 0 || !s.wantsPlane() {
+	if plane < 0 {
 		return
 	}
 	for _, p := range s.paths {
@@ -165,21 +171,131 @@ func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
 			return // a path moved here already
 		}
 	}
-	stranded := s.stranded() // then any path out of service may move
+	if s.wantsPlane() {
+		stranded := s.stranded() // then any path out of service may move
+		for _, p := range s.paths {
+			if p.InUse() || !stranded && !p.stuck() {
+				continue
+			}
+			if p.moveTo(plane, now) {
+				s.planeProbe[plane] = 0
+				s.probeHomes() // it may come back once its own plane works
+				return
+			}
+		}
+	}
 	for _, p := range s.paths {
-		if p.InUse() || !stranded && !p.stuck() || !p.Move(now, p.next, plane) {
+		if p.home == plane && !p.returning && now >= p.MovableAt() {
+			s.planeProbe[plane] = 0
+			p.returnHome(now)
+			return
+		}
+	}
+}
+
+// moveTo moves the path to plane (spec section 6.3) and probes it there,
+// and reports whether the path could move yet.
+func (p *sendPath) moveTo(plane int, now clock.Time) bool {
+	if !p.Move(now, p.next, plane) {
+		return false
+	}
+	p.s.planePaths = nil // counted again when next needed (stride)
+	p.s.stats.PlaneMoves++
+	p.timeouts = 0
+	if p.State() == pathmgr.Down {
+		p.PlaneUp(true)
+	}
+	p.sendProbe()
+	p.armTimer(now)
+	return true
+}
+
+// away reports whether the path has left its home plane, which no other
+// path of its connection is on now.
+func (p *sendPath) away() bool {
+	if p.Plane() == p.home {
+		return false
+	}
+	for _, q := range p.s.paths {
+		if q != p && q.Plane() == p.home {
+			return false
+		}
+	}
+	return true
+}
+
+// probeHomes sends a plane probe to the home of each path away from it
+// that may move now, whose peer address is known and whose port the host
+// does not see down, and arms homeT for the next round. A path that left a
+// failed plane would otherwise keep its connection off that plane for its
+// life once the plane is repaired, and the endpoint's paths would crowd
+// the others. A path moves at most once an MPL (section 6.3), so the homes
+// are probed no more often than that, and at once when the host sees a
+// plane come back (SetPlaneUp).
+func (s *sender) probeHomes() {
+	c := s.c
+	if c.mode != proto.ModeMultipath || c.state != Established {
+		return
+	}
+	now := c.ep.clock.Now()
+	var next clock.Time
+	for _, p := range s.paths {
+		if !p.away() || p.returning {
 			continue
 		}
-		s.planeProbe[plane] = 0
-		s.planePaths = nil // counted again when next needed (stride)
-		s.stats.PlaneMoves++
-		p.timeouts = 0
-		if p.State() == pathmgr.Down {
-			p.PlaneUp(true)
+		at := p.MovableAt()
+		if at <= now {
+			at = now.Add(c.ep.cfg.MPL)
+			if c.knows(p.home) && !c.ep.down[p.home] {
+				s.planeProbes()
+				s.planeProbe[p.home] = planeProbeBits | c.ep.random32()>>2
+				c.sendPlaneProbe(p.home, s.planeProbe[p.home])
+			}
 		}
-		p.sendProbe()
-		p.armTimer(now)
+		if next == 0 || at < next {
+			next = at
+		}
+	}
+	if next != 0 {
+		if s.homeT == nil {
+			s.homeT = c.ep.clock.NewTimer(s.onHomeTimer)
+		}
+		s.homeT.Reset(next)
+	}
+}
+
+// onHomeTimer probes the homes again.
+func (s *sender) onHomeTimer() {
+	s.probeHomes()
+	s.c.ep.flush()
+}
+
+// returnHome sends the path back to its home plane, which a probe showed
+// works. A path with packets in flight first drains, taking no new data
+// (usable), so that none of them is left unrecorded on the old route
+// (section 6.3); pump moves it once they are resolved.
+func (p *sendPath) returnHome(now clock.Time) {
+	if p.inflight > 0 {
+		if !p.returning {
+			p.returning = true
+			p.s.returning++
+		}
 		return
+	}
+	if p.returning {
+		p.returning = false
+		p.s.returning--
+	}
+	p.moveTo(p.home, now)
+}
+
+// returnHomes moves the draining paths that have drained.
+func (s *sender) returnHomes() {
+	now := s.c.ep.clock.Now()
+	for _, p := range s.paths {
+		if p.returning && p.inflight == 0 {
+			p.returnHome(now)
+		}
 	}
 }
 
@@ -343,6 +459,9 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 		}
 		if !up && c.snd.wantsPlane() {
 			c.snd.probePlanes() // the plane's paths may carry on another
+		}
+		if up {
+			c.snd.probeHomes() // paths that left it may come back
 		}
 		c.snd.pump()
 	}

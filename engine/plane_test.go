@@ -196,6 +196,51 @@ func TestPathLeavesAFailedPlaneWhileOthersCarry(t *testing.T) {
 	}
 }
 
+// TestPathReturnsToItsRepairedPlane fails, then repairs, the plane one of
+// a two-path connection's paths is on, of four. The path moves off it, and
+// once the plane works again and an MPL has passed since the move (spec
+// section 6.3) it goes back: a plane repaired would otherwise stay without
+// the paths that left it for their connections' lives. It drains before
+// it moves, so nothing it sent on the other plane goes unrecorded, and the
+// transfer completes intact.
+func TestPathReturnsToItsRepairedPlane(t *testing.T) {
+	for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
+		t.Run(fmt.Sprint(kind), func(t *testing.T) {
+			fc := fourPlanes()
+			fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: kind, Plane: 0},
+				{At: 2 * time.Millisecond, Kind: netem.Repair, Plane: 0}}
+			n := newNet(t, fc, Config{Paths: 2, MPL: time.Millisecond})
+			log := &pathLog{}
+			pr := n.connect(0, 1)
+			pr.a.events = log
+			const size = 160 << 20 // about 7 ms at two planes' rate
+			src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+			dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+			pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+			if !n.run(time.Second, func() bool { return len(log.done) == 1 || pr.a.State() == Closed }) {
+				t.Fatal("not complete")
+			}
+			if pr.a.State() != Established || log.done[0].Status != StatusOK || digest(src.Bytes()) != digest(dst.Bytes()) {
+				t.Fatalf("connection %v (%v), completion %+v", pr.a.State(), pr.a.Err(), log.done)
+			}
+			var planes []int
+			for _, ev := range log.events {
+				if ev.Path == 0 && ev.Repath && (len(planes) == 0 || planes[len(planes)-1] != ev.Plane) {
+					planes = append(planes, ev.Plane)
+				}
+			}
+			p := pr.a.snd.paths[0]
+			if len(planes) < 2 || planes[len(planes)-1] != 0 || p.Plane() != 0 || p.State() != pathmgr.Good || pr.a.snd.returning != 0 {
+				t.Fatalf("path 0 moved over planes %v and ended on plane %d, %v: want it away from plane 0 and back", planes, p.Plane(), p.State())
+			}
+			if q := pr.a.snd.paths[1]; q.Plane() != 1 || q.Counters.Repaths != 0 {
+				t.Errorf("path 1 ended on plane %d after %d repaths: its plane never failed", q.Plane(), q.Counters.Repaths)
+			}
+			t.Logf("%v: path 0 over planes %v; %v; %+v", kind, planes, n.sim.Now(), pr.a.SenderStats())
+		})
+	}
+}
+
 // TestBlackholedPlaneProbedAtMostBadProbeMaxApart checks that a blackholed
 // plane's paths are probed at most BadProbeMax apart however long the
 // outage lasts, rather than at a timeout that doubles without end. Once the

@@ -44,6 +44,11 @@ type sender struct {
 	// stays stranded (probePlanes). planeT is made when first needed.
 	planeProbe []uint32
 	planeT     clock.Timer
+	// homeT probes the home planes of paths that moved off them, once
+	// they may move again, and returning counts the paths draining to go
+	// home (pathstate.go).
+	homeT     clock.Timer
+	returning int
 
 	// Posted messages, by stream. ready holds every stream that may have
 	// data to send, so that nextMessage skips the idle ones.
@@ -218,7 +223,8 @@ func (s *sender) equip() {
 		p := &paths[i]
 		*p = sendPath{s: s, ring: rings[i*minPathRing : (i+1)*minPathRing : (i+1)*minPathRing],
 			next: c.isn, oldest: c.isn, cwin: &windows[i]}
-		p.Init(uint8(i), planes(i), &s.ports, c.isn, p)
+		p.home = planes(i)
+		p.Init(uint8(i), p.home, &s.ports, c.isn, p)
 		p.window = p.cwin.Packets()
 		p.timer = c.ep.clock.NewTimer(p.onTimer)
 		s.paths = append(s.paths, p)
@@ -235,6 +241,9 @@ func (s *sender) busy() bool { return s.msgs > 0 }
 func (s *sender) pump() {
 	if s.c.state != Established || s.paths == nil {
 		return // not established yet, or nothing ever posted (see equip)
+	}
+	if s.returning > 0 {
+		s.returnHomes()
 	}
 	for s.c.tp.sendOne(s) {
 	}

@@ -69,6 +69,12 @@ type sendPath struct {
 		window   float64
 	}
 
+	// home is the plane the path was dealt (dealtPlanes). A path that left
+	// it when it failed goes back once it works (returnHome); returning is
+	// set while the path drains, taking no data, before it moves.
+	home      int
+	returning bool
+
 	// The path manager's part: state, source port, epoch, RTT, counters.
 	pathmgr.Path
 }

@@ -134,6 +134,9 @@ func (s *sender) flush(st Status, err error) {
 	if s.planeT != nil {
 		s.planeT.Stop()
 	}
+	if s.homeT != nil {
+		s.homeT.Stop()
+	}
 	if s.c != nil && s.c.mtu != nil {
 		s.c.mtu.timer.Stop()
 	}

@@ -216,6 +216,15 @@ func (p *Path) Move(now clock.Time, nextPSN uint32, plane int) bool {
 	return true
 }
 
+// MovableAt is when the path may next repath or move (see Repath): at
+// once for a path that never has.
+func (p *Path) MovableAt() clock.Time {
+	if p.Counters.Repaths == 0 {
+		return 0
+	}
+	return p.repathedAt.Add(p.ports.MPL << max(p.moves, 1) >> 1)
+}
+
 // mayMove reports whether the path may repath now (see Repath).
 func (p *Path) mayMove(now clock.Time) bool {
 	if p.Counters.Repaths > 0 {
