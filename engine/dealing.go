@@ -9,8 +9,9 @@ import "slices"
 // together; where the planes divide every connection's paths, path i is on
 // plane i. Where the ports' rates are known and differ, a connection's
 // whole rounds of paths go on every plane, and the paths beyond them are
-// dealt in proportion to the rates instead (dealByRate). An acceptor learns the
-// peer's planes as packets arrive, and puts path i on plane i mod planes.
+// dealt in proportion to the rates instead (dealByRate). An acceptor
+// learns the peer's planes as packets arrive, and puts path i on plane
+// i mod planes.
 func (c *Conn) dealtPlanes() func(i int) int {
 	all := len(c.ep.cfg.Planes)
 	if !c.initiator {

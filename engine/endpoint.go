@@ -35,7 +35,7 @@ type Endpoint struct {
 	// and by their CONNECT in closedKey (spec section 8.5).
 	conns     map[uint32]*Conn           // by local connection id
 	dropper   *Conn                      // the connection of the last datagram the host dropped (LocalDrop)
-	nextPlane int                        // the plane the next connection's first path goes on (sender.equip)
+	nextPlane int                        // where in its known planes the next connection's paths are dealt from (dealtPlanes, dealByRate)
 	dealPass  []float64                  // by plane, where dealByRate has dealt to: a path advances it by the fastest port's rate over the plane's
 	dealtAt   float64                    // the pass of the last path dealByRate dealt
 	drain     hostRate                   // the rate this endpoint drains its receive buffer at, learned from its overflows (localdrop.go)

@@ -134,7 +134,7 @@ func (s *sender) tailCut(now clock.Time) time.Duration {
 	const none = time.Duration(math.MaxInt64)
 	var fastest *sendPath
 	for _, p := range s.paths {
-		if p.RTT.Samples > 0 && (fastest == nil || p.RTT.Min < fastest.RTT.Min) && p.Ready(now, true) && s.c.knows(p.Plane()) {
+		if p.RTT.Samples > 0 && (fastest == nil || p.RTT.Min < fastest.RTT.Min) && p.Ready(now, true) && s.c.knows(p.Plane()) && !p.returning {
 			fastest = p
 		}
 	}

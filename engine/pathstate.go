@@ -120,24 +120,34 @@ func (s *sender) probePlanes() bool {
 		return false
 	}
 	s.planeProbes()
-	on := make([]bool, len(s.planeProbe))
-	for _, p := range s.paths {
-		on[p.Plane()] = true
-	}
-	sent := false
+	sent, silent := false, false
 	for plane := range s.planeProbe {
+		silent = silent || s.planeProbe[plane] != 0 && !s.hasPathOn(plane) // the last round's probe went unanswered
 		s.planeProbe[plane] = 0
-		if on[plane] || !c.knows(plane) || c.ep.down[plane] {
+		if s.hasPathOn(plane) || !c.knows(plane) || c.ep.down[plane] {
 			continue
 		}
 		s.planeProbe[plane] = planeProbeBits | c.ep.random32()>>2
 		c.sendPlaneProbe(plane, s.planeProbe[plane])
 		sent = true
 	}
+	if silent {
+		s.silentPlaneRounds = min(s.silentPlaneRounds+1, 2)
+	}
 	if sent {
 		s.planeT.Reset(c.ep.clock.Now().Add(c.ep.cfg.BadProbeMax))
 	}
 	return sent
+}
+
+// hasPathOn reports whether a path of the connection is on plane.
+func (s *sender) hasPathOn(plane int) bool {
+	for _, p := range s.paths {
+		if p.Plane() == plane {
+			return true
+		}
+	}
+	return false
 }
 
 // planeProbes makes the plane probes' state when first needed.
@@ -166,10 +176,9 @@ func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
 	if plane < 0 {
 		return
 	}
-	for _, p := range s.paths {
-		if p.Plane() == plane {
-			return // a path moved here already
-		}
+	s.silentPlaneRounds = 0
+	if s.hasPathOn(plane) {
+		return // a path moved here already
 	}
 	if s.wantsPlane() {
 		stranded := s.stranded() // then any path out of service may move
@@ -193,6 +202,12 @@ func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
 	}
 }
 
+// mayGoHome reports whether the path's home plane may take it now: it is
+// away from it, and the host does not see the plane down.
+func (p *sendPath) mayGoHome() bool {
+	return p.away() && p.s.c.knows(p.home) && !p.s.c.ep.down[p.home]
+}
+
 // moveTo moves the path to plane (spec section 6.3) and probes it there,
 // and reports whether the path could move yet.
 func (p *sendPath) moveTo(plane int, now clock.Time) bool {
@@ -202,9 +217,7 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 	p.s.planePaths = nil // counted again when next needed (stride)
 	p.s.stats.PlaneMoves++
 	p.timeouts = 0
-	if p.State() == pathmgr.Down {
-		p.PlaneUp(true)
-	}
+	p.PlaneUp(true) // probed, out of service until it answers
 	p.sendProbe()
 	p.armTimer(now)
 	return true
@@ -225,13 +238,11 @@ func (p *sendPath) away() bool {
 }
 
 // probeHomes sends a plane probe to the home of each path away from it
-// that may move now, whose peer address is known and whose port the host
-// does not see down, and arms homeT for the next round. A path that left a
-// failed plane would otherwise keep its connection off that plane for its
-// life once the plane is repaired, and the endpoint's paths would crowd
-// the others. A path moves at most once an MPL (section 6.3), so the homes
-// are probed no more often than that, and at once when the host sees a
-// plane come back (SetPlaneUp).
+// that may move now (mayGoHome, and the MPL rule of section 6.3), and arms
+// homeT for when the next may, or an MPL on. A path that left a failed
+// plane would otherwise keep its connection off that plane for its life
+// once the plane is repaired, and the endpoint's paths would crowd the
+// others. SetPlaneUp calls it when the host sees a plane come back.
 func (s *sender) probeHomes() {
 	c := s.c
 	if c.mode != proto.ModeMultipath || c.state != Established {
@@ -240,17 +251,17 @@ func (s *sender) probeHomes() {
 	now := c.ep.clock.Now()
 	var next clock.Time
 	for _, p := range s.paths {
-		if !p.away() || p.returning {
+		// A home the host sees down is probed when it comes back
+		// (SetPlaneUp), and one whose peer address is not known cannot be.
+		if !p.mayGoHome() || p.returning {
 			continue
 		}
 		at := p.MovableAt()
 		if at <= now {
 			at = now.Add(c.ep.cfg.MPL)
-			if c.knows(p.home) && !c.ep.down[p.home] {
-				s.planeProbes()
-				s.planeProbe[p.home] = planeProbeBits | c.ep.random32()>>2
-				c.sendPlaneProbe(p.home, s.planeProbe[p.home])
-			}
+			s.planeProbes()
+			s.planeProbe[p.home] = planeProbeBits | c.ep.random32()>>2
+			c.sendPlaneProbe(p.home, s.planeProbe[p.home])
 		}
 		if next == 0 || at < next {
 			next = at
@@ -273,9 +284,11 @@ func (s *sender) onHomeTimer() {
 // returnHome sends the path back to its home plane, which a probe showed
 // works. A path with packets in flight first drains, taking no new data
 // (usable), so that none of them is left unrecorded on the old route
-// (section 6.3); pump moves it once they are resolved.
+// (section 6.3); pump moves it once they are resolved. Where the home may
+// no longer take it by then, down or taken by another path, or the path
+// may not move, the return is given up and the home probed again later.
 func (p *sendPath) returnHome(now clock.Time) {
-	if p.inflight > 0 {
+	if p.inflight > 0 && p.mayGoHome() {
 		if !p.returning {
 			p.returning = true
 			p.s.returning++
@@ -286,14 +299,17 @@ func (p *sendPath) returnHome(now clock.Time) {
 		p.returning = false
 		p.s.returning--
 	}
-	p.moveTo(p.home, now)
+	if !p.mayGoHome() || !p.moveTo(p.home, now) {
+		p.s.probeHomes()
+	}
 }
 
-// returnHomes moves the draining paths that have drained.
+// returnHomes moves the draining paths that have drained, and gives up
+// the returns that their homes may no longer take.
 func (s *sender) returnHomes() {
 	now := s.c.ep.clock.Now()
 	for _, p := range s.paths {
-		if p.returning && p.inflight == 0 {
+		if p.returning && (p.inflight == 0 || !p.mayGoHome()) {
 			p.returnHome(now)
 		}
 	}
@@ -456,6 +472,9 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 			case up && p.State() == pathmgr.Down:
 				c.tp.planeUp(p, now)
 			}
+		}
+		if !up && c.snd.returning > 0 {
+			c.snd.returnHomes() // a return to it is given up
 		}
 		if !up && c.snd.wantsPlane() {
 			c.snd.probePlanes() // the plane's paths may carry on another

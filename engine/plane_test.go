@@ -217,28 +217,105 @@ func TestPathReturnsToItsRepairedPlane(t *testing.T) {
 			src := pr.ha.region(t, size, 5, memreg.LocalWrite)
 			dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
 			pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
-			if !n.run(time.Second, func() bool { return len(log.done) == 1 || pr.a.State() == Closed }) {
+			drained := false // path 0 was seen returning with packets in flight, taking none
+			if !n.run(time.Second, func() bool {
+				if p := pr.a.snd.paths; p != nil && p[0].returning && p[0].inflight > 0 {
+					drained = true
+					if pr.a.snd.usable(p[0], true) {
+						t.Fatal("a draining path takes data")
+					}
+				}
+				return len(log.done) == 1 || pr.a.State() == Closed
+			}) {
 				t.Fatal("not complete")
 			}
 			if pr.a.State() != Established || log.done[0].Status != StatusOK || digest(src.Bytes()) != digest(dst.Bytes()) {
 				t.Fatalf("connection %v (%v), completion %+v", pr.a.State(), pr.a.Err(), log.done)
 			}
-			var planes []int
+			var moves []PathEvent // path 0's moves to another plane
+			plane := 0
 			for _, ev := range log.events {
-				if ev.Path == 0 && ev.Repath && (len(planes) == 0 || planes[len(planes)-1] != ev.Plane) {
-					planes = append(planes, ev.Plane)
+				if ev.Path == 0 && ev.Repath && ev.Plane != plane {
+					moves, plane = append(moves, ev), ev.Plane
 				}
 			}
 			p := pr.a.snd.paths[0]
-			if len(planes) < 2 || planes[len(planes)-1] != 0 || p.Plane() != 0 || p.State() != pathmgr.Good || pr.a.snd.returning != 0 {
-				t.Fatalf("path 0 moved over planes %v and ended on plane %d, %v: want it away from plane 0 and back", planes, p.Plane(), p.State())
+			if len(moves) != 2 || moves[1].Plane != 0 || p.Plane() != 0 || p.State() != pathmgr.Good || pr.a.snd.returning != 0 || !drained {
+				t.Fatalf("path 0 moved %+v, ended on plane %d, %v, drained %v: want it away from plane 0 and back, drained first", moves, p.Plane(), p.State(), drained)
+			}
+			// Back once the plane works and an MPL has passed since the move.
+			if back := time.Duration(moves[1].At); back < 2*time.Millisecond || back < time.Duration(moves[0].At)+time.Millisecond {
+				t.Errorf("back at %v: repaired at 2ms, moved away at %v, MPL 1ms", back, time.Duration(moves[0].At))
 			}
 			if q := pr.a.snd.paths[1]; q.Plane() != 1 || q.Counters.Repaths != 0 {
 				t.Errorf("path 1 ended on plane %d after %d repaths: its plane never failed", q.Plane(), q.Counters.Repaths)
 			}
-			t.Logf("%v: path 0 over planes %v; %v; %+v", kind, planes, n.sim.Now(), pr.a.SenderStats())
+			t.Logf("%v: path 0 moved to plane %d at %v, back at %v; %+v", kind, moves[0].Plane, time.Duration(moves[0].At), time.Duration(moves[1].At), pr.a.SenderStats())
 		})
 	}
+}
+
+// TestReturnGivenUpWhenTheHomeFailsAgain repairs a plane and fails it
+// again moments later, while the path that left it may be on its way
+// back. The path never lands on the plane the host sees down: it stays
+// where it is, carrying data, and the transfer completes with no
+// retransmission timeout.
+func TestReturnGivenUpWhenTheHomeFailsAgain(t *testing.T) {
+	for _, again := range []time.Duration{2 * time.Microsecond, 10 * time.Microsecond, 30 * time.Microsecond} {
+		fc := fourPlanes()
+		fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: netem.PlaneDown, Plane: 0},
+			{At: 2 * time.Millisecond, Kind: netem.Repair, Plane: 0},
+			{At: 2*time.Millisecond + again, Kind: netem.PlaneDown, Plane: 0}}
+		n := newNet(t, fc, Config{Paths: 2, MPL: time.Millisecond})
+		pr := n.connect(0, 1)
+		const size = 128 << 20
+		src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+		dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+		onDown := false
+		if !n.run(time.Second, func() bool {
+			for _, p := range pr.a.snd.paths {
+				onDown = onDown || p.Plane() == 0 && pr.a.ep.down[0] && p.InUse()
+			}
+			return len(pr.ra.done) == 1 || pr.a.State() == Closed
+		}) {
+			t.Fatal("not complete")
+		}
+		if pr.a.State() != Established || pr.ra.done[0].Status != StatusOK || digest(src.Bytes()) != digest(dst.Bytes()) {
+			t.Fatalf("down again after %v: connection %v (%v), completion %+v", again, pr.a.State(), pr.a.Err(), pr.ra.done)
+		}
+		p := pr.a.snd.paths[0]
+		st := pr.a.SenderStats()
+		if onDown || p.Plane() == 0 || p.State() != pathmgr.Good || pr.a.snd.returning != 0 || p.returning || st.Timeouts != 0 {
+			t.Errorf("down again after %v: a path in use on the downed plane %v; path 0 ended on plane %d, %v, returning %v; %d timeouts",
+				again, onDown, p.Plane(), p.State(), p.returning, st.Timeouts)
+		}
+		t.Logf("down again after %v: %v; %+v", again, n.sim.Now(), st)
+	}
+}
+
+// TestStuckPathTriesANewPortWhenNoPlaneAnswers blackholes the two planes
+// a two-path connection has no path on, then the plane of path 0. Its
+// plane probes go unanswered, so after two rounds of them the path tries
+// new source ports of its own plane as well, as a route failure would
+// need, rather than wait for planes that never answer.
+func TestStuckPathTriesANewPortWhenNoPlaneAnswers(t *testing.T) {
+	fc := fourPlanes()
+	fc.Faults = []netem.Fault{{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 2},
+		{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 3},
+		{At: 100 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 0}}
+	n := newNet(t, fc, Config{Paths: 2, MPL: time.Millisecond})
+	pr := n.connect(0, 1)
+	const size = 256 << 20
+	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+	n.run(10*time.Millisecond, func() bool { return pr.a.State() == Closed })
+	p := pr.a.snd.paths[0]
+	if p.Counters.Repaths == 0 || p.Plane() != 0 || pr.a.State() != Established {
+		t.Fatalf("path 0 on plane %d after %d repaths, %d timeouts; connection %v", p.Plane(), p.Counters.Repaths, p.timeouts, pr.a.State())
+	}
+	t.Logf("path 0: %d repaths, %+v", p.Counters.Repaths, pr.a.SenderStats())
 }
 
 // TestBlackholedPlaneProbedAtMostBadProbeMaxApart checks that a blackholed

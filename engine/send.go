@@ -40,10 +40,14 @@ type sender struct {
 	// packet that an ACK reported received was sent (verifyMTU).
 	fullAcked []clock.Time
 	// planeProbe is, by plane, the ProbeID of the plane probe in flight,
-	// 0 for none, and planeT sends the next round while the connection
-	// stays stranded (probePlanes). planeT is made when first needed.
-	planeProbe []uint32
-	planeT     clock.Timer
+	// 0 for none: a path's new plane (probePlanes) or a home it may go
+	// back to (probeHomes). planeT sends the next round of probePlanes
+	// while a path is stuck; it is made when first needed.
+	// silentPlaneRounds counts the rounds in a row no plane answered, up
+	// to 2.
+	planeProbe        []uint32
+	planeT            clock.Timer
+	silentPlaneRounds int
 	// homeT probes the home planes of paths that moved off them, once
 	// they may move again, and returning counts the paths draining to go
 	// home (pathstate.go).

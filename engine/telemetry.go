@@ -16,7 +16,7 @@ type SenderStats struct {
 	Timeouts    uint64
 	Spurious    uint64 // the Timeouts whose packets an ACK later reported received
 	LossRepaths uint64 // paths moved to a new source port because their loss stood out
-	PlaneMoves  uint64 // paths moved to another plane, the connection's planes having failed (moveOff)
+	PlaneMoves  uint64 // paths moved to another plane: off a failed one, or back to their own (spec section 6.3)
 	Nacks       uint64 // retryable NACKs received
 	BadAcks     uint64 // ACKs whose cumulative DSN passed what was sent, and records that named no path or PSN of ours
 	BadNacks    uint64 // NACKs that named no transmission in flight, ignored

@@ -66,13 +66,16 @@ func (p *sendPath) expired(now clock.Time) bool {
 		// Where the plane may be what failed, planes the connection has no
 		// path on are probed.
 		switch {
-		case p.timeouts >= 1 && (p.s.stranded() || p.stuck()) && p.s.probePlanes():
+		case p.timeouts >= 1 && (p.s.stranded() || p.stuck() && p.s.silentPlaneRounds < 2) && p.s.probePlanes():
 			// The plane may be what failed: the path waits to move to a
 			// plane that answers, rather than to a new port of its own.
 			// A stranded connection probes from the first unanswered probe,
 			// since nothing is carried meanwhile; random loss that explains
 			// the silence keeps a plane's last path in service, so a
-			// connection it strands saw more than loss.
+			// connection it strands saw more than loss. A path stuck while
+			// another carries tries a new port of its own as well once two
+			// rounds of plane probes went unanswered: the peer is alive,
+			// and the other planes are no better than its route.
 		case p.routeSuspect():
 			p.repath(now)
 		}

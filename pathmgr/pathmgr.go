@@ -84,7 +84,7 @@ type Counters struct {
 	DelayCuts              uint64 // window cuts for a queue above the delay target (docs/cc.md)
 	Acked                  uint64 // transmissions reported received
 	Repaths                uint64 // moves to a new source port, PlaneMoves included
-	PlaneMoves             uint64 // repaths onto another plane, away from a failed one
+	PlaneMoves             uint64 // repaths onto another plane: off a failed one, or back to the path's own
 	TailProbes             uint64 // the Retransmits that resent a path's last packet to elicit an ACK
 	Copies                 uint64 // the Retransmits that sent a probe or a resend a second time, here, on another plane than the first
 }
