@@ -154,14 +154,8 @@ func TestFewerPathsThanPlanesSurvivePlaneFailure(t *testing.T) {
 func TestPathLeavesAFailedPlaneWhileOthersCarry(t *testing.T) {
 	const size = 32 << 20
 	transfer := func(faults []netem.Fault) (time.Duration, *pair) {
-		fc := fourPlanes()
-		fc.Faults = faults
-		n := newNet(t, fc, Config{Paths: 2, MPL: time.Millisecond})
-		pr := n.connect(0, 1)
-		src := pr.ha.region(t, size, 5, memreg.LocalWrite)
-		dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-		began := n.sim.Now()
-		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+		n, pr, src, dst := writeOverFourPlanes(t, faults, Config{Paths: 2, MPL: time.Millisecond}, size)
+		began := n.sim.Now() // the connection is set up when the WRITE is posted
 		if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 || pr.a.State() == Closed }) {
 			t.Fatal("not complete")
 		}
@@ -206,17 +200,11 @@ func TestPathLeavesAFailedPlaneWhileOthersCarry(t *testing.T) {
 func TestPathReturnsToItsRepairedPlane(t *testing.T) {
 	for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
 		t.Run(fmt.Sprint(kind), func(t *testing.T) {
-			fc := fourPlanes()
-			fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: kind, Plane: 0},
-				{At: 2 * time.Millisecond, Kind: netem.Repair, Plane: 0}}
-			n := newNet(t, fc, Config{Paths: 2, MPL: time.Millisecond})
+			// About 7 ms at two planes' rate.
+			n, pr, src, dst := writeOverFourPlanes(t, []netem.Fault{{At: 100 * time.Microsecond, Kind: kind, Plane: 0},
+				{At: 2 * time.Millisecond, Kind: netem.Repair, Plane: 0}}, Config{Paths: 2, MPL: time.Millisecond}, 160<<20)
 			log := &pathLog{}
-			pr := n.connect(0, 1)
 			pr.a.events = log
-			const size = 160 << 20 // about 7 ms at two planes' rate
-			src := pr.ha.region(t, size, 5, memreg.LocalWrite)
-			dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-			pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
 			drained := false // path 0 was seen returning with packets in flight, taking none
 			if !n.run(time.Second, func() bool {
 				if p := pr.a.snd.paths; p != nil && p[0].returning && p[0].inflight > 0 {
@@ -262,16 +250,9 @@ func TestPathReturnsToItsRepairedPlane(t *testing.T) {
 // retransmission timeout.
 func TestReturnGivenUpWhenTheHomeFailsAgain(t *testing.T) {
 	for _, again := range []time.Duration{2 * time.Microsecond, 10 * time.Microsecond, 30 * time.Microsecond} {
-		fc := fourPlanes()
-		fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: netem.PlaneDown, Plane: 0},
+		n, pr, src, dst := writeOverFourPlanes(t, []netem.Fault{{At: 100 * time.Microsecond, Kind: netem.PlaneDown, Plane: 0},
 			{At: 2 * time.Millisecond, Kind: netem.Repair, Plane: 0},
-			{At: 2*time.Millisecond + again, Kind: netem.PlaneDown, Plane: 0}}
-		n := newNet(t, fc, Config{Paths: 2, MPL: time.Millisecond})
-		pr := n.connect(0, 1)
-		const size = 128 << 20
-		src := pr.ha.region(t, size, 5, memreg.LocalWrite)
-		dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+			{At: 2*time.Millisecond + again, Kind: netem.PlaneDown, Plane: 0}}, Config{Paths: 2, MPL: time.Millisecond}, 128<<20)
 		onDown := false
 		if !n.run(time.Second, func() bool {
 			for _, p := range pr.a.snd.paths {
@@ -300,16 +281,9 @@ func TestReturnGivenUpWhenTheHomeFailsAgain(t *testing.T) {
 // new source ports of its own plane as well, as a route failure would
 // need, rather than wait for planes that never answer.
 func TestStuckPathTriesANewPortWhenNoPlaneAnswers(t *testing.T) {
-	fc := fourPlanes()
-	fc.Faults = []netem.Fault{{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 2},
+	n, pr, _, _ := writeOverFourPlanes(t, []netem.Fault{{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 2},
 		{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 3},
-		{At: 100 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 0}}
-	n := newNet(t, fc, Config{Paths: 2, MPL: time.Millisecond})
-	pr := n.connect(0, 1)
-	const size = 256 << 20
-	src := pr.ha.region(t, size, 5, memreg.LocalWrite)
-	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()})
+		{At: 100 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 0}}, Config{Paths: 2, MPL: time.Millisecond}, 256<<20)
 	n.run(10*time.Millisecond, func() bool { return pr.a.State() == Closed })
 	p := pr.a.snd.paths[0]
 	if p.Counters.Repaths == 0 || p.Plane() != 0 || pr.a.State() != Established {
@@ -554,4 +528,18 @@ func TestBaselineKeepsItsPlane(t *testing.T) {
 	if p.Plane() != plane || p.Port() != port || p.Epoch() != 0 || pr.a.SenderStats().PlaneMoves != 0 {
 		t.Fatalf("the baseline path went from plane %d port %d to plane %d port %d epoch %d", plane, port, p.Plane(), p.Port(), p.Epoch())
 	}
+}
+
+// writeOverFourPlanes connects two hosts over four planes with faults, and
+// posts one WRITE of size bytes from a region of host 0 to one of host 1.
+func writeOverFourPlanes(t *testing.T, faults []netem.Fault, cfg Config, size int) (n *testNet, pr *pair, src, dst *memreg.Region) {
+	t.Helper()
+	fc := fourPlanes()
+	fc.Faults = faults
+	n = newNet(t, fc, cfg)
+	pr = n.connect(0, 1)
+	src = pr.ha.region(t, size, 5, memreg.LocalWrite)
+	dst = pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()})
+	return n, pr, src, dst
 }
