@@ -204,8 +204,10 @@ type appPeer struct {
 	nextID   uint64
 }
 
-func newAppPeer(t *testing.T, ctx context.Context, addr string, port uint16) *appPeer {
+func newAppPeer(t *testing.T, addr string, port uint16) *appPeer {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
 	h, err := host.Open([]netip.Addr{netip.MustParseAddr(addr)}, host.Options{Port: port, Paths: 4, SourcePorts: 4, NoProgress: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +218,25 @@ func newAppPeer(t *testing.T, ctx context.Context, addr string, port uint16) *ap
 		t.Fatal(err)
 	}
 	p.scq, p.rcq = h.Device().CreateCQ(256), h.Device().CreateCQ(256)
+	return p
+}
+
+// listeningPeer is a peer listening on a free port of addr, and the port.
+func listeningPeer(t *testing.T, addr string) (*appPeer, int) {
+	t.Helper()
+	port := freePort(t, addr)
+	p := newAppPeer(t, addr, uint16(port))
+	p.listen()
+	return p, port
+}
+
+// dialingPeer is a peer connected to the command listening on addr and
+// port, once it has had time to start.
+func dialingPeer(t *testing.T, addr string, port int) *appPeer {
+	t.Helper()
+	p := newAppPeer(t, "127.0.0.1", 0)
+	time.Sleep(200 * time.Millisecond)
+	p.connect(addr, uint16(port))
 	return p
 }
 
@@ -367,11 +388,7 @@ func TestAppsGoldenCaptures(t *testing.T) {
 		go func() {
 			done <- runCLI(t, "", "recv", "--listen", addr, "--port", fmt.Sprint(port), "--timeout", "10s")
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		p := newAppPeer(t, ctx, "127.0.0.1", 0)
-		time.Sleep(200 * time.Millisecond)
-		p.connect(addr, uint16(port))
+		p := dialingPeer(t, addr, port)
 		p.postRecv(1, 4096)
 		for _, m := range of(msgs, true) {
 			p.send(m.Stream, m.Payload)
@@ -386,11 +403,7 @@ func TestAppsGoldenCaptures(t *testing.T) {
 	t.Run("send/recv: as the receiver", func(t *testing.T) {
 		msgs := captured(t, "send")
 		addr := next()
-		port := freePort(t, addr)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		p := newAppPeer(t, ctx, addr, uint16(port))
-		p.listen()
+		p, port := listeningPeer(t, addr)
 		done := make(chan result, 1)
 		go func() {
 			done <- runCLI(t, "", "send", "--to", addr, "--port", fmt.Sprint(port), "--chunk-kib", "1", "--timeout", "10s",
@@ -428,11 +441,7 @@ func TestAppsGoldenCaptures(t *testing.T) {
 			go func() {
 				done <- runCLI(t, "", "bench", test, "--server", "--listen", addr, "--port", fmt.Sprint(port), "--timeout", "10s")
 			}()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			p := newAppPeer(t, ctx, "127.0.0.1", 0)
-			time.Sleep(200 * time.Millisecond)
-			p.connect(addr, uint16(port))
+			p := dialingPeer(t, addr, port)
 			sent, answers := of(msgs, true), of(msgs, false)
 			var req perftest.Request
 			json.Unmarshal(sent[0].Payload, &req)
@@ -485,11 +494,7 @@ func TestAppsGoldenCaptures(t *testing.T) {
 		t.Run("bench "+test+": as the server", func(t *testing.T) {
 			msgs := captured(t, "bench-"+test)
 			addr := next()
-			port := freePort(t, addr)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			p := newAppPeer(t, ctx, addr, uint16(port))
-			p.listen()
+			p, port := listeningPeer(t, addr)
 			sent, answers := of(msgs, true), of(msgs, false)
 			var want perftest.Request
 			json.Unmarshal(sent[0].Payload, &want)
