@@ -140,7 +140,7 @@ var RunnerCases = []RunnerCase{
 		}},
 	{Name: "burst-loss", What: "at 1% loss in bursts (Gilbert-Elliott, 4 packets on average) the data arrives whole, with the resends of loss-1", Planes: 2, Size: 16 << 20,
 		Fabric: func(c *netem.Config) {
-			c.Downlink.Impair.Loss = &netem.GilbertElliott{P: 0.01 * 0.25 / 0.99, R: 0.25, LossBad: 1}
+			c.Downlink.Impair.Loss = netem.BurstLoss(0.01, 4)
 		}, Judge: lossJudge(16 << 20)},
 	{Name: "unequal-delay", What: "one plane of two 1 ms longer on each of its links (a 4 ms round trip against 0.1 ms): the data arrives whole and at most 1% of the packets are resent (nothing is lost)", Planes: 2, Size: 16 << 20,
 		Fabric: func(c *netem.Config) {

@@ -44,6 +44,14 @@ type GilbertElliott struct {
 	bad                     bool
 }
 
+// BurstLoss is the simple Gilbert model that loses rate of the packets, in
+// bursts of meanLen packets on average (at least 1): every packet is lost
+// in the bad state, which lasts 1 / R packets, for a loss of P / (P + R).
+func BurstLoss(rate, meanLen float64) *GilbertElliott {
+	r := 1 / max(1, meanLen)
+	return &GilbertElliott{P: rate * r / (1 - rate), R: r, LossBad: 1}
+}
+
 func (m *GilbertElliott) Lose(rng *rand.Rand, _ clock.Time) bool {
 	// The state moves first, then the packet meets the new state.
 	if m.bad {

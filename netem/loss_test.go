@@ -142,3 +142,15 @@ func TestGilbertElliottBurstLength(t *testing.T) {
 		}
 	}
 }
+
+// BurstLoss loses its rate of the packets, in bursts of its mean length:
+// 1 / R packets in the bad state, P / (P + R) of them.
+func TestBurstLossRateAndLength(t *testing.T) {
+	m := BurstLoss(0.05, 4)
+	if got := m.P / (m.P + m.R); math.Abs(got-0.05) > 1e-12 || m.R != 0.25 || m.LossBad != 1 || m.LossGood != 0 {
+		t.Fatalf("%+v: loss %v, bursts of %v", m, got, 1/m.R)
+	}
+	if m := BurstLoss(0.05, 0.5); m.R != 1 {
+		t.Fatalf("a mean burst under 1 packet: R %v, want 1", m.R)
+	}
+}

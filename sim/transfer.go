@@ -101,10 +101,7 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		good := time.Duration(min(float64(cfg.BurstTime)*(1-cfg.Loss)/cfg.Loss, float64(time.Hour)))
 		fc.Downlink.Impair.Loss = &netem.TimedBursts{GoodTime: good, BadTime: cfg.BurstTime, LossBad: 1}
 	case cfg.Loss > 0 && cfg.Burst:
-		// Every packet is lost in the bad state, for a mean loss of
-		// P / (P + R). A bad state lasts 1 / R packets.
-		r := 1 / max(1, cfg.BurstLen)
-		fc.Downlink.Impair.Loss = &netem.GilbertElliott{P: cfg.Loss * r / (1 - cfg.Loss), R: r, LossBad: 1}
+		fc.Downlink.Impair.Loss = netem.BurstLoss(cfg.Loss, cfg.BurstLen)
 	case cfg.Loss > 0:
 		fc.Downlink.Impair.Loss = &netem.RandomLoss{P: cfg.Loss}
 	}

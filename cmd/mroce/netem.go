@@ -320,8 +320,7 @@ func impairments(c *cli.Context, cmd string) (netem.Impairments, error) {
 	case c.Duration("reorder-gap") < 0:
 		return im, usagef(c, "%s: --reorder-gap must not be negative", cmd)
 	case burst >= 1:
-		r := 1 / burst
-		im.Loss = &netem.GilbertElliott{P: loss * r / (1 - loss), R: r, LossBad: 1}
+		im.Loss = netem.BurstLoss(loss, burst)
 	case loss > 0:
 		im.Loss = &netem.RandomLoss{P: loss}
 	}
