@@ -428,7 +428,7 @@ func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, res
 			}
 			completed++
 		}
-		marks = append(marks, mark{time.Now(), completed})
+		marks = addMark(marks, mark{time.Now(), completed})
 	}
 	took := time.Since(began)
 	r.Iterations = completed
@@ -443,6 +443,22 @@ func bandwidth(ctx context.Context, s Side, req Request, local *endpoint.MR, res
 type mark struct {
 	at   time.Time
 	done int
+}
+
+// addMark adds m to marks, or moves the last mark to m where the one
+// before it is less than a spacing older: a hundredth of MinPeakWindow, or
+// a thousandth of the time since the first mark if that is longer. The
+// peak spans at least MinPeakWindow and a tenth of the operations, so
+// marks closer than that say nothing more, and a size that runs for
+// seconds (-D) would otherwise keep one for every wait.
+func addMark(marks []mark, m mark) []mark {
+	n := len(marks)
+	spacing := max(MinPeakWindow/100, m.at.Sub(marks[0].at)/1000)
+	if n > 1 && m.at.Sub(marks[n-2].at) < spacing {
+		marks[n-1] = m
+		return marks
+	}
+	return append(marks, m)
 }
 
 // MinPeakWindow is the shortest span the peak bandwidth is taken over.
