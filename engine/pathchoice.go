@@ -18,7 +18,14 @@ import (
 // refused packets can leave holes behind an unresolved oldest PSN. And the
 // peer's address on its plane must be known.
 func (s *sender) usable(p *sendPath, skip bool) bool {
-	return p.Ready(s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom() && s.c.knows(p.Plane()) && !p.returning
+	return s.carries(p, s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom()
+}
+
+// carries reports whether the path is in service for data: ready (or in
+// SKIP, when skip allows it), its peer address known, and not draining to
+// go home (returnHome).
+func (s *sender) carries(p *sendPath, now clock.Time, skip bool) bool {
+	return p.Ready(now, skip) && s.c.knows(p.Plane()) && !p.returning
 }
 
 // pickPath chooses a path for a packet. New data (lost < 0) is sprayed
@@ -40,8 +47,7 @@ func (s *sender) pickPath(lost int) *sendPath {
 	}
 	for _, skip := range [2]bool{false, true} {
 		if lost < 0 {
-			ports := s.c.ep.ports
-			if ports != nil {
+			if s.c.ep.ports != nil {
 				if p := s.pickByRate(skip, cut, now); p != nil {
 					return p
 				}
@@ -49,7 +55,7 @@ func (s *sender) pickPath(lost int) *sendPath {
 			}
 			for i := 0; i < len(s.paths); i++ {
 				p := s.paths[(s.rrPath+i)%len(s.paths)]
-				if s.usable(p, skip) && ports.ready(p.Plane(), now) && shortEnough(p, cut) {
+				if s.usable(p, skip) && shortEnough(p, cut) {
 					s.rrPath = int(p.ID()) + 1
 					return p
 				}
@@ -134,7 +140,7 @@ func (s *sender) tailCut(now clock.Time) time.Duration {
 	const none = time.Duration(math.MaxInt64)
 	var fastest *sendPath
 	for _, p := range s.paths {
-		if p.RTT.Samples > 0 && (fastest == nil || p.RTT.Min < fastest.RTT.Min) && p.Ready(now, true) && s.c.knows(p.Plane()) && !p.returning {
+		if p.RTT.Samples > 0 && (fastest == nil || p.RTT.Min < fastest.RTT.Min) && s.carries(p, now, true) {
 			fastest = p
 		}
 	}
@@ -213,9 +219,8 @@ func (s *sender) stride(plane int) float64 {
 			}
 		}
 	}
-	rate := slices.Max(ports.rate)
 	if plane < len(ports.rate) {
-		rate = ports.rate[plane]
+		return float64(s.planePaths[plane]) / ports.rate[plane]
 	}
-	return float64(s.planePaths[plane]) / rate
+	return float64(s.planePaths[plane]) / slices.Max(ports.rate) // a plane without a rate counts as the fastest
 }

@@ -119,16 +119,16 @@ func (s *sender) probePlanes() bool {
 	if c.mode != proto.ModeMultipath || c.state != Established {
 		return false
 	}
-	s.planeProbes()
+	s.ensurePlaneProbes()
 	sent, silent := false, false
 	for plane := range s.planeProbe {
-		silent = silent || s.planeProbe[plane] != 0 && !s.hasPathOn(plane) // the last round's probe went unanswered
+		on := s.hasPathOn(plane)
+		silent = silent || s.planeProbe[plane] != 0 && !on // the last round's probe went unanswered
 		s.planeProbe[plane] = 0
-		if s.hasPathOn(plane) || !c.knows(plane) || c.ep.down[plane] {
+		if on || !c.knows(plane) || c.ep.down[plane] {
 			continue
 		}
-		s.planeProbe[plane] = planeProbeBits | c.ep.random32()>>2
-		c.sendPlaneProbe(plane, s.planeProbe[plane])
+		s.probePlane(plane)
 		sent = true
 	}
 	if silent {
@@ -150,8 +150,16 @@ func (s *sender) hasPathOn(plane int) bool {
 	return false
 }
 
-// planeProbes makes the plane probes' state when first needed.
-func (s *sender) planeProbes() {
+// probePlane sends a plane probe on plane under a new ProbeID, which a
+// reply must name (onPlaneProbeReply).
+func (s *sender) probePlane(plane int) {
+	s.ensurePlaneProbes()
+	s.planeProbe[plane] = planeProbeBits | s.c.ep.random32()>>2
+	s.c.sendPlaneProbe(plane, s.planeProbe[plane])
+}
+
+// ensurePlaneProbes makes the plane probes' state when first needed.
+func (s *sender) ensurePlaneProbes() {
 	if s.planeProbe == nil {
 		s.planeProbe = make([]uint32, len(s.c.ep.cfg.Planes))
 		s.planeT = s.c.ep.clock.NewTimer(s.onPlaneTimer)
@@ -216,26 +224,13 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 	}
 	p.s.planePaths = nil // counted again when next needed (stride)
 	p.s.stats.PlaneMoves++
-	p.timeouts = 0
-	p.PlaneUp(true) // probed, out of service until it answers
-	p.sendProbe()
-	p.armTimer(now)
+	p.planeUp(now) // probed, out of service until it answers
 	return true
 }
 
 // away reports whether the path has left its home plane, which no other
 // path of its connection is on now.
-func (p *sendPath) away() bool {
-	if p.Plane() == p.home {
-		return false
-	}
-	for _, q := range p.s.paths {
-		if q != p && q.Plane() == p.home {
-			return false
-		}
-	}
-	return true
-}
+func (p *sendPath) away() bool { return p.Plane() != p.home && !p.s.hasPathOn(p.home) }
 
 // probeHomes sends a plane probe to the home of each path away from it
 // that may move now (mayGoHome, and the MPL rule of section 6.3), and arms
@@ -259,9 +254,7 @@ func (s *sender) probeHomes() {
 		at := p.MovableAt()
 		if at <= now {
 			at = now.Add(c.ep.cfg.MPL)
-			s.planeProbes()
-			s.planeProbe[p.home] = planeProbeBits | c.ep.random32()>>2
-			c.sendPlaneProbe(p.home, s.planeProbe[p.home])
+			s.probePlane(p.home)
 		}
 		if next == 0 || at < next {
 			next = at
@@ -472,9 +465,6 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 			case up && p.State() == pathmgr.Down:
 				c.tp.planeUp(p, now)
 			}
-		}
-		if !up && c.snd.returning > 0 {
-			c.snd.returnHomes() // a return to it is given up
 		}
 		if !up && c.snd.wantsPlane() {
 			c.snd.probePlanes() // the plane's paths may carry on another

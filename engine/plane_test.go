@@ -200,7 +200,6 @@ func TestPathLeavesAFailedPlaneWhileOthersCarry(t *testing.T) {
 func TestPathReturnsToItsRepairedPlane(t *testing.T) {
 	for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
 		t.Run(fmt.Sprint(kind), func(t *testing.T) {
-			// About 7 ms at two planes' rate.
 			n, pr, src, dst := writeOverFourPlanes(t, []netem.Fault{{At: 100 * time.Microsecond, Kind: kind, Plane: 0},
 				{At: 2 * time.Millisecond, Kind: netem.Repair, Plane: 0}}, Config{Paths: 2, MPL: time.Millisecond}, 160<<20)
 			log := &pathLog{}
@@ -276,20 +275,34 @@ func TestReturnGivenUpWhenTheHomeFailsAgain(t *testing.T) {
 }
 
 // TestStuckPathTriesANewPortWhenNoPlaneAnswers blackholes the two planes
-// a two-path connection has no path on, then the plane of path 0. Its
-// plane probes go unanswered, so after two rounds of them the path tries
-// new source ports of its own plane as well, as a route failure would
-// need, rather than wait for planes that never answer.
+// a two-path connection has no path on, then the plane of path 0. The path
+// first probes those planes for a plane to move to; they go unanswered,
+// so after two rounds it tries new source ports of its own plane as well,
+// as a route failure would need, rather than wait for planes that never
+// answer.
 func TestStuckPathTriesANewPortWhenNoPlaneAnswers(t *testing.T) {
 	n, pr, _, _ := writeOverFourPlanes(t, []netem.Fault{{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 2},
 		{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 3},
 		{At: 100 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 0}}, Config{Paths: 2, MPL: time.Millisecond}, 256<<20)
+	var planeProbes int // plane probes (PathID 0) host 0 sent on planes 2 and 3
+	n.fab.AddTap(func(e *netem.TapEvent) {
+		d := e.Datagram
+		if e.Link.Kind() != netem.Uplink || e.Link.Plane() < 2 || e.Verdict != netem.Sent && e.Verdict != netem.Dropped || len(d.Data) < 2 || proto.Type(d.Data[1]) != proto.TypeProbe {
+			return
+		}
+		var pkt proto.Packet
+		if pkt.DecodeNoCRC(d.Data) == nil && pkt.Common.PathID() == 0 && pkt.Probe().ProbeID()&planeProbeBits == planeProbeBits &&
+			d.Src.Addr() == n.hosts[0].ep.cfg.Planes[e.Link.Plane()] {
+			planeProbes++
+		}
+	})
 	n.run(10*time.Millisecond, func() bool { return pr.a.State() == Closed })
 	p := pr.a.snd.paths[0]
-	if p.Counters.Repaths == 0 || p.Plane() != 0 || pr.a.State() != Established {
-		t.Fatalf("path 0 on plane %d after %d repaths, %d timeouts; connection %v", p.Plane(), p.Counters.Repaths, p.timeouts, pr.a.State())
+	if planeProbes == 0 || p.Counters.Repaths == 0 || p.Plane() != 0 || pr.a.State() != Established {
+		t.Fatalf("%d plane probes; path 0 on plane %d after %d repaths, %d timeouts; connection %v",
+			planeProbes, p.Plane(), p.Counters.Repaths, p.timeouts, pr.a.State())
 	}
-	t.Logf("path 0: %d repaths, %+v", p.Counters.Repaths, pr.a.SenderStats())
+	t.Logf("%d plane probes, path 0: %d repaths, %+v", planeProbes, p.Counters.Repaths, pr.a.SenderStats())
 }
 
 // TestBlackholedPlaneProbedAtMostBadProbeMaxApart checks that a blackholed

@@ -227,16 +227,10 @@ func (p *Path) MovableAt() clock.Time {
 
 // mayMove reports whether the path may repath now (see Repath).
 func (p *Path) mayMove(now clock.Time) bool {
-	if p.Counters.Repaths > 0 {
-		since := now.Sub(p.repathedAt)
-		if since >= 2*p.ports.MPL<<maxMoveBackoff {
-			p.moves = 0
-		}
-		if since < p.ports.MPL<<max(p.moves, 1)>>1 {
-			return false
-		}
+	if p.Counters.Repaths > 0 && now.Sub(p.repathedAt) >= 2*p.ports.MPL<<maxMoveBackoff {
+		p.moves = 0
 	}
-	return true
+	return now >= p.MovableAt()
 }
 
 // repath gives the path its next source port and epoch.
