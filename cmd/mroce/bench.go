@@ -16,6 +16,7 @@ import (
 	"github.com/mroce/mroce/app/host"
 	"github.com/mroce/mroce/app/perftest"
 	"github.com/mroce/mroce/endpoint"
+	"github.com/mroce/mroce/engine"
 )
 
 // benchCommand defines mroce bench with a subcommand for each of
@@ -97,12 +98,10 @@ func benchAction(c *cli.Context) error {
 			return usagef(c, "bench: --listen: no address")
 		}
 		warnOpen(c.App.ErrWriter, planes, o.auth)
-		trace, err := openTrace(c)
-		if err != nil {
-			return err
-		}
-		o.tracer = trace.tracer()
-		return trace.close(runBenchServer(c.Context, c.App.Writer, test, planes, o))
+		return withTrace(c, func(tr engine.Tracer) error {
+			o.tracer = tr
+			return runBenchServer(c.Context, c.App.Writer, test, planes, o)
+		})
 	}
 	size := c.Int("size")
 	if !c.IsSet("size") {
@@ -147,12 +146,10 @@ func benchAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	trace, err := openTrace(c)
-	if err != nil {
-		return err
-	}
-	o.tracer = trace.tracer()
-	return trace.close(runBenchClient(c.Context, c.App.Writer, req, local, to, o, c.Bool("report_gbits")))
+	return withTrace(c, func(tr engine.Tracer) error {
+		o.tracer = tr
+		return runBenchClient(c.Context, c.App.Writer, req, local, to, o, c.Bool("report_gbits"))
+	})
 }
 
 var benchTitles = map[string]string{

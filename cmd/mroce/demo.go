@@ -48,12 +48,10 @@ func demoCommand() *cli.Command {
 			if err := o.check(); err != nil {
 				return &usageError{msg: "demo: " + err.Error(), command: "demo"}
 			}
-			trace, err := openTrace(c)
-			if err != nil {
-				return err
-			}
-			o.tracer = trace.tracer()
-			return trace.close(runDemo(c.Context, c.App.Writer, o))
+			return withTrace(c, func(tr engine.Tracer) error {
+				o.tracer = tr
+				return runDemo(c.Context, c.App.Writer, o)
+			})
 		},
 	}
 }

@@ -210,14 +210,12 @@ func recvCommand() *cli.Command {
 			}
 			warnOpen(c.App.ErrWriter, planes, o.auth)
 			out := outputOptions{overwrite: c.Bool("overwrite"), keepPartial: c.Bool("keep-partial")}
-			trace, err := openTrace(c)
-			if err != nil {
-				return err
-			}
-			o.tracer = trace.tracer()
-			return trace.close(transferCommand(c, func(ctx context.Context) error {
-				return runRecv(ctx, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), out, o)
-			}))
+			return withTrace(c, func(tr engine.Tracer) error {
+				o.tracer = tr
+				return transferCommand(c, func(ctx context.Context) error {
+					return runRecv(ctx, c.App.Writer, c.App.ErrWriter, planes, c.String("out"), out, o)
+				})
+			})
 		},
 	}
 }
@@ -263,14 +261,12 @@ func sendCommand() *cli.Command {
 				return err
 			}
 			defer src.Close()
-			trace, err := openTrace(c)
-			if err != nil {
-				return err
-			}
-			o.tracer = trace.tracer()
-			return trace.close(transferCommand(c, func(ctx context.Context) error {
-				return runSend(ctx, c.App.Writer, c.App.ErrWriter, local, to, src, o)
-			}))
+			return withTrace(c, func(tr engine.Tracer) error {
+				o.tracer = tr
+				return transferCommand(c, func(ctx context.Context) error {
+					return runSend(ctx, c.App.Writer, c.App.ErrWriter, local, to, src, o)
+				})
+			})
 		},
 	}
 }

@@ -35,6 +35,16 @@ func openTrace(c *cli.Context) (*traceFile, error) {
 	return &traceFile{f: f, w: tracelog.NewWriter(f)}, nil
 }
 
+// withTrace runs run with --trace's tracer, nil without it, and closes
+// the file once run has returned and with it the engine.
+func withTrace(c *cli.Context, run func(engine.Tracer) error) error {
+	trace, err := openTrace(c)
+	if err != nil {
+		return err
+	}
+	return trace.close(run(trace.tracer()))
+}
+
 // tracer is the engine's tracer, nil without --trace.
 func (t *traceFile) tracer() engine.Tracer {
 	if t.w == nil {
