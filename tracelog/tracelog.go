@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -173,7 +174,6 @@ func Summarize(evs []Event) []PathSummary {
 		path int
 	}
 	byKey := map[key]*PathSummary{}
-	var rttSum = map[key]time.Duration{}
 	get := func(e Event) *PathSummary {
 		k := key{e.Conn, e.Path}
 		s := byKey[k]
@@ -204,7 +204,7 @@ func Summarize(evs []Event) []PathSummary {
 				s.MinRTT = rtt
 			}
 			s.MaxRTT = max(s.MaxRTT, rtt)
-			rttSum[key{e.Conn, e.Path}] += rtt
+			s.MeanRTT += rtt // the sum until every event is read
 		case engine.TraceLost.String():
 			s.Lost[e.Loss]++
 			if e.Loss == engine.LossTimeout.String() {
@@ -222,9 +222,9 @@ func Summarize(evs []Event) []PathSummary {
 		}
 	}
 	out := make([]PathSummary, 0, len(byKey))
-	for k, s := range byKey {
+	for _, s := range byKey {
 		if s.Acked > 0 {
-			s.MeanRTT = rttSum[k] / time.Duration(s.Acked)
+			s.MeanRTT /= time.Duration(s.Acked)
 		}
 		out = append(out, *s)
 	}
@@ -255,14 +255,14 @@ func WriteSummary(w io.Writer, evs []Event) {
 		fmt.Fprintf(w, "%08x %4d %8d %7d %6d %8d %6d %8d %7d %10v %10v %10v %7.1f  %s\n", s.Conn, s.Path, s.Sent, s.Resent, s.Probes, s.Acked,
 			lost, s.Timeouts, s.Repaths, s.MinRTT, s.MeanRTT, s.MaxRTT, s.LastWindow, strings.Join(s.States, " > "))
 	}
-	var hints []string
+	hints, last := 0, Event{}
 	for _, e := range evs {
 		if e.Kind == engine.TraceHint.String() {
-			hints = append(hints, fmt.Sprintf("%.3g Gb/s at %v", e.Number()*8/1e9, e.At()))
+			hints, last = hints+1, e
 		}
 	}
-	if len(hints) > 0 {
-		fmt.Fprintf(w, "rate hints: %d, the last %s\n", len(hints), hints[len(hints)-1])
+	if hints > 0 {
+		fmt.Fprintf(w, "rate hints: %d, the last %.3g Gb/s at %v\n", hints, last.Number()*8/1e9, last.At())
 	}
 }
 
@@ -378,19 +378,10 @@ func (pp perPath) add(path int, points bool, x, y float64) {
 // series is the paths' series in the order of their numbers.
 func (pp perPath) series() []report.Series {
 	var out []report.Series
-	for _, p := range sortedKeys(pp) {
+	for _, p := range slices.Sorted(maps.Keys(pp)) {
 		out = append(out, *pp[p])
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[int]V) []int {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 var _ engine.Tracer = (*Writer)(nil)
