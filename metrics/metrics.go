@@ -121,8 +121,8 @@ var (
 		"Data packets of the peer's refused with a NACK.", []string{"conn"}, nil)
 )
 
-// Descs are every series the collector exports, for a dashboard's check.
-var Descs = []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathSpurious, pathLocalDrops, pathCE, pathAcked,
+// descs are every series the collector exports.
+var descs = []*prometheus.Desc{pathPackets, pathBytes, pathRetransmits, pathLost, pathTimeouts, pathSpurious, pathLocalDrops, pathCE, pathAcked,
 	pathRepaths, pathRTT, pathMinRTT, pathWindow, pathInFlight, pathUtilization, pathState, pathSourcePort, connPaths,
 	recvPackets, recvBytes, recvDuplicates, recvOutOfWindow, recvCE, recvAcks, recvNacks}
 
@@ -130,7 +130,7 @@ var states = []endpoint.PathState{endpoint.PathGood, endpoint.PathSkip, endpoint
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range Descs {
+	for _, d := range descs {
 		ch <- d
 	}
 }

@@ -177,7 +177,7 @@ func TestDashboardQueriesExportedSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	exported := map[string]bool{}
-	for _, d := range Descs {
+	for _, d := range descs {
 		name := regexp.MustCompile(`fqName: "([a-z_]+)"`).FindStringSubmatch(d.String())
 		if name == nil {
 			t.Fatalf("no name in %s", d)

@@ -64,11 +64,11 @@ type Options struct {
 	// Empty captures nothing.
 	Pcap string
 	// Metrics is an address to serve Prometheus metrics at. Empty serves
-	// none. MetricsLinger keeps serving them that long after Close, so
+	// none.
+	Metrics string
+	// MetricsLinger keeps serving the metrics that long after Close, so
 	// that a scrape finds a command's last figures once it has ended.
 	MetricsLinger time.Duration
-	// Metrics is the address, see MetricsLinger.
-	Metrics string
 	// Log receives the errors of the capture. Nil discards them.
 	Log *slog.Logger
 	// Wrappers stand between the engine and the capture, the first nearest
