@@ -31,7 +31,6 @@ type Message struct {
 	Reason proto.CloseReason
 	Detail uint32
 
-	first  int    // the packet of the capture that began it
 	placed int    // payload bytes seen
 	parts  []part // a SEND's payloads, until it is put together
 }
@@ -84,14 +83,14 @@ type key struct {
 // CONNECT and ACCEPT, which say which side is which. Packets that do not
 // decode, of other connections, resent or control packets other than CLOSE
 // are passed over. A CLOSE that answers one (CLOSED) is not a message.
-// Messages come in the order of their first packets.
+// Messages come in the order of their first packets, as they are met.
 func Extract(packets [][]byte) ([]Message, error) {
 	var initiatorID, acceptorID uint32 // the ids each side receives at
 	var haveConnect, haveAccept bool
 	msgs := map[key]*Message{}
 	seenDSN := map[[2]uint32]bool{} // by direction and DSN
 	var out []*Message
-	for i, b := range packets {
+	for _, b := range packets {
 		var p proto.Packet
 		if p.Decode(b) != nil {
 			continue
@@ -114,7 +113,7 @@ func Extract(packets [][]byte) ([]Message, error) {
 		fromInitiator := dst == acceptorID
 		if p.Type() == proto.TypeClose {
 			if c := p.Close(); c.Reason() != proto.CloseClosed {
-				out = append(out, &Message{Initiator: fromInitiator, Type: proto.TypeClose, Reason: c.Reason(), Detail: c.Detail(), first: i})
+				out = append(out, &Message{Initiator: fromInitiator, Type: proto.TypeClose, Reason: c.Reason(), Detail: c.Detail()})
 			}
 			continue
 		}
@@ -130,7 +129,7 @@ func Extract(packets [][]byte) ([]Message, error) {
 		} else {
 			seenDSN[d] = true
 		}
-		m := Message{Initiator: fromInitiator, Type: p.Type(), first: i}
+		m := Message{Initiator: fromInitiator, Type: p.Type()}
 		var off uint32
 		switch p.Type() {
 		case proto.TypeWrite, proto.TypeWriteImm:
@@ -163,7 +162,6 @@ func Extract(packets [][]byte) ([]Message, error) {
 	if !haveConnect || !haveAccept {
 		return nil, fmt.Errorf("appmsg: the capture holds no CONNECT and ACCEPT")
 	}
-	slices.SortStableFunc(out, func(a, b *Message) int { return a.first - b.first })
 	res := make([]Message, len(out))
 	for i, m := range out {
 		// A SEND is put together once the capture holds as many bytes of
