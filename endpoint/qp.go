@@ -105,6 +105,14 @@ func (qp *QP) State() (ConnState, error) {
 	return qp.state, qp.err
 }
 
+// ClosedNormally reports whether the connection has ended with a CLOSE
+// NORMAL, this side's or the peer's (the package's ClosedNormally of what
+// State reports).
+func (qp *QP) ClosedNormally() bool {
+	st, err := qp.State()
+	return st == Closed && ClosedNormally(err)
+}
+
 // sink is the QP as its backend's Sink. Its methods are not the QP's,
 // since what a connection reports is the backend's to say, not the
 // application's.

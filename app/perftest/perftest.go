@@ -323,7 +323,7 @@ func Serve(ctx context.Context, s Side, test string, started func(Request, Ends)
 				// the answer's send then ends flushed by a normal close,
 				// and the test still succeeded.
 				if err := send(ctx, s, Response{RKey: region.RKey(), Len: size}); err != nil {
-					if st, cerr := s.QP.State(); st != endpoint.Closed || !endpoint.ClosedNormally(cerr) {
+					if !s.QP.ClosedNormally() {
 						return req, err
 					}
 				}

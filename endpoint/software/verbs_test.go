@@ -414,3 +414,36 @@ func TestParamsNameBothEnds(t *testing.T) {
 		t.Fatalf("identities not drawn: client %+v, server %+v", c.Local, s.Local)
 	}
 }
+
+// QP.ClosedNormally is false while the connection runs, true once it has
+// ended with a CLOSE NORMAL, and false after an abort.
+func TestQPClosedNormally(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		l := listen(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		qp, sqp := l.connect(t, ctx)
+		if err := sqp.WaitEstablished(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if qp.ClosedNormally() || sqp.ClosedNormally() {
+			t.Fatal("a running connection reported closed")
+		}
+		inbox, _ := l.spd.RegisterMR(make([]byte, 64), endpoint.LocalWrite)
+		if err := sqp.PostRecv(9, 0, inbox.SGE(0, 64)); err != nil {
+			t.Fatal(err)
+		}
+		if abort {
+			qp.Abort(7)
+		} else {
+			qp.Close()
+		}
+		// The receive is flushed once the end reaches the peer.
+		if k, err := l.scq.Wait(ctx, make([]endpoint.Completion, 1)); err != nil || k != 1 {
+			t.Fatalf("the peer's receive: %v", err)
+		}
+		if got := sqp.ClosedNormally(); got == abort {
+			t.Errorf("after the peer's %s: ClosedNormally %v", map[bool]string{false: "close", true: "abort"}[abort], got)
+		}
+		cancel()
+	}
+}
