@@ -533,12 +533,7 @@ var Cases = []Case{
 					again.Type(), again.Handshake().SrcConnID(), again.Handshake().InitialPSN(), again.Handshake().InitialDSN(),
 					got.Handshake().SrcConnID(), got.Handshake().InitialPSN(), got.Handshake().InitialDSN())
 			}
-			if err := p.finishAuth(got); err != nil {
-				return err
-			}
-			p.accept = append(proto.HandshakeHeader(nil), got.Handshake()...)
-			p.peerID = p.accept.SrcConnID()
-			if err := p.SendAck(p.accept.InitialDSN()); err != nil {
+			if err := p.establish(got); err != nil {
 				return err
 			}
 			_, _, _, err = ackAfter(p, 0)

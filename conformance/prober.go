@@ -79,19 +79,23 @@ func DialOffering(target Target, local netip.Addr, initialPSN uint32, offer prot
 		c.Close()
 		return nil, fmt.Errorf("conformance: the responder refused with CLOSE %v (detail %d)", got.Close().Reason(), got.Close().Detail())
 	}
-	if err := p.finishAuth(got); err != nil {
-		c.Close()
-		return nil, err
-	}
-	p.accept = append(proto.HandshakeHeader(nil), got.Handshake()...)
-	p.peerID = p.accept.SrcConnID()
-	// The third message is an ACK with no records. It establishes the
-	// responder's side.
-	if err := p.SendAck(p.accept.InitialDSN()); err != nil {
+	if err := p.establish(got); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return p, nil
+}
+
+// establish takes the ACCEPT got: the keys of the authenticated mode when
+// it is on, the responder's id, and the third message, an ACK with no
+// records, which establishes the responder's side.
+func (p *Prober) establish(got *proto.Packet) error {
+	if err := p.finishAuth(got); err != nil {
+		return err
+	}
+	p.accept = append(proto.HandshakeHeader(nil), got.Handshake()...)
+	p.peerID = p.accept.SrcConnID()
+	return p.SendAck(p.accept.InitialDSN())
 }
 
 // answer sends a CONNECT that offers offer, and AUTH with the target's
