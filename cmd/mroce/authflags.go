@@ -142,10 +142,7 @@ func keygenCommand() *cli.Command {
 		UsageText: progName + " keygen --out FILE [--psk]",
 		Description: "keygen writes a new private key to --out (readable by its owner only) and prints its\n" +
 			"public key, which the peer gives as --peer-key. With --psk it writes a pre-shared key,\n" +
-			"which both sides give as --psk-file, and prints nothing. Keys are base64 text.\n\n" +
-			"Example:\n" +
-			"   mroce keygen --out recv.key        # prints recv.key's public key\n" +
-			"   mroce keygen --psk --out shared.psk",
+			"which both sides give as --psk-file, and prints nothing. Keys are base64 text.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Usage: "the file to write the key to; it must not exist"},
 			&cli.BoolFlag{Name: "psk", Usage: "make a pre-shared key instead of a key pair"},

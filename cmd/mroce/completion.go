@@ -47,8 +47,8 @@ func completionCommand() *cli.Command {
 		Name:      "completion",
 		Usage:     "write the shell completion script for bash, zsh or fish to standard output",
 		ArgsUsage: "bash | zsh | fish",
-		Description: "Example:\n" +
-			"   source <(mroce completion bash)",
+		Description: "In bash, source <(mroce completion bash) completes mroce's commands and flags\n" +
+			"in the shell it runs in.",
 		Action: func(c *cli.Context) error {
 			switch shell := c.Args().First(); {
 			case c.NArg() != 1:

@@ -39,10 +39,7 @@ func decodeCommand() *cli.Command {
 			"printed whole. One that does not open under the log's keys is malformed.\n\n" +
 			"With --apps, a capture of one connection is read as its application messages\n" +
 			"instead: every SEND, WRITE, WRITE_IMM and READ each side posted, whole, one a\n" +
-			"line, and its CLOSEs (the format of docs/apps.md, section 4).\n\n" +
-			"Examples:\n" +
-			"   mroce decode --pcap transfer.pcap --key-log keys.log\n" +
-			"   mroce decode --pcap testdata/apps/send.pcap --apps",
+			"line, and its CLOSEs (the format of docs/apps.md, section 4).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "pcap", Usage: "read the packets from the pcap or pcapng `FILE`", TakesFile: true},
 			&cli.UintFlag{Name: "port", Value: proto.DefaultPort, Usage: "with --pcap, the UDP `PORT` (source or destination) of mroce packets"},

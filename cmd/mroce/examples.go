@@ -37,13 +37,17 @@ var examples = map[string][]string{
 	"conformance sender":   {"mroce conformance sender --requester /path/to/vendor-wrapper --json"},
 	"conformance self":     {"mroce conformance self --auth"},
 	"version":              {"mroce version"},
+	"decode":               {"mroce decode --pcap transfer.pcap --key-log keys.log", "mroce decode --pcap testdata/apps/send.pcap --apps"},
+	"keygen":               {"mroce keygen --out recv.key", "mroce keygen --psk --out shared.psk"},
+	"completion":           {"mroce completion bash > /etc/bash_completion.d/mroce"},
+	"trace":                {"mroce trace demo.trace", "mroce trace demo.trace --plot demo-trace.svg"},
 }
 
 // addExamples appends each command's examples to its --help.
 func addExamples(path string, cmds []*cli.Command) {
 	for _, c := range cmds {
 		name := strings.TrimSpace(path + " " + c.Name)
-		if ex := examples[name]; len(ex) > 0 && !strings.Contains(c.Description, "Example") {
+		if ex := examples[name]; len(ex) > 0 {
 			if c.Description != "" {
 				c.Description += "\n\n"
 			}

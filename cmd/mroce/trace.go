@@ -79,10 +79,8 @@ func traceCommand() *cli.Command {
 			"of each connection, what it sent, resent and had acknowledged, its losses by cause, its\n" +
 			"timeouts and moves, its RTTs and its states. --plot draws one connection: each path's\n" +
 			"DSNs over time, resends and losses marked, and under it each path's PSNs with its losses,\n" +
-			"each path's window, each path's RTT and the rate hint the sender followed.\n\n" +
-			"Example:\n" +
-			"   mroce demo --size-mib 8 --loss 0.01 --trace demo.trace\n" +
-			"   mroce trace demo.trace --plot demo-trace.svg",
+			"each path's window, each path's RTT and the rate hint the sender followed. The\n" +
+			"examples read what mroce demo --size-mib 8 --loss 0.01 --trace demo.trace wrote.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "plot", Usage: "draw the time-sequence plot to this .svg or .png file"},
 			&cli.StringFlag{Name: "conn", Usage: "the connection to plot, by its id as the summary prints it (default: the first that sent data)"},
