@@ -300,19 +300,24 @@ local function header_len(tvb)
 end
 
 -- holes counts the clear bits of an ACK record's bitvector below its last
--- set one: PSNs below one received that did not arrive.
+-- set one: PSNs below one received that did not arrive. The clear bits
+-- since the last set one count once another set bit follows them.
 local function holes(tvb, off)
-  local bits, last, clear = {}, -1, 0
+  local clear, pending = 0, 0
   for k = 0, BITVECTOR_BYTES * 8 - 1 do
     local byte = tvb(off + math.floor(k / 8), 1):uint()
-    bits[k] = math.floor(byte / 2 ^ (7 - k % 8)) % 2
-    if bits[k] == 1 then last = k end
-  end
-  for k = 0, last - 1 do
-    if bits[k] == 0 then clear = clear + 1 end
+    if math.floor(byte / 2 ^ (7 - k % 8)) % 2 == 1 then
+      clear, pending = clear + pending, 0
+    else
+      pending = pending + 1
+    end
   end
   return clear
 end
+
+-- heuristic_crc is the CRC the heuristic computed of the datagram it
+-- hands the dissector, which takes it rather than compute it again.
+local heuristic_crc = nil
 
 -- bit_set reports whether the bit of value mask is set in v.
 local function bit_set(v, mask)
@@ -418,7 +423,8 @@ function p_mroce.dissector(tvb, pinfo, tree)
     info = string.format("CLOSE %s detail %d", VALS["CloseHeader.Reason"][reason] or "unknown reason", tvb(COMMON_LEN + 4, 4):uint())
   end
   local n = tvb:len() - TRAILER_LEN
-  local computed = crc32c(tvb, n)
+  local computed = heuristic_crc or crc32c(tvb, n)
+  heuristic_crc = nil
   if computed == tvb(n, 4):uint() then
     root:add(f_crc_status, tvb(n, 4), "good")
   else
@@ -441,11 +447,15 @@ local function heuristic(tvb, pinfo, tree)
   if not hlen or tvb(4, 1):uint() * 4 ~= hlen then
     return false
   end
+  local crc = nil
   if bit_set(tvb(0, 1):uint(), 0x08) then
     if tvb:len() < COMMON_LEN + TAG_LEN then return false end
-  elseif tvb:len() < hlen + TRAILER_LEN or crc32c(tvb, tvb:len() - TRAILER_LEN) ~= tvb(tvb:len() - TRAILER_LEN, 4):uint() then
-    return false
+  else
+    if tvb:len() < hlen + TRAILER_LEN then return false end
+    crc = crc32c(tvb, tvb:len() - TRAILER_LEN)
+    if crc ~= tvb(tvb:len() - TRAILER_LEN, 4):uint() then return false end
   end
+  heuristic_crc = crc -- the dissector need not compute it again
   p_mroce.dissector(tvb, pinfo, tree)
   return true
 end
