@@ -137,23 +137,19 @@ func FuzzExtract(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		r, err := pcapio.NewReader(fh, 0)
+		payloads, err := pcapio.ReadPayloads(fh, 0)
+		fh.Close()
 		if err != nil {
 			f.Fatal(err)
 		}
 		var all []byte
-		for {
-			d, err := r.Next()
-			if err != nil {
-				break
-			}
-			if len(d.Payload) < 2 || proto.Type(d.Payload[1]) == proto.TypeProbe || proto.Type(d.Payload[1]) == proto.TypeAck {
+		for _, p := range payloads {
+			if len(p) < 2 || proto.Type(p[1]) == proto.TypeProbe || proto.Type(p[1]) == proto.TypeAck {
 				continue // the packets that carry messages, or say whose they are, make a seed the fuzzer mutates quickly
 			}
-			all = append(all, byte(len(d.Payload)>>8), byte(len(d.Payload)))
-			all = append(all, d.Payload...)
+			all = append(all, byte(len(p)>>8), byte(len(p)))
+			all = append(all, p...)
 		}
-		fh.Close()
 		f.Add(all)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

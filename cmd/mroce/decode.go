@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -308,19 +307,9 @@ func capturePayloads(path string, port uint16) ([][]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	r, err := pcapio.NewReader(f, port)
+	payloads, err := pcapio.ReadPayloads(f, port)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var out [][]byte
-	for {
-		d, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, bytes.Clone(d.Payload))
-	}
+	return payloads, nil
 }

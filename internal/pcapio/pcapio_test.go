@@ -685,3 +685,20 @@ func TestWriterSnapLength(t *testing.T) {
 		t.Fatalf("kept %d of %d bytes, Truncated %v", len(d.Payload), d.Length, d.Truncated())
 	}
 }
+
+// ReadPayloads gives the payloads of the datagrams on the port, in order,
+// and passes over the rest.
+func TestReadPayloads(t *testing.T) {
+	a, b := buildPacket(t, proto.TypeWrite, 16), buildPacket(t, proto.TypeSend, 32)
+	var buf bytes.Buffer
+	if err := WritePackets(&buf, [][]byte{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadPayloads(bytes.NewReader(buf.Bytes()), proto.DefaultPort)
+	if err != nil || len(got) != 2 || !bytes.Equal(got[0], a) || !bytes.Equal(got[1], b) {
+		t.Fatalf("%d payloads (%v)", len(got), err)
+	}
+	if got, err := ReadPayloads(bytes.NewReader(buf.Bytes()), proto.DefaultPort+1); err != nil || len(got) != 0 {
+		t.Fatalf("another port: %d payloads (%v)", len(got), err)
+	}
+}

@@ -2,6 +2,7 @@ package pcapio
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -191,6 +192,26 @@ func (r *Reader) Next() (Datagram, error) {
 		d.Frame = r.stats.Frames
 		d.Time = ci.Timestamp
 		return d, nil
+	}
+}
+
+// ReadPayloads reads every UDP payload to or from the port (any port when
+// 0) of the capture r, in order, each a copy of its own.
+func ReadPayloads(r io.Reader, port uint16) ([][]byte, error) {
+	pr, err := NewReader(r, port)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for {
+		d, err := pr.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, bytes.Clone(d.Payload))
 	}
 }
 
