@@ -105,15 +105,7 @@ func TestDemoTrace(t *testing.T) {
 	if b, err := os.ReadFile(plot); err != nil || !strings.Contains(string(b), "<svg") {
 		t.Fatalf("plot: %v", err)
 	}
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	evs, err := tracelog.Read(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := readTrace(t, file)
 	if !slices.ContainsFunc(evs, func(e tracelog.Event) bool { return e.Kind == "lost" }) {
 		t.Fatalf("no loss among %d events at 1%% loss", len(evs))
 	}

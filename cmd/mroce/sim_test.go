@@ -250,15 +250,7 @@ func TestSimTrace(t *testing.T) {
 	if a, b := readFile(t, file), readFile(t, alone); !bytes.Equal(a, b) {
 		t.Fatalf("the scenario's trace (%d bytes) is not its first run's alone (%d bytes)", len(a), len(b))
 	}
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	evs, err := tracelog.Read(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := readTrace(t, file)
 	var lost, resent int
 	conns := map[uint32]bool{}
 	for _, e := range evs {
@@ -285,4 +277,14 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// readTrace reads the events of a --trace file.
+func readTrace(t *testing.T, path string) []tracelog.Event {
+	t.Helper()
+	evs, err := tracelog.Read(bytes.NewReader(readFile(t, path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }
