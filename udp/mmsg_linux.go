@@ -61,6 +61,7 @@ func (r *mmsgReader) read(msgs []inMsg) (int, error) {
 	if r.errno != 0 {
 		return 0, r.errno
 	}
+	ioAcquire()
 	for i := range msgs[:r.n] {
 		h := &r.hdrs[i]
 		m := &msgs[i]

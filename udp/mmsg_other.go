@@ -30,6 +30,7 @@ func (r *xnetReader) read(msgs []inMsg) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	ioAcquire()
 	for i := range msgs[:n] {
 		x := &r.msgs[i]
 		m := &msgs[i]

@@ -139,6 +139,7 @@ func (d *Driver) sendChunk(chunk []link.Datagram) {
 func (d *Driver) write(s *socket, msgs []ipv4.Message, slots []slot) {
 	retried := -1
 	for sent := 0; sent < len(msgs); {
+		ioRelease()
 		n, err := s.batch.WriteBatch(msgs[sent:], 0)
 		if err == nil {
 			for k := sent; k < sent+n; k++ {
@@ -270,6 +271,7 @@ func (d *Driver) resendSingly(s *socket, sl *slot) int {
 		one.bufs = append(one.bufs[:0], b)
 		one.size, one.dst, one.tos = len(b), sl.dst, sl.tos
 		one.message(&d.spareMsg[0], s.v6)
+		ioRelease()
 		if _, err := s.batch.WriteBatch(d.spareMsg[:], 0); err != nil {
 			if errors.Is(err, syscall.EMSGSIZE) {
 				d.refusedTooBig(s, sl.dst, b)
