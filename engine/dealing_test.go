@@ -8,7 +8,8 @@ import (
 
 // Paths are dealt to planes in proportion to their ports' rates: of 14
 // paths over ports of 50, 100, 100 and 100, the half-rate port gets 2 and
-// the others 4 each, and each run of 7 holds every plane. A plane that
+// the others 4 each, each run of 7 holds every plane, and the first goes
+// on a full-rate port. A plane that
 // sat out takes no run of paths on its return. With equal rates the
 // endpoint deals in turn, as without rates.
 func TestPathsDealtByPortRate(t *testing.T) {
@@ -26,6 +27,9 @@ func TestPathsDealtByPortRate(t *testing.T) {
 	}
 	if !slices.Equal(count, []int{2, 4, 4, 4}) {
 		t.Fatalf("dealt %v (in order %v), want 2, 4, 4, 4", count, order)
+	}
+	if order[0] == 0 {
+		t.Errorf("the first path went on the half-rate port (in order %v)", order)
 	}
 	for _, run := range [][]int{order[:7], order[7:]} {
 		for p := range 4 {

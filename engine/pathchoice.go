@@ -210,6 +210,16 @@ func shortEnough(p *sendPath, cut time.Duration) bool {
 // no more.
 func (s *sender) stride(plane int) float64 {
 	ports := s.c.ep.ports
+	on := s.pathsOnPlanes()
+	if plane < len(ports.rate) {
+		return float64(on[plane]) / ports.rate[plane]
+	}
+	return float64(on[plane]) / slices.Max(ports.rate) // a plane without a rate counts as the fastest
+}
+
+// pathsOnPlanes counts the connection's paths on each plane. It is counted
+// when first needed after a path moves.
+func (s *sender) pathsOnPlanes() []int {
 	if s.planePaths == nil {
 		n := len(s.c.ep.cfg.Planes)
 		s.planePaths = make([]int, n)
@@ -219,8 +229,5 @@ func (s *sender) stride(plane int) float64 {
 			}
 		}
 	}
-	if plane < len(ports.rate) {
-		return float64(s.planePaths[plane]) / ports.rate[plane]
-	}
-	return float64(s.planePaths[plane]) / slices.Max(ports.rate) // a plane without a rate counts as the fastest
+	return s.planePaths
 }

@@ -174,12 +174,13 @@ func (s *sender) onPlaneTimer() {
 	}
 }
 
-// onPlaneProbeReply takes the reply to a plane probe: the plane works, and
-// a stuck path, or any path out of service of a stranded connection, moves
-// to it (spec section 6.3), one path a plane. The path is probed there
-// before it carries data. Failing that, a path whose home the plane is
-// goes back to it (returnHome).
-func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
+// onPlaneProbeReply takes the reply to a plane probe, and its round trip
+// where sampled: the plane works, and a stuck path, or any path out of
+// service of a stranded connection, moves to it (spec section 6.3), one
+// path a plane. The path is probed there before it carries data. Failing
+// that, a path whose home the plane is goes back to it (returnHome), or a
+// path that a longer plane holds back goes there (leaveLongPlane).
+func (s *sender) onPlaneProbeReply(id uint32, rtt time.Duration, sampled bool, now clock.Time) {
 	plane := slices.Index(s.planeProbe, id)
 	if plane < 0 {
 		return
@@ -208,6 +209,9 @@ func (s *sender) onPlaneProbeReply(id uint32, now clock.Time) {
 			return
 		}
 	}
+	if sampled && s.leaveLongPlane(plane, rtt, now) {
+		s.planeProbe[plane] = 0
+	}
 }
 
 // mayGoHome reports whether the path's home plane may take it now: it is
@@ -222,7 +226,7 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 	if !p.Move(now, p.next, plane) {
 		return false
 	}
-	p.s.planePaths = nil // counted again when next needed (stride)
+	p.s.planePaths = nil // counted again when next needed (pathsOnPlanes)
 	p.s.stats.PlaneMoves++
 	p.planeUp(now) // probed, out of service until it answers
 	return true
@@ -365,7 +369,8 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 		s.c.onMTUProbeReply(id)
 		return
 	case id&planeProbeBits == planeProbeBits:
-		s.onPlaneProbeReply(id, at)
+		sample := uint32(at) - pkt.ProbeReply().EchoTimestamp() - pkt.ProbeReply().ServiceTime()
+		s.onPlaneProbeReply(id, time.Duration(sample), sample < 1<<31, at)
 		return
 	}
 	if pkt.ProbeReply().ProbeID() == keepAliveProbe {

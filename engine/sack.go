@@ -136,6 +136,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		p.armTimer(at)
 		p.checkLoss(at, gotten, missed)
 		s.loss.add(gotten, missed)
+		s.seekShorterPlane(p, at)
 	}
 	// A CE mark steers new packets to clear paths for a round trip (SKIP,
 	// spec section 6.4). The next clean record brings the path back.

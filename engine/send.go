@@ -26,8 +26,8 @@ type sender struct {
 	// Paths. They are nil until equip.
 	paths  []*sendPath
 	rrPath int // the path new data tries first
-	// pass is the pass of the path new data went on last, and planePaths
-	// counts the paths on each plane (pickByRate).
+	// pass is the pass of the path new data went on last (pickByRate),
+	// and planePaths counts the paths on each plane (pathsOnPlanes).
 	pass        float64
 	planePaths  []int
 	inflightAll int // packets in flight on all paths, the paths' inflight summed
@@ -53,6 +53,9 @@ type sender struct {
 	// home (pathstate.go).
 	homeT     clock.Timer
 	returning int
+	// shorterAt is when the planes may next be probed for a path that
+	// its plane's length holds back (longplane.go).
+	shorterAt clock.Time
 
 	// Posted messages, by stream. ready holds every stream that may have
 	// data to send, so that nextMessage skips the idle ones.

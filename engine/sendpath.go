@@ -69,9 +69,10 @@ type sendPath struct {
 		window   float64
 	}
 
-	// home is the plane the path was dealt (dealtPlanes). A path that left
-	// it when it failed goes back once it works (returnHome); returning is
-	// set while the path drains, taking no data, before it moves.
+	// home is the plane the path was dealt (dealtPlanes), or a shorter one
+	// it left that for (leaveLongPlane). A path that left it when it
+	// failed goes back once it works (returnHome); returning is set while
+	// the path drains, taking no data, before it moves.
 	home      int
 	returning bool
 

@@ -16,10 +16,13 @@ type SenderStats struct {
 	Timeouts    uint64
 	Spurious    uint64 // the Timeouts whose packets an ACK later reported received
 	LossRepaths uint64 // paths moved to a new source port because their loss stood out
-	PlaneMoves  uint64 // paths moved to another plane: off a failed one, or back to their own (spec section 6.3)
-	Nacks       uint64 // retryable NACKs received
-	BadAcks     uint64 // ACKs whose cumulative DSN passed what was sent, and records that named no path or PSN of ours
-	BadNacks    uint64 // NACKs that named no transmission in flight, ignored
+	PlaneMoves  uint64 // paths moved to another plane: off a failed one, back to their own, or to a shorter one (spec section 6.3)
+	// ShorterMoves counts the paths sent to a plane whose round trip was
+	// shorter than the one their window's cap held them to (longplane.go).
+	ShorterMoves uint64
+	Nacks        uint64 // retryable NACKs received
+	BadAcks      uint64 // ACKs whose cumulative DSN passed what was sent, and records that named no path or PSN of ours
+	BadNacks     uint64 // NACKs that named no transmission in flight, ignored
 	// CreditOverdraws counts SENDs and WRITE_IMMs started beyond their
 	// stream's receive credit, after waiting a retransmission timeout with
 	// nothing in flight (spec section 6.5).
