@@ -1,14 +1,16 @@
 // A path leaves a plane whose length holds its connection back (spec
-// section 6.3). A path carries at most its window each round trip, and its
+// section 6.3). A path carries at most its window a round trip, and its
 // window grows by a packet a round trip, so on a plane of longer links a
 // path carries less, and takes longer to carry more, than on a shorter
 // one. Where its connection has a plane none of its paths is on, that
-// plane is probed, and the path moves there when the probe's round trip
-// is shorter by more than a quarter.
+// plane is probed with a PROBE as large as a data packet, and the path
+// moves there when the probe's round trip is shorter than the path's least
+// by more than a quarter.
 
 package engine
 
 import (
+	"math"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -25,61 +27,73 @@ const (
 	// congestion, which a move does not cure.
 	longPlaneClear = 8
 	// longPlaneUnder is the share of its hint under which a connection's
-	// acknowledged rate must be.
+	// acknowledged rate must be: one paced at its hint acknowledges a
+	// little under it.
 	longPlaneUnder = 0.75
 )
 
 // heldByLength reports whether the path's length holds its connection
-// back: the peer acknowledges well under what its hint grants (a
-// connection paced at its hint acknowledges a little under it), more than a few
-// of the path's windows are posted and unsent, and the path's window is at
-// its cap, or has grown unmarked for longPlaneClear of its round trips.
-// The acknowledged rate, not the windows': a window on a short plane may
-// be far more than its port or link lets through.
+// back: its receiver sends rate hints and the peer acknowledges well under
+// what they grant, more than a few of the path's windows are posted and
+// unsent, every path of the connection on another plane is shorter by
+// more than a quarter (longest), the path's packets queue on their way
+// for less than a quarter of its least RTT, and its window is at its cap
+// or has grown unmarked for longPlaneClear of its round trips. The
+// acknowledged rate, not the windows': a window on a short plane may be
+// far more than its port or link lets through. A path whose packets queue
+// is held by its link or a bottleneck, not by its window; the one-way
+// queue and not the round trip's, since a path's ACKs may come back over
+// other planes. Without hints nothing tells a connection that its receiver
+// holds it.
 func (s *sender) heldByLength(p *sendPath, now clock.Time) bool {
-	if !p.InUse() || p.returning || p.RTT.Samples == 0 || s.train.at == 0 || s.delivery.rate == 0 ||
-		s.unsent < uint64(longPlaneBacklog*p.window)*uint64(s.mss) || s.delivery.rate >= longPlaneUnder*s.hint {
-		return false
-	}
-	if !s.longest(p) {
+	if !p.InUse() || p.returning || p.RTT.Samples == 0 || !p.queued || p.queue >= p.RTT.Min/4 ||
+		math.IsInf(s.hint, 1) || s.train.at == 0 ||
+		s.delivery.rate == 0 || s.delivery.rate >= longPlaneUnder*s.hint ||
+		s.unsent < uint64(longPlaneBacklog*p.window)*uint64(s.mss) || !s.longest(p) {
 		return false
 	}
 	return p.window >= s.c.ep.cfg.PathWindow || now.Sub(max(p.markedAt, s.train.at)) >= longPlaneClear*p.RTT.SRTT
 }
 
-// longest reports whether no path of the connection on another plane is
-// as long as p, and any is shorter by more than a quarter: where the
-// connection's planes are as long as each other, or p is not the longest,
-// a probe of another plane would find none shorter by that much. A path
-// with no sibling on another plane cannot tell, and may probe.
+// longest reports whether every path of the connection on another plane,
+// in service and sampled, is shorter than p by more than a quarter: where
+// the planes are as long as each other, or p is not the longest, no plane
+// would be found a quarter shorter. A path with no such sibling cannot
+// tell, and may probe.
 func (s *sender) longest(p *sendPath) bool {
-	shorter := true
 	for _, q := range s.paths {
-		if q.Plane() == p.Plane() || !q.InUse() || q.RTT.Samples == 0 {
-			continue
-		}
-		if q.RTT.Min >= p.RTT.Min {
+		if q.Plane() != p.Plane() && q.InUse() && q.RTT.Samples > 0 && q.RTT.Min >= p.RTT.Min-p.RTT.Min/4 {
 			return false
 		}
-		shorter = shorter && q.RTT.Min < p.RTT.Min-p.RTT.Min/4
 	}
-	return shorter
+	return true
 }
 
-// seekShorterPlane probes the planes none of the connection's paths is on
-// when p is held by its plane's length (heldByLength) and may move, once
-// an MPL at most: leaveLongPlane moves it if one is shorter.
+// seekShorterPlane starts a search for a shorter plane when p is held by
+// its plane's length (heldByLength) and may move, once an MPL at most and
+// not while a path is stuck (wantsPlane): it probes the planes none of the
+// connection's paths is on. Each probe is padded to the size of the
+// connection's data packets, so that its round trip counts the time a
+// data packet takes to cross each link, as the path's least RTT does; an
+// unpadded probe's would be shorter on any plane.
 func (s *sender) seekShorterPlane(p *sendPath, now clock.Time) {
 	c := s.c
 	if now < s.shorterAt || now < p.MovableAt() || c.mode != proto.ModeMultipath || c.state != Established ||
-		!s.hasSparePlane() || !s.heldByLength(p, now) {
+		!s.heldByLength(p, now) || !s.hasSparePlane() || s.wantsPlane() {
 		return
 	}
 	s.shorterAt = now.Add(c.ep.cfg.MPL)
 	s.ensurePlaneProbes()
+	if s.seekPlanes == nil {
+		s.seekPlanes = make([]bool, len(s.planeProbe))
+	}
+	s.endSeek()
+	s.seekFor = p
+	hlen, _ := proto.HeaderLen(proto.TypeProbe, 0)
 	for plane, on := range s.pathsOnPlanes() {
 		if on == 0 && c.knows(plane) && !c.ep.down[plane] && s.planeProbe[plane] == 0 {
-			s.probePlane(plane)
+			s.probePlane(plane, c.sendMax-hlen-c.trailerLen())
+			s.seekPlanes[plane] = true
 		}
 	}
 }
@@ -95,23 +109,26 @@ func (s *sender) hasSparePlane() bool {
 	return false
 }
 
-// leaveLongPlane takes a plane probe's reply, with its round trip, for the
-// path that its plane's length holds back most: the one held with the
-// longest least RTT. If the plane's round trip is shorter than that by more
-// than a quarter, the plane becomes the path's home, and the path drains
-// and goes there (returnHome). It reports whether one goes.
-func (s *sender) leaveLongPlane(plane int, rtt time.Duration, now clock.Time) bool {
-	var longest *sendPath
-	for _, p := range s.paths {
-		if now >= p.MovableAt() && s.heldByLength(p, now) && (longest == nil || p.RTT.Min > longest.RTT.Min) {
-			longest = p
-		}
+// seeking reports whether plane's probe in flight is the search's.
+func (s *sender) seeking(plane int) bool { return s.seekPlanes != nil && s.seekPlanes[plane] }
+
+// endSeek ends the search: its probes still in flight are no longer
+// waited for.
+func (s *sender) endSeek() {
+	s.seekFor = nil
+	clear(s.seekPlanes)
+}
+
+// leaveLongPlane takes the round trip of a spare plane's probe of the
+// search. If it is shorter than the least RTT of the path the search is
+// for by more than a quarter, and the path is still held by its length,
+// the search ends: the path drains and goes there (goTo), and the plane
+// becomes its home. The shortest plane answers first.
+func (s *sender) leaveLongPlane(plane int, rtt time.Duration, now clock.Time) {
+	p := s.seekFor
+	if p == nil || rtt >= p.RTT.Min-p.RTT.Min/4 || s.wantsPlane() || now < p.MovableAt() || !s.heldByLength(p, now) {
+		return
 	}
-	if longest == nil || rtt >= longest.RTT.Min-longest.RTT.Min/4 {
-		return false
-	}
-	longest.home = plane
-	longest.returnHome(now)
-	s.stats.ShorterMoves++
-	return true
+	s.endSeek()
+	p.goTo(plane, now)
 }

@@ -9,15 +9,15 @@ import (
 )
 
 // writeOneLongPlane WRITEs size bytes over cfg.Paths paths (default 1) of
-// four planes, the planes in long (-1: all) with links of 10 µs, where the
+// four planes, the planes in long (-1: all) with links of delay, where the
 // others' are 1 µs, and returns how long the WRITE took and the
 // connection.
-func writeOneLongPlane(t *testing.T, long int, cfg Config, size int) (time.Duration, *pair) {
+func writeOneLongPlane(t *testing.T, long int, delay time.Duration, cfg Config, size int) (time.Duration, *pair) {
 	t.Helper()
 	fc := fourPlanes()
 	if long != noPlane {
 		l := link100()
-		l.Delay = 10 * time.Microsecond
+		l.Delay = delay
 		fc.Overrides = []netem.Override{{Plane: long, Match: netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}, Link: l}}
 	}
 	cfg.Paths = max(cfg.Paths, 1)
@@ -48,13 +48,15 @@ const noPlane = -2
 // trip is shorter (spec section 6.3), and ends within an eighth of the time
 // it takes over equal planes: about half the time it took on plane 0.
 // Nothing is resent. A path that its receiver's hint holds below what the
-// long plane carries stays, and so does one whose planes are all as long.
-// Of two paths, the one on the long plane moves, once it has grown
-// unmarked for 8 of its round trips, and the other stays.
+// long plane carries stays, and so does one whose planes are all as long,
+// also where links of 200 ns make a full packet's round trip a third
+// longer than a probe's. Of two paths, the one on the long plane moves,
+// once it has grown unmarked for 8 of its round trips, and the other
+// stays.
 func TestPathLeavesALongPlane(t *testing.T) {
 	const size = 16 << 20
-	equal, _ := writeOneLongPlane(t, noPlane, Config{}, size)
-	took, pr := writeOneLongPlane(t, 0, Config{}, size)
+	equal, _ := writeOneLongPlane(t, noPlane, 0, Config{}, size)
+	took, pr := writeOneLongPlane(t, 0, 10*time.Microsecond, Config{}, size)
 	st := pr.a.SenderStats()
 	p := pr.a.snd.paths[0]
 	if st.ShorterMoves != 1 || st.PlaneMoves != 1 || p.Plane() == 0 || p.home != p.Plane() {
@@ -70,24 +72,27 @@ func TestPathLeavesALongPlane(t *testing.T) {
 	t.Logf("%v with the long plane, %v with equal planes", took, equal)
 
 	for _, c := range []struct {
-		name string
-		long int
-		cfg  Config
+		name  string
+		long  int
+		delay time.Duration
+		cfg   Config
 	}{
-		{"held by the hint", 0, Config{InboundCapacity: portPayload / 4}},
-		{"every plane long", -1, Config{}},
+		{"held by the hint", 0, 10 * time.Microsecond, Config{InboundCapacity: portPayload / 4}},
+		{"every plane long", -1, 10 * time.Microsecond, Config{}},
+		{"every plane short", -1, 200 * time.Nanosecond, Config{}},
 	} {
-		_, pr := writeOneLongPlane(t, c.long, c.cfg, size/4)
+		_, pr := writeOneLongPlane(t, c.long, c.delay, c.cfg, size/4)
 		if st := pr.a.SenderStats(); st.PlaneMoves != 0 || pr.a.snd.paths[0].Plane() != 0 {
 			t.Errorf("%s: %d moves, the path on plane %d: want it left on plane 0", c.name, st.PlaneMoves, pr.a.snd.paths[0].Plane())
 		}
 	}
 
-	equal, _ = writeOneLongPlane(t, noPlane, Config{Paths: 2}, 4*size)
-	took, pr = writeOneLongPlane(t, 0, Config{Paths: 2}, 4*size)
+	equal, _ = writeOneLongPlane(t, noPlane, 0, Config{Paths: 2}, 4*size)
+	took, pr = writeOneLongPlane(t, 0, 10*time.Microsecond, Config{Paths: 2}, 4*size)
 	planes := []int{pr.a.snd.paths[0].Plane(), pr.a.snd.paths[1].Plane()}
-	if st := pr.a.SenderStats(); st.ShorterMoves != 1 || planes[0] < 2 || planes[1] != 1 {
-		t.Errorf("two paths: %d moves to a shorter plane, the paths on planes %v: want path 0 moved to plane 2 or 3", st.ShorterMoves, planes)
+	if st := pr.a.SenderStats(); st.ShorterMoves != 1 || st.PlaneMoves != 1 || st.Retransmits != 0 || planes[0] < 2 || planes[1] != 1 {
+		t.Errorf("two paths: %d moves to a shorter plane, %d in all, %d resent, the paths on planes %v: want path 0 moved to plane 2 or 3, nothing resent",
+			st.ShorterMoves, st.PlaneMoves, st.Retransmits, planes)
 	}
 	if took > equal*9/8 {
 		t.Errorf("two paths: the WRITE took %v over a long plane, %v over equal planes", took, equal)

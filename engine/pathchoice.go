@@ -23,7 +23,7 @@ func (s *sender) usable(p *sendPath, skip bool) bool {
 
 // carries reports whether the path is in service for data: ready (or in
 // SKIP, when skip allows it), its peer address known, and not draining to
-// go home (returnHome).
+// move (goTo).
 func (s *sender) carries(p *sendPath, now clock.Time, skip bool) bool {
 	return p.Ready(now, skip) && s.c.knows(p.Plane()) && !p.returning
 }

@@ -123,12 +123,15 @@ func (s *sender) probePlanes() bool {
 	sent, silent := false, false
 	for plane := range s.planeProbe {
 		on := s.hasPathOn(plane)
-		silent = silent || s.planeProbe[plane] != 0 && !on // the last round's probe went unanswered
+		// The last round's probe went unanswered; a search's probe is not
+		// one of the rounds', and the search gives way to them.
+		silent = silent || s.planeProbe[plane] != 0 && !on && !s.seeking(plane)
 		s.planeProbe[plane] = 0
+		s.endSeek()
 		if on || !c.knows(plane) || c.ep.down[plane] {
 			continue
 		}
-		s.probePlane(plane)
+		s.probePlane(plane, 0)
 		sent = true
 	}
 	if silent {
@@ -151,11 +154,11 @@ func (s *sender) hasPathOn(plane int) bool {
 }
 
 // probePlane sends a plane probe on plane under a new ProbeID, which a
-// reply must name (onPlaneProbeReply).
-func (s *sender) probePlane(plane int) {
+// reply must name (onPlaneProbeReply), padded by pad bytes.
+func (s *sender) probePlane(plane, pad int) {
 	s.ensurePlaneProbes()
 	s.planeProbe[plane] = planeProbeBits | s.c.ep.random32()>>2
-	s.c.sendPlaneProbe(plane, s.planeProbe[plane])
+	s.c.sendPlaneProbe(plane, s.planeProbe[plane], pad)
 }
 
 // ensurePlaneProbes makes the plane probes' state when first needed.
@@ -178,14 +181,20 @@ func (s *sender) onPlaneTimer() {
 // where sampled: the plane works, and a stuck path, or any path out of
 // service of a stranded connection, moves to it (spec section 6.3), one
 // path a plane. The path is probed there before it carries data. Failing
-// that, a path whose home the plane is goes back to it (returnHome), or a
-// path that a longer plane holds back goes there (leaveLongPlane).
+// that, a path whose home the plane is goes back to it (goTo), unless its
+// length would hold the path back there; and a search for a shorter
+// plane takes the round trip (leaveLongPlane).
 func (s *sender) onPlaneProbeReply(id uint32, rtt time.Duration, sampled bool, now clock.Time) {
 	plane := slices.Index(s.planeProbe, id)
 	if plane < 0 {
 		return
 	}
+	s.planeProbe[plane] = 0 // answered
 	s.silentPlaneRounds = 0
+	sought := s.seeking(plane)
+	if sought {
+		s.seekPlanes[plane] = false
+	}
 	if s.hasPathOn(plane) {
 		return // a path moved here already
 	}
@@ -196,28 +205,38 @@ func (s *sender) onPlaneProbeReply(id uint32, rtt time.Duration, sampled bool, n
 				continue
 			}
 			if p.moveTo(plane, now) {
-				s.planeProbe[plane] = 0
 				s.probeHomes() // it may come back once its own plane works
 				return
 			}
 		}
 	}
 	for _, p := range s.paths {
-		if p.home == plane && !p.returning && now >= p.MovableAt() {
-			s.planeProbe[plane] = 0
-			p.returnHome(now)
+		if p.home != plane || p.returning || now < p.MovableAt() {
+			continue
+		}
+		if sampled && rtt > p.RTT.Min+p.RTT.Min/3 && s.heldByLength(p, now) {
+			// Back home it would be held by the length it left a
+			// failed plane's length for: where it is becomes its home.
+			p.home = p.Plane()
 			return
 		}
+		p.goTo(plane, now)
+		return
 	}
-	if sampled && s.leaveLongPlane(plane, rtt, now) {
-		s.planeProbe[plane] = 0
+	if sought && sampled {
+		s.leaveLongPlane(plane, rtt, now)
 	}
 }
 
 // mayGoHome reports whether the path's home plane may take it now: it is
 // away from it, and the host does not see the plane down.
-func (p *sendPath) mayGoHome() bool {
-	return p.away() && p.s.c.knows(p.home) && !p.s.c.ep.down[p.home]
+func (p *sendPath) mayGoHome() bool { return p.mayGo(p.home) }
+
+// mayGo reports whether plane may take the path now: the path is not on
+// it, no other path of its connection is, its peer address there is known
+// and the host does not see it down.
+func (p *sendPath) mayGo(plane int) bool {
+	return p.Plane() != plane && !p.s.hasPathOn(plane) && p.s.c.knows(plane) && !p.s.c.ep.down[plane]
 }
 
 // moveTo moves the path to plane (spec section 6.3) and probes it there,
@@ -231,10 +250,6 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 	p.planeUp(now) // probed, out of service until it answers
 	return true
 }
-
-// away reports whether the path has left its home plane, which no other
-// path of its connection is on now.
-func (p *sendPath) away() bool { return p.Plane() != p.home && !p.s.hasPathOn(p.home) }
 
 // probeHomes sends a plane probe to the home of each path away from it
 // that may move now (mayGoHome, and the MPL rule of section 6.3), and arms
@@ -258,7 +273,7 @@ func (s *sender) probeHomes() {
 		at := p.MovableAt()
 		if at <= now {
 			at = now.Add(c.ep.cfg.MPL)
-			s.probePlane(p.home)
+			s.probePlane(p.home, 0)
 		}
 		if next == 0 || at < next {
 			next = at
@@ -278,36 +293,44 @@ func (s *sender) onHomeTimer() {
 	s.c.ep.flush()
 }
 
-// returnHome sends the path back to its home plane, which a probe showed
-// works. A path with packets in flight first drains, taking no new data
-// (usable), so that none of them is left unrecorded on the old route
-// (section 6.3); pump moves it once they are resolved. Where the home may
+// goTo sends the path to plane, which a probe showed works: back to its
+// home, or to a shorter plane (leaveLongPlane), which becomes its home once
+// it is there. A path with packets in flight first drains, taking no new
+// data (usable), so that none of them is left unrecorded on the old route
+// (section 6.3); pump moves it once they are resolved. Where the plane may
 // no longer take it by then, down or taken by another path, or the path
-// may not move, the return is given up and the home probed again later.
-func (p *sendPath) returnHome(now clock.Time) {
-	if p.inflight > 0 && p.mayGoHome() {
+// may not move, the move is given up, and a home the path is away from is
+// probed again later.
+func (p *sendPath) goTo(plane int, now clock.Time) {
+	if p.inflight > 0 && p.mayGo(plane) {
 		if !p.returning {
 			p.returning = true
 			p.s.returning++
 		}
+		p.bound = plane
 		return
 	}
 	if p.returning {
 		p.returning = false
 		p.s.returning--
 	}
-	if !p.mayGoHome() || !p.moveTo(p.home, now) {
+	if !p.mayGo(plane) || !p.moveTo(plane, now) {
 		p.s.probeHomes()
+		return
+	}
+	if plane != p.home {
+		p.home = plane
+		p.s.stats.ShorterMoves++
 	}
 }
 
 // returnHomes moves the draining paths that have drained, and gives up
-// the returns that their homes may no longer take.
+// the moves that their planes may no longer take.
 func (s *sender) returnHomes() {
 	now := s.c.ep.clock.Now()
 	for _, p := range s.paths {
-		if p.returning && (p.inflight == 0 || !p.mayGoHome()) {
-			p.returnHome(now)
+		if p.returning && (p.inflight == 0 || !p.mayGo(p.bound)) {
+			p.goTo(p.bound, now)
 		}
 	}
 }
@@ -489,17 +512,19 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 func (c *Conn) sendKeepAlive() {
 	for p := range c.remote {
 		if c.knows(p) {
-			c.sendPlaneProbe(p, keepAliveProbe)
+			c.sendPlaneProbe(p, keepAliveProbe, 0)
 		}
 	}
 }
 
 // sendPlaneProbe sends a PROBE that tests a plane rather than a path: it
-// names path 0 and leaves from the pool's first port. Keep-alives and
-// plane probes (probePlanes) are such PROBEs.
-func (c *Conn) sendPlaneProbe(plane int, id uint32) {
+// names path 0 and leaves from the pool's first port, padded by pad bytes
+// (spec section 5.10). Keep-alives and plane probes (probePlanes) are such
+// PROBEs.
+func (c *Conn) sendPlaneProbe(plane int, id uint32, pad int) {
 	var pkt proto.Packet
-	c.build(&pkt, proto.TypeProbe, 0, 0)
+	c.build(&pkt, proto.TypeProbe, 0, pad)
+	clear(pkt.Payload)
 	pkt.Common.SetDstConnID(c.peerID)
 	pkt.Probe().SetProbeID(id)
 	c.emit(&pkt, plane, c.ep.cfg.SourcePorts[0])

@@ -53,9 +53,12 @@ type sender struct {
 	// home (pathstate.go).
 	homeT     clock.Timer
 	returning int
-	// shorterAt is when the planes may next be probed for a path that
-	// its plane's length holds back (longplane.go).
-	shorterAt clock.Time
+	// The search for a shorter plane (longplane.go): when the next may
+	// start, the path it is for, and the planes whose probe in flight is
+	// the search's.
+	shorterAt  clock.Time
+	seekFor    *sendPath
+	seekPlanes []bool
 
 	// Posted messages, by stream. ready holds every stream that may have
 	// data to send, so that nextMessage skips the idle ones.

@@ -71,10 +71,12 @@ type sendPath struct {
 
 	// home is the plane the path was dealt (dealtPlanes), or a shorter one
 	// it left that for (leaveLongPlane). A path that left it when it
-	// failed goes back once it works (returnHome); returning is set while
-	// the path drains, taking no data, before it moves.
+	// failed goes back once it works. returning is set while the path
+	// drains, taking no data, before it moves to bound: its home, or a
+	// shorter plane (goTo).
 	home      int
 	returning bool
+	bound     int
 
 	// The path manager's part: state, source port, epoch, RTT, counters.
 	pathmgr.Path
