@@ -75,11 +75,14 @@ func (s *sender) longest(p *sendPath) bool {
 // connection's paths is on. Each probe is padded to the size of the
 // connection's data packets, so that its round trip counts the time a
 // data packet takes to cross each link, as the path's least RTT does; an
-// unpadded probe's would be shorter on any plane.
+// unpadded probe's would be shorter on any plane. It runs at every ACK
+// record that resolves a packet, so a connection with a path on every
+// plane, most of them, stops at hasSparePlane, a pass over the planes,
+// before heldByLength's pass over its paths.
 func (s *sender) seekShorterPlane(p *sendPath, now clock.Time) {
 	c := s.c
 	if now < s.shorterAt || now < p.MovableAt() || c.mode != proto.ModeMultipath || c.state != Established ||
-		!s.heldByLength(p, now) || !s.hasSparePlane() || s.wantsPlane() {
+		!s.hasSparePlane() || !s.heldByLength(p, now) || s.wantsPlane() {
 		return
 	}
 	s.shorterAt = now.Add(c.ep.cfg.MPL)
