@@ -127,13 +127,13 @@ func (s *sender) probePlanes() bool {
 		// one of the rounds', and the search gives way to them.
 		silent = silent || s.planeProbe[plane] != 0 && !on && !s.seeking(plane)
 		s.planeProbe[plane] = 0
-		s.endSeek()
 		if on || !c.knows(plane) || c.ep.down[plane] {
 			continue
 		}
 		s.probePlane(plane, 0)
 		sent = true
 	}
+	s.endSeek() // its probes were replaced
 	if silent {
 		s.silentPlaneRounds = min(s.silentPlaneRounds+1, 2)
 	}
@@ -215,8 +215,9 @@ func (s *sender) onPlaneProbeReply(id uint32, rtt time.Duration, sampled bool, n
 			continue
 		}
 		if sampled && rtt > p.RTT.Min+p.RTT.Min/3 && s.heldByLength(p, now) {
-			// Back home it would be held by the length it left a
-			// failed plane's length for: where it is becomes its home.
+			// Its home answers a third longer than its plane, whose
+			// length holds it back already: where it is becomes its
+			// home, rather than going back and leaving again.
 			p.home = p.Plane()
 			return
 		}
