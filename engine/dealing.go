@@ -56,11 +56,12 @@ func (e *Endpoint) unequalPorts() bool {
 // proportion to the planes' port rates (stride scheduling): each plane
 // keeps a pass that a path dealt to it advances by the fastest rate over
 // its own, and the plane with the lowest pass takes the next path, the
-// first after the last dealt on a tie. A pass starts at one such step, so
-// that the fastest ports take the first paths: an endpoint's first
-// connection of one path is not held to its slowest port. So a port at half the rate of the
+// first after the last dealt on a tie. So a port at half the rate of the
 // others gets half as many paths, and connections with fewer paths than
 // planes are not held to a slow port's rate as often as to a fast one's.
+// A pass starts at one such step, so that the fastest ports take the
+// first paths: an endpoint's first connection of one path is not held to
+// its slowest port.
 // A plane that sat out (not in known) counts from the last pass dealt, so
 // that it takes no run of paths on its return. taken must leave a plane of
 // known.

@@ -218,16 +218,21 @@ func (s *sender) stride(plane int) float64 {
 }
 
 // pathsOnPlanes counts the connection's paths on each plane. It is counted
-// when first needed after a path moves.
+// when first needed once the paths are made (equip), and again after one
+// moves (moveTo).
 func (s *sender) pathsOnPlanes() []int {
 	if s.planePaths == nil {
 		n := len(s.c.ep.cfg.Planes)
-		s.planePaths = make([]int, n)
+		on := make([]int, n)
 		for _, p := range s.paths {
 			if q := p.Plane(); q < n {
-				s.planePaths[q]++
+				on[q]++
 			}
 		}
+		if s.paths == nil {
+			return on // none yet: not kept, so that equip's paths are counted
+		}
+		s.planePaths = on
 	}
 	return s.planePaths
 }

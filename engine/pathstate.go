@@ -144,14 +144,7 @@ func (s *sender) probePlanes() bool {
 }
 
 // hasPathOn reports whether a path of the connection is on plane.
-func (s *sender) hasPathOn(plane int) bool {
-	for _, p := range s.paths {
-		if p.Plane() == plane {
-			return true
-		}
-	}
-	return false
-}
+func (s *sender) hasPathOn(plane int) bool { return s.pathsOnPlanes()[plane] > 0 }
 
 // probePlane sends a plane probe on plane under a new ProbeID, which a
 // reply must name (onPlaneProbeReply), padded by pad bytes.
@@ -229,10 +222,6 @@ func (s *sender) onPlaneProbeReply(id uint32, rtt time.Duration, sampled bool, n
 	}
 }
 
-// mayGoHome reports whether the path's home plane may take it now: it is
-// away from it, and the host does not see the plane down.
-func (p *sendPath) mayGoHome() bool { return p.mayGo(p.home) }
-
 // mayGo reports whether plane may take the path now: the path is not on
 // it, no other path of its connection is, its peer address there is known
 // and the host does not see it down.
@@ -253,7 +242,7 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 }
 
 // probeHomes sends a plane probe to the home of each path away from it
-// that may move now (mayGoHome, and the MPL rule of section 6.3), and arms
+// that may move now (mayGo, and the MPL rule of section 6.3), and arms
 // homeT for when the next may, or an MPL on. A path that left a failed
 // plane would otherwise keep its connection off that plane for its life
 // once the plane is repaired, and the endpoint's paths would crowd the
@@ -268,7 +257,7 @@ func (s *sender) probeHomes() {
 	for _, p := range s.paths {
 		// A home the host sees down is probed when it comes back
 		// (SetPlaneUp), and one whose peer address is not known cannot be.
-		if !p.mayGoHome() || p.returning {
+		if !p.mayGo(p.home) || p.returning {
 			continue
 		}
 		at := p.MovableAt()
