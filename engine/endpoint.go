@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"math"
 	"net/netip"
 	"slices"
 
@@ -55,7 +54,7 @@ type Endpoint struct {
 	// Rate allocation among this endpoint's connections.
 	alloc    *cc.Allocator // shares InboundCapacity among the senders to this endpoint; nil when unknown
 	outAlloc *cc.Allocator // shares OutboundCapacity among this endpoint's senders; nil when not set
-	ports    *nicPorts     // what each plane's port has to send; nil without PortRates
+	ports    *nicPorts     // what each plane's port has to send, and its own queue's limit
 	// marking is set for a plane once any connection's path on it saw a CE
 	// mark. Its queues mark, and marks are the finer signal: its paths
 	// take no delay signal (docs/cc.md, "Where no queue marks").
@@ -96,7 +95,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		e.padPort = pp
 	}
 	e.sched, _ = clk.(clock.Scheduler)
-	e.drain.limitRate = math.Inf(1)
+	e.drain.lift()
 	if cfg.InboundCapacity > 0 && !cfg.NoRateHints {
 		e.alloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.InboundCapacity, Horizon: cfg.HintHorizon})
 	}
@@ -108,7 +107,7 @@ func NewEndpoint(cfg Config, clk clock.Clock, port link.Port) (*Endpoint, error)
 		e.outAlloc = cc.NewAllocator(cc.AllocParams{Capacity: cfg.OutboundCapacity, Horizon: cfg.HintHorizon,
 			Quiet: 50 * cfg.HintHorizon})
 	}
-	e.ports = newNICPorts(cfg.PortRates, cfg.MaxPacket)
+	e.ports = newNICPorts(len(cfg.Planes), cfg.PortRates, cfg.MaxPacket)
 	e.marking = make([]bool, len(cfg.Planes))
 	e.down = make([]bool, len(cfg.Planes))
 	return e, nil

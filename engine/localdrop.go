@@ -3,7 +3,10 @@
 // leaves the host. The UDP driver learns of each such drop
 // (link.LocalDropHandler). The loss is certain and the network had no part
 // in it: the packet is resent at once, its path is not blamed, and the
-// connection sends no faster than its host let out. A receiver slower than
+// connection sends no faster than its host let out. Where one plane's
+// drops show its queue is its own, that plane's port sends no faster than
+// its queue let out, and the connection's other planes carry the rest
+// (planeQueue). A receiver slower than
 // its link fills its socket's receive buffer, and the kernel reports how
 // much it lost (link.OverflowHandler): the endpoint's rate hints then share
 // no more than it drains.
@@ -40,6 +43,13 @@ const (
 	// hostFloor is the least the limit falls to, in bytes a second, so that
 	// drops never stop a connection.
 	hostFloor = 1e6
+	// ownQueueCuts is how many cuts, a hostMeterSpan apart or more, one
+	// plane's drops must make with no other plane dropping, while the
+	// others carry half as much or more, before the plane's queue counts
+	// as its own.
+	// One flush can drop a batch of one path from a shared queue; three
+	// rounds of it on one plane alone are not chance.
+	ownQueueCuts = 3
 )
 
 // hostRate is a limit on a rate, learned from the drops of one of the local
@@ -59,53 +69,93 @@ type hostRate struct {
 	peak      float64    // the rate sent at the last drop
 
 	// The meter: bytes sent since meterAt, and the rate of the last whole
-	// span measured.
+	// span measured, 0 before one.
+	metering   bool
 	meterBytes float64
 	meterAt    clock.Time
+	lastAt     clock.Time // the last bytes metered
 	sendRate   float64
 }
 
 // limited reports whether the host's drops limit the rate now.
 func (h *hostRate) limited() bool { return !math.IsInf(h.limitRate, 1) }
 
+// lift takes the limit away.
+func (h *hostRate) lift() { h.limitRate = math.Inf(1) }
+
 // limit counts bytes sent at now and returns rate capped by the host's
 // limit.
 func (h *hostRate) limit(now int64, bytes int, rate float64) float64 {
 	t := clock.Time(now)
-	h.meterBytes += float64(bytes)
-	if span := t.Sub(h.meterAt); span >= hostMeterSpan {
-		h.sendRate = h.meterBytes / span.Seconds()
-		h.meterBytes, h.meterAt = 0, t
-	}
+	h.meter(t, bytes)
 	h.asked = rate
 	if !h.limited() {
 		return rate
 	}
-	if t.Sub(h.grownAt) >= hostMeterSpan && t.Sub(h.cutAt) >= hostMeterSpan {
-		if h.limitRate < hostNear*h.peak {
-			h.limitRate = min(h.limitRate*hostGrowthBack, hostNear*h.peak)
-		} else {
-			h.limitRate *= hostGrowth
-		}
-		h.grownAt = t
-		if h.limitRate > 2*rate {
-			h.limitRate = math.Inf(1) // the host lets out more than this connection would send
-		}
-	}
+	h.grow(t, rate)
 	return min(rate, h.limitRate)
+}
+
+// meter counts bytes sent at now. The first bytes, and the first after a
+// pause of a span or more, start a span afresh: a span that was mostly
+// idle would measure a rate the connection never sent at.
+func (h *hostRate) meter(now clock.Time, bytes int) {
+	if !h.metering || now.Sub(h.lastAt) >= hostMeterSpan {
+		h.metering, h.meterAt, h.meterBytes, h.sendRate = true, now, 0, 0
+	}
+	h.lastAt = now
+	h.meterBytes += float64(bytes)
+	if span := now.Sub(h.meterAt); span >= hostMeterSpan {
+		h.sendRate = h.meterBytes / span.Seconds()
+		h.meterBytes, h.meterAt = 0, now
+	}
+}
+
+// grow grows the limit once a span without a cut, and takes it away once
+// it is twice the rate asked for.
+func (h *hostRate) grow(now clock.Time, rate float64) {
+	if now.Sub(h.grownAt) < hostMeterSpan || now.Sub(h.cutAt) < hostMeterSpan {
+		return
+	}
+	if h.limitRate < hostNear*h.peak {
+		h.limitRate = min(h.limitRate*hostGrowthBack, hostNear*h.peak)
+	} else {
+		h.limitRate *= hostGrowth
+	}
+	h.grownAt = now
+	if h.limitRate > 2*rate {
+		h.limitRate = math.Inf(1) // the host lets out more than this connection would send
+	}
 }
 
 // dropped takes a drop by the host at now. It reports whether the limit
 // was cut.
 func (h *hostRate) dropped(now clock.Time) bool {
+	// The rate the connection sent at: its limit, or what it asked for.
+	// Before a limit, what it asked for may be far above what it sent,
+	// windows grown far beyond what the NIC let out, so the rate measured
+	// counts where it is less.
+	sent := min(h.limitRate, h.asked)
+	if m := h.measured(now); !h.limited() && m > 0 && m < sent || math.IsInf(sent, 1) || sent <= 0 {
+		sent = m
+	}
+	return h.cutFrom(now, sent)
+}
+
+// measured is the rate sent: the last whole span's, or before one, the
+// span's so far.
+func (h *hostRate) measured(now clock.Time) float64 {
+	if h.sendRate > 0 {
+		return h.sendRate
+	}
+	return h.meterBytes / max(now.Sub(h.meterAt), hostMeterSpan/10).Seconds()
+}
+
+// cutFrom takes a drop at now, by a queue that the rate sent let
+// overflow. It reports whether the limit was cut.
+func (h *hostRate) cutFrom(now clock.Time, sent float64) bool {
 	if h.limited() && now.Sub(h.cutAt) < hostMeterSpan {
 		return false // the cut before has not had time to act
-	}
-	// The rate the connection sent at: its limit, or what it asked for,
-	// or else what it was measured to send.
-	sent := min(h.limitRate, h.asked)
-	if math.IsInf(sent, 1) || sent <= 0 {
-		sent = max(h.sendRate, h.meterBytes/max(now.Sub(h.meterAt), hostMeterSpan/10).Seconds())
 	}
 	cut := hostCut
 	if h.limited() && now.Sub(h.cutAt) < 2*hostMeterSpan {
@@ -115,6 +165,86 @@ func (h *hostRate) dropped(now clock.Time) bool {
 	h.peak = sent
 	h.cutAt, h.grownAt = now, now
 	return true
+}
+
+// planeQueue is what the endpoint learned of one plane's queue on the way
+// out: the plane's own device and qdisc, or a queue that every plane
+// passes. Nothing tells which, but a queue of one plane drops that plane's
+// packets alone, while one that every plane passes drops whichever plane's
+// packets come when it is full. Until a plane's drops show the queue is
+// its own (dropped), a drop cuts the rate of the connection that sent it,
+// as is right for a shared queue. From then on they cut the plane's own
+// limit instead, and its port (nicPorts) gives it new data at that rate:
+// a plane behind a slow qdisc no longer holds back the others.
+type planeQueue struct {
+	host hostRate // the plane's limit once its queue is its own; it meters the plane's rate always
+	own  bool     // the plane's drops showed its queue is its own
+	sent uint64   // bytes of payload sent on the plane, ever
+	run  dropRun  // the plane's drops since another plane last dropped with them
+}
+
+// dropRun is a run of one plane's drops with no other plane dropping.
+type dropRun struct {
+	cuts   int        // the drops a hostMeterSpan or more apart
+	at     clock.Time // the last of them
+	last   clock.Time // the last drop
+	sent   uint64     // the plane's bytes at the first
+	others uint64     // the other planes' bytes at the first
+}
+
+// Where a drop on the way out came from (nicPorts.dropped).
+const (
+	sharedQueue   = iota // a queue the plane may share with others
+	ownQueue             // the plane's own queue, its limit cut a moment ago
+	ownQueueCut          // the plane's own queue, its limit cut now
+	ownQueueFound        // the plane's own queue, found with this drop and its limit cut
+)
+
+// dropped takes a drop at now by plane's queue on the way out, and reports
+// whose queue it was. A drop by a plane's own queue cuts the plane's limit.
+// Any other ends the runs of the other planes that dropped within two
+// spans, as two planes dropping together share a queue, and adds to its
+// plane's run, which finds the queue its own after ownQueueCuts.
+func (n *nicPorts) dropped(plane int, now clock.Time) int {
+	if plane >= len(n.queue) {
+		return sharedQueue
+	}
+	q := &n.queue[plane]
+	if q.own {
+		sent := q.host.limitRate
+		if !q.host.limited() {
+			sent = q.host.measured(now)
+		}
+		if q.host.cutFrom(now, sent) {
+			return ownQueueCut
+		}
+		return ownQueue
+	}
+	for i := range n.queue {
+		if r := &n.queue[i].run; i != plane && r.cuts > 0 && now.Sub(r.last) < 2*hostMeterSpan {
+			*r = dropRun{}
+		}
+	}
+	r := &q.run
+	switch {
+	case r.cuts == 0:
+		*r = dropRun{cuts: 1, at: now, sent: q.sent, others: n.total - q.sent}
+	case now.Sub(r.at) >= hostMeterSpan:
+		r.cuts++
+		r.at = now
+	}
+	r.last = now
+	if r.cuts < ownQueueCuts || 2*(n.total-q.sent-r.others) < q.sent-r.sent {
+		return sharedQueue
+	}
+	q.own, q.run = true, dropRun{}
+	q.host.cutFrom(now, q.host.measured(now))
+	return ownQueueFound
+}
+
+// limited reports whether plane's own queue limits what its port takes.
+func (n *nicPorts) limited(plane int) bool {
+	return plane < len(n.queue) && n.queue[plane].host.limited()
 }
 
 // LocalDrop is called by the port when the local host dropped a datagram
@@ -161,6 +291,36 @@ func (s *sender) localDrop(pkt *proto.Packet) {
 	s.stats.LocalDrops++
 	s.c.tp.dropped(s, p, r, r.psn)
 	s.pump()
+}
+
+// hostDropped takes a drop of one of the connection's packets by plane's
+// queue on the way out at now. A shared queue cuts the connection's rate.
+// A plane's own queue cuts that plane's limit alone, and once it is found
+// to be the plane's own, the cuts its drops made to the connection's rate
+// are taken back.
+func (s *sender) hostDropped(plane int, now clock.Time) {
+	switch s.c.ep.ports.dropped(plane, now) {
+	case ownQueueFound:
+		if s.hostCutBy == plane {
+			s.host.lift()
+		}
+		s.stats.PlaneCuts++
+	case ownQueueCut:
+		s.stats.PlaneCuts++
+	case ownQueue:
+	default:
+		limited := s.host.limited()
+		if !s.host.dropped(now) {
+			return
+		}
+		s.stats.HostCuts++
+		switch {
+		case !limited:
+			s.hostCutBy = plane
+		case s.hostCutBy != plane:
+			s.hostCutBy = -1 // cut for drops on several planes
+		}
+	}
 }
 
 // transmission finds the data packet pkt among the transmissions in

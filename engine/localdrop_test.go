@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
+	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -19,6 +21,8 @@ import (
 // silent is set, as a host that does not ask for send errors. With
 // unreported above 0, that many drops in a row of every eight go
 // unreported, as some of a real qdisc's do.
+// With plane set, the queue is that plane's own: the host's datagrams
+// from its other planes pass it by.
 type hostQueue struct {
 	link.Port
 	fluidQueue
@@ -27,6 +31,7 @@ type hostQueue struct {
 	silent     bool
 	unreported int
 	drops      int
+	plane      netip.Addr
 }
 
 // fluidQueue is a queue that lets out rate bytes a second and holds limit
@@ -53,6 +58,10 @@ func (q *fluidQueue) admit(now clock.Time, size int) (time.Duration, bool) {
 func (q *hostQueue) Send(batch []link.Datagram) {
 	for i := range batch {
 		d := batch[i]
+		if q.plane.IsValid() && d.Src.Addr() != q.plane {
+			q.Port.Send([]link.Datagram{d})
+			continue
+		}
 		wait, ok := q.admit(q.sim.Now(), d.Size())
 		if !ok {
 			q.drops++
@@ -82,12 +91,19 @@ func localDropRunWith(t *testing.T, silent bool, cfg Config) (SenderStats, uint6
 // localDropRunUnreported is localDropRunWith with unreported drops of
 // every eight left unreported (hostQueue).
 func localDropRunUnreported(t *testing.T, silent bool, unreported int, cfg Config) (SenderStats, uint64, uint64, *hostQueue) {
-	var q *hostQueue
-	n := newNetWrapped(t, twoHostFabric(2), cfg, func(h int, p link.Port) link.Port {
+	st, timeouts, moves, q, _ := localDropRunOn(t, twoHostFabric(2), &hostQueue{fluidQueue: fluidQueue{rate: 1e9, limit: 64 << 10},
+		silent: silent, unreported: unreported}, cfg)
+	return st, timeouts, moves, q
+}
+
+// localDropRunOn is localDropRun on the fabric fc with host 0's datagrams
+// through q, which is given the port, and the time the WRITE took as well.
+func localDropRunOn(t *testing.T, fc netem.Config, q *hostQueue, cfg Config) (SenderStats, uint64, uint64, *hostQueue, time.Duration) {
+	n := newNetWrapped(t, fc, cfg, func(h int, p link.Port) link.Port {
 		if h != 0 {
 			return p
 		}
-		q = &hostQueue{Port: p, fluidQueue: fluidQueue{rate: 1e9, limit: 64 << 10}, silent: silent, unreported: unreported}
+		q.Port = p
 		return q
 	})
 	q.sim, q.ep = n.sim, n.hosts[0].ep
@@ -97,9 +113,11 @@ func localDropRunUnreported(t *testing.T, silent bool, unreported int, cfg Confi
 	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 16 << 20}, RKey: dst.Key()}); err != nil {
 		t.Fatal(err)
 	}
+	start := n.sim.Now()
 	if !n.run(5*time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
 		t.Fatalf("the WRITE did not complete: %+v", pr.ra.done)
 	}
+	took := n.sim.Now().Sub(start)
 	if digest(src.Bytes()) != digest(dst.Bytes()) {
 		t.Fatal("the data differs")
 	}
@@ -108,7 +126,7 @@ func localDropRunUnreported(t *testing.T, silent bool, unreported int, cfg Confi
 		timeouts += p.Timeouts
 		moves += p.Repaths
 	}
-	return pr.a.SenderStats(), timeouts, moves, q
+	return pr.a.SenderStats(), timeouts, moves, q, took
 }
 
 // A sender faster than its own host's queue on the way out, told of each
@@ -135,44 +153,131 @@ func TestLocalDropsSlowTheSender(t *testing.T) {
 	}
 }
 
+// A plane whose own queue on the way out is slower, a qdisc of 1 Gb/s on
+// plane 1 of two planes of 10 Gb/s, drops that plane's packets alone.
+// Once its drops show the queue is its own, they limit that plane and not
+// the connection: plane 0 carries the rest, and the WRITE takes about
+// what plane 0 alone would take. Cutting the connection's one rate, as
+// for a shared queue, held plane 0 to plane 1's share and took several
+// times as long.
+func TestSlowPlaneQueueHoldsBackItsPlaneAlone(t *testing.T) {
+	fc := twoHostFabric(2)
+	fc.Uplink.Rate, fc.Downlink.Rate = 10e9, 10e9
+	slow := &hostQueue{fluidQueue: fluidQueue{rate: 1e9 / 8, limit: 64 << 10}, plane: netem.Addr(1, 0)}
+	st, timeouts, moves, q, took := localDropRunOn(t, fc, slow, Config{Paths: 8})
+	ports := q.ep.ports
+	t.Logf("%v: %d packets, %d resent, %d dropped by the host, %d connection cuts, %d plane cuts, plane 1's limit %.3g B/s, %d timeouts, %d moves",
+		took, st.Packets, st.Retransmits, q.drops, st.HostCuts, st.PlaneCuts, ports.queue[1].host.limitRate, timeouts, moves)
+	if !ports.queue[1].own || ports.queue[0].own || st.PlaneCuts == 0 {
+		t.Errorf("plane queues found own: %v, %v, with %d plane cuts: want plane 1's alone", ports.queue[0].own, ports.queue[1].own, st.PlaneCuts)
+	}
+	if timeouts != 0 || moves != 0 {
+		t.Errorf("%d timeouts and %d moves: a host's drops blamed the paths", timeouts, moves)
+	}
+	if d := q.drops; d*20 > int(st.Packets) {
+		t.Errorf("%d of %d packets dropped by the host: want under 5%%", d, st.Packets)
+	}
+	// Plane 0 alone carries 16 MiB at 10 Gb/s in 13.4 ms of payload time.
+	alone := time.Duration(16<<20) * time.Second / (10e9 / 8)
+	if took > alone*11/10 {
+		t.Errorf("the WRITE took %v: want under 1.1 times the %v plane 0 alone needs", took, alone)
+	}
+}
+
+// A queue that both planes pass, of 1 Gb/s on two planes of 10 Gb/s,
+// drops whichever plane's packets come when it is full. The connection's
+// one rate holds the drops down at first. Over a long transfer, runs of
+// drops on one plane alone come by chance, and a plane may come to count
+// the queue as its own: its limit then holds it to its part of the queue,
+// as flows share a link, and the transfer still goes at the queue's rate.
+func TestSharedQueueOfTwoPlanes(t *testing.T) {
+	fc := twoHostFabric(2)
+	fc.Uplink.Rate, fc.Downlink.Rate = 10e9, 10e9
+	shared := &hostQueue{fluidQueue: fluidQueue{rate: 1e9 / 8, limit: 64 << 10}}
+	st, timeouts, moves, q, took := localDropRunOn(t, fc, shared, Config{Paths: 8})
+	ports := q.ep.ports
+	t.Logf("%v: %d packets, %d resent, %d dropped by the host, %d connection cuts, %d plane cuts, planes found own %v %v, %d timeouts, %d moves",
+		took, st.Packets, st.Retransmits, q.drops, st.HostCuts, st.PlaneCuts, ports.queue[0].own, ports.queue[1].own, timeouts, moves)
+	if st.HostCuts == 0 {
+		t.Error("the connection's rate was never cut")
+	}
+	if d := q.drops; d*12 > int(st.Packets) || moves != 0 {
+		t.Errorf("%d of %d packets dropped by the host, %d moves: want under 8%% and none", d, st.Packets, moves)
+	}
+	// The queue lets 16 MiB of payload out in 134 ms, and the packets'
+	// headers take a few per cent more.
+	ideal := time.Duration(16<<20) * time.Second / (1e9 / 8)
+	if took > ideal*5/4 {
+		t.Errorf("the WRITE took %v: want under 1.25 times the %v the queue needs", took, ideal)
+	}
+}
+
 // The host's limit falls to a fraction of the rate sent at a drop, at most
 // once a span and further for a drop soon after a cut, grows back fast to
 // near the rate of the last drop and slowly beyond it while nothing drops,
-// and goes once it is well above what the connection asks for.
+// and goes once it is well above what the connection asks for. The rate
+// sent is the limit or what the connection asked for; before a limit, what
+// it was measured to send where that is less.
 func TestHostRate(t *testing.T) {
 	var h hostRate
-	h.limitRate = math.Inf(1)
+	h.lift()
 	ms := int64(time.Millisecond)
-	if got := h.limit(0, 1000, 100e6); got != 100e6 {
+	near := func(got, want float64) bool { return math.Abs(got-want) <= want*1e-9 }
+	// send sends at asked, or the limit where that is less, in steps of a
+	// tenth of a span until to, and returns the last limit.
+	var at int64
+	send := func(to int64, asked float64) float64 {
+		var got float64
+		for ; at <= to; at += ms / 10 {
+			got = h.limit(at, int(min(asked, h.limitRate)*1e-4), asked)
+		}
+		return got
+	}
+	if got := send(ms, 100e6); got != 100e6 {
 		t.Fatalf("no limit before a drop: %v", got)
 	}
-	if !h.dropped(clock.Time(ms/2)) || h.limitRate != hostCut*100e6 {
+	if !h.dropped(clock.Time(ms+ms/2)) || !near(h.limitRate, hostCut*100e6) {
 		t.Fatalf("after a drop: limit %v, want %v", h.limitRate, hostCut*100e6)
 	}
-	if h.dropped(clock.Time(ms/2 + ms/4)) {
+	if h.dropped(clock.Time(ms + 3*ms/4)) {
 		t.Error("cut twice within a span")
 	}
-	if got := h.limit(2*ms, 1000, 100e6); got != hostNear*100e6 {
+	if got := send(5*ms/2, 100e6); !near(got, hostNear*100e6) {
 		t.Errorf("a span later: %v, want back to %v", got, hostNear*100e6)
 	}
-	if got := h.limit(3*ms, 1000, 100e6); got != hostNear*100e6*hostGrowth {
+	if got := send(7*ms/2, 100e6); !near(got, hostNear*100e6*hostGrowth) {
 		t.Errorf("two spans later: %v, want %v", got, hostNear*100e6*hostGrowth)
 	}
-	if !h.dropped(clock.Time(3*ms+ms/2)) || h.dropped(clock.Time(4*ms)) || !h.dropped(clock.Time(4*ms+ms/2)) {
-		t.Fatal("drops a span apart not each taken")
+	first := at
+	if !h.dropped(clock.Time(first)) {
+		t.Fatal("a drop a span after the cut not taken")
 	}
-	if want := hostNear * 100e6 * hostGrowth * hostCut * hostCutAgain; math.Abs(h.limitRate-want) > 1 {
-		t.Errorf("after a drop soon after a cut: %v, want %v", h.limitRate, want)
+	send(first+ms/2, 100e6)
+	if h.dropped(clock.Time(at)) {
+		t.Fatal("cut twice within a span")
 	}
-	for now := 5 * ms; !math.IsInf(h.limitRate, 1); now += ms {
-		h.limit(now, 1000, 50e6)
-		if now > 200*ms {
-			t.Fatalf("still limited at %v by %v, asked 50e6", time.Duration(now), h.limitRate)
+	send(first+ms+ms/2, 100e6)
+	sent := min(h.limitRate, h.asked)
+	if !h.dropped(clock.Time(at)) || !near(h.limitRate, sent*hostCutAgain) {
+		t.Errorf("after a drop soon after a cut: %v, want %v of the %v sent", h.limitRate, hostCutAgain, sent)
+	}
+	for at += 2 * ms; h.limited(); {
+		send(at+ms, 50e6)
+		if at > 200*ms {
+			t.Fatalf("still limited at %v by %v, asked 50e6", time.Duration(at), h.limitRate)
 		}
 	}
-	h.dropped(clock.Time(500 * ms))
+
+	// Windows that ask for far more than the host lets the connection send
+	// set no limit: the cut is from the rate measured.
+	send(at+5*ms, 40e6)
+	h.asked = 1e9
+	if !h.dropped(clock.Time(at)) || !near(h.limitRate, hostCut*40e6) {
+		t.Errorf("asked 1e9, sending 40e6: a drop left %v, want %v", h.limitRate, hostCut*40e6)
+	}
+
 	for i := 0; i < 100; i++ {
-		h.dropped(clock.Time(int64(501+2*i) * ms))
+		h.dropped(clock.Time(at + int64(2*i+2)*ms))
 	}
 	if h.limitRate != hostFloor {
 		t.Errorf("after a hundred cuts: %v, want the floor %v", h.limitRate, float64(hostFloor))

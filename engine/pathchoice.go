@@ -29,25 +29,25 @@ func (s *sender) carries(p *sendPath, now clock.Time, skip bool) bool {
 }
 
 // pickPath chooses a path for a packet. New data (lost < 0) is sprayed
-// round robin over the usable paths, or by their ports' rates, except paths
-// too long for what is left (tailCut). A retransmission goes to the usable
+// round robin over the usable paths whose ports can take it, or by their
+// ports' rates, except paths too long for what is left (tailCut). A retransmission goes to the usable
 // path with the lowest smoothed RTT other than the one that lost it, or
 // back to that one if no other can take it; with ResendSamePath, back to
 // that one first.
 func (s *sender) pickPath(lost int) *sendPath {
-	if lost >= 0 && lost < len(s.paths) && s.c.ep.cfg.Resend == ResendSamePath && s.usable(s.paths[lost], true) {
+	now := s.c.ep.clock.Now()
+	if lost >= 0 && lost < len(s.paths) && s.c.ep.cfg.Resend == ResendSamePath && s.usable(s.paths[lost], true) && s.takesResend(s.paths[lost], now) {
 		return s.paths[lost]
 	}
 	// Clear paths come first. Paths in SKIP, which saw a CE mark recently,
 	// are used only when no clear path can take the packet.
-	now := s.c.ep.clock.Now()
 	var cut time.Duration
 	if lost < 0 {
 		cut = s.tailCut(now)
 	}
 	for _, skip := range [2]bool{false, true} {
 		if lost < 0 {
-			if s.c.ep.ports != nil {
+			if s.c.ep.ports.rated() {
 				if p := s.pickByRate(skip, cut, now); p != nil {
 					return p
 				}
@@ -55,7 +55,7 @@ func (s *sender) pickPath(lost int) *sendPath {
 			}
 			for i := 0; i < len(s.paths); i++ {
 				p := s.paths[(s.rrPath+i)%len(s.paths)]
-				if s.usable(p, skip) && shortEnough(p, cut) {
+				if s.usable(p, skip) && s.c.ep.ports.ready(p.Plane(), now) && shortEnough(p, cut) {
 					s.rrPath = int(p.ID()) + 1
 					return p
 				}
@@ -72,7 +72,7 @@ func (s *sender) pickPath(lost int) *sendPath {
 		}
 		for _, otherPlane := range [2]bool{true, false} {
 			for _, p := range s.paths {
-				if int(p.ID()) == lost || !s.usable(p, skip) || otherPlane && p.Plane() == lostPlane {
+				if int(p.ID()) == lost || !s.usable(p, skip) || !s.takesResend(p, now) || otherPlane && p.Plane() == lostPlane {
 					continue
 				}
 				if best == nil || p.RTT.Samples > 0 && (best.RTT.Samples == 0 || p.RTT.SRTT < best.RTT.SRTT) {
@@ -83,7 +83,7 @@ func (s *sender) pickPath(lost int) *sendPath {
 				break
 			}
 		}
-		if best == nil && lost < len(s.paths) && s.usable(s.paths[lost], skip) {
+		if best == nil && lost < len(s.paths) && s.usable(s.paths[lost], skip) && s.takesResend(s.paths[lost], now) {
 			best = s.paths[lost]
 		}
 		if best != nil {
@@ -91,6 +91,14 @@ func (s *sender) pickPath(lost int) *sendPath {
 		}
 	}
 	return nil
+}
+
+// takesResend reports whether p's port takes a resend at now. A port
+// holds back resends only while its plane's own queue limits it: what that
+// queue dropped, sent again at once, it would drop again.
+func (s *sender) takesResend(p *sendPath, now clock.Time) bool {
+	ports := s.c.ep.ports
+	return !ports.limited(p.Plane()) || ports.ready(p.Plane(), now)
 }
 
 // pickByRate sprays new data over the usable paths in proportion to their

@@ -435,7 +435,7 @@ func (p *sendPath) checkLoss(now clock.Time, acked, lost int) {
 	if n == 0 || !p.LossOutlier(others/float64(n), factor) {
 		return
 	}
-	if p.s.host.limited() {
+	if p.s.host.limited() || p.s.c.ep.ports.limited(p.Plane()) {
 		// The host drops on its way out, a whole batch of one path at a
 		// time, and not every drop is reported: the loss is the host's, and
 		// no new route cures it.

@@ -1,9 +1,12 @@
 // The endpoint's own NIC ports, one a plane. Planes can differ: a port of
-// 50 Gb/s beside ports of 100 (docs/cc.md, "Paths and planes").
+// 50 Gb/s beside ports of 100 (docs/cc.md, "Paths and planes"), or a
+// plane whose own queue on the way out lets out less than the others'
+// (localdrop.go).
 
 package engine
 
 import (
+	"math"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -20,41 +23,77 @@ const portBacklog = 4
 // while its port is within portBacklog packets of sending everything. So
 // the connections together give each port what it can send, and a slower
 // port does not build a queue that its plane's packets, and the end of
-// every transfer, wait in.
+// every transfer, wait in. A port's rate is the one configured
+// (Config.PortRates), or the one its plane's own queue was found to let
+// out (planeQueue), whichever is less; a plane with neither always takes
+// new data.
 type nicPorts struct {
-	rate  []float64    // bytes of payload a second, by plane
-	free  []clock.Time // when each port will have sent what it was given
-	slack []time.Duration
+	rate       []float64    // configured bytes of payload a second, by plane; may be shorter than the planes
+	free       []clock.Time // when each port will have sent what it was given
+	queue      []planeQueue // each plane's own queue on the way out, by plane
+	total      uint64       // bytes of payload given to every port, ever
+	maxPayload int
 }
 
-// newNICPorts returns the ports of the given rates, or nil without any.
-func newNICPorts(rates []float64, maxPayload int) *nicPorts {
-	if len(rates) == 0 {
-		return nil
-	}
-	n := &nicPorts{rate: rates, free: make([]clock.Time, len(rates)), slack: make([]time.Duration, len(rates))}
-	for i, r := range rates {
-		n.slack[i] = time.Duration(float64(portBacklog*maxPayload) / r * 1e9)
+// newNICPorts returns the ports of the endpoint's planes, at the given
+// rates where there are any.
+func newNICPorts(planes int, rates []float64, maxPayload int) *nicPorts {
+	n := &nicPorts{rate: rates, free: make([]clock.Time, planes), queue: make([]planeQueue, planes),
+		maxPayload: maxPayload}
+	for i := range n.queue {
+		n.queue[i].host.lift()
 	}
 	return n
 }
 
-// ready reports whether plane's port can take new data at now. A plane the
-// endpoint has no rate for is always ready.
+// rated reports whether the endpoint was given its ports' rates.
+func (n *nicPorts) rated() bool { return len(n.rate) > 0 }
+
+// portRate is plane's port's rate now: its configured rate or its queue's
+// limit, whichever is less, or +Inf for neither.
+func (n *nicPorts) portRate(plane int) float64 {
+	r := math.Inf(1)
+	if plane < len(n.rate) {
+		r = n.rate[plane]
+	}
+	if plane < len(n.queue) {
+		r = min(r, n.queue[plane].host.limitRate)
+	}
+	return r
+}
+
+// slack is how long plane's port may have to go before it takes no more
+// new data: portBacklog full packets at its rate.
+func (n *nicPorts) slack(plane int) time.Duration {
+	return time.Duration(float64(portBacklog*n.maxPayload) / n.portRate(plane) * 1e9)
+}
+
+// ready reports whether plane's port can take new data at now.
 func (n *nicPorts) ready(plane int, now clock.Time) bool {
-	return n == nil || plane >= len(n.free) || n.free[plane].Sub(now) <= n.slack[plane]
+	return plane >= len(n.free) || math.IsInf(n.portRate(plane), 1) || n.free[plane].Sub(now) <= n.slack(plane)
 }
 
 // readyAt returns when plane's port can take new data again.
 func (n *nicPorts) readyAt(plane int) clock.Time {
-	return n.free[plane].Add(-n.slack[plane])
+	return n.free[plane].Add(-n.slack(plane))
 }
 
 // sent charges bytes of payload sent at now to plane's port. Resends and
 // copies are charged too: they take the port's time like new data.
 func (n *nicPorts) sent(plane, bytes int, now clock.Time) {
-	if n == nil || plane >= len(n.free) {
+	if plane >= len(n.free) {
 		return
 	}
-	n.free[plane] = max(n.free[plane], now).Add(time.Duration(float64(bytes) / n.rate[plane] * 1e9))
+	n.total += uint64(bytes)
+	q := &n.queue[plane]
+	q.sent += uint64(bytes)
+	q.host.meter(now, bytes)
+	if q.host.limited() && q.host.sendRate >= hostNear*q.host.limitRate {
+		// The limit grows only while it holds the plane back: one that
+		// grew while the plane sent less would not stop the next burst.
+		q.host.grow(now, math.Inf(1))
+	}
+	if r := n.portRate(plane); !math.IsInf(r, 1) {
+		n.free[plane] = max(n.free[plane], now).Add(time.Duration(float64(bytes) / r * 1e9))
+	}
 }

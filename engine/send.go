@@ -104,6 +104,7 @@ type sender struct {
 	mss        float64     // payload bytes of a full packet
 	nicShare   *cc.Member  // this connection in the endpoint's OutboundCapacity allocation; nil without one
 	host       hostRate    // the rate the local host's queues let out, learned from its drops (localdrop.go)
+	hostCutBy  int         // the plane whose drops made every cut to host since it last limited nothing; -1 for several
 	rateIn     []cc.PathRate
 	windowRate float64
 	rateStale  bool
@@ -185,7 +186,7 @@ func (s *sender) init(c *Conn) {
 		s.nicShare = a.Member(c.localID)
 	}
 	s.hint = math.Inf(1)
-	s.host.limitRate = math.Inf(1)
+	s.host.lift()
 	s.rateStale = true
 	c.setSendMax(c.sendMax)
 }
@@ -281,6 +282,7 @@ func (s *sender) sendSprayed() bool {
 		}
 		p := s.pickPath(int(r.path))
 		if p == nil {
+			s.waitForPort()
 			return false
 		}
 		lostOn := -1
@@ -344,9 +346,6 @@ func (s *sender) sendSprayed() bool {
 // would wait for ever.
 func (s *sender) waitForPort() {
 	ports := s.c.ep.ports
-	if ports == nil {
-		return
-	}
 	now := s.c.ep.clock.Now()
 	at := clock.Never
 	for _, p := range s.paths {

@@ -30,6 +30,7 @@ type SenderStats struct {
 	MTUProbes       uint64 // padded PROBEs of the path MTU search (spec section 6.7)
 	LocalDrops      uint64 // data packets the local host dropped on their way out, resent at once (localdrop.go)
 	HostCuts        uint64 // times those drops cut the sending rate
+	PlaneCuts       uint64 // times they cut the limit of a plane whose own queue dropped them instead
 	// MTUFalls counts sizes a plane had carried and came to refuse: a
 	// packet the local host refused as too big, or PROBEs of the size
 	// packets are cut to that went unanswered (spec section 6.7). MTUChecks

@@ -101,13 +101,12 @@ func (multipath) cnp(*sender, clock.Time) {}
 func (multipath) stop()                   {}
 
 // dropped resends the packet at once, counting it against no path, and
-// cuts the connection's rate to what its host lets out.
+// cuts the connection's rate to what its host lets out, or, where the
+// drop was by its plane's own queue, that plane's (localdrop.go).
 func (multipath) dropped(s *sender, p *sendPath, r *sendRec, psn uint32) {
 	p.resolveLost(r, psn, LossLocal)
 	p.advance()
-	if s.host.dropped(s.c.ep.clock.Now()) {
-		s.stats.HostCuts++
-	}
+	s.hostDropped(p.Plane(), s.c.ep.clock.Now())
 }
 func (multipath) admit(*receiver, proto.CommonHeader, *link.Datagram, int, clock.Time) bool {
 	return true
