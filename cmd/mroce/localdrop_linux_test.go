@@ -11,6 +11,24 @@ import (
 	"github.com/mroce/mroce/app/xferstats"
 )
 
+// shapedNamespaces names two network namespaces for a test that shapes
+// traffic with tc, tagged tag and a random number, which it returns too,
+// and removes them when the test ends. The caller makes them. It skips
+// the test without the rights or tc.
+func shapedNamespaces(t *testing.T, tag string) (id int, nsA, nsB string) {
+	needNetAdmin(t)
+	if _, err := exec.LookPath("tc"); err != nil {
+		t.Skip("needs tc (Debian package iproute2)")
+	}
+	id = rand.IntN(1e6)
+	nsA, nsB = fmt.Sprintf("mroce-%s-a%d", tag, id), fmt.Sprintf("mroce-%s-b%d", tag, id)
+	t.Cleanup(func() {
+		exec.Command("ip", "netns", "del", nsA).Run()
+		exec.Command("ip", "netns", "del", nsB).Run()
+	})
+	return id, nsA, nsB
+}
+
 // A sender faster than its own host lets out: a tbf of 200 Mbit/s holding
 // 64 KiB on the sending namespace's veth, where the receiver's side offers
 // 10 Gb/s. The kernel refuses what overflows the qdisc with ENOBUFS, the
@@ -19,17 +37,8 @@ import (
 // Unreported, the same drops cost as many resends as the transfer has
 // packets and timed paths out.
 func TestSenderFasterThanItsHost(t *testing.T) {
-	needNetAdmin(t)
-	if _, err := exec.LookPath("tc"); err != nil {
-		t.Skip("needs tc (Debian package iproute2)")
-	}
-	id := rand.IntN(1e6)
-	nsA, nsB := fmt.Sprintf("mroce-ld-a%d", id), fmt.Sprintf("mroce-ld-b%d", id)
+	id, nsA, nsB := shapedNamespaces(t, "ld")
 	vethA, vethB := fmt.Sprintf("ld%da", id), fmt.Sprintf("ld%db", id)
-	t.Cleanup(func() {
-		exec.Command("ip", "netns", "del", nsA).Run()
-		exec.Command("ip", "netns", "del", nsB).Run()
-	})
 	for _, args := range [][]string{
 		{"ip", "netns", "add", nsA}, {"ip", "netns", "add", nsB},
 		{"ip", "link", "add", vethA, "type", "veth", "peer", "name", vethB},
@@ -78,16 +87,7 @@ func TestSenderFasterThanItsHost(t *testing.T) {
 // alone, and plane 0 carries the rest. Cutting the connection's one rate
 // held the planes to equal shares of the spray.
 func TestSlowPlaneOfTwoOnTheKernelPath(t *testing.T) {
-	needNetAdmin(t)
-	if _, err := exec.LookPath("tc"); err != nil {
-		t.Skip("needs tc (Debian package iproute2)")
-	}
-	id := rand.IntN(1e6)
-	nsA, nsB := fmt.Sprintf("mroce-sp-a%d", id), fmt.Sprintf("mroce-sp-b%d", id)
-	t.Cleanup(func() {
-		exec.Command("ip", "netns", "del", nsA).Run()
-		exec.Command("ip", "netns", "del", nsB).Run()
-	})
+	id, nsA, nsB := shapedNamespaces(t, "sp")
 	cmds := [][]string{{"ip", "netns", "add", nsA}, {"ip", "netns", "add", nsB}}
 	for p := range 2 {
 		veth := fmt.Sprintf("sp%dp%d", id, p)
