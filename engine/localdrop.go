@@ -43,13 +43,13 @@ const (
 	// hostFloor is the least the limit falls to, in bytes a second, so that
 	// drops never stop a connection.
 	hostFloor = 1e6
-	// ownQueueCuts is how many cuts, a hostMeterSpan apart or more, one
-	// plane's drops must make with no other plane dropping, while the
-	// others carry half as much or more, before the plane's queue counts
-	// as its own.
-	// One flush can drop a batch of one path from a shared queue; three
-	// rounds of it on one plane alone are not chance.
-	ownQueueCuts = 3
+	// ownQueueRounds is how many rounds of drops, each a hostMeterSpan or
+	// more after the one before, one plane must take with no other plane
+	// dropping, while the others carry half as much or more, before the
+	// plane's queue counts as its own. One flush can drop a batch of one
+	// path from a shared queue; three rounds on one plane alone are
+	// unlikely to be chance.
+	ownQueueRounds = 3
 )
 
 // hostRate is a limit on a rate, learned from the drops of one of the local
@@ -60,7 +60,8 @@ const (
 // grows back each hostMeterSpan without one, and goes once it is twice the
 // rate asked for: what the connection's windows and receiver allow, or the
 // endpoint's configured capacity. A connection that sent little for a
-// while keeps its limit: a burst after a pause is what fills a queue.
+// while keeps its limit: a burst after a pause is what fills a queue. A
+// plane's limit (planeQueue) has no rate asked for, and stays.
 type hostRate struct {
 	limitRate float64    // bytes a second, +Inf for none
 	cutAt     clock.Time // the last cut
@@ -69,12 +70,12 @@ type hostRate struct {
 	peak      float64    // the rate sent at the last drop
 
 	// The meter: bytes sent since meterAt, and the rate of the last whole
-	// span measured, 0 before one.
+	// span measured, over sendSpan; 0 before one.
 	metering   bool
 	meterBytes float64
 	meterAt    clock.Time
-	lastAt     clock.Time // the last bytes metered
 	sendRate   float64
+	sendSpan   time.Duration
 }
 
 // limited reports whether the host's drops limit the rate now.
@@ -96,17 +97,16 @@ func (h *hostRate) limit(now int64, bytes int, rate float64) float64 {
 	return min(rate, h.limitRate)
 }
 
-// meter counts bytes sent at now. The first bytes, and the first after a
-// pause of a span or more, start a span afresh: a span that was mostly
-// idle would measure a rate the connection never sent at.
+// meter counts bytes sent at now. A span lasts from one byte metered to
+// the first a hostMeterSpan or more later; its rate counts the pauses
+// within it.
 func (h *hostRate) meter(now clock.Time, bytes int) {
-	if !h.metering || now.Sub(h.lastAt) >= hostMeterSpan {
-		h.metering, h.meterAt, h.meterBytes, h.sendRate = true, now, 0, 0
+	if !h.metering {
+		h.metering, h.meterAt = true, now // the first span starts with the first bytes
 	}
-	h.lastAt = now
 	h.meterBytes += float64(bytes)
 	if span := now.Sub(h.meterAt); span >= hostMeterSpan {
-		h.sendRate = h.meterBytes / span.Seconds()
+		h.sendRate, h.sendSpan = h.meterBytes/span.Seconds(), span
 		h.meterBytes, h.meterAt = 0, now
 	}
 }
@@ -142,10 +142,11 @@ func (h *hostRate) dropped(now clock.Time) bool {
 	return h.cutFrom(now, sent)
 }
 
-// measured is the rate sent: the last whole span's, or before one, the
-// span's so far.
+// measured is the rate sent: the last whole span's, where that span was
+// short enough to hold no pause, or else the span's so far. After a pause
+// the rate of a span that held it is no measure of what a burst sends.
 func (h *hostRate) measured(now clock.Time) float64 {
-	if h.sendRate > 0 {
+	if h.sendRate > 0 && h.sendSpan < 2*hostMeterSpan {
 		return h.sendRate
 	}
 	return h.meterBytes / max(now.Sub(h.meterAt), hostMeterSpan/10).Seconds()
@@ -180,61 +181,62 @@ type planeQueue struct {
 	host hostRate // the plane's limit once its queue is its own; it meters the plane's rate always
 	own  bool     // the plane's drops showed its queue is its own
 	sent uint64   // bytes of payload sent on the plane, ever
-	run  dropRun  // the plane's drops since another plane last dropped with them
+	run  dropRun  // the plane's drops since another plane last dropped
 }
 
 // dropRun is a run of one plane's drops with no other plane dropping.
 type dropRun struct {
-	cuts   int        // the drops a hostMeterSpan or more apart
-	at     clock.Time // the last of them
-	last   clock.Time // the last drop
+	rounds int        // drops a hostMeterSpan or more after the round before
+	at     clock.Time // the last round's first drop
 	sent   uint64     // the plane's bytes at the first
 	others uint64     // the other planes' bytes at the first
 }
 
-// Where a drop on the way out came from (nicPorts.dropped).
+// queueKind is whose a queue on the way out that dropped a packet is
+// (nicPorts.dropped).
+type queueKind int
+
 const (
-	sharedQueue   = iota // a queue the plane may share with others
-	ownQueue             // the plane's own queue, its limit cut a moment ago
-	ownQueueCut          // the plane's own queue, its limit cut now
-	ownQueueFound        // the plane's own queue, found with this drop and its limit cut
+	sharedQueue   queueKind = iota // a queue the plane may share with others
+	ownQueue                       // the plane's own queue, its limit cut a moment ago
+	ownQueueCut                    // the plane's own queue, its limit cut now
+	ownQueueFound                  // the plane's own queue, found with this drop and its limit cut
 )
 
 // dropped takes a drop at now by plane's queue on the way out, and reports
 // whose queue it was. A drop by a plane's own queue cuts the plane's limit.
-// Any other ends the runs of the other planes that dropped within two
-// spans, as two planes dropping together share a queue, and adds to its
-// plane's run, which finds the queue its own after ownQueueCuts.
-func (n *nicPorts) dropped(plane int, now clock.Time) int {
-	if plane >= len(n.queue) {
+// Any other ends the run of every other plane, as a queue that drops two
+// planes' packets may be theirs together, and adds to its plane's run,
+// which finds the queue the plane's own after ownQueueRounds. An endpoint
+// of one plane cannot tell, and counts its queue shared.
+func (n *nicPorts) dropped(plane int, now clock.Time) queueKind {
+	if plane >= len(n.queue) || len(n.queue) < 2 {
 		return sharedQueue
 	}
 	q := &n.queue[plane]
 	if q.own {
-		sent := q.host.limitRate
-		if !q.host.limited() {
-			sent = q.host.measured(now)
-		}
-		if q.host.cutFrom(now, sent) {
+		// A plane's limit never goes (hostRate), so its drops come at the
+		// limit.
+		if q.host.cutFrom(now, q.host.limitRate) {
 			return ownQueueCut
 		}
 		return ownQueue
 	}
 	for i := range n.queue {
-		if r := &n.queue[i].run; i != plane && r.cuts > 0 && now.Sub(r.last) < 2*hostMeterSpan {
-			*r = dropRun{}
+		if i != plane {
+			n.queue[i].run = dropRun{}
 		}
 	}
 	r := &q.run
 	switch {
-	case r.cuts == 0:
-		*r = dropRun{cuts: 1, at: now, sent: q.sent, others: n.total - q.sent}
+	case r.rounds == 0:
+		*r = dropRun{rounds: 1, at: now, sent: q.sent, others: n.total - q.sent}
 	case now.Sub(r.at) >= hostMeterSpan:
-		r.cuts++
+		r.rounds++
 		r.at = now
 	}
-	r.last = now
-	if r.cuts < ownQueueCuts || 2*(n.total-q.sent-r.others) < q.sent-r.sent {
+	othersSent, sent := n.total-q.sent-r.others, q.sent-r.sent
+	if r.rounds < ownQueueRounds || 2*othersSent < sent {
 		return sharedQueue
 	}
 	q.own, q.run = true, dropRun{}
@@ -296,29 +298,32 @@ func (s *sender) localDrop(pkt *proto.Packet) {
 // hostDropped takes a drop of one of the connection's packets by plane's
 // queue on the way out at now. A shared queue cuts the connection's rate.
 // A plane's own queue cuts that plane's limit alone, and once it is found
-// to be the plane's own, the cuts its drops made to the connection's rate
-// are taken back.
+// to be the plane's own, the cuts its drops alone made to the rates of the
+// endpoint's connections are taken back.
 func (s *sender) hostDropped(plane int, now clock.Time) {
 	switch s.c.ep.ports.dropped(plane, now) {
 	case ownQueueFound:
-		if s.hostCutBy == plane {
-			s.host.lift()
-		}
 		s.stats.PlaneCuts++
+		for _, c := range s.c.ep.conns {
+			if c.snd.hostCutBy == plane {
+				c.snd.host.lift()
+				c.snd.hostCutBy = -1
+			}
+		}
 	case ownQueueCut:
 		s.stats.PlaneCuts++
 	case ownQueue:
 	default:
 		limited := s.host.limited()
+		if limited && s.hostCutBy != plane {
+			s.hostCutBy = -1 // the limit stands for drops on several planes
+		}
 		if !s.host.dropped(now) {
 			return
 		}
 		s.stats.HostCuts++
-		switch {
-		case !limited:
+		if !limited {
 			s.hostCutBy = plane
-		case s.hostCutBy != plane:
-			s.hostCutBy = -1 // cut for drops on several planes
 		}
 	}
 }

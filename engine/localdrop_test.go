@@ -451,3 +451,34 @@ func TestLocalDropsInTheAuthenticatedMode(t *testing.T) {
 		t.Errorf("%d drops taken for %d dropped, %d timeouts, %d moves", told.LocalDrops, q.drops, timeouts, moves)
 	}
 }
+
+// A plane's own limit grows while the plane sends at it, even one so slow
+// that a span holds a single packet, and stays where it is while the plane
+// sends well below it: a limit that grew unused would not stop the next
+// burst.
+func TestPlaneLimitGrowsOnlyWhileItBinds(t *testing.T) {
+	n := newNICPorts(2, nil, 4096)
+	q := &n.queue[1]
+	q.own = true
+	q.host.cutFrom(0, 2e6)
+	start := q.host.limitRate
+	now := clock.Time(0)
+	for now < clock.Time(200*time.Millisecond) {
+		now = now.Add(time.Duration(4096 / q.host.limitRate * 1e9)) // one packet at the limit
+		n.sent(1, 4096, now)
+	}
+	grown := q.host.limitRate
+	if grown < 2*start {
+		t.Errorf("sent at the limit for 200 ms: limit %.3g from %.3g, want it at least doubled", grown, start)
+	}
+	for end := now.Add(200 * time.Millisecond); now < end; {
+		now = now.Add(time.Duration(4 * 4096 / grown * 1e9)) // at a quarter of it
+		n.sent(1, 4096, now)
+	}
+	if q.host.limitRate != grown {
+		t.Errorf("sent at a quarter of the limit: limit %.3g, want it held at %.3g", q.host.limitRate, grown)
+	}
+	if !n.ready(0, now) || n.limited(0) {
+		t.Error("plane 0, whose queue is not its own, is held back")
+	}
+}

@@ -30,10 +30,11 @@ func (s *sender) carries(p *sendPath, now clock.Time, skip bool) bool {
 
 // pickPath chooses a path for a packet. New data (lost < 0) is sprayed
 // round robin over the usable paths whose ports can take it, or by their
-// ports' rates, except paths too long for what is left (tailCut). A retransmission goes to the usable
-// path with the lowest smoothed RTT other than the one that lost it, or
-// back to that one if no other can take it; with ResendSamePath, back to
-// that one first.
+// ports' rates, except paths too long for what is left (tailCut). A
+// retransmission goes to the usable path with the lowest smoothed RTT
+// other than the one that lost it, or back to that one if no other can
+// take it; with ResendSamePath, back to that one first; but not to a
+// plane whose own queue's limit holds its port back (takesResend).
 func (s *sender) pickPath(lost int) *sendPath {
 	now := s.c.ep.clock.Now()
 	if lost >= 0 && lost < len(s.paths) && s.c.ep.cfg.Resend == ResendSamePath && s.usable(s.paths[lost], true) && s.takesResend(s.paths[lost], now) {

@@ -104,7 +104,7 @@ type sender struct {
 	mss        float64     // payload bytes of a full packet
 	nicShare   *cc.Member  // this connection in the endpoint's OutboundCapacity allocation; nil without one
 	host       hostRate    // the rate the local host's queues let out, learned from its drops (localdrop.go)
-	hostCutBy  int         // the plane whose drops made every cut to host since it last limited nothing; -1 for several
+	hostCutBy  int         // the plane whose drops made every cut to host since it last limited nothing; -1 for none or several
 	rateIn     []cc.PathRate
 	windowRate float64
 	rateStale  bool
@@ -187,6 +187,7 @@ func (s *sender) init(c *Conn) {
 	}
 	s.hint = math.Inf(1)
 	s.host.lift()
+	s.hostCutBy = -1
 	s.rateStale = true
 	c.setSendMax(c.sendMax)
 }
