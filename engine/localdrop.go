@@ -218,6 +218,7 @@ func (n *nicPorts) dropped(plane int, now clock.Time) queueKind {
 		// A plane's limit never goes (hostRate), so its drops come at the
 		// limit.
 		if q.host.cutFrom(now, q.host.limitRate) {
+			n.refresh(plane)
 			return ownQueueCut
 		}
 		return ownQueue
@@ -241,6 +242,7 @@ func (n *nicPorts) dropped(plane int, now clock.Time) queueKind {
 	}
 	q.own, q.run = true, dropRun{}
 	q.host.cutFrom(now, q.host.measured(now))
+	n.refresh(plane)
 	return ownQueueFound
 }
 

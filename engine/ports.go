@@ -28,20 +28,23 @@ const portBacklog = 4
 // out (planeQueue), whichever is less; a plane with neither always takes
 // new data.
 type nicPorts struct {
-	rate       []float64    // configured bytes of payload a second, by plane; may be shorter than the planes
-	free       []clock.Time // when each port will have sent what it was given
-	queue      []planeQueue // each plane's own queue on the way out, by plane
-	total      uint64       // bytes of payload given to every port, ever
+	rate       []float64       // configured bytes of payload a second, by plane; may be shorter than the planes
+	portRate   []float64       // each port's rate now (refresh), +Inf for none
+	slack      []time.Duration // how far ahead of now each port's free may be and it still takes new data
+	free       []clock.Time    // when each port will have sent what it was given
+	queue      []planeQueue    // each plane's own queue on the way out, by plane
+	total      uint64          // bytes of payload given to every port, ever
 	maxPayload int
 }
 
 // newNICPorts returns the ports of the endpoint's planes, at the given
 // rates where there are any.
 func newNICPorts(planes int, rates []float64, maxPayload int) *nicPorts {
-	n := &nicPorts{rate: rates, free: make([]clock.Time, planes), queue: make([]planeQueue, planes),
-		maxPayload: maxPayload}
+	n := &nicPorts{rate: rates, portRate: make([]float64, planes), slack: make([]time.Duration, planes),
+		free: make([]clock.Time, planes), queue: make([]planeQueue, planes), maxPayload: maxPayload}
 	for i := range n.queue {
 		n.queue[i].host.lift()
+		n.refresh(i)
 	}
 	return n
 }
@@ -49,33 +52,26 @@ func newNICPorts(planes int, rates []float64, maxPayload int) *nicPorts {
 // rated reports whether the endpoint was given its ports' rates.
 func (n *nicPorts) rated() bool { return len(n.rate) > 0 }
 
-// portRate is plane's port's rate now: its configured rate or its queue's
-// limit, whichever is less, or +Inf for neither.
-func (n *nicPorts) portRate(plane int) float64 {
-	r := math.Inf(1)
+// refresh sets plane's port's rate to its configured rate or its queue's
+// limit, whichever is less, and its slack to portBacklog full packets at
+// that rate. It is called whenever the limit changes.
+func (n *nicPorts) refresh(plane int) {
+	r := n.queue[plane].host.limitRate
 	if plane < len(n.rate) {
-		r = n.rate[plane]
+		r = min(r, n.rate[plane])
 	}
-	if plane < len(n.queue) {
-		r = min(r, n.queue[plane].host.limitRate)
-	}
-	return r
-}
-
-// slack is how long plane's port may have to go before it takes no more
-// new data: portBacklog full packets at its rate.
-func (n *nicPorts) slack(plane int) time.Duration {
-	return time.Duration(float64(portBacklog*n.maxPayload) / n.portRate(plane) * 1e9)
+	n.portRate[plane] = r
+	n.slack[plane] = time.Duration(float64(portBacklog*n.maxPayload) / r * 1e9) // 0 at +Inf
 }
 
 // ready reports whether plane's port can take new data at now.
 func (n *nicPorts) ready(plane int, now clock.Time) bool {
-	return plane >= len(n.free) || math.IsInf(n.portRate(plane), 1) || n.free[plane].Sub(now) <= n.slack(plane)
+	return plane >= len(n.free) || math.IsInf(n.portRate[plane], 1) || n.free[plane].Sub(now) <= n.slack[plane]
 }
 
 // readyAt returns when plane's port can take new data again.
 func (n *nicPorts) readyAt(plane int) clock.Time {
-	return n.free[plane].Add(-n.slack(plane))
+	return n.free[plane].Add(-n.slack[plane])
 }
 
 // sent charges bytes of payload sent at now to plane's port. Resends and
@@ -92,8 +88,9 @@ func (n *nicPorts) sent(plane, bytes int, now clock.Time) {
 		// The limit grows only while it holds the plane back: one that
 		// grew while the plane sent less would not stop the next burst.
 		q.host.grow(now, math.Inf(1))
+		n.refresh(plane)
 	}
-	if r := n.portRate(plane); !math.IsInf(r, 1) {
+	if r := n.portRate[plane]; !math.IsInf(r, 1) {
 		n.free[plane] = max(n.free[plane], now).Add(time.Duration(float64(bytes) / r * 1e9))
 	}
 }
