@@ -40,6 +40,9 @@ const (
 	hostGrowth     = 1.02
 	hostGrowthBack = 1.1
 	hostNear       = 0.85
+	// hostAskedShare is the least share of the rate asked for that a
+	// first cut counts as sent (hostRate.dropped).
+	hostAskedShare = 0.25
 	// hostFloor is the least the limit falls to, in bytes a second, so that
 	// drops never stop a connection.
 	hostFloor = 1e6
@@ -134,10 +137,15 @@ func (h *hostRate) dropped(now clock.Time) bool {
 	// The rate the connection sent at: its limit, or what it asked for.
 	// Before a limit, what it asked for may be far above what it sent,
 	// windows grown far beyond what the NIC let out, so the rate measured
-	// counts where it is less.
+	// counts where it is less, down to hostAskedShare of what was asked: a
+	// span far below that is one the connection spent waiting, not what
+	// overflowed the queue.
 	sent := min(h.limitRate, h.asked)
-	if m := h.measured(now); !h.limited() && m > 0 && m < sent || math.IsInf(sent, 1) || sent <= 0 {
+	switch m := h.measured(now); {
+	case math.IsInf(sent, 1) || sent <= 0:
 		sent = m
+	case !h.limited() && m > 0 && m < sent:
+		sent = max(m, hostAskedShare*sent)
 	}
 	return h.cutFrom(now, sent)
 }
