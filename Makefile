@@ -37,7 +37,9 @@ unit:
 
 # The scenarios -short skips: every package's Large tests, and the whole of
 # sim (the incast at N = 64, transfers at 5% and 10% loss) without -short;
-# udp again without the race detector, which defeats its allocation check.
+# udp again without the race detector, which defeats its allocation check;
+# engine's short tests again without it, for the long scenarios it skips
+# under the detector (skipUnderRace).
 # One package at a time (-p 1): the real-time tests (sockets, the kernel
 # path) must not share the two cores with another package's tests.
 # cmd/mroce's runs, the results tables among them, can pass go test's
@@ -45,6 +47,7 @@ unit:
 large:
 	$(GO) test -count=1 -p 1 -timeout 30m -run 'Large' $(PKGS)
 	$(GO) test -count=1 ./sim ./udp
+	$(GO) test -count=1 -short ./engine
 
 # Every fuzz target for FUZZTIME each (make fuzz FUZZTIME=60s for a longer run).
 fuzz:

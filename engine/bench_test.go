@@ -136,6 +136,7 @@ func BenchmarkEngine4K(b *testing.B) {
 // engine allocates nothing per packet, on the send side or the receive
 // side.
 func TestEngineSteadyStateAllocatesNothing(t *testing.T) {
+	skipUnderRace(t)
 	w := newWirePair(t)
 	// Warm up until the windows reach their cap and the buffer pools hold
 	// the most ever in flight.
@@ -159,6 +160,7 @@ func TestEngineSteadyStateAllocatesNothing(t *testing.T) {
 // payloads, with placeholders, which use header buffers and padding, and
 // in the authenticated mode, where every packet is sealed and opened.
 func TestTransferOverNetemAllocatesNothing(t *testing.T) {
+	skipUnderRace(t)
 	for _, c := range []struct {
 		placeholders, authed bool
 	}{{false, false}, {true, false}, {false, true}} {

@@ -45,6 +45,7 @@ func busyPair(t *testing.T) (*testNet, *pair) {
 // not use, a fatal NACK naming no transmission in flight, and an ACK of
 // DSNs never sent (spec sections 7.1 and 9).
 func TestForgedControlPacketsAreNotObeyed(t *testing.T) {
+	skipUnderRace(t)
 	stranger := netem.Addr(0, 9)
 	peer := netem.Addr(0, 1)
 	for _, c := range []struct {

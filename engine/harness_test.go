@@ -26,6 +26,18 @@ func seeded(seed uint64) seededReader {
 	return seededReader{rand.NewChaCha8(k)}
 }
 
+// skipUnderRace skips a long scenario under the race detector. The engine
+// runs on one goroutine, so the detector finds nothing in it that it does
+// not find in the short tests, and it makes a scenario ten times as slow.
+// make test runs the package again without it (the Makefile's large
+// target).
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("a long scenario of the one-goroutine engine: run without -race")
+	}
+}
+
 // host is one emulated host running an endpoint.
 type host struct {
 	ep  *Endpoint

@@ -57,6 +57,7 @@ func TestIdleConnectionStaysUp(t *testing.T) {
 // packet, by a connection that has nothing outstanding and by one that
 // only receives, each with ErrTimeout and a CLOSE TIMEOUT.
 func TestSilentPeerIsDeclaredDead(t *testing.T) {
+	skipUnderRace(t)
 	for _, busy := range []bool{false, true} {
 		n := newNet(t, fourPlanes(), Config{Paths: 4, NoProgress: liveness})
 		pr := n.connect(0, 1)

@@ -54,6 +54,7 @@ const noPlane = -2
 // once it has grown unmarked for 8 of its round trips, and the other
 // stays.
 func TestPathLeavesALongPlane(t *testing.T) {
+	skipUnderRace(t)
 	const size = 16 << 20
 	equal, _ := writeOneLongPlane(t, noPlane, 0, Config{}, size)
 	took, pr := writeOneLongPlane(t, 0, 10*time.Microsecond, Config{}, size)

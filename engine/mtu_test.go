@@ -160,6 +160,7 @@ func mtuProbe(d *link.Datagram) (int, bool) {
 // that a plane cannot carry. New packets grow to the smallest plane's size
 // as soon as every plane has shown it, and the data arrives intact.
 func TestPathMTUSearch(t *testing.T) {
+	skipUnderRace(t)
 	want := [4]int{9000, 4000, 1472, 9000}
 	n := newNet(t, mtuFabric([4]int{0, 4000, 1472, 0}), Config{MaxPacket: 9000, BasePacket: 1200, Paths: 8})
 	var dataTooBig, probesTooBig int

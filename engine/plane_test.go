@@ -42,6 +42,7 @@ func (l *pathLog) of(path int) string {
 // byte for byte. The plane's paths go DOWN, are probed back, and carry data
 // again.
 func TestPlaneFailureIsSurvived(t *testing.T) {
+	skipUnderRace(t)
 	for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
 		t.Run(fmt.Sprint(kind), func(t *testing.T) {
 			fc := fourPlanes()
@@ -152,6 +153,7 @@ func TestFewerPathsThanPlanesSurvivePlaneFailure(t *testing.T) {
 // costs at most 600 µs more: a path alone on its plane cannot tell a
 // failed plane from loss until soloProbes of its probes go unanswered.
 func TestPathLeavesAFailedPlaneWhileOthersCarry(t *testing.T) {
+	skipUnderRace(t)
 	const size = 32 << 20
 	transfer := func(faults []netem.Fault) (time.Duration, *pair) {
 		n, pr, src, dst := writeOverFourPlanes(t, faults, Config{Paths: 2, MPL: time.Millisecond}, size)
@@ -198,6 +200,7 @@ func TestPathLeavesAFailedPlaneWhileOthersCarry(t *testing.T) {
 // it moves, so nothing it sent on the other plane goes unrecorded, and the
 // transfer completes intact.
 func TestPathReturnsToItsRepairedPlane(t *testing.T) {
+	skipUnderRace(t)
 	for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
 		t.Run(fmt.Sprint(kind), func(t *testing.T) {
 			n, pr, src, dst := writeOverFourPlanes(t, []netem.Fault{{At: 100 * time.Microsecond, Kind: kind, Plane: 0},
@@ -248,6 +251,7 @@ func TestPathReturnsToItsRepairedPlane(t *testing.T) {
 // where it is, carrying data, and the transfer completes with no
 // retransmission timeout.
 func TestReturnGivenUpWhenTheHomeFailsAgain(t *testing.T) {
+	skipUnderRace(t)
 	for _, again := range []time.Duration{2 * time.Microsecond, 10 * time.Microsecond, 30 * time.Microsecond} {
 		n, pr, src, dst := writeOverFourPlanes(t, []netem.Fault{{At: 100 * time.Microsecond, Kind: netem.PlaneDown, Plane: 0},
 			{At: 2 * time.Millisecond, Kind: netem.Repair, Plane: 0},
@@ -281,6 +285,7 @@ func TestReturnGivenUpWhenTheHomeFailsAgain(t *testing.T) {
 // as a route failure would need, rather than wait for planes that never
 // answer.
 func TestStuckPathTriesANewPortWhenNoPlaneAnswers(t *testing.T) {
+	skipUnderRace(t)
 	n, pr, _, _ := writeOverFourPlanes(t, []netem.Fault{{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 2},
 		{At: 10 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 3},
 		{At: 100 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 0}}, Config{Paths: 2, MPL: time.Millisecond}, 256<<20)
@@ -311,6 +316,7 @@ func TestStuckPathTriesANewPortWhenNoPlaneAnswers(t *testing.T) {
 // plane is repaired, its paths carry data again within BadProbeMax and a
 // round trip.
 func TestBlackholedPlaneProbedAtMostBadProbeMaxApart(t *testing.T) {
+	skipUnderRace(t)
 	fc := fourPlanes()
 	const repairAt = 2 * time.Millisecond
 	fc.Faults = []netem.Fault{{At: 50 * time.Microsecond, Kind: netem.PlaneBlackhole, Plane: 1},

@@ -39,6 +39,7 @@ func portRun(t *testing.T, size int, paths int, rates []float64) (bytes [2]uint6
 // about the time the two rates together allow. Told nothing, it sends the
 // slow port as much as its paths' windows take, which queues there.
 func TestPortsShareByTheirRates(t *testing.T) {
+	skipUnderRace(t)
 	const size = 32 << 20
 	payload := func(gbps float64) float64 { return gbps * 1e9 / 8 * 4096 / 4226 } // a full WRITE packet's payload share of its frame
 	rates := []float64{payload(25), payload(100)}

@@ -20,6 +20,7 @@ import (
 // give. Its count of packets in flight, kept likewise, is its paths'
 // summed.
 func TestPacingRateFollowsThePaths(t *testing.T) {
+	skipUnderRace(t)
 	fc := netem.Config{Seed: 3, Hosts: 3, Planes: 4, Uplink: link100(), Downlink: link100()}
 	fc.Downlink.Queue.ECNThreshold = 32 << 10 // two senders into one host, to draw marks
 	fc.Downlink.Impair = netem.Impairments{Loss: &netem.RandomLoss{P: 0.01}}

@@ -66,6 +66,7 @@ func refuseLocally(n *testNet, host int) *int {
 // under new DSNs (RECUT), new packets fit, the plane's search finds its
 // new size, and the data arrives intact.
 func TestPathMTUFallsMidTransfer(t *testing.T) {
+	skipUnderRace(t)
 	n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: 8})
 	refused := refuseLocally(n, 0)
 	pr := n.connect(0, 1)
@@ -273,6 +274,7 @@ func TestRecutPieceOfACompletedRead(t *testing.T) {
 // searched again. The connection lives, its packets are resent cut
 // smaller, and the data arrives intact, for few and for many paths.
 func TestPathMTUBlackHole(t *testing.T) {
+	skipUnderRace(t)
 	for _, paths := range []int{4, 32} {
 		n := newNet(t, mtuFabric([4]int{}), Config{MaxPacket: 9000, Paths: paths})
 		pr := n.connect(0, 1)
@@ -310,6 +312,7 @@ func TestPathMTUBlackHole(t *testing.T) {
 // timeouts set off find the size still carried, and packets keep their
 // size.
 func TestRandomLossIsNoMTUFall(t *testing.T) {
+	skipUnderRace(t)
 	checks := 0
 	for seed := uint64(1); seed <= 4; seed++ {
 		fc := mtuFabric([4]int{})

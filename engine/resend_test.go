@@ -41,6 +41,7 @@ func TestResendPolicyChoosesThePath(t *testing.T) {
 // the DSN before; with ResendOtherPath those that do are the ones no other
 // path had room for, in a transfer that keeps every window full.
 func TestResendPolicy(t *testing.T) {
+	skipUnderRace(t)
 	for _, policy := range []ResendPolicy{ResendOtherPath, ResendSamePath} {
 		t.Run(policy.String(), func(t *testing.T) {
 			fc := fourPlanes()

@@ -107,6 +107,7 @@ func TestTracerSeesEveryDecision(t *testing.T) {
 // going DOWN and back, and what they had in flight traced lost with the
 // plane.
 func TestTracerSeesAPlaneFail(t *testing.T) {
+	skipUnderRace(t)
 	fc := fourPlanes()
 	fc.Faults = []netem.Fault{{At: 100 * time.Microsecond, Kind: netem.PlaneDown, Plane: 1},
 		{At: time.Millisecond, Kind: netem.Repair, Plane: 1}}
@@ -146,6 +147,7 @@ func (c *countTracer) Trace(TraceEvent) { c.n++ }
 // TestTracerAllocatesNothing checks that with a tracer the engine still
 // allocates nothing per packet. An event is a value handed over, not kept.
 func TestTracerAllocatesNothing(t *testing.T) {
+	skipUnderRace(t)
 	fc := fourPlanes()
 	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.01}
 	fc.MaxDatagram = 4160

@@ -140,6 +140,7 @@ func dataDropCounter(f *netem.Fabric) *uint64 {
 // lost is resent, and what tail probes resend. At the tail, or for the DSN holding the window, a resend
 // is also copied once on another plane.
 func TestTransferUnderImpairments(t *testing.T) {
+	skipUnderRace(t)
 	cases := []struct {
 		name    string
 		impair  netem.Impairments
