@@ -291,6 +291,20 @@ func (s *sender) probeOverdue(now clock.Time) {
 	}
 }
 
+// probeOvertaken brings forward the tail probe of each path without an RTT
+// sample whose oldest packet a later one overtook (overtaken), after a
+// first window of one BDP. N such windows overflow the queue they meet; a
+// path that lost its whole window sends nothing that would show it, and
+// its retransmission timeout waits for every packet the connection has in
+// flight to drain at its share, most of which the queue dropped.
+func (s *sender) probeOvertaken(now clock.Time) {
+	for _, p := range s.paths {
+		if p.RTT.Samples == 0 && p.inflight > 0 && p.mayProbe() {
+			p.fireBy(now.Add(p.timeout()))
+		}
+	}
+}
+
 // overdueMargin is how long after it was sent a packet on path p is
 // overdue. It is the longer of the newest round trip and the path's
 // smoothed RTT, plus half of it, plus the host's scheduling delay

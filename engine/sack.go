@@ -55,6 +55,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	if s.newestAcked > 0 || lower {
 		s.probeOverdue(at) // also after a fall of the hint, since the timers were just armed from now
 	}
+	if s.newestAcked > 0 && s.first > 0 {
+		s.probeOvertaken(at)
+	}
 	s.sampleDelivery(at)
 	s.c.tp.acked(s)
 	if s.una != before {
@@ -257,6 +260,7 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 	if r.sentAt > p.s.newestAcked {
 		p.s.newestAcked, p.s.newestRTT = r.sentAt, at.Sub(r.sentAt)
 	}
+	p.s.deliveredSent = max(p.s.deliveredSent, r.sentAt)
 	p.released()
 	p.Counters.Acked++
 	if s := p.s; !s.started && s.train.at != 0 && !r.retx {

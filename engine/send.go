@@ -80,6 +80,9 @@ type sender struct {
 	// trip.
 	newestAcked clock.Time
 	newestRTT   time.Duration
+	// deliveredSent is the send time of the newest transmission any ACK
+	// reported received (overtaken).
+	deliveredSent clock.Time
 	// headSeen is the latest transmission of the receive window's head at
 	// the last check, with the newest send time any ACK reported received
 	// since it went (copyHead): the ACKs after one that showed it passed

@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
 )
 
 // startRun WRITEs size bytes over 8 paths of one 400 Gb/s plane whose round
@@ -258,4 +260,59 @@ func writeUntilStarted(t *testing.T, n *testNet, size int, limit time.Duration) 
 		t.Fatalf("the start never came: hint %v, %+v", s.hint, pr.a.SenderStats())
 	}
 	return s
+}
+
+// TestOvertakenFirstWindowIsProbed loses path 3's share of a first window
+// of one BDP, and its new packets for 150 µs after, into a receiver that
+// grants a thirty-second of the line, as the standing queue of a 32:1
+// incast does. Path 3 has no RTT sample, and nothing it sends shows its
+// losses. Once packets sent after them on other paths are acknowledged,
+// its losses are found by a probe at its connection's estimate, a few
+// round trips in, and none times out. Its retransmission timeout counts
+// the drain of every packet in flight at the receiver's share, most of
+// which the queue dropped: many round trips.
+func TestOvertakenFirstWindowIsProbed(t *testing.T) {
+	const rate = 400e9 / 8
+	log := &traceLog{}
+	var sim *clock.Sim
+	lostUntil := clock.Time(0)
+	drop := &dropPort{match: func(p *proto.Packet) bool {
+		// Path 3's new packets while the queue stands, not its probes.
+		return p.Common.Type() == proto.TypeWrite && p.Common.PathID() == 3 &&
+			p.Common.Flags()&proto.FlagRetransmit == 0 && sim.Now() < lostUntil
+	}, limit: 1 << 30}
+	fc := twoHostFabric(1)
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	n := newNetWithDrop(t, fc, Config{Paths: 8, FirstWindowBDP: true, PortRates: []float64{rate}, InboundCapacity: rate / 32, Tracer: log}, drop)
+	sim = n.sim
+	pr := n.connect(0, 1)
+	sender := &pr.a.snd
+	start := n.sim.Now()
+	lostUntil = start.Add(150 * time.Microsecond)
+	pr.postWrite(t, 1024)
+	found := clock.Never // when the last of path 3's first window was found lost
+	n.run(5*time.Millisecond, func() bool {
+		lost := 0
+		for _, ev := range log.evs {
+			if ev.Kind == TraceLost && ev.Path == 3 {
+				lost++
+				found = ev.At
+			}
+		}
+		return drop.dropped > 0 && lost >= drop.dropped
+	})
+	if drop.dropped < 10 || sender.first == 0 {
+		t.Fatalf("dropped %d of path 3's first packets, first window %d: the test needs a first window of one BDP", drop.dropped, sender.first)
+	}
+	timeouts := 0
+	for _, ev := range log.evs {
+		if ev.Kind == TraceLost && ev.Path == 3 && ev.Loss == LossTimeout {
+			timeouts++
+		}
+	}
+	t.Logf("dropped %d, found after %v, %d timeouts, first %d", drop.dropped, found.Sub(start), timeouts, sender.first)
+	if took := found.Sub(start); took > 200*time.Microsecond || timeouts > 0 {
+		t.Fatalf("path 3's %d lost packets were all found %v after the WRITE, %d by its timeout: want within 200 µs, by a probe", drop.dropped, took, timeouts)
+	}
 }

@@ -147,16 +147,17 @@ func (p *sendPath) mayProbe() bool {
 // timeout is twice its connection's and cuts its window.
 //
 // Not with a borrowed estimate after a first window of one BDP
-// (Config.FirstWindowBDP): N such windows overflow the queue they meet, a
-// path without a sample most often lost its whole window there, and its
-// probe, which waits only for the packets ahead of its own (probeDrain),
-// would go into that queue while it is still full. Its timeout waits the
-// queue out (docs/cc.md).
+// (Config.FirstWindowBDP) until a later packet overtook the path's oldest:
+// N such windows overflow the queue they meet, a path without a sample
+// most often lost its whole window there, and its probe, which waits only
+// for the packets ahead of its own (probeDrain), would go into that queue
+// while it is still full. A later packet acknowledged shows the queue let
+// packets through again, and the path's own lost (docs/cc.md).
 func (p *sendPath) probeRTT() (rtt pathmgr.RTT, borrowed bool) {
 	if p.probed || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
 		return pathmgr.RTT{}, false
 	}
-	if rtt, borrowed = p.estimate(); borrowed && p.s.first > 0 {
+	if rtt, borrowed = p.estimate(); borrowed && p.s.first > 0 && !p.overtaken() {
 		return pathmgr.RTT{}, false
 	}
 	return rtt, borrowed
@@ -198,7 +199,11 @@ func (p *sendPath) adaptiveRTO(timeouts int) time.Duration {
 	cfg := &p.s.c.ep.cfg
 	rtt, borrowed := p.estimate()
 	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
-	rto = max(rto, rtt.SRTT+p.s.drainTime()+p.s.c.ep.hostLate(), p.s.lateFloor())
+	drain := p.s.drainTime()
+	if borrowed && p.s.first > 0 && p.overtaken() {
+		drain = 0 // its packets are lost, not waiting (probeOvertaken)
+	}
+	rto = max(rto, rtt.SRTT+drain+p.s.c.ep.hostLate(), p.s.lateFloor())
 	if borrowed {
 		rto *= 2
 	}
@@ -315,11 +320,26 @@ func (p *sendPath) probeDrain() time.Duration {
 	if s.first == 0 {
 		return s.drainTime()
 	}
-	if p.oldest == p.next {
+	if p.oldest == p.next || p.RTT.Samples == 0 && p.overtaken() {
 		return 0
 	}
 	ahead := p.slot(p.oldest).dsn - s.una
 	return s.drainFor(int(min(uint32(s.inflight()), ahead)))
+}
+
+// overtaken reports whether a transmission sent after the path's oldest in
+// flight, by more than a reordering window, was reported received: the
+// oldest is lost, not queued. The window is a quarter of the newest round
+// trip, and what the connection's slowest sampled path's smoothed RTT
+// exceeds its least: a path without a sample may queue as long.
+func (p *sendPath) overtaken() bool {
+	if p.oldest == p.next {
+		return false
+	}
+	s := p.s
+	_, smoothed := s.leastRTTs()
+	window := s.newestRTT/4 + max(s.slowestRTT().SRTT-smoothed, 0)
+	return s.deliveredSent > p.slot(p.oldest).sentAt.Add(window)
 }
 
 // drainFor is drainTime for the given number of packets in flight.
