@@ -291,6 +291,38 @@ func (s *sender) probeOverdue(now clock.Time) {
 	}
 }
 
+// lostOvertaken declares lost, to be resent, the packets of a first window
+// of one BDP that a later packet overtook (overtook), as RACK does (RFC
+// 8985). The sender calls it while the receiver is the bottleneck
+// (receiverBound): N such windows overflow the receiver's queue, and what
+// it did not hold is lost. A path finds its losses from a later packet of
+// its own, but the first window fills the path's window with them and it
+// sends nothing more; its probe waits two of its round trips, which the
+// queue lengthened, and meanwhile those packets hold the windows and the
+// receiver's link goes short. Only the first window's packets: later, a
+// path's own ACK records find its losses. And only where the receiver is
+// the bottleneck: all paths meet in its queue, where a later packet does
+// not pass an earlier one; routes that queue differently reorder more
+// than the window allows, as in the fat tree's permutation, where it
+// resent packets that had arrived.
+func (s *sender) lostOvertaken(now clock.Time) {
+	for _, p := range s.paths {
+		found := false
+		for p.oldest != p.next {
+			r := p.slot(p.oldest)
+			if r.sentAt >= s.heardAt || !p.overtook(r.sentAt) {
+				break
+			}
+			p.resolveLost(r, p.oldest, LossOvertaken)
+			p.advance()
+			found = true
+		}
+		if found {
+			p.armTimer(now)
+		}
+	}
+}
+
 // probeOvertaken brings forward the tail probe of each path without an RTT
 // sample whose oldest packet a later one overtook (overtaken), after a
 // first window of one BDP. N such windows overflow the queue they meet; a

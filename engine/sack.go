@@ -21,7 +21,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		return
 	}
 	before := s.una
-	s.heard = true
+	if !s.heard {
+		s.heard, s.heardAt = true, at
+	}
 	lower := s.c.tp.hint(s, ack.RateHint()) // true when the receiver's share fell
 	if s.c.credits {
 		s.takeCredit(ack.CreditStream(), ack.CreditLimit())
@@ -56,6 +58,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		s.probeOverdue(at) // also after a fall of the hint, since the timers were just armed from now
 	}
 	if s.newestAcked > 0 && s.first > 0 {
+		if s.receiverBound() {
+			s.lostOvertaken(at)
+		}
 		s.probeOvertaken(at)
 	}
 	s.sampleDelivery(at)

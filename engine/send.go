@@ -136,6 +136,8 @@ type sender struct {
 	// more than its first window (firstWindow), which a path's window of
 	// at least one would exceed with more paths than that.
 	heard bool
+	// heardAt is when the first ACK came (lostOvertaken).
+	heardAt clock.Time
 	// grantUntil is when the grant that a rise of the receiver's share
 	// opened ends (shareRose).
 	grantUntil clock.Time
@@ -299,9 +301,12 @@ func (s *sender) sendSprayed() bool {
 		// receiver's hint, budget new data, and a packet lost before the
 		// bottleneck used none of it. The windows still bound what is in
 		// flight. While the local host's queues limit the rate, though,
-		// every packet passes them, resends too.
+		// every packet passes them, resends too. And after a first window
+		// of one BDP to a receiver that is the bottleneck, N such windows
+		// overflowed its queue: the losses were at the bottleneck, and
+		// their resends take the receiver's capacity as new data does.
 		s.transmit(d, r, p, true, false)
-		if s.host.limited() {
+		if s.host.limited() || s.first > 0 && s.receiverBound() {
 			s.paced(int(r.n))
 		}
 		if s.unsent == 0 {

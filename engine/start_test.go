@@ -316,3 +316,58 @@ func TestOvertakenFirstWindowIsProbed(t *testing.T) {
 		t.Fatalf("path 3's %d lost packets were all found %v after the WRITE, %d by its timeout: want within 200 µs, by a probe", drop.dropped, took, timeouts)
 	}
 }
+
+// TestFirstBDPIncastKeepsUp runs 8 senders to one receiver at 400 Gb/s,
+// 2 MiB each over 128 paths, through a receiver's downlink that holds 612
+// KiB and marks from 125 KiB, as the fat tree's incast does. Their first
+// windows of one BDP, eight of them, overflow that queue. The last WRITE
+// ends no later than a twentieth after it does with first windows of 16
+// packets, which fit: the resends of what the queue dropped go at the
+// receiver's share (the pacer), and the packets a later one overtook are
+// found lost at once (lostOvertaken). Resent unpaced and found by each
+// path's probe, they overflowed the queue again, with hundreds of
+// timeouts.
+func TestFirstBDPIncastKeepsUp(t *testing.T) {
+	skipUnderRace(t)
+	run := func(bdp bool) (time.Duration, SenderStats) {
+		const senders = 8
+		fc := netem.Config{Seed: 1, Hosts: senders + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
+		fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+		fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+		fc.Downlink.Queue.ECNThreshold = 125 << 10
+		fc.Downlink.Queue.Limit = 612 << 10
+		rate := 400e9 / 8.0
+		n := newNet(t, fc, Config{Paths: 128, FirstWindowBDP: bdp, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
+		var pairs []*pair
+		for h := range senders {
+			pairs = append(pairs, n.connect(h, senders))
+		}
+		start := n.sim.Now()
+		for _, pr := range pairs {
+			pr.postWrite(t, 512)
+		}
+		var all SenderStats
+		if !n.run(10*time.Millisecond, func() bool {
+			for _, pr := range pairs {
+				if pr.a.snd.busy() {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Fatalf("BDP %v: the WRITEs did not end within 10 ms", bdp)
+		}
+		for _, pr := range pairs {
+			st := pr.a.SenderStats()
+			all.Retransmits += st.Retransmits
+			all.Timeouts += st.Timeouts
+		}
+		return n.sim.Now().Sub(start), all
+	}
+	small, sst := run(false)
+	bdp, bst := run(true)
+	t.Logf("first windows of 16 packets: %v, %d resent, %d timeouts; of one BDP: %v, %d resent, %d timeouts", small, sst.Retransmits, sst.Timeouts, bdp, bst.Retransmits, bst.Timeouts)
+	if bdp > small+small/20 {
+		t.Errorf("with first windows of one BDP the WRITEs took %v, against %v with 16 packets: want within a twentieth", bdp, small)
+	}
+}

@@ -333,13 +333,20 @@ func (p *sendPath) probeDrain() time.Duration {
 // trip, and what the connection's slowest sampled path's smoothed RTT
 // exceeds its least: a path without a sample may queue as long.
 func (p *sendPath) overtaken() bool {
-	if p.oldest == p.next {
-		return false
-	}
+	return p.oldest != p.next && p.overtook(p.slot(p.oldest).sentAt)
+}
+
+// overtook reports whether a transmission sent on the path at sent was
+// overtaken (overtaken). A path with an RTT sample reorders within its
+// own window (passedBy).
+func (p *sendPath) overtook(sent clock.Time) bool {
 	s := p.s
+	if p.RTT.Samples > 0 {
+		return s.passedBy(p, sent, s.deliveredSent)
+	}
 	_, smoothed := s.leastRTTs()
 	window := s.newestRTT/4 + max(s.slowestRTT().SRTT-smoothed, 0)
-	return s.deliveredSent > p.slot(p.oldest).sentAt.Add(window)
+	return s.deliveredSent > sent.Add(window)
 }
 
 // drainFor is drainTime for the given number of packets in flight.

@@ -73,6 +73,9 @@ const (
 	// LossLocal means the local host dropped the packet on its way out,
 	// a queue there full (link.LocalDropHandler).
 	LossLocal
+	// LossOvertaken means a packet of a first window of one BDP was
+	// overtaken: one sent after it on another path arrived (overtaken).
+	LossOvertaken
 )
 
 func (c LossCause) String() string {
@@ -85,6 +88,8 @@ func (c LossCause) String() string {
 		return "plane-down"
 	case LossLocal:
 		return "local"
+	case LossOvertaken:
+		return "overtaken"
 	}
 	return ""
 }
