@@ -39,6 +39,7 @@ func CollectiveTables(r sim.CollectiveResult) []*Table {
 		Notes:   []string{"algbw = size / time; busbw = algbw x " + fmt.Sprintf("%.3f", r.BusFactor) + " (NCCL's bus bandwidth); host capacity: one host's payload rate over all its planes. Target: busbw >= 0.9 of it at >= 64 MiB."},
 	}
 	t.Notes = append(t.Notes, linksNotes(o.Fabric.Links)...)
+	t.Notes = append(t.Notes, startNotes(o.Fabric)...)
 	speed := &Table{Title: "Simulator speed (wall time on this machine, set-up included: it varies from run to run)",
 		Columns: []string{"size MiB", "loss", "mode", "data packets", "wall s", "data packets/s", "heap MiB"}}
 	for _, w := range r.Rows {
@@ -81,6 +82,7 @@ func PermutationTables(r sim.PermutationResult) []*Table {
 		Notes:   []string{"Capacity: every host's payload rate over all its planes (the baseline uses one plane: at most 1/planes of it)."},
 	}
 	t.Notes = append(t.Notes, linksNotes(o.Fabric.Links)...)
+	t.Notes = append(t.Notes, startNotes(o.Fabric)...)
 	for _, w := range r.Rows {
 		t.Add(runMode(w.Baseline), w.Paths, gbps(w.Goodput), w.OfCapacity, us(w.FCTP50), us(w.FCTP99), w.Spread)
 	}

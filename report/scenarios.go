@@ -31,6 +31,15 @@ func linksNotes(l sim.Links) []string {
 	return []string{fmt.Sprintf("Links: %s (the defaults: %s).", describeLinks(l), describeLinks(d))}
 }
 
+// startNotes says how a fabric scenario's connections start, where that
+// is not the default.
+func startNotes(f sim.FabricOptions) []string {
+	if !f.FirstWindowBDP {
+		return nil
+	}
+	return []string{"Each connection's first window is one bandwidth-delay product (--first-window bdp)."}
+}
+
 // describeLinks names the links' delay, marking threshold, buffers and
 // packets.
 func describeLinks(l sim.Links) string {
@@ -170,6 +179,7 @@ func PlanesTables(r sim.PlanesResult) []*Table {
 		Notes:   []string{"Capacity: every host's payload rate over all its planes. The target for 8 planes over 4 is 2.0 +- 3%."},
 	}
 	t.Notes = append(t.Notes, linksNotes(o.Fabric.Links)...)
+	t.Notes = append(t.Notes, startNotes(o.Fabric)...)
 	speed := &Table{Title: "Simulator speed (wall time on this machine: it varies from run to run)",
 		Columns: []string{"planes", "data packets", "wall s", "data packets/s", "heap MiB", "events / data packet", "datagrams / data packet"}}
 	for _, w := range r.Rows {
@@ -229,6 +239,7 @@ func PlaneFailTables(r sim.PlaneFailResult) []*Table {
 			r.BaseRTT, f.Planes-1, f.Planes, 0.95*left, sim.FailWindowTo-sim.FailWindowFrom, sim.FailWindowFrom, r.WindowFrom, r.WindowTo, r.Run.Failed, r.Run.Connections)},
 	}
 	t.Notes = append(t.Notes, linksNotes(f.Links)...)
+	t.Notes = append(t.Notes, startNotes(f)...)
 	if r.Run.Makespan < r.WindowTo {
 		t.Notes = append(t.Notes, fmt.Sprintf("The flows ended at %v, before the window did: its figure covers only what was sent in it.", r.Run.Makespan))
 	}

@@ -67,6 +67,26 @@ func startJitterInto(c *cli.Context, d *time.Duration) error {
 
 // jobsFlag is the setting of the scenarios of several runs.
 // resendFlag chooses engine.Config.Resend.
+// firstWindowFlag is the connections' first window, for the scenarios on
+// a fabric and for sim flows, where it overrides the file's.
+var firstWindowFlag = &cli.StringFlag{Name: "first-window", Value: "default", Usage: "the connections' first window: bdp, one bandwidth-delay product (engine.Config.FirstWindowBDP), or default, 16 packets"}
+
+// firstWindowInto reads --first-window into bdp, where it was set.
+func firstWindowInto(c *cli.Context, bdp *bool) error {
+	if !c.IsSet("first-window") {
+		return nil
+	}
+	switch c.String("first-window") {
+	case "bdp":
+		*bdp = true
+	case "default":
+		*bdp = false
+	default:
+		return usagef(c, "sim %s: --first-window must be bdp or default", c.Command.Name)
+	}
+	return nil
+}
+
 var resendFlag = &cli.StringFlag{Name: "resend", Value: engine.ResendOtherPath.String(), Usage: "where a lost packet is resent: other (the path with the shortest RTT on another plane, when one has room) or same (the path that lost it, when it has room)"}
 
 // resendInto reads --resend.
@@ -319,15 +339,8 @@ func simCommand() *cli.Command {
 					if err := startJitterInto(c, &t.Fabric.StartJitter); err != nil {
 						return err
 					}
-					if c.IsSet("first-window") {
-						switch c.String("first-window") {
-						case "bdp":
-							t.Fabric.FirstWindowBDP = true
-						case "default":
-							t.Fabric.FirstWindowBDP = false
-						default:
-							return usagef(c, "sim flows: --first-window must be bdp or default")
-						}
+					if err := firstWindowInto(c, &t.Fabric.FirstWindowBDP); err != nil {
+						return err
 					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
 					t.Fabric.Bounds = c.Bool("bounds")
@@ -408,6 +421,7 @@ func simFabricFlags(d sim.FabricOptions, paths bool) []cli.Flag {
 		&cli.StringSliceFlag{Name: "plane-buffer-kib", Usage: "P=B: plane P's switch queues hold B KiB (repeat for more planes)"},
 		startJitterFlag,
 		resendFlag,
+		firstWindowFlag,
 		&cli.IntFlag{Name: "fat-tree-k", Value: d.FatTreeK, Usage: "a three-tier fat tree of k-port switches per plane, k even, at most k^3/4 hosts (0: none; instead of --hosts-per-leaf)"},
 		&cli.IntFlag{Name: "workers", Usage: "cores one run takes when it can go over processes, a host each (flows that wait for none or for data arriving at their own host, one switch per plane, no PFC; 0: one per core, or 1 with --jobs other than 1); the results are the same for any"},
 	}
@@ -530,6 +544,9 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 		return err
 	}
 	if err := resendInto(c, &f.Resend); err != nil {
+		return err
+	}
+	if err := firstWindowInto(c, &f.FirstWindowBDP); err != nil {
 		return err
 	}
 	for _, spec := range [...]struct{ flag, key string }{{"plane-rate-gbps", "rate-gbps"}, {"plane-delay", "delay"}, {"plane-buffer-kib", "buffer-kib"}} {

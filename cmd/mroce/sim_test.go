@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -200,6 +201,7 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "permutation", "--planes", "2", "--plane-buffer-kib", "1=2"}, "plane 1 buffer of 2048 bytes: want at least one full packet"},
 		{[]string{"sim", "permutation", "--planes", "2", "--plane-buffer-kib", "3=64"}, "plane 3: there are 2 planes"},
 		{[]string{"sim", "planes", "--start-jitter", "1s"}, "--start-jitter must be 0 to 10ms"},
+		{[]string{"sim", "permutation", "--first-window", "64"}, "--first-window must be bdp or default"},
 		{[]string{"sim", "flows", "--seeds", "0", "x.txt"}, "--seeds must be 1 to 100"},
 		{[]string{"sim", "alltoall", "--jobs", "-1"}, "--jobs must not be negative"},
 		{[]string{"sim", "planes", "--workers", "-1"}, "--workers must not be negative"},
@@ -211,6 +213,39 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, c.msg) {
 			t.Errorf("%v: exit %d, %q; want %q", c.args, r.code, r.stderr, c.msg)
 		}
+	}
+}
+
+// --first-window bdp reaches the engines of a fabric scenario, and its
+// table says so: on a leaf-spine at 400 Gb/s, whose bandwidth-delay
+// product is several times 16 packets, the all-to-all's flows end sooner
+// with first windows of one BDP than with the default.
+func TestSimFirstWindowFlag(t *testing.T) {
+	const note = "first window is one bandwidth-delay product"
+	run := func(window string) (p50 float64, noted bool) {
+		r := runCLI(t, "", "sim", "planes", "--planes", "1", "--hosts", "8", "--hosts-per-leaf", "4", "--spines", "4",
+			"--rate-gbps", "400", "--size-kib", "512", "--first-window", window, "--plot", "")
+		lines := strings.Split(r.stdout, "\n")
+		if r.code != 0 || len(lines) < 3 {
+			t.Fatalf("--first-window %s: exit %d: %s%s", window, r.code, r.stdout, r.stderr)
+		}
+		row := strings.Fields(lines[2]) // planes, connections, Gb/s, of capacity, vs half, FCT p50, ...
+		if len(row) < 6 {
+			t.Fatalf("--first-window %s: no row: %s", window, r.stdout)
+		}
+		p50, err := strconv.ParseFloat(row[5], 64)
+		if err != nil {
+			t.Fatalf("--first-window %s: FCT p50 %q: %v", window, row[5], err)
+		}
+		return p50, strings.Contains(r.stdout, note)
+	}
+	bdp, bdpNoted := run("bdp")
+	def, defNoted := run("default")
+	if !bdpNoted || defNoted {
+		t.Errorf("the note of a first window of one BDP: in its run's table %v, in the default's %v", bdpNoted, defNoted)
+	}
+	if bdp >= def {
+		t.Errorf("FCT p50 %v µs with first windows of one BDP, %v µs with the default: want it sooner", bdp, def)
 	}
 }
 
