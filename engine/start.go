@@ -25,8 +25,13 @@ func (s *sender) firstWindow() int {
 // openFirstWindow makes the first window, where Config.FirstWindowBDP asks
 // for it, one bandwidth-delay product: the handshake's round trip times
 // the line rate of the NIC ports the paths leave by (Config.PortRates),
-// each plane counted once, and never less than cc.DefaultWindow.Initial.
-// The paths share it as they share the default one. It runs once the
+// each plane counted once, shared among the endpoint's connections opened
+// alike (openedAlike), and never less than cc.DefaultWindow.Initial. The
+// paths share it as they share the default one. The share keeps what a
+// host sends before its first ACKs to one BDP of its NIC: an all-to-all's
+// host opens a connection to every other, and a BDP each overflowed the
+// queues a plane of longer links lengthens, where its receivers' hints
+// came a long round trip later. It runs once the
 // sender has paths and the connection is established, before anything is
 // sent; without a measured round trip (the CONNECT or ACCEPT went more
 // than once) or the ports' rates, the first window stays as it is.
@@ -43,7 +48,7 @@ func (s *sender) openFirstWindow() {
 		c.mode == proto.ModeBaseline || len(c.ep.cfg.PortRates) == 0 {
 		return
 	}
-	bdp := math.Ceil(s.portsRate() * c.hsRTT.Seconds() / s.mss)
+	bdp := math.Ceil(s.portsRate() * c.hsRTT.Seconds() / s.mss / float64(c.ep.openedAlike(c)))
 	most := float64(len(s.paths) * c.ep.cfg.PathWindow)
 	if bdp <= cc.DefaultWindow.Initial {
 		return
@@ -54,6 +59,18 @@ func (s *sender) openFirstWindow() {
 		p.cwin.Raise(each)
 		p.windowChanged()
 	}
+}
+
+// openedAlike counts the endpoint's established connections that it opened
+// as c was opened: by its own CONNECT, or by a peer's.
+func (e *Endpoint) openedAlike(c *Conn) int {
+	n := 0
+	for _, o := range e.conns {
+		if o.initiator == c.initiator && o.state == Established {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 // portsRate is the rate of the NIC ports the connection's paths leave by

@@ -371,3 +371,32 @@ func TestFirstBDPIncastKeepsUp(t *testing.T) {
 		t.Errorf("with first windows of one BDP the WRITEs took %v, against %v with 16 packets: want within a twentieth", bdp, small)
 	}
 }
+
+// TestFirstWindowSharedByTheConnectionsOpened opens four connections from
+// one host at 400 Gb/s: one bandwidth-delay product of its NIC is what the
+// host sends before its first ACKs, so each connection's first window is a
+// quarter of it. An all-to-all's host opens one to every other; a BDP
+// each put tens of BDPs into the fabric at once, and a plane of longer
+// links a multiple of that.
+func TestFirstWindowSharedByTheConnectionsOpened(t *testing.T) {
+	const rate, conns = 400e9 / 8, 4
+	fc := netem.Config{Seed: 1, Hosts: conns + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	n := newNet(t, fc, Config{Paths: 8, FirstWindowBDP: true, PortRates: []float64{rate}})
+	var pairs []*pair
+	for h := 1; h <= conns; h++ {
+		pairs = append(pairs, n.connect(0, h))
+	}
+	for _, pr := range pairs {
+		pr.postWrite(t, 64)
+	}
+	n.run(time.Microsecond, func() bool { return false })
+	for i, pr := range pairs {
+		s := &pr.a.snd
+		want := int(math.Ceil(rate * pr.a.hsRTT.Seconds() / s.mss / conns))
+		if want <= 16 || s.first != want {
+			t.Errorf("connection %d: first window %d packets, want a quarter of its BDP, %d (more than 16)", i, s.first, want)
+		}
+	}
+}

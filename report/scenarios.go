@@ -37,7 +37,7 @@ func startNotes(f sim.FabricOptions) []string {
 	if !f.FirstWindowBDP {
 		return nil
 	}
-	return []string{"Each connection's first window is one bandwidth-delay product (--first-window bdp)."}
+	return []string{"First windows of one bandwidth-delay product of a host's NIC, shared among the connections it opened (--first-window bdp)."}
 }
 
 // describeLinks names the links' delay, marking threshold, buffers and

@@ -217,25 +217,26 @@ func TestSimOutputsAndErrors(t *testing.T) {
 }
 
 // --first-window bdp reaches the engines of a fabric scenario, and its
-// table says so: on a leaf-spine at 400 Gb/s, whose bandwidth-delay
-// product is several times 16 packets, the all-to-all's flows end sooner
-// with first windows of one BDP than with the default.
+// table says so: in a permutation on a leaf-spine at 400 Gb/s, where each
+// host opens one connection and a bandwidth-delay product is several
+// times 16 packets, the flows end sooner with a first window of one BDP
+// than with the default.
 func TestSimFirstWindowFlag(t *testing.T) {
-	const note = "first window is one bandwidth-delay product"
+	const note = "First windows of one bandwidth-delay product"
 	run := func(window string) (p50 float64, noted bool) {
-		r := runCLI(t, "", "sim", "planes", "--planes", "1", "--hosts", "8", "--hosts-per-leaf", "4", "--spines", "4",
-			"--rate-gbps", "400", "--size-kib", "512", "--first-window", window, "--plot", "")
+		r := runCLI(t, "", "sim", "permutation", "--hosts", "8", "--hosts-per-leaf", "4", "--spines", "4", "--planes", "1",
+			"--rate-gbps", "400", "--size-mib", "1", "--paths", "8", "--shift", "4", "--first-window", window, "--plot", "")
 		lines := strings.Split(r.stdout, "\n")
 		if r.code != 0 || len(lines) < 3 {
 			t.Fatalf("--first-window %s: exit %d: %s%s", window, r.code, r.stdout, r.stderr)
 		}
-		row := strings.Fields(lines[2]) // planes, connections, Gb/s, of capacity, vs half, FCT p50, ...
-		if len(row) < 6 {
-			t.Fatalf("--first-window %s: no row: %s", window, r.stdout)
+		row := strings.Fields(lines[2]) // mode, paths, Gb/s, of capacity, FCT p50, ...
+		if len(row) < 5 || row[0] != "mroce" {
+			t.Fatalf("--first-window %s: no mroce row: %s", window, r.stdout)
 		}
-		p50, err := strconv.ParseFloat(row[5], 64)
+		p50, err := strconv.ParseFloat(row[4], 64)
 		if err != nil {
-			t.Fatalf("--first-window %s: FCT p50 %q: %v", window, row[5], err)
+			t.Fatalf("--first-window %s: FCT p50 %q: %v", window, row[4], err)
 		}
 		return p50, strings.Contains(r.stdout, note)
 	}
