@@ -24,6 +24,10 @@ type dsnRecord struct {
 
 	acked  bool
 	queued bool // in the retransmit queue
+	// overflowed: a transmission of the first window of one BDP was lost
+	// while the receiver was the bottleneck, so the resend is paced
+	// (lostOvertaken).
+	overflowed bool
 
 	// Refusals with RNR or RESOURCE. A refused DSN waits and is resent at
 	// retryAt. Each refusal doubles the wait.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/proto"
 )
 
 func (s *sender) popRetx() {
@@ -300,20 +301,27 @@ func (s *sender) probeOverdue(now clock.Time) {
 // sends nothing more; its probe waits two of its round trips, which the
 // queue lengthened, and meanwhile those packets hold the windows and the
 // receiver's link goes short. Only the first window's packets: later, a
-// path's own ACK records find its losses. And only where the receiver is
-// the bottleneck: all paths meet in its queue, where a later packet does
-// not pass an earlier one; routes that queue differently reorder more
-// than the window allows, as in the fat tree's permutation, where it
-// resent packets that had arrived.
+// path's own ACK records find its losses. Only where the receiver is the
+// bottleneck: every path meets in its queue, where a later packet does not
+// pass an earlier one, while routes that queue differently reorder more
+// than the window allows. A packet of an earlier epoch is left to the
+// timeout, as its ACK records leave it (spec section 6.3), and one whose
+// DSN another transmission delivered is settled, not lost (settleMoot).
 func (s *sender) lostOvertaken(now clock.Time) {
 	for _, p := range s.paths {
 		found := false
 		for p.oldest != p.next {
-			r := p.slot(p.oldest)
-			if r.sentAt >= s.heardAt || !p.overtook(r.sentAt) {
+			psn := p.oldest
+			r := p.slot(psn)
+			if r.psn != psn || r.resolved || r.sentAt >= s.heardAt || proto.SeqLess(psn, p.EpochStart(p.Epoch())) || !p.overtook(r.sentAt) {
 				break
 			}
-			p.resolveLost(r, p.oldest, LossOvertaken)
+			if d := s.record(r.dsn); d == nil || d.acked {
+				r.resolved = true
+				p.released()
+			} else {
+				p.resolveLost(r, psn, LossOvertaken)
+			}
 			p.advance()
 			found = true
 		}

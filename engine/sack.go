@@ -54,14 +54,14 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 			}
 		}
 	}
-	if s.newestAcked > 0 || lower {
-		s.probeOverdue(at) // also after a fall of the hint, since the timers were just armed from now
-	}
 	if s.newestAcked > 0 && s.first > 0 {
 		if s.receiverBound() {
 			s.lostOvertaken(at)
 		}
 		s.probeOvertaken(at)
+	}
+	if s.newestAcked > 0 || lower {
+		s.probeOverdue(at) // also after a fall of the hint, since the timers were just armed from now
 	}
 	s.sampleDelivery(at)
 	s.c.tp.acked(s)
@@ -294,5 +294,6 @@ func (p *sendPath) resolveLost(r *sendRec, psn uint32, cause LossCause) {
 		return
 	}
 	d.queued = true
+	d.overflowed = s.first > 0 && cause != LossLocal && (!s.heard || r.sentAt < s.heardAt) && s.receiverBound()
 	s.retx = append(s.retx, r.dsn)
 }

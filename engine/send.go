@@ -301,12 +301,12 @@ func (s *sender) sendSprayed() bool {
 		// receiver's hint, budget new data, and a packet lost before the
 		// bottleneck used none of it. The windows still bound what is in
 		// flight. While the local host's queues limit the rate, though,
-		// every packet passes them, resends too. And after a first window
-		// of one BDP to a receiver that is the bottleneck, N such windows
-		// overflowed its queue: the losses were at the bottleneck, and
-		// their resends take the receiver's capacity as new data does.
+		// every packet passes them, resends too. And a packet of a first
+		// window of one BDP lost while the receiver was the bottleneck
+		// was lost where N such windows overflowed its queue: its resend
+		// takes the receiver's capacity as new data does.
 		s.transmit(d, r, p, true, false)
-		if s.host.limited() || s.first > 0 && s.receiverBound() {
+		if s.host.limited() || r.overflowed {
 			s.paced(int(r.n))
 		}
 		if s.unsent == 0 {

@@ -25,16 +25,16 @@ func (s *sender) firstWindow() int {
 // openFirstWindow makes the first window, where Config.FirstWindowBDP asks
 // for it, one bandwidth-delay product: the handshake's round trip times
 // the line rate of the NIC ports the paths leave by (Config.PortRates),
-// each plane counted once, shared among the endpoint's connections opened
-// alike (openedAlike), and never less than cc.DefaultWindow.Initial. The
-// paths share it as they share the default one. The share keeps what a
-// host sends before its first ACKs to one BDP of its NIC: an all-to-all's
-// host opens a connection to every other, and a BDP each overflowed the
-// queues a plane of longer links lengthens, where its receivers' hints
-// came a long round trip later. It runs once the
-// sender has paths and the connection is established, before anything is
-// sent; without a measured round trip (the CONNECT or ACCEPT went more
-// than once) or the ports' rates, the first window stays as it is.
+// each plane counted once, shared among the endpoint's connections that
+// start alike (openedAlike), and never less than cc.DefaultWindow.Initial.
+// The paths share it as they share the default one. The share keeps what
+// a host sends before its first ACKs near one BDP of its NIC: a host that
+// opens a connection to every other, as in an all-to-all, would otherwise
+// put a BDP of each into queues that its receivers' hints reach only a
+// round trip later. It runs once the sender has paths and the connection
+// is established, before anything is sent; without a measured round trip
+// (the CONNECT or ACCEPT went more than once) or the ports' rates, the
+// first window stays as it is.
 //
 // A first window of less than a BDP costs a round trip of the line rate
 // at the start of every transfer, which is most of a short transfer's
@@ -61,12 +61,14 @@ func (s *sender) openFirstWindow() {
 	}
 }
 
-// openedAlike counts the endpoint's established connections that it opened
-// as c was opened: by its own CONNECT, or by a peer's.
+// openedAlike counts the endpoint's established connections that start
+// as c does: opened as c was (by its own CONNECT, or by a peer's), and
+// not yet acknowledged, c among them. A connection past its first window
+// sends at what its ACKs allow, not at its first window.
 func (e *Endpoint) openedAlike(c *Conn) int {
 	n := 0
 	for _, o := range e.conns {
-		if o.initiator == c.initiator && o.state == Established {
+		if o.initiator == c.initiator && o.state == Established && !o.snd.heard {
 			n++
 		}
 	}

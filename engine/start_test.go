@@ -325,8 +325,7 @@ func TestOvertakenFirstWindowIsProbed(t *testing.T) {
 // packets, which fit: the resends of what the queue dropped go at the
 // receiver's share (the pacer), and the packets a later one overtook are
 // found lost at once (lostOvertaken). Resent unpaced and found by each
-// path's probe, they overflowed the queue again, with hundreds of
-// timeouts.
+// path's probe, they overflowed the queue again, and paths timed out.
 func TestFirstBDPIncastKeepsUp(t *testing.T) {
 	skipUnderRace(t)
 	run := func(bdp bool) (time.Duration, SenderStats) {

@@ -329,24 +329,29 @@ func (p *sendPath) probeDrain() time.Duration {
 
 // overtaken reports whether a transmission sent after the path's oldest in
 // flight, by more than a reordering window, was reported received: the
-// oldest is lost, not queued. The window is a quarter of the newest round
-// trip, and what the connection's slowest sampled path's smoothed RTT
-// exceeds its least: a path without a sample may queue as long.
+// oldest is lost, not queued.
 func (p *sendPath) overtaken() bool {
 	return p.oldest != p.next && p.overtook(p.slot(p.oldest).sentAt)
 }
 
 // overtook reports whether a transmission sent on the path at sent was
-// overtaken (overtaken). A path with an RTT sample reorders within its
-// own window (passedBy).
+// overtaken (overtaken). The reordering window is passedBy's, of the path
+// or, for a path without an RTT sample, of the sampled path of its plane
+// with the largest smoothed RTT: a plane of longer links delays every path
+// on it, and the path may queue as long as its slowest sibling. With no
+// path of its plane sampled, nothing is overtaken.
 func (p *sendPath) overtook(sent clock.Time) bool {
 	s := p.s
 	if p.RTT.Samples > 0 {
 		return s.passedBy(p, sent, s.deliveredSent)
 	}
-	_, smoothed := s.leastRTTs()
-	window := s.newestRTT/4 + max(s.slowestRTT().SRTT-smoothed, 0)
-	return s.deliveredSent > sent.Add(window)
+	var slowest *sendPath
+	for _, q := range s.paths {
+		if q.RTT.Samples > 0 && q.Plane() == p.Plane() && (slowest == nil || q.RTT.SRTT > slowest.RTT.SRTT) {
+			slowest = q
+		}
+	}
+	return slowest != nil && s.passedBy(slowest, sent, s.deliveredSent)
 }
 
 // drainFor is drainTime for the given number of packets in flight.
