@@ -339,7 +339,7 @@ func (s *sender) lostOvertaken(now clock.Time) {
 // flight to drain at its share, most of which the queue dropped.
 func (s *sender) probeOvertaken(now clock.Time) {
 	for _, p := range s.paths {
-		if p.RTT.Samples == 0 && p.inflight > 0 && p.mayProbe() {
+		if p.inflight > 0 && p.firstWindowOvertaken() && p.mayProbe() {
 			p.fireBy(now.Add(p.timeout()))
 		}
 	}

@@ -157,7 +157,7 @@ func (p *sendPath) probeRTT() (rtt pathmgr.RTT, borrowed bool) {
 	if p.probed || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
 		return pathmgr.RTT{}, false
 	}
-	if rtt, borrowed = p.estimate(); borrowed && p.s.first > 0 && !p.overtaken() {
+	if rtt, borrowed = p.estimate(); borrowed && p.s.first > 0 && !p.firstWindowOvertaken() {
 		return pathmgr.RTT{}, false
 	}
 	return rtt, borrowed
@@ -200,7 +200,7 @@ func (p *sendPath) adaptiveRTO(timeouts int) time.Duration {
 	rtt, borrowed := p.estimate()
 	rto := rtt.RTO(cfg.RTOInitial, cfg.RTOMin, cfg.RTOMax)
 	drain := p.s.drainTime()
-	if borrowed && p.s.first > 0 && p.overtaken() {
+	if p.firstWindowOvertaken() {
 		drain = 0 // its packets are lost, not waiting (probeOvertaken)
 	}
 	rto = max(rto, rtt.SRTT+drain+p.s.c.ep.hostLate(), p.s.lateFloor())
@@ -320,11 +320,19 @@ func (p *sendPath) probeDrain() time.Duration {
 	if s.first == 0 {
 		return s.drainTime()
 	}
-	if p.oldest == p.next || p.RTT.Samples == 0 && p.overtaken() {
+	if p.oldest == p.next || p.firstWindowOvertaken() {
 		return 0
 	}
 	ahead := p.slot(p.oldest).dsn - s.una
 	return s.drainFor(int(min(uint32(s.inflight()), ahead)))
+}
+
+// firstWindowOvertaken reports whether the path, after a first window of
+// one BDP and without an RTT sample of its own, had its oldest packet
+// overtaken: it most likely lost its whole window, its packets are not
+// waiting in a queue, and its timers wait for no drain.
+func (p *sendPath) firstWindowOvertaken() bool {
+	return p.s.first > 0 && p.RTT.Samples == 0 && p.overtaken()
 }
 
 // overtaken reports whether a transmission sent after the path's oldest in
