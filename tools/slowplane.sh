@@ -23,20 +23,16 @@ rate=${TBF_RATE:-500mbit} size=${SIZE_MIB:-256}
 nsA=mroce-sp-a$$ nsB=mroce-sp-b$$
 
 root=$(git rev-parse --show-toplevel)
+. "$(dirname "$0")/revs.sh"
 work=$(mktemp -d)
 cleanup() {
 	ip netns del "$nsA" 2>/dev/null || true
 	ip netns del "$nsB" 2>/dev/null || true
-	git -C "$root" worktree remove --force "$work/a" >/dev/null 2>&1 || true
-	git -C "$root" worktree remove --force "$work/b" >/dev/null 2>&1 || true
-	rm -rf "$work"
+	remove_revs "$work"
 }
 trap cleanup EXIT
-for side in a b; do
-	rev=${!side}
-	git -C "$root" worktree add --detach --quiet "$work/$side" "$rev"
-	(cd "$work/$side" && go build -o "$work/mroce-$side" ./cmd/mroce)
-done
+build_rev "$work" a "$a"
+build_rev "$work" b "$b"
 
 # testbed makes the two namespaces and planes, with the tbf on the veth
 # named in $1 (none: "").

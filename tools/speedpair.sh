@@ -43,15 +43,11 @@ if [ ${#args[@]} -eq 0 ]; then
 fi
 
 root=$(git rev-parse --show-toplevel)
+. "$(dirname "$0")/revs.sh"
 work=$(mktemp -d)
-trap 'git -C "$root" worktree remove --force "$work/a" >/dev/null 2>&1 || true
-      git -C "$root" worktree remove --force "$work/b" >/dev/null 2>&1 || true
-      rm -rf "$work"' EXIT
-for side in a b; do
-	rev=${!side}
-	git -C "$root" worktree add --detach --quiet "$work/$side" "$rev"
-	(cd "$work/$side" && go build -o "$work/mroce-$side" ./cmd/mroce)
-done
+trap 'remove_revs "$work"' EXIT
+build_rev "$work" a "$a"
+build_rev "$work" b "$b"
 
 # wall runs the build of one side, with its flags, on core $2 (every
 # core: "all") and prints its seconds.
