@@ -145,14 +145,9 @@ type Config struct {
 	// path's least RTT. Default 25 µs. A negative target takes no delay
 	// signal.
 	DelayTarget time.Duration
-	// FirstWindowBDP makes a connection's first window one bandwidth-delay
-	// product, the handshake's round trip times the rate of the NIC ports
-	// its paths leave by (PortRates), where that is more than the default
-	// 16 packets. It gains a round trip at the start of each transfer where
-	// a BDP is hundreds of packets, and costs a first round trip's loss
-	// wherever the first windows of the senders that share a bottleneck
-	// exceed its queue (docs/cc.md). Off by default.
-	FirstWindowBDP bool
+	// FirstWindow sizes a connection's first window: FirstWindowBDP, the
+	// default, or FirstWindowFixed (docs/cc.md, the Initial row).
+	FirstWindow FirstWindowPolicy
 
 	// Acknowledgment.
 
@@ -299,6 +294,45 @@ func ParseResendPolicy(s string) (ResendPolicy, error) {
 	return 0, fmt.Errorf("engine: resend policy %q: want other or same", s)
 }
 
+// FirstWindowPolicy chooses how many packets a connection sends before
+// its first ACK.
+type FirstWindowPolicy uint8
+
+const (
+	// FirstWindowBDP sends one bandwidth-delay product: the handshake's
+	// round trip times the rate of the NIC ports the paths leave by
+	// (PortRates), shared among the connections the endpoint opened
+	// alike, where that is more than FirstWindowFixed's. It gains a round
+	// trip at the start of each transfer where a BDP is hundreds of
+	// packets, and loses the part of the senders' first windows beyond
+	// the queue of the bottleneck they share. Without the ports' rates or
+	// a measured round trip it is FirstWindowFixed.
+	FirstWindowBDP FirstWindowPolicy = iota
+	// FirstWindowFixed sends cc.DefaultWindow.Initial packets, however
+	// many paths share them.
+	FirstWindowFixed
+)
+
+func (f FirstWindowPolicy) String() string {
+	switch f {
+	case FirstWindowBDP:
+		return "bdp"
+	case FirstWindowFixed:
+		return "fixed"
+	}
+	return fmt.Sprintf("FirstWindowPolicy(%d)", uint8(f))
+}
+
+// ParseFirstWindowPolicy reads "bdp" or "fixed".
+func ParseFirstWindowPolicy(s string) (FirstWindowPolicy, error) {
+	for _, f := range []FirstWindowPolicy{FirstWindowBDP, FirstWindowFixed} {
+		if s == f.String() {
+			return f, nil
+		}
+	}
+	return 0, fmt.Errorf("engine: first window %q: want bdp or fixed", s)
+}
+
 // retryThreshold is how many half-open handshakes make a CONNECT without a
 // valid token draw a RETRY.
 func (c *Config) retryThreshold() int {
@@ -382,6 +416,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("engine: max send window %d: want 1 .. %d", c.MaxSendWindow, 1<<20)
 	case c.Resend > ResendSamePath:
 		return fmt.Errorf("engine: %v", c.Resend)
+	case c.FirstWindow > FirstWindowFixed:
+		return fmt.Errorf("engine: %v", c.FirstWindow)
 	}
 	if c.Auth != nil {
 		switch err := c.Auth.Check(); {

@@ -22,8 +22,8 @@ func (s *sender) firstWindow() int {
 	return int(cc.DefaultWindow.Initial)
 }
 
-// openFirstWindow makes the first window, where Config.FirstWindowBDP asks
-// for it, one bandwidth-delay product: the handshake's round trip times
+// openFirstWindow makes the first window, unless Config.FirstWindow is
+// FirstWindowFixed, one bandwidth-delay product: the handshake's round trip times
 // the line rate of the NIC ports the paths leave by (Config.PortRates),
 // each plane counted once, shared among the endpoint's connections that
 // start alike (openedAlike), and never less than cc.DefaultWindow.Initial.
@@ -44,7 +44,7 @@ func (s *sender) firstWindow() int {
 // hints cut them a round trip later (spec section 5.5).
 func (s *sender) openFirstWindow() {
 	c := s.c
-	if !c.ep.cfg.FirstWindowBDP || s.paths == nil || c.state != Established || c.hsRTT <= 0 || s.stats.Packets > 0 ||
+	if c.ep.cfg.FirstWindow != FirstWindowBDP || s.paths == nil || c.state != Established || c.hsRTT <= 0 || s.stats.Packets > 0 ||
 		c.mode == proto.ModeBaseline || len(c.ep.cfg.PortRates) == 0 {
 		return
 	}
@@ -174,10 +174,11 @@ const slowerStart = 0.25
 // is made of packets sent a round trip after one another, whose rate says
 // nothing of the path. The start then follows the hint.
 //
-// The first window is a fixed 16 packets, one bandwidth-delay product at
-// 100 Gb/s and a few microseconds. At 400 Gb/s and 12.5 µs a BDP is near
-// 150 packets, and windows that grow one packet a round trip take most of
-// a transfer to get there. The hint is the receiver's max-min share among
+// A first window of FirstWindowFixed's 16 packets, or one without the
+// ports' rates to size it, is one bandwidth-delay product at 100 Gb/s and
+// a few microseconds. At 400 Gb/s and 12.5 µs a BDP is near 150 packets,
+// and windows that grow one packet a round trip take most of a transfer
+// to get there. The hint is the receiver's max-min share among
 // every sender it sees (spec section 5.5), so N senders to one receiver
 // start at a BDP together, not N of them: an incast keeps its queue.
 func (s *sender) startFromHint(at clock.Time) {

@@ -102,24 +102,24 @@ func TestStartBoundByTheFirstWindowsRate(t *testing.T) {
 }
 
 // TestFirstWindowOfOneBDP sends, before the first ACK, one bandwidth-delay
-// product where Config.FirstWindowBDP asks for it: the handshake's round
-// trip times the NIC port's rate. Without it, or without the ports' rates,
+// product unless Config.FirstWindow says otherwise: the handshake's round
+// trip times the NIC port's rate. With FirstWindowFixed, or without the ports' rates,
 // the first window is 16 packets, however many paths share it.
 func TestFirstWindowOfOneBDP(t *testing.T) {
 	const rate = 400e9 / 8
 	for _, c := range []struct {
-		name  string
-		bdp   bool
-		rates []float64
+		name   string
+		window FirstWindowPolicy
+		rates  []float64
 	}{
-		{"a BDP", true, []float64{rate}},
-		{"no ports' rates", true, nil},
-		{"the default", false, []float64{rate}},
+		{"a BDP", FirstWindowBDP, []float64{rate}},
+		{"no ports' rates", FirstWindowBDP, nil},
+		{"fixed", FirstWindowFixed, []float64{rate}},
 	} {
 		fc := twoHostFabric(1)
 		fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
 		fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
-		n := newNet(t, fc, Config{Paths: 8, FirstWindowBDP: c.bdp, PortRates: c.rates})
+		n := newNet(t, fc, Config{Paths: 8, FirstWindow: c.window, PortRates: c.rates})
 		pr := n.connect(0, 1)
 		s := &pr.a.snd
 		src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
@@ -133,7 +133,7 @@ func TestFirstWindowOfOneBDP(t *testing.T) {
 			return s.heard
 		})
 		want := 16
-		if c.bdp && c.rates != nil {
+		if c.window == FirstWindowBDP && c.rates != nil {
 			rtt := pr.a.hsRTT
 			want = int(math.Ceil(rate * rtt.Seconds() / s.mss))
 			if rtt < 12*time.Microsecond || rtt > 13*time.Microsecond || want < 140 {
@@ -153,7 +153,8 @@ func TestFirstWindowOfOneBDP(t *testing.T) {
 // is the receiver's to drain, and a sender whose first ACKs were marked
 // still starts at its share: at its start its windows rise to at least the
 // hint times its least round trip. Held by the marks alone, they would
-// carry a packet or two a path for a round trip.
+// carry a packet or two a path for a round trip. The first windows are
+// FirstWindowFixed's: one of a BDP is above the share already.
 func TestStartDespiteTheReceiversMarks(t *testing.T) {
 	const senders = 8
 	fc := netem.Config{Seed: 1, Hosts: senders + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
@@ -161,7 +162,7 @@ func TestStartDespiteTheReceiversMarks(t *testing.T) {
 	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
 	fc.Downlink.Queue.ECNThreshold = 64 << 10
 	rate := 400e9 / 8.0
-	n := newNet(t, fc, Config{Paths: 8, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
+	n := newNet(t, fc, Config{Paths: 8, FirstWindow: FirstWindowFixed, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
 	var pairs []*pair
 	for h := range senders {
 		pr := n.connect(h, senders)
@@ -284,7 +285,7 @@ func TestOvertakenFirstWindowIsProbed(t *testing.T) {
 	fc := twoHostFabric(1)
 	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
 	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
-	n := newNetWithDrop(t, fc, Config{Paths: 8, FirstWindowBDP: true, PortRates: []float64{rate}, InboundCapacity: rate / 32, Tracer: log}, drop)
+	n := newNetWithDrop(t, fc, Config{Paths: 8, PortRates: []float64{rate}, InboundCapacity: rate / 32, Tracer: log}, drop)
 	sim = n.sim
 	pr := n.connect(0, 1)
 	sender := &pr.a.snd
@@ -328,7 +329,7 @@ func TestOvertakenFirstWindowIsProbed(t *testing.T) {
 // path's probe, they overflowed the queue again, and paths timed out.
 func TestFirstBDPIncastKeepsUp(t *testing.T) {
 	skipUnderRace(t)
-	run := func(bdp bool) (time.Duration, SenderStats) {
+	run := func(window FirstWindowPolicy) (time.Duration, SenderStats) {
 		const senders = 8
 		fc := netem.Config{Seed: 1, Hosts: senders + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
 		fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
@@ -336,7 +337,7 @@ func TestFirstBDPIncastKeepsUp(t *testing.T) {
 		fc.Downlink.Queue.ECNThreshold = 125 << 10
 		fc.Downlink.Queue.Limit = 612 << 10
 		rate := 400e9 / 8.0
-		n := newNet(t, fc, Config{Paths: 128, FirstWindowBDP: bdp, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
+		n := newNet(t, fc, Config{Paths: 128, FirstWindow: window, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
 		var pairs []*pair
 		for h := range senders {
 			pairs = append(pairs, n.connect(h, senders))
@@ -354,7 +355,7 @@ func TestFirstBDPIncastKeepsUp(t *testing.T) {
 			}
 			return true
 		}) {
-			t.Fatalf("BDP %v: the WRITEs did not end within 10 ms", bdp)
+			t.Fatalf("first window %v: the WRITEs did not end within 10 ms", window)
 		}
 		for _, pr := range pairs {
 			st := pr.a.SenderStats()
@@ -363,8 +364,8 @@ func TestFirstBDPIncastKeepsUp(t *testing.T) {
 		}
 		return n.sim.Now().Sub(start), all
 	}
-	small, sst := run(false)
-	bdp, bst := run(true)
+	small, sst := run(FirstWindowFixed)
+	bdp, bst := run(FirstWindowBDP)
 	t.Logf("first windows of 16 packets: %v, %d resent, %d timeouts; of one BDP: %v, %d resent, %d timeouts", small, sst.Retransmits, sst.Timeouts, bdp, bst.Retransmits, bst.Timeouts)
 	if bdp > small+small/20 {
 		t.Errorf("with first windows of one BDP the WRITEs took %v, against %v with 16 packets: want within a twentieth", bdp, small)
@@ -382,7 +383,7 @@ func TestFirstWindowSharedByTheConnectionsOpened(t *testing.T) {
 	fc := netem.Config{Seed: 1, Hosts: conns + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
 	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
 	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
-	n := newNet(t, fc, Config{Paths: 8, FirstWindowBDP: true, PortRates: []float64{rate}})
+	n := newNet(t, fc, Config{Paths: 8, PortRates: []float64{rate}})
 	var pairs []*pair
 	for h := 1; h <= conns; h++ {
 		pairs = append(pairs, n.connect(0, h))

@@ -147,7 +147,7 @@ func (p *sendPath) mayProbe() bool {
 // timeout is twice its connection's and cuts its window.
 //
 // Not with a borrowed estimate after a first window of one BDP
-// (Config.FirstWindowBDP) until a later packet overtook the path's oldest:
+// (FirstWindowBDP) until a later packet overtook the path's oldest:
 // N such windows overflow the queue they meet, a path without a sample
 // most often lost its whole window there, and its probe, which waits only
 // for the packets ahead of its own (probeDrain), would go into that queue
@@ -305,7 +305,7 @@ func (s *sender) drainTime() time.Duration { return s.drainFor(s.inflight()) }
 
 // probeDrain is the drain time a tail probe waits for. It is the
 // connection's whole drain time, except after a first window of one BDP
-// (Config.FirstWindowBDP): then only the packets the connection sent
+// (FirstWindowBDP): then only the packets the connection sent
 // before the path's oldest in flight count, the ones a queue holds in
 // front of it. New data takes DSNs in the order it is sent, so they are at
 // most the DSNs between the oldest not acknowledged and its own. N first

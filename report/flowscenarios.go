@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/sim"
 )
 
@@ -116,8 +117,8 @@ func flowsMode(f sim.FabricOptions) string {
 	if f.Baseline {
 		return "baseline (one path per connection)"
 	}
-	if f.FirstWindowBDP {
-		return fmt.Sprintf("mroce, %d paths per connection, first windows of one BDP", f.Paths)
+	if f.FirstWindow == engine.FirstWindowFixed {
+		return fmt.Sprintf("mroce, %d paths per connection, first windows of 16 packets", f.Paths)
 	}
 	return fmt.Sprintf("mroce, %d paths per connection", f.Paths)
 }

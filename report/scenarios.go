@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mroce/mroce/engine"
 	"github.com/mroce/mroce/sim"
 )
 
@@ -34,10 +35,10 @@ func linksNotes(l sim.Links) []string {
 // startNotes says how a fabric scenario's connections start, where that
 // is not the default.
 func startNotes(f sim.FabricOptions) []string {
-	if !f.FirstWindowBDP {
+	if f.FirstWindow != engine.FirstWindowFixed {
 		return nil
 	}
-	return []string{"First windows of one bandwidth-delay product of a host's NIC, shared among the connections it opened (--first-window bdp)."}
+	return []string{"First windows of 16 packets (--first-window fixed), where the default is one bandwidth-delay product of a host's NIC shared among the connections it opened."}
 }
 
 // describeLinks names the links' delay, marking threshold, buffers and

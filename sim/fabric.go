@@ -40,8 +40,9 @@ type FabricOptions struct {
 	// DelayTarget is the engines' Config.DelayTarget: 0 for the default,
 	// below 0 for no delay signal.
 	DelayTarget time.Duration
-	// FirstWindowBDP is the engines' Config.FirstWindowBDP.
-	FirstWindowBDP bool
+	// FirstWindow is the engines' Config.FirstWindow: how their first
+	// windows are sized.
+	FirstWindow engine.FirstWindowPolicy
 	// Resend is the engines' Config.Resend: the path a lost packet is
 	// resent on.
 	Resend engine.ResendPolicy

@@ -248,7 +248,7 @@ func (r *flowRun) buildWorld() error {
 		c := engine.Config{Paths: o.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(o.LinkRate) / 8, InboundCapacity: r.res.HostCapacity, OutboundCapacity: engine.Headroom * r.res.HostCapacity,
 			MaxAccepting: 4096, RetryAt: engine.RetryNever, DelayTarget: o.DelayTarget,
-			FirstWindowBDP: o.FirstWindowBDP, Resend: o.Resend, Tracer: o.Tracer}
+			FirstWindow: o.FirstWindow, Resend: o.Resend, Tracer: o.Tracer}
 		// Each plane's port sends at its own rate, which a NIC knows.
 		for p := range o.Planes {
 			c.PortRates = append(c.PortRates, float64(o.planeRate(p))/8*ps.payloadShare())

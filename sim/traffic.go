@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mroce/mroce/engine"
 )
 
 // A traffic file describes a fabric and the flows to run on it, a line
@@ -19,7 +21,7 @@ import (
 //	fat-tree-k 0           ecn-max-kib 0       shared-buffer-kib 0 shared-buffer-alpha 1
 //	start-jitter 0         plane 2 rate-gbps 50
 //	delay-target 25us      # or off, for senders without the delay signal
-//	first-window bdp       # or default: 16 packets (engine.Config.FirstWindowBDP)
+//	first-window fixed     # 16 packets, or bdp, the default (engine.Config.FirstWindow)
 //	baseline
 //	0->1 start 0 size 1MiB
 //	3->7 start 10us size 64KiB after 0
@@ -168,14 +170,11 @@ func (t *Traffic) parseSetting(f []string) error {
 		}
 		o.DelayTarget = d
 	case "first-window":
-		switch v {
-		case "bdp":
-			o.FirstWindowBDP = true
-		case "default":
-			o.FirstWindowBDP = false
-		default:
-			return fmt.Errorf("first-window %q: want bdp or default", v)
+		w, err := engine.ParseFirstWindowPolicy(v)
+		if err != nil {
+			return fmt.Errorf("first-window %q: want bdp or fixed", v)
 		}
+		o.FirstWindow = w
 	case "start-jitter":
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > MaxStartJitter {

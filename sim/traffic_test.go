@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mroce/mroce/engine"
 )
 
 const sampleTraffic = `# two hosts, then a chain
@@ -20,7 +22,7 @@ fat-tree-k 4
 mtu 2048
 paths 4
 loss 0.001
-first-window bdp
+first-window fixed
 0->1 start 0 size 1MiB
 1->2 start 5us size 64KiB after 0
 3->0 start 0 size 4096
@@ -33,7 +35,7 @@ func TestParseTraffic(t *testing.T) {
 	}
 	f := tr.Fabric
 	if f.Hosts != 4 || f.Planes != 2 || f.LinkRate != 100e9 || f.Delay != 2*time.Microsecond || f.ECNThreshold != 100<<10 ||
-		f.ECNMax != 300<<10 || f.SharedBuffer != 2<<20 || f.SharedAlpha != 0.5 || f.FatTreeK != 4 || f.MTU != 2048 || f.Paths != 4 || f.Loss != 0.001 || !f.FirstWindowBDP || f.Baseline {
+		f.ECNMax != 300<<10 || f.SharedBuffer != 2<<20 || f.SharedAlpha != 0.5 || f.FatTreeK != 4 || f.MTU != 2048 || f.Paths != 4 || f.Loss != 0.001 || f.FirstWindow != engine.FirstWindowFixed || f.Baseline {
 		t.Fatalf("fabric %+v", f)
 	}
 	want := []Flow{{Src: 0, Dst: 1, Bytes: 1 << 20}, {Src: 1, Dst: 2, Bytes: 64 << 10, Start: 5 * time.Microsecond, After: []int{0}}, {Src: 3, Dst: 0, Bytes: 4096}}
@@ -68,7 +70,7 @@ func TestParseTrafficErrors(t *testing.T) {
 		{"hosts 4\n\n0->9 size 1", "flow 0: 0->9, but there are 4 hosts"},
 		{"0->1 size 1 start -1s", "start \"-1s\""},
 		{"0->1 size", "has no value"},
-		{"first-window 32\n0->1 size 1", "first-window \"32\": want bdp or default"},
+		{"first-window 32\n0->1 size 1", "first-window \"32\": want bdp or fixed"},
 	} {
 		_, err := ParseTraffic(strings.NewReader(c.text))
 		if err == nil || !strings.Contains(err.Error(), c.msg) {

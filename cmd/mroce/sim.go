@@ -69,21 +69,18 @@ func startJitterInto(c *cli.Context, d *time.Duration) error {
 // resendFlag chooses engine.Config.Resend.
 // firstWindowFlag is the connections' first window, for the scenarios on
 // a fabric and for sim flows, where it overrides the file's.
-var firstWindowFlag = &cli.StringFlag{Name: "first-window", Value: "default", Usage: "the connections' first window: bdp, one bandwidth-delay product (engine.Config.FirstWindowBDP), or default, 16 packets"}
+var firstWindowFlag = &cli.StringFlag{Name: "first-window", Value: engine.FirstWindowBDP.String(), Usage: "the connections' first window (engine.Config.FirstWindow): bdp, one bandwidth-delay product of the host's NIC shared among the connections it opened, or fixed, 16 packets"}
 
-// firstWindowInto reads --first-window into bdp, where it was set.
-func firstWindowInto(c *cli.Context, bdp *bool) error {
+// firstWindowInto reads --first-window into w, where it was set.
+func firstWindowInto(c *cli.Context, w *engine.FirstWindowPolicy) error {
 	if !c.IsSet("first-window") {
 		return nil
 	}
-	switch c.String("first-window") {
-	case "bdp":
-		*bdp = true
-	case "default":
-		*bdp = false
-	default:
-		return usagef(c, "sim %s: --first-window must be bdp or default", c.Command.Name)
+	p, err := engine.ParseFirstWindowPolicy(c.String("first-window"))
+	if err != nil {
+		return usagef(c, "sim %s: --first-window must be bdp or fixed", c.Command.Name)
 	}
+	*w = p
 	return nil
 }
 
@@ -308,7 +305,7 @@ func simCommand() *cli.Command {
 				Flags: append([]cli.Flag{
 					startJitterFlag,
 					&cli.IntFlag{Name: "paths", Usage: "paths per connection, 1 to 256 (default: the file's)"},
-					&cli.StringFlag{Name: "first-window", Usage: "the connections' first window: bdp, one bandwidth-delay product (engine.Config.FirstWindowBDP), or default, 16 packets (default: the file's)"},
+					&cli.StringFlag{Name: "first-window", Usage: "the connections' first window (engine.Config.FirstWindow): bdp, one bandwidth-delay product of the host's NIC shared among the connections it opened, or fixed, 16 packets (default: the file's)"},
 					boundsFlag,
 				}, simOutputFlags("flows")...),
 				Action: func(c *cli.Context) error {
@@ -339,7 +336,7 @@ func simCommand() *cli.Command {
 					if err := startJitterInto(c, &t.Fabric.StartJitter); err != nil {
 						return err
 					}
-					if err := firstWindowInto(c, &t.Fabric.FirstWindowBDP); err != nil {
+					if err := firstWindowInto(c, &t.Fabric.FirstWindow); err != nil {
 						return err
 					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
@@ -546,7 +543,7 @@ func fabricFlagsInto(c *cli.Context, f *sim.FabricOptions) error {
 	if err := resendInto(c, &f.Resend); err != nil {
 		return err
 	}
-	if err := firstWindowInto(c, &f.FirstWindowBDP); err != nil {
+	if err := firstWindowInto(c, &f.FirstWindow); err != nil {
 		return err
 	}
 	for _, spec := range [...]struct{ flag, key string }{{"plane-rate-gbps", "rate-gbps"}, {"plane-delay", "delay"}, {"plane-buffer-kib", "buffer-kib"}} {

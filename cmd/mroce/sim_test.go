@@ -201,7 +201,7 @@ func TestSimOutputsAndErrors(t *testing.T) {
 		{[]string{"sim", "permutation", "--planes", "2", "--plane-buffer-kib", "1=2"}, "plane 1 buffer of 2048 bytes: want at least one full packet"},
 		{[]string{"sim", "permutation", "--planes", "2", "--plane-buffer-kib", "3=64"}, "plane 3: there are 2 planes"},
 		{[]string{"sim", "planes", "--start-jitter", "1s"}, "--start-jitter must be 0 to 10ms"},
-		{[]string{"sim", "permutation", "--first-window", "64"}, "--first-window must be bdp or default"},
+		{[]string{"sim", "permutation", "--first-window", "64"}, "--first-window must be bdp or fixed"},
 		{[]string{"sim", "flows", "--seeds", "0", "x.txt"}, "--seeds must be 1 to 100"},
 		{[]string{"sim", "alltoall", "--jobs", "-1"}, "--jobs must not be negative"},
 		{[]string{"sim", "planes", "--workers", "-1"}, "--workers must not be negative"},
@@ -216,13 +216,13 @@ func TestSimOutputsAndErrors(t *testing.T) {
 	}
 }
 
-// --first-window bdp reaches the engines of a fabric scenario, and its
-// table says so: in a permutation on a leaf-spine at 400 Gb/s, where each
-// host opens one connection and a bandwidth-delay product is several
-// times 16 packets, the flows end sooner with a first window of one BDP
-// than with the default.
+// --first-window reaches the engines of a fabric scenario, and its table
+// says where it is fixed: in a permutation on a leaf-spine at 400 Gb/s,
+// where each host opens one connection and a bandwidth-delay product is
+// several times 16 packets, the flows end sooner with the default first
+// window of one BDP than with a fixed one of 16 packets.
 func TestSimFirstWindowFlag(t *testing.T) {
-	const note = "First windows of one bandwidth-delay product"
+	const note = "First windows of 16 packets"
 	run := func(window string) (p50 float64, noted bool) {
 		r := runCLI(t, "", "sim", "permutation", "--hosts", "8", "--hosts-per-leaf", "4", "--spines", "4", "--planes", "1",
 			"--rate-gbps", "400", "--size-mib", "1", "--paths", "8", "--shift", "4", "--first-window", window, "--plot", "")
@@ -241,12 +241,12 @@ func TestSimFirstWindowFlag(t *testing.T) {
 		return p50, strings.Contains(r.stdout, note)
 	}
 	bdp, bdpNoted := run("bdp")
-	def, defNoted := run("default")
-	if !bdpNoted || defNoted {
-		t.Errorf("the note of a first window of one BDP: in its run's table %v, in the default's %v", bdpNoted, defNoted)
+	fixed, fixedNoted := run("fixed")
+	if bdpNoted || !fixedNoted {
+		t.Errorf("the note of a fixed first window: in its run's table %v, in one BDP's %v", fixedNoted, bdpNoted)
 	}
-	if bdp >= def {
-		t.Errorf("FCT p50 %v µs with first windows of one BDP, %v µs with the default: want it sooner", bdp, def)
+	if bdp >= fixed {
+		t.Errorf("FCT p50 %v µs with first windows of one BDP, %v µs with 16 packets: want it sooner", bdp, fixed)
 	}
 }
 
