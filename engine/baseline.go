@@ -208,7 +208,7 @@ func (b *baseline) acked(s *sender) {
 				return
 			}
 			r.resolved = true
-			p.released()
+			p.released(r)
 			p.Counters.Acked++
 		}
 		p.oldest++

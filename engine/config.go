@@ -124,7 +124,8 @@ type Config struct {
 	// it. A plane without a rate here takes new data whenever its paths
 	// have room. Where every plane has a rate and they differ, the paths
 	// of a new connection beyond its whole rounds over the planes are
-	// dealt to the planes in proportion to the rates (dealing.go).
+	// dealt to the planes in proportion to the rates (dealing.go). The
+	// rates also size the first window (FirstWindowBDP).
 	PortRates []float64
 	// HintHorizon turns a sender's declared backlog into its demand, which
 	// is backlog / horizon. It is also how long a silent sender keeps its

@@ -18,7 +18,7 @@ import (
 // refused packets can leave holes behind an unresolved oldest PSN. And the
 // peer's address on its plane must be known.
 func (s *sender) usable(p *sendPath, skip bool) bool {
-	return s.carries(p, s.c.ep.clock.Now(), skip) && p.inflight < p.window && p.ringRoom()
+	return s.carries(p, s.c.ep.clock.Now(), skip) && p.held() < p.window && p.ringRoom()
 }
 
 // carries reports whether the path is in service for data: ready (or in

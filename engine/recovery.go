@@ -111,7 +111,7 @@ func (p *sendPath) settleMoot() {
 		}
 		if d := s.record(r.dsn); d == nil || d.acked {
 			r.resolved = true
-			p.released()
+			p.released(r)
 		}
 	}
 	p.advance()
@@ -313,12 +313,12 @@ func (s *sender) lostOvertaken(now clock.Time) {
 		for p.oldest != p.next {
 			psn := p.oldest
 			r := p.slot(psn)
-			if r.psn != psn || r.resolved || r.sentAt >= s.heardAt || proto.SeqLess(psn, p.EpochStart(p.Epoch())) || !p.overtook(r.sentAt) {
+			if r.psn != psn || r.resolved || !r.first || proto.SeqLess(psn, p.EpochStart(p.Epoch())) || !p.overtook(r.sentAt) {
 				break
 			}
 			if d := s.record(r.dsn); d == nil || d.acked {
 				r.resolved = true
-				p.released()
+				p.released(r)
 			} else {
 				p.resolveLost(r, psn, LossOvertaken)
 			}

@@ -56,7 +56,7 @@ func (s *sender) onRefused(n proto.NackHeader, r *dsnRecord) {
 		if psn := n.PSN(); psn-p.oldest < p.next-p.oldest {
 			if sr := p.slot(psn); !sr.resolved && sr.psn == psn && sr.dsn == n.DSN() {
 				sr.resolved = true
-				p.released()
+				p.released(sr)
 				p.advance()
 			}
 		}

@@ -217,7 +217,7 @@ func TestRNRBacksOff(t *testing.T) {
 func TestPathTimersWaitForTheGrantedDrain(t *testing.T) {
 	s, p, cfg := timedPath(t)
 	for range 25 {
-		p.took() // in flight on the path, and so in the connection
+		p.took(&sendRec{}) // in flight on the path, and so in the connection
 	}
 
 	s.hint = math.Inf(1)
@@ -370,11 +370,11 @@ func TestProbeAfterAFirstBDPWaitsForThePacketsAhead(t *testing.T) {
 	s, p, cfg := timedPath(t)
 	s.hint, s.first = 1e8, 150
 	for range 100 {
-		s.paths[1].took() // the rest of the first window, on the other path
+		s.paths[1].took(&sendRec{}) // the rest of the first window, on the other path
 	}
 	*p.slot(p.next) = sendRec{psn: p.next, dsn: s.una + 25} // 25 DSNs went before it
 	p.next++
-	p.took()
+	p.took(&sendRec{})
 	if got, want := p.timeout(), p.RTT.SRTT+s.drainFor(25)+cfg.AckDelay; got != want {
 		t.Errorf("tail probe after %v, want %v: the drain of the 25 packets ahead", got, want)
 	}

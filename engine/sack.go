@@ -21,9 +21,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		return
 	}
 	before := s.una
-	if !s.heard {
-		s.heard, s.heardAt = true, at
-	}
+	s.heard = true
 	lower := s.c.tp.hint(s, ack.RateHint()) // true when the receiver's share fell
 	if s.c.credits {
 		s.takeCredit(ack.CreditStream(), ack.CreditLimit())
@@ -266,7 +264,7 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 		p.s.newestAcked, p.s.newestRTT = r.sentAt, at.Sub(r.sentAt)
 	}
 	p.s.deliveredSent = max(p.s.deliveredSent, r.sentAt)
-	p.released()
+	p.released(r)
 	p.Counters.Acked++
 	if s := p.s; !s.started && s.train.at != 0 && !r.retx {
 		s.trainSent(r.sentAt) // a resend left when its loss was found, not with the train
@@ -279,7 +277,7 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 // another way or a later transmission of it is still out.
 func (p *sendPath) resolveLost(r *sendRec, psn uint32, cause LossCause) {
 	r.resolved = true
-	p.released()
+	p.released(r)
 	if cause == LossLocal {
 		p.Counters.LocalDrops++ // the path carried nothing, so lost nothing
 	} else {
@@ -294,6 +292,6 @@ func (p *sendPath) resolveLost(r *sendRec, psn uint32, cause LossCause) {
 		return
 	}
 	d.queued = true
-	d.overflowed = s.first > 0 && cause != LossLocal && (!s.heard || r.sentAt < s.heardAt) && s.receiverBound()
+	d.overflowed = r.first && cause != LossLocal && s.receiverBound()
 	s.retx = append(s.retx, r.dsn)
 }

@@ -136,8 +136,6 @@ type sender struct {
 	// more than its first window (firstWindow), which a path's window of
 	// at least one would exceed with more paths than that.
 	heard bool
-	// heardAt is when the first ACK came (lostOvertaken).
-	heardAt clock.Time
 	// grantUntil is when the grant that a rise of the receiver's share
 	// opened ends (shareRose).
 	grantUntil clock.Time
@@ -389,8 +387,9 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		p.growRing() // the ring is full, and ringRoom said it may grow
 	}
 	p.next++
-	*p.slot(psn) = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= most, retx: retx}
-	p.took()
+	rec := p.slot(psn)
+	*rec = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= most, retx: retx, first: s.first > 0 && !s.heard}
+	p.took(rec)
 	p.silent++
 	r.path, r.psn = p.ID(), psn
 	s.emitData(d, r, p, psn, retx, probe)
@@ -414,7 +413,9 @@ func (s *sender) emitData(d uint32, r *dsnRecord, p *sendPath, psn uint32, retx,
 	// Ask for an ACK at once at the end of a message, on a probe, and when
 	// the packet fills the path's window. Otherwise a sender with a small
 	// window would wait out the receiver's ACK coalescing with nothing to
-	// send.
+	// send. The window counts every packet in flight here, those of a
+	// first window that held leaves out too: past it, each packet's
+	// acknowledgment shows sooner which of that window were lost.
 	if r.off+r.n == m.length || m.typ.IsRequest() || probe || p.inflight >= p.window {
 		flags |= proto.FlagAckRequest
 	}

@@ -19,6 +19,7 @@ type sendRec struct {
 	resolved bool // acknowledged, declared lost, or refused
 	full     bool // the packet was as large as the connection sent then (verifyMTU)
 	retx     bool // content sent before: a resend, a probe or a copy
+	first    bool // sent before the first ACK, in a first window of one BDP: new data, a resend, a probe or a copy
 }
 
 // sendPath is the sender's state of one path. The path manager
@@ -35,6 +36,9 @@ type sendPath struct {
 	next     uint32 // the next PSN
 	oldest   uint32 // the oldest PSN not resolved
 	inflight int
+	// firstOut counts the packets in flight sent in a first window of one
+	// BDP (sendRec.first).
+	firstOut int
 
 	// Congestion window.
 	cwin   *cc.Window
@@ -106,9 +110,36 @@ func (p *sendPath) growRing() {
 // took and released count a packet in flight on the path and in the
 // connection's total. The timers read the total at every packet, and
 // summing it over the paths would read every path's state.
-func (p *sendPath) took() { p.inflight++; p.s.inflightAll++ }
+func (p *sendPath) took(r *sendRec) {
+	p.inflight++
+	p.s.inflightAll++
+	if r.first {
+		p.firstOut++
+	}
+}
 
-func (p *sendPath) released() { p.inflight--; p.s.inflightAll-- }
+func (p *sendPath) released(r *sendRec) {
+	p.inflight--
+	p.s.inflightAll--
+	if r.first {
+		p.firstOut--
+	}
+}
+
+// held is how many of the path's packets in flight count against its
+// window. After a first window of one BDP, while the receiver is the
+// bottleneck (receiverBound), that window's packets do not: N such windows
+// overflowed the receiver's queue, and a path whose window is full of
+// packets lost there sends nothing whose acknowledgment would show them
+// lost (lostOvertaken). The receiver's hint paces what it sends meanwhile
+// (docs/cc.md, the rate), so the senders together do not outrun its link;
+// without pacing nothing would, and they all count.
+func (p *sendPath) held() int {
+	if p.firstOut > 0 && p.s.heard && !p.s.c.ep.cfg.NoPacing && p.s.receiverBound() {
+		return p.inflight - p.firstOut
+	}
+	return p.inflight
+}
 
 // inflight is the number of packets sent on any path and not yet resolved.
 func (s *sender) inflight() int { return s.inflightAll }
