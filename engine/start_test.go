@@ -318,6 +318,18 @@ func TestOvertakenFirstWindowIsProbed(t *testing.T) {
 	}
 }
 
+// incastAt400 is the fat tree's incast in small: senders hosts and a
+// receiver, the last host, on one switch of 400 Gb/s links of 3 µs, the
+// receiver's downlink holding 612 KiB and marking from 125 KiB.
+func incastAt400(senders int) netem.Config {
+	fc := netem.Config{Seed: 1, Hosts: senders + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	fc.Downlink.Queue.ECNThreshold = 125 << 10
+	fc.Downlink.Queue.Limit = 612 << 10
+	return fc
+}
+
 // TestFirstBDPIncastKeepsUp runs 8 senders to one receiver at 400 Gb/s,
 // 2 MiB each over 128 paths, through a receiver's downlink that holds 612
 // KiB and marks from 125 KiB, as the fat tree's incast does. Their first
@@ -331,13 +343,8 @@ func TestFirstBDPIncastKeepsUp(t *testing.T) {
 	skipUnderRace(t)
 	run := func(window FirstWindowPolicy) (time.Duration, SenderStats) {
 		const senders = 8
-		fc := netem.Config{Seed: 1, Hosts: senders + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
-		fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
-		fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
-		fc.Downlink.Queue.ECNThreshold = 125 << 10
-		fc.Downlink.Queue.Limit = 612 << 10
 		rate := 400e9 / 8.0
-		n := newNet(t, fc, Config{Paths: 128, FirstWindow: window, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
+		n := newNet(t, incastAt400(senders), Config{Paths: 128, FirstWindow: window, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
 		var pairs []*pair
 		for h := range senders {
 			pairs = append(pairs, n.connect(h, senders))
@@ -414,13 +421,8 @@ func TestFirstWindowSharedByTheConnectionsOpened(t *testing.T) {
 func TestFirstBDPIncastKeepsTheLinkBusy(t *testing.T) {
 	skipUnderRace(t)
 	const senders, size = 8, 2 << 20
-	fc := netem.Config{Seed: 1, Hosts: senders + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
-	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
-	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
-	fc.Downlink.Queue.ECNThreshold = 125 << 10
-	fc.Downlink.Queue.Limit = 612 << 10
 	rate := 400e9 / 8.0
-	n := newNet(t, fc, Config{Paths: 8, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
+	n := newNet(t, incastAt400(senders), Config{Paths: 8, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
 	var pairs []*pair
 	for h := range senders {
 		pairs = append(pairs, n.connect(h, senders))
