@@ -318,6 +318,47 @@ func TestOvertakenFirstWindowIsProbed(t *testing.T) {
 	}
 }
 
+// TestWholeFirstWindowLostIsProbed loses every packet of a first window
+// of one BDP, as a sender of an incast whose window met the receiver's
+// queue full does. The connection has heard no ACK, so it has no hint and
+// no RTT sample. Its paths borrow the handshake's round trip and probe: the
+// losses are found within a few round trips, where RTOInitial, a
+// millisecond, held the whole transfer.
+func TestWholeFirstWindowLostIsProbed(t *testing.T) {
+	const rate = 400e9 / 8
+	log := &traceLog{}
+	var sender *sender
+	drop := &dropPort{match: func(p *proto.Packet) bool {
+		// Every new packet before the first ACK: the first window.
+		return p.Common.Type() == proto.TypeWrite && p.Common.Flags()&proto.FlagRetransmit == 0 && !sender.heard
+	}, limit: 1 << 30}
+	fc := twoHostFabric(1)
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	n := newNetWithDrop(t, fc, Config{Paths: 8, PortRates: []float64{rate}, Tracer: log}, drop)
+	pr := n.connect(0, 1)
+	sender = &pr.a.snd
+	rtoMin := pr.a.ep.cfg.RTOMin
+	start := n.sim.Now()
+	pr.postWrite(t, 1024)
+	if !n.run(5*time.Millisecond, func() bool { return !sender.busy() }) {
+		t.Fatal("the WRITE did not end within 5 ms")
+	}
+	if sender.first == 0 || drop.dropped < sender.first {
+		t.Fatalf("dropped %d packets of a first window of %d: the test needs a whole first window of one BDP lost", drop.dropped, sender.first)
+	}
+	found := clock.Never
+	for _, ev := range log.evs {
+		if ev.Kind == TraceLost && ev.At < found {
+			found = ev.At
+		}
+	}
+	t.Logf("dropped %d, the first loss found after %v, the WRITE done after %v, handshake RTT %v", drop.dropped, found.Sub(start), n.sim.Now().Sub(start), pr.a.hsRTT)
+	if took := found.Sub(start); took > 10*pr.a.hsRTT+2*rtoMin {
+		t.Errorf("the first loss was found %v after the WRITE: want within ten handshake round trips and two RTOMin, %v", took, 10*pr.a.hsRTT+2*rtoMin)
+	}
+}
+
 // incastAt400 is the fat tree's incast in small: senders hosts and a
 // receiver, the last host, on one switch of 400 Gb/s links of 3 µs, the
 // receiver's downlink holding 612 KiB and marking from 125 KiB.

@@ -147,17 +147,20 @@ func (p *sendPath) mayProbe() bool {
 // timeout is twice its connection's and cuts its window.
 //
 // Not with a borrowed estimate after a first window of one BDP
-// (FirstWindowBDP) until a later packet overtook the path's oldest:
+// (FirstWindowBDP), once the connection heard an ACK, until a later packet
+// overtook the path's oldest:
 // N such windows overflow the queue they meet, a path without a sample
 // most often lost its whole window there, and its probe, which waits only
 // for the packets ahead of its own (probeDrain), would go into that queue
 // while it is still full. A later packet acknowledged shows the queue let
-// packets through again, and the path's own lost (docs/cc.md).
+// packets through again, and the path's own lost (docs/cc.md). Before any
+// ACK nothing can overtake it, and the handshake's round trip times its
+// probe (estimate).
 func (p *sendPath) probeRTT() (rtt pathmgr.RTT, borrowed bool) {
 	if p.probed || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
 		return pathmgr.RTT{}, false
 	}
-	if rtt, borrowed = p.estimate(); borrowed && p.s.first > 0 && !p.firstWindowOvertaken() {
+	if rtt, borrowed = p.estimate(); borrowed && p.s.first > 0 && p.s.heard && !p.firstWindowOvertaken() {
 		return pathmgr.RTT{}, false
 	}
 	return rtt, borrowed
@@ -165,9 +168,17 @@ func (p *sendPath) probeRTT() (rtt pathmgr.RTT, borrowed bool) {
 
 // estimate is the RTT estimate the path's timers go by: its own, or for a
 // path not yet sampled, once the receiver has granted a rate, its
-// connection's slowest sampled path's (borrowed; slowestRTT). Without
-// either it has no samples.
+// connection's slowest sampled path's (borrowed; slowestRTT). Before the
+// first ACK of a connection that sent a first window of one BDP it is the
+// handshake's round trip (borrowed): N such windows may overflow the queue
+// they meet, and a connection whose whole window was lost there heard
+// nothing that would time it, where RTOInitial holds the whole transfer.
+// Without any of these it has no samples.
 func (p *sendPath) estimate() (rtt pathmgr.RTT, borrowed bool) {
+	if s := p.s; p.RTT.Samples == 0 && s.first > 0 && !s.heard && s.c.hsRTT > 0 {
+		hs := s.c.hsRTT
+		return pathmgr.RTT{SRTT: hs, RTTVar: hs / 2, Min: hs, Samples: 1}, true
+	}
 	if p.RTT.Samples > 0 || !p.s.hinted() {
 		return p.RTT, false
 	}
