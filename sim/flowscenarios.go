@@ -291,21 +291,33 @@ type FlowsSeedsResult struct {
 }
 
 // FlowsSeeds runs a traffic file's flows with seeds, from its own seed up,
-// one after the other. A seed draws the ECMP hash keys, the links' random
-// streams and, with StartJitter, the flows' starts.
-func FlowsSeeds(t Traffic, seeds int) (FlowsSeedsResult, error) {
-	var res FlowsSeedsResult
+// jobs at once as runEach takes them. A seed draws the ECMP hash keys, the
+// links' random streams and, with StartJitter, the flows' starts. With
+// more than one job a run that could go over processes takes one core,
+// unless the file's Workers says otherwise: the cores go to the runs.
+func FlowsSeeds(t Traffic, seeds, jobs int) (FlowsSeedsResult, error) {
 	first := t.Fabric.Seed
-	for i := range seeds {
+	if jobs != 1 && jobs != 0 && t.Fabric.Workers == 0 {
+		t.Fabric.Workers = 1
+	}
+	runs, err := runEach(jobs, seeds, func(i int) (FlowsScenarioResult, error) {
+		t := t
 		t.Fabric.Seed = first + uint64(i)
 		if i > 0 {
 			t.Fabric.Tracer = nil // the first run's alone
 		}
 		r, err := FlowsScenario(t)
 		if err != nil {
-			return res, fmt.Errorf("seed %d: %w", t.Fabric.Seed, err)
+			return r, fmt.Errorf("seed %d: %w", t.Fabric.Seed, err)
 		}
-		res.Seeds, res.Runs = append(res.Seeds, t.Fabric.Seed), append(res.Runs, r)
+		return r, nil
+	})
+	if err != nil {
+		return FlowsSeedsResult{}, err
+	}
+	res := FlowsSeedsResult{Runs: runs}
+	for i := range seeds {
+		res.Seeds = append(res.Seeds, first+uint64(i))
 	}
 	return res, nil
 }

@@ -145,16 +145,26 @@ func TestFlowsScenarioCountsResends(t *testing.T) {
 
 // A traffic file runs once a seed, from its own seed up. With start
 // jitter the seeds draw different starts, so the runs differ; each
-// completes every flow.
+// completes every flow. Run two at once, they give what they give one
+// after the other.
 func TestFlowsSeeds(t *testing.T) {
 	tr, err := ParseTraffic(strings.NewReader("hosts 8\nplanes 2\nhosts-per-leaf 4\nspines 2\nseed 5\nstart-jitter 3us\n" +
 		"0->4 size 256KiB\n1->5 size 256KiB\n2->6 size 256KiB\n3->7 size 256KiB\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := FlowsSeeds(tr, 3)
+	r, err := FlowsSeeds(tr, 3, 1)
 	if err != nil {
 		t.Fatal(err)
+	}
+	side, err := FlowsSeeds(tr, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range r.Runs {
+		if !slices.Equal(side.Runs[i].Run.FCT, r.Runs[i].Run.FCT) || side.Seeds[i] != r.Seeds[i] {
+			t.Errorf("seed %d: FCTs %v two at once, %v one after the other", r.Seeds[i], side.Runs[i].Run.FCT, r.Runs[i].Run.FCT)
+		}
 	}
 	if len(r.Runs) != 3 || r.Seeds[0] != 5 || r.Seeds[2] != 7 {
 		t.Fatalf("seeds %v, %d runs: want 5 to 7", r.Seeds, len(r.Runs))

@@ -205,7 +205,7 @@ func TestLargeResultsDocTablesReproduce(t *testing.T) {
 				}
 			}
 			if takesJobs(args[1]) {
-				args = append(args, "--jobs", "0")
+				args = slices.Insert(args, 2, "--jobs", "0") // before any FILE, as --plot
 			}
 			r := runCLI(t, "", args...)
 			if r.code != 0 {
@@ -364,7 +364,7 @@ func TestResultsDocParsing(t *testing.T) {
 		t.Errorf("edited page:\n%s\nwant:\n%s", edited, want)
 	}
 
-	if !takesJobs("loss") || takesJobs("planefail") || takesJobs("flows") || takesJobs("no such") {
+	if !takesJobs("loss") || takesJobs("planefail") || !takesJobs("flows") || takesJobs("no such") {
 		t.Errorf("--jobs: loss %v, planefail %v, flows %v", takesJobs("loss"), takesJobs("planefail"), takesJobs("flows"))
 	}
 

@@ -307,6 +307,7 @@ func simCommand() *cli.Command {
 					&cli.IntFlag{Name: "paths", Usage: "paths per connection, 1 to 256 (default: the file's)"},
 					&cli.StringFlag{Name: "first-window", Usage: "the connections' first window (engine.Config.FirstWindow): bdp, one bandwidth-delay product of the host's NIC shared among the connections it opened, or fixed, 16 packets (default: the file's)"},
 					boundsFlag,
+					jobsFlag,
 				}, simOutputFlags("flows")...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
@@ -341,12 +342,16 @@ func simCommand() *cli.Command {
 					}
 					t.Fabric.RealPayloads = c.Bool("real-payloads")
 					t.Fabric.Bounds = c.Bool("bounds")
+					var jobs int
+					if err := simJobs(c, &jobs); err != nil {
+						return err
+					}
 					// The seeds start from the file's, so the flows run them
 					// themselves, each run's figures in a row of their own.
 					if seeds > 1 {
 						return runScenarioSeeds(c, "flows", 1, func(_ uint64, tr engine.Tracer) (sim.FlowsSeedsResult, error) {
 							t.Fabric.Tracer = tr
-							return sim.FlowsSeeds(t, seeds)
+							return sim.FlowsSeeds(t, seeds, jobs)
 						},
 							report.FlowsSeedsTables, report.FlowsSeedsPlot)
 					}
