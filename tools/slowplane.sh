@@ -24,13 +24,7 @@ nsA=mroce-sp-a$$ nsB=mroce-sp-b$$
 
 root=$(git rev-parse --show-toplevel)
 . "$(dirname "$0")/revs.sh"
-work=$(mktemp -d)
-cleanup() {
-	ip netns del "$nsA" 2>/dev/null || true
-	ip netns del "$nsB" 2>/dev/null || true
-	remove_revs "$work"
-}
-trap cleanup EXIT
+with_namespaces "$nsA" "$nsB"
 build_rev "$work" a "$a"
 build_rev "$work" b "$b"
 
