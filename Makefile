@@ -37,7 +37,8 @@ unit:
 
 # The scenarios -short skips: every package's Large tests, and the whole of
 # sim (the incast at N = 64, transfers at 5% and 10% loss) without -short;
-# udp again without the race detector, which defeats its allocation check;
+# udp again without the race detector, which defeats its allocation check
+# (its Large tests ran on the line before);
 # engine's short tests again without it, for the long scenarios it skips
 # under the detector (skipUnderRace).
 # One package at a time (-p 1): the real-time tests (sockets, the kernel
@@ -46,7 +47,7 @@ unit:
 # default of 10 minutes a package on a slow machine.
 large:
 	$(GO) test -count=1 -p 1 -timeout 30m -run 'Large' $(PKGS)
-	$(GO) test -count=1 ./sim ./udp
+	$(GO) test -count=1 -skip Large ./sim ./udp
 	$(GO) test -count=1 -short ./engine
 
 # Every fuzz target for FUZZTIME each (make fuzz FUZZTIME=60s for a longer run).
