@@ -160,6 +160,19 @@ func (n *testNet) connect(a, b int) *pair {
 }
 
 // run runs the fabric until cond holds or d of virtual time passes.
+// runUntilSent runs until every message posted on each pair's sender has
+// completed, for at most d, and reports whether they all did.
+func (n *testNet) runUntilSent(pairs []*pair, d time.Duration) bool {
+	return n.run(d, func() bool {
+		for _, pr := range pairs {
+			if pr.a.snd.busy() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func (n *testNet) run(d time.Duration, cond func() bool) bool {
 	end := n.sim.Now().Add(d)
 	for !cond() {

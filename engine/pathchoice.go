@@ -111,7 +111,9 @@ func (s *sender) takesResend(p *sendPath, now clock.Time) bool {
 // lets through. Each path keeps a pass, the time its packets took of its
 // share, and the path with the lowest goes next (stride scheduling). A path
 // that sat out, out of service or full, counts from the connection's
-// present pass, so that it does not take a burst on its return.
+// present pass, so that it does not take a burst on its return. Near the
+// end of what is posted, a path whose route queues advances its pass
+// further for each packet (endInSight, queueWeight).
 func (s *sender) pickByRate(skip bool, cut time.Duration, now clock.Time) *sendPath {
 	ports := s.c.ep.ports
 	var best *sendPath
@@ -130,8 +132,76 @@ func (s *sender) pickByRate(skip bool, cut time.Duration, now clock.Time) *sendP
 	}
 	s.rrPath = int(best.ID()) + 1
 	s.pass = bestPass
-	best.pass = bestPass + s.stride(best.Plane())
+	weight := 1.0
+	if s.endInSight() {
+		weight = s.queueWeight(best)
+	}
+	best.pass = bestPass + s.stride(best.Plane())*weight
 	return best
+}
+
+// queueWeightOff turns the queue weight off, for the tests that measure
+// it.
+var queueWeightOff bool
+
+// endInSight reports whether what is left to send of what is posted takes
+// less than routeWeightTail least RTTs at the rate the connection's
+// packets are acknowledged (sampleDelivery). From then on new data goes by
+// its routes' queues (queueWeight). Switches hash each path onto one of
+// their links (spec section 6.3), so some links carry more of a fabric's
+// paths than others, and a flow's last packets wait in the queues its
+// busiest routes keep, with no later round trip to even it out. Before
+// then the windows and marks share the links, and every connection moving
+// off the same samples at once would only move the queues.
+func (s *sender) endInSight() bool {
+	if queueWeightOff || !(s.delivery.rate > 0) {
+		return false
+	}
+	least := time.Duration(math.MaxInt64)
+	for _, p := range s.paths {
+		if p.RTT.Samples > 0 {
+			least = min(least, p.RTT.Min)
+		}
+	}
+	return least < math.MaxInt64 && float64(s.unsent)/s.delivery.rate < routeWeightTail*least.Seconds()
+}
+
+// routeWeightTail is how many round trips of data before the end of what
+// is posted endInSight holds.
+const routeWeightTail = 3
+
+// queueWeight is what a packet on p costs of its pass for the queue on its
+// route, against the other paths of its plane: more for a path whose
+// route queues, so that the paths that cross idle links take more of the
+// new data. The weights of a plane's paths in service are scaled so that
+// the plane keeps its share, which follows its port's rate (stride): a
+// queue that all of its paths meet, at a slower plane's receivers or at an
+// incast's, moves nothing, and a path alone on its plane weighs 1.
+func (s *sender) queueWeight(p *sendPath) float64 {
+	var inverse float64 // the weights' inverses, summed over the plane
+	n := 0
+	for _, o := range s.paths {
+		if o.Plane() == p.Plane() && o.InUse() && !o.returning {
+			inverse += 1 / o.routeWeight()
+			n++
+		}
+	}
+	if n <= 1 {
+		return 1
+	}
+	return p.routeWeight() * inverse / float64(n)
+}
+
+// routeWeight is 1 + q / (2 x least RTT), q the one-way queue of the
+// path's latest ACK record. Half the queue, not all of it: the sample is a
+// round trip old, and every connection on the link moves off it on the
+// same sample. A path that weighs much still takes some packets, and their
+// ACKs bring the samples that show its queue gone.
+func (p *sendPath) routeWeight() float64 {
+	if !p.queued || p.RTT.Min <= 0 {
+		return 1
+	}
+	return 1 + float64(p.queue)/float64(2*p.RTT.Min)
 }
 
 // tailCut is the longest least RTT a path may have and still take new data

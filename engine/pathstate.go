@@ -236,6 +236,7 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 		return false
 	}
 	p.s.planePaths = nil // counted again when next needed (pathsOnPlanes)
+	p.queued = false     // a sample of the plane it left (routeWeight)
 	p.s.stats.PlaneMoves++
 	p.planeUp(now) // probed, out of service until it answers
 	return true

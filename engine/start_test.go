@@ -395,14 +395,7 @@ func TestFirstBDPIncastKeepsUp(t *testing.T) {
 			pr.postWrite(t, 512)
 		}
 		var all SenderStats
-		if !n.run(10*time.Millisecond, func() bool {
-			for _, pr := range pairs {
-				if pr.a.snd.busy() {
-					return false
-				}
-			}
-			return true
-		}) {
+		if !n.runUntilSent(pairs, 10*time.Millisecond) {
 			t.Fatalf("first window %v: the WRITEs did not end within 10 ms", window)
 		}
 		for _, pr := range pairs {
