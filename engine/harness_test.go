@@ -159,7 +159,6 @@ func (n *testNet) connect(a, b int) *pair {
 	return pr
 }
 
-// run runs the fabric until cond holds or d of virtual time passes.
 // runUntilSent runs until every message posted on each pair's sender has
 // completed, for at most d, and reports whether they all did.
 func (n *testNet) runUntilSent(pairs []*pair, d time.Duration) bool {
@@ -173,6 +172,7 @@ func (n *testNet) runUntilSent(pairs []*pair, d time.Duration) bool {
 	})
 }
 
+// run runs the fabric until cond holds or d of virtual time passes.
 func (n *testNet) run(d time.Duration, cond func() bool) bool {
 	end := n.sim.Now().Add(d)
 	for !cond() {

@@ -43,13 +43,15 @@ func (s *sender) pickPath(lost int) *sendPath {
 	// Clear paths come first. Paths in SKIP, which saw a CE mark recently,
 	// are used only when no clear path can take the packet.
 	var cut time.Duration
+	var weighed bool // new data goes by its routes' queues (endInSight)
 	if lost < 0 {
 		cut = s.tailCut(now)
+		weighed = s.c.ep.ports.rated() && s.endInSight()
 	}
 	for _, skip := range [2]bool{false, true} {
 		if lost < 0 {
 			if s.c.ep.ports.rated() {
-				if p := s.pickByRate(skip, cut, now); p != nil {
+				if p := s.pickByRate(skip, cut, weighed, now); p != nil {
 					return p
 				}
 				continue
@@ -111,10 +113,11 @@ func (s *sender) takesResend(p *sendPath, now clock.Time) bool {
 // lets through. Each path keeps a pass, the time its packets took of its
 // share, and the path with the lowest goes next (stride scheduling). A path
 // that sat out, out of service or full, counts from the connection's
-// present pass, so that it does not take a burst on its return. Near the
-// end of what is posted, a path whose route queues advances its pass
-// further for each packet (endInSight, queueWeight).
-func (s *sender) pickByRate(skip bool, cut time.Duration, now clock.Time) *sendPath {
+// present pass, so that it does not take a burst on its return. Where
+// weighed is set, near the end of what is posted (endInSight), a path
+// whose route queues advances its pass further for each packet
+// (queueWeight).
+func (s *sender) pickByRate(skip bool, cut time.Duration, weighed bool, now clock.Time) *sendPath {
 	ports := s.c.ep.ports
 	var best *sendPath
 	var bestPass float64
@@ -133,7 +136,7 @@ func (s *sender) pickByRate(skip bool, cut time.Duration, now clock.Time) *sendP
 	s.rrPath = int(best.ID()) + 1
 	s.pass = bestPass
 	weight := 1.0
-	if s.endInSight() {
+	if weighed {
 		weight = s.queueWeight(best)
 	}
 	best.pass = bestPass + s.stride(best.Plane())*weight
@@ -176,7 +179,8 @@ const routeWeightTail = 3
 // new data. The weights of a plane's paths in service are scaled so that
 // the plane keeps its share, which follows its port's rate (stride): a
 // queue that all of its paths meet, at a slower plane's receivers or at an
-// incast's, moves nothing, and a path alone on its plane weighs 1.
+// incast's, moves nothing, and a path alone on its plane weighs 1. p is
+// usable (pickByRate), so in service and among those it is scaled over.
 func (s *sender) queueWeight(p *sendPath) float64 {
 	var inverse float64 // the weights' inverses, summed over the plane
 	n := 0
@@ -193,16 +197,22 @@ func (s *sender) queueWeight(p *sendPath) float64 {
 }
 
 // routeWeight is 1 + q / (2 x least RTT), q the one-way queue of the
-// path's latest ACK record. Half the queue, not all of it: the sample is a
-// round trip old, and every connection on the link moves off it on the
-// same sample. A path that weighs much still takes some packets, and their
-// ACKs bring the samples that show its queue gone.
+// path's latest ACK record and the RTT the path's own, at most
+// maxRouteWeight. Half the queue, not all of it: the sample is a round
+// trip old, and every connection on the link moves off it on the same
+// sample.
 func (p *sendPath) routeWeight() float64 {
 	if !p.queued || p.RTT.Min <= 0 {
 		return 1
 	}
-	return 1 + float64(p.queue)/float64(2*p.RTT.Min)
+	return min(1+float64(p.queue)/float64(2*p.RTT.Min), maxRouteWeight)
 }
+
+// maxRouteWeight keeps a path at a quarter of its share or more: its
+// packets' ACKs bring the samples that show its queue gone, and a queue
+// misread (a clock's drift reads as one, cc.DelayBase) does not take the
+// path out of the spray, nor push its pass past the next messages.
+const maxRouteWeight = 4
 
 // tailCut is the longest least RTT a path may have and still take new data
 // now. Near the end of what is posted, a packet on a path much longer than

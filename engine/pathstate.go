@@ -55,8 +55,15 @@ func (p *sendPath) planeUp(now clock.Time) {
 }
 
 // repath moves the path to a new source port (pathmgr.Path.Repath). Its PSN
-// space continues at the next PSN (spec section 6.3).
-func (p *sendPath) repath(now clock.Time) bool { return p.Repath(now, p.next) }
+// space continues at the next PSN (spec section 6.3). Its queue sample was
+// of the route it leaves (relieves, routeWeight).
+func (p *sendPath) repath(now clock.Time) bool {
+	if !p.Repath(now, p.next) {
+		return false
+	}
+	p.queued = false
+	return true
+}
 
 // stranded reports whether no path of the connection is in service: every
 // plane it has paths on failed, or the peer is gone. A sender not yet
@@ -236,7 +243,7 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 		return false
 	}
 	p.s.planePaths = nil // counted again when next needed (pathsOnPlanes)
-	p.queued = false     // a sample of the plane it left (routeWeight)
+	p.queued = false     // a sample of the plane it left (relieves, routeWeight)
 	p.s.stats.PlaneMoves++
 	p.planeUp(now) // probed, out of service until it answers
 	return true

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/memreg"
-	"github.com/mroce/mroce/netem"
 )
 
 // TestLargeOwnQueueHoldsGrowth checks that connections of many paths do not keep
@@ -25,12 +24,7 @@ func TestLargeOwnQueueHoldsGrowth(t *testing.T) {
 	run := func(off bool) (took, srtt time.Duration) {
 		holdOff = off
 		defer func() { holdOff = false }()
-		l := netem.LinkConfig{Rate: 400e9, Delay: time.Microsecond}
-		l.Queue.Limit = 612 << 10
-		l.Queue.ECNRamp = &netem.ECNRamp{Min: 125 << 10, Max: 490 << 10}
-		fc := netem.Config{Seed: 1, Hosts: hosts, Planes: 1, FatTreeK: 4,
-			Uplink: l, Downlink: l, FabricUp: l, FabricDown: l, CoreUp: l, CoreDown: l}
-		n := newNet(t, fc, Config{Paths: 128, InboundCapacity: 49e9})
+		n := newNet(t, fatTreeAt400(1, 4, hosts), Config{Paths: 128, InboundCapacity: 49e9})
 		var pairs []*pair
 		var srcs, dsts []*memreg.Region
 		for h := range hosts {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
 )
 
 // fatTreeAt400 is a three-tier fat tree of k-port switches, one plane of
@@ -22,13 +23,19 @@ func fatTreeAt400(seed uint64, k, hosts int) netem.Config {
 
 // atLineRate400 is a host's configuration on fatTreeAt400: its port's
 // payload rate known (PortRates), its receiver granting all of it.
-func atLineRate400(paths int) Config {
-	payload := 400e9 / 8 * 4096 / 4206 // a full WRITE's payload share of its frame
+func atLineRate400(t *testing.T, paths int) Config {
+	header, err := proto.HeaderLen(proto.TypeWrite, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mtu = 4096
+	frame := mtu + header + proto.TrailerLen + netem.DefaultOverhead
+	payload := 400e9 / 8 * mtu / float64(frame)
 	return Config{Paths: paths, LineRate: 400e9 / 8, InboundCapacity: payload,
 		OutboundCapacity: Headroom * payload, PortRates: []float64{payload}}
 }
 
-// TestQueuedRoutesTakeLessNewData runs the reference permutation on the
+// TestQueueWeightEndsThePermutationSooner runs the reference permutation on the
 // k = 8 fat tree: each of 128 hosts WRITEs 2 MB to the host 64 on, over
 // 128 paths. The hash puts more paths on some links than on others, and
 // with an equal share a path, the flows that cross the busiest links end
@@ -36,12 +43,12 @@ func atLineRate400(paths int) Config {
 // queue weight near the end of what is posted (endInSight, queueWeight),
 // their paths that cross idle links take more of the last data, and the
 // slowest WRITE ends sooner.
-func TestQueuedRoutesTakeLessNewData(t *testing.T) {
+func TestQueueWeightEndsThePermutationSooner(t *testing.T) {
 	skipUnderRace(t)
 	run := func(off bool) time.Duration {
 		queueWeightOff = off
 		defer func() { queueWeightOff = false }()
-		n := newNet(t, fatTreeAt400(1, 8, 128), atLineRate400(128))
+		n := newNet(t, fatTreeAt400(1, 8, 128), atLineRate400(t, 128))
 		var pairs []*pair
 		for h := range 128 {
 			pairs = append(pairs, n.connect(h, (h+64)%128))
@@ -84,6 +91,11 @@ func TestQueueWeightKeepsEachPlanesShare(t *testing.T) {
 		p.RTT.Min, p.queue, p.queued = 10*time.Microsecond, queues[i], true
 		on[p.Plane()]++
 	}
+	// Paths 0 and 3 share plane 0, 1 and 4 plane 1, and 2 is alone on plane 2.
+	if s.paths[0].Plane() != s.paths[3].Plane() || s.paths[1].Plane() != s.paths[4].Plane() || on[s.paths[2].Plane()] != 1 {
+		t.Fatalf("planes %d %d %d %d %d: want paths dealt in turn over three planes",
+			s.paths[0].Plane(), s.paths[1].Plane(), s.paths[2].Plane(), s.paths[3].Plane(), s.paths[4].Plane())
+	}
 	for _, p := range s.paths {
 		inverse[p.Plane()] += 1 / s.queueWeight(p)
 	}
@@ -92,13 +104,8 @@ func TestQueueWeightKeepsEachPlanesShare(t *testing.T) {
 			t.Errorf("plane %d: the inverses of its %d paths' weights sum to %v", plane, on[plane], sum)
 		}
 	}
-	// Paths 0 and 3 share plane 0, 1 and 4 plane 1, and 2 is alone on plane 2.
-	if s.paths[0].Plane() != s.paths[3].Plane() || s.paths[1].Plane() != s.paths[4].Plane() || on[s.paths[2].Plane()] != 1 {
-		t.Fatalf("planes %d %d %d %d %d: want paths dealt in turn over three planes",
-			s.paths[0].Plane(), s.paths[1].Plane(), s.paths[2].Plane(), s.paths[3].Plane(), s.paths[4].Plane())
-	}
 	if w0, w3 := s.queueWeight(s.paths[0]), s.queueWeight(s.paths[3]); !(w0 < 1 && w3 > 1) {
-		t.Errorf("plane 0: weights %v with no queue and %v with a queue of half the RTT: want below and above 1", w0, w3)
+		t.Errorf("plane 0: weights %v with no queue and %v with a queue of an RTT: want below and above 1", w0, w3)
 	}
 	// 1 + q / (2 x RTT): 1.2 and 3.
 	if w1, w4 := s.queueWeight(s.paths[1]), s.queueWeight(s.paths[4]); math.Abs(w4/w1-3/1.2) > 1e-9 {
@@ -107,6 +114,15 @@ func TestQueueWeightKeepsEachPlanesShare(t *testing.T) {
 	if w := s.queueWeight(s.paths[2]); w != 1 {
 		t.Errorf("a path alone on its plane, with a queue of an RTT, weighs %v: want 1", w)
 	}
+	s.paths[4].queue = 100 * time.Microsecond // 1 + 5, held to maxRouteWeight
+	if w := s.paths[4].routeWeight(); w != maxRouteWeight {
+		t.Errorf("a queue of 10 RTTs weighs %v: want at most %v", w, maxRouteWeight)
+	}
+	s.paths[3].returning = true // out of the spray: plane 0 has path 0 alone
+	if w := s.queueWeight(s.paths[0]); w != 1 {
+		t.Errorf("path 0, the one of its plane in the spray, weighs %v: want 1", w)
+	}
+	s.paths[3].returning = false
 	for _, p := range s.paths {
 		p.queue = 10 * time.Microsecond
 	}
@@ -144,5 +160,12 @@ func TestQueueWeightOnlyNearTheEnd(t *testing.T) {
 	s.unsent, s.delivery.rate = 1000, 0
 	if s.endInSight() {
 		t.Error("no delivery rate yet, and the end is in sight: want not")
+	}
+	s.delivery.rate = 1e9
+	for _, p := range s.paths {
+		p.RTT.Samples = 0
+	}
+	if s.endInSight() {
+		t.Error("no RTT sample yet, and the end is in sight: want not")
 	}
 }
