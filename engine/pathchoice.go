@@ -160,13 +160,8 @@ func (s *sender) endInSight() bool {
 	if queueWeightOff || !(s.delivery.rate > 0) {
 		return false
 	}
-	least := time.Duration(math.MaxInt64)
-	for _, p := range s.paths {
-		if p.RTT.Samples > 0 {
-			least = min(least, p.RTT.Min)
-		}
-	}
-	return least < math.MaxInt64 && float64(s.unsent)/s.delivery.rate < routeWeightTail*least.Seconds()
+	least, _ := s.leastRTTs()
+	return least > 0 && float64(s.unsent)/s.delivery.rate < routeWeightTail*least.Seconds()
 }
 
 // routeWeightTail is how many round trips of data before the end of what

@@ -80,7 +80,7 @@ func TestQueueWeightKeepsEachPlanesShare(t *testing.T) {
 	n := newNet(t, twoHostFabric(3), Config{Paths: 5})
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 1) // the sender makes its paths for its first data
-	if !n.run(time.Millisecond, func() bool { return !pr.a.snd.busy() }) {
+	if !n.runUntilSent([]*pair{pr}, time.Millisecond) {
 		t.Fatal("the WRITE did not end")
 	}
 	s := pr.a.snd
@@ -140,7 +140,7 @@ func TestQueueWeightOnlyNearTheEnd(t *testing.T) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 4})
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 1)
-	if !n.run(time.Millisecond, func() bool { return !pr.a.snd.busy() }) {
+	if !n.runUntilSent([]*pair{pr}, time.Millisecond) {
 		t.Fatal("the WRITE did not end")
 	}
 	s := pr.a.snd

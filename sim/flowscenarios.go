@@ -297,7 +297,7 @@ type FlowsSeedsResult struct {
 // unless the file's Workers says otherwise: the cores go to the runs.
 func FlowsSeeds(t Traffic, seeds, jobs int) (FlowsSeedsResult, error) {
 	first := t.Fabric.Seed
-	if jobs != 1 && jobs != 0 && t.Fabric.Workers == 0 {
+	if (jobs < 0 || jobs > 1) && t.Fabric.Workers == 0 { // -1: one a core
 		t.Fabric.Workers = 1
 	}
 	runs, err := runEach(jobs, seeds, func(i int) (FlowsScenarioResult, error) {
