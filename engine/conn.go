@@ -273,6 +273,7 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 		return
 	}
 	if c.fresh(pkt) {
+		c.snd.hear(c.heard, at)
 		c.heard = at
 	}
 	switch t := pkt.Type(); {

@@ -65,6 +65,18 @@ func (p *sendPath) repath(now clock.Time) bool {
 	return true
 }
 
+// leftPlane declares lost what the path still has in flight when it left
+// its plane out of service: a timeout while the peer was quiet left it
+// there (peerQuiet), and the path left because its plane answers no more
+// where another does (onPlaneProbeReply). A new source port is no such
+// sign: a stalled peer leaves probes unanswered too, and its socket holds
+// what the path sent.
+func (p *sendPath) leftPlane() {
+	if !p.InUse() && p.inflight > 0 {
+		p.declareInFlight(clock.Never)
+	}
+}
+
 // stranded reports whether no path of the connection is in service: every
 // plane it has paths on failed, or the peer is gone. A sender not yet
 // equipped with paths is not.
@@ -244,6 +256,7 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 	}
 	p.s.planePaths = nil // counted again when next needed (pathsOnPlanes)
 	p.queued = false     // a sample of the plane it left (relieves, routeWeight)
+	p.leftPlane()
 	p.s.stats.PlaneMoves++
 	p.planeUp(now) // probed, out of service until it answers
 	return true
@@ -382,6 +395,16 @@ func (p *sendPath) sendProbe() {
 	c.emit(&pkt, p.Plane(), p.Port())
 }
 
+// heardProbe notes the answer, at at, to a PROBE sent at echo, its
+// Timestamp, which the reply echoes (peerAnswered). It goes by the send
+// time alone: the reply's ServiceTime may hold a stall of the peer's,
+// which a timeout must not take for loss (peerQuiet).
+func (s *sender) heardProbe(at clock.Time, echo uint32) {
+	if since := uint32(at) - echo; since < 1<<31 {
+		s.probeAnswered = max(s.probeAnswered, at.Add(-time.Duration(since)))
+	}
+}
+
 // onProbeReply takes a PROBE_REPLY. It gives an RTT sample, and brings an
 // ASSUMED_BAD path back into service.
 func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
@@ -391,6 +414,7 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 		return
 	case id&planeProbeBits == planeProbeBits:
 		sample := uint32(at) - pkt.ProbeReply().EchoTimestamp() - pkt.ProbeReply().ServiceTime()
+		s.heardProbe(at, pkt.ProbeReply().EchoTimestamp())
 		s.onPlaneProbeReply(id, time.Duration(sample), sample < 1<<31, at)
 		return
 	}
@@ -409,6 +433,7 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 		return // an old probe's reply
 	}
 	p.silent = 0
+	s.heardProbe(at, r.EchoTimestamp())
 	if sample := uint32(at) - r.EchoTimestamp() - r.ServiceTime(); sample < 1<<31 {
 		p.rttSample(time.Duration(sample))
 	}
@@ -420,6 +445,9 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 		}
 		p.timeouts = 0
 		p.armTimer(at)
+		if until, coming := s.justHeard(p); coming {
+			p.fireBy(until) // what the silence left in flight is looked at again (hear)
+		}
 		s.pump()
 	}
 }

@@ -84,12 +84,19 @@ func (p *sendPath) onRTO() {
 	}
 	p.Counters.Timeouts++
 	s.stats.Timeouts++
-	for psn := p.oldest; psn != p.next; psn++ {
-		if r := p.slot(psn); !r.resolved {
-			p.resolveLost(r, psn, LossTimeout)
+	switch {
+	case s.peerQuiet(p):
+		s.quietTimeout = s.c.ep.clock.Now()
+		// What outlived the path's last timeout, while the peer answered
+		// something sent since, is lost.
+		last := p.timedOutAt
+		if last == 0 || s.peerAnswered() < last || !p.declareInFlight(last) {
+			s.declareOldestOnce(p, s.c.heard)
 		}
+	default:
+		p.declareInFlight(clock.Never)
 	}
-	p.advance()
+	p.timedOutAt = s.c.ep.clock.Now()
 	if stays {
 		p.probed = false // its next silence starts with a tail probe
 		return
@@ -97,6 +104,115 @@ func (p *sendPath) onRTO() {
 	p.TimedOut()
 	p.sendProbe()
 }
+
+// declareInFlight declares lost, to be resent on other paths, the path's
+// packets in flight that a transmission sent at by, which the peer
+// answered, passed (overtookBy); by clock.Never, all of them. It reports
+// whether it declared any.
+func (p *sendPath) declareInFlight(by clock.Time) bool {
+	declared := false
+	for psn := p.oldest; psn != p.next; psn++ {
+		if r := p.slot(psn); !r.resolved && (by == clock.Never || p.overtookBy(r.sentAt, by)) {
+			p.resolveLost(r, psn, LossTimeout)
+			declared = true
+		}
+	}
+	p.advance()
+	return declared
+}
+
+// declareOldest declares the path's oldest packet in flight lost.
+func (p *sendPath) declareOldest() {
+	for psn := p.oldest; psn != p.next; psn++ {
+		if r := p.slot(psn); !r.resolved {
+			p.resolveLost(r, psn, LossTimeout)
+			break
+		}
+	}
+	p.advance()
+}
+
+// peerQuiet reports whether the peer, heard before, has sent nothing for
+// half the path's retransmission timeout: while data reaches it, it answers
+// within an ACK's delay, and its answers to a working path come within a
+// round trip, so the silence is not the timed-out path's alone.
+//
+// A peer whose host does not run it for a while (a busy machine) answers
+// nothing on any path, and every path times out though nothing was lost.
+// Resending each path's window would put it behind the same stall, to be
+// found spurious when the host runs again. So while the peer is quiet
+// only the first timeout of the silence declares a packet lost, the path's
+// oldest (declareOldestOnce), as TCP's timeout resends its oldest segment
+// (RFC 6298 section 5.4). The answers that came before the silence do not
+// tell what the path's other packets met: one plane's queue may hold a
+// packet past a later one of another plane's by more than a round trip,
+// and at its timeout, which came early for the stall, it waits in the
+// peer's socket. Packets that outlived the path's previous timeout, while
+// the peer answered something sent after it, such as that timeout's
+// resend, are lost: a connection whose last packets were all lost resends
+// them at the pace of its answers, not one a timeout. The path's ACKs
+// settle the rest once the peer answers, or its next timer declares them
+// lost once the peer answered something sent after them (expired).
+// When the peer speaks again, its answers to every path come in a burst,
+// a round trip's worth of them, and what they pass in between is not
+// lost: a tail probe or timeout that falls due before they are in waits
+// for them (waitsForAnswers).
+//
+// A path that fails while others carry hears their answers all along. A
+// plane that failed under every path of a connection is told from a
+// stalled peer by the plane probes, which the peer answers on another
+// plane (probePlanes), and a path that leaves its plane out of service
+// declares lost what it left in flight there (leftPlane). Before
+// the first ACK nothing is quiet: a first window lost whole in an
+// incast's queue is lost, not late (estimate).
+func (s *sender) peerQuiet(p *sendPath) bool {
+	return s.heard && s.c.ep.clock.Now().Sub(s.c.heard) > p.rtoAfter(0)/2
+}
+
+// hear notes a packet from the peer at at, the one before it having come
+// at last. One that ends a silence in which a timeout found the peer quiet
+// (peerQuiet) starts justHeard's wait, and every path with packets in
+// flight looks at them again when it ends: what the peer's answers did
+// not report by then, after a silence that may have been a blackout, is
+// lost, and its timer, doubled by the silence, would find it late.
+func (s *sender) hear(last, at clock.Time) {
+	if s.quietTimeout <= last {
+		return
+	}
+	s.quietEnded = at
+	for _, p := range s.paths {
+		if p.inflight > 0 {
+			until, _ := s.justHeard(p)
+			p.fireBy(until)
+		}
+	}
+}
+
+// justHeard returns when the answers of the peer to what its latest
+// silence (hear) held are in, half the path's retransmission timeout after
+// it ended, if that is later than now.
+func (s *sender) justHeard(p *sendPath) (until clock.Time, ok bool) {
+	if s.quietEnded == 0 {
+		return 0, false
+	}
+	until = s.quietEnded.Add(p.rtoAfter(0) / 2)
+	return until, s.c.ep.clock.Now() < until
+}
+
+// declareOldestOnce declares the path's oldest packet in flight lost, if
+// no timeout did so since the peer was last heard at heard, before its
+// silence (peerQuiet).
+func (s *sender) declareOldestOnce(p *sendPath, heard clock.Time) {
+	if s.silenceResent == heard {
+		return
+	}
+	s.silenceResent = heard
+	p.declareOldest()
+}
+
+// peerAnswered is the send time of the newest transmission or PROBE the
+// peer answered.
+func (s *sender) peerAnswered() clock.Time { return max(s.deliveredSent, s.probeAnswered) }
 
 // settleMoot resolves the path's packets in flight whose DSN another
 // transmission delivered, such as a probe's copy on another plane or a

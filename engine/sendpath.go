@@ -62,6 +62,9 @@ type sendPath struct {
 	// lostSince is when the oldest packet the last retransmission timeout
 	// declared lost was sent (verifyMTU).
 	lostSince clock.Time
+	// timedOutAt is when the path's retransmission timeout last fired
+	// (peerQuiet).
+	timedOutAt clock.Time
 
 	// The last retransmission timeout, until an ACK record shows whether
 	// it was spurious: the PSNs it declared lost, their epoch and the

@@ -46,12 +46,14 @@ func (s *stallingReceiver) stall(d time.Duration) {
 
 // A receiver whose host does not run it for many round trips makes the
 // sender's paths time out, though nothing was lost. The ACKs that come
-// when the host runs again report the packets the timeouts declared lost
-// as received: every timeout is found spurious, each path gets back the
+// when the host runs again report the packets the timeouts saw as
+// received: every timeout is found spurious, each path gets back the
 // window it had and returns to service, and none moves to a new source
-// port, since no route failed. The data arrives whole. A connection with
-// one path on four planes moves it to no other plane: the stalled peer
-// answers its plane probes on none.
+// port, since no route failed. Nothing is resent but each path's tail
+// probe, their copies, and the one packet the first timeout of the
+// silence declared lost: not the windows in flight. The data arrives
+// whole. A connection with one path on four planes moves it to no other
+// plane: the stalled peer answers its plane probes on none.
 func TestStalledReceiverTimeoutsAreFoundSpurious(t *testing.T) {
 	for _, shape := range []struct{ planes, paths int }{{2, 4}, {4, 1}} {
 		t.Run(fmt.Sprintf("%d paths on %d planes", shape.paths, shape.planes), func(t *testing.T) {
@@ -97,6 +99,10 @@ func stalledReceiver(t *testing.T, planes, paths int) {
 	if stats.Spurious != stats.Timeouts {
 		t.Fatalf("%d timeouts, %d found spurious; every one was", stats.Timeouts, stats.Spurious)
 	}
+	if resent := stats.Retransmits - stats.TailProbes - stats.Copies; resent > 1 {
+		t.Errorf("%d packets resent besides %d tail probes and %d copies, for a stall that lost nothing; want at most 1",
+			resent, stats.TailProbes, stats.Copies)
+	}
 	// The ACKs were late, not lost: the round trip they revealed, the
 	// stall's length, is the floor of the connection's timeouts.
 	if f := pr.a.snd.lateFloor(); f < 2*time.Millisecond {
@@ -136,5 +142,64 @@ func TestLostAcksSetNoTimeoutFloor(t *testing.T) {
 	}
 	if floor > 50*time.Microsecond {
 		t.Errorf("timeout floor %v, want under 50us: lost ACKs are not late ones", floor)
+	}
+}
+
+// blackout drops everything that arrives for its endpoint between from
+// and to: a fabric that carries nothing for a while, both ways alike as
+// far as the sender can tell, since its peer then answers nothing.
+type blackout struct {
+	ep       link.Receiver
+	from, to clock.Time
+	dropped  int
+}
+
+func (b *blackout) Receive(d *link.Datagram, at clock.Time) {
+	if at >= b.from && at < b.to {
+		b.dropped++
+		return
+	}
+	b.ep.Receive(d, at)
+}
+
+// A receiver that gets nothing for 200 µs, four base RTTs of timeouts,
+// is silent as a stalled one is, but what was sent meanwhile is lost. The
+// timeouts of the silence resend one packet; once the peer answers the
+// probes again, what its answers do not report within half a timeout is
+// declared lost and resent at once: the WRITE ends within two timeouts of
+// the blackout-free run plus the blackout, and every resend beside the
+// tail probes and their copies replaces a packet the blackout took.
+func TestBlackoutIsResentOnceThePeerAnswers(t *testing.T) {
+	for _, shape := range []struct{ planes, paths int }{{2, 4}, {2, 8}, {4, 1}} {
+		t.Run(fmt.Sprintf("%d paths on %d planes", shape.paths, shape.planes), func(t *testing.T) {
+			took := map[time.Duration]time.Duration{}
+			for _, dark := range []time.Duration{0, 200 * time.Microsecond} {
+				n := newNet(t, twoHostFabric(shape.planes), Config{Paths: shape.paths, Streams: 1})
+				pr := n.connect(0, 1)
+				b := &blackout{ep: n.hosts[1].ep}
+				n.fab.Host(1).Attach(b)
+				const size = 8 << 20
+				src := pr.ha.region(t, size, 3, memreg.LocalWrite)
+				dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
+				if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+					t.Fatal(err)
+				}
+				start := n.sim.Now()
+				b.from, b.to = start.Add(200*time.Microsecond), start.Add(200*time.Microsecond+dark)
+				if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || !bytes.Equal(src.Bytes(), dst.Bytes()) {
+					t.Fatalf("blackout %v: the WRITE did not complete intact", dark)
+				}
+				took[dark] = n.sim.Now().Sub(start)
+				st := pr.a.SenderStats()
+				if resent := st.Retransmits - st.TailProbes - st.Copies; dark > 0 && (resent > uint64(b.dropped) || st.Timeouts == 0) {
+					t.Errorf("blackout %v: %d resent besides tail probes and copies, %d dropped, %d timeouts", dark, resent, b.dropped, st.Timeouts)
+				}
+			}
+			limit := took[0] + 200*time.Microsecond + 2*defaultRTOMin
+			if got := took[200*time.Microsecond]; got > limit {
+				t.Errorf("with the blackout the WRITE took %v, %v without: want at most %v", got, took[0], limit)
+			}
+			t.Logf("%v without the blackout, %v with it", took[0], took[200*time.Microsecond])
+		})
 	}
 }

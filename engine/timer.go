@@ -61,6 +61,11 @@ func (p *sendPath) expired(now clock.Time) bool {
 	case p.State() == pathmgr.Down:
 		return false
 	case p.State() == pathmgr.AssumedBad:
+		if _, coming := p.s.justHeard(p); p.inflight > 0 && !p.s.peerQuiet(p) && !coming {
+			// What a timeout in the peer's silence left in flight, and
+			// the peer's answers have since passed, is lost (peerQuiet).
+			p.declareInFlight(p.s.peerAnswered())
+		}
 		// The route may be what failed, so the path moves to another (spec
 		// section 6.3), if its plane shows that a route can be the cause.
 		// Where the plane may be what failed, planes the connection has no
@@ -83,12 +88,26 @@ func (p *sendPath) expired(now clock.Time) bool {
 		p.timeouts = min(p.timeouts, 15) + 1 // at most 16, so that the count never wraps
 	case p.inflight == 0:
 		return false
+	case p.waitsForAnswers():
+		return false
 	case p.mayProbe():
 		p.tailProbe()
 	default:
 		p.onRTO()
 	}
 	return true
+}
+
+// waitsForAnswers reports whether the peer's answers after a silence are
+// still coming in (justHeard), and if so puts the path's tail probe or
+// timeout off until they are: the packets they have not reported yet may
+// be among them.
+func (p *sendPath) waitsForAnswers() bool {
+	until, coming := p.s.justHeard(p)
+	if coming {
+		p.timer.Reset(until)
+	}
+	return coming
 }
 
 // timeout is how long the path's timer waits from now. The transport
@@ -360,17 +379,34 @@ func (p *sendPath) overtaken() bool {
 // on it, and the path may queue as long as its slowest sibling. With no
 // path of its plane sampled, nothing is overtaken.
 func (p *sendPath) overtook(sent clock.Time) bool {
-	s := p.s
+	return p.sampledOnPlane() != nil && p.overtookBy(sent, p.s.deliveredSent)
+}
+
+// overtookBy reports whether a transmission sent on the path at sent was
+// passed by one sent at answered that the peer answered, by overtook's
+// reordering window. With no path of its plane sampled, any later
+// transmission passed it.
+func (p *sendPath) overtookBy(sent, answered clock.Time) bool {
+	if q := p.sampledOnPlane(); q != nil {
+		return p.s.passedBy(q, sent, answered)
+	}
+	return sent < answered
+}
+
+// sampledOnPlane is the path whose reordering window overtook uses: the
+// path itself once sampled, or else its plane's sampled path with the
+// largest smoothed RTT, or nil.
+func (p *sendPath) sampledOnPlane() *sendPath {
 	if p.RTT.Samples > 0 {
-		return s.passedBy(p, sent, s.deliveredSent)
+		return p
 	}
 	var slowest *sendPath
-	for _, q := range s.paths {
+	for _, q := range p.s.paths {
 		if q.RTT.Samples > 0 && q.Plane() == p.Plane() && (slowest == nil || q.RTT.SRTT > slowest.RTT.SRTT) {
 			slowest = q
 		}
 	}
-	return slowest != nil && s.passedBy(slowest, sent, s.deliveredSent)
+	return slowest
 }
 
 // drainFor is drainTime for the given number of packets in flight.
