@@ -268,6 +268,9 @@ func writeOverSmallRoute(t *testing.T, peer string, tune func(*engine.Config)) (
 func TestPathMTUBelowThePacketsFailsClearly(t *testing.T) {
 	const peer = "127.0.0.88"
 	ea, _, _, _, _ := writeOverSmallRoute(t, peer, func(c *engine.Config) { c.NoRecut = true })
+	// The failure flushes the WRITE before it reports the error, and
+	// writeOverSmallRoute may return between the two.
+	waitFor(time.Second, func() bool { ea.mu.Lock(); defer ea.mu.Unlock(); return ea.err != nil })
 	ea.mu.Lock()
 	defer ea.mu.Unlock()
 	var mtu *engine.PathMTUError
