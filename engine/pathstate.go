@@ -444,10 +444,13 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 			s.c.verifyMTU(p.Plane())
 		}
 		p.timeouts = 0
-		p.armTimer(at)
-		if until, coming := s.justHeard(p); coming {
-			p.fireBy(until) // what the silence left in flight is looked at again (hear)
+		if _, coming := s.answersComing(); coming {
+			// Back after the peer's silence: the look at what it left in
+			// flight, once the answers are in, starts with a tail probe
+			// (hear), which asks the peer to report the path.
+			p.probed = false
 		}
+		p.armTimer(at)
 		s.pump()
 	}
 }

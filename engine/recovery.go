@@ -56,11 +56,12 @@ func (p *sendPath) tailProbe() {
 }
 
 // onRTO declares everything unresolved on the path lost, to be resent on
-// other paths. The path goes to ASSUMED_BAD and takes no new data (spec
-// section 6.4). It is probed until a probe or an acknowledgment shows it
-// works. An unanswered probe repaths it, where a new route can help. What
-// the timeout declared lost is remembered, in case an ACK shows that it
-// was only late (lateDelivery).
+// other paths, unless the peer is quiet (peerQuiet). The path goes to
+// ASSUMED_BAD and takes no new data (spec section 6.4). It is probed until
+// a probe or an acknowledgment shows it works. An unanswered probe
+// repaths it, where a new route can help. What the timeout saw in flight
+// is remembered, in case an ACK shows that it was only late
+// (lateDelivery).
 //
 // The last path in service on its plane stays in service, with its window,
 // when the connection's random loss explains its silence (randomLoss.explains): out
@@ -84,16 +85,15 @@ func (p *sendPath) onRTO() {
 	}
 	p.Counters.Timeouts++
 	s.stats.Timeouts++
-	switch {
-	case s.peerQuiet(p):
-		s.quietTimeout = s.c.ep.clock.Now()
+	if s.peerQuiet(p) {
+		s.quietTimedOutAt = s.c.ep.clock.Now()
 		// What outlived the path's last timeout, while the peer answered
 		// something sent since, is lost.
 		last := p.timedOutAt
 		if last == 0 || s.peerAnswered() < last || !p.declareInFlight(last) {
 			s.declareOldestOnce(p, s.c.heard)
 		}
-	default:
+	} else {
 		p.declareInFlight(clock.Never)
 	}
 	p.timedOutAt = s.c.ep.clock.Now()
@@ -106,9 +106,9 @@ func (p *sendPath) onRTO() {
 }
 
 // declareInFlight declares lost, to be resent on other paths, the path's
-// packets in flight that a transmission sent at by, which the peer
-// answered, passed (overtookBy); by clock.Never, all of them. It reports
-// whether it declared any.
+// packets in flight sent before by, by more than overtookBy's reordering
+// window; by clock.Never, all of them. It reports whether it declared
+// any.
 func (p *sendPath) declareInFlight(by clock.Time) bool {
 	declared := false
 	for psn := p.oldest; psn != p.next; psn++ {
@@ -154,9 +154,8 @@ func (p *sendPath) declareOldest() {
 // settle the rest once the peer answers, or its next timer declares them
 // lost once the peer answered something sent after them (expired).
 // When the peer speaks again, its answers to every path come in a burst,
-// a round trip's worth of them, and what they pass in between is not
-// lost: a tail probe or timeout that falls due before they are in waits
-// for them (waitsForAnswers).
+// and what they pass in between is not lost: a tail probe or timeout that
+// falls due before they are in waits for them (hear).
 //
 // A path that fails while others carry hears their answers all along. A
 // plane that failed under every path of a connection is told from a
@@ -171,42 +170,46 @@ func (s *sender) peerQuiet(p *sendPath) bool {
 
 // hear notes a packet from the peer at at, the one before it having come
 // at last. One that ends a silence in which a timeout found the peer quiet
-// (peerQuiet) starts justHeard's wait, and every path with packets in
-// flight looks at them again when it ends: what the peer's answers did
-// not report by then, after a silence that may have been a blackout, is
-// lost, and its timer, doubled by the silence, would find it late.
+// (peerQuiet) sets when the rest of its answers are in: half the longest
+// retransmission timeout, undoubled, of the paths in service with packets
+// in flight, taken before the burst's late ACKs raise the timeouts' floor
+// (lateFloor). Until then the tail probes and timeouts of the paths in
+// service wait (waitsForAnswers); then each such path looks at its
+// packets in flight, rather than at its timer doubled by the silence:
+// what the answers did not report, after a silence that may have been a
+// blackout, is lost.
 func (s *sender) hear(last, at clock.Time) {
-	if s.quietTimeout <= last {
+	if s.quietTimedOutAt <= last {
 		return
 	}
-	s.quietEnded = at
+	var wait time.Duration
 	for _, p := range s.paths {
-		if p.inflight > 0 {
-			until, _ := s.justHeard(p)
-			p.fireBy(until)
+		if p.InUse() && p.inflight > 0 {
+			wait = max(wait, p.rtoAfter(0)/2)
+		}
+	}
+	s.answersDue = at.Add(wait)
+	for _, p := range s.paths {
+		if p.InUse() && p.inflight > 0 {
+			p.fireBy(s.answersDue)
 		}
 	}
 }
 
-// justHeard returns when the answers of the peer to what its latest
-// silence (hear) held are in, half the path's retransmission timeout after
-// it ended, if that is later than now.
-func (s *sender) justHeard(p *sendPath) (until clock.Time, ok bool) {
-	if s.quietEnded == 0 {
-		return 0, false
-	}
-	until = s.quietEnded.Add(p.rtoAfter(0) / 2)
-	return until, s.c.ep.clock.Now() < until
+// answersComing returns when the peer's answers after its latest silence
+// are in (hear), and whether that is still to come.
+func (s *sender) answersComing() (due clock.Time, coming bool) {
+	return s.answersDue, s.c.ep.clock.Now() < s.answersDue
 }
 
 // declareOldestOnce declares the path's oldest packet in flight lost, if
 // no timeout did so since the peer was last heard at heard, before its
 // silence (peerQuiet).
 func (s *sender) declareOldestOnce(p *sendPath, heard clock.Time) {
-	if s.silenceResent == heard {
+	if s.resentInSilenceFrom == heard {
 		return
 	}
-	s.silenceResent = heard
+	s.resentInSilenceFrom = heard
 	p.declareOldest()
 }
 

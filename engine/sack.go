@@ -203,7 +203,7 @@ func (p *sendPath) relieves(at clock.Time) bool {
 }
 
 // lateDelivery reads an ACK record for news of the packets the path's last
-// retransmission timeout declared lost. One reported received was only
+// retransmission timeout saw in flight. One reported received was only
 // late, so the timeout was spurious: the path, or the host running the
 // engine, was slow, not broken. Its DSN is acknowledged, so that a resend
 // still queued does not go. The path gets back the window the timeout cut
@@ -211,9 +211,8 @@ func (p *sendPath) relieves(at clock.Time) bool {
 // round trip it revealed as their floor (lateFloor). Only a record of the
 // packets the timeout saw reveals one: a record whose newest PSN was sent
 // after the timeout says that the packet arrived, not when, since its own
-// ACK may have been lost. A record that covers
-// every PSN the timeout declared lost ends the watch: whatever it does not report
-// received was lost indeed.
+// ACK may have been lost. A record that covers every PSN the timeout saw
+// ends the watch: whatever it does not report received was lost indeed.
 func (p *sendPath) lateDelivery(rec proto.AckRecord, h uint32, at clock.Time) {
 	es := p.EpochStart(p.lastTimeout.epoch) // bits before it say nothing (spec section 6.3)
 	late := false

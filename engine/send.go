@@ -85,14 +85,14 @@ type sender struct {
 	// newest PROBE the peer answered (peerAnswered).
 	deliveredSent clock.Time
 	probeAnswered clock.Time
-	// silenceResent is when the peer was last heard before the silence
-	// in which a timeout last declared a packet lost (declareOldestOnce).
-	// quietTimeout is when a timeout last found the peer quiet, and
-	// quietEnded when the peer was heard again after such a silence
-	// (hear).
-	silenceResent clock.Time
-	quietTimeout  clock.Time
-	quietEnded    clock.Time
+	// resentInSilenceFrom is when the peer was last heard before the
+	// silence in which a timeout last declared a packet lost
+	// (declareOldestOnce). quietTimedOutAt is when a timeout last found the
+	// peer quiet, and answersDue when its answers after such a silence are
+	// in (hear).
+	resentInSilenceFrom clock.Time
+	quietTimedOutAt     clock.Time
+	answersDue          clock.Time
 	// headSeen is the latest transmission of the receive window's head at
 	// the last check, with the newest send time any ACK reported received
 	// since it went (copyHead): the ACKs after one that showed it passed

@@ -60,7 +60,7 @@ type sendPath struct {
 	// it: an ACK record that resolved a packet, or a probe's reply.
 	silent int
 	// lostSince is when the oldest packet the last retransmission timeout
-	// declared lost was sent (verifyMTU).
+	// saw in flight was sent (verifyMTU).
 	lostSince clock.Time
 	// timedOutAt is when the path's retransmission timeout last fired
 	// (peerQuiet).

@@ -21,7 +21,11 @@ func (p *sendPath) armTimer(now clock.Time) {
 		p.timer.Stop()
 		return
 	}
-	p.timer.Reset(now.Add(p.timeout()))
+	at := now.Add(p.timeout())
+	if due, coming := p.s.answersComing(); coming && p.InUse() && due < at {
+		at = due // looks at its packets once the answers after a silence are in (hear)
+	}
+	p.timer.Reset(at)
 }
 
 // fireBy brings the path's timer forward to at, if it is due later.
@@ -49,7 +53,10 @@ func (p *sendPath) onTimer() {
 }
 
 // expired is multipath's handling of the path's timer. It first settles the
-// packets that another transmission delivered. Then an ASSUMED_BAD path
+// packets that another transmission delivered. A path in service waits
+// while the peer's answers after a silence come in (waitsForAnswers); an
+// ASSUMED_BAD path declares lost what a timeout in the silence left in
+// flight and the answers since passed. Then an ASSUMED_BAD path
 // whose probe went unanswered moves to a new source port and probes again.
 // A path with packets in flight sends a tail probe, or, when it already
 // has, declares its packets lost.
@@ -61,7 +68,7 @@ func (p *sendPath) expired(now clock.Time) bool {
 	case p.State() == pathmgr.Down:
 		return false
 	case p.State() == pathmgr.AssumedBad:
-		if _, coming := p.s.justHeard(p); p.inflight > 0 && !p.s.peerQuiet(p) && !coming {
+		if _, coming := p.s.answersComing(); p.inflight > 0 && !p.s.peerQuiet(p) && !coming {
 			// What a timeout in the peer's silence left in flight, and
 			// the peer's answers have since passed, is lost (peerQuiet).
 			p.declareInFlight(p.s.peerAnswered())
@@ -99,13 +106,13 @@ func (p *sendPath) expired(now clock.Time) bool {
 }
 
 // waitsForAnswers reports whether the peer's answers after a silence are
-// still coming in (justHeard), and if so puts the path's tail probe or
-// timeout off until they are: the packets they have not reported yet may
-// be among them.
+// still coming in (hear), and if so puts the path's tail probe or timeout
+// off until they are: the packets they have not reported yet may be among
+// them.
 func (p *sendPath) waitsForAnswers() bool {
-	until, coming := p.s.justHeard(p)
+	due, coming := p.s.answersComing()
 	if coming {
-		p.timer.Reset(until)
+		p.timer.Reset(due)
 	}
 	return coming
 }
@@ -379,7 +386,8 @@ func (p *sendPath) overtaken() bool {
 // on it, and the path may queue as long as its slowest sibling. With no
 // path of its plane sampled, nothing is overtaken.
 func (p *sendPath) overtook(sent clock.Time) bool {
-	return p.sampledOnPlane() != nil && p.overtookBy(sent, p.s.deliveredSent)
+	q := p.sampledOnPlane()
+	return q != nil && p.s.passedBy(q, sent, p.s.deliveredSent)
 }
 
 // overtookBy reports whether a transmission sent on the path at sent was
