@@ -62,18 +62,25 @@ func TestStalledReceiverTimeoutsAreFoundSpurious(t *testing.T) {
 	}
 }
 
+// postWrite posts a WRITE of size bytes of generated data from pr's
+// requester to a region of its responder, and returns the two regions.
+func postWrite(t *testing.T, pr *pair, size uint32) (src, dst *memreg.Region) {
+	t.Helper()
+	src = pr.ha.region(t, int(size), 3, memreg.LocalWrite)
+	dst = pr.hb.region(t, int(size), 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	return src, dst
+}
+
 func stalledReceiver(t *testing.T, planes, paths int) {
 	n := newNet(t, twoHostFabric(planes), Config{Paths: paths, Streams: 1, PlaceholderPayloads: false})
 	pr := n.connect(0, 1)
 	st := &stallingReceiver{sim: n.sim, ep: n.hosts[1].ep}
 	n.fab.Host(1).Attach(st)
 
-	const size = 8 << 20
-	src := pr.ha.region(t, size, 3, memreg.LocalWrite)
-	dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
-		t.Fatal(err)
-	}
+	src, dst := postWrite(t, pr, 8<<20)
 	n.run(100*time.Microsecond, func() bool { return false }) // windows open, RTTs sampled
 	windows := map[int]int{}
 	for _, p := range pr.a.Telemetry() {
@@ -178,12 +185,7 @@ func TestBlackoutIsResentOnceThePeerAnswers(t *testing.T) {
 				pr := n.connect(0, 1)
 				b := &blackout{ep: n.hosts[1].ep}
 				n.fab.Host(1).Attach(b)
-				const size = 8 << 20
-				src := pr.ha.region(t, size, 3, memreg.LocalWrite)
-				dst := pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
-				if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
-					t.Fatal(err)
-				}
+				src, dst := postWrite(t, pr, 8<<20)
 				start := n.sim.Now()
 				b.from, b.to = start.Add(200*time.Microsecond), start.Add(200*time.Microsecond+dark)
 				if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || !bytes.Equal(src.Bytes(), dst.Bytes()) {
