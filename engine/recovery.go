@@ -106,13 +106,17 @@ func (p *sendPath) onRTO() {
 }
 
 // declareInFlight declares lost, to be resent on other paths, the path's
-// packets in flight sent before by, by more than overtookBy's reordering
-// window; by clock.Never, all of them. It reports whether it declared
-// any.
+// packets in flight sent before by, by more than overtook's reordering
+// window (none without a sampled path on its plane); by clock.Never, all
+// of them. It reports whether it declared any.
 func (p *sendPath) declareInFlight(by clock.Time) bool {
+	before := by
+	if q := p.sampledOnPlane(); q != nil && by != clock.Never {
+		before = by.Add(-p.s.reorderWindow(q))
+	}
 	declared := false
 	for psn := p.oldest; psn != p.next; psn++ {
-		if r := p.slot(psn); !r.resolved && (by == clock.Never || p.overtookBy(r.sentAt, by)) {
+		if r := p.slot(psn); !r.resolved && r.sentAt < before {
 			p.resolveLost(r, psn, LossTimeout)
 			declared = true
 		}
@@ -356,8 +360,14 @@ func (s *sender) passedBy(p *sendPath, sent, acked clock.Time) bool {
 	if acked == 0 || p.RTT.Samples == 0 {
 		return false
 	}
+	return acked > sent.Add(s.reorderWindow(p))
+}
+
+// reorderWindow is passedBy's reordering window for a transmission on the
+// sampled path p.
+func (s *sender) reorderWindow(p *sendPath) time.Duration {
 	least, smoothed := s.leastRTTs()
-	return acked > sent.Add(max(p.RTT.Min-least, p.RTT.SRTT-smoothed)+s.newestRTT/4)
+	return max(p.RTT.Min-least, p.RTT.SRTT-smoothed) + s.newestRTT/4
 }
 
 // probeOverdue brings forward the tail probes of a connection with nothing

@@ -390,17 +390,6 @@ func (p *sendPath) overtook(sent clock.Time) bool {
 	return q != nil && p.s.passedBy(q, sent, p.s.deliveredSent)
 }
 
-// overtookBy reports whether a transmission sent on the path at sent was
-// passed by one sent at answered that the peer answered, by overtook's
-// reordering window. With no path of its plane sampled, any later
-// transmission passed it.
-func (p *sendPath) overtookBy(sent, answered clock.Time) bool {
-	if q := p.sampledOnPlane(); q != nil {
-		return p.s.passedBy(q, sent, answered)
-	}
-	return sent < answered
-}
-
 // sampledOnPlane is the path whose reordering window overtook uses: the
 // path itself once sampled, or else its plane's sampled path with the
 // largest smoothed RTT, or nil.
