@@ -324,7 +324,11 @@ func (c *Conn) onHandshakeTimer() {
 		return // an acceptor answers CONNECTs and sends nothing of its own
 	}
 	c.sendHandshake()
-	c.armHandshakeTimer(2 * c.hsInterval)
+	// The interval stops doubling at handshakeMaxGap, so that a connect
+	// timeout longer than the default buys resends, not only longer waits
+	// between them: on a lossy network each try may fail (spec section
+	// 8.1).
+	c.armHandshakeTimer(min(2*c.hsInterval, handshakeMaxGap))
 	c.ep.flush()
 }
 

@@ -323,3 +323,22 @@ func TestMaxPacketBeyondThePortIsRefused(t *testing.T) {
 		t.Fatalf("MaxPacket 9000 over buffers of 9000: %v", err)
 	}
 }
+
+// TestHandshakeResendsAtLeastEverySecond checks that the CONNECT's resend
+// interval stops doubling at handshakeMaxGap: with its first seven CONNECTs
+// lost, a connection whose connect timeout is 8 s is established. Doubling
+// on, the eighth would go at 12.7 s.
+func TestHandshakeResendsAtLeastEverySecond(t *testing.T) {
+	drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeConnect }, limit: 7}
+	n := newNetWithDrop(t, twoHostFabric(1), Config{ConnectTimeout: 8 * time.Second}, drop)
+	pr := n.connect(0, 1)
+	if drop.dropped != 7 {
+		t.Fatalf("%d CONNECTs dropped, want 7", drop.dropped)
+	}
+	if at := n.sim.Now(); at > clock.Time(5*time.Second) {
+		t.Fatalf("established at %v, want by 5 s (CONNECTs at 0, 0.1, 0.3, 0.7, 1.5, 2.5, 3.5 and 4.5 s)", time.Duration(at))
+	}
+	if pr.b.State() != Established {
+		t.Fatalf("acceptor %v", pr.b.State())
+	}
+}

@@ -120,8 +120,8 @@ func Transfer(cfg TransferConfig) (TransferResult, error) {
 		// A CONNECT and its ACCEPT both cross links that lose a fifth of
 		// their packets each way about two times in five, and the default
 		// second of resends gives up on one handshake in eight. The run
-		// measures the transfer, and a minute of resends costs nothing in
-		// virtual time.
+		// measures the transfer, and a minute of resends, one a second
+		// after the first few, costs nothing in virtual time.
 		c := engine.Config{Paths: cfg.Paths, Streams: 1, MaxPacket: ps.maxPacket(), NoProgress: time.Second,
 			LineRate: float64(cfg.LinkRate) / 8, ConnectTimeout: time.Minute, Resend: cfg.Resend, Tracer: cfg.Tracer}
 		if h == 1 {
