@@ -83,8 +83,9 @@ type EndpointReport struct {
 	// the packets it declared lost. They are informative.
 	Timeouts uint64 `json:"timeouts,omitempty"`
 	Lost     uint64 `json:"lost,omitempty"`
-	// TailProbes counts the Retransmits that resent a path's last packet
-	// to elicit an ACK, by spec section 6.6. No loss caused them.
+	// TailProbes counts the Retransmits that resent a path's newest
+	// unresolved packet to elicit an ACK, by spec section 6.6; a tail
+	// probe of new data is not one. No loss caused them.
 	TailProbes uint64 `json:"tail_probes,omitempty"`
 	// Copies counts the Retransmits that sent a tail probe or a resend a
 	// second time, on another plane, so that losing one of the two costs

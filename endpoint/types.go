@@ -198,7 +198,7 @@ type PathCounters struct {
 	CEMarks                uint64 // CE marks the peer reported for this path
 	Acked                  uint64 // transmissions reported received
 	Repaths                uint64
-	TailProbes             uint64 // retransmissions of a path's last packet to draw an ACK
+	TailProbes             uint64 // retransmissions of a path's newest unresolved packet as a tail probe, to draw an ACK; a probe of new data is not one
 	Copies                 uint64 // retransmissions that sent a probe or a resend a second time, on another plane
 }
 

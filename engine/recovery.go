@@ -23,35 +23,49 @@ func (s *sender) popRetx() {
 	}
 }
 
-// tailProbe resends the newest unresolved packet of the path with AR set,
+// tailProbe sends one packet on the path beyond its window, with AR set,
 // so that the receiver reports what the path delivered (spec section 6.6).
+// The packet is new data where the path may carry some (newForProbe), as
+// RFC 8985 section 7.3 has it: its report shows the path's losses as well
+// as a resend's would, and where nothing was lost, only the report was
+// late, it duplicates nothing. Otherwise it resends the path's newest
+// unresolved packet; only such probes count as TailProbes, which are
+// retransmissions.
 func (p *sendPath) tailProbe() {
 	s := p.s
 	p.probed = true
-	for psn := p.next - 1; psn != p.oldest-1; psn-- {
-		r := p.slot(psn)
-		if r.resolved {
-			continue
+	dsn, d := s.newForProbe(p)
+	resend := d == nil
+	if resend {
+		for psn := p.next - 1; psn != p.oldest-1 && d == nil; psn-- {
+			r := p.slot(psn)
+			if r.resolved {
+				continue
+			}
+			if rec := s.record(r.dsn); rec != nil && !rec.acked && !rec.waiting && p.ringRoom() {
+				dsn, d = r.dsn, rec
+			}
 		}
-		d := s.record(r.dsn)
-		if d == nil || d.acked || d.waiting || !p.ringRoom() {
-			continue
+		if d == nil {
+			return
 		}
 		s.stats.TailProbes++
 		p.Counters.TailProbes++
-		s.transmit(r.dsn, d, p, true, true)
-		if s.unsent == 0 {
-			// Nothing follows the probe. If it were lost, only the
-			// retransmission timeout would be left to find out. So a copy
-			// goes on another plane. The paths' next probes are then
-			// brought forward by the tail's margin, as after a resend, the
-			// copy's path among them: its own timer runs from a smoothed
-			// RTT that still holds the queues of the busy part of the
-			// transfer.
-			s.copyAtTail(r.dsn, d, p, -1, true)
-			s.probeOverdue(s.c.ep.clock.Now())
-		}
-		return
+	}
+	s.transmit(dsn, d, p, resend, true)
+	if !resend {
+		s.paced(int(d.n))
+	}
+	if s.unsent == 0 {
+		// Nothing follows the probe. If it were lost, only the
+		// retransmission timeout would be left to find out. So a copy
+		// goes on another plane. The paths' next probes are then
+		// brought forward by the tail's margin, as after a resend, the
+		// copy's path among them: its own timer runs from a smoothed
+		// RTT that still holds the queues of the busy part of the
+		// transfer.
+		s.copyAtTail(dsn, d, p, -1, true)
+		s.probeOverdue(s.c.ep.clock.Now())
 	}
 }
 

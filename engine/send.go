@@ -357,6 +357,33 @@ func (s *sender) sendSprayed() bool {
 	return true
 }
 
+// newForProbe cuts the next new DSN for p's tail probe (tailProbe), where
+// new data may go on p now but for its window, and returns it with its
+// record; otherwise it returns a nil record. The probe is charged to the
+// pacer as new data is, and takes its turn of the spray by rate.
+func (s *sender) newForProbe(p *sendPath) (uint32, *dsnRecord) {
+	if !s.heard || s.nextDSN-s.una >= s.window || s.hint <= 0 {
+		return 0, nil
+	}
+	now := s.c.ep.clock.Now()
+	ports := s.c.ep.ports
+	if !s.carries(p, now, true) || !p.ringRoom() || !ports.ready(p.Plane(), now) || !shortEnough(p, s.tailCut(now)) {
+		return 0, nil
+	}
+	var r *dsnRecord
+	if s.cutWaiting() {
+		r = s.newCutDSN()
+	} else if m := s.nextMessage(); m != nil {
+		r = s.newDSN(m)
+	} else {
+		return 0, nil
+	}
+	if ports.rated() {
+		p.pass = max(p.pass, s.pass) + s.stride(p.Plane())
+	}
+	return s.nextDSN - 1, r
+}
+
 // waitForPort wakes the sender when the first port that holds back a path
 // with room can take new data again. Without it, a sender whose paths all
 // wait on busy ports would wait for an ACK, and one with nothing in flight

@@ -354,3 +354,37 @@ func TestTailCopiesOnPlanesOfTheirOwn(t *testing.T) {
 		t.Errorf("no resend at the tail went with its copies on planes of their own: %v", planes)
 	}
 }
+
+// TestTailProbeCarriesNewData checks that a tail probe is new data while
+// the sender has some the path may carry (spec section 6.6): every ACK of
+// the receiver is dropped for a while in the middle of a WRITE, no data
+// packet is lost, and the probes that the silence draws duplicate nothing.
+// A probe that resent its path's newest packet would arrive twice.
+func TestTailProbeCarriesNewData(t *testing.T) {
+	for _, dark := range []time.Duration{15 * time.Microsecond, 25 * time.Microsecond} {
+		log := &traceLog{}
+		n := newNet(t, fourPlanes(), Config{Paths: 8, InboundCapacity: 45e9, Tracer: log})
+		pr := n.connect(0, 1)
+		from := n.sim.Now().Add(100 * time.Microsecond)
+		dropped := 0
+		n.hosts[1].ep.port = &portFilter{Port: n.fab.Host(1), drop: func(d *link.Datagram) bool {
+			now := n.sim.Now()
+			if proto.Type(d.Data[1]) == proto.TypeAck && now >= from && now < from.Add(dark) {
+				dropped++
+				return true
+			}
+			return false
+		}}
+		n.writeWhole(t, pr, 16<<20)
+		st, rst := pr.a.SenderStats(), pr.b.ReceiverStats()
+		probes := log.count(TraceSent, func(ev TraceEvent) bool { return ev.Probe })
+		t.Logf("ACKs dark for %v: %d dropped, %d probes; %d resent (%d tail probes), %d timeouts, %d duplicates",
+			dark, dropped, probes, st.Retransmits, st.TailProbes, st.Timeouts, rst.Duplicates)
+		if dropped == 0 || probes == 0 {
+			t.Fatalf("ACKs dark for %v: %d dropped and %d probes: the silence tests nothing", dark, dropped, probes)
+		}
+		if st.Retransmits != 0 || rst.Duplicates != 0 {
+			t.Errorf("ACKs dark for %v: %d resent and %d duplicates where nothing was lost", dark, st.Retransmits, rst.Duplicates)
+		}
+	}
+}

@@ -85,7 +85,7 @@ type Counters struct {
 	Acked                  uint64 // transmissions reported received
 	Repaths                uint64 // moves to a new source port, PlaneMoves included
 	PlaneMoves             uint64 // repaths onto another plane: off a failed one, or back to the path's own
-	TailProbes             uint64 // the Retransmits that resent a path's last packet to elicit an ACK
+	TailProbes             uint64 // the Retransmits that resent a path's newest unresolved packet as a tail probe; a probe of new data is not one
 	Copies                 uint64 // the Retransmits that sent a probe or a resend a second time, here, on another plane than the first
 }
 
