@@ -388,3 +388,45 @@ func TestTailProbeCarriesNewData(t *testing.T) {
 		}
 	}
 }
+
+// TestTailOnADeadPathIsResent has one path of two die near the end of a
+// WRITE, on whatever source port it moves to: its last packets, and everything it sends after
+// them, PROBEs too, are lost, while the other path delivers. The tail
+// probe's copy on the other plane arrives, and then the peer has nothing
+// left to answer, so the path's timeout finds it quiet and resends one
+// packet (peerQuiet). Once the peer answers that resend, what the path had
+// in flight before its timeout is lost, and the path's next probe of its
+// path declares it, its probes' wait at most BadProbeMax. Before, the peer
+// stayed quiet, with nothing to answer, and the path's packets stayed in
+// flight for ever.
+func TestTailOnADeadPathIsResent(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
+	onPath1 := 0
+	drop := func(d *link.Datagram) bool {
+		var p proto.Packet
+		if p.Decode(d.Data) != nil || p.Common.PathID() != 1 {
+			return false
+		}
+		switch {
+		case p.Type().IsData():
+			onPath1++
+			return onPath1 > 28
+		case p.Type() == proto.TypeProbe:
+			return onPath1 > 28
+		}
+		return false
+	}
+	took, st := n.write(t, 64, drop, nil)
+	t.Logf("took %v: %d resent, %d tail probes, %d copies, %d timeouts", took, st.Retransmits, st.TailProbes, st.Copies, st.Timeouts)
+	if onPath1 <= 29 {
+		t.Fatalf("%d data packets on path 1: the dead path tests nothing", onPath1)
+	}
+	if st.Timeouts != 1 {
+		t.Errorf("%d timeouts; want 1, whose resend the peer answers", st.Timeouts)
+	}
+	// The path's timeout comes within RTOMin, 50 µs, of its tail probe,
+	// and its first probe after it within BadProbeMax.
+	if limit := 100*time.Microsecond + 200*time.Microsecond; took > limit {
+		t.Errorf("the WRITE took %v; want at most %v", took, limit)
+	}
+}
