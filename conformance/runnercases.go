@@ -294,9 +294,9 @@ func shares(perPlane []uint64, frac float64) error {
 // lossJudge checks that the data arrived whole through a lossy fabric
 // that dropped something. The resends that repair losses may be at most
 // 1.05 times the packets lost, plus 3. Tail probes do not count, nor do
-// the copies of a probe or a resend on another plane, at most one for
-// each. The tail probes may be at most the ACKs lost plus 1% of the
-// packets.
+// the copies of a probe or a resend on another plane, up to three of each
+// (tailCopies). The tail probes may be at most the ACKs lost plus 1% of
+// the packets.
 func lossJudge(size int) func(Observed) error {
 	return func(o Observed) error {
 		if err := transferred(o, size); err != nil {
@@ -306,8 +306,9 @@ func lossJudge(size int) func(Observed) error {
 			return errors.New("the emulator dropped nothing: the case did not test loss")
 		}
 		rq := o.Requester
-		// A copy duplicates one probe or resend, so at most half the
-		// retransmissions are copies.
+		// A copy duplicates a resend or a resending probe, so at most half
+		// the retransmissions count as copies. The copies of a probe of new
+		// data, at a transfer's tail, are within the 3 allowed.
 		copies := min(rq.Copies, rq.Retransmits/2)
 		repairs := rq.Retransmits - min(rq.Retransmits, rq.TailProbes+copies)
 		if float64(repairs) > 1.05*float64(o.Dropped)+3 {

@@ -23,8 +23,9 @@ func (s *sender) popRetx() {
 	}
 }
 
-// tailProbe sends one packet on the path beyond its window, with AR set,
-// so that the receiver reports what the path delivered (spec section 6.6).
+// tailProbe sends one packet on the path, whatever its window, with AR
+// set, so that the receiver reports what the path delivered (spec section
+// 6.6).
 // The packet is new data where the path may carry some (newForProbe), as
 // RFC 8985 section 7.3 has it: its report shows the path's losses as well
 // as a resend's would, and where nothing was lost, only the report was

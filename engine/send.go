@@ -359,8 +359,12 @@ func (s *sender) sendSprayed() bool {
 
 // newForProbe cuts the next new DSN for p's tail probe (tailProbe), where
 // new data may go on p now but for its window, and returns it with its
-// record; otherwise it returns a nil record. The probe is charged to the
-// pacer as new data is, and takes its turn of the spray by rate.
+// record; otherwise it returns a nil record. Resends waiting for room do
+// not hold it back: they wait on paths of their own choosing (pickPath),
+// and the probe goes on p. The probe is due now, so the pacer does not
+// hold it; it is charged to it as new data is (tailProbe), and the packets
+// after it wait that much longer. It takes its turn of the spray by rate
+// (its pass), without the queue weight near the end (queueWeight).
 func (s *sender) newForProbe(p *sendPath) (uint32, *dsnRecord) {
 	if !s.heard || s.nextDSN-s.una >= s.window || s.hint <= 0 {
 		return 0, nil
