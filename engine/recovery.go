@@ -102,10 +102,7 @@ func (p *sendPath) onRTO() {
 	s.stats.Timeouts++
 	if s.peerQuiet(p) {
 		s.quietTimedOutAt = s.c.ep.clock.Now()
-		// What outlived the path's last timeout, while the peer answered
-		// something sent since, is lost.
-		last := p.timedOutAt
-		if last == 0 || s.peerAnswered() < last || !p.declareInFlight(last) {
+		if !p.declareOutlived() {
 			s.declareOldestOnce(p, s.c.heard)
 		}
 	} else {
@@ -138,6 +135,14 @@ func (p *sendPath) declareInFlight(by clock.Time) bool {
 	}
 	p.advance()
 	return declared
+}
+
+// declareOutlived declares lost what outlived the path's last timeout,
+// once the peer answered something sent at or after it, such as that
+// timeout's resend (peerQuiet). It reports whether it declared any.
+func (p *sendPath) declareOutlived() bool {
+	last := p.timedOutAt
+	return last != 0 && p.s.peerAnswered() >= last && p.declareInFlight(last)
 }
 
 // declareOldest declares the path's oldest packet in flight lost.

@@ -69,17 +69,14 @@ func (p *sendPath) expired(now clock.Time) bool {
 		return false
 	case p.State() == pathmgr.AssumedBad:
 		if _, coming := p.s.answersComing(); p.inflight > 0 && !coming {
-			switch answered := p.s.peerAnswered(); {
-			case !p.s.peerQuiet(p):
+			if !p.s.peerQuiet(p) {
 				// What a timeout in the peer's silence left in flight, and
 				// the peer's answers have since passed, is lost (peerQuiet).
-				p.declareInFlight(answered)
-			case p.timedOutAt != 0 && answered >= p.timedOutAt:
-				// Quiet again, but it answered what went at or after the
-				// path's timeout, that timeout's resend among it: what the
-				// path had in flight before is lost, as onRTO has it. At a
-				// transfer's tail nothing else is left for it to answer.
-				p.declareInFlight(p.timedOutAt)
+				p.declareInFlight(p.s.peerAnswered())
+			} else {
+				// Quiet again, as at a transfer's tail, where the answer to
+				// the timeout's resend may be all it had left to send.
+				p.declareOutlived()
 			}
 		}
 		// The route may be what failed, so the path moves to another (spec
