@@ -5,6 +5,7 @@
 package engine
 
 import (
+	"math"
 	"net/netip"
 
 	"github.com/mroce/mroce/clock"
@@ -207,8 +208,28 @@ func (r *receiver) reported(id uint8) {
 	if p.echoes == 0 {
 		r.echoing = append(r.echoing, id)
 	}
-	p.echoes = ackRecordRepeats
+	p.echoes = max(r.echoes, ackRecordRepeats)
 }
+
+// recordEchoes is how many later ACKs repeat a record at a skip rate of
+// skipRate: ackRecordRepeats, and more while the record and each repeat
+// would all be lost more than repeatMiss of the time, up to
+// maxRecordEchoes (spec section 6.6). A network that loses that much data
+// loses about as much of the ACKs on their way back, and a record lost
+// with all its repeats leaves its path to a timeout, which resends what
+// arrived. Where only data is lost the repeats cost bytes on the way back
+// alone.
+func recordEchoes(skipRate float64) uint8 {
+	k := ackRecordRepeats
+	for k > 0 && k < maxRecordEchoes && math.Pow(skipRate, float64(k+1)) > repeatMiss {
+		k++
+	}
+	return k
+}
+
+// maxRecordEchoes bounds echoes. It is a variable so that a test can hold
+// the repeats to ackRecordRepeats.
+var maxRecordEchoes uint8 = 3
 
 // pickRepeats fills r.repeats with at most room paths whose records went
 // in an earlier ACK and are to be repeated, in the order they were first

@@ -39,6 +39,13 @@ type receiver struct {
 	dirty            []uint8
 	echoing, repeats []uint8
 	repeatACKs       int
+	// skipRate is the share of PSNs the paths skipped (lost, or refused),
+	// a moving average over rounds of lossRound PSNs; skipped and
+	// recorded count those of the round under way (recordPath). echoes
+	// is how many later ACKs repeat a record at that rate.
+	skipRate          float64
+	skipped, recorded int
+	echoes            uint8
 
 	// Messages being received and the receives posted for them, by stream.
 	streams []recvStream
@@ -412,6 +419,12 @@ func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
 	path := &r.paths[h.PathID()]
 	if path.has && h.Epoch() == path.epoch && proto.SeqLess(path.highest+1, h.PSN()) {
 		r.sawLoss() // a PSN skipped: lost, since a path delivers in order (spec section 6.2)
+		r.skipped += int(h.PSN() - path.highest - 1)
+	}
+	if r.recorded++; r.skipped+r.recorded >= lossRound {
+		r.skipRate += (float64(r.skipped)/float64(r.skipped+r.recorded) - r.skipRate) / 4
+		r.skipped, r.recorded = 0, 0
+		r.echoes = recordEchoes(r.skipRate)
 	}
 	advances := path.advances(h.PSN())
 	urgent := path.record(h.Epoch(), h.PSN())

