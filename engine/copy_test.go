@@ -100,6 +100,43 @@ func TestHeadOfWindowCopied(t *testing.T) {
 	}
 }
 
+// TestHeadCopiesFollowTheLoss checks that the head of a full receive
+// window goes with as many copies as a resend at the tail, where the
+// connection loses a third of its packets: three, each on a plane of its
+// own other than the head's, so that the DSN does not hold the window for
+// another round of loss found (docs/cc.md, "Copy of the DSN holding the
+// window").
+func TestHeadCopiesFollowTheLoss(t *testing.T) {
+	n := newNet(t, fourPlanes(), Config{Paths: 8, Streams: 1, DSNWindow: 8})
+	pr := n.connect(0, 1)
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		return proto.Type(d.Data[1]).IsData() // nothing arrives, so the window fills and stays full
+	}}
+	pr.postWrite(t, 64)
+	s := pr.a.snd
+	if !n.run(time.Millisecond, func() bool { return s.nextDSN-s.una == s.window }) {
+		t.Fatalf("the window did not fill: %d of %d", s.nextDSN-s.una, s.window)
+	}
+	s.loss = randomLoss{rate: 0.33, verdicts: lossMemory}
+	if s.loss.tailCopies() != maxTailCopies {
+		t.Fatalf("a loss of a third asks for %d copies; the test needs %d", s.loss.tailCopies(), maxTailCopies)
+	}
+	log := &traceLog{}
+	pr.a.ep.tracer = log
+	first := s.paths[s.record(s.una).path]
+	s.copyHead(n.sim.Now().Add(s.overdueMargin(first) + s.drainTime() + pr.a.ep.cfg.AckDelay + time.Nanosecond))
+	planes := map[int]bool{}
+	for _, ev := range log.evs {
+		if ev.Kind == TraceSent && ev.DSN == s.una {
+			planes[s.paths[ev.Path].Plane()] = true
+		}
+	}
+	if s.stats.Copies != maxTailCopies || len(planes) != maxTailCopies || planes[first.Plane()] {
+		t.Errorf("%d copies of the head, on planes %v (the head's latest on plane %d); want %d, each on a plane of its own other than the head's",
+			s.stats.Copies, planes, first.Plane(), maxTailCopies)
+	}
+}
+
 // headStarved connects host 0 to host 1 over two planes of 5 µs links,
 // plane 1's faster, with a receive window of 8 DSNs, and posts a WRITE of
 // 64 packets. The first 8 data packets arrive and sample the paths' round

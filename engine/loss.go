@@ -42,8 +42,9 @@ func (l *randomLoss) explains(n int) bool {
 	return math.Pow(silent, float64(n)) >= lossExplains
 }
 
-// tailCopies is how many copies on other planes go with a tail probe or a
-// resend at the tail, where nothing new follows that would show its loss:
+// tailCopies is how many copies on other planes go with a tail probe, a
+// resend at the tail, or the DSN holding a full window, where nothing new
+// follows that would show its loss:
 // the fewest, at least one, that make losing every transmission of the DSN
 // no likelier than tailMiss at the connection's rate of random loss, and
 // at most maxTailCopies. Each round of loss found at the tail costs a

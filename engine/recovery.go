@@ -260,8 +260,9 @@ func (p *sendPath) settleMoot() {
 	p.advance()
 }
 
-// copyAtTail sends DSN dsn, sent on path p with nothing new behind it, as
-// many times more as the connection's random loss asks (tailCopies), each
+// copyAtTail sends DSN dsn, sent on path p with nothing new behind it (at
+// the tail, or at the head of a full window), as many times more as the
+// connection's random loss asks (tailCopies), each
 // copy on a path of another plane and the copies on planes of their own
 // while there are enough. A plane's losses come together, from a burst on
 // one of its links or a link failing.
@@ -307,12 +308,14 @@ func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid i
 	return nil
 }
 
-// copyHead sends the oldest DSN not acknowledged once more, on a path of
-// another plane. It does so when half of the receive window waits behind
+// copyHead sends the oldest DSN not acknowledged once more, on paths of
+// other planes, as many times as the connection's random loss asks
+// (tailCopies). It does so when half of the receive window waits behind
 // that DSN and its latest transmission is overdue. A burst can take a
 // packet and its resend together. Lost twice, the DSN would hold the whole
 // connection once the window filled, for as long as its path took to find
-// out. Each transmission is copied at most once.
+// out. Each transmission is copied at most once: a copy is the DSN's
+// latest transmission, which is overdue only later.
 //
 // The transmission is overdue after the margin of a tail probe, once a
 // packet sent after it passed it (passedBy). Its own path finds a loss only
@@ -348,7 +351,10 @@ func (s *sender) copyHead(now clock.Time) {
 		}
 		return
 	}
-	s.copyOnOtherPlane(s.una, r, p, -1, 0, false)
+	// A full window sends nothing new behind the head, as at the tail, so
+	// it gets the tail's copies (docs/cc.md, "Copy of the DSN holding the
+	// window").
+	s.copyAtTail(s.una, r, p, -1, false)
 }
 
 // headMark names one transmission of a DSN, its path and PSN there, and
