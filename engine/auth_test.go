@@ -465,3 +465,51 @@ func TestAuthenticatedKeysEndWithQuarantine(t *testing.T) {
 		t.Error("a packet for a connection out of quarantine was opened with its keys")
 	}
 }
+
+// copyFirstConnect hands the acceptor a copy of the first CONNECT its
+// host sends, from another address, before the CONNECT itself leaves: a
+// party beside the path that saw it.
+type copyFirstConnect struct {
+	link.Port
+	n    *testNet
+	from netip.AddrPort
+	done bool
+}
+
+func (s *copyFirstConnect) Send(batch []link.Datagram) {
+	for _, d := range batch {
+		var pkt proto.Packet
+		if !s.done && pkt.DecodeNoCRC(d.Data) == nil && pkt.Type() == proto.TypeConnect {
+			s.done = true
+			cp := link.Datagram{Src: s.from, Dst: d.Dst, Data: append([]byte(nil), d.Data...)}
+			s.n.hosts[1].ep.Receive(&cp, s.n.sim.Now())
+		}
+	}
+	s.Port.Send(batch)
+}
+
+// In the authenticated mode a CONNECT teaches the acceptor no address:
+// a copy of it sent from elsewhere, arriving first, does not make that
+// address the initiator's. The real CONNECT gets the same ACCEPT, the
+// initiator's protected answer teaches its address on each plane, and
+// the transfer draws no packet dropped as from a wrong source (spec
+// sections 8.1 and 13.3).
+func TestCopiedConnectTeachesNoAddress(t *testing.T) {
+	ic, ac := credentialPair(t, auth.MethodPSK, 0)
+	n := authNet(t, fourPlanes(), Config{Paths: 8}, ic, ac)
+	other := netip.AddrPortFrom(netip.MustParseAddr("203.0.113.66"), proto.DefaultPort)
+	n.hosts[0].ep.port = &copyFirstConnect{Port: n.hosts[0].ep.port, n: n, from: other}
+	pr := n.connect(0, 1)
+	src, dst := n.writeWhole(t, pr, 1<<20)
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatal("data differs")
+	}
+	for p := range 4 {
+		if got := pr.b.RemoteAddr(p); got != netem.Addr(p, 0) {
+			t.Errorf("the acceptor knows the initiator on plane %d as %v, want %v", p, got, netem.Addr(p, 0))
+		}
+	}
+	if w := n.hosts[1].ep.Stats().WrongSource; w != 0 {
+		t.Errorf("%d packets of the initiator dropped as from a wrong source", w)
+	}
+}

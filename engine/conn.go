@@ -78,11 +78,19 @@ type Conn struct {
 	hsTimer    clock.Timer // resends the CONNECT or ACCEPT until hsDeadline
 	hsInterval time.Duration
 	hsDeadline clock.Time
-	token      *[proto.TokenLen]byte // the last RETRY's token, which the CONNECT carries (spec section 8.1)
-	retries    int                   // RETRYs taken in this connect attempt
-	hsSends    int                   // CONNECTs or ACCEPTs sent
-	hsSentAt   clock.Time            // when the last of them went
-	hsRTT      time.Duration         // the handshake's round trip, when one CONNECT or ACCEPT was sent
+	hsPlane    int        // where the next CONNECT goes, or where the last CONNECT came from (spec section 8.1)
+	hsReply    netip.Addr // the acceptor's: the source of the last CONNECT, where its ACCEPT goes
+	// The acceptor's: the first CONNECT's source and plane, whose resends
+	// are answered before any token is looked at (spec section 8.1).
+	acceptedFrom netip.Addr
+	acceptedOn   int
+	token        *[proto.TokenLen]byte // the last RETRY's token, which the CONNECT carries on tokenPlane (spec section 8.1)
+	tokenPlane   int                   // the plane the last RETRY came on, whose address its token is bound to
+	hsStay       int                   // resends still to go on hsPlane before the next plane's turn
+	retries      int                   // RETRYs taken in this connect attempt
+	hsSends      int                   // CONNECTs or ACCEPTs sent
+	hsSentAt     clock.Time            // when the last of them went
+	hsRTT        time.Duration         // the handshake's round trip, when one CONNECT or ACCEPT was sent
 }
 
 // ID is the connection's local id, the DstConnID its peer sends to.
@@ -214,6 +222,12 @@ func (c *Conn) build(pkt *proto.Packet, t proto.Type, records, payload int) {
 
 // emit seals a packet and queues it on plane from source port srcPort.
 func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
+	c.emitTo(pkt, plane, srcPort, c.remote[plane])
+}
+
+// emitTo is emit to the peer's address dst on plane, which an ACCEPT
+// answering a CONNECT on a plane not yet known needs (sendHandshake).
+func (c *Conn) emitTo(pkt *proto.Packet, plane int, srcPort uint16, dst netip.Addr) {
 	data := c.seal(pkt)
 	if data == nil {
 		return
@@ -225,7 +239,7 @@ func (c *Conn) emit(pkt *proto.Packet, plane int, srcPort uint16) {
 	}
 	c.ep.send(link.Datagram{
 		Src:  netip.AddrPortFrom(c.ep.cfg.Planes[plane], srcPort),
-		Dst:  netip.AddrPortFrom(c.remote[plane], c.peerPort),
+		Dst:  netip.AddrPortFrom(dst, c.peerPort),
 		ECN:  ecn,
 		DSCP: proto.DefaultDSCP(t),
 		Data: data,
@@ -278,7 +292,7 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	}
 	switch t := pkt.Type(); {
 	case t == proto.TypeAccept:
-		c.onAccept(pkt)
+		c.onAccept(pkt, plane)
 		return
 	case t == proto.TypeClose:
 		c.onClose(pkt, plane)

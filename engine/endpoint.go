@@ -41,7 +41,7 @@ type Endpoint struct {
 	marks     inboundMarks               // the share of arrivals CE-marked, and what the hints hold back for it (inbound.go)
 	listener  func(*Conn) (Events, bool) // nil when not listening
 	listenPD  *memreg.Domain
-	accepted  map[acceptKey]*Conn // CONNECTs answered, by source address and initiator's id
+	accepted  map[acceptKey]*Conn // CONNECTs answered, by the initiator's id and initial sequence numbers
 	accepting int                 // connections accepted and not yet established
 	closed    map[uint32]*closedConn
 	closedKey map[acceptKey]clock.Time

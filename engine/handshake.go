@@ -19,16 +19,29 @@ import (
 // onConnect answers a CONNECT (spec section 8.1).
 func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 	h := pkt.Handshake()
-	key := acceptKey{d.Src.Addr(), h.SrcConnID()}
-	if c := e.accepted[key]; c != nil {
+	key := acceptKey{h.SrcConnID(), h.InitialPSN(), h.InitialDSN()}
+	c := e.accepted[key]
+	if c != nil {
 		if hello, ok := pkt.AuthHello(); c.response != nil && (!ok || !c.response.Same(hello)) {
 			e.stats.BadHandshakes++ // a resent CONNECT repeats its key exchange (spec section 13.3)
 			return
 		}
-		c.sendHandshake() // a resent CONNECT gets the same ACCEPT
-		return
-	}
-	if until, ok := e.closedKey[key]; ok && e.clock.Now() < until {
+		if p := c.resendPlane(d.Src.Addr(), plane); p >= 0 {
+			c.hsPlane, c.hsReply = p, d.Src.Addr()
+			c.sendHandshake() // a resent CONNECT gets the same ACCEPT
+			return
+		}
+		if c.state != Accepting {
+			e.stats.WrongSource++ // none of the addresses the connection learned
+			return
+		}
+		// A resend from another address while the connection is
+		// half-open: another plane of the initiator's, where its first
+		// CONNECT or that one's ACCEPT was lost, or a copy sent from
+		// elsewhere. It is checked as a new CONNECT would be, its token
+		// under pressure, and answered with the same ACCEPT; it teaches
+		// no address (spec section 8.1).
+	} else if until, ok := e.closedKey[key]; ok && e.clock.Now() < until {
 		e.stats.Quarantined++ // a late copy of the CONNECT of a connection now closed
 		return
 	}
@@ -72,6 +85,11 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		e.sendRetry(plane, netip.AddrPortFrom(d.Src.Addr(), h.ReplyPort()), h.SrcConnID(), e.makeToken(d.Src.Addr(), h))
 		return
 	}
+	if c != nil {
+		c.hsPlane, c.hsReply = plane, d.Src.Addr()
+		c.sendHandshake()
+		return
+	}
 	if e.accepting >= e.cfg.MaxAccepting {
 		// A flood of CONNECTs, forged perhaps, must not grow state without
 		// bound. Beyond the cap they are refused, before any key exchange
@@ -88,8 +106,12 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 		reply(proto.CloseParams, refuse)
 		return
 	}
-	c := e.newConn(e.listenPD, nil, false)
-	c.setRemote(plane, d.Src.Addr())
+	// The CONNECT teaches no address: anyone who saw it can send it from
+	// elsewhere. The ACCEPT goes to its source, and the initiator's
+	// answer to it teaches the planes (spec sections 8.1 and 13.3).
+	c = e.newConn(e.listenPD, nil, false)
+	c.hsPlane, c.hsReply = plane, d.Src.Addr()
+	c.acceptedFrom, c.acceptedOn = d.Src.Addr(), plane
 	c.peerPort = h.ReplyPort()
 	c.peerID = h.SrcConnID()
 	c.acceptKey = key
@@ -115,9 +137,11 @@ func (e *Endpoint) onConnect(pkt *proto.Packet, d *link.Datagram, plane int) {
 	c.hsTimer.Reset(c.hsDeadline)
 }
 
+// acceptKey recognizes a resent CONNECT: the initiator's id and initial
+// sequence numbers, which every resend repeats on whichever plane it goes,
+// 96 random bits that an off-path host cannot guess (spec section 8.1).
 type acceptKey struct {
-	src netip.Addr
-	id  uint32
+	id, isn, idsn uint32
 }
 
 // sendRetry answers a CONNECT with a RETRY carrying tok, to dst, the
@@ -298,6 +322,7 @@ func (c *Conn) negotiate(h proto.HandshakeHeader, paths, streams int) {
 func (c *Conn) startHandshake() {
 	c.state = Connecting
 	c.hsDeadline = c.ep.clock.Now().Add(c.ep.cfg.ConnectTimeout)
+	c.hsPlane = c.nextPlane(len(c.remote) - 1) // the lowest plane up
 	c.sendHandshake()
 	c.armHandshakeTimer(handshakeRetry)
 }
@@ -323,6 +348,16 @@ func (c *Conn) onHandshakeTimer() {
 	if c.state == Accepting {
 		return // an acceptor answers CONNECTs and sends nothing of its own
 	}
+	// Each resend goes on the next plane in turn, so that a plane that
+	// failed, or whose acceptor address is wrong, delays the connection
+	// by one interval and stops none. A RETRY showed that its plane
+	// carries both ways, and its token holds there alone: the next
+	// resend stays on its plane (spec section 8.1).
+	if c.hsStay > 0 {
+		c.hsStay--
+	} else {
+		c.hsPlane = c.nextPlane(c.hsPlane)
+	}
 	c.sendHandshake()
 	// The interval stops doubling at handshakeMaxGap, so that a connect
 	// timeout longer than the default buys resends, not only longer waits
@@ -332,8 +367,10 @@ func (c *Conn) onHandshakeTimer() {
 	c.ep.flush()
 }
 
-// sendHandshake sends this side's CONNECT or ACCEPT. A CONNECT carries the
-// token of the last RETRY taken, if any (spec section 8.1).
+// sendHandshake sends this side's CONNECT or ACCEPT on hsPlane. A CONNECT
+// carries the token of the last RETRY taken, if any, on the plane that
+// RETRY came on: the token holds for the initiator's address there alone
+// (spec section 8.1).
 func (c *Conn) sendHandshake() {
 	cfg := &c.ep.cfg
 	t, dst := proto.TypeConnect, uint32(0)
@@ -345,8 +382,9 @@ func (c *Conn) sendHandshake() {
 	if c.ep.authed() {
 		hello = proto.AuthHelloLen
 	}
+	token := c.token != nil && c.tokenPlane == c.hsPlane
 	payload := hello
-	if c.token != nil {
+	if token {
 		payload += proto.TokenLen
 	}
 	if !c.initiator {
@@ -359,7 +397,7 @@ func (c *Conn) sendHandshake() {
 	}
 	var pkt proto.Packet
 	c.build(&pkt, t, 0, payload)
-	if c.token != nil && c.initiator {
+	if token && c.initiator {
 		copy(pkt.Payload[hello:], c.token[:])
 	}
 	pkt.Common.SetDstConnID(dst)
@@ -396,9 +434,49 @@ func (c *Conn) sendHandshake() {
 			return
 		}
 	}
-	c.emit(&pkt, c.firstPlane(), c.ep.cfg.SourcePorts[0])
+	to := c.remote[c.hsPlane]
+	if !c.initiator {
+		to = c.hsReply
+	}
+	c.emitTo(&pkt, c.hsPlane, c.ep.cfg.SourcePorts[0], to)
 	c.hsSends++
 	c.hsSentAt = c.ep.clock.Now()
+}
+
+// resendPlane is where the ACCEPT that answers a CONNECT resent from src,
+// arriving on plane arrival, goes: a plane whose peer address is src, the
+// plane of arrival first (planes may share a local address, as on
+// loopback, and then their packets all seem to arrive on the first), or
+// the plane of the first CONNECT if it came from src. It is -1 for any
+// other source.
+func (c *Conn) resendPlane(src netip.Addr, arrival int) int {
+	if c.knows(arrival) && c.remote[arrival] == src {
+		return arrival
+	}
+	for p, a := range c.remote {
+		if c.knows(p) && a == src {
+			return p
+		}
+	}
+	if src == c.acceptedFrom {
+		return c.acceptedOn
+	}
+	return -1
+}
+
+// nextPlane is the first plane after p, in turn, whose peer address is
+// known and which this host does not see down; else the first after p
+// whose address is known; else p.
+func (c *Conn) nextPlane(p int) int {
+	n := len(c.remote)
+	for _, up := range [2]bool{true, false} {
+		for i := 1; i <= n; i++ {
+			if q := (p + i) % n; c.knows(q) && (!up || !c.ep.down[q]) {
+				return q
+			}
+		}
+	}
+	return p
 }
 
 // firstPlane is the lowest plane whose peer address is known.
@@ -428,12 +506,13 @@ func (c *Conn) onRetry(pkt *proto.Packet, d *link.Datagram, plane int) {
 	c.retries++
 	c.ep.stats.RetriesTaken++
 	tok := pkt.Retry().Token()
-	c.token = &tok
+	c.token, c.tokenPlane, c.hsPlane, c.hsStay = &tok, plane, plane, 1
 	c.sendHandshake()
 }
 
-// onAccept completes the initiator's handshake.
-func (c *Conn) onAccept(pkt *proto.Packet) {
+// onAccept completes the initiator's handshake, with an ACCEPT that came
+// on plane, where a refusal of its values goes back.
+func (c *Conn) onAccept(pkt *proto.Packet, plane int) {
 	if !c.initiator {
 		c.ep.stats.Malformed++
 		return
@@ -442,7 +521,7 @@ func (c *Conn) onAccept(pkt *proto.Packet) {
 	if c.state == Connecting {
 		if off, ok := acceptable(h, &c.ep.cfg); !ok {
 			c.peerID = h.SrcConnID()
-			c.ep.sendClose(c.firstPlane(), netip.AddrPortFrom(c.remote[c.firstPlane()], c.peerPort), h.SrcConnID(), proto.CloseParams, uint32(off), c.session)
+			c.ep.sendClose(plane, netip.AddrPortFrom(c.remote[plane], c.peerPort), h.SrcConnID(), proto.CloseParams, uint32(off), c.session)
 			c.fail(&RemoteError{Reason: proto.CloseParams}, StatusFlushed, false)
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -561,4 +562,115 @@ func writeOverFourPlanes(t *testing.T, faults []netem.Fault, cfg Config, size in
 	dst = pr.hb.region(t, size, 0, memreg.LocalWrite|memreg.RemoteWrite)
 	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, uint32(size)}, RKey: dst.Key()})
 	return n, pr, src, dst
+}
+
+// TestConnectsWithPlaneZeroDown opens a connection while its first plane
+// is down or drops everything. A plane the host sees down is passed over
+// at once. One that drops everything takes the first CONNECT; the resend
+// goes on the next plane, its ACCEPT comes back there, and the connection
+// opens one resend interval late. Either way it carries a WRITE over the
+// other planes (spec section 8.1). A handshake held to the first plane
+// never opened. In the authenticated mode too, where the acceptor learns
+// the initiator's address on plane 1 from its protected answer to the
+// ACCEPT, not from the CONNECT.
+func TestConnectsWithPlaneZeroDown(t *testing.T) {
+	for _, authed := range []bool{false, true} {
+		for _, kind := range []netem.FaultKind{netem.PlaneDown, netem.PlaneBlackhole} {
+			t.Run(fmt.Sprint(kind, " authenticated ", authed), func(t *testing.T) {
+				connectWithPlaneZeroDown(t, kind, authed)
+			})
+		}
+	}
+}
+
+// connectWithPlaneZeroDown is one case of TestConnectsWithPlaneZeroDown:
+// plane 0 failed as kind from the start, in the authenticated mode or not.
+func connectWithPlaneZeroDown(t *testing.T, kind netem.FaultKind, authed bool) {
+	fc := fourPlanes()
+	fc.Faults = []netem.Fault{{At: 0, Kind: kind, Plane: 0}}
+	cfg := Config{Paths: 8, ConnectTimeout: time.Second}
+	var n *testNet
+	if authed {
+		ic, ac := credentialPair(t, auth.MethodPSK, 0)
+		n = authNet(t, fc, cfg, ic, ac)
+	} else {
+		n = newNet(t, fc, cfg)
+	}
+	n.sim.RunFor(time.Microsecond) // the hosts hear of the fault
+	pr := n.connect(0, 1)
+	// A plane the host sees down is not tried; one that drops everything
+	// costs one resend interval.
+	wait := handshakeRetry
+	if kind == netem.PlaneDown {
+		wait = 0
+	}
+	if at := time.Duration(n.sim.Now()); at < wait || at > wait+time.Millisecond {
+		t.Errorf("established at %v, want %v after the first CONNECT and a round trip", at, wait)
+	}
+	if pr.b.RemoteAddr(1) != netem.Addr(1, 0) {
+		t.Errorf("the acceptor knows the initiator on plane 1 as %v, want %v", pr.b.RemoteAddr(1), netem.Addr(1, 0))
+	}
+	src, dst := n.writeWhole(t, pr, 1<<20)
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatal("data differs")
+	}
+}
+
+// TestConnectResentOnAnotherPlaneIsOneAttempt loses the acceptor's first
+// ACCEPT. The CONNECT's resend goes on the next plane, from another
+// address, and the acceptor knows it by its id and initial sequence
+// numbers: it answers with the same ACCEPT, on that plane, and opens no
+// second connection (spec section 8.1).
+func TestConnectResentOnAnotherPlaneIsOneAttempt(t *testing.T) {
+	n := newNet(t, fourPlanes(), Config{Paths: 8})
+	n.hosts[1].ep.port = &dropPort{Port: n.fab.Host(1), match: func(p *proto.Packet) bool { return p.Type() == proto.TypeAccept }, limit: 1}
+	accepts := n.capture(1)
+	connects := n.capture(0)
+	pr := n.connect(0, 1)
+	cs, as := connects.of(proto.TypeConnect), accepts.of(proto.TypeAccept)
+	if len(cs) != 2 || cs[0].dst.Addr() != netem.Addr(0, 1) || cs[1].dst.Addr() != netem.Addr(1, 1) {
+		var to []netip.Addr
+		for _, c := range cs {
+			to = append(to, c.dst.Addr())
+		}
+		t.Fatalf("CONNECTs to %v, want 2: the first to plane 0 (%v), the resend to plane 1 (%v)", to, netem.Addr(0, 1), netem.Addr(1, 1))
+	}
+	if len(as) != 2 || as[1].dst.Addr() != netem.Addr(1, 0) || as[0].pkt.Handshake().SrcConnID() != as[1].pkt.Handshake().SrcConnID() {
+		t.Fatalf("%d ACCEPTs, want the same two, the second to the initiator's plane 1", len(as))
+	}
+	if got := len(n.hosts[1].ep.conns); got != 1 || n.hosts[1].ep.accepting != 0 || pr.b.ID() != as[1].pkt.Handshake().SrcConnID() {
+		t.Fatalf("the acceptor has %d connections, %d half-open; want one, established", got, n.hosts[1].ep.accepting)
+	}
+	src, dst := n.writeWhole(t, pr, 1<<20)
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatal("data differs")
+	}
+}
+
+// TestSharedLocalAddressAcceptLost loses the first ACCEPT of an acceptor
+// whose four planes share one local address, as on loopback. Every packet
+// then seems to arrive on its first plane, the resent CONNECT on plane 1
+// too, from the initiator's plane-1 address: it is answered there, and
+// the connection opens one resend interval late, with nothing dropped as
+// from a wrong source.
+func TestSharedLocalAddressAcceptLost(t *testing.T) {
+	n := newNet(t, fourPlanes(), Config{Paths: 4, Streams: 1})
+	local := netem.Addr(0, 1)
+	wrap := &oneLocalAddress{Port: n.fab.Host(1), host: 1, local: local}
+	ep, err := NewEndpoint(Config{Planes: []netip.Addr{local, local, local, local}, Paths: 4, Streams: 1, Random: seeded(7)}, n.sim, wrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrap.ep = ep
+	n.fab.Host(1).Attach(wrap)
+	n.hosts[1].ep = ep
+	ep.port = &dropPort{Port: wrap, match: func(p *proto.Packet) bool { return p.Type() == proto.TypeAccept }, limit: 1}
+	pr := n.connect(0, 1)
+	if at := time.Duration(n.sim.Now()); at > handshakeRetry+time.Millisecond {
+		t.Errorf("established at %v, want one resend interval (%v) after the first CONNECT", at, handshakeRetry)
+	}
+	n.writeWhole(t, pr, 1<<20)
+	if w := ep.Stats().WrongSource; w != 0 {
+		t.Errorf("%d packets of the initiator dropped as from a wrong source", w)
+	}
 }

@@ -236,7 +236,11 @@ func (e *Endpoint) forget(c *Conn, tell bool, reason proto.CloseReason, detail u
 		}
 	}
 	p := c.firstPlane()
-	cc := &closedConn{peerID: c.peerID, plane: p, dst: netip.AddrPortFrom(c.remote[p], c.peerPort),
+	to := c.remote[p]
+	if !c.knows(p) && !c.initiator {
+		p, to = c.hsPlane, c.hsReply // half-open, it knows no plane yet: where its ACCEPTs went
+	}
+	cc := &closedConn{peerID: c.peerID, plane: p, dst: netip.AddrPortFrom(to, c.peerPort),
 		reason: reason, detail: detail, done: !tell || c.peerID == 0, expires: now.Add(2 * e.cfg.MPL),
 		session: c.session}
 	e.closed[c.localID] = cc

@@ -3,7 +3,9 @@ package engine
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,7 +66,10 @@ func (n *testNet) capture(h int) *capturePort {
 
 // connectFrom hands host h's endpoint a CONNECT with SrcConnID id from
 // src, to the default port, with token as its payload when it is not nil.
-// It returns the CONNECT's length.
+// Its initial PSN and DSN are src's address and port, so that CONNECTs
+// from two sources are two attempts, as their random values would make
+// them, and one sent again from the same source is a resend. It returns
+// the CONNECT's length.
 func connectFrom(n *testNet, h int, src netip.AddrPort, id uint32, token *[proto.TokenLen]byte) int {
 	payload := 0
 	if token != nil {
@@ -76,6 +81,8 @@ func connectFrom(n *testNet, h int, src netip.AddrPort, id uint32, token *[proto
 	}
 	hs := pkt.Handshake()
 	hs.SetSrcConnID(id)
+	hs.SetInitialPSN(binary.BigEndian.Uint32(src.Addr().AsSlice()[len(src.Addr().AsSlice())-4:]))
+	hs.SetInitialDSN(uint32(src.Port()))
 	hs.SetDSNWindow(64)
 	hs.SetMaxPacket(4160)
 	hs.SetPaths(1)
@@ -545,5 +552,97 @@ func fuzzConnectTokens(t *testing.T, program []byte) {
 					before, src, id, token, is, ok)
 			}
 		}
+	}
+}
+
+// After a RETRY the CONNECT's next resend stays on the RETRY's plane,
+// which carried both ways and where its token holds; the one after goes
+// on the next plane, without the token, which holds for the other
+// address alone (spec section 8.1). The first CONNECT, on plane 0, is
+// lost; the one on plane 1 draws a RETRY; the ACCEPTs of the two CONNECTs
+// with its token are lost; the one on plane 2 draws a RETRY of its own,
+// and its token's CONNECT is answered with the same ACCEPT.
+func TestResendsStayOnTheRetrysPlane(t *testing.T) {
+	n := newNet(t, fourPlanes(), Config{MaxAccepting: 8, RetryAt: 4, ConnectTimeout: 5 * time.Second})
+	b := n.hosts[1].ep
+	b.Listen(n.hosts[1].pd, func(*Conn) (Events, bool) { return &recorder{}, true })
+	fillHalfOpen(n, 1, 4)
+	b.port = &dropPort{Port: b.port, match: func(p *proto.Packet) bool { return p.Type() == proto.TypeAccept }, limit: 2}
+	n.hosts[0].ep.port = &dropPort{Port: n.hosts[0].ep.port, match: func(p *proto.Packet) bool { return p.Type() == proto.TypeConnect }, limit: 1}
+	ca := n.capture(0)
+	pr := n.connect(0, 1)
+	if st := b.Stats(); st.RetriesSent != 2 || st.BadTokens != 0 {
+		t.Fatalf("acceptor: %d RETRYs sent, %d bad tokens; want 2 and none", st.RetriesSent, st.BadTokens)
+	}
+	type connect struct {
+		plane int
+		token bool
+	}
+	want := []connect{{0, false}, {1, false}, {1, true}, {1, true}, {2, false}, {2, true}}
+	var got []connect
+	for _, c := range ca.of(proto.TypeConnect) {
+		got = append(got, connect{int(c.dst.Addr().As4()[1]), len(c.pkt.Payload) == proto.TokenLen}) // netem.Addr's plane byte
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("CONNECTs (plane, with a token) %v, want %v", got, want)
+	}
+	if len(b.conns) != 5 || pr.b.acceptedOn != 1 {
+		t.Fatalf("%d connections at the acceptor (4 forged), accepted on plane %d; want 5, plane 1", len(b.conns), pr.b.acceptedOn)
+	}
+}
+
+// A copy of a CONNECT already accepted, sent from elsewhere, is no new
+// attempt and no free ACCEPT: while the connection is half-open and the
+// acceptor under pressure, each copy from an address that is not the
+// first CONNECT's draws one RETRY, as a new CONNECT would, and no state;
+// once it is established, a copy from an address it did not learn draws
+// nothing, counted (spec section 8.1).
+func TestCopiedConnectDrawsNoAccept(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{MaxAccepting: 8, RetryAt: 4})
+	e := n.hosts[1].ep
+	e.Listen(n.hosts[1].pd, func(*Conn) (Events, bool) { return &recorder{}, true })
+	home := netip.AddrPortFrom(netip.MustParseAddr("198.18.0.1"), 4797)
+	connectFrom(n, 1, home, 777, nil)
+	for i := range 3 {
+		connectFrom(n, 1, forgedSource(i), uint32(5000+i), nil)
+	}
+	c := e.accepted[acceptKey{777, binary.BigEndian.Uint32(home.Addr().AsSlice()), uint32(home.Port())}]
+	if c == nil {
+		t.Fatal("the first CONNECT was not accepted")
+	}
+	copyFrom := func(i int) {
+		var pkt proto.Packet
+		if err := proto.Build(&pkt, make([]byte, 512), proto.TypeConnect, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		hs := pkt.Handshake()
+		hs.SetSrcConnID(777)
+		hs.SetInitialPSN(binary.BigEndian.Uint32(home.Addr().AsSlice()))
+		hs.SetInitialDSN(uint32(home.Port()))
+		hs.SetDSNWindow(64)
+		hs.SetMaxPacket(4160)
+		hs.SetPaths(1)
+		hs.SetStreams(1)
+		hs.SetReplyPort(home.Port())
+		hs.SetInboundCapacity(proto.CapacityUnknown)
+		d := link.Datagram{Src: netip.AddrPortFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), 4797), Dst: netip.AddrPortFrom(netem.Addr(1, 1), proto.DefaultPort), Data: pkt.Seal()}
+		e.Receive(&d, n.sim.Now())
+	}
+	cp := n.capture(1)
+	for i := range 20 {
+		copyFrom(i)
+	}
+	if accepts, retries := len(cp.of(proto.TypeAccept)), len(cp.of(proto.TypeRetry)); accepts != 0 || retries != 20 || e.accepting != 4 || len(e.conns) != 4 {
+		t.Fatalf("20 copies half-open: %d ACCEPTs, %d RETRYs, %d half-open, %d connections; want 0, 20, 4, 4", accepts, retries, e.accepting, len(e.conns))
+	}
+	connectFrom(n, 1, home, 777, nil) // the initiator's own resend, before any token is looked at
+	if accepts := len(cp.of(proto.TypeAccept)); accepts != 1 {
+		t.Fatalf("the resend from the first CONNECT's address: %d ACCEPTs, want 1", accepts)
+	}
+	c.establish()
+	wrong := e.Stats().WrongSource
+	copyFrom(99)
+	if accepts, retries := len(cp.of(proto.TypeAccept)), len(cp.of(proto.TypeRetry)); accepts != 1 || retries != 20 || e.Stats().WrongSource != wrong+1 {
+		t.Fatalf("a copy once established: %d ACCEPTs, %d RETRYs, WrongSource %d -> %d; want none more, counted", accepts, retries, wrong, e.Stats().WrongSource)
 	}
 }
