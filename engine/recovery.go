@@ -459,30 +459,63 @@ func (s *sender) probeOverdue(now clock.Time) {
 // path's own ACK records find its losses. Only where the receiver is the
 // bottleneck: every path meets in its queue, where a later packet does not
 // pass an earlier one, while routes that queue differently reorder more
-// than the window allows. A packet of an earlier epoch is left to the
-// timeout, as its ACK records leave it (spec section 6.3), and one whose
-// DSN another transmission delivered is settled, not lost (settleMoot).
+// than the window allows.
 func (s *sender) lostOvertaken(now clock.Time) {
 	for _, p := range s.paths {
-		found := false
-		for p.oldest != p.next {
-			psn := p.oldest
-			r := p.slot(psn)
-			if r.psn != psn || r.resolved || !r.first || proto.SeqLess(psn, p.EpochStart(p.Epoch())) || !p.overtook(r.sentAt) {
-				break
-			}
-			if d := s.record(r.dsn); d == nil || d.acked {
-				r.resolved = true
-				p.released(r)
-			} else {
-				p.resolveLost(r, psn, LossOvertaken)
-			}
-			p.advance()
-			found = true
+		p.declareOvertaken(now, true)
+	}
+}
+
+// lostAtTail declares lost, at the tail of a transfer, the packets of each
+// path that sent a tail probe and that a transmission sent later on
+// another path overtook (overtook): the probe and what it was to report
+// were lost together, as when a burst on the path's plane takes them.
+// Before the tail a path's own later packets find its losses, and at the
+// tail a copy of its probe went on another plane, so that the copy's
+// answer overtaking the probe is that evidence; the path's timeout would
+// find them a retransmission timeout after the probe (docs/cc.md, "The
+// tail, across paths").
+func (s *sender) lostAtTail(now clock.Time) {
+	if s.unsent != 0 || tailOvertakenOff {
+		return
+	}
+	for _, p := range s.paths {
+		if p.probed && p.inflight > 0 {
+			p.declareOvertaken(now, false)
 		}
-		if found {
-			p.armTimer(now)
+	}
+}
+
+// tailOvertakenOff turns lostAtTail off, for the tests that compare with
+// it or need a path's timeout at the tail.
+var tailOvertakenOff bool
+
+// declareOvertaken declares lost the path's oldest packets in flight that
+// a later transmission overtook (overtook), up to the first that none did;
+// of its first window only if first. A packet of an earlier epoch is left
+// to the timeout, as its ACK records leave it (spec section 6.3), and one
+// whose DSN another transmission delivered is settled, not lost
+// (settleMoot).
+func (p *sendPath) declareOvertaken(now clock.Time, first bool) {
+	s := p.s
+	found := false
+	for p.oldest != p.next {
+		psn := p.oldest
+		r := p.slot(psn)
+		if r.psn != psn || r.resolved || first && !r.first || proto.SeqLess(psn, p.EpochStart(p.Epoch())) || !p.overtook(r.sentAt) {
+			break
 		}
+		if d := s.record(r.dsn); d == nil || d.acked {
+			r.resolved = true
+			p.released(r)
+		} else {
+			p.resolveLost(r, psn, LossOvertaken)
+		}
+		p.advance()
+		found = true
+	}
+	if found {
+		p.armTimer(now)
 	}
 }
 

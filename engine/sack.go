@@ -58,6 +58,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		}
 		s.probeOvertaken(at)
 	}
+	if s.newestAcked > 0 {
+		s.lostAtTail(at)
+	}
 	if s.newestAcked > 0 || lower {
 		s.probeOverdue(at) // also after a fall of the hint, since the timers were just armed from now
 	}

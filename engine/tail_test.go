@@ -400,6 +400,45 @@ func TestTailProbeCarriesNewData(t *testing.T) {
 // stayed quiet, with nothing to answer, and the path's packets stayed in
 // flight for ever.
 func TestTailOnADeadPathIsResent(t *testing.T) {
+	tailOvertakenOff = true // else the probe's copy finds the path's packets lost first (lostAtTail)
+	defer func() { tailOvertakenOff = false }()
+	took, st, onPath1 := deadPathAtTail(t)
+	t.Logf("took %v: %d resent, %d tail probes, %d copies, %d timeouts", took, st.Retransmits, st.TailProbes, st.Copies, st.Timeouts)
+	if onPath1 <= 29 {
+		t.Fatalf("%d data packets on path 1: the dead path tests nothing", onPath1)
+	}
+	if st.Timeouts != 1 {
+		t.Errorf("%d timeouts; want 1, whose resend the peer answers", st.Timeouts)
+	}
+	// The path's timeout comes within RTOMin, 50 µs, of its tail probe,
+	// and its first probe after it within BadProbeMax.
+	if limit := 100*time.Microsecond + 200*time.Microsecond; took > limit {
+		t.Errorf("the WRITE took %v; want at most %v", took, limit)
+	}
+}
+
+// TestTailOvertakenOnAnotherPath runs TestTailOnADeadPathIsResent's WRITE,
+// whose path 1 dies at its tail, its tail probe lost with its last
+// packets. The probe's copy on plane 0 arrives, and the ACK that reports
+// it declares path 1's packets lost, sent long before it (lostAtTail):
+// they are resent then, with no timeout, and the WRITE completes sooner
+// than where the path's timeout finds them.
+func TestTailOvertakenOnAnotherPath(t *testing.T) {
+	took, st, _ := deadPathAtTail(t)
+	tailOvertakenOff = true
+	defer func() { tailOvertakenOff = false }()
+	slow, _, _ := deadPathAtTail(t)
+	t.Logf("took %v, %v without the rule: %d resent, %d tail probes, %d copies, %d timeouts", took, slow, st.Retransmits, st.TailProbes, st.Copies, st.Timeouts)
+	if st.Timeouts != 0 || took > slow-40*time.Microsecond {
+		t.Errorf("%d timeouts, the WRITE took %v (%v without the rule); want none, and at least 40us less", st.Timeouts, took, slow)
+	}
+}
+
+// deadPathAtTail WRITEs 64 packets over two paths on two planes, where
+// path 1 carries nothing, data or PROBE, after its 28th data packet. It
+// returns how long the WRITE took, the sender's counters, and how many
+// data packets path 1 sent.
+func deadPathAtTail(t *testing.T) (time.Duration, SenderStats, int) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
 	onPath1 := 0
 	drop := func(d *link.Datagram) bool {
@@ -417,16 +456,5 @@ func TestTailOnADeadPathIsResent(t *testing.T) {
 		return false
 	}
 	took, st := n.write(t, 64, drop, nil)
-	t.Logf("took %v: %d resent, %d tail probes, %d copies, %d timeouts", took, st.Retransmits, st.TailProbes, st.Copies, st.Timeouts)
-	if onPath1 <= 29 {
-		t.Fatalf("%d data packets on path 1: the dead path tests nothing", onPath1)
-	}
-	if st.Timeouts != 1 {
-		t.Errorf("%d timeouts; want 1, whose resend the peer answers", st.Timeouts)
-	}
-	// The path's timeout comes within RTOMin, 50 µs, of its tail probe,
-	// and its first probe after it within BadProbeMax.
-	if limit := 100*time.Microsecond + 200*time.Microsecond; took > limit {
-		t.Errorf("the WRITE took %v; want at most %v", took, limit)
-	}
+	return took, st, onPath1
 }
