@@ -71,15 +71,8 @@ func TestResendGoesToAnotherPlane(t *testing.T) {
 // transmission. It is not copied before, nor on a closed connection.
 func TestHeadOfWindowCopied(t *testing.T) {
 	n := twoPlanes(t, Config{Paths: 4, Streams: 1, DSNWindow: 8}, 10*time.Microsecond)
-	pr := n.connect(0, 1)
-	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
-		return proto.Type(d.Data[1]).IsData() // nothing arrives, so the window fills and stays full
-	}}
-	pr.postWrite(t, 64)
+	pr := fullWindow(t, n)
 	s := pr.a.snd
-	if !n.run(time.Millisecond, func() bool { return s.nextDSN-s.una == s.window }) {
-		t.Fatalf("the window did not fill: %d of %d", s.nextDSN-s.una, s.window)
-	}
 	head := s.record(s.una)
 	first := s.paths[head.path]
 	now := n.sim.Now()
@@ -108,15 +101,8 @@ func TestHeadOfWindowCopied(t *testing.T) {
 // window").
 func TestHeadCopiesFollowTheLoss(t *testing.T) {
 	n := newNet(t, fourPlanes(), Config{Paths: 8, Streams: 1, DSNWindow: 8})
-	pr := n.connect(0, 1)
-	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
-		return proto.Type(d.Data[1]).IsData() // nothing arrives, so the window fills and stays full
-	}}
-	pr.postWrite(t, 64)
+	pr := fullWindow(t, n)
 	s := pr.a.snd
-	if !n.run(time.Millisecond, func() bool { return s.nextDSN-s.una == s.window }) {
-		t.Fatalf("the window did not fill: %d of %d", s.nextDSN-s.una, s.window)
-	}
 	s.loss = randomLoss{rate: 0.33, verdicts: lossMemory}
 	if s.loss.tailCopies() != maxTailCopies {
 		t.Fatalf("a loss of a third asks for %d copies; the test needs %d", s.loss.tailCopies(), maxTailCopies)
@@ -135,6 +121,22 @@ func TestHeadCopiesFollowTheLoss(t *testing.T) {
 		t.Errorf("%d copies of the head, on planes %v (the head's latest on plane %d); want %d, each on a plane of its own other than the head's",
 			s.stats.Copies, planes, first.Plane(), maxTailCopies)
 	}
+}
+
+// fullWindow connects host 0 to host 1 and posts a WRITE of 64 packets,
+// of which none arrives, so that the receive window fills and stays full.
+func fullWindow(t *testing.T, n *testNet) *pair {
+	t.Helper()
+	pr := n.connect(0, 1)
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		return proto.Type(d.Data[1]).IsData()
+	}}
+	pr.postWrite(t, 64)
+	s := pr.a.snd
+	if !n.run(time.Millisecond, func() bool { return s.nextDSN-s.una == s.window }) {
+		t.Fatalf("the window did not fill: %d of %d", s.nextDSN-s.una, s.window)
+	}
+	return pr
 }
 
 // headStarved connects host 0 to host 1 over two planes of 5 µs links,

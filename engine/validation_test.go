@@ -66,11 +66,19 @@ func (n *testNet) capture(h int) *capturePort {
 
 // connectFrom hands host h's endpoint a CONNECT with SrcConnID id from
 // src, to the default port, with token as its payload when it is not nil.
-// Its initial PSN and DSN are src's address and port, so that CONNECTs
-// from two sources are two attempts, as their random values would make
-// them, and one sent again from the same source is a resend. It returns
-// the CONNECT's length.
+// It returns the CONNECT's length.
 func connectFrom(n *testNet, h int, src netip.AddrPort, id uint32, token *[proto.TokenLen]byte) int {
+	data := connectBytes(n, src, id, token)
+	d := link.Datagram{Src: src, Dst: netip.AddrPortFrom(netem.Addr(0, h), proto.DefaultPort), Data: data}
+	n.hosts[h].ep.Receive(&d, n.sim.Now())
+	return len(data)
+}
+
+// connectBytes is connectFrom's CONNECT. Its initial PSN and DSN are
+// src's address and port, so that CONNECTs from two sources are two
+// attempts, as their random values would make them, and one sent again
+// from the same source is a resend.
+func connectBytes(n *testNet, src netip.AddrPort, id uint32, token *[proto.TokenLen]byte) []byte {
 	payload := 0
 	if token != nil {
 		payload = proto.TokenLen
@@ -92,9 +100,7 @@ func connectFrom(n *testNet, h int, src netip.AddrPort, id uint32, token *[proto
 	if token != nil {
 		copy(pkt.Payload, token[:])
 	}
-	d := link.Datagram{Src: src, Dst: netip.AddrPortFrom(netem.Addr(0, h), proto.DefaultPort), Data: pkt.Seal()}
-	n.hosts[h].ep.Receive(&d, n.sim.Now())
-	return len(d.Data)
+	return pkt.Seal()
 }
 
 // forgedSource is the i-th of many addresses no host of the fabric has.
@@ -606,26 +612,13 @@ func TestCopiedConnectDrawsNoAccept(t *testing.T) {
 	for i := range 3 {
 		connectFrom(n, 1, forgedSource(i), uint32(5000+i), nil)
 	}
-	c := e.accepted[acceptKey{777, binary.BigEndian.Uint32(home.Addr().AsSlice()), uint32(home.Port())}]
+	c := e.accepted[acceptKey{777, binary.BigEndian.Uint32(home.Addr().AsSlice()), uint32(home.Port())}] // connectBytes's key
 	if c == nil {
 		t.Fatal("the first CONNECT was not accepted")
 	}
-	copyFrom := func(i int) {
-		var pkt proto.Packet
-		if err := proto.Build(&pkt, make([]byte, 512), proto.TypeConnect, 0, 0); err != nil {
-			t.Fatal(err)
-		}
-		hs := pkt.Handshake()
-		hs.SetSrcConnID(777)
-		hs.SetInitialPSN(binary.BigEndian.Uint32(home.Addr().AsSlice()))
-		hs.SetInitialDSN(uint32(home.Port()))
-		hs.SetDSNWindow(64)
-		hs.SetMaxPacket(4160)
-		hs.SetPaths(1)
-		hs.SetStreams(1)
-		hs.SetReplyPort(home.Port())
-		hs.SetInboundCapacity(proto.CapacityUnknown)
-		d := link.Datagram{Src: netip.AddrPortFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), 4797), Dst: netip.AddrPortFrom(netem.Addr(1, 1), proto.DefaultPort), Data: pkt.Seal()}
+	copyFrom := func(i int) { // the initiator's CONNECT, sent from 203.0.113.i
+		d := link.Datagram{Src: netip.AddrPortFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), 4797),
+			Dst: netip.AddrPortFrom(netem.Addr(1, 1), proto.DefaultPort), Data: connectBytes(n, home, 777, nil)}
 		e.Receive(&d, n.sim.Now())
 	}
 	cp := n.capture(1)
