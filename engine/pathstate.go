@@ -432,7 +432,7 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 	if !p.ProbeAnswers(r.ProbeID(), pkt.Common.Epoch()) {
 		return // an old probe's reply
 	}
-	p.silent = 0
+	p.silent, p.tailStrikes = 0, 0
 	s.heardProbe(at, r.EchoTimestamp())
 	if sample := uint32(at) - r.EchoTimestamp() - r.ServiceTime(); sample < 1<<31 {
 		p.rttSample(time.Duration(sample))

@@ -467,21 +467,33 @@ func (s *sender) lostOvertaken(now clock.Time) {
 }
 
 // lostAtTail declares lost, at the tail of a transfer, the packets of each
-// path that sent a tail probe and that a transmission sent later on
-// another path overtook (overtook): the probe and what it was to report
-// were lost together, as when a burst on the path's plane takes them.
-// Before the tail a path's own later packets find its losses, and at the
-// tail a copy of its probe went on another plane, so that the copy's
-// answer overtaking the probe is that evidence; the path's timeout would
-// find them a retransmission timeout after the probe (docs/cc.md, "The
-// tail, across paths").
+// path in service that sent a tail probe and that a transmission sent
+// later on another path overtook (overtook): the probe and what it was to
+// report were lost together, as when a burst on the path's plane takes
+// them, while the probe's copy on another plane arrived. Before the tail
+// a path's own later packets find its losses; here the path's timeout
+// would find them a retransmission timeout after the probe. A path whose
+// packets were so declared at two tails with no news of it in between has
+// failed, not lost a burst: it times out (onRTO) and leaves service, as
+// its timer, which the declarations leave nothing to time, would have had
+// it. Nothing is declared while the peer's answers after a silence are
+// still coming (hear), and only when a newer transmission than before was
+// reported received (docs/cc.md, "The tail, across paths").
 func (s *sender) lostAtTail(now clock.Time) {
-	if s.unsent != 0 || tailOvertakenOff {
+	if s.unsent != 0 || tailOvertakenOff || s.deliveredSent == s.tailSeen {
+		return
+	}
+	s.tailSeen = s.deliveredSent
+	if _, coming := s.answersComing(); coming {
 		return
 	}
 	for _, p := range s.paths {
-		if p.probed && p.inflight > 0 {
-			p.declareOvertaken(now, false)
+		if !p.probed || p.inflight == 0 || p.State() != pathmgr.Good && p.State() != pathmgr.Skip || !p.declareOvertaken(now, false) {
+			continue
+		}
+		if p.tailStrikes++; p.tailStrikes >= 2 {
+			p.onRTO()
+			p.armTimer(now)
 		}
 	}
 }
@@ -495,10 +507,10 @@ var tailOvertakenOff bool
 // of its first window only if first. A packet of an earlier epoch is left
 // to the timeout, as its ACK records leave it (spec section 6.3), and one
 // whose DSN another transmission delivered is settled, not lost
-// (settleMoot).
-func (p *sendPath) declareOvertaken(now clock.Time, first bool) {
+// (settleMoot). It reports whether it declared any lost.
+func (p *sendPath) declareOvertaken(now clock.Time, first bool) bool {
 	s := p.s
-	found := false
+	found, declared := false, false
 	for p.oldest != p.next {
 		psn := p.oldest
 		r := p.slot(psn)
@@ -510,6 +522,7 @@ func (p *sendPath) declareOvertaken(now clock.Time, first bool) {
 			p.released(r)
 		} else {
 			p.resolveLost(r, psn, LossOvertaken)
+			declared = true
 		}
 		p.advance()
 		found = true
@@ -517,6 +530,7 @@ func (p *sendPath) declareOvertaken(now clock.Time, first bool) {
 	if found {
 		p.armTimer(now)
 	}
+	return declared
 }
 
 // probeOvertaken brings forward the tail probe of each path without an RTT

@@ -419,7 +419,9 @@ func (r *receiver) recordPath(h proto.CommonHeader, at clock.Time) bool {
 	path := &r.paths[h.PathID()]
 	if path.has && h.Epoch() == path.epoch && proto.SeqLess(path.highest+1, h.PSN()) {
 		r.sawLoss() // a PSN skipped: lost, since a path delivers in order (spec section 6.2)
-		r.skipped += int(h.PSN() - path.highest - 1)
+		// At most a round's worth, so that a hostile sender's leap of PSNs
+		// cannot overflow the count.
+		r.skipped += int(min(h.PSN()-path.highest-1, lossRound))
 	}
 	if r.recorded++; r.skipped+r.recorded >= lossRound {
 		r.skipRate += (float64(r.skipped)/float64(r.skipped+r.recorded) - r.skipRate) / 4

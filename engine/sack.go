@@ -140,7 +140,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	}
 	p.windowChanged()
 	if resolved {
-		p.probed, p.timeouts, p.silent = false, 0, 0
+		p.probed, p.timeouts, p.silent, p.tailStrikes = false, 0, 0, 0
 		p.Delivered()
 		p.armTimer(at)
 		p.checkLoss(at, gotten, missed)

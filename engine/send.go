@@ -85,6 +85,9 @@ type sender struct {
 	// newest PROBE the peer answered (peerAnswered).
 	deliveredSent clock.Time
 	probeAnswered clock.Time
+	// tailSeen is the deliveredSent lostAtTail last looked at: it looks
+	// again only when a newer transmission was reported received.
+	tailSeen clock.Time
 	// resentInSilenceFrom is when the peer was last heard before the
 	// silence in which a timeout last declared a packet lost
 	// (declareOldestOnce). quietTimedOutAt is when a timeout last found the

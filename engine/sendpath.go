@@ -53,9 +53,12 @@ type sendPath struct {
 	pass     float64 // how far the path is through its share of new data (sender.pickByRate)
 
 	// The timer, for tail probes and retransmission timeouts.
-	timer    clock.Timer
-	probed   bool  // a tail probe went out since the last acknowledgment
-	timeouts uint8 // retransmission timeouts in a row, saturating
+	timer  clock.Timer
+	probed bool // a tail probe went out since the last acknowledgment
+	// tailStrikes counts the tails at which lostAtTail declared the path's
+	// packets lost since the last acknowledgment.
+	tailStrikes uint8
+	timeouts    uint8 // retransmission timeouts in a row, saturating
 	// silent counts the transmissions on the path since the last news of
 	// it: an ACK record that resolved a packet, or a probe's reply.
 	silent int

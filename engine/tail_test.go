@@ -9,6 +9,7 @@ import (
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/pathmgr"
 	"github.com/mroce/mroce/proto"
 )
 
@@ -431,6 +432,49 @@ func TestTailOvertakenOnAnotherPath(t *testing.T) {
 	t.Logf("took %v, %v without the rule: %d resent, %d tail probes, %d copies, %d timeouts", took, slow, st.Retransmits, st.TailProbes, st.Copies, st.Timeouts)
 	if st.Timeouts != 0 || took > slow-40*time.Microsecond {
 		t.Errorf("%d timeouts, the WRITE took %v (%v without the rule); want none, and at least 40us less", st.Timeouts, took, slow)
+	}
+}
+
+// TestDeadPathStillLeavesService runs WRITEs of 16 packets one after
+// another over two paths, path 1 dead after its 28th data packet. Its
+// packets at the first WRITE's tail are found lost when its probe's copy
+// arrives (lostAtTail), which leaves its timer nothing to time; at the
+// next tail they are found lost again with no news of the path between,
+// and it times out and leaves service. Declared lost at every tail, it
+// stayed in service and lost its share of every WRITE.
+func TestDeadPathStillLeavesService(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
+	pr := n.connect(0, 1)
+	onPath1 := 0
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		var p proto.Packet
+		if p.Decode(d.Data) != nil || p.Common.PathID() != 1 {
+			return false
+		}
+		if p.Type().IsData() {
+			onPath1++
+		}
+		return onPath1 > 28 && (p.Type().IsData() || p.Type() == proto.TypeProbe)
+	}}
+	const packets, writes = 16, 20
+	src := pr.ha.region(t, packets*4096, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, packets*4096, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	for i := range writes {
+		if err := pr.a.Post(SendWR{ID: uint64(i), Op: OpWrite, Local: SGE{src, 0, packets * 4096}, RKey: dst.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		if !n.run(time.Second, func() bool { return len(pr.ra.done) > i }) {
+			t.Fatalf("WRITE %d did not complete", i)
+		}
+		n.run(20*time.Microsecond, func() bool { return false })
+	}
+	st, dead := pr.a.SenderStats(), pr.a.snd.paths[1]
+	t.Logf("%d resent, %d timeouts, %d copies; path 1 %v", st.Retransmits, st.Timeouts, st.Copies, dead.State())
+	if dead.State() != pathmgr.AssumedBad || st.Timeouts == 0 {
+		t.Errorf("path 1 %v after %d timeouts; want it ASSUMED_BAD after one", dead.State(), st.Timeouts)
+	}
+	if st.Retransmits > 2*writes {
+		t.Errorf("%d packets resent over %d WRITEs: the dead path kept taking data", st.Retransmits, writes)
 	}
 }
 
