@@ -227,7 +227,7 @@ func recordEchoes(skipRate float64) uint8 {
 	return k
 }
 
-// maxRecordEchoes bounds echoes. It is a variable so that a test can hold
+// maxRecordEchoes bounds recordEchoes. It is a variable so that a test can hold
 // the repeats to ackRecordRepeats.
 var maxRecordEchoes uint8 = 3
 

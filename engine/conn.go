@@ -86,7 +86,7 @@ type Conn struct {
 	acceptedOn   int
 	token        *[proto.TokenLen]byte // the last RETRY's token, which the CONNECT carries on tokenPlane (spec section 8.1)
 	tokenPlane   int                   // the plane the last RETRY came on, whose address its token is bound to
-	hsStay       int                   // resends still to go on hsPlane before the next plane's turn
+	hsStay       bool                  // the next resend stays on hsPlane, the plane of a RETRY just taken
 	retries      int                   // RETRYs taken in this connect attempt
 	hsSends      int                   // CONNECTs or ACCEPTs sent
 	hsSentAt     clock.Time            // when the last of them went

@@ -77,7 +77,7 @@ const (
 	tailPackets    = 4                     // packets in flight that make the tail of a transfer (probeOverdue)
 	ackRepeatAfter = 4                     // ACK delays of quiet after which the last ACK is repeated
 	repeatSpell    = 64                    // ACKs that repeat records after the receiver saw loss (sawLoss)
-	repeatMiss     = 0.01                  // how likely a record and all its repeats may be lost at the receiver's skip rate (receiver.echoes)
+	repeatMiss     = 0.01                  // how likely a record and all its repeats may be lost at the receiver's skip rate (recordEchoes)
 	lossRound      = 64                    // PSNs recorded or skipped over which the receiver's skip rate is averaged (recordPath)
 	rnrRetryMicros = 100                   // the RetryAfter of an RNR NACK, in µs (section 7)
 	packetOverhead = 60 + 4 + 28           // a WRITE's headers, trailer, IP and UDP headers, which the baseline's DCQCN pacing charges beyond a payload

@@ -353,11 +353,10 @@ func (c *Conn) onHandshakeTimer() {
 	// by one interval and stops none. A RETRY showed that its plane
 	// carries both ways, and its token holds there alone: the next
 	// resend stays on its plane (spec section 8.1).
-	if c.hsStay > 0 {
-		c.hsStay--
-	} else {
+	if !c.hsStay {
 		c.hsPlane = c.nextPlane(c.hsPlane)
 	}
+	c.hsStay = false
 	c.sendHandshake()
 	// The interval stops doubling at handshakeMaxGap, so that a connect
 	// timeout longer than the default buys resends, not only longer waits
@@ -506,7 +505,7 @@ func (c *Conn) onRetry(pkt *proto.Packet, d *link.Datagram, plane int) {
 	c.retries++
 	c.ep.stats.RetriesTaken++
 	tok := pkt.Retry().Token()
-	c.token, c.tokenPlane, c.hsPlane, c.hsStay = &tok, plane, plane, 1
+	c.token, c.tokenPlane, c.hsPlane, c.hsStay = &tok, plane, plane, true
 	c.sendHandshake()
 }
 

@@ -445,17 +445,8 @@ func TestTailOvertakenOnAnotherPath(t *testing.T) {
 func TestDeadPathStillLeavesService(t *testing.T) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
 	pr := n.connect(0, 1)
-	onPath1 := 0
-	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
-		var p proto.Packet
-		if p.Decode(d.Data) != nil || p.Common.PathID() != 1 {
-			return false
-		}
-		if p.Type().IsData() {
-			onPath1++
-		}
-		return onPath1 > 28 && (p.Type().IsData() || p.Type() == proto.TypeProbe)
-	}}
+	drop, _ := path1DeadAfter(28)
+	n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: drop}
 	const packets, writes = 16, 20
 	src := pr.ha.region(t, packets*4096, 1, memreg.LocalWrite)
 	dst := pr.hb.region(t, packets*4096, 0, memreg.LocalWrite|memreg.RemoteWrite)
@@ -479,26 +470,29 @@ func TestDeadPathStillLeavesService(t *testing.T) {
 }
 
 // deadPathAtTail WRITEs 64 packets over two paths on two planes, where
-// path 1 carries nothing, data or PROBE, after its 28th data packet. It
+// path 1 carries nothing after its 28th data packet (path1DeadAfter). It
 // returns how long the WRITE took, the sender's counters, and how many
 // data packets path 1 sent.
 func deadPathAtTail(t *testing.T) (time.Duration, SenderStats, int) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
-	onPath1 := 0
-	drop := func(d *link.Datagram) bool {
+	drop, onPath1 := path1DeadAfter(28)
+	took, st := n.write(t, 64, drop, nil)
+	return took, st, *onPath1
+}
+
+// path1DeadAfter returns a drop function that loses everything path 1
+// sends, data or PROBE, after its k-th data packet, and the count of data
+// packets path 1 sent.
+func path1DeadAfter(k int) (func(*link.Datagram) bool, *int) {
+	sent := new(int)
+	return func(d *link.Datagram) bool {
 		var p proto.Packet
 		if p.Decode(d.Data) != nil || p.Common.PathID() != 1 {
 			return false
 		}
-		switch {
-		case p.Type().IsData():
-			onPath1++
-			return onPath1 > 28
-		case p.Type() == proto.TypeProbe:
-			return onPath1 > 28
+		if p.Type().IsData() {
+			*sent++
 		}
-		return false
-	}
-	took, st := n.write(t, 64, drop, nil)
-	return took, st, onPath1
+		return *sent > k && (p.Type().IsData() || p.Type() == proto.TypeProbe)
+	}, sent
 }
