@@ -45,10 +45,10 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	if lower {
 		// What is still in flight now drains more slowly (see drainTime).
 		// The paths' timers were armed at the old share, so they are armed
-		// again.
+		// again, from when they were.
 		for _, p := range s.paths {
 			if p.inflight > 0 {
-				p.armTimer(at)
+				p.rearmTimer()
 			}
 		}
 	}

@@ -53,8 +53,9 @@ type sendPath struct {
 	pass     float64 // how far the path is through its share of new data (sender.pickByRate)
 
 	// The timer, for tail probes and retransmission timeouts.
-	timer  clock.Timer
-	probed bool // a tail probe went out since the last acknowledgment
+	timer   clock.Timer
+	armedAt clock.Time // when the timer was last armed (armTimer)
+	probed  bool       // a tail probe went out since the last acknowledgment
 	// tailStrikes counts the tails at which lostAtTail declared the path's
 	// packets lost since the last acknowledgment.
 	tailStrikes uint8

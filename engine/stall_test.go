@@ -11,6 +11,7 @@ import (
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/proto"
 )
 
 // stallingReceiver stands in front of an endpoint as a host that does not
@@ -208,5 +209,60 @@ func TestBlackoutIsResentOnceThePeerAnswers(t *testing.T) {
 			}
 			t.Logf("%v without the blackout, %v with it", took[0], took[200*time.Microsecond])
 		})
+	}
+}
+
+// TestFallingHintKeepsTimersDue lets a path's packets go unanswered while
+// ACKs come every 2 µs with the receiver's share a thousandth lower each
+// time, as a share does that moves with its senders' backlogs. A fall of
+// the share lengthens the drain time in the paths' timeouts, from when
+// each timer was armed. Armed again from every ACK, the timers were put
+// off for as long as the share kept falling.
+func TestFallingHintKeepsTimersDue(t *testing.T) {
+	n, pr := headStarved(t)
+	s := &pr.a.snd
+	if !n.run(time.Millisecond, func() bool { return everyPathSampled(s) && s.nextDSN-s.una == s.window }) {
+		t.Fatal("the paths were not sampled, or the window did not fill")
+	}
+	log := &traceLog{}
+	pr.a.ep.tracer = log
+	ack := func(hint float64) {
+		var pkt proto.Packet
+		if err := proto.Build(&pkt, make([]byte, 256), proto.TypeAck, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		pkt.Ack().SetCumDSN(s.una)
+		pkt.Ack().SetRateHint(uint64(hint))
+		s.onAck(&pkt, n.sim.Now())
+	}
+	hint := 5e9
+	ack(hint)
+	var p *sendPath
+	for _, q := range s.paths {
+		if q.inflight > 0 {
+			p = q
+			p.armTimer(n.sim.Now())
+			break
+		}
+	}
+	armed := n.sim.Now()
+	fired := func() bool {
+		for _, ev := range log.evs {
+			if ev.Kind == TraceTimer && ev.Path == int(p.ID()) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < 200 && !fired(); i++ {
+		n.sim.RunFor(2 * time.Microsecond)
+		hint *= 0.999
+		ack(hint)
+	}
+	if !fired() {
+		t.Fatalf("the path's timer did not fire within %v of its arming, while its timeout is %v", n.sim.Now().Sub(armed), p.timeout())
+	}
+	if took, limit := n.sim.Now().Sub(armed), p.timeout()+2*time.Microsecond; took > limit {
+		t.Errorf("the path's timer fired %v after it was armed, want within its timeout, %v", took, limit)
 	}
 }

@@ -17,11 +17,28 @@ import (
 // timeout, doubled for each timeout in a row. A path in ASSUMED_BAD is
 // probed at its timeout. probeOverdue may bring the timer forward.
 func (p *sendPath) armTimer(now clock.Time) {
+	p.armedAt = now
+	p.setTimer()
+}
+
+// rearmTimer arms the path's timer again, a timeout as it is now after it
+// was last armed: the receiver's share fell, and what is in flight drains
+// more slowly (drainTime). From now, a share that fell by a hair on ACK
+// after ACK would put the timer off for as long as it kept falling.
+func (p *sendPath) rearmTimer() {
+	if p.armedAt != 0 {
+		p.setTimer()
+	}
+}
+
+// setTimer sets the path's timer a timeout after armedAt, or stops it
+// with nothing to time.
+func (p *sendPath) setTimer() {
 	if p.inflight == 0 && p.State() != pathmgr.AssumedBad {
 		p.timer.Stop()
 		return
 	}
-	at := now.Add(p.timeout())
+	at := p.armedAt.Add(p.timeout())
 	if due, coming := p.s.answersComing(); coming && p.InUse() && due < at {
 		at = due // looks at its packets once the answers after a silence are in (hear)
 	}
