@@ -62,7 +62,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		s.lostAtTail(at)
 	}
 	if s.newestAcked > 0 || lower {
-		s.probeOverdue(at) // also after a fall of the hint, since the timers were just armed from now
+		s.probeOverdue(at) // also after a fall of the hint, which may have put the timers off
 	}
 	s.sampleDelivery(at)
 	s.c.tp.acked(s)

@@ -212,20 +212,16 @@ func TestBlackoutIsResentOnceThePeerAnswers(t *testing.T) {
 	}
 }
 
-// TestFallingHintKeepsTimersDue lets a path's packets go unanswered while
-// ACKs come every 2 µs with the receiver's share a thousandth lower each
-// time, as a share does that moves with its senders' backlogs. A fall of
-// the share lengthens the drain time in the paths' timeouts, from when
-// each timer was armed. Armed again from every ACK, the timers were put
-// off for as long as the share kept falling.
-func TestFallingHintKeepsTimersDue(t *testing.T) {
+// fallingHintSetup is headStarved with its window full and every path
+// sampled, and a function that hands the sender an ACK with no records and
+// the given rate hint, as a receiver whose share moves sends.
+func fallingHintSetup(t *testing.T) (*testNet, *sender, func(hint float64)) {
+	t.Helper()
 	n, pr := headStarved(t)
 	s := &pr.a.snd
 	if !n.run(time.Millisecond, func() bool { return everyPathSampled(s) && s.nextDSN-s.una == s.window }) {
 		t.Fatal("the paths were not sampled, or the window did not fill")
 	}
-	log := &traceLog{}
-	pr.a.ep.tracer = log
 	ack := func(hint float64) {
 		var pkt proto.Packet
 		if err := proto.Build(&pkt, make([]byte, 256), proto.TypeAck, 0, 0); err != nil {
@@ -235,34 +231,96 @@ func TestFallingHintKeepsTimersDue(t *testing.T) {
 		pkt.Ack().SetRateHint(uint64(hint))
 		s.onAck(&pkt, n.sim.Now())
 	}
-	hint := 5e9
-	ack(hint)
-	var p *sendPath
+	return n, s, ack
+}
+
+// pathsInFlight returns two of s's paths with packets in flight.
+func pathsInFlight(t *testing.T, s *sender) (*sendPath, *sendPath) {
+	t.Helper()
+	var busy []*sendPath
 	for _, q := range s.paths {
 		if q.inflight > 0 {
-			p = q
-			p.armTimer(n.sim.Now())
-			break
+			busy = append(busy, q)
 		}
 	}
-	armed := n.sim.Now()
-	fired := func() bool {
+	if len(busy) < 2 {
+		t.Fatalf("%d paths have packets in flight, want 2", len(busy))
+	}
+	return busy[0], busy[1]
+}
+
+// TestFallingHintKeepsTimersDue lets a path's packets go unanswered while
+// ACKs come every 2 µs with the receiver's share a thousandth lower each
+// time, as a share does that moves with its senders' backlogs. A fall of
+// the share lengthens the drain time in the path's timeout, from when its
+// timer was armed: the timer fires later than first set, and no later
+// than last set. Armed again from every ACK, it was put off for as long
+// as the share kept falling.
+func TestFallingHintKeepsTimersDue(t *testing.T) {
+	n, s, ack := fallingHintSetup(t)
+	log := &traceLog{}
+	s.c.ep.tracer = log
+	hint := 2e8 // a share under which the drain time rules the timeouts
+	ack(hint)
+	p, _ := pathsInFlight(t, s)
+	p.probed = true // its timer is the retransmission timeout, which counts all of the drain time
+	p.armTimer(n.sim.Now())
+	first := p.timer.Deadline()
+	firedAt := func() (clock.Time, bool) {
 		for _, ev := range log.evs {
 			if ev.Kind == TraceTimer && ev.Path == int(p.ID()) {
-				return true
+				return ev.At, true
 			}
 		}
-		return false
+		return 0, false
 	}
-	for i := 0; i < 200 && !fired(); i++ {
+	last := first
+	for i := 0; i < 200; i++ {
+		if _, ok := firedAt(); ok {
+			break
+		}
 		n.sim.RunFor(2 * time.Microsecond)
 		hint *= 0.999
 		ack(hint)
+		if _, ok := firedAt(); !ok {
+			last = p.timer.Deadline()
+		}
 	}
-	if !fired() {
-		t.Fatalf("the path's timer did not fire within %v of its arming, while its timeout is %v", n.sim.Now().Sub(armed), p.timeout())
+	at, ok := firedAt()
+	if !ok {
+		t.Fatalf("the path's timer did not fire within %v of its first deadline", n.sim.Now().Sub(first))
 	}
-	if took, limit := n.sim.Now().Sub(armed), p.timeout()+2*time.Microsecond; took > limit {
-		t.Errorf("the path's timer fired %v after it was armed, want within its timeout, %v", took, limit)
+	if last <= first {
+		t.Errorf("the falling share left the timer at %v, want it later than %v: the drain time grew", last, first)
+	}
+	if at < first || at > last {
+		t.Errorf("the timer fired at %v, want between its first deadline %v and its last %v", at, first, last)
+	}
+}
+
+// TestFallingHintNeverBringsTimersForward acknowledges another path's
+// packet and then lowers the share by a thousandth. The drain time in a
+// retransmission timeout counts what is in flight now, less than when the
+// timer was armed, so a timeout at the new share after the arming comes
+// sooner; a fall of the share must only ever put the timer off.
+func TestFallingHintNeverBringsTimersForward(t *testing.T) {
+	n, s, ack := fallingHintSetup(t)
+	hint := 2e8 // a share under which the drain time rules the timeouts
+	ack(hint)
+	p, q := pathsInFlight(t, s)
+	p.probed = true // its timer is the retransmission timeout, which counts all of the drain time
+	if d := s.drainTime(); d < 2*p.RTT.SRTT {
+		t.Fatalf("the drain time %v does not rule a timeout with an SRTT of %v: the test would check nothing", d, p.RTT.SRTT)
+	}
+	p.armTimer(n.sim.Now())
+	armed := p.timer.Deadline()
+	n.sim.RunFor(time.Microsecond)
+	rec := q.slot(q.oldest)
+	rec.resolved = true
+	q.released(rec)
+	q.advance()
+	ack(hint * 0.999)
+	if got := p.timer.Deadline(); got < armed {
+		t.Errorf("a fall of the share brought the timer forward from %v to %v", armed, got)
 	}
 }

@@ -18,31 +18,34 @@ import (
 // probed at its timeout. probeOverdue may bring the timer forward.
 func (p *sendPath) armTimer(now clock.Time) {
 	p.armedAt = now
-	p.setTimer()
-}
-
-// rearmTimer arms the path's timer again, a timeout as it is now after it
-// was last armed: the receiver's share fell, and what is in flight drains
-// more slowly (drainTime). From now, a share that fell by a hair on ACK
-// after ACK would put the timer off for as long as it kept falling.
-func (p *sendPath) rearmTimer() {
-	if p.armedAt != 0 {
-		p.setTimer()
-	}
-}
-
-// setTimer sets the path's timer a timeout after armedAt, or stops it
-// with nothing to time.
-func (p *sendPath) setTimer() {
 	if p.inflight == 0 && p.State() != pathmgr.AssumedBad {
 		p.timer.Stop()
 		return
 	}
+	p.timer.Reset(p.due())
+}
+
+// rearmTimer puts the path's timer off to a timeout at the receiver's new,
+// lower share after it was last armed: what is in flight drains more
+// slowly (drainTime). It never brings the timer forward, since the drain
+// time counts what is in flight now, less than at the arming once other
+// packets were acknowledged. From now rather than from the arming, a share
+// that fell by a hair on ACK after ACK would put the timer off for as long
+// as it kept falling.
+func (p *sendPath) rearmTimer() {
+	if at := p.due(); at > p.timer.Deadline() {
+		p.timer.Reset(at)
+	}
+}
+
+// due is when the path's timer fires: a timeout after it was armed, or
+// sooner when the peer's answers after a silence are in.
+func (p *sendPath) due() clock.Time {
 	at := p.armedAt.Add(p.timeout())
 	if due, coming := p.s.answersComing(); coming && p.InUse() && due < at {
 		at = due // looks at its packets once the answers after a silence are in (hear)
 	}
-	p.timer.Reset(at)
+	return at
 }
 
 // fireBy brings the path's timer forward to at, if it is due later.
