@@ -246,18 +246,26 @@ func (s *sender) peerAnswered() clock.Time { return max(s.deliveredSent, s.probe
 // resend. It does not count them lost. No report of them matters any more,
 // and a timeout for them would cut a working path's window to one packet.
 func (p *sendPath) settleMoot() {
-	s := p.s
 	for psn := p.oldest; psn != p.next; psn++ {
 		r := p.slot(psn)
 		if r.resolved || r.psn != psn {
 			continue
 		}
-		if d := s.record(r.dsn); d == nil || d.acked {
-			r.resolved = true
-			p.released(r)
-		}
+		p.settleIfMoot(r)
 	}
 	p.advance()
+}
+
+// settleIfMoot settles the transmission r, not counting it lost, when
+// another transmission delivered its DSN (settleMoot). It reports whether
+// it did.
+func (p *sendPath) settleIfMoot(r *sendRec) bool {
+	if d := p.s.record(r.dsn); d != nil && !d.acked {
+		return false
+	}
+	r.resolved = true
+	p.released(r)
+	return true
 }
 
 // copyAtTail sends DSN dsn, sent on path p with nothing new behind it (at
@@ -509,7 +517,6 @@ var tailOvertakenOff bool
 // whose DSN another transmission delivered is settled, not lost
 // (settleMoot). It reports whether it declared any lost.
 func (p *sendPath) declareOvertaken(now clock.Time, first bool) bool {
-	s := p.s
 	found, declared := false, false
 	for p.oldest != p.next {
 		psn := p.oldest
@@ -517,10 +524,7 @@ func (p *sendPath) declareOvertaken(now clock.Time, first bool) bool {
 		if r.psn != psn || r.resolved || first && !r.first || proto.SeqLess(psn, p.EpochStart(p.Epoch())) || !p.overtook(r.sentAt) {
 			break
 		}
-		if d := s.record(r.dsn); d == nil || d.acked {
-			r.resolved = true
-			p.released(r)
-		} else {
+		if !p.settleIfMoot(r) {
 			p.resolveLost(r, psn, LossOvertaken)
 			declared = true
 		}

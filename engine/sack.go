@@ -43,9 +43,9 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		s.paths[rec.PathID()].onRecord(rec, pkt.Common.Timestamp(), at)
 	}
 	if lower {
-		// What is still in flight now drains more slowly (see drainTime).
-		// The paths' timers were armed at the old share, so they are armed
-		// again, from when they were.
+		// What is still in flight now drains more slowly (see drainTime),
+		// and the paths' timers, armed at the old share, are put off
+		// (rearmTimer).
 		for _, p := range s.paths {
 			if p.inflight > 0 {
 				p.rearmTimer()

@@ -315,9 +315,7 @@ func TestFallingHintNeverBringsTimersForward(t *testing.T) {
 	p.armTimer(n.sim.Now())
 	armed := p.timer.Deadline()
 	n.sim.RunFor(time.Microsecond)
-	rec := q.slot(q.oldest)
-	rec.resolved = true
-	q.released(rec)
+	q.resolveAcked(q.slot(q.oldest), n.sim.Now())
 	q.advance()
 	ack(hint * 0.999)
 	if got := p.timer.Deadline(); got < armed {

@@ -42,8 +42,8 @@ func (p *sendPath) rearmTimer() {
 // sooner when the peer's answers after a silence are in.
 func (p *sendPath) due() clock.Time {
 	at := p.armedAt.Add(p.timeout())
-	if due, coming := p.s.answersComing(); coming && p.InUse() && due < at {
-		at = due // looks at its packets once the answers after a silence are in (hear)
+	if answered, coming := p.s.answersComing(); coming && p.InUse() && answered < at {
+		at = answered // looks at its packets once the answers after a silence are in (hear)
 	}
 	return at
 }
