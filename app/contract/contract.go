@@ -27,6 +27,7 @@ import (
 	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
+	"github.com/mroce/mroce/engine"
 )
 
 // The roles of the contract.
@@ -66,7 +67,16 @@ type Config struct {
 	// Timeout, from TIMEOUT, is how long the whole case may take; this
 	// side's own deadlines keep within it. DefaultTimeout without it.
 	Timeout time.Duration
+	// Trace, from MROCE_TRACE=1, asks for the engine's decisions in
+	// LogDir/TraceFile, which the caller opens for Tracer. It is this
+	// mroce's own variable, not the contract's.
+	Trace bool
+	// Tracer, when set, hears of the engine's decisions.
+	Tracer engine.Tracer
 }
+
+// TraceFile is the file in LOGDIR that MROCE_TRACE=1 asks for.
+const TraceFile = "trace.jsonl"
 
 // DefaultTimeout is a case's time when the runner gives none.
 const DefaultTimeout = time.Minute
@@ -127,6 +137,16 @@ func ParseEnv(getenv func(string) string) (Config, error) {
 	if cfg.Broken, err = bugs.ForRole(getenv("MROCE_BREAK"), cfg.Role); err != nil {
 		return cfg, fmt.Errorf("MROCE_BREAK %w", err)
 	}
+	switch v := getenv("MROCE_TRACE"); v {
+	case "", "0":
+	case "1":
+		if cfg.LogDir == "" {
+			return cfg, errors.New("MROCE_TRACE=1: wants LOGDIR for its file")
+		}
+		cfg.Trace = true
+	default:
+		return cfg, fmt.Errorf("MROCE_TRACE %q: want 1 or 0", v)
+	}
 	if v := getenv("TIMEOUT"); v != "" {
 		s, err := strconv.ParseFloat(v, 64)
 		if err != nil || s <= 0 || s > 24*3600 {
@@ -186,7 +206,7 @@ func openHost(cfg Config) (*host.Host, *endpoint.Device, *endpoint.PD, error) {
 	// A requester may start before its responder listens, when the runner
 	// gave up waiting for the ready file: its handshake goes on for as
 	// long as dial waits, resending its CONNECT.
-	o := host.Options{Port: cfg.Port, Paths: 8, SourcePorts: 16, NoProgress: 30 * time.Second, ConnectTimeout: dialWait}
+	o := host.Options{Port: cfg.Port, Paths: 8, SourcePorts: 16, NoProgress: 30 * time.Second, ConnectTimeout: dialWait, Tracer: cfg.Tracer}
 	if cfg.PSK != nil {
 		o.Auth = &auth.Credentials{Method: auth.MethodPSK, PSK: cfg.PSK}
 	}

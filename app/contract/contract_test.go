@@ -37,17 +37,17 @@ func TestParseEnv(t *testing.T) {
 	psk := filepath.Join(t.TempDir(), "psk")
 	os.WriteFile(psk, []byte(strings.Repeat("ab", 32)+"\n"), 0o600)
 	cfg, err := ParseEnv(env(map[string]string{"REQUESTERS": "8", "START": "1000", "MROCE_BREAK": "requester:reuse-psn,responder:ignore-ce",
-		"TIMEOUT": "2.5", "PSK_FILE": psk}))
+		"TIMEOUT": "2.5", "PSK_FILE": psk, "MROCE_TRACE": "1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Role != Requester || cfg.Case != "transfer" || len(cfg.Planes) != 2 || len(cfg.Peer) != 2 || cfg.Port != 4797 ||
 		cfg.Size != 1024 || cfg.Requesters != 8 || !cfg.Start.Equal(time.Unix(0, 1000)) || !cfg.Broken.ReusePSN || cfg.Broken.IgnoreCE ||
-		cfg.Timeout != 2500*time.Millisecond || len(cfg.PSK) != 32 || cfg.PSK[0] != 0xab {
+		cfg.Timeout != 2500*time.Millisecond || len(cfg.PSK) != 32 || cfg.PSK[0] != 0xab || !cfg.Trace {
 		t.Errorf("%+v", cfg)
 	}
-	if cfg, _ := ParseEnv(env(nil)); cfg.Timeout != DefaultTimeout || cfg.PSK != nil {
-		t.Errorf("without TIMEOUT and PSK_FILE: %v, %x", cfg.Timeout, cfg.PSK)
+	if cfg, _ := ParseEnv(env(nil)); cfg.Timeout != DefaultTimeout || cfg.PSK != nil || cfg.Trace {
+		t.Errorf("without TIMEOUT, PSK_FILE and MROCE_TRACE: %v, %x, %v", cfg.Timeout, cfg.PSK, cfg.Trace)
 	}
 	for _, c := range []struct {
 		changes map[string]string
@@ -65,6 +65,8 @@ func TestParseEnv(t *testing.T) {
 		{map[string]string{"TIMEOUT": "0"}, "TIMEOUT"},
 		{map[string]string{"TIMEOUT": "soon"}, "TIMEOUT"},
 		{map[string]string{"PSK_FILE": "/nonexistent/psk"}, "PSK_FILE"},
+		{map[string]string{"MROCE_TRACE": "yes"}, "MROCE_TRACE"},
+		{map[string]string{"MROCE_TRACE": "1", "LOGDIR": ""}, "LOGDIR"},
 	} {
 		if _, err := ParseEnv(env(c.changes)); err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%v: %v, want an error naming %s", c.changes, err, c.msg)

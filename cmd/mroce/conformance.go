@@ -18,6 +18,7 @@ import (
 	"github.com/mroce/mroce/app/contract"
 	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/conformance"
+	"github.com/mroce/mroce/tracelog"
 )
 
 // conformanceCommand defines mroce conformance and its subcommands. It is
@@ -235,7 +236,7 @@ func runContractEndpoint(ctx context.Context, errOut io.Writer) error {
 		return exitStatus(conformance.Unsupported)
 	}
 	if err == nil {
-		err = contract.Run(ctx, cfg)
+		err = runTracedEndpoint(ctx, cfg)
 	}
 	if err != nil {
 		fmt.Fprintln(errOut, "endpoint:", err)
@@ -343,4 +344,19 @@ func selectCases[C any](all []C, name func(C) string, names []string) ([]C, stri
 		out = append(out, all[i])
 	}
 	return out, ""
+}
+
+// runTracedEndpoint runs the endpoint, with MROCE_TRACE=1 writing its
+// engine's decisions to LOGDIR's contract.TraceFile once the host closed.
+func runTracedEndpoint(ctx context.Context, cfg contract.Config) error {
+	if !cfg.Trace {
+		return contract.Run(ctx, cfg)
+	}
+	f, err := os.Create(filepath.Join(cfg.LogDir, contract.TraceFile))
+	if err != nil {
+		return fmt.Errorf("MROCE_TRACE: %w", err)
+	}
+	trace := &traceFile{f: f, w: tracelog.NewWriter(f)}
+	cfg.Tracer = trace.tracer()
+	return trace.close(contract.Run(ctx, cfg))
 }

@@ -9,15 +9,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/app/contract"
 	"github.com/mroce/mroce/conformance"
 	"github.com/mroce/mroce/conformance/bugs"
 	"github.com/mroce/mroce/endpoint"
 	"github.com/mroce/mroce/endpoint/software"
 	"github.com/mroce/mroce/engine"
+	"github.com/mroce/mroce/tracelog"
 	"github.com/mroce/mroce/tunnet"
 )
 
@@ -179,6 +182,42 @@ func TestLargeConformanceRunner(t *testing.T) {
 	cmd.Env = append(os.Environ(), "ROLE=requester", "TESTCASE=teleport")
 	if err := cmd.Run(); err == nil || cmd.ProcessState.ExitCode() != 127 {
 		t.Fatalf("an unknown case: %v", err)
+	}
+}
+
+// With MROCE_TRACE=1 each mroce endpoint writes its engine's decisions
+// beside its report, and the requester's trace holds every byte it sent.
+func TestLargeConformanceEndpointTrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary: with the large tests")
+	}
+	bin := buildBinary(t)
+	logs := t.TempDir()
+	results, _ := conformanceJSON(t, bin, []string{"MROCE_TRACE=1"}, "run", "--logs", logs, "--json", "--cases", "transfer")
+	if len(results) != 1 || results[0].Result != "pass" {
+		t.Fatalf("%+v", results)
+	}
+	f, err := os.Open(filepath.Join(logs, "transfer", "requester", contract.TraceFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	evs, err := tracelog.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent int64
+	for _, ev := range evs {
+		if ev.Kind == "sent" && !ev.Retransmit {
+			sent += int64(ev.Bytes)
+		}
+	}
+	i := slices.IndexFunc(conformance.RunnerCases, func(c conformance.RunnerCase) bool { return c.Name == "transfer" })
+	if size := int64(conformance.RunnerCases[i].Size); sent < size {
+		t.Errorf("%d events, their first transmissions %d bytes of %d", len(evs), sent, size)
+	}
+	if _, err := os.Stat(filepath.Join(logs, "transfer", "responder", contract.TraceFile)); err != nil {
+		t.Error(err)
 	}
 }
 
