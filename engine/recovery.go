@@ -70,8 +70,10 @@ func (p *sendPath) tailProbe() {
 	}
 }
 
-// onRTO declares everything unresolved on the path lost, to be resent on
-// other paths, unless the peer is quiet (peerQuiet). The path goes to
+// onRTO declares lost, to be resent on other paths, what is unresolved on
+// the path and was sent before something the peer answered, unless the
+// peer is quiet (peerQuiet); where failed, since the path is known to
+// have failed (lostAtTail), all of it. The path goes to
 // ASSUMED_BAD and takes no new data (spec section 6.4). It is probed until
 // a probe or an acknowledgment shows it works. An unanswered probe
 // repaths it, where a new route can help. What the timeout saw in flight
@@ -85,7 +87,7 @@ func (p *sendPath) tailProbe() {
 // time. Random loss is not congestion, nor a failure. A plane that failed
 // goes on being silent, and the path leaves service once its silence is
 // more than the loss explains.
-func (p *sendPath) onRTO() {
+func (p *sendPath) onRTO(failed bool) {
 	s := p.s
 	if !p.lastTimeout.open || p.lastTimeout.epoch != p.Epoch() {
 		p.lastTimeout.from, p.lastTimeout.epoch, p.lastTimeout.window = p.oldest, p.Epoch(), p.cwin.Value()
@@ -105,8 +107,16 @@ func (p *sendPath) onRTO() {
 		if !p.declareOutlived() {
 			s.declareOldestOnce(p, s.c.heard)
 		}
-	} else {
+	} else if failed {
 		p.declareInFlight(clock.Never)
+	} else if !p.declareInFlight(s.peerAnswered()) {
+		// The peer answered nothing sent after the path's packets: its
+		// answers may be those it sent before it stalled, late in a
+		// queue, and what the path sent since waits in its socket. As
+		// while it is quiet, one packet goes again for the silence; the
+		// rest go once the peer answers something sent after them
+		// (expired).
+		s.declareOldestOnce(p, s.c.heard)
 	}
 	p.timedOutAt = s.c.ep.clock.Now()
 	if stays {
@@ -195,20 +205,23 @@ func (s *sender) peerQuiet(p *sendPath) bool {
 // hear notes a packet from the peer at at, the one before it having come
 // at last. One that ends a silence in which a timeout found the peer quiet
 // (peerQuiet) sets when the rest of its answers are in: half the longest
-// retransmission timeout, undoubled, of the paths in service with packets
-// in flight, taken before the burst's late ACKs raise the timeouts' floor
+// retransmission timeout, undoubled, of the paths with packets in flight,
+// taken before the burst's late ACKs raise the timeouts' floor
 // (lateFloor). Until then the tail probes and timeouts of the paths in
-// service wait (waitsForAnswers); then each such path looks at its
-// packets in flight, rather than at its timer doubled by the silence:
-// what the answers did not report, after a silence that may have been a
-// blackout, is lost.
+// service wait (waitsForAnswers), and so does what the probes of paths
+// out of service declare (expired): on a host that did not run either,
+// their timers fire with the first answers, a reply to their newest
+// probe among them. Then each path in service looks at its packets in
+// flight, rather than at its timer doubled by the silence: what the
+// answers did not report, after a silence that may have been a blackout,
+// is lost.
 func (s *sender) hear(last, at clock.Time) {
 	if s.quietTimedOutAt <= last {
 		return
 	}
 	var wait time.Duration
 	for _, p := range s.paths {
-		if p.InUse() && p.inflight > 0 {
+		if p.State() != pathmgr.Down && p.inflight > 0 {
 			wait = max(wait, p.rtoAfter(0)/2)
 		}
 	}
@@ -500,7 +513,7 @@ func (s *sender) lostAtTail(now clock.Time) {
 			continue
 		}
 		if p.tailStrikes++; p.tailStrikes >= 2 {
-			p.onRTO()
+			p.onRTO(true)
 			p.armTimer(now)
 		}
 	}

@@ -126,6 +126,124 @@ func stalledReceiver(t *testing.T, planes, paths int) {
 	}
 }
 
+// A receiver stalls, and the ACKs it sent just before reach the sender
+// late, held in a queue for up to 300 µs (a busy host, or an emulator
+// that did not run). A path whose timeout comes soon after they arrive
+// finds the peer heard, not quiet, though it answered nothing the path
+// sent after them: that timeout resends one packet for the silence, not
+// the path's window, which waits in the stalled peer's socket. At most two
+// packets go again besides the tail probes and their copies: that one,
+// and one a later timeout of the silence declares. Before, such a timeout
+// resent its path's whole window.
+func TestLateAnswersBeforeAStall(t *testing.T) {
+	for _, before := range []time.Duration{60 * time.Microsecond, 100 * time.Microsecond} {
+		for hold := time.Duration(0); hold <= 300*time.Microsecond; hold += 12 * time.Microsecond {
+			n := newNet(t, twoHostFabric(2), Config{Paths: 8, Streams: 1, PlaceholderPayloads: false})
+			pr := n.connect(0, 1)
+			stalled := &stallingReceiver{sim: n.sim, ep: n.hosts[1].ep}
+			n.fab.Host(1).Attach(stalled)
+			late := &stallingReceiver{sim: n.sim, ep: n.hosts[0].ep}
+			n.fab.Host(0).Attach(late)
+			src, dst := postWrite(t, pr, 8<<20)
+			n.run(before, func() bool { return false })
+			stalled.stall(2 * time.Millisecond)
+			late.stall(hold)
+			if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+				t.Fatalf("%v, held %v: the WRITE did not complete", before, hold)
+			}
+			if pr.ra.done[0].Status != StatusOK || !bytes.Equal(src.Bytes(), dst.Bytes()) {
+				t.Fatalf("%v, held %v: completion %+v; data equal %v", before, hold, pr.ra.done[0], bytes.Equal(src.Bytes(), dst.Bytes()))
+			}
+			st := pr.a.SenderStats()
+			if resent := st.Retransmits - st.TailProbes - st.Copies; resent > 2 {
+				t.Errorf("%v, held %v: %d packets resent besides %d tail probes and %d copies, %d timeouts; want at most 2",
+					before, hold, resent, st.TailProbes, st.Copies, st.Timeouts)
+			}
+		}
+	}
+}
+
+// heldReceiver stands in front of an endpoint and holds what arrives for
+// it from from on, until release.
+type heldReceiver struct {
+	ep   link.Receiver
+	from clock.Time
+	held []link.Datagram
+	done bool
+}
+
+func (h *heldReceiver) Receive(d *link.Datagram, at clock.Time) {
+	if at < h.from || h.done {
+		h.ep.Receive(d, at)
+		return
+	}
+	kept := *d
+	kept.Data = bytes.Clone(d.Data)
+	h.held = append(h.held, kept)
+}
+
+// A receiver stalls for 2 ms and every path of its sender leaves service.
+// The sender's host does not run for a while either: when it does, the
+// peer's reply to a path's newest PROBE comes first, and the timers of the
+// paths out of service fire with it, overdue, before the rest of the
+// peer's answers are read. What those paths have in flight waits in the
+// peer's socket, and their probes, due with its answers, declare none of
+// it lost until the answers are in: at most two packets go again besides
+// the tail probes and their copies. Before, each such probe declared lost
+// what its path sent before that PROBE, every packet it had in flight.
+func TestAnswersAfterAStallAwaitedOutOfService(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 8, Streams: 1, PlaceholderPayloads: false})
+	pr := n.connect(0, 1)
+	stalled := &stallingReceiver{sim: n.sim, ep: n.hosts[1].ep}
+	n.fab.Host(1).Attach(stalled)
+	src, dst := postWrite(t, pr, 8<<20)
+	n.run(100*time.Microsecond, func() bool { return false })
+	stalled.stall(2 * time.Millisecond)
+	answers := &heldReceiver{ep: n.hosts[0].ep, from: stalled.until}
+	n.fab.Host(0).Attach(answers)
+	fired := -1 // paths whose timers fired with the newest PROBE_REPLY; -1 without one
+	n.sim.At(stalled.until.Add(50*time.Microsecond), clock.Func(func() {
+		answers.done = true
+		newest := -1
+		for i := range answers.held {
+			var pkt proto.Packet
+			if pkt.Decode(answers.held[i].Data) == nil && pkt.Type() == proto.TypeProbeReply {
+				newest = i
+			}
+		}
+		if newest < 0 {
+			return
+		}
+		n.hosts[0].ep.Receive(&answers.held[newest], n.sim.Now())
+		fired = 0
+		for _, p := range pr.a.snd.paths {
+			if p.State() == pathmgr.AssumedBad && p.inflight > 0 {
+				p.onTimer()
+				fired++
+			}
+		}
+		for i := range answers.held {
+			if i != newest {
+				n.hosts[0].ep.Receive(&answers.held[i], n.sim.Now())
+			}
+		}
+	}))
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+		t.Fatal("the WRITE did not complete")
+	}
+	if fired <= 0 {
+		t.Fatalf("%d answers after the stall, %d paths out of service with packets in flight: the test tests nothing", len(answers.held), fired)
+	}
+	if pr.ra.done[0].Status != StatusOK || !bytes.Equal(src.Bytes(), dst.Bytes()) {
+		t.Fatalf("completion %+v; data equal %v", pr.ra.done[0], bytes.Equal(src.Bytes(), dst.Bytes()))
+	}
+	st := pr.a.SenderStats()
+	if resent := st.Retransmits - st.TailProbes - st.Copies; resent > 2 {
+		t.Errorf("%d packets resent besides %d tail probes and %d copies, %d timeouts, %d paths' timers fired with the first answer; want at most 2",
+			resent, st.TailProbes, st.Copies, st.Timeouts, fired)
+	}
+}
+
 // TestLostAcksSetNoTimeoutFloor runs 64 and then 128 paths at 20% loss on
 // every link, data and ACKs alike. Each path carries a packet every few
 // round trips, so a lost ACK leaves its packet unreported until the path's

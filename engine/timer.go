@@ -126,7 +126,7 @@ func (p *sendPath) expired(now clock.Time) bool {
 	case p.mayProbe():
 		p.tailProbe()
 	default:
-		p.onRTO()
+		p.onRTO(false)
 	}
 	return true
 }
