@@ -72,8 +72,9 @@ func (p *sendPath) tailProbe() {
 
 // onRTO declares lost, to be resent on other paths, what is unresolved on
 // the path and was sent before something the peer answered, unless the
-// peer is quiet (peerQuiet); where failed, since the path is known to
-// have failed (lostAtTail), all of it. The path goes to
+// peer is quiet (peerQuiet); before the first answer, or where failed,
+// since the path is known to have failed (lostAtTail), all of it. The
+// path goes to
 // ASSUMED_BAD and takes no new data (spec section 6.4). It is probed until
 // a probe or an acknowledgment shows it works. An unanswered probe
 // repaths it, where a new route can help. What the timeout saw in flight
@@ -107,7 +108,9 @@ func (p *sendPath) onRTO(failed bool) {
 		if !p.declareOutlived() {
 			s.declareOldestOnce(p, s.c.heard)
 		}
-	} else if failed {
+	} else if failed || !s.heard {
+		// Before the first answer nothing tells late from lost, and a
+		// first window lost whole in an incast's queue is lost (peerQuiet).
 		p.declareInFlight(clock.Never)
 	} else if !p.declareInFlight(s.peerAnswered()) {
 		// The peer answered nothing sent after the path's packets: its

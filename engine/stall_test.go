@@ -301,7 +301,7 @@ func (b *blackout) Receive(d *link.Datagram, at clock.Time) {
 // the blackout-free run plus the blackout, and every resend beside the
 // tail probes and their copies replaces a packet the blackout took.
 func TestBlackoutIsResentOnceThePeerAnswers(t *testing.T) {
-	for _, shape := range []struct{ planes, paths int }{{2, 4}, {2, 8}, {4, 1}} {
+	for _, shape := range []struct{ planes, paths int }{{2, 4}, {2, 8}, {4, 1}, {1, 8}} {
 		t.Run(fmt.Sprintf("%d paths on %d planes", shape.paths, shape.planes), func(t *testing.T) {
 			took := map[time.Duration]time.Duration{}
 			for _, dark := range []time.Duration{0, 200 * time.Microsecond} {

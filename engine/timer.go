@@ -75,8 +75,8 @@ func (p *sendPath) onTimer() {
 // expired is multipath's handling of the path's timer. It first settles the
 // packets that another transmission delivered. A path in service waits
 // while the peer's answers after a silence come in (waitsForAnswers); an
-// ASSUMED_BAD path declares lost what a timeout in the silence left in
-// flight and the answers since passed. Then an ASSUMED_BAD path
+// ASSUMED_BAD path, once they are in, declares lost what a timeout left
+// in flight and the answers since passed. Then an ASSUMED_BAD path
 // whose probe went unanswered moves to a new source port and probes again.
 // A path with packets in flight sends a tail probe, or, when it already
 // has, declares its packets lost.
@@ -88,7 +88,8 @@ func (p *sendPath) expired(now clock.Time) bool {
 	case p.State() == pathmgr.Down:
 		return false
 	case p.State() == pathmgr.AssumedBad:
-		if _, coming := p.s.answersComing(); p.inflight > 0 && !coming {
+		_, coming := p.s.answersComing()
+		if p.inflight > 0 && !coming {
 			if !p.s.peerQuiet(p) {
 				// What a timeout in the peer's silence left in flight, and
 				// the peer's answers have since passed, is lost (peerQuiet).
@@ -114,6 +115,12 @@ func (p *sendPath) expired(now clock.Time) bool {
 			// another carries tries a new port of its own as well once two
 			// rounds of plane probes went unanswered: the peer is alive,
 			// and the other planes are no better than its route.
+		case coming && p.inflight > 0:
+			// While the peer's answers after a silence come in, what the
+			// path has in flight may be among them. A new source port
+			// would start an epoch whose ACK records never report what the
+			// old one left in flight (spec section 6.3), to hold the
+			// window until a tail probe resent it.
 		case p.routeSuspect():
 			p.repath(now)
 		}
