@@ -72,9 +72,9 @@ func (p *sendPath) tailProbe() {
 
 // onRTO declares lost, to be resent on other paths, what is unresolved on
 // the path and was sent before something the peer answered, unless the
-// peer is quiet (peerQuiet); before the first answer, or where failed,
-// since the path is known to have failed (lostAtTail), all of it. The
-// path goes to
+// peer is quiet (peerQuiet); before the peer answered anything, or where
+// failed, since the path is known to have failed (lostAtTail), all of it.
+// The path goes to
 // ASSUMED_BAD and takes no new data (spec section 6.4). It is probed until
 // a probe or an acknowledgment shows it works. An unanswered probe
 // repaths it, where a new route can help. What the timeout saw in flight
@@ -103,16 +103,21 @@ func (p *sendPath) onRTO(failed bool) {
 	}
 	p.Counters.Timeouts++
 	s.stats.Timeouts++
-	if s.peerQuiet(p) {
+	switch answered := s.peerAnswered(); {
+	case answered == 0:
+		// Nothing sent has been answered yet, so nothing tells late from
+		// lost, and a first window lost whole in an incast's queue is
+		// lost. The handshake's ACK, on the side that accepted the
+		// connection, answers nothing it sent.
+		p.declareInFlight(clock.Never)
+	case s.peerQuiet(p):
 		s.quietTimedOutAt = s.c.ep.clock.Now()
 		if !p.declareOutlived() {
 			s.declareOldestOnce(p, s.c.heard)
 		}
-	} else if failed || !s.heard {
-		// Before the first answer nothing tells late from lost, and a
-		// first window lost whole in an incast's queue is lost (peerQuiet).
+	case failed:
 		p.declareInFlight(clock.Never)
-	} else if !p.declareInFlight(s.peerAnswered()) {
+	case !p.declareInFlight(answered):
 		// The peer answered nothing sent after the path's packets: its
 		// answers may be those it sent before it stalled, late in a
 		// queue, and what the path sent since waits in its socket. As

@@ -330,6 +330,37 @@ func TestBlackoutIsResentOnceThePeerAnswers(t *testing.T) {
 	}
 }
 
+// A blackout of 0.7 or 2 ms on connections with one path a plane: every
+// path leaves service, and, its plane's only one, moves to a new source
+// port while its packets wait in flight (routeSuspect). No ACK record of
+// the new epoch reports them (spec section 6.3), so when the peer answers
+// again the path times out for them rather than sending tail probes of
+// new data, whose acknowledgments would leave them in flight until the
+// receive window filled. The WRITE ends within five RTOMin of the
+// blackout-free run plus the blackout; it took 10 ms more before.
+func TestLongBlackoutWithAPathAPlane(t *testing.T) {
+	for _, planes := range []int{1, 2, 4} {
+		took := map[time.Duration]time.Duration{}
+		for _, dark := range []time.Duration{0, 700 * time.Microsecond, 2 * time.Millisecond} {
+			n := newNet(t, twoHostFabric(planes), Config{Paths: planes, Streams: 1})
+			pr := n.connect(0, 1)
+			b := &blackout{ep: n.hosts[1].ep}
+			n.fab.Host(1).Attach(b)
+			src, dst := postWrite(t, pr, 8<<20)
+			start := n.sim.Now()
+			b.from, b.to = start.Add(200*time.Microsecond), start.Add(200*time.Microsecond+dark)
+			if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || !bytes.Equal(src.Bytes(), dst.Bytes()) {
+				t.Fatalf("%d planes, blackout %v: the WRITE did not complete intact", planes, dark)
+			}
+			took[dark] = n.sim.Now().Sub(start)
+			if limit := took[0] + dark + 5*defaultRTOMin; took[dark] > limit {
+				t.Errorf("%d planes, blackout %v: the WRITE took %v, %v without: want at most %v", planes, dark, took[dark], took[0], limit)
+			}
+		}
+		t.Logf("%d planes: %v", planes, took)
+	}
+}
+
 // fallingHintSetup is headStarved with its window full and every path
 // sampled, and a function that hands the sender an ACK with no records and
 // the given rate hint, as a receiver whose share moves sends.

@@ -529,32 +529,40 @@ func TestFirstWindowPolicyParses(t *testing.T) {
 }
 
 // Everything a connection sends before its first answer is lost: a first
-// window of 16 packets on one path and the path's probes. Nothing has come
-// from the peer, so it is not quiet (peerQuiet), and the path's first
-// timeout declares every packet it has in flight lost, as its window
-// held: they go again at once, not one a timeout.
+// window of 16 packets on one path and the path's probes. Nothing the
+// sender sent has been answered, so the path's first timeout declares
+// every packet it has in flight lost, as its window held: they go again
+// at once, not one a timeout. So too on the side that accepted the
+// connection, which has an ACK from the handshake but no answer to
+// anything it sent.
 func TestFirstTimeoutBeforeAnyAnswerDeclaresTheWindow(t *testing.T) {
-	log := &traceLog{}
-	var sender *sender
-	drop := &dropPort{match: func(p *proto.Packet) bool {
-		return p.Common.Type() == proto.TypeWrite && p.Common.Flags()&proto.FlagRetransmit == 0 && !sender.heard
-	}, limit: 1 << 30}
-	n := newNetWithDrop(t, twoHostFabric(1), Config{Paths: 1, FirstWindow: FirstWindowFixed, Tracer: log}, drop)
-	pr := n.connect(0, 1)
-	sender = &pr.a.snd
-	pr.postWrite(t, 64)
-	if !n.run(10*time.Millisecond, func() bool { return !sender.busy() }) {
-		t.Fatal("the WRITE did not end within 10 ms")
-	}
-	first, atFirst := clock.Never, 0 // the first timeout, and what it declared
-	for _, ev := range log.evs {
-		if ev.Kind == TraceLost && ev.Loss == LossTimeout && ev.At <= first {
-			first = ev.At
-			atFirst++
+	for _, acceptor := range []bool{false, true} {
+		log := &traceLog{}
+		var sender *sender
+		drop := &dropPort{match: func(p *proto.Packet) bool {
+			return sender != nil && p.Common.Type() == proto.TypeWrite && p.Common.Flags()&proto.FlagRetransmit == 0 && sender.peerAnswered() == 0
+		}, limit: 1 << 30}
+		n := newNetWithDrop(t, twoHostFabric(1), Config{Paths: 1, FirstWindow: FirstWindowFixed, Tracer: log}, drop)
+		pr := n.connect(0, 1) // host 0, behind the drop, sends
+		if acceptor {
+			pr = n.connect(1, 0)
+			pr.a, pr.ha, pr.hb = pr.accepted, pr.hb, pr.ha
 		}
-	}
-	t.Logf("dropped %d, the first timeout declared %d", drop.dropped, atFirst)
-	if first == clock.Never || atFirst < drop.dropped {
-		t.Errorf("the first timeout declared %d packets lost of the %d dropped before any answer; want all", atFirst, drop.dropped)
+		sender = &pr.a.snd
+		pr.postWrite(t, 64)
+		if !n.run(10*time.Millisecond, func() bool { return !sender.busy() }) {
+			t.Fatalf("acceptor %v: the WRITE did not end within 10 ms", acceptor)
+		}
+		first, atFirst := clock.Never, 0 // the first timeout, and what it declared
+		for _, ev := range log.evs {
+			if ev.Kind == TraceLost && ev.Loss == LossTimeout && ev.At <= first {
+				first = ev.At
+				atFirst++
+			}
+		}
+		t.Logf("acceptor %v: dropped %d, the first timeout declared %d", acceptor, drop.dropped, atFirst)
+		if drop.dropped < 16 || first == clock.Never || atFirst < drop.dropped {
+			t.Errorf("acceptor %v: the first timeout declared %d packets lost of the %d dropped before any answer; want all", acceptor, atFirst, drop.dropped)
+		}
 	}
 }

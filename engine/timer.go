@@ -10,6 +10,7 @@ import (
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/proto"
 )
 
 // armTimer sets the path's timer from now. While the path may probe
@@ -130,12 +131,21 @@ func (p *sendPath) expired(now clock.Time) bool {
 		return false
 	case p.waitsForAnswers():
 		return false
-	case p.mayProbe():
+	case p.mayProbe() && !p.oldEpochInFlight():
 		p.tailProbe()
 	default:
 		p.onRTO(false)
 	}
 	return true
+}
+
+// oldEpochInFlight reports whether the path's oldest packet in flight was
+// sent before its latest move to a new source port. No ACK record of the
+// new epoch reports it (spec section 6.3), so a tail probe, whose report
+// an acknowledgment of new data answers, would leave it in flight for
+// ever: the path times out instead.
+func (p *sendPath) oldEpochInFlight() bool {
+	return p.oldest != p.next && proto.SeqLess(p.oldest, p.EpochStart(p.Epoch()))
 }
 
 // waitsForAnswers reports whether the peer's answers after a silence are
