@@ -505,7 +505,8 @@ func (s *sender) lostOvertaken(now clock.Time) {
 // packets were so declared at two tails with no news of it in between has
 // failed, not lost a burst: it times out (onRTO) and leaves service, as
 // its timer, which the declarations leave nothing to time, would have had
-// it. Nothing is declared while the peer's answers after a silence are
+// it. A second tail declares a packet sent after the first tail's
+// declaration; the rest of a burst of late ACKs only completes the first. Nothing is declared while the peer's answers after a silence are
 // still coming (hear), and only when a newer transmission than before was
 // reported received (docs/cc.md, "The tail, across paths").
 func (s *sender) lostAtTail(now clock.Time) {
@@ -517,9 +518,17 @@ func (s *sender) lostAtTail(now clock.Time) {
 		return
 	}
 	for _, p := range s.paths {
-		if !p.probed || p.inflight == 0 || p.State() != pathmgr.Good && p.State() != pathmgr.Skip || !p.declareOvertaken(now, false) {
+		if !p.probed || p.inflight == 0 || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
 			continue
 		}
+		declared, newest := p.declareOvertaken(now, false)
+		if !declared || p.tailStrikes > 0 && newest <= p.struckAt {
+			// Nothing declared, or only what the last tail had sent: a
+			// burst of late ACKs, each reporting a newer transmission,
+			// declares one tail's packets a few at a time.
+			continue
+		}
+		p.struckAt = now
 		if p.tailStrikes++; p.tailStrikes >= 2 {
 			p.onRTO(true)
 			p.armTimer(now)
@@ -536,9 +545,10 @@ var tailOvertakenOff bool
 // of its first window only if first. A packet of an earlier epoch is left
 // to the timeout, as its ACK records leave it (spec section 6.3), and one
 // whose DSN another transmission delivered is settled, not lost
-// (settleMoot). It reports whether it declared any lost.
-func (p *sendPath) declareOvertaken(now clock.Time, first bool) bool {
-	found, declared := false, false
+// (settleMoot). It reports whether it declared any lost, and when the
+// newest of those was sent.
+func (p *sendPath) declareOvertaken(now clock.Time, first bool) (declared bool, newest clock.Time) {
+	found := false
 	for p.oldest != p.next {
 		psn := p.oldest
 		r := p.slot(psn)
@@ -546,8 +556,8 @@ func (p *sendPath) declareOvertaken(now clock.Time, first bool) bool {
 			break
 		}
 		if !p.settleIfMoot(r) {
+			declared, newest = true, r.sentAt
 			p.resolveLost(r, psn, LossOvertaken)
-			declared = true
 		}
 		p.advance()
 		found = true
@@ -555,7 +565,7 @@ func (p *sendPath) declareOvertaken(now clock.Time, first bool) bool {
 	if found {
 		p.armTimer(now)
 	}
-	return declared
+	return declared, newest
 }
 
 // probeOvertaken brings forward the tail probe of each path without an RTT

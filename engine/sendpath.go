@@ -57,8 +57,10 @@ type sendPath struct {
 	armedAt clock.Time // when the timer was last armed (armTimer)
 	probed  bool       // a tail probe went out since the last acknowledgment
 	// tailStrikes counts the tails at which lostAtTail declared the path's
-	// packets lost since the last acknowledgment.
+	// packets lost since the last acknowledgment; struckAt is when it last
+	// did.
 	tailStrikes uint8
+	struckAt    clock.Time
 	timeouts    uint8 // retransmission timeouts in a row, saturating
 	// silent counts the transmissions on the path since the last news of
 	// it: an ACK record that resolved a packet, or a probe's reply.

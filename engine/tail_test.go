@@ -469,6 +469,55 @@ func TestDeadPathStillLeavesService(t *testing.T) {
 	}
 }
 
+// A path loses a burst of packets near a WRITE's tail, its tail probe
+// among them, and the sender's host, which did not run for a while, reads
+// the ACKs of the other path late, in one burst. Each ACK reports a newer
+// transmission and declares a few more of the path's packets overtaken
+// (lostAtTail): that is one tail, not two, and the path, which lost a
+// burst and did not fail, neither times out nor leaves service. Before,
+// each declaration counted as a tail, and the second timed the path out.
+func TestLateAckBurstIsOneTail(t *testing.T) {
+	us := time.Microsecond
+	for _, k := range []int{18, 20, 22, 24} {
+		for _, m := range []int{12, 16} {
+			for _, at := range []time.Duration{25 * us, 30 * us} {
+				for _, hold := range []time.Duration{10 * us, 20 * us, 30 * us} {
+					n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
+					pr := n.connect(0, 1)
+					n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: path1LosesBurst(k, m)}
+					late := &stallingReceiver{sim: n.sim, ep: n.hosts[0].ep}
+					n.fab.Host(0).Attach(late)
+					n.sim.At(n.sim.Now().Add(at), clock.Func(func() { late.stall(hold) }))
+					pr.postWrite(t, 64)
+					if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
+						t.Fatalf("path 1 lost packets %d-%d, ACKs held %v from %v: the WRITE did not complete", k+1, k+m, hold, at)
+					}
+					n.run(time.Millisecond, func() bool { return false })
+					st := pr.a.SenderStats()
+					if st.Timeouts != 0 || pr.a.snd.paths[1].State() != pathmgr.Good {
+						t.Errorf("path 1 lost packets %d-%d, ACKs held %v from %v: %d timeouts, path 1 %v; want none, and Good",
+							k+1, k+m, hold, at, st.Timeouts, pr.a.snd.paths[1].State())
+					}
+				}
+			}
+		}
+	}
+}
+
+// path1LosesBurst returns a drop function that loses path 1's data
+// packets k+1 to k+m.
+func path1LosesBurst(k, m int) func(*link.Datagram) bool {
+	sent := 0
+	return func(d *link.Datagram) bool {
+		var p proto.Packet
+		if p.Decode(d.Data) != nil || p.Common.PathID() != 1 || !p.Type().IsData() {
+			return false
+		}
+		sent++
+		return sent > k && sent <= k+m
+	}
+}
+
 // deadPathAtTail WRITEs 64 packets over two paths on two planes, where
 // path 1 carries nothing after its 28th data packet (path1DeadAfter). It
 // returns how long the WRITE took, the sender's counters, and how many
