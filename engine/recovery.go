@@ -140,12 +140,18 @@ func (p *sendPath) onRTO(failed bool) {
 // window (none without a sampled path on its plane); by clock.Never, all
 // of them. It reports whether it declared any.
 func (p *sendPath) declareInFlight(by clock.Time) bool {
+	return p.declareSentBefore(by, p.next)
+}
+
+// declareSentBefore is declareInFlight for the packets in flight before
+// PSN end.
+func (p *sendPath) declareSentBefore(by clock.Time, end uint32) bool {
 	before := by
 	if q := p.sampledOnPlane(); q != nil && by != clock.Never {
 		before = by.Add(-p.s.reorderWindow(q))
 	}
 	declared := false
-	for psn := p.oldest; psn != p.next; psn++ {
+	for psn := p.oldest; psn != end; psn++ {
 		if r := p.slot(psn); !r.resolved && r.sentAt < before {
 			p.resolveLost(r, psn, LossTimeout)
 			declared = true

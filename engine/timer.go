@@ -79,8 +79,9 @@ func (p *sendPath) onTimer() {
 // ASSUMED_BAD path, once they are in, declares lost what a timeout left
 // in flight and the answers since passed. Then an ASSUMED_BAD path
 // whose probe went unanswered moves to a new source port and probes again.
-// A path with packets in flight sends a tail probe, or, when it already
-// has, declares its packets lost.
+// A path with packets in flight sends a tail probe, after declaring lost
+// what an earlier epoch left that the peer's answers passed, or, when it
+// already has, declares its packets lost.
 func (p *sendPath) expired(now clock.Time) bool {
 	if p.State() != pathmgr.Down {
 		p.settleMoot()
@@ -120,8 +121,9 @@ func (p *sendPath) expired(now clock.Time) bool {
 			// While the peer's answers after a silence come in, what the
 			// path has in flight may be among them. A new source port
 			// would start an epoch whose ACK records never report what the
-			// old one left in flight (spec section 6.3), to hold the
-			// window until a tail probe resent it.
+			// old one left in flight (spec section 6.3): only the path's
+			// tail probe, once the peer answered later packets, would
+			// declare it lost (declarePassedEpochs).
 		case p.routeSuspect():
 			p.repath(now)
 		}
@@ -131,7 +133,10 @@ func (p *sendPath) expired(now clock.Time) bool {
 		return false
 	case p.waitsForAnswers():
 		return false
-	case p.mayProbe() && !p.oldEpochInFlight():
+	case p.mayProbe():
+		if p.declarePassedEpochs() && p.inflight == 0 {
+			return true
+		}
 		p.tailProbe()
 	default:
 		p.onRTO(false)
@@ -139,13 +144,21 @@ func (p *sendPath) expired(now clock.Time) bool {
 	return true
 }
 
-// oldEpochInFlight reports whether the path's oldest packet in flight was
-// sent before its latest move to a new source port. No ACK record of the
-// new epoch reports it (spec section 6.3), so a tail probe, whose report
-// an acknowledgment of new data answers, would leave it in flight for
-// ever: the path times out instead.
-func (p *sendPath) oldEpochInFlight() bool {
-	return p.oldest != p.next && proto.SeqLess(p.oldest, p.EpochStart(p.Epoch()))
+// declarePassedEpochs declares lost, at the path's tail probe, what it
+// sent before its latest move to a new source port and the peer's answers
+// passed (by more than the reordering window, as declareInFlight). No ACK
+// record of the new epoch reports those packets (spec section 6.3), and a
+// tail probe of new data, once acknowledged, would only arm another: they
+// would hold the window until it filled. Where the peer answered nothing
+// sent after them, the probe asks it to. It reports whether it declared
+// any.
+func (p *sendPath) declarePassedEpochs() bool {
+	start := p.EpochStart(p.Epoch())
+	answered := p.s.peerAnswered()
+	if p.oldest == p.next || !proto.SeqLess(p.oldest, start) || answered == 0 {
+		return false
+	}
+	return p.declareSentBefore(answered, start)
 }
 
 // waitsForAnswers reports whether the peer's answers after a silence are
