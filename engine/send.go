@@ -431,6 +431,7 @@ func (s *sender) transmit(d uint32, r *dsnRecord, p *sendPath, retx, probe bool)
 		p.growRing() // the ring is full, and ringRoom said it may grow
 	}
 	p.next++
+	p.AgeEpochs(p.next)
 	rec := p.slot(psn)
 	*rec = sendRec{psn: psn, dsn: d, sentAt: now, full: r.n >= most, retx: retx, first: s.first > 0 && !s.heard}
 	p.took(rec)

@@ -101,8 +101,26 @@ func (p *Path) Port() uint16 { return p.port }
 // Epoch is the path's epoch now.
 func (p *Path) Epoch() uint8 { return p.epoch }
 
-// EpochStart is the first PSN of epoch value e's latest use.
+// EpochStart is the first PSN of epoch value e's latest use, or a PSN
+// epochHorizon before the path's next one where that is later (AgeEpochs).
 func (p *Path) EpochStart(e uint8) uint32 { return p.epochStart[e&3] }
+
+// epochHorizon is how far before the path's next PSN an epoch's first PSN
+// is kept. An epoch longer than 2^31 PSNs would otherwise put its start
+// where serial order turns round (spec section 2), and every ACK record of
+// it would read as older than its start. No packet in flight lies that far
+// back: a path's window is far smaller.
+const epochHorizon = 1 << 30
+
+// AgeEpochs brings every epoch's first PSN to within epochHorizon of next,
+// the path's next PSN (spec section 6.3). The sender calls it as it sends.
+func (p *Path) AgeEpochs(next uint32) {
+	for e, start := range p.epochStart {
+		if next-start > epochHorizon {
+			p.epochStart[e] = next - epochHorizon
+		}
+	}
+}
 
 // InUse reports whether the path carries data, being neither ASSUMED_BAD
 // nor DOWN. Its window counts in the connection's rate only then.
