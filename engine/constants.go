@@ -91,3 +91,8 @@ const (
 	tailMiss       = 0.01                  // how likely every transmission of a DSN at the tail may be lost (randomLoss.tailCopies)
 	maxTailCopies  = 3                     // the most copies a transmission at the tail gets (randomLoss.tailCopies)
 )
+
+// repeatSampleMax is the longest ServiceTime, in nanoseconds, over which a
+// repeated ACK record's round trip is sampled (onRecord): clocks 100 ppm
+// apart drift 0.1 µs over it.
+const repeatSampleMax = uint32(time.Millisecond)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/mroce/mroce/memreg"
 )
 
 // A path that never moves stays in one epoch however many packets it
@@ -32,5 +34,36 @@ func TestEpochLongerThanHalfThePSNSpace(t *testing.T) {
 	}
 	if st.BadAcks != 0 || st.Retransmits != 0 || st.Timeouts != 0 {
 		t.Errorf("%d ACK records ignored, %d packets resent, %d timeouts; want none", st.BadAcks, st.Retransmits, st.Timeouts)
+	}
+}
+
+// A connection sends a WRITE over every path, idles for idle, then WRITEs
+// one packet, which goes on one path. The receiver's ACKs then repeat the
+// records of the idle paths as well, whose newest packet arrived idle ago:
+// their ServiceTime, which saturates at 2^32-1 ns, and the receiver's clock
+// measured. Only a record that reports its newest PSN for the first time
+// measures a round trip: no path's smoothed RTT may move off the fabric's
+// few microseconds. Before, after 7 s idle, the idle paths' smoothed RTT
+// read 192 ms.
+func TestIdlePathRecordsTakeNoRTTSample(t *testing.T) {
+	for _, idle := range []time.Duration{10 * time.Millisecond, time.Second, 5 * time.Second, 7 * time.Second} {
+		n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
+		pr := n.connect(0, 1)
+		src := pr.ha.region(t, 64*4096, 1, memreg.LocalWrite)
+		dst := pr.hb.region(t, 64*4096, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		for i, size := range []uint32{64 * 4096, 4096} {
+			if err := pr.a.Post(SendWR{ID: uint64(i), Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+				t.Fatal(err)
+			}
+			if !n.run(time.Second, func() bool { return len(pr.ra.done) == i+1 }) {
+				t.Fatalf("idle %v: WRITE %d did not complete", idle, i)
+			}
+			n.run(idle, func() bool { return false })
+		}
+		for _, p := range pr.a.snd.paths {
+			if p.RTT.SRTT > 100*time.Microsecond {
+				t.Errorf("idle %v: path %d's smoothed RTT is %v, its least %v", idle, p.ID(), p.RTT.SRTT, p.RTT.Min)
+			}
+		}
 	}
 }

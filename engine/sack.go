@@ -83,8 +83,15 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		s.stats.BadAcks++ // never sent, or an older use of this epoch value
 		return
 	}
+	// A record that reports its newest PSN received for the first time
+	// measures a round trip (spec section 5.5). A repeat measures the same
+	// one again, over a longer ServiceTime, which the receiver's clock
+	// counted: taken only while that is short, since the two clocks drift
+	// apart over it, and the record of a path idle for seconds carries one
+	// saturated at 2^32-1 ns.
 	sample := uint32(at) - rec.EchoTimestamp() - rec.ServiceTime()
-	sampled := sample < 1<<31 // else the echo is from the future: no sample
+	first := p.slot(h).psn == h && !p.slot(h).resolved
+	sampled := (first || rec.ServiceTime() < repeatSampleMax) && sample < 1<<31 // else the echo is from the future: no sample
 	if sampled {
 		p.rttSample(time.Duration(sample))
 	}
