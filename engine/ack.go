@@ -82,8 +82,11 @@ func (r *receiver) hint() uint64 {
 // noteArrival decides when to acknowledge a recorded data packet.
 func (r *receiver) noteArrival(now bool, at clock.Time) {
 	c := r.c
-	if r.lastArrival != 0 {
-		r.gap += (at.Sub(r.lastArrival) - r.gap) / 8
+	// A gap longer than the longest retransmission timeout is an idle,
+	// not a sender's pace: averaged in, it would put the quiet spell's
+	// repeat (sendAck) after the sender's own timers for many packets.
+	if gap := at.Sub(r.lastArrival); r.lastArrival != 0 && gap <= c.ep.cfg.RTOMax {
+		r.gap += (gap - r.gap) / 8
 	}
 	r.lastArrival = at
 	r.pending++

@@ -67,3 +67,36 @@ func TestIdlePathRecordsTakeNoRTTSample(t *testing.T) {
 		}
 	}
 }
+
+// After a long idle, a WRITE of one packet: the receiver acknowledges it,
+// and, the sender quiet after it, repeats its records a few ACK delays
+// later, against the loss of that ACK (ackRepeatAfter). The gap of the
+// idle is no gap between a sender's packets: before, it entered the
+// receiver's average of them, and the repeat came half the idle later,
+// 5 s after 10 s, where the sender's tail probe had long resent the
+// packet.
+func TestRepeatAckAfterAnIdle(t *testing.T) {
+	for _, idle := range []time.Duration{time.Millisecond, 10 * time.Second} {
+		n := newNet(t, twoHostFabric(2), Config{Paths: 4, Streams: 1})
+		pr := n.connect(0, 1)
+		src := pr.ha.region(t, 64*4096, 1, memreg.LocalWrite)
+		dst := pr.hb.region(t, 64*4096, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		var acks uint64
+		for i, size := range []uint32{64 * 4096, 4096} {
+			if err := pr.a.Post(SendWR{ID: uint64(i), Op: OpWrite, Local: SGE{src, 0, size}, RKey: dst.Key()}); err != nil {
+				t.Fatal(err)
+			}
+			if !n.run(time.Second, func() bool { return len(pr.ra.done) == i+1 }) {
+				t.Fatalf("idle %v: WRITE %d did not complete", idle, i)
+			}
+			if i == 0 {
+				n.run(idle, func() bool { return false })
+			}
+			acks = pr.accepted.ReceiverStats().AcksSent
+		}
+		n.run(100*time.Microsecond, func() bool { return false })
+		if repeats := pr.accepted.ReceiverStats().AcksSent - acks; repeats == 0 {
+			t.Errorf("idle %v: no ACK repeated within 100 µs of the last", idle)
+		}
+	}
+}
