@@ -30,6 +30,7 @@ const (
 	tokenLifetime = 2 * time.Second
 	tokenMACLen   = proto.TokenLen - 4 // the token after its 4-byte issue time: truncated HMAC-SHA256
 	tokenKeyLen   = 32                 // the HMAC-SHA256 secret, drawn from Config.Random
+	tokenKeyLife  = 24 * time.Hour     // how long a secret makes tokens: far less than the 2^32 ms in which a token's issue time comes round
 )
 
 // Headroom is the share of a NIC's rate that the rate allocations give

@@ -47,9 +47,12 @@ type Endpoint struct {
 	closedKey map[acceptKey]clock.Time
 
 	// Address validation (spec section 8.1): the HMAC-SHA256 of tokens,
-	// under a secret drawn when the first token is made, and its sum.
-	mac    hash.Hash
-	macSum [sha256.Size]byte
+	// under a secret drawn when the first token is made and again every
+	// tokenKeyLife (renewTokenKey), the one before, and a sum.
+	mac      hash.Hash
+	macPrev  hash.Hash
+	macDrawn clock.Time
+	macSum   [sha256.Size]byte
 
 	// Rate allocation among this endpoint's connections.
 	alloc    *cc.Allocator // shares InboundCapacity among the senders to this endpoint; nil when unknown

@@ -7,6 +7,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
+	"hash"
 	"io"
 	"net/netip"
 	"time"
@@ -176,9 +177,11 @@ func tokenMS(t clock.Time) uint32 { return uint32(int64(t) / int64(time.Millisec
 // makeToken makes the token of a RETRY that answers a CONNECT from src
 // with handshake header h.
 func (e *Endpoint) makeToken(src netip.Addr, h proto.HandshakeHeader) (tok [proto.TokenLen]byte) {
-	issued := tokenMS(e.clock.Now())
+	now := e.clock.Now()
+	e.renewTokenKey(now)
+	issued := tokenMS(now)
 	binary.BigEndian.PutUint32(tok[:4], issued)
-	copy(tok[4:], e.tokenMAC(issued, src, h.SrcConnID(), h.ReplyPort()))
+	copy(tok[4:], e.tokenMAC(e.mac, issued, src, h.SrcConnID(), h.ReplyPort()))
 	return tok
 }
 
@@ -196,38 +199,54 @@ func (e *Endpoint) checkToken(tok [proto.TokenLen]byte, src netip.Addr, h proto.
 	if e.mac == nil {
 		return tokenBad // no token made yet, so none is ours
 	}
+	now := e.clock.Now()
+	e.renewTokenKey(now)
 	issued := binary.BigEndian.Uint32(tok[:4])
-	if !hmac.Equal(tok[4:], e.tokenMAC(issued, src, h.SrcConnID(), h.ReplyPort())) {
+	if !hmac.Equal(tok[4:], e.tokenMAC(e.mac, issued, src, h.SrcConnID(), h.ReplyPort())) &&
+		(e.macPrev == nil || !hmac.Equal(tok[4:], e.tokenMAC(e.macPrev, issued, src, h.SrcConnID(), h.ReplyPort()))) {
 		return tokenBad
 	}
 	// Serial: a token from the future is as old as 2^32 ms less its lead.
-	if age := tokenMS(e.clock.Now()) - issued; age > uint32(tokenLifetime/time.Millisecond) {
+	if age := tokenMS(now) - issued; age > uint32(tokenLifetime/time.Millisecond) {
 		return tokenExpired
 	}
 	return tokenValid
 }
 
-// tokenMAC is the token's MAC, tokenMACLen bytes, valid until the next
-// call. The secret is drawn when the first token is made, from the source
-// of the connection ids, so that a simulation without pressure draws
-// exactly what it did before tokens existed.
-func (e *Endpoint) tokenMAC(issued uint32, src netip.Addr, id uint32, port uint16) []byte {
-	if e.mac == nil {
-		var key [tokenKeyLen]byte
-		if _, err := io.ReadFull(e.random, key[:]); err != nil {
-			panic("engine: random source failed: " + err.Error())
-		}
-		e.mac = hmac.New(sha256.New, key[:])
+// renewTokenKey draws the tokens' secret when the first token is made, and
+// a new one every tokenKeyLife. The issue time a token carries comes round
+// every 2^32 ms, and a token seen on its way would be valid again then
+// under the same secret. The secret before stays for the tokens it made
+// that may still be valid. The secrets come from the source of the
+// connection ids, so that a simulation without pressure draws exactly what
+// it did before tokens existed.
+func (e *Endpoint) renewTokenKey(now clock.Time) {
+	if e.mac != nil && now.Sub(e.macDrawn) < tokenKeyLife {
+		return
 	}
+	e.macPrev = nil
+	if e.mac != nil && now.Sub(e.macDrawn) < tokenKeyLife+tokenLifetime {
+		e.macPrev = e.mac
+	}
+	var key [tokenKeyLen]byte
+	if _, err := io.ReadFull(e.random, key[:]); err != nil {
+		panic("engine: random source failed: " + err.Error())
+	}
+	e.mac, e.macDrawn = hmac.New(sha256.New, key[:]), now
+}
+
+// tokenMAC is a token's MAC under mac, tokenMACLen bytes, valid until the
+// next call.
+func (e *Endpoint) tokenMAC(mac hash.Hash, issued uint32, src netip.Addr, id uint32, port uint16) []byte {
 	var msg [4 + 16 + 4 + 2]byte
 	binary.BigEndian.PutUint32(msg[0:], issued)
 	a := src.Unmap().As16() // IPv4 as IPv4-mapped IPv6
 	copy(msg[4:], a[:])
 	binary.BigEndian.PutUint32(msg[20:], id)
 	binary.BigEndian.PutUint16(msg[24:], port)
-	e.mac.Reset()
-	e.mac.Write(msg[:])
-	return e.mac.Sum(e.macSum[:0])[:tokenMACLen]
+	mac.Reset()
+	mac.Write(msg[:])
+	return mac.Sum(e.macSum[:0])[:tokenMACLen]
 }
 
 // checkHandshake checks the ranges of spec section 5.8. It returns the byte

@@ -469,6 +469,37 @@ func TestTokenKnownAnswer(t *testing.T) {
 	}
 }
 
+// A token's issue time is milliseconds modulo 2^32, so it comes round
+// every 49.7 days; the secret it was made under does not last that long.
+// A token seen on its way and replayed 2^32 ms later is no token of the
+// acceptor's. One made just before the secret is renewed stays valid for
+// its life after it.
+func TestTokenComesRoundUnderANewSecret(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{})
+	e := n.hosts[1].ep
+	var pkt proto.Packet
+	proto.Build(&pkt, make([]byte, 128), proto.TypeConnect, 0, 0)
+	h := pkt.Handshake()
+	h.SetSrcConnID(0x9e3779b9)
+	h.SetReplyPort(4797)
+	src := netip.MustParseAddr("192.0.2.1")
+	made := n.sim.Now()
+	tok := e.makeToken(src, h)
+	if got := e.checkToken(tok, src, h); got != tokenValid {
+		t.Fatalf("a new token checks %v, want valid", got)
+	}
+	n.sim.RunFor(tokenKeyLife - time.Second)
+	late := e.makeToken(src, h)
+	n.sim.RunFor(1500 * time.Millisecond)
+	if got := e.checkToken(late, src, h); got != tokenValid {
+		t.Errorf("a token made 1 s before its secret was renewed checks %v 0.5 s after; want valid", got)
+	}
+	n.sim.RunUntil(made.Add(1<<32*time.Millisecond + 500*time.Millisecond))
+	if got := e.checkToken(tok, src, h); got != tokenBad {
+		t.Errorf("the first token, replayed 2^32 + 500 ms later, checks %v; want bad", got)
+	}
+}
+
 // FuzzConnectTokens hands an acceptor under pressure a program of CONNECTs
 // from a few sources, ids and reply ports, without a token, with the
 // token a RETRY gave that source or another, or with a token altered,
