@@ -214,18 +214,21 @@ func (e *Endpoint) checkToken(tok [proto.TokenLen]byte, src netip.Addr, h proto.
 }
 
 // renewTokenKey draws the tokens' secret when the first token is made, and
-// a new one every tokenKeyLife. The issue time a token carries comes round
-// every 2^32 ms, and a token seen on its way would be valid again then
-// under the same secret. The secret before stays for the tokens it made
-// that may still be valid. The secrets come from the source of the
-// connection ids, so that a simulation without pressure draws exactly what
-// it did before tokens existed.
+// a new one when a token is made or checked tokenKeyLife or more after the
+// last draw. The issue time a token carries comes round every 2^32 ms, and
+// a token seen on its way would be valid again then under the same secret.
+// The secret before stays, unless it is twice tokenKeyLife old, so that
+// its tokens are told valid or expired, not taken for a stranger's: an
+// expired one draws a new RETRY. A token 2^32 ms old is under neither.
+// The secrets come from the source of the connection ids, so that a
+// simulation without pressure draws exactly what it did before tokens
+// existed.
 func (e *Endpoint) renewTokenKey(now clock.Time) {
 	if e.mac != nil && now.Sub(e.macDrawn) < tokenKeyLife {
 		return
 	}
 	e.macPrev = nil
-	if e.mac != nil && now.Sub(e.macDrawn) < tokenKeyLife+tokenLifetime {
+	if e.mac != nil && now.Sub(e.macDrawn) < 2*tokenKeyLife {
 		e.macPrev = e.mac
 	}
 	var key [tokenKeyLen]byte

@@ -473,7 +473,7 @@ func TestTokenKnownAnswer(t *testing.T) {
 // every 49.7 days; the secret it was made under does not last that long.
 // A token seen on its way and replayed 2^32 ms later is no token of the
 // acceptor's. One made just before the secret is renewed stays valid for
-// its life after it.
+// its life after it, and is told expired after that.
 func TestTokenComesRoundUnderANewSecret(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{})
 	e := n.hosts[1].ep
@@ -493,6 +493,19 @@ func TestTokenComesRoundUnderANewSecret(t *testing.T) {
 	n.sim.RunFor(1500 * time.Millisecond)
 	if got := e.checkToken(late, src, h); got != tokenValid {
 		t.Errorf("a token made 1 s before its secret was renewed checks %v 0.5 s after; want valid", got)
+	}
+	n.sim.RunFor(10 * time.Second)
+	if got := e.checkToken(late, src, h); got != tokenExpired {
+		t.Errorf("the same token 10 s later checks %v; want expired, which draws a new RETRY", got)
+	}
+	// The next renewal, after a day without tokens, finds the secret before
+	// more than a day old, and still tells its tokens expired.
+	n.sim.RunFor(tokenKeyLife + time.Minute)
+	e.makeToken(src, h)
+	late2 := e.makeToken(src, h)
+	n.sim.RunFor(tokenKeyLife + 10*time.Second)
+	if got := e.checkToken(late2, src, h); got != tokenExpired {
+		t.Errorf("a token checked a day and 10 s after it was made, across a renewal, checks %v; want expired", got)
 	}
 	n.sim.RunUntil(made.Add(1<<32*time.Millisecond + 500*time.Millisecond))
 	if got := e.checkToken(tok, src, h); got != tokenBad {
