@@ -74,12 +74,11 @@ func (p *sendPath) tailProbe() {
 // the path and was sent before something the peer answered, unless the
 // peer is quiet (peerQuiet); before the peer answered anything, or where
 // failed, since the path is known to have failed (lostAtTail), all of it.
-// The path goes to
-// ASSUMED_BAD and takes no new data (spec section 6.4). It is probed until
-// a probe or an acknowledgment shows it works. An unanswered probe
-// repaths it, where a new route can help. What the timeout saw in flight
-// is remembered, in case an ACK shows that it was only late
-// (lateDelivery).
+// The path goes to ASSUMED_BAD and takes no new data (spec section 6.4).
+// It is probed until a probe or an acknowledgment shows it works. An
+// unanswered probe repaths it, where a new route can help. What the
+// timeout saw in flight is remembered, in case an ACK shows that it was
+// only late (lateDelivery).
 //
 // The last path in service on its plane stays in service, with its window,
 // when the connection's random loss explains its silence (randomLoss.explains): out
@@ -512,8 +511,9 @@ func (s *sender) lostOvertaken(now clock.Time) {
 // failed, not lost a burst: it times out (onRTO) and leaves service, as
 // its timer, which the declarations leave nothing to time, would have had
 // it. A second tail declares a packet sent after the first tail's
-// declaration; the rest of a burst of late ACKs only completes the first. Nothing is declared while the peer's answers after a silence are
-// still coming (hear), and only when a newer transmission than before was
+// declaration; the rest of a burst of late ACKs only completes the first.
+// Nothing is declared while the peer's answers after a silence are still
+// coming (hear), and only when a newer transmission than before was
 // reported received (docs/cc.md, "The tail, across paths").
 func (s *sender) lostAtTail(now clock.Time) {
 	if s.unsent != 0 || tailOvertakenOff || s.deliveredSent == s.tailSeen {
