@@ -169,26 +169,33 @@ func (s *sender) endInSight() bool {
 const routeWeightTail = 3
 
 // queueWeight is what a packet on p costs of its pass for the queue on its
-// route, against the other paths of its plane: more for a path whose
-// route queues, so that the paths that cross idle links take more of the
-// new data. The weights of a plane's paths in service are scaled so that
-// the plane keeps its share, which follows its port's rate (stride): a
-// queue that all of its paths meet, at a slower plane's receivers or at an
-// incast's, moves nothing, and a path alone on its plane weighs 1. p is
-// usable (pickByRate), so in service and among those it is scaled over.
+// route, against the connection's other paths on ports of the same rate:
+// more for a path whose route queues, so that the paths that cross idle
+// links take more of the new data. The weights of those paths in service
+// are scaled so that, each weighed by its share (1/stride), their inverses
+// sum to the shares: together they keep the share of their ports' rates,
+// so a slower plane's share does not move, and a queue they all meet, at
+// an incast's receiver, moves nothing. One rate class and not one plane:
+// with a path a plane, the route that queues is another plane's, and the
+// last data leaves it for a plane whose route does not (docs/cc.md, "The
+// last round trips"). A path alone in its class weighs 1. p is usable
+// (pickByRate), so in service and among those it is scaled over.
 func (s *sender) queueWeight(p *sendPath) float64 {
-	var inverse float64 // the weights' inverses, summed over the plane
+	var inverse, shares float64 // over the class
 	n := 0
+	ports := s.c.ep.ports
 	for _, o := range s.paths {
-		if o.Plane() == p.Plane() && o.InUse() && !o.returning {
-			inverse += 1 / o.routeWeight()
+		if ports.sameRate(o.Plane(), p.Plane()) && o.InUse() && !o.returning {
+			share := 1 / s.stride(o.Plane())
+			inverse += share / o.routeWeight()
+			shares += share
 			n++
 		}
 	}
 	if n <= 1 {
 		return 1
 	}
-	return p.routeWeight() * inverse / float64(n)
+	return p.routeWeight() * inverse / shares
 }
 
 // routeWeight is 1 + q / (2 x least RTT), q the one-way queue of the

@@ -64,6 +64,19 @@ func (n *nicPorts) refresh(plane int) {
 	n.slack[plane] = time.Duration(float64(portBacklog*n.maxPayload) / r * 1e9) // 0 at +Inf
 }
 
+// sameRate reports whether planes a and b have ports of one rate now: both
+// configured alike and neither held lower by its own queue. Planes without
+// a rate count as alike.
+func (n *nicPorts) sameRate(a, b int) bool {
+	if a == b {
+		return true
+	}
+	if a >= len(n.portRate) || b >= len(n.portRate) {
+		return false
+	}
+	return n.portRate[a] == n.portRate[b]
+}
+
 // ready reports whether plane's port can take new data at now.
 func (n *nicPorts) ready(plane int, now clock.Time) bool {
 	return plane >= len(n.free) || math.IsInf(n.portRate[plane], 1) || n.free[plane].Sub(now) <= n.slack[plane]

@@ -70,60 +70,74 @@ func TestQueueWeightEndsThePermutationSooner(t *testing.T) {
 	}
 }
 
-// TestQueueWeightKeepsEachPlanesShare gives a connection's paths on two
-// planes queues of their own. On each plane the more queued path weighs
-// more, and the inverses of a plane's weights sum to its number of paths,
-// so that the plane's share of new data stays its port's; the queue that
-// every path of a plane meets weighs nothing, and a path alone on its
-// plane weighs 1 whatever its queue.
-func TestQueueWeightKeepsEachPlanesShare(t *testing.T) {
-	n := newNet(t, twoHostFabric(3), Config{Paths: 5})
+// TestQueueWeightKeepsEachRatesShare gives a connection's paths on three
+// planes, two of one port rate and one of half that, queues of their own.
+// Among the paths on ports of one rate the more queued path weighs more,
+// whichever plane it is on, and the inverses of their weights, each times
+// its path's share, sum to the shares, so that the ports of that rate keep
+// their share of new data; a queue that every path of the class meets
+// weighs nothing, and a path alone in its class weighs 1 whatever its
+// queue.
+func TestQueueWeightKeepsEachRatesShare(t *testing.T) {
+	const rate = 12e9 // bytes of payload a second
+	n := newNet(t, twoHostFabric(3), Config{Paths: 4, PortRates: []float64{rate, rate, rate / 2}})
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 1) // the sender makes its paths for its first data
 	if !n.runUntilSent([]*pair{pr}, time.Millisecond) {
 		t.Fatal("the WRITE did not end")
 	}
 	s := pr.a.snd
-	queues := []time.Duration{0, 4 * time.Microsecond, 10 * time.Microsecond, 10 * time.Microsecond, 40 * time.Microsecond}
-	inverse := map[int]float64{}
-	on := map[int]int{}
-	for i, p := range s.paths {
-		p.RTT.Min, p.queue, p.queued = 10*time.Microsecond, queues[i], true
-		on[p.Plane()]++
-	}
-	// Paths 0 and 3 share plane 0, 1 and 4 plane 1, and 2 is alone on plane 2.
-	if s.paths[0].Plane() != s.paths[3].Plane() || s.paths[1].Plane() != s.paths[4].Plane() || on[s.paths[2].Plane()] != 1 {
-		t.Fatalf("planes %d %d %d %d %d: want paths dealt in turn over three planes",
-			s.paths[0].Plane(), s.paths[1].Plane(), s.paths[2].Plane(), s.paths[3].Plane(), s.paths[4].Plane())
-	}
+	// A whole round, then the fourth path on a fast plane: two paths on
+	// one fast plane (each half its share), one on the other, one slow.
+	byPlane := map[int][]*sendPath{}
 	for _, p := range s.paths {
-		inverse[p.Plane()] += 1 / s.queueWeight(p)
+		byPlane[p.Plane()] = append(byPlane[p.Plane()], p)
 	}
-	for plane, sum := range inverse {
-		if math.Abs(sum-float64(on[plane])) > 1e-9 {
-			t.Errorf("plane %d: the inverses of its %d paths' weights sum to %v", plane, on[plane], sum)
-		}
+	pair2, lone := byPlane[0], byPlane[1]
+	if len(pair2) < len(lone) {
+		pair2, lone = lone, pair2
 	}
-	if w0, w3 := s.queueWeight(s.paths[0]), s.queueWeight(s.paths[3]); !(w0 < 1 && w3 > 1) {
-		t.Errorf("plane 0: weights %v with no queue and %v with a queue of an RTT: want below and above 1", w0, w3)
+	if len(pair2) != 2 || len(lone) != 1 || len(byPlane[2]) != 1 {
+		t.Fatalf("paths on planes 0, 1, 2: %d %d %d: want 2 and 1 (either way) and 1", len(byPlane[0]), len(byPlane[1]), len(byPlane[2]))
 	}
-	// 1 + q / (2 x RTT): 1.2 and 3.
-	if w1, w4 := s.queueWeight(s.paths[1]), s.queueWeight(s.paths[4]); math.Abs(w4/w1-3/1.2) > 1e-9 {
-		t.Errorf("plane 1: weights %v and %v for queues of 0.4 and 4 RTTs: want them %v apart", w1, w4, 3/1.2)
+	fast := []*sendPath{pair2[0], pair2[1], lone[0]}
+	slow := byPlane[2]
+	for _, p := range s.paths {
+		p.RTT.Min, p.queue, p.queued = 10*time.Microsecond, 0, true
 	}
-	if w := s.queueWeight(s.paths[2]); w != 1 {
-		t.Errorf("a path alone on its plane, with a queue of an RTT, weighs %v: want 1", w)
+	fast[1].queue = 10 * time.Microsecond // 1 + q / (2 x RTT): 1.5
+	fast[2].queue = 40 * time.Microsecond // 3, on the other fast plane
+	slow[0].queue = 40 * time.Microsecond
+	var inverse, shares float64
+	for _, p := range fast {
+		share := 1 / s.stride(p.Plane())
+		inverse += share / s.queueWeight(p)
+		shares += share
 	}
-	s.paths[4].queue = 100 * time.Microsecond // 1 + 5, held to maxRouteWeight
-	if w := s.paths[4].routeWeight(); w != maxRouteWeight {
+	if math.Abs(inverse-shares) > 1e-9*shares {
+		t.Errorf("the fast ports' paths: their weights' inverses by share sum to %v of their shares: want all", inverse/shares)
+	}
+	if w0, w1, w2 := s.queueWeight(fast[0]), s.queueWeight(fast[1]), s.queueWeight(fast[2]); !(w0 < 1 && w0 < w1 && w1 < w2 && w2 > 1) {
+		t.Errorf("weights %v, %v and %v for queues of 0, 1 and 4 RTTs: want them rising, across 1", w0, w1, w2)
+	}
+	if w1, w2 := s.queueWeight(fast[1]), s.queueWeight(fast[2]); math.Abs(w2/w1-3/1.5) > 1e-9 {
+		t.Errorf("weights %v and %v for queues of 1 and 4 RTTs on two planes: want them %v apart", w1, w2, 3/1.5)
+	}
+	if w := s.queueWeight(slow[0]); w != 1 {
+		t.Errorf("a path alone on the half-rate plane, with a queue of 4 RTTs, weighs %v: want 1", w)
+	}
+	fast[2].queue = 100 * time.Microsecond // 1 + 5, held to maxRouteWeight
+	if w := fast[2].routeWeight(); w != maxRouteWeight {
 		t.Errorf("a queue of 10 RTTs weighs %v: want at most %v", w, maxRouteWeight)
 	}
-	s.paths[3].returning = true // out of the spray: plane 0 has path 0 alone
-	if w := s.queueWeight(s.paths[0]); w != 1 {
-		t.Errorf("path 0, the one of its plane in the spray, weighs %v: want 1", w)
+	for _, p := range fast[1:] {
+		p.returning = true // out of the spray: fast[0] is alone in its class
 	}
-	s.paths[3].returning = false
+	if w := s.queueWeight(fast[0]); w != 1 {
+		t.Errorf("path %d, the one of its class in the spray, weighs %v: want 1", fast[0].ID(), w)
+	}
 	for _, p := range s.paths {
+		p.returning = false
 		p.queue = 10 * time.Microsecond
 	}
 	for _, p := range s.paths {
