@@ -22,6 +22,7 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	}
 	before := s.una
 	s.heard = true
+	couldBorrow := s.borrows()
 	lower := s.c.tp.hint(s, ack.RateHint()) // true when the receiver's share fell
 	if s.c.credits {
 		s.takeCredit(ack.CreditStream(), ack.CreditLimit())
@@ -49,6 +50,16 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		for _, p := range s.paths {
 			if p.inflight > 0 {
 				p.rearmTimer()
+			}
+		}
+	}
+	if !couldBorrow && s.borrows() {
+		// The paths not yet sampled were armed without an estimate, at
+		// RTOInitial: their first packets, if lost, would wait for it.
+		// They now go by their connection's (estimate).
+		for _, p := range s.paths {
+			if p.RTT.Samples == 0 && p.inflight > 0 {
+				p.fireBy(p.due())
 			}
 		}
 	}

@@ -185,5 +185,6 @@ func (p *sendPath) windowChanged() {
 // rttSample adds an RTT sample to the path's estimate.
 func (p *sendPath) rttSample(sample time.Duration) {
 	p.RTT.Update(sample)
+	p.s.sampled = true
 	p.rateChanged()
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
@@ -216,6 +217,47 @@ func TestUnsampledPathProbesByItsConnection(t *testing.T) {
 	}
 	if !probed || timedOut {
 		t.Fatalf("path 1's first timer: probe sent %v, packets lost by timeout %v; want a probe and no timeout", probed, timedOut)
+	}
+}
+
+// TestUnsampledPathTimedOnceAnotherIsSampled loses the whole first window
+// of path 1 of two, while path 0 delivers and the WRITE has much left to
+// send: path 1 has no RTT sample, and nothing it sends shows its losses.
+// Its timer was armed without an estimate, at RTOInitial. Once path 0's
+// first sample comes in (with the receiver's hint), path 1 goes by its
+// connection's estimate: its timer fires within a few round trips, not a
+// millisecond later, while the WRITE still runs.
+func TestUnsampledPathTimedOnceAnotherIsSampled(t *testing.T) {
+	log := &traceLog{}
+	drop := &dropPort{match: func(p *proto.Packet) bool {
+		return p.Common.Type() == proto.TypeWrite && p.Common.PathID() == 1
+	}, limit: int(cc.DefaultWindow.Initial)} // more than path 1's share of the first window
+	cfg := Config{Paths: 2, InboundCapacity: 10e9, Tracer: log}
+	n := newNetWithDrop(t, twoHostFabric(2), cfg, drop)
+	pr := n.connect(0, 1)
+	start := n.sim.Now()
+	pr.postWrite(t, 4096) // 16 MiB, about 1.7 ms at the receiver's 10 GB/s
+	var fired clock.Time
+	n.run(5*time.Millisecond, func() bool {
+		for _, ev := range log.evs {
+			if ev.Kind == TraceTimer && ev.Path == 1 {
+				fired = ev.At
+				return true
+			}
+		}
+		return false
+	})
+	if fired == 0 {
+		t.Fatalf("path 1's timer never fired: %+v", pr.a.SenderStats())
+	}
+	if s := &pr.a.snd; s.unsent == 0 {
+		t.Fatalf("the WRITE was all sent when path 1's timer fired: the test needs data left to send")
+	}
+	took := fired.Sub(start)
+	t.Logf("path 1's first timer fired %v after the post (RTOInitial %v)", took, n.hosts[0].ep.cfg.RTOInitial)
+	if took > n.hosts[0].ep.cfg.RTOInitial/4 {
+		t.Errorf("path 1's first timer fired %v after the post: want it timed by its connection's estimate, well before RTOInitial (%v)",
+			took, n.hosts[0].ep.cfg.RTOInitial)
 	}
 }
 

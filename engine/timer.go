@@ -268,6 +268,11 @@ func (p *sendPath) estimate() (rtt pathmgr.RTT, borrowed bool) {
 	return rtt, rtt.Samples > 0
 }
 
+// borrows reports whether a path not yet sampled times itself by its
+// connection's estimate: the receiver has granted a rate and some path has
+// an RTT sample (estimate).
+func (s *sender) borrows() bool { return s.sampled && s.hinted() }
+
 // timedOut counts a timeout in a row, saturating at what the count holds.
 // The timeout reaches RTOMax long before that, and a connection without
 // progress fails after Config.NoProgress.
@@ -338,8 +343,9 @@ func (s *sender) sawLate(rtt time.Duration) {
 
 // hinted reports whether the receiver has granted a rate. The drain time,
 // and the timers that depend on it, need one. The first hinted ACK lowers
-// the hint from none, which re-arms every path's timer. A path not yet
-// sampled is then armed by its connection's estimate.
+// the hint from none, which puts every path's timer off (rearmTimer). A
+// path not yet sampled goes by its connection's estimate once there is a
+// hint and a sample (borrows): its timer is brought forward then.
 func (s *sender) hinted() bool { return s.hint > 0 && !math.IsInf(s.hint, 1) }
 
 // slowestRTT is the RTT estimate of the connection's sampled path with the
