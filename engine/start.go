@@ -172,7 +172,10 @@ const slowerStart = 0.25
 // half that rate or slower, the sender's own window spaced them: under
 // heavy loss the first ACKs report a packet or two a path, and the train
 // is made of packets sent a round trip after one another, whose rate says
-// nothing of the path. The start then follows the hint.
+// nothing of the path. The start then follows the hint. It does so too
+// once a packet of the connection was declared lost: an ACK lost reports
+// its packets with the next, a gap that reads as a slow link, and where
+// ACKs are lost data is lost as well.
 //
 // A first window of FirstWindowFixed's 16 packets, or one without the
 // ports' rates to size it, is one bandwidth-delay product at 100 Gb/s and
@@ -186,7 +189,7 @@ func (s *sender) startFromHint(at clock.Time) {
 		return
 	}
 	var total float64
-	var acked uint64
+	var acked, lost uint64
 	var minRTT time.Duration
 	bound := s.receiverBound()
 	for _, p := range s.paths {
@@ -195,6 +198,7 @@ func (s *sender) startFromHint(at clock.Time) {
 			return
 		}
 		acked += p.Counters.Acked
+		lost += p.Counters.Lost
 		if !p.InUse() {
 			continue
 		}
@@ -217,7 +221,7 @@ func (s *sender) startFromHint(at clock.Time) {
 	rate := s.hint
 	ackSpan := at.Sub(s.train.at)
 	sendSpan := max(s.train.lastSent.Sub(s.train.firstSent), 0) // 0 where every packet was a resend
-	if delivered := float64(acked-s.train.acked) * s.mss / ackSpan.Seconds(); delivered < slowerStart*s.hint && 2*sendSpan < ackSpan {
+	if delivered := float64(acked-s.train.acked) * s.mss / ackSpan.Seconds(); delivered < slowerStart*s.hint && 2*sendSpan < ackSpan && lost == 0 {
 		rate = delivered
 	}
 	rtt := minRTT

@@ -249,6 +249,69 @@ func TestStartUnderLossFollowsTheHint(t *testing.T) {
 	}
 }
 
+// TestStartAfterLostAcksFollowsTheHint loses the ACKs that would follow
+// the first one for 20 µs, and one packet of the first window. The first
+// window left back to back, and the ACK that comes after the gap reports
+// the packets the lost ones did: their spacing reads as a bottleneck's, a
+// tenth of the hint. A packet declared lost says the spacing may be the
+// loss's, not a link's, and the start raises the windows to the receiver's
+// share's bandwidth-delay product all the same.
+func TestStartAfterLostAcksFollowsTheHint(t *testing.T) {
+	fc := twoHostFabric(1)
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	for _, dropData := range []bool{true, false} {
+		n := newNet(t, fc, Config{Paths: 8, InboundCapacity: 0.98 * 400e9 / 8})
+		var posted, firstAck clock.Time
+		var dataDropped bool
+		acks := &dropPort{match: func(p *proto.Packet) bool {
+			if posted == 0 || p.Type() != proto.TypeAck {
+				return false
+			}
+			now := n.sim.Now()
+			if firstAck == 0 {
+				firstAck = now // the first ACK of the data goes through
+				return false
+			}
+			return now < firstAck.Add(20*time.Microsecond)
+		}, limit: 1 << 30}
+		acks.Port, n.hosts[1].ep.port = n.fab.Host(1), acks
+		data := &dropPort{match: func(p *proto.Packet) bool {
+			if !dropData || dataDropped || p.Common.Type() != proto.TypeWrite || p.Common.PathID() != 0 {
+				return false
+			}
+			dataDropped = true
+			return true
+		}, limit: 1}
+		data.Port, n.hosts[0].ep.port = n.fab.Host(0), data
+		pr := n.connect(0, 1)
+		posted = n.sim.Now()
+		pr.postWrite(t, 2048)
+		s := &pr.a.snd
+		if !n.run(time.Millisecond, func() bool { return s.started }) {
+			t.Fatalf("the start never came: hint %v, %+v", s.hint, pr.a.SenderStats())
+		}
+		var w float64
+		var least time.Duration
+		for _, p := range s.paths {
+			w += p.cwin.Value()
+			if p.RTT.Samples > 0 && (least == 0 || p.RTT.Min < least) {
+				least = p.RTT.Min
+			}
+		}
+		bdp := s.hint * least.Seconds() / s.mss
+		t.Logf("a data packet lost %v: windows %.0f packets at the start; the hint's BDP over the least RTT %v: %.0f", dropData, w, least, bdp)
+		switch {
+		case dropData && w < bdp/2:
+			t.Errorf("a packet lost with the ACKs: windows %.0f packets at the start, want about the hint's BDP, %.0f", w, bdp)
+		case !dropData && w >= bdp/2:
+			// ACKs alone lost look like a bottleneck to the train; the
+			// case checks that the one above tests the loss's part.
+			t.Errorf("only ACKs lost: windows %.0f packets at the start, want the train's slower rate (under half of %.0f)", w, bdp)
+		}
+	}
+}
+
 // writeUntilStarted connects host 0 to host 1 of n, posts a WRITE of size
 // bytes (postWrite) and runs until the start from the receiver's share has come
 // (startFromHint), for at most limit. It returns the connection's sender.
