@@ -7,7 +7,6 @@ package engine
 
 import (
 	"math"
-	"slices"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -300,12 +299,7 @@ func shortEnough(p *sendPath, cut time.Duration) bool {
 // rate counts as fast as the fastest port, so that it takes its share and
 // no more.
 func (s *sender) stride(plane int) float64 {
-	ports := s.c.ep.ports
-	on := s.pathsOnPlanes()
-	if plane < len(ports.rate) {
-		return float64(on[plane]) / ports.rate[plane]
-	}
-	return float64(on[plane]) / slices.Max(ports.rate) // a plane without a rate counts as the fastest
+	return float64(s.pathsOnPlanes()[plane]) / s.c.ep.ports.shareRate(plane)
 }
 
 // pathsOnPlanes counts the connection's paths on each plane. It is counted

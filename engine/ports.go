@@ -7,6 +7,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mroce/mroce/clock"
@@ -64,17 +65,24 @@ func (n *nicPorts) refresh(plane int) {
 	n.slack[plane] = time.Duration(float64(portBacklog*n.maxPayload) / r * 1e9) // 0 at +Inf
 }
 
-// sameRate reports whether planes a and b have ports of one rate now: both
-// configured alike and neither held lower by its own queue. Planes without
-// a rate count as alike.
+// shareRate is the rate plane's paths share new data by (stride): its
+// port's configured rate, or the fastest port's for a plane given none.
+// The ports are rated (rated).
+func (n *nicPorts) shareRate(plane int) float64 {
+	if plane < len(n.rate) {
+		return n.rate[plane]
+	}
+	return slices.Max(n.rate)
+}
+
+// sameRate reports whether planes a and b share new data at one rate: the
+// same shareRate, and neither held lower by its own queue (limited), whose
+// port then sends at a rate of its own.
 func (n *nicPorts) sameRate(a, b int) bool {
 	if a == b {
 		return true
 	}
-	if a >= len(n.portRate) || b >= len(n.portRate) {
-		return false
-	}
-	return n.portRate[a] == n.portRate[b]
+	return !n.limited(a) && !n.limited(b) && n.shareRate(a) == n.shareRate(b)
 }
 
 // ready reports whether plane's port can take new data at now.

@@ -22,8 +22,11 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 	}
 	before := s.una
 	s.heard = true
-	couldBorrow := s.borrows()
+	wasHinted := s.hinted()
 	lower := s.c.tp.hint(s, ack.RateHint()) // true when the receiver's share fell
+	if !wasHinted && s.hinted() {
+		s.timeUnsampled() // the paths not yet sampled may borrow now
+	}
 	if s.c.credits {
 		s.takeCredit(ack.CreditStream(), ack.CreditLimit())
 	}
@@ -50,16 +53,6 @@ func (s *sender) onAck(pkt *proto.Packet, at clock.Time) {
 		for _, p := range s.paths {
 			if p.inflight > 0 {
 				p.rearmTimer()
-			}
-		}
-	}
-	if !couldBorrow && s.borrows() {
-		// The paths not yet sampled were armed without an estimate, at
-		// RTOInitial: their first packets, if lost, would wait for it.
-		// They now go by their connection's (estimate).
-		for _, p := range s.paths {
-			if p.RTT.Samples == 0 && p.inflight > 0 {
-				p.fireBy(p.due())
 			}
 		}
 	}

@@ -149,10 +149,6 @@ type sender struct {
 	// more than its first window (firstWindow), which a path's window of
 	// at least one would exceed with more paths than that.
 	heard bool
-	// sampled is set by the first RTT sample of any of the paths. From then
-	// on, with a hint, a path not yet sampled borrows its timers' estimate
-	// (estimate).
-	sampled bool
 	// grantUntil is when the grant that a rise of the receiver's share
 	// opened ends (shareRose).
 	grantUntil clock.Time

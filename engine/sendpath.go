@@ -182,9 +182,13 @@ func (p *sendPath) windowChanged() {
 	p.rateChanged()
 }
 
-// rttSample adds an RTT sample to the path's estimate.
+// rttSample adds an RTT sample to the path's estimate. A path's first
+// sample changes what the paths not yet sampled borrow (estimate).
 func (p *sendPath) rttSample(sample time.Duration) {
+	first := p.RTT.Samples == 0
 	p.RTT.Update(sample)
-	p.s.sampled = true
 	p.rateChanged()
+	if first {
+		p.s.timeUnsampled()
+	}
 }

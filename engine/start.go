@@ -175,7 +175,10 @@ const slowerStart = 0.25
 // nothing of the path. The start then follows the hint. It does so too
 // once a packet of the connection was declared lost: an ACK lost reports
 // its packets with the next, a gap that reads as a slow link, and where
-// ACKs are lost data is lost as well.
+// ACKs are lost data is lost as well. The cost: a link slower than the
+// hint that drops part of the first window before its queue shows above
+// the delay target (cc.DelayParams) is overshot; its queue shows first
+// wherever its buffer holds the delay target's worth.
 //
 // A first window of FirstWindowFixed's 16 packets, or one without the
 // ports' rates to size it, is one bandwidth-delay product at 100 Gb/s and

@@ -293,11 +293,16 @@ func TestStartAfterLostAcksFollowsTheHint(t *testing.T) {
 		}
 		var w float64
 		var least time.Duration
+		var lost uint64
 		for _, p := range s.paths {
 			w += p.cwin.Value()
+			lost += p.Counters.Lost
 			if p.RTT.Samples > 0 && (least == 0 || p.RTT.Min < least) {
 				least = p.RTT.Min
 			}
+		}
+		if dropData != (lost > 0) {
+			t.Fatalf("a data packet dropped %v: %d declared lost at the start", dropData, lost)
 		}
 		bdp := s.hint * least.Seconds() / s.mss
 		t.Logf("a data packet lost %v: windows %.0f packets at the start; the hint's BDP over the least RTT %v: %.0f", dropData, w, least, bdp)

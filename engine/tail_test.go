@@ -237,11 +237,13 @@ func TestUnsampledPathTimedOnceAnotherIsSampled(t *testing.T) {
 	pr := n.connect(0, 1)
 	start := n.sim.Now()
 	pr.postWrite(t, 4096) // 16 MiB, about 1.7 ms at the receiver's 10 GB/s
+	s := &pr.a.snd
 	var fired clock.Time
+	samples := -1 // path 1's RTT samples when its timer fired
 	n.run(5*time.Millisecond, func() bool {
 		for _, ev := range log.evs {
 			if ev.Kind == TraceTimer && ev.Path == 1 {
-				fired = ev.At
+				fired, samples = ev.At, int(s.paths[1].RTT.Samples)
 				return true
 			}
 		}
@@ -250,8 +252,8 @@ func TestUnsampledPathTimedOnceAnotherIsSampled(t *testing.T) {
 	if fired == 0 {
 		t.Fatalf("path 1's timer never fired: %+v", pr.a.SenderStats())
 	}
-	if s := &pr.a.snd; s.unsent == 0 {
-		t.Fatalf("the WRITE was all sent when path 1's timer fired: the test needs data left to send")
+	if samples != 0 || s.unsent == 0 {
+		t.Fatalf("path 1 had %d RTT samples and %d bytes were left to send when its timer fired: the test needs none and some", samples, s.unsent)
 	}
 	took := fired.Sub(start)
 	t.Logf("path 1's first timer fired %v after the post (RTOInitial %v)", took, n.hosts[0].ep.cfg.RTOInitial)

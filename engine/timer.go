@@ -268,10 +268,22 @@ func (p *sendPath) estimate() (rtt pathmgr.RTT, borrowed bool) {
 	return rtt, rtt.Samples > 0
 }
 
-// borrows reports whether a path not yet sampled times itself by its
-// connection's estimate: the receiver has granted a rate and some path has
-// an RTT sample (estimate).
-func (s *sender) borrows() bool { return s.sampled && s.hinted() }
+// timeUnsampled brings the timers of the paths not yet sampled forward to
+// what their estimate now gives, once the connection has a hint and a
+// sampled path to borrow from (estimate). They were armed before, at
+// RTOInitial where nothing was to be borrowed, and a path whose first
+// packets were lost would wait that long while its siblings carry on.
+// It is called on a path's first sample and on the first hint, rarely.
+func (s *sender) timeUnsampled() {
+	if !s.hinted() {
+		return
+	}
+	for _, p := range s.paths {
+		if p.RTT.Samples == 0 && p.inflight > 0 {
+			p.fireBy(p.due())
+		}
+	}
+}
 
 // timedOut counts a timeout in a row, saturating at what the count holds.
 // The timeout reaches RTOMax long before that, and a connection without
@@ -345,7 +357,7 @@ func (s *sender) sawLate(rtt time.Duration) {
 // and the timers that depend on it, need one. The first hinted ACK lowers
 // the hint from none, which puts every path's timer off (rearmTimer). A
 // path not yet sampled goes by its connection's estimate once there is a
-// hint and a sample (borrows): its timer is brought forward then.
+// hint and a sample: its timer is brought forward then (timeUnsampled).
 func (s *sender) hinted() bool { return s.hint > 0 && !math.IsInf(s.hint, 1) }
 
 // slowestRTT is the RTT estimate of the connection's sampled path with the
