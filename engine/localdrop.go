@@ -346,14 +346,10 @@ func (s *sender) transmission(pkt *proto.Packet) (*sendPath, *sendRec) {
 		return nil, nil
 	}
 	p := s.paths[id]
-	if !proto.SeqLess(psn, p.next) || proto.SeqLess(psn, p.oldest) {
-		return nil, nil // not in flight
+	if r := p.unresolved(psn); r != nil {
+		return p, r
 	}
-	r := p.slot(psn)
-	if r.psn != psn || r.resolved {
-		return nil, nil
-	}
-	return p, r
+	return nil, nil
 }
 
 // Overflowed is called by the port when datagrams for this endpoint were

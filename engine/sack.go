@@ -94,8 +94,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	// apart over it, and the record of a path idle for seconds carries one
 	// saturated at 2^32-1 ns.
 	sample := uint32(at) - rec.EchoTimestamp() - rec.ServiceTime()
-	newest := p.slot(h)
-	first := !proto.SeqLess(h, p.oldest) && newest.psn == h && !newest.resolved
+	first := p.unresolved(h) != nil
 	sampled := (first || rec.ServiceTime() < repeatSampleMax) && sample < 1<<31 // else the echo is from the future: no sample
 	if sampled {
 		p.rttSample(time.Duration(sample))

@@ -9,6 +9,7 @@ import (
 	"github.com/mroce/mroce/cc"
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/pathmgr"
+	"github.com/mroce/mroce/proto"
 )
 
 // sendRec is one transmission on a path, the ring entry of its PSN.
@@ -97,6 +98,18 @@ type sendPath struct {
 
 // slot is PSN psn's send record, or the slot it would be in.
 func (p *sendPath) slot(psn uint32) *sendRec { return &p.ring[psn&uint32(len(p.ring)-1)] }
+
+// unresolved returns the record of PSN psn while it is in flight and
+// unresolved, or nil.
+func (p *sendPath) unresolved(psn uint32) *sendRec {
+	if !proto.SeqLess(psn, p.next) || proto.SeqLess(psn, p.oldest) {
+		return nil
+	}
+	if r := p.slot(psn); r.psn == psn && !r.resolved {
+		return r
+	}
+	return nil
+}
 
 // ringRoom reports whether the path can issue another PSN without reusing
 // the ring slot of an unresolved one. Either the ring has a free slot or it
