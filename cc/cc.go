@@ -111,8 +111,9 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) 
 // Grant says whether the window may grow by a packet for each packet
 // acknowledged without a mark, not by 1/W: the window doubles in a round
 // trip. The sender grants it while the receiver's rate hint is above what
-// its windows carry, on a plane whose queues mark, after the hint rose or
-// to a clear path whose siblings' routes queue (docs/cc.md). A share that
+// its windows carry, on a plane whose queues mark, after the hint rose, to
+// a clear path whose siblings' routes queue, or to a path whose route
+// cleared (docs/cc.md). A share that
 // rises, as when other senders finish, or that marked paths gave up, is
 // then taken in a few round trips, where additive increase would take
 // hundreds at 400 Gb/s and 12.5 µs. The first mark ends it, as it ends

@@ -61,7 +61,7 @@ func (p *sendPath) repath(now clock.Time) bool {
 	if !p.Repath(now, p.next) {
 		return false
 	}
-	p.queued = false
+	p.queued, p.markQueue = false, 0
 	return true
 }
 
@@ -254,8 +254,8 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 	if !p.Move(now, p.next, plane) {
 		return false
 	}
-	p.s.planePaths = nil // counted again when next needed (pathsOnPlanes)
-	p.queued = false     // a sample of the plane it left (relieves, routeWeight)
+	p.s.planePaths = nil             // counted again when next needed (pathsOnPlanes)
+	p.queued, p.markQueue = false, 0 // news of the plane it left (relieves, routeWeight, routeClear)
 	p.leftPlane()
 	p.s.stats.PlaneMoves++
 	p.planeUp(now) // probed, out of service until it answers

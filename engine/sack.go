@@ -111,6 +111,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	}
 	if marked > 0 {
 		p.markedAt = at
+		if sampled {
+			p.markQueue = p.queue
+		}
 	}
 	if s.c.ep.marking[p.Plane()] {
 		p.cwin.NoDelay() // samples taken before the plane's first mark included
@@ -143,7 +146,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		resolved = true
 	}
 	p.advance()
-	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && p.relieves(at))
+	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && (p.relieves(at) || p.routeClear(at)))
 	p.cwin.Grant(grant)
 	p.cwin.Hold(marked == 0 && !grant && p.holdsGrowth()) // read only where additive increase may follow
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
@@ -214,6 +217,34 @@ func (p *sendPath) relieves(at clock.Time) bool {
 		}
 	}
 	return false
+}
+
+// routeClearOff turns routeClear off, for the tests that measure it.
+var routeClearOff bool
+
+// routeClear reports whether the path may grow by grant
+// (cc.Window.Grant) because its route has room again: it went unmarked
+// for its least round trip, and its latest sample queues less than half
+// of what its route queued at its last mark (markQueue), or less than an
+// eighth of its least round trip where it was never marked, while the
+// connection's windows carry less than the hint. Windows cut
+// while other traffic crossed the route stay small once that traffic
+// thins, and additive increase takes a round trip a packet to regrow them:
+// tens of round trips at 400 Gb/s. A DCTCP bottleneck keeps its queue
+// near its marking threshold, so a route that still holds one grants
+// nothing; NSCC's fast increase reads a queue near zero the same way.
+func (p *sendPath) routeClear(at clock.Time) bool {
+	if routeClearOff || !p.queued || !p.s.underHint() {
+		return false
+	}
+	room := p.RTT.Min / 8
+	if p.markedAt != 0 {
+		if at.Sub(p.markedAt) < p.RTT.Min {
+			return false
+		}
+		room = max(room, p.markQueue/2)
+	}
+	return p.queue < room
 }
 
 // lateDelivery reads an ACK record for news of the packets the path's last

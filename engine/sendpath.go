@@ -47,11 +47,13 @@ type sendPath struct {
 	ce     uint32 // the receiver's CE count for the path, as last reported
 	// queue is the one-way queueing delay of the path's latest ACK record
 	// with a sample, over its plane's base, and markedAt when a record last
-	// reported a CE mark on it (relieves).
-	queue    time.Duration
-	queued   bool
-	markedAt clock.Time
-	pass     float64 // how far the path is through its share of new data (sender.pickByRate)
+	// reported a CE mark on it (relieves), with the queue it then showed
+	// (routeClear).
+	queue     time.Duration
+	queued    bool
+	markedAt  clock.Time
+	markQueue time.Duration
+	pass      float64 // how far the path is through its share of new data (sender.pickByRate)
 
 	// The timer, for tail probes and retransmission timeouts.
 	timer   clock.Timer
