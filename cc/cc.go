@@ -113,11 +113,10 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) 
 // trip. The sender grants it while the receiver's rate hint is above what
 // its windows carry, on a plane whose queues mark, after the hint rose, to
 // a clear path whose siblings' routes queue, or to a path whose route
-// cleared (docs/cc.md). A share that
-// rises, as when other senders finish, or that marked paths gave up, is
-// then taken in a few round trips, where additive increase would take
-// hundreds at 400 Gb/s and 12.5 µs. The first mark ends it, as it ends
-// additive increase.
+// cleared (docs/cc.md). A share that rises, as when other senders finish,
+// that marked paths gave up, or that other traffic left, is then taken in
+// a few round trips, where additive increase would take hundreds at 400
+// Gb/s and 12.5 µs. The first mark ends it, as it ends additive increase.
 func (w *Window) Grant(more bool) { w.granted = more }
 
 // Hold says whether additive increase waits, while the sender's

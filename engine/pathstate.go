@@ -55,8 +55,8 @@ func (p *sendPath) planeUp(now clock.Time) {
 }
 
 // repath moves the path to a new source port (pathmgr.Path.Repath). Its PSN
-// space continues at the next PSN (spec section 6.3). Its queue sample was
-// of the route it leaves (relieves, routeWeight).
+// space continues at the next PSN (spec section 6.3). Its queue samples
+// were of the route it leaves (relieves, routeWeight, routeClear).
 func (p *sendPath) repath(now clock.Time) bool {
 	if !p.Repath(now, p.next) {
 		return false

@@ -49,4 +49,68 @@ func TestWindowsRegrowOnceTheRouteClears(t *testing.T) {
 	if on >= off {
 		t.Errorf("the long WRITE took %v with routeClear, %v without: want sooner", on, off)
 	}
+	if shortOn > shortOff+shortOff/20 {
+		t.Errorf("the short WRITE took %v with routeClear, %v without: the long one took the shared link from it", shortOn, shortOff)
+	}
+}
+
+// TestRouteClearReadsTheQueueAtTheMark checks routeClear's reading of one
+// path: after a mark, a queue at three quarters of the one the mark came
+// with is a DCTCP queue that still stands and grants nothing, however
+// short, and one under half of it grants; within the least round trip after the mark, and on a
+// record without a sample, nothing does. A path never marked, or one that
+// moved to a new route since, grants under an eighth of its least round
+// trip.
+func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 1, InboundCapacity: 1e11}) // a hint above what the window carries
+	pr := n.connect(0, 1)
+	pr.postWrite(t, 64)
+	if !n.runUntilSent([]*pair{pr}, time.Second) {
+		t.Fatal("the WRITE did not end")
+	}
+	p := pr.a.snd.paths[0]
+	if !pr.a.snd.underHint() || p.RTT.Min <= 0 {
+		t.Fatalf("hint %v, windows' rate %v, least RTT %v: want a hint above the windows' rate and a sample", pr.a.snd.hint, pr.a.snd.windowsRate(), p.RTT.Min)
+	}
+	at := n.sim.Now()
+	least := p.RTT.Min
+	p.markedAt = at.Add(-2 * least)
+	for _, c := range []struct {
+		name             string
+		queue, markQueue time.Duration
+		sampled          bool
+		want             bool
+	}{
+		{"a standing queue", 3 * least, 4 * least, true, false},
+		{"a queue under half the mark's", least, 4 * least, true, true},
+		{"no sample", least, 4 * least, false, false},
+		{"a standing queue under an eighth of the least RTT", 3 * least / 32, least / 8, true, false},
+	} {
+		p.queue, p.markQueue = c.queue, c.markQueue
+		if got := p.routeClear(c.sampled, at); got != c.want {
+			t.Errorf("%s: routeClear %v, want %v", c.name, got, c.want)
+		}
+	}
+	p.markedAt = at.Add(-least / 2)
+	if p.routeClear(true, at) {
+		t.Error("within the least round trip after a mark: routeClear, want not")
+	}
+	p.markedAt = 0
+	for _, c := range []struct {
+		queue time.Duration
+		want  bool
+	}{{least / 16, true}, {least / 4, false}} {
+		p.queue = c.queue
+		if got := p.routeClear(true, at); got != c.want {
+			t.Errorf("never marked, a queue of %v: routeClear %v, want %v", c.queue, got, c.want)
+		}
+	}
+	p.markedAt, p.markQueue = at.Add(-2*least), 4*least
+	if !p.repath(at) {
+		t.Fatal("the path could not move to a new source port")
+	}
+	p.queue = least / 4
+	if p.routeClear(true, at) {
+		t.Errorf("after a move, a queue of a quarter of the least RTT: routeClear, want not (the old route's mark forgotten)")
+	}
 }

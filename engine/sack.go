@@ -146,7 +146,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		resolved = true
 	}
 	p.advance()
-	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && (p.relieves(at) || p.routeClear(at)))
+	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && (p.relieves(at) || p.routeClear(sampled, at)))
 	p.cwin.Grant(grant)
 	p.cwin.Hold(marked == 0 && !grant && p.holdsGrowth()) // read only where additive increase may follow
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
@@ -223,18 +223,20 @@ func (p *sendPath) relieves(at clock.Time) bool {
 var routeClearOff bool
 
 // routeClear reports whether the path may grow by grant
-// (cc.Window.Grant) because its route has room again: it went unmarked
-// for its least round trip, and its latest sample queues less than half
-// of what its route queued at its last mark (markQueue), or less than an
-// eighth of its least round trip where it was never marked, while the
-// connection's windows carry less than the hint. Windows cut
-// while other traffic crossed the route stay small once that traffic
-// thins, and additive increase takes a round trip a packet to regrow them:
-// tens of round trips at 400 Gb/s. A DCTCP bottleneck keeps its queue
-// near its marking threshold, so a route that still holds one grants
-// nothing; NSCC's fast increase reads a queue near zero the same way.
-func (p *sendPath) routeClear(at clock.Time) bool {
-	if routeClearOff || !p.queued || !p.s.underHint() {
+// (cc.Window.Grant) because its route has room again: the record took a
+// sample, the path went unmarked for its least round trip, and the sample
+// queues less than half of what the path's route queued at its last mark
+// (markQueue), or less than an eighth of its least round trip where it
+// was never marked there, while the connection's windows carry less than
+// the hint. Windows cut while other traffic crossed the route stay small
+// once that traffic thins, and additive increase takes a round trip a
+// packet to regrow them: tens of round trips at 400 Gb/s. A DCTCP
+// bottleneck keeps its queue near its marking threshold, so a route that
+// still holds one grants nothing, however short; the queue's reading, not
+// the wait, tells that. NSCC's fast increase reads a queue near zero the
+// same way.
+func (p *sendPath) routeClear(sampled bool, at clock.Time) bool {
+	if routeClearOff || !sampled || !p.s.underHint() {
 		return false
 	}
 	room := p.RTT.Min / 8
@@ -242,7 +244,9 @@ func (p *sendPath) routeClear(at clock.Time) bool {
 		if at.Sub(p.markedAt) < p.RTT.Min {
 			return false
 		}
-		room = max(room, p.markQueue/2)
+		if p.markQueue > 0 {
+			room = p.markQueue / 2
+		}
 	}
 	return p.queue < room
 }

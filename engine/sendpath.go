@@ -47,7 +47,8 @@ type sendPath struct {
 	ce     uint32 // the receiver's CE count for the path, as last reported
 	// queue is the one-way queueing delay of the path's latest ACK record
 	// with a sample, over its plane's base, and markedAt when a record last
-	// reported a CE mark on it (relieves), with the queue it then showed
+	// reported a CE mark on it (relieves). markQueue is the queue of the
+	// latest record with a sample that reported one, 0 on a new route
 	// (routeClear).
 	queue     time.Duration
 	queued    bool
