@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/netem"
 )
 
@@ -55,12 +56,12 @@ func TestWindowsRegrowOnceTheRouteClears(t *testing.T) {
 }
 
 // TestRouteClearReadsTheQueueAtTheMark checks routeClear's reading of one
-// path: after a mark, a queue at three quarters of the one the mark came
-// with is a DCTCP queue that still stands and grants nothing, however
-// short, and one under half of it grants; within the least round trip after the mark, and on a
-// record without a sample, nothing does. A path never marked, or one that
-// moved to a new route since, grants under an eighth of its least round
-// trip.
+// path. A sample that queues under an eighth of the least round trip
+// grants, and one above it does not; after a mark, a sample must also
+// queue under half of what the mark came with, so that a DCTCP queue that
+// stands at a short threshold grants nothing. Within the least round trip
+// after a mark, and on a record without a sample, nothing grants. A path
+// that moved to a new route forgets the old route's mark.
 func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 1, InboundCapacity: 1e11}) // a hint above what the window carries
 	pr := n.connect(0, 1)
@@ -74,43 +75,32 @@ func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
 	}
 	at := n.sim.Now()
 	least := p.RTT.Min
-	p.markedAt = at.Add(-2 * least)
 	for _, c := range []struct {
 		name             string
+		markedAt         clock.Time
 		queue, markQueue time.Duration
 		sampled          bool
 		want             bool
 	}{
-		{"a standing queue", 3 * least, 4 * least, true, false},
-		{"a queue under half the mark's", least, 4 * least, true, true},
-		{"no sample", least, 4 * least, false, false},
-		{"a standing queue under an eighth of the least RTT", 3 * least / 32, least / 8, true, false},
+		{"never marked, an empty route", 0, least / 16, 0, true, true},
+		{"never marked, a queue", 0, least / 4, 0, true, false},
+		{"marked, an empty route", at.Add(-2 * least), least / 16, 4 * least, true, true},
+		{"marked, a queue under half the mark's but over an eighth of the RTT", at.Add(-2 * least), least / 4, 4 * least, true, false},
+		{"marked, a short threshold's standing queue", at.Add(-2 * least), 3 * least / 32, least / 8, true, false},
+		{"marked within the least RTT", at.Add(-least / 2), least / 16, 4 * least, true, false},
+		{"no sample", at.Add(-2 * least), least / 16, 4 * least, false, false},
 	} {
-		p.queue, p.markQueue = c.queue, c.markQueue
+		p.markedAt, p.queue, p.markQueue = c.markedAt, c.queue, c.markQueue
 		if got := p.routeClear(c.sampled, at); got != c.want {
 			t.Errorf("%s: routeClear %v, want %v", c.name, got, c.want)
 		}
 	}
-	p.markedAt = at.Add(-least / 2)
-	if p.routeClear(true, at) {
-		t.Error("within the least round trip after a mark: routeClear, want not")
-	}
-	p.markedAt = 0
-	for _, c := range []struct {
-		queue time.Duration
-		want  bool
-	}{{least / 16, true}, {least / 4, false}} {
-		p.queue = c.queue
-		if got := p.routeClear(true, at); got != c.want {
-			t.Errorf("never marked, a queue of %v: routeClear %v, want %v", c.queue, got, c.want)
-		}
-	}
-	p.markedAt, p.markQueue = at.Add(-2*least), 4*least
+	p.markedAt, p.markQueue = at.Add(-2*least), least/8
 	if !p.repath(at) {
 		t.Fatal("the path could not move to a new source port")
 	}
-	p.queue = least / 4
-	if p.routeClear(true, at) {
-		t.Errorf("after a move, a queue of a quarter of the least RTT: routeClear, want not (the old route's mark forgotten)")
+	p.queue = 3 * least / 32
+	if !p.routeClear(true, at) {
+		t.Errorf("after a move, a queue under an eighth of the least RTT: no routeClear, want one (the old route's mark forgotten)")
 	}
 }

@@ -224,28 +224,31 @@ var routeClearOff bool
 
 // routeClear reports whether the path may grow by grant
 // (cc.Window.Grant) because its route has room again: the record took a
-// sample, the path went unmarked for its least round trip, and the sample
-// queues less than half of what the path's route queued at its last mark
-// (markQueue), or less than an eighth of its least round trip where it
-// was never marked there, while the connection's windows carry less than
-// the hint. Windows cut while other traffic crossed the route stay small
-// once that traffic thins, and additive increase takes a round trip a
-// packet to regrow them: tens of round trips at 400 Gb/s. A DCTCP
-// bottleneck keeps its queue near its marking threshold, so a route that
-// still holds one grants nothing, however short; the queue's reading, not
-// the wait, tells that. NSCC's fast increase reads a queue near zero the
-// same way.
+// sample that queues less than an eighth of the path's least round trip,
+// less the host's scheduling delay, and less than half of what the route
+// queued at the path's last mark on it; no mark came for the least round
+// trip; and the connection's windows carry less than the hint. Windows
+// cut while other traffic crossed the route stay small once that traffic
+// thins, and additive increase takes a round trip a packet to regrow
+// them: tens of round trips at 400 Gb/s. A DCTCP bottleneck keeps its
+// queue near its marking threshold, and half of the mark's reading leaves
+// out one whose threshold is short. The eighth leaves out a queue that
+// reads far above the threshold, as behind a host's own queues, which
+// drains in part after each cut and fills again; a host that runs the
+// engine late delays every sample, so a reading under that delay says
+// nothing. NSCC's fast increase reads a queue near zero the same way.
 func (p *sendPath) routeClear(sampled bool, at clock.Time) bool {
 	if routeClearOff || !sampled || !p.s.underHint() {
 		return false
 	}
-	room := p.RTT.Min / 8
+	least := p.RTT.Min
+	room := least/8 - p.s.c.ep.hostLate() // hostLate: see the timeouts' H (docs/cc.md)
 	if p.markedAt != 0 {
-		if at.Sub(p.markedAt) < p.RTT.Min {
+		if at.Sub(p.markedAt) < least {
 			return false
 		}
 		if p.markQueue > 0 {
-			room = p.markQueue / 2
+			room = min(room, p.markQueue/2)
 		}
 	}
 	return p.queue < room
