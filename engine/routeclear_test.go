@@ -60,17 +60,21 @@ func TestWindowsRegrowOnceTheRouteClears(t *testing.T) {
 // grants, and one above it does not; after a mark, a sample must also
 // queue under half of what the mark came with, so that a DCTCP queue that
 // stands at a short threshold grants nothing. Within the least round trip
-// after a mark, and on a record without a sample, nothing grants. A path
-// that moved to a new route forgets the old route's mark.
+// after a mark, on a record without a sample, and on a path whose least
+// round trip is a quarter longer than its connection's shortest, nothing
+// grants. A path that moved to a new route forgets the old route's mark.
 func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 1, InboundCapacity: 1e11}) // a hint above what the window carries
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2, InboundCapacity: 1e11}) // a hint above what the windows carry
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 64)
 	if !n.runUntilSent([]*pair{pr}, time.Second) {
 		t.Fatal("the WRITE did not end")
 	}
-	p := pr.a.snd.paths[0]
-	if !pr.a.snd.underHint() || p.RTT.Min <= 0 {
+	p, sibling := pr.a.snd.paths[0], pr.a.snd.paths[1]
+	if p.RTT.Min > sibling.RTT.Min {
+		p, sibling = sibling, p
+	}
+	if !pr.a.snd.underHint() || p.RTT.Samples == 0 || sibling.RTT.Samples == 0 {
 		t.Fatalf("hint %v, windows' rate %v, least RTT %v: want a hint above the windows' rate and a sample", pr.a.snd.hint, pr.a.snd.windowsRate(), p.RTT.Min)
 	}
 	at := n.sim.Now()
@@ -94,6 +98,11 @@ func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
 		if got := p.routeClear(c.sampled, at); got != c.want {
 			t.Errorf("%s: routeClear %v, want %v", c.name, got, c.want)
 		}
+	}
+	sibling.markedAt, sibling.queue, sibling.markQueue = 0, least/16, 0
+	sibling.RTT.Min = 2 * least
+	if sibling.routeClear(true, at) {
+		t.Error("a path whose least RTT is twice its connection's shortest: routeClear, want not (a queue that always stood)")
 	}
 	p.markedAt, p.markQueue = at.Add(-2*least), least/8
 	if !p.repath(at) {

@@ -227,7 +227,9 @@ var routeClearOff bool
 // sample that queues less than an eighth of the path's least round trip,
 // less the host's scheduling delay, and less than half of what the route
 // queued at the path's last mark on it; no mark came for the least round
-// trip; and the connection's windows carry less than the hint. Windows
+// trip; the path's least round trip is within a quarter of its
+// connection's shortest; and the connection's windows carry less than the
+// hint. Windows
 // cut while other traffic crossed the route stay small once that traffic
 // thins, and additive increase takes a round trip a packet to regrow
 // them: tens of round trips at 400 Gb/s. A DCTCP bottleneck keeps its
@@ -236,7 +238,10 @@ var routeClearOff bool
 // reads far above the threshold, as behind a host's own queues, which
 // drains in part after each cut and fills again; a host that runs the
 // engine late delays every sample, so a reading under that delay says
-// nothing. NSCC's fast increase reads a queue near zero the same way.
+// nothing. A path whose least round trip is much longer than its
+// siblings' may never have seen its route empty: its queue reads against
+// a base that holds one. NSCC's fast increase reads a queue near zero the
+// same way.
 func (p *sendPath) routeClear(sampled bool, at clock.Time) bool {
 	if routeClearOff || !sampled || !p.s.underHint() {
 		return false
@@ -251,7 +256,11 @@ func (p *sendPath) routeClear(sampled bool, at clock.Time) bool {
 			room = min(room, p.markQueue/2)
 		}
 	}
-	return p.queue < room
+	if p.queue >= room {
+		return false
+	}
+	shortest, _ := p.s.leastRTTs()
+	return least <= shortest+shortest/4
 }
 
 // lateDelivery reads an ACK record for news of the packets the path's last
