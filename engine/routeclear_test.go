@@ -61,8 +61,10 @@ func TestWindowsRegrowOnceTheRouteClears(t *testing.T) {
 // queue under half of what the mark came with, so that a DCTCP queue that
 // stands at a short threshold grants nothing. Within the least round trip
 // after a mark, on a record without a sample, and on a path whose least
-// round trip is a quarter longer than its connection's shortest, nothing
-// grants. A path that moved to a new route forgets the old route's mark.
+// round trip is more than a quarter longer than its connection's
+// shortest, nothing grants. A path that moved to a new route forgets the
+// old route's mark. The host's scheduling delay, which the room also
+// subtracts, is 0 in virtual time.
 func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
 	n := newNet(t, twoHostFabric(1), Config{Paths: 2, InboundCapacity: 1e11}) // a hint above what the windows carry
 	pr := n.connect(0, 1)
@@ -99,10 +101,16 @@ func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
 			t.Errorf("%s: routeClear %v, want %v", c.name, got, c.want)
 		}
 	}
-	sibling.markedAt, sibling.queue, sibling.markQueue = 0, least/16, 0
-	sibling.RTT.Min = 2 * least
-	if sibling.routeClear(true, at) {
-		t.Error("a path whose least RTT is twice its connection's shortest: routeClear, want not (a queue that always stood)")
+	sibling.markedAt, sibling.markQueue = 0, 0
+	for _, c := range []struct {
+		min  time.Duration
+		want bool
+	}{{2 * least, false}, {least + least/5, true}} {
+		sibling.RTT.Min = c.min
+		sibling.queue = c.min / 16
+		if got := sibling.routeClear(true, at); got != c.want {
+			t.Errorf("a path whose least RTT is %v against its connection's shortest %v: routeClear %v, want %v", c.min, least, got, c.want)
+		}
 	}
 	p.markedAt, p.markQueue = at.Add(-2*least), least/8
 	if !p.repath(at) {

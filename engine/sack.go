@@ -112,7 +112,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	if marked > 0 {
 		p.markedAt = at
 		if sampled {
-			p.markQueue = p.queue
+			p.markQueue = max(p.queue, 1) // a mark that read no queue leaves no room (routeClear)
 		}
 	}
 	if s.c.ep.marking[p.Plane()] {
@@ -225,23 +225,26 @@ var routeClearOff bool
 // routeClear reports whether the path may grow by grant
 // (cc.Window.Grant) because its route has room again: the record took a
 // sample that queues less than an eighth of the path's least round trip,
-// less the host's scheduling delay, and less than half of what the route
-// queued at the path's last mark on it; no mark came for the least round
-// trip; the path's least round trip is within a quarter of its
-// connection's shortest; and the connection's windows carry less than the
-// hint. Windows
-// cut while other traffic crossed the route stay small once that traffic
-// thins, and additive increase takes a round trip a packet to regrow
-// them: tens of round trips at 400 Gb/s. A DCTCP bottleneck keeps its
-// queue near its marking threshold, and half of the mark's reading leaves
-// out one whose threshold is short. The eighth leaves out a queue that
-// reads far above the threshold, as behind a host's own queues, which
-// drains in part after each cut and fills again; a host that runs the
-// engine late delays every sample, so a reading under that delay says
-// nothing. A path whose least round trip is much longer than its
-// siblings' may never have seen its route empty: its queue reads against
-// a base that holds one. NSCC's fast increase reads a queue near zero the
-// same way.
+// less the host's scheduling delay, and less than half of what the path
+// read at its last mark on the route whose record took a sample; no mark
+// came for the least round trip; the path's least round trip is within a
+// quarter of its connection's shortest, on any plane; and the
+// connection's windows carry less than the hint.
+//
+// Windows cut while other traffic crossed the route stay small once that
+// traffic thins, and additive increase takes a round trip a packet to
+// regrow them: tens of round trips at 400 Gb/s. A DCTCP bottleneck keeps
+// its queue near its marking threshold, and half of the mark's reading
+// leaves out one whose threshold is short. The eighth leaves out a queue
+// that reads far above the threshold, as behind a host's own queues,
+// which drains in part after each cut and fills again; a host that runs
+// the engine late delays every sample, so a reading under that delay says
+// nothing. A queue reads against its plane's least reading, so where
+// every path of a plane met a standing queue from its first sample, the
+// queue is in the base and reads as none; such paths' least round trips
+// are long against the connection's shortest, which another plane may
+// hold. A plane much longer than the others grants nothing by this rule.
+// NSCC's fast increase reads a queue near zero the same way.
 func (p *sendPath) routeClear(sampled bool, at clock.Time) bool {
 	if routeClearOff || !sampled || !p.s.underHint() {
 		return false
