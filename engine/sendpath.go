@@ -48,8 +48,8 @@ type sendPath struct {
 	// queue is the one-way queueing delay of the path's latest ACK record
 	// with a sample, over its plane's base, and markedAt when a record last
 	// reported a CE mark on it (relieves). markQueue is the queue of the
-	// latest record with a sample that reported one, 0 on a new route
-	// (routeClear).
+	// latest record with a sample that reported one, at least 1 ns, and 0
+	// on a new route (routeClear).
 	queue     time.Duration
 	queued    bool
 	markedAt  clock.Time

@@ -240,9 +240,10 @@ func TestUnsampledPathTimedOnceAnotherIsSampled(t *testing.T) {
 	s := &pr.a.snd
 	var fired clock.Time
 	samples := -1 // path 1's RTT samples when its timer fired
+	seen := 0     // the events already read
 	n.run(5*time.Millisecond, func() bool {
-		for _, ev := range log.evs {
-			if ev.Kind == TraceTimer && ev.Path == 1 {
+		for ; seen < len(log.evs); seen++ {
+			if ev := log.evs[seen]; ev.Kind == TraceTimer && ev.Path == 1 {
 				fired, samples = ev.At, int(s.paths[1].RTT.Samples)
 				return true
 			}
