@@ -17,7 +17,7 @@
 //	sendpath.go     a path's PSN ring and window (sections 6.1, 6.2)
 //	dealing.go      which plane each path of a new connection goes on
 //	sack.go         applying ACKs and their selective-ack records (sections 5.5, 6.6)
-//	recovery.go     tail probes, timeouts and copies on another plane (section 6.6)
+//	recovery.go     tail probes, timeouts and copies at the tail (section 6.6)
 //	timer.go        the path, ACK and no-progress timers
 //	pathstate.go    what the sender does on path events; pathmgr holds the states (sections 6.3, 6.4)
 //	retry.go        NACKs and the retry of refused packets (section 7)

@@ -42,7 +42,7 @@ func (l *randomLoss) explains(n int) bool {
 	return math.Pow(silent, float64(n)) >= lossExplains
 }
 
-// tailCopies is how many copies on other planes go with a tail probe, a
+// tailCopies is how many copies go with a tail probe, a
 // resend at the tail, or the DSN holding a full window, where nothing new
 // follows that would show its loss:
 // the fewest, at least one, that make losing every transmission of the DSN

@@ -60,7 +60,7 @@ func (p *sendPath) tailProbe() {
 	if s.unsent == 0 {
 		// Nothing follows the probe. If it were lost, only the
 		// retransmission timeout would be left to find out. So a copy
-		// goes on another plane. The paths' next probes are then
+		// goes on another plane (copyAtTail). The paths' next probes are then
 		// brought forward by the tail's margin, as after a resend, the
 		// copy's path among them: its own timer runs from a smoothed
 		// RTT that still holds the queues of the busy part of the
@@ -299,44 +299,51 @@ func (p *sendPath) settleIfMoot(r *sendRec) bool {
 // connection's random loss asks (tailCopies), each
 // copy on a path of another plane and the copies on planes of their own
 // while there are enough. A plane's losses come together, from a burst on
-// one of its links or a link failing.
+// one of its links or a link failing. Where no other plane has room, the
+// copies go on p's own plane, p itself last: a connection on one plane
+// loses at random too, and its tail would wait out a timeout per round.
 func (s *sender) copyAtTail(dsn uint32, d *dsnRecord, p *sendPath, avoid int, probe bool) {
 	var used uint64 // the planes the copies took, the first 64 of them
 	for range s.loss.tailCopies() {
-		q := s.copyOnOtherPlane(dsn, d, p, avoid, used, probe)
+		q := s.pathForCopy(p, avoid, used)
 		if q == nil {
 			return
 		}
+		s.transmit(dsn, d, q, true, probe)
+		s.stats.Copies++
+		q.Counters.Copies++
+		q.fireBy(s.c.ep.clock.Now().Add(q.timeout())) // the copy is q's newest packet
 		if q.Plane() < 64 {
 			used |= 1 << q.Plane()
 		}
 	}
 }
 
-// copyOnOtherPlane sends DSN dsn, sent on path p, once more on a path of
-// another plane whose window has room, if there is one, and returns that
-// path. The receiver takes whichever copy comes first and counts the other
-// as a duplicate (spec section 6.6). The sender settles the transmission
-// the other one delivered without counting a loss (see settleMoot). A path
-// of plane avoid, where the DSN was lost, or of a plane in used, which
-// other copies took, is taken only when no other has room. An avoid of -1
-// avoids no plane.
-func (s *sender) copyOnOtherPlane(dsn uint32, d *dsnRecord, p *sendPath, avoid int, used uint64, probe bool) *sendPath {
-	for _, shun := range [2]bool{true, false} {
-		for i := 1; i < len(s.paths); i++ {
-			q := s.paths[(int(p.ID())+i)%len(s.paths)]
+// pathForCopy returns the path that takes a copy of a transmission path p
+// sent, or nil if none has room. The receiver takes whichever copy comes
+// first and counts the other as a duplicate (spec section 6.6). The sender
+// settles the transmission the other one delivered without counting a loss
+// (see settleMoot). A path of another plane comes first: of a plane other
+// than avoid, where the DSN was lost, and than those in used, which other
+// copies took, then of any other plane. Failing those, a path of p's own
+// plane, p itself last. An avoid of -1 avoids no plane.
+func (s *sender) pathForCopy(p *sendPath, avoid int, used uint64) *sendPath {
+	const shunning, otherPlanes, ownPlane = 0, 1, 2
+	n := len(s.paths)
+	for pass := shunning; pass <= ownPlane; pass++ {
+		for i := 1; i <= n; i++ {
+			q := s.paths[(int(p.ID())+i)%n] // p itself at i == n
 			plane := q.Plane()
-			if plane == p.Plane() || shun && (plane == avoid || plane < 64 && used&(1<<plane) != 0) || !s.usable(q, true) {
+			if (plane == p.Plane()) != (pass == ownPlane) || !s.usable(q, true) {
 				continue
 			}
-			s.transmit(dsn, d, q, true, probe)
-			s.stats.Copies++
-			q.Counters.Copies++
-			q.fireBy(s.c.ep.clock.Now().Add(q.timeout())) // the copy is q's newest packet
+			if pass == shunning && (plane == avoid || plane < 64 && used&(1<<plane) != 0) {
+				continue
+			}
+			if pass == ownPlane && (q.RTT.Samples == 0 || q.queue >= q.clearRoom()) {
+				continue
+			}
 			return q
-		}
-		if avoid < 0 && used == 0 {
-			return nil
 		}
 	}
 	return nil

@@ -250,7 +250,7 @@ func (p *sendPath) routeClear(sampled bool, at clock.Time) bool {
 		return false
 	}
 	least := p.RTT.Min
-	room := least/8 - p.s.c.ep.hostLate() // hostLate: see the timeouts' H (docs/cc.md)
+	room := p.clearRoom()
 	if p.markedAt != 0 {
 		if at.Sub(p.markedAt) < least {
 			return false
@@ -264,6 +264,13 @@ func (p *sendPath) routeClear(sampled bool, at clock.Time) bool {
 	}
 	shortest, _ := p.s.leastRTTs()
 	return least <= shortest+shortest/4
+}
+
+// clearRoom is the one-way queue under which the path's route reads as
+// clear: an eighth of its least RTT, less the delay the host's scheduling
+// adds (the timeouts' H in docs/cc.md), which a queue's reading holds too.
+func (p *sendPath) clearRoom() time.Duration {
+	return p.RTT.Min/8 - p.s.c.ep.hostLate()
 }
 
 // lateDelivery reads an ACK record for news of the packets the path's last

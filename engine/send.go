@@ -324,7 +324,7 @@ func (s *sender) sendSprayed() bool {
 			// At the tail nothing follows the resend. If it were lost too,
 			// finding out would cost another round of probing. So copies
 			// go on other planes, as a probe's do, avoiding the plane that
-			// lost the packet when they can.
+			// lost the packet when they can (copyAtTail).
 			s.copyAtTail(d, r, p, lostOn, false)
 		}
 		s.probeOverdue(s.c.ep.clock.Now()) // at the tail the resend may be its path's last packet

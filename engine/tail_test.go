@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -399,6 +400,83 @@ func TestTailCopiesOnPlanesOfTheirOwn(t *testing.T) {
 	if full == 0 {
 		t.Errorf("no resend at the tail went with its copies on planes of their own: %v", planes)
 	}
+}
+
+// TestTailCopiesOnItsOwnPlane checks that a connection with one plane
+// copies its resends at the tail there too, on the path that lost them when
+// it is the only one: random loss takes a copy no likelier on the same
+// plane, and without one each round of loss at the tail waits for a probe.
+func TestTailCopiesOnItsOwnPlane(t *testing.T) {
+	fc := twoHostFabric(1)
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.3}
+	log := &traceLog{}
+	n := newNet(t, fc, Config{Paths: 1, Streams: 1, Tracer: log})
+	pr := n.connect(0, 1)
+	x := &xfer{op: OpWrite, size: 1 << 20, streams: 1}
+	x.start(t, pr)
+	if !n.run(10*time.Second, func() bool { return x.finished(pr) }) {
+		t.Fatalf("not finished: %+v", pr.a.SenderStats())
+	}
+	x.check(t, pr)
+	type burst struct {
+		at  clock.Time
+		dsn uint32
+	}
+	sent := map[burst]int{}
+	for _, ev := range log.evs {
+		if ev.Kind == TraceSent && ev.Retransmit {
+			sent[burst{ev.At, ev.DSN}]++
+		}
+	}
+	copied := 0
+	for _, k := range sent {
+		if k > 1 {
+			copied++
+		}
+	}
+	if st := pr.a.SenderStats(); copied == 0 || st.Copies == 0 {
+		t.Errorf("%d resends at the tail went with a copy (%d copies in all), want some on the one path", copied, st.Copies)
+	}
+}
+
+// TestNoCopyWhereTheRouteQueues checks where a copy goes on the path's own
+// plane: on another path of it whose route reads clear, on the path itself
+// last, and nowhere whose route holds a queue, since loss behind a queue is
+// that queue's overflow and a copy would add to it.
+func TestNoCopyWhereTheRouteQueues(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2})
+	pr := n.connect(0, 1)
+	pr.postWrite(t, 64)
+	if !n.runUntilSent([]*pair{pr}, time.Second) {
+		t.Fatal("the WRITE did not end")
+	}
+	s := pr.a.snd
+	p, sibling := s.paths[0], s.paths[1]
+	if p.RTT.Samples == 0 || sibling.RTT.Samples == 0 {
+		t.Fatal("a path without an RTT sample")
+	}
+	for _, c := range []struct {
+		name                string
+		queue, siblingQueue time.Duration
+		want                *sendPath
+	}{
+		{"both routes clear", 0, 0, sibling},
+		{"the sibling's route queues", 0, sibling.RTT.Min / 4, p},
+		{"both routes queue", p.RTT.Min / 4, sibling.RTT.Min / 4, nil},
+	} {
+		p.queue, sibling.queue = c.queue, c.siblingQueue
+		if got := s.pathForCopy(p, -1, 0); got != c.want {
+			t.Errorf("%s: the copy goes on %v, want %v", c.name, pathName(got), pathName(c.want))
+		}
+	}
+}
+
+// pathName names a path in a test's message, or none.
+func pathName(p *sendPath) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprintf("path %d", p.ID())
 }
 
 // TestTailProbeCarriesNewData checks that a tail probe is new data while
