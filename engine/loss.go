@@ -9,15 +9,19 @@ import "math"
 // way, as its ACK records' verdicts show them: a packet reported received,
 // or one a gap below the record's newest PSN shows lost. Losses a timeout
 // declares do not count, since a path that failed is not random loss. It
-// is a moving average over about lossMemory verdicts.
+// is a moving average over about lossMemory verdicts. Beside it, the mean
+// run of a path's PSNs lost in a row, over about lossMemory runs: near 1
+// where losses are independent, longer where they come in bursts.
 type randomLoss struct {
 	rate     float64
-	verdicts int // verdicts taken, up to lossMemory
+	verdicts int     // verdicts taken, up to lossMemory
+	run      float64 // the mean run of losses in a row
+	runs     int     // runs taken, up to lossMemory
 }
 
 // add takes one ACK record's verdicts: acked packets received, lost ones
-// lost to a gap.
-func (l *randomLoss) add(acked, lost int) {
+// lost to a gap, in runs runs of PSNs in a row.
+func (l *randomLoss) add(acked, lost, runs int) {
 	n := acked + lost
 	if n == 0 {
 		return
@@ -27,19 +31,34 @@ func (l *randomLoss) add(acked, lost int) {
 	w := float64(n) / float64(l.verdicts+n)
 	l.rate += (float64(lost)/float64(n) - l.rate) * w
 	l.verdicts = min(l.verdicts+n, lossMemory)
+	if runs > 0 {
+		w := float64(runs) / float64(l.runs+runs)
+		l.run += (float64(lost)/float64(runs) - l.run) * w
+		l.runs = min(l.runs+runs, lossMemory)
+	}
 }
 
-// explains reports whether random loss at the connection's rate explains n
-// transmissions in a row of which none brought news: each is lost on its
-// way, or so is what answers it, which crosses the network the other way,
-// at least lossExplains of the time. Before lossVerdicts verdicts nothing
-// is explained.
+// explains reports whether the connection's loss explains n transmissions
+// in a row of which none brought news: each is lost on its way, or so is
+// what answers it, which crosses the network the other way, at least
+// lossExplains of the time. The first is silent at that rate; each next
+// one at that rate, or, where losses come in runs, as often as a run goes
+// on: 1 - 1/run, where runs end at random (a burst of a Gilbert-Elliott
+// channel). A run no longer than independent losses make changes nothing.
+// Before lossVerdicts verdicts nothing is explained.
 func (l *randomLoss) explains(n int) bool {
 	if l.verdicts < lossVerdicts {
 		return false
 	}
+	if n <= 0 {
+		return true
+	}
 	silent := 1 - (1-l.rate)*(1-l.rate) // a transmission or its answer lost
-	return math.Pow(silent, float64(n)) >= lossExplains
+	next := silent
+	if l.run > 1 {
+		next = max(next, 1-1/l.run)
+	}
+	return silent*math.Pow(next, float64(n-1)) >= lossExplains
 }
 
 // tailCopies is how many copies go with a tail probe, a

@@ -1,17 +1,20 @@
 package engine
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // The connection's random loss explains a silence only as long as that
 // loss makes it likely, and only once enough verdicts came.
 func TestRandomLossExplainsShortSilences(t *testing.T) {
 	var l randomLoss
-	l.add(8, 2)
+	l.add(8, 2, 2)
 	if l.explains(1) {
 		t.Fatal("10 verdicts explained a silence: want at least 16 first")
 	}
 	for range 20 {
-		l.add(8, 2) // 20% lost
+		l.add(8, 2, 2) // 20% lost, one at a time
 	}
 	if l.rate < 0.19 || l.rate > 0.21 {
 		t.Fatalf("rate %.3f after 20%% lost, want 0.2", l.rate)
@@ -23,10 +26,46 @@ func TestRandomLossExplainsShortSilences(t *testing.T) {
 	}
 	var none randomLoss
 	for range 10 {
-		none.add(10, 0)
+		none.add(10, 0, 0)
 	}
 	if none.explains(1) {
 		t.Error("a connection that lost nothing explained a silence")
+	}
+}
+
+// Losses in runs explain a longer silence: a run goes on as often as its
+// mean length says, and random losses at a high rate, whose runs are short,
+// explain no more than before.
+func TestLossInRunsExplainsLongerSilences(t *testing.T) {
+	var bursts randomLoss
+	for range 20 {
+		bursts.add(36, 4, 1) // 10% lost, in runs of 4
+	}
+	if bursts.run < 3.9 || bursts.run > 4.1 {
+		t.Fatalf("mean run %.2f after runs of 4, want 4", bursts.run)
+	}
+	// A transmission or its answer is lost 19% of the time, and a run goes
+	// on 75% of the time: 11 in a row 1.1%, 12 in a row 0.8%. One at a
+	// time, 2 in a row are 3.6%, and 3 0.7%.
+	if !bursts.explains(11) || bursts.explains(12) {
+		t.Errorf("runs of 4 at 10%%: 11 silent transmissions explained %v, 12 %v; want true, false", bursts.explains(11), bursts.explains(12))
+	}
+	var single randomLoss
+	for range 20 {
+		single.add(36, 4, 4)
+	}
+	if !single.explains(2) || single.explains(3) {
+		t.Errorf("single losses at 10%%: 2 silent transmissions explained %v, 3 %v; want true, false", single.explains(2), single.explains(3))
+	}
+	var heavy randomLoss
+	for range 20 {
+		heavy.add(6, 4, 3) // 40% lost, in runs of 1.33: shorter than the silence rate's
+	}
+	plain := 1 - 0.6*0.6
+	for n := 1; n <= 8; n++ {
+		if want := math.Pow(plain, float64(n)) >= lossExplains; heavy.explains(n) != want {
+			t.Errorf("40%% lost in short runs: %d silent transmissions explained %v, want %v as independent losses", n, heavy.explains(n), want)
+		}
 	}
 }
 
@@ -46,14 +85,14 @@ func TestTailCopiesFollowTheRate(t *testing.T) {
 	} {
 		var l randomLoss
 		for range 20 {
-			l.add(c.of-c.lost, c.lost)
+			l.add(c.of-c.lost, c.lost, c.lost)
 		}
 		if got := l.tailCopies(); got != c.want {
 			t.Errorf("%d of %d lost: %d copies, want %d", c.lost, c.of, got, c.want)
 		}
 	}
 	var early randomLoss
-	early.add(5, 5)
+	early.add(5, 5, 5)
 	if got := early.tailCopies(); got != 1 {
 		t.Errorf("after 10 verdicts, half of them lost: %d copies, want 1", got)
 	}

@@ -126,7 +126,8 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	es := p.EpochStart(e)
 	resolved := false
 	ackedBefore := p.Counters.Acked
-	var gotten, missed int // this record's verdicts, for the loss measurement
+	var gotten, missed, runs int // this record's verdicts, for the loss measurement
+	var lastMissed uint32        // the PSN of the latest loss, for its runs
 	for psn := p.oldest; proto.SeqLessEq(psn, h); psn++ {
 		r := p.slot(psn)
 		if r.resolved || r.psn != psn || proto.SeqLess(psn, es) {
@@ -141,7 +142,11 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 			continue // left for a resend from the PSN the receiver names
 		default:
 			p.resolveLost(r, psn, LossGap)
+			if missed == 0 || psn != lastMissed+1 {
+				runs++
+			}
 			missed++
+			lastMissed = psn
 		}
 		resolved = true
 	}
@@ -158,7 +163,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		p.Delivered()
 		p.armTimer(at)
 		p.checkLoss(at, gotten, missed)
-		s.loss.add(gotten, missed)
+		s.loss.add(gotten, missed, runs)
 		s.seekShorterPlane(p, at)
 	}
 	// A CE mark steers new packets to clear paths for a round trip (SKIP,
