@@ -44,8 +44,10 @@ func (l *randomLoss) add(acked, lost, runs int) {
 // lossExplains of the time. The first is silent at that rate; each next
 // one at that rate, or, where losses come in runs, as often as a run goes
 // on: 1 - 1/run, where runs end at random (a burst of a Gilbert-Elliott
-// channel). A run no longer than independent losses make changes nothing.
-// Before lossVerdicts verdicts nothing is explained.
+// channel), once lossVerdicts runs were seen. Independent losses make runs
+// of about 1/(1 - rate), which go on at the rate itself, less than the
+// silence's: they explain no more than before. Before lossVerdicts
+// verdicts nothing is explained.
 func (l *randomLoss) explains(n int) bool {
 	if l.verdicts < lossVerdicts {
 		return false
@@ -55,7 +57,7 @@ func (l *randomLoss) explains(n int) bool {
 	}
 	silent := 1 - (1-l.rate)*(1-l.rate) // a transmission or its answer lost
 	next := silent
-	if l.run > 1 {
+	if l.runs >= lossVerdicts && l.run > 1 {
 		next = max(next, 1-1/l.run)
 	}
 	return silent*math.Pow(next, float64(n-1)) >= lossExplains

@@ -50,6 +50,13 @@ func TestLossInRunsExplainsLongerSilences(t *testing.T) {
 	if !bursts.explains(11) || bursts.explains(12) {
 		t.Errorf("runs of 4 at 10%%: 11 silent transmissions explained %v, 12 %v; want true, false", bursts.explains(11), bursts.explains(12))
 	}
+	var few randomLoss
+	for range 3 {
+		few.add(36, 4, 1)
+	}
+	if few.explains(3) {
+		t.Error("3 runs of 4 explained 3 silent transmissions: want 16 runs first")
+	}
 	var single randomLoss
 	for range 20 {
 		single.add(36, 4, 4)

@@ -1,6 +1,6 @@
 // Loss recovery beyond the selective acks. This file holds the retransmit
-// queue, tail probes, retransmission timeouts and copies on another plane
-// (spec section 6.6).
+// queue, tail probes, retransmission timeouts and copies at the tail (spec
+// section 6.6).
 
 package engine
 
@@ -59,9 +59,9 @@ func (p *sendPath) tailProbe() {
 	}
 	if s.unsent == 0 {
 		// Nothing follows the probe. If it were lost, only the
-		// retransmission timeout would be left to find out. So a copy
-		// goes on another plane (copyAtTail). The paths' next probes are then
-		// brought forward by the tail's margin, as after a resend, the
+		// retransmission timeout would be left to find out. So copies
+		// go on other planes, or on its own (copyAtTail). The paths' next
+		// probes are then brought forward by the tail's margin, as after a resend, the
 		// copy's path among them: its own timer runs from a smoothed
 		// RTT that still holds the queues of the busy part of the
 		// transfer.
@@ -340,7 +340,7 @@ func (s *sender) pathForCopy(p *sendPath, avoid int, used uint64) *sendPath {
 			if pass == shunning && (plane == avoid || plane < 64 && used&(1<<plane) != 0) {
 				continue
 			}
-			if pass == ownPlane && (q.RTT.Samples == 0 || q.queue >= q.clearRoom()) {
+			if pass == ownPlane && (!q.queued || q.queue >= q.clearRoom()) {
 				continue
 			}
 			return q
@@ -349,8 +349,8 @@ func (s *sender) pathForCopy(p *sendPath, avoid int, used uint64) *sendPath {
 	return nil
 }
 
-// copyHead sends the oldest DSN not acknowledged once more, on paths of
-// other planes, as many times as the connection's random loss asks
+// copyHead sends the oldest DSN not acknowledged once more, as the tail's
+// copies go (copyAtTail), as many times as the connection's random loss asks
 // (tailCopies). It does so when half of the receive window waits behind
 // that DSN and its latest transmission is overdue. A burst can take a
 // packet and its resend together. Lost twice, the DSN would hold the whole

@@ -323,8 +323,8 @@ func (s *sender) sendSprayed() bool {
 		if s.unsent == 0 {
 			// At the tail nothing follows the resend. If it were lost too,
 			// finding out would cost another round of probing. So copies
-			// go on other planes, as a probe's do, avoiding the plane that
-			// lost the packet when they can (copyAtTail).
+			// go as a probe's do, avoiding the plane that lost the packet
+			// when they can (copyAtTail).
 			s.copyAtTail(d, r, p, lostOn, false)
 		}
 		s.probeOverdue(s.c.ep.clock.Now()) // at the tail the resend may be its path's last packet

@@ -422,9 +422,9 @@ func TestTailCopiesOnItsOwnPlane(t *testing.T) {
 		at  clock.Time
 		dsn uint32
 	}
-	sent := map[burst]int{}
+	sent := map[burst]int{} // a resend and its copies leave at one instant
 	for _, ev := range log.evs {
-		if ev.Kind == TraceSent && ev.Retransmit {
+		if ev.Kind == TraceSent && ev.Retransmit && !ev.Probe {
 			sent[burst{ev.At, ev.DSN}]++
 		}
 	}
@@ -439,21 +439,42 @@ func TestTailCopiesOnItsOwnPlane(t *testing.T) {
 	}
 }
 
-// TestNoCopyWhereTheRouteQueues checks where a copy goes on the path's own
-// plane: on another path of it whose route reads clear, on the path itself
-// last, and nowhere whose route holds a queue, since loss behind a queue is
-// that queue's overflow and a copy would add to it.
+// TestNoCopyWhereTheRouteQueues checks where a copy goes: on another plane
+// while one has room, then on another path of the path's own plane whose
+// route reads clear, on the path itself last, and nowhere whose route holds
+// a queue, since loss behind a queue is that queue's overflow and a copy
+// would add to it; nor on a path that moved to a route it has no reading
+// of yet.
 func TestNoCopyWhereTheRouteQueues(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 2})
+	n := newNet(t, twoHostFabric(2), Config{Paths: 4})
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 64)
 	if !n.runUntilSent([]*pair{pr}, time.Second) {
 		t.Fatal("the WRITE did not end")
 	}
 	s := pr.a.snd
-	p, sibling := s.paths[0], s.paths[1]
-	if p.RTT.Samples == 0 || sibling.RTT.Samples == 0 {
-		t.Fatal("a path without an RTT sample")
+	p := s.paths[0]
+	var sibling *sendPath
+	var others []*sendPath // on the other plane
+	for _, q := range s.paths[1:] {
+		if q.Plane() == p.Plane() {
+			sibling = q
+		} else {
+			others = append(others, q)
+		}
+	}
+	if sibling == nil || len(others) == 0 {
+		t.Fatalf("paths on planes %d, %d, %d, %d: want two a plane", s.paths[0].Plane(), s.paths[1].Plane(), s.paths[2].Plane(), s.paths[3].Plane())
+	}
+	if !p.queued || !sibling.queued {
+		t.Fatal("a path without a reading of its queue")
+	}
+	p.queue, sibling.queue = 0, 0
+	if got := s.pathForCopy(p, -1, 0); got == nil || got.Plane() == p.Plane() {
+		t.Errorf("the other plane with room: the copy goes on %v, want a path of plane %d", pathName(got), others[0].Plane())
+	}
+	for _, q := range others {
+		q.window = 0 // full
 	}
 	for _, c := range []struct {
 		name                string
@@ -468,6 +489,13 @@ func TestNoCopyWhereTheRouteQueues(t *testing.T) {
 		if got := s.pathForCopy(p, -1, 0); got != c.want {
 			t.Errorf("%s: the copy goes on %v, want %v", c.name, pathName(got), pathName(c.want))
 		}
+	}
+	p.queue, sibling.queue = 0, 0
+	if !sibling.repath(n.sim.Now()) {
+		t.Fatal("the sibling could not move to a new source port")
+	}
+	if got := s.pathForCopy(p, -1, 0); got != p {
+		t.Errorf("the sibling on a new route it has not read: the copy goes on %v, want %v", pathName(got), pathName(p))
 	}
 }
 

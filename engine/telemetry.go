@@ -12,7 +12,7 @@ type SenderStats struct {
 	Packets     uint64 // data packets sent, retransmissions included
 	Retransmits uint64 // the retransmissions among them, for a gap, timeout, tail probe, retry or copy
 	TailProbes  uint64 // the retransmissions among them that were tail probes; a tail probe of new data is not one (spec section 6.6)
-	Copies      uint64 // retransmissions sent a second time on another plane, at a transfer's tail or for the DSN holding the window
+	Copies      uint64 // retransmissions sent a second time, on another plane where one has room, at a transfer's tail or for the DSN holding the window
 	Timeouts    uint64
 	Spurious    uint64 // the Timeouts whose packets an ACK later reported received
 	LossRepaths uint64 // paths moved to a new source port because their loss stood out
