@@ -67,3 +67,36 @@ func TestReportSchemaMatchesEndpointReport(t *testing.T) {
 		}
 	}
 }
+
+// The ecn case's judge passes a sender that slowed, whose windows of a few
+// jumbo packets still leave up to about half of them marked, and fails one
+// that did not slow, or that never heard the marks, or whose responder
+// echoed another count than the wire shows.
+func TestECNJudgeTellsASenderThatSlowed(t *testing.T) {
+	const size, data = 16 << 20, 1890
+	seen := func(marked, echoed, heard uint32) Observed {
+		report := EndpointReport{Bytes: size, SHA256: "same"}
+		req := report
+		req.CEMarks = uint64(heard)
+		return Observed{Requester: req, Responder: report, Connections: 1, DataDelivered: data,
+			CEDelivered: map[uint8]uint32{0: marked / 2, 1: marked - marked/2},
+			CEEchoed:    map[uint8]uint32{0: echoed / 2, 1: echoed - echoed/2}}
+	}
+	judge := ecnJudge(size)
+	for _, c := range []struct {
+		name                  string
+		marked, echoed, heard uint32
+		pass                  bool
+	}{
+		{"slowed, a third marked", 630, 630, 630, true},
+		{"slowed, over half marked", 1053, 1053, 1053, true},
+		{"did not slow", 1700, 1700, 1700, false},
+		{"never heard the marks", 700, 700, 0, false},
+		{"echoed fewer than the wire", 700, 690, 690, false},
+		{"nothing marked", 0, 0, 0, false},
+	} {
+		if err := judge(seen(c.marked, c.echoed, c.heard)); (err == nil) != c.pass {
+			t.Errorf("%s: %v, want a pass %v", c.name, err, c.pass)
+		}
+	}
+}

@@ -110,7 +110,7 @@ var RunnerCases = []RunnerCase{
 		}},
 	{Name: "corruption", What: "with 1% of packets corrupted, nothing corrupt is placed: the data arrives whole", Planes: 2, Size: 8 << 20,
 		Fabric: func(c *netem.Config) { c.Downlink.Impair.Corrupt = 0.01 }, Judge: func(o Observed) error { return transferred(o, 8<<20) }},
-	{Name: "ecn", What: "a plane marking CE at a small queue: the responder's last ACK record for each path echoes exactly the CE-marked packets the emulator delivered on it, the requester hears of them, and it slows: fewer than half of the data packets delivered to the responder arrive marked", Planes: 2, Size: 16 << 20,
+	{Name: "ecn", What: "a plane marking CE at a small queue: the responder's last ACK record for each path echoes exactly the CE-marked packets the emulator delivered on it, the requester hears of them, and it slows: fewer than two thirds of the data packets delivered to the responder arrive marked", Planes: 2, Size: 16 << 20,
 		Fabric: func(c *netem.Config) {
 			slow := link1G()
 			slow.Rate, slow.Queue.ECNThreshold = 100e6, 32<<10
@@ -246,8 +246,13 @@ func cleanTransfer(size int) func(Observed) error {
 
 // ecnJudge checks the CE echo against the wire, path by path, and that
 // the sender slowed. A sender that ignores the echo keeps the marking
-// queues above their thresholds and most of its packets marked. A build
-// with MROCE_BREAK=requester:ignore-ce shows it.
+// queues above their thresholds and nearly all of its packets marked. A
+// build with MROCE_BREAK=requester:ignore-ce shows it. One that slows
+// still sees many marked: a DCTCP window of W packets swings across the
+// threshold with about sqrt(2/W) of them marked, and at 1 Gb/s the
+// windows hold a few jumbo packets, fewer on a host whose scheduling
+// lengthens the round trips. So the bar is two thirds, not half
+// (docs/conformance.md).
 func ecnJudge(size int) func(Observed) error {
 	return func(o Observed) error {
 		if err := transferred(o, size); err != nil {
@@ -269,7 +274,7 @@ func ecnJudge(size int) func(Observed) error {
 			return errors.New("no data packet was delivered marked CE: the case did not test ECN")
 		case o.Requester.CEMarks == 0 || o.Requester.CEMarks > uint64(delivered):
 			return fmt.Errorf("the responder echoed %d CE marks, the requester heard of %d", delivered, o.Requester.CEMarks)
-		case 2*uint64(delivered) >= o.DataDelivered:
+		case 3*uint64(delivered) >= 2*o.DataDelivered:
 			return fmt.Errorf("%d of the %d data packets delivered to the responder were marked CE: the requester did not slow when marked",
 				delivered, o.DataDelivered)
 		}
