@@ -6,6 +6,7 @@ import (
 
 	"github.com/mroce/mroce/clock"
 	"github.com/mroce/mroce/netem"
+	"github.com/mroce/mroce/proto"
 )
 
 // TestWindowsRegrowOnceTheRouteClears runs two WRITEs over one leaf-spine
@@ -119,5 +120,46 @@ func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
 	p.queue = 3 * least / 32
 	if !p.routeClear(true, at) {
 		t.Errorf("after a move, a queue under an eighth of the least RTT: no routeClear, want one (the old route's mark forgotten)")
+	}
+}
+
+// TestLateRecordOfTheOldRouteReadsNoQueue checks that a record of a path's
+// epoch before its move to a new source port, arriving late, gives the new
+// route neither a queue reading nor a mark's (spec section 6.3): the
+// relief, the regrowth by grant and the copies read those of the route
+// the path is on.
+func TestLateRecordOfTheOldRouteReadsNoQueue(t *testing.T) {
+	n := newNet(t, twoHostFabric(1), Config{Paths: 2})
+	pr := n.connect(0, 1)
+	pr.postWrite(t, 64)
+	if !n.runUntilSent([]*pair{pr}, time.Second) {
+		t.Fatal("the WRITE did not end")
+	}
+	p := pr.a.snd.paths[0]
+	old, last := p.Epoch(), p.next-1
+	at := n.sim.Now()
+	if !p.repath(at) {
+		t.Fatal("the path could not move to a new source port")
+	}
+	if p.queued || p.markQueue != 0 {
+		t.Fatalf("after the move: queued %v, mark's queue %v, want none", p.queued, p.markQueue)
+	}
+	var pkt proto.Packet
+	if err := proto.Build(&pkt, make([]byte, proto.MaxPacketLen), proto.TypeAck, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	rec := pkt.AckRecord(0)
+	rec.SetPathID(uint8(p.ID()))
+	rec.SetEpoch(old)
+	rec.SetHighestPSN(last)
+	rec.SetCECount(p.ce + 1) // a mark, on the old route
+	rec.SetEchoTimestamp(uint32(at) - 20000)
+	ackedBefore := p.Counters.CEMarks
+	p.onRecord(rec, uint32(at)-10000, at)
+	if p.Counters.CEMarks == ackedBefore {
+		t.Fatal("the record was not taken: its mark was not counted")
+	}
+	if p.queued || p.markQueue != 0 {
+		t.Errorf("a late record of the old route: queued %v (queue %v), mark's queue %v, want no reading of the new route", p.queued, p.queue, p.markQueue)
 	}
 }

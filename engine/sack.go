@@ -106,18 +106,22 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		p.ce = rec.CECount()
 		s.c.ep.marking[p.Plane()] = true
 	}
-	if sampled {
+	// The queue read is the route's the record's epoch went on. After a
+	// move to a new source port (spec section 6.3) a late record of the
+	// old route tells nothing of the new one.
+	onRoute := sampled && e == p.Epoch()
+	if onRoute {
 		p.queue, p.queued = p.oneWayQueue(rec, ackSent), true
 	}
 	if marked > 0 {
 		p.markedAt = at
-		if sampled {
+		if onRoute {
 			p.markQueue = max(p.queue, 1) // a mark that read no queue leaves no room (routeClear)
 		}
 	}
 	if s.c.ep.marking[p.Plane()] {
 		p.cwin.NoDelay() // samples taken before the plane's first mark included
-	} else if sampled {
+	} else if onRoute {
 		p.cwin.OnDelay(p.queue, time.Duration(sample), p.RTT.Min+s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
 	}
 	if p.lastTimeout.open && e == p.lastTimeout.epoch {
@@ -151,7 +155,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		resolved = true
 	}
 	p.advance()
-	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && (p.relieves(at) || p.routeClear(sampled, at)))
+	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && (p.relieves(at) || p.routeClear(onRoute, at)))
 	p.cwin.Grant(grant)
 	p.cwin.Hold(marked == 0 && !grant && p.holdsGrowth()) // read only where additive increase may follow
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
@@ -228,8 +232,8 @@ func (p *sendPath) relieves(at clock.Time) bool {
 var routeClearOff bool
 
 // routeClear reports whether the path may grow by grant
-// (cc.Window.Grant) because its route has room again: the record took a
-// sample that queues less than an eighth of the path's least round trip,
+// (cc.Window.Grant) because its route has room again: the record, of the
+// route the path is on, took a sample that queues less than an eighth of the path's least round trip,
 // less the host's scheduling delay, and less than half of what the path
 // read at its last mark on the route whose record took a sample; no mark
 // came for the least round trip; the path's least round trip is within a
