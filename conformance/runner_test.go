@@ -68,10 +68,12 @@ func TestReportSchemaMatchesEndpointReport(t *testing.T) {
 	}
 }
 
-// The ecn case's judge passes a sender that slowed, whose windows of a few
-// jumbo packets still leave up to about half of them marked, and fails one
-// that did not slow, or that never heard the marks, or whose responder
-// echoed another count than the wire shows.
+// The ecn case's judge passes a sender that slowed, whose windows of about
+// a dozen jumbo packets still leave up to about half of them marked, below
+// two thirds, and fails one that did not slow, that never heard the marks
+// or heard more than were echoed, whose responder echoed another count
+// than the wire shows, or whose data did not arrive whole on one
+// connection.
 func TestECNJudgeTellsASenderThatSlowed(t *testing.T) {
 	const size, data = 16 << 20, 1890
 	seen := func(marked, echoed, heard uint32) Observed {
@@ -83,6 +85,15 @@ func TestECNJudgeTellsASenderThatSlowed(t *testing.T) {
 			CEEchoed:    map[uint8]uint32{0: echoed / 2, 1: echoed - echoed/2}}
 	}
 	judge := ecnJudge(size)
+	twoConns := seen(630, 630, 630)
+	twoConns.Connections = 2
+	short := seen(630, 630, 630)
+	short.Responder.Bytes--
+	for name, o := range map[string]Observed{"two connections": twoConns, "a byte short": short} {
+		if err := judge(o); err == nil {
+			t.Errorf("%s: passed, want a failure", name)
+		}
+	}
 	for _, c := range []struct {
 		name                  string
 		marked, echoed, heard uint32
@@ -90,6 +101,9 @@ func TestECNJudgeTellsASenderThatSlowed(t *testing.T) {
 	}{
 		{"slowed, a third marked", 630, 630, 630, true},
 		{"slowed, over half marked", 1053, 1053, 1053, true},
+		{"just under two thirds marked", 1259, 1259, 1259, true},
+		{"two thirds marked", 1260, 1260, 1260, false},
+		{"heard more than were echoed", 630, 630, 631, false},
 		{"did not slow", 1700, 1700, 1700, false},
 		{"never heard the marks", 700, 700, 0, false},
 		{"echoed fewer than the wire", 700, 690, 690, false},

@@ -248,11 +248,12 @@ func cleanTransfer(size int) func(Observed) error {
 // the sender slowed. A sender that ignores the echo keeps the marking
 // queues above their thresholds and nearly all of its packets marked. A
 // build with MROCE_BREAK=requester:ignore-ce shows it. One that slows
-// still sees many marked: a DCTCP window of W packets swings across the
-// threshold with about sqrt(2/W) of them marked, and at 1 Gb/s the
-// windows hold a few jumbo packets, fewer on a host whose scheduling
-// lengthens the round trips. So the bar is two thirds, not half
-// (docs/conformance.md).
+// still sees many marked, on both planes, since the other plane's
+// threshold is the runner's default: a DCTCP window of W packets swings
+// across its threshold with about sqrt(2/W) of them marked, and the
+// windows hold about a dozen 9,000-byte packets, fewer on a host whose
+// scheduling lengthens the round trips. So the bar is two thirds, not
+// half (docs/conformance.md).
 func ecnJudge(size int) func(Observed) error {
 	return func(o Observed) error {
 		if err := transferred(o, size); err != nil {

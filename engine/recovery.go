@@ -300,8 +300,9 @@ func (p *sendPath) settleIfMoot(r *sendRec) bool {
 // copy on a path of another plane and the copies on planes of their own
 // while there are enough. A plane's losses come together, from a burst on
 // one of its links or a link failing. Where no other plane has room, the
-// copies go on p's own plane, p itself last: a connection on one plane
-// loses at random too, and its tail would wait out a timeout per round.
+// copies go on p's own plane, on paths whose route reads clear, p itself
+// last: a connection on one plane loses at random too, and its tail would
+// wait out a timeout per round.
 func (s *sender) copyAtTail(dsn uint32, d *dsnRecord, p *sendPath, avoid int, probe bool) {
 	var used uint64 // the planes the copies took, the first 64 of them
 	for range s.loss.tailCopies() {
@@ -326,7 +327,9 @@ func (s *sender) copyAtTail(dsn uint32, d *dsnRecord, p *sendPath, avoid int, pr
 // (see settleMoot). A path of another plane comes first: of a plane other
 // than avoid, where the DSN was lost, and than those in used, which other
 // copies took, then of any other plane. Failing those, a path of p's own
-// plane, p itself last. An avoid of -1 avoids no plane.
+// plane, p itself last, whose latest reading of its current route queues
+// less than clearRoom: loss behind a queue is that queue's overflow, and
+// a copy would add to it. An avoid of -1 avoids no plane.
 func (s *sender) pathForCopy(p *sendPath, avoid int, used uint64) *sendPath {
 	const shunning, otherPlanes, ownPlane = 0, 1, 2
 	n := len(s.paths)

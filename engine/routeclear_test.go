@@ -123,43 +123,99 @@ func TestRouteClearReadsTheQueueAtTheMark(t *testing.T) {
 	}
 }
 
-// TestLateRecordOfTheOldRouteReadsNoQueue checks that a record of a path's
-// epoch before its move to a new source port, arriving late, gives the new
-// route neither a queue reading nor a mark's (spec section 6.3): the
-// relief, the regrowth by grant and the copies read those of the route
-// the path is on.
+// TestLateRecordOfTheOldRouteReadsNoQueue checks that after a path's move
+// to a new source port a late record of the old route gives the new route
+// neither a queue reading nor a mark's (spec section 6.3): relief, the
+// regrowth by grant and the copies read those of the route the path is
+// on. Nor does a record of the new epoch whose echo is a late packet of
+// the old route's (section 5.5). A record of the new route does.
 func TestLateRecordOfTheOldRouteReadsNoQueue(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 2})
-	pr := n.connect(0, 1)
-	pr.postWrite(t, 64)
-	if !n.runUntilSent([]*pair{pr}, time.Second) {
-		t.Fatal("the WRITE did not end")
-	}
-	p := pr.a.snd.paths[0]
+	n, pr, p := writtenPath(t, 1)
 	old, last := p.Epoch(), p.next-1
 	at := n.sim.Now()
+	before := uint32(at) - 20000 // an echo sent before the move
 	if !p.repath(at) {
 		t.Fatal("the path could not move to a new source port")
 	}
 	if p.queued || p.markQueue != 0 {
 		t.Fatalf("after the move: queued %v, mark's queue %v, want none", p.queued, p.markQueue)
 	}
-	var pkt proto.Packet
-	if err := proto.Build(&pkt, make([]byte, proto.MaxPacketLen), proto.TypeAck, 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	rec := pkt.AckRecord(0)
-	rec.SetPathID(uint8(p.ID()))
-	rec.SetEpoch(old)
-	rec.SetHighestPSN(last)
-	rec.SetCECount(p.ce + 1) // a mark, on the old route
-	rec.SetEchoTimestamp(uint32(at) - 20000)
-	ackedBefore := p.Counters.CEMarks
-	p.onRecord(rec, uint32(at)-10000, at)
-	if p.Counters.CEMarks == ackedBefore {
+	marks := p.Counters.CEMarks
+	p.onRecord(ackRecord(p, old, last, p.ce+1, before), uint32(at)-10000, at) // with a mark, of the old route
+	if p.Counters.CEMarks == marks {
 		t.Fatal("the record was not taken: its mark was not counted")
 	}
 	if p.queued || p.markQueue != 0 {
-		t.Errorf("a late record of the old route: queued %v (queue %v), mark's queue %v, want no reading of the new route", p.queued, p.queue, p.markQueue)
+		t.Errorf("a late record of the old epoch: queued %v (queue %v), mark's queue %v, want no reading of the new route", p.queued, p.queue, p.markQueue)
 	}
+	// Packets of the new epoch, then a record of them whose echo is a late
+	// packet of the old route.
+	pr.postWrite(t, 16)
+	if !n.runUntilSent([]*pair{pr}, time.Second) {
+		t.Fatal("the second WRITE did not end")
+	}
+	if !proto.SeqLess(p.EpochStart(p.Epoch()), p.next) {
+		t.Fatal("the path sent nothing on its new route")
+	}
+	later := n.sim.Now()
+	p.queued = false
+	p.onRecord(ackRecord(p, p.Epoch(), p.next-1, p.ce, before), uint32(later)-1000, later)
+	if p.queued {
+		t.Errorf("a record of the new epoch echoing the old route: queued %v (queue %v), want no reading", p.queued, p.queue)
+	}
+	p.onRecord(ackRecord(p, p.Epoch(), p.next-1, p.ce, uint32(later)-5000), uint32(later)-1000, later)
+	if !p.queued {
+		t.Error("a record of the new route: no queue reading, want one")
+	}
+}
+
+// TestLateRecordOfTheOldPlaneMeasuresNothing checks that after a path's
+// move to another plane a late record of the plane it left gives it no RTT
+// sample, whose estimate starts afresh there, and marks the new plane as
+// marking nothing.
+func TestLateRecordOfTheOldPlaneMeasuresNothing(t *testing.T) {
+	n, _, p := writtenPath(t, 2)
+	old, last := p.Epoch(), p.next-1
+	at := n.sim.Now()
+	to := 1 - p.Plane()
+	n.hosts[0].ep.marking[to] = false
+	if !p.moveTo(to, at) {
+		t.Fatal("the path could not move to the other plane")
+	}
+	if p.RTT.Samples != 0 {
+		t.Fatalf("after the move: %d RTT samples, want none", p.RTT.Samples)
+	}
+	p.onRecord(ackRecord(p, old, last, p.ce+1, uint32(at)-20000), uint32(at)-10000, at)
+	if p.RTT.Samples != 0 || n.hosts[0].ep.marking[to] {
+		t.Errorf("a late record of the plane left: %d RTT samples, the new plane marking %v; want none and false", p.RTT.Samples, n.hosts[0].ep.marking[to])
+	}
+}
+
+// writtenPath returns a connection's first path after a WRITE over a
+// fabric of the given planes, two paths a plane.
+func writtenPath(t *testing.T, planes int) (*testNet, *pair, *sendPath) {
+	t.Helper()
+	n := newNet(t, twoHostFabric(planes), Config{Paths: 2 * planes})
+	pr := n.connect(0, 1)
+	pr.postWrite(t, 64)
+	if !n.runUntilSent([]*pair{pr}, time.Second) {
+		t.Fatal("the WRITE did not end")
+	}
+	return n, pr, pr.a.snd.paths[0]
+}
+
+// ackRecord builds an ACK record for path p of epoch e, newest PSN h, CE
+// count ce and echo timestamp echo, its ServiceTime 0.
+func ackRecord(p *sendPath, e uint8, h, ce, echo uint32) proto.AckRecord {
+	var pkt proto.Packet
+	if err := proto.Build(&pkt, make([]byte, proto.MaxPacketLen), proto.TypeAck, 1, 0); err != nil {
+		panic(err)
+	}
+	rec := pkt.AckRecord(0)
+	rec.SetPathID(uint8(p.ID()))
+	rec.SetEpoch(e)
+	rec.SetHighestPSN(h)
+	rec.SetCECount(ce)
+	rec.SetEchoTimestamp(echo)
+	return rec
 }

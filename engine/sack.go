@@ -96,7 +96,10 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	sample := uint32(at) - rec.EchoTimestamp() - rec.ServiceTime()
 	first := p.unresolved(h) != nil
 	sampled := (first || rec.ServiceTime() < repeatSampleMax) && sample < 1<<31 // else the echo is from the future: no sample
-	if sampled {
+	// A late record of the plane a path left measured that plane, and its
+	// round trip starts afresh on the new one (pathmgr.Path.Move).
+	onPlane := p.sentSince(rec.EchoTimestamp(), p.onPlaneAt, at)
+	if sampled && onPlane {
 		p.rttSample(time.Duration(sample))
 	}
 	marked := 0
@@ -104,12 +107,16 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		marked = int(d)
 		p.Counters.CEMarks += uint64(d)
 		p.ce = rec.CECount()
-		s.c.ep.marking[p.Plane()] = true
+		if onPlane {
+			s.c.ep.marking[p.Plane()] = true
+		}
 	}
-	// The queue read is the route's the record's epoch went on. After a
+	// The queue read is the route's the record's echo went on. After a
 	// move to a new source port (spec section 6.3) a late record of the
-	// old route tells nothing of the new one.
-	onRoute := sampled && e == p.Epoch()
+	// old route tells nothing of the new one, nor does a record of the new
+	// epoch whose echo is a late packet of the old route's: the receiver
+	// echoes the latest arrival's timestamp (section 5.5).
+	onRoute := sampled && e == p.Epoch() && p.sentSince(rec.EchoTimestamp(), p.RepathedAt(), at)
 	if onRoute {
 		p.queue, p.queued = p.oneWayQueue(rec, ackSent), true
 	}
@@ -273,6 +280,15 @@ func (p *sendPath) routeClear(sampled bool, at clock.Time) bool {
 	}
 	shortest, _ := p.s.leastRTTs()
 	return least <= shortest+shortest/4
+}
+
+// sentSince reports whether the packet whose Timestamp a record echoes was
+// sent at or after since, a move of the path; a since of 0 is none. The
+// Timestamp is the sender's clock in nanoseconds, modulo 2^32 (spec
+// section 5.1), so it is read within half of that of since. A move more
+// than an MPL ago left no packet of before it that could still arrive.
+func (p *sendPath) sentSince(echo uint32, since, at clock.Time) bool {
+	return since == 0 || at.Sub(since) > p.s.c.ep.cfg.MPL || int32(echo-uint32(since)) >= 0
 }
 
 // clearRoom is the one-way queue under which the path's route reads as

@@ -234,6 +234,10 @@ func (p *Path) Move(now clock.Time, nextPSN uint32, plane int) bool {
 	return true
 }
 
+// RepathedAt is when the path last moved to a new source port or plane,
+// and 0 if it never did.
+func (p *Path) RepathedAt() clock.Time { return p.repathedAt }
+
 // MovableAt is when the path may next repath or move (see Repath): at
 // once for a path that never has.
 func (p *Path) MovableAt() clock.Time {
