@@ -358,17 +358,7 @@ func TestPacedSenderDrawsNoRepeatPerPacket(t *testing.T) {
 // all four transmissions of its DSN are lost less than one time in a
 // hundred; the transfer completes and checks.
 func TestTailCopiesOnPlanesOfTheirOwn(t *testing.T) {
-	fc := fourPlanes()
-	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.3}
-	log := &traceLog{}
-	n := newNet(t, fc, Config{Paths: 8, Streams: 1, Tracer: log})
-	pr := n.connect(0, 1)
-	x := &xfer{op: OpWrite, size: 1 << 20, streams: 1}
-	x.start(t, pr)
-	if !n.run(10*time.Second, func() bool { return x.finished(pr) }) {
-		t.Fatalf("not finished: %+v", pr.a.SenderStats())
-	}
-	x.check(t, pr)
+	log, pr := writeThroughLoss(t, fourPlanes(), 8)
 	if got := pr.a.snd.loss.tailCopies(); got != maxTailCopies {
 		t.Fatalf("loss rate %.2f asks for %d copies: the test needs %d", pr.a.snd.loss.rate, got, maxTailCopies)
 	}
@@ -407,17 +397,7 @@ func TestTailCopiesOnPlanesOfTheirOwn(t *testing.T) {
 // it is the only one: random loss takes a copy no likelier on the same
 // plane, and without one each round of loss at the tail waits for a probe.
 func TestTailCopiesOnItsOwnPlane(t *testing.T) {
-	fc := twoHostFabric(1)
-	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.3}
-	log := &traceLog{}
-	n := newNet(t, fc, Config{Paths: 1, Streams: 1, Tracer: log})
-	pr := n.connect(0, 1)
-	x := &xfer{op: OpWrite, size: 1 << 20, streams: 1}
-	x.start(t, pr)
-	if !n.run(10*time.Second, func() bool { return x.finished(pr) }) {
-		t.Fatalf("not finished: %+v", pr.a.SenderStats())
-	}
-	x.check(t, pr)
+	log, pr := writeThroughLoss(t, twoHostFabric(1), 1)
 	type burst struct {
 		at  clock.Time
 		dsn uint32
@@ -446,14 +426,8 @@ func TestTailCopiesOnItsOwnPlane(t *testing.T) {
 // would add to it; nor on a path that moved to a route it has no reading
 // of yet.
 func TestNoCopyWhereTheRouteQueues(t *testing.T) {
-	n := newNet(t, twoHostFabric(2), Config{Paths: 4})
-	pr := n.connect(0, 1)
-	pr.postWrite(t, 64)
-	if !n.runUntilSent([]*pair{pr}, time.Second) {
-		t.Fatal("the WRITE did not end")
-	}
+	n, pr, p := writtenPath(t, 2)
 	s := pr.a.snd
-	p := s.paths[0]
 	var sibling *sendPath
 	var others []*sendPath // on the other plane
 	for _, q := range s.paths[1:] {
@@ -497,6 +471,24 @@ func TestNoCopyWhereTheRouteQueues(t *testing.T) {
 	if got := s.pathForCopy(p, -1, 0); got != p {
 		t.Errorf("the sibling on a new route it has not read: the copy goes on %v, want %v", pathName(got), pathName(p))
 	}
+}
+
+// writeThroughLoss moves 1 MiB over a connection of the given paths
+// through fc with 30% of the packets lost on each downlink, data and ACKs
+// alike, checks what arrived, and returns the trace and the pair.
+func writeThroughLoss(t *testing.T, fc netem.Config, paths int) (*traceLog, *pair) {
+	t.Helper()
+	fc.Downlink.Impair.Loss = &netem.RandomLoss{P: 0.3}
+	log := &traceLog{}
+	n := newNet(t, fc, Config{Paths: paths, Streams: 1, Tracer: log})
+	pr := n.connect(0, 1)
+	x := &xfer{op: OpWrite, size: 1 << 20, streams: 1}
+	x.start(t, pr)
+	if !n.run(10*time.Second, func() bool { return x.finished(pr) }) {
+		t.Fatalf("not finished: %+v", pr.a.SenderStats())
+	}
+	x.check(t, pr)
+	return log, pr
 }
 
 // pathName names a path in a test's message, or none.
