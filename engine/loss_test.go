@@ -21,13 +21,8 @@ func TestRandomLossExplainsShortSilences(t *testing.T) {
 	}
 	// A transmission or its answer is lost 1 - 0.8^2 = 36% of the time:
 	// 4 in a row 1.7% of the time, 5 in a row 0.6%.
-	if !l.explains(4) || l.explains(5) {
-		t.Errorf("at 20%%: 4 silent transmissions explained %v, 5 %v; want true, false", l.explains(4), l.explains(5))
-	}
-	var none randomLoss
-	for range 10 {
-		none.add(10, 0, 0)
-	}
+	explainsUpTo(t, "at 20%", &l, 4)
+	none := fed(10, 10, 0, 0)
 	if none.explains(1) {
 		t.Error("a connection that lost nothing explained a silence")
 	}
@@ -37,37 +32,21 @@ func TestRandomLossExplainsShortSilences(t *testing.T) {
 // mean length says, and random losses at a high rate, whose runs are short,
 // explain no more than before.
 func TestLossInRunsExplainsLongerSilences(t *testing.T) {
-	var bursts randomLoss
-	for range 20 {
-		bursts.add(36, 4, 1) // 10% lost, in runs of 4
-	}
+	bursts := fed(20, 36, 4, 1) // 10% lost, in runs of 4
 	if bursts.run < 3.9 || bursts.run > 4.1 {
 		t.Fatalf("mean run %.2f after runs of 4, want 4", bursts.run)
 	}
 	// A transmission or its answer is lost 19% of the time, and a run goes
 	// on 75% of the time: 11 in a row 1.1%, 12 in a row 0.8%. One at a
 	// time, 2 in a row are 3.6%, and 3 0.7%.
-	if !bursts.explains(11) || bursts.explains(12) {
-		t.Errorf("runs of 4 at 10%%: 11 silent transmissions explained %v, 12 %v; want true, false", bursts.explains(11), bursts.explains(12))
-	}
-	var few randomLoss
-	for range 3 {
-		few.add(36, 4, 1)
-	}
+	explainsUpTo(t, "runs of 4 at 10%", &bursts, 11)
+	few := fed(3, 36, 4, 1)
 	if few.explains(3) {
 		t.Error("3 runs of 4 explained 3 silent transmissions: want 16 runs first")
 	}
-	var single randomLoss
-	for range 20 {
-		single.add(36, 4, 4)
-	}
-	if !single.explains(2) || single.explains(3) {
-		t.Errorf("single losses at 10%%: 2 silent transmissions explained %v, 3 %v; want true, false", single.explains(2), single.explains(3))
-	}
-	var heavy randomLoss
-	for range 20 {
-		heavy.add(6, 4, 3) // 40% lost, in runs of 1.33: shorter than the silence rate's
-	}
+	single := fed(20, 36, 4, 4)
+	explainsUpTo(t, "single losses at 10%", &single, 2)
+	heavy := fed(20, 6, 4, 3) // 40% lost, in runs of 1.33: shorter than the silence rate's
 	plain := 1 - 0.6*0.6
 	for n := 1; n <= 8; n++ {
 		if want := math.Pow(plain, float64(n)) >= lossExplains; heavy.explains(n) != want {
@@ -90,17 +69,32 @@ func TestTailCopiesFollowTheRate(t *testing.T) {
 		{3, 10, 3}, // 30%: 2.7% with two copies
 		{5, 10, 3}, // 50%: the most, though all four are lost 6% of the time
 	} {
-		var l randomLoss
-		for range 20 {
-			l.add(c.of-c.lost, c.lost, c.lost)
-		}
+		l := fed(20, c.of-c.lost, c.lost, c.lost)
 		if got := l.tailCopies(); got != c.want {
 			t.Errorf("%d of %d lost: %d copies, want %d", c.lost, c.of, got, c.want)
 		}
 	}
-	var early randomLoss
-	early.add(5, 5, 5)
+	early := fed(1, 5, 5, 5)
 	if got := early.tailCopies(); got != 1 {
 		t.Errorf("after 10 verdicts, half of them lost: %d copies, want 1", got)
+	}
+}
+
+// fed returns a randomLoss given the same record's verdicts times times:
+// acked received, lost lost in runs runs.
+func fed(times, acked, lost, runs int) randomLoss {
+	var l randomLoss
+	for range times {
+		l.add(acked, lost, runs)
+	}
+	return l
+}
+
+// explainsUpTo checks that l explains a silence of n transmissions in a
+// row and not one of n + 1.
+func explainsUpTo(t *testing.T, what string, l *randomLoss, n int) {
+	t.Helper()
+	if !l.explains(n) || l.explains(n+1) {
+		t.Errorf("%s: %d silent transmissions explained %v, %d %v; want true, false", what, n, l.explains(n), n+1, l.explains(n+1))
 	}
 }

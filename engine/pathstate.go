@@ -256,7 +256,6 @@ func (p *sendPath) moveTo(plane int, now clock.Time) bool {
 	}
 	p.s.planePaths = nil             // counted again when next needed (pathsOnPlanes)
 	p.queued, p.markQueue = false, 0 // news of the plane it left (relieves, routeWeight, routeClear)
-	p.onPlaneAt = now
 	p.leftPlane()
 	p.s.stats.PlaneMoves++
 	p.planeUp(now) // probed, out of service until it answers

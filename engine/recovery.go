@@ -60,11 +60,11 @@ func (p *sendPath) tailProbe() {
 	if s.unsent == 0 {
 		// Nothing follows the probe. If it were lost, only the
 		// retransmission timeout would be left to find out. So copies
-		// go on other planes, or on its own (copyAtTail). The paths' next
-		// probes are then brought forward by the tail's margin, as after a resend, the
-		// copy's path among them: its own timer runs from a smoothed
-		// RTT that still holds the queues of the busy part of the
-		// transfer.
+		// go on other planes, or on its own (copyAtTail). The paths'
+		// next probes are then brought forward by the tail's margin, as
+		// after a resend, the copy's path among them: its own timer runs
+		// from a smoothed RTT that still holds the queues of the busy
+		// part of the transfer.
 		s.copyAtTail(dsn, d, p, -1, true)
 		s.probeOverdue(s.c.ep.clock.Now())
 	}

@@ -98,7 +98,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	sampled := (first || rec.ServiceTime() < repeatSampleMax) && sample < 1<<31 // else the echo is from the future: no sample
 	// A late record of the plane a path left measured that plane, and its
 	// round trip starts afresh on the new one (pathmgr.Path.Move).
-	onPlane := p.sentSince(rec.EchoTimestamp(), p.onPlaneAt, at)
+	onPlane := p.sentSince(rec.EchoTimestamp(), p.PlaneSince(), at)
 	if sampled && onPlane {
 		p.rttSample(time.Duration(sample))
 	}
@@ -240,12 +240,12 @@ var routeClearOff bool
 
 // routeClear reports whether the path may grow by grant
 // (cc.Window.Grant) because its route has room again: the record, of the
-// route the path is on, took a sample that queues less than an eighth of the path's least round trip,
-// less the host's scheduling delay, and less than half of what the path
-// read at its last mark on the route whose record took a sample; no mark
-// came for the least round trip; the path's least round trip is within a
-// quarter of its connection's shortest, on any plane; and the
-// connection's windows carry less than the hint.
+// route the path is on, took a sample that queues less than an eighth of
+// the path's least round trip, less the host's scheduling delay, and less
+// than half of what the path read at its last mark on the route whose
+// record took a sample; no mark came for the least round trip; the path's
+// least round trip is within a quarter of its connection's shortest, on
+// any plane; and the connection's windows carry less than the hint.
 //
 // Windows cut while other traffic crossed the route stay small once that
 // traffic thins, and additive increase takes a round trip a packet to

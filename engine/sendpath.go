@@ -52,7 +52,6 @@ type sendPath struct {
 	// on a new route (routeClear).
 	queue     time.Duration
 	queued    bool
-	onPlaneAt clock.Time // when the path moved to the plane it is on, 0 if it never moved (sentSince)
 	markedAt  clock.Time
 	markQueue time.Duration
 	pass      float64 // how far the path is through its share of new data (sender.pickByRate)

@@ -57,6 +57,7 @@ type Path struct {
 	portIndex   int
 	ports       *Ports
 	repathedAt  clock.Time
+	planeSince  clock.Time // when Move last put the path on its plane, 0 if it never did
 	moves       uint8
 	probeID     uint32
 	epochProbes uint32
@@ -227,7 +228,7 @@ func (p *Path) Move(now clock.Time, nextPSN uint32, plane int) bool {
 	if !p.mayMove(now) {
 		return false
 	}
-	p.plane = plane
+	p.plane, p.planeSince = plane, now
 	p.RTT = RTT{}
 	p.Counters.PlaneMoves++
 	p.repath(now, nextPSN)
@@ -237,6 +238,10 @@ func (p *Path) Move(now clock.Time, nextPSN uint32, plane int) bool {
 // RepathedAt is when the path last moved to a new source port or plane,
 // and 0 if it never did.
 func (p *Path) RepathedAt() clock.Time { return p.repathedAt }
+
+// PlaneSince is when the path last moved to another plane (Move), and 0
+// if it never did.
+func (p *Path) PlaneSince() clock.Time { return p.planeSince }
 
 // MovableAt is when the path may next repath or move (see Repath): at
 // once for a path that never has.
