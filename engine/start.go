@@ -27,6 +27,11 @@ func (s *sender) firstWindow() int {
 // the line rate of the NIC ports the paths leave by (Config.PortRates),
 // each plane counted once, shared among the endpoint's connections that
 // start alike (openedAlike), and never less than cc.DefaultWindow.Initial.
+// Each connection's share has AckEvery packets more: the receiver holds
+// the first ACK until that many of the connection's packets arrived, or
+// AckDelay (spec section 6.6), so the first ACK comes that much after the
+// handshake's round trip, and a window without them leaves the line idle
+// until it does.
 // The paths share it as they share the default one. The share keeps what
 // a host sends before its first ACKs near one BDP of its NIC: a host that
 // opens a connection to every other, as in an all-to-all, would otherwise
@@ -48,7 +53,7 @@ func (s *sender) openFirstWindow() {
 		c.mode == proto.ModeBaseline || len(c.ep.cfg.PortRates) == 0 {
 		return
 	}
-	bdp := math.Ceil(s.portsRate() * c.hsRTT.Seconds() / s.mss / float64(c.ep.openedAlike(c)))
+	bdp := math.Ceil(s.portsRate()*c.hsRTT.Seconds()/s.mss/float64(c.ep.openedAlike(c)) + float64(c.ep.cfg.AckEvery))
 	most := float64(len(s.paths) * c.ep.cfg.PathWindow)
 	if bdp <= cc.DefaultWindow.Initial {
 		return

@@ -103,7 +103,8 @@ func TestStartBoundByTheFirstWindowsRate(t *testing.T) {
 
 // TestFirstWindowOfOneBDP sends, before the first ACK, one bandwidth-delay
 // product unless Config.FirstWindow says otherwise: the handshake's round
-// trip times the NIC port's rate. With FirstWindowFixed, or without the ports' rates,
+// trip times the NIC port's rate, and the AckEvery packets the receiver
+// may hold its first ACK for. With FirstWindowFixed, or without the ports' rates,
 // the first window is 16 packets, however many paths share it.
 func TestFirstWindowOfOneBDP(t *testing.T) {
 	const rate = 400e9 / 8
@@ -135,7 +136,7 @@ func TestFirstWindowOfOneBDP(t *testing.T) {
 		want := 16
 		if c.window == FirstWindowBDP && c.rates != nil {
 			rtt := pr.a.hsRTT
-			want = int(math.Ceil(rate * rtt.Seconds() / s.mss))
+			want = int(math.Ceil(rate*rtt.Seconds()/s.mss + float64(pr.a.ep.cfg.AckEvery)))
 			if rtt < 12*time.Microsecond || rtt > 13*time.Microsecond || want < 140 {
 				t.Fatalf("%s: handshake RTT %v, a BDP of %d packets: want about 12.5 µs and 150", c.name, rtt, want)
 			}
@@ -481,7 +482,8 @@ func TestFirstBDPIncastKeepsUp(t *testing.T) {
 // TestFirstWindowSharedByTheConnectionsOpened opens four connections from
 // one host at 400 Gb/s: one bandwidth-delay product of its NIC is what the
 // host sends before its first ACKs, so each connection's first window is a
-// quarter of it. An all-to-all's host opens one to every other; a BDP
+// quarter of it, and the AckEvery packets its receiver may hold the first
+// ACK for. An all-to-all's host opens one to every other; a BDP
 // each put tens of BDPs into the fabric at once, and a plane of longer
 // links a multiple of that.
 func TestFirstWindowSharedByTheConnectionsOpened(t *testing.T) {
@@ -500,9 +502,9 @@ func TestFirstWindowSharedByTheConnectionsOpened(t *testing.T) {
 	n.run(time.Microsecond, func() bool { return false })
 	for i, pr := range pairs {
 		s := &pr.a.snd
-		want := int(math.Ceil(rate * pr.a.hsRTT.Seconds() / s.mss / conns))
+		want := int(math.Ceil(rate*pr.a.hsRTT.Seconds()/s.mss/conns + float64(pr.a.ep.cfg.AckEvery)))
 		if want <= 16 || s.first != want {
-			t.Errorf("connection %d: first window %d packets, want a quarter of its BDP, %d (more than 16)", i, s.first, want)
+			t.Errorf("connection %d: first window %d packets, want a quarter of its BDP and AckEvery, %d (more than 16)", i, s.first, want)
 		}
 	}
 }
@@ -628,6 +630,51 @@ func TestFirstTimeoutBeforeAnyAnswerDeclaresTheWindow(t *testing.T) {
 		t.Logf("acceptor %v: dropped %d, the first timeout declared %d", acceptor, drop.dropped, atFirst)
 		if drop.dropped < 16 || first == clock.Never || atFirst < drop.dropped {
 			t.Errorf("acceptor %v: the first timeout declared %d packets lost of the %d dropped before any answer; want all", acceptor, atFirst, drop.dropped)
+		}
+	}
+}
+
+// TestFirstWindowLastsUntilTheFirstACK sends a WRITE over a switch at 100
+// and at 400 Gb/s with first windows of one BDP. The receiver holds its
+// first ACK until AckEvery packets arrived (spec section 6.6), so the
+// first ACK comes that many packets after the handshake's round trip; a
+// window of the handshake's BDP alone ran out first, and the sender's
+// uplink idled until the ACK came. With AckEvery packets more, the uplink
+// idles at most for the data's serialization on the links the handshake
+// crossed small: a packet's time on each.
+func TestFirstWindowLastsUntilTheFirstACK(t *testing.T) {
+	for _, gbps := range []float64{100, 400} {
+		rate := gbps * 1e9
+		fc := twoHostFabric(1)
+		fc.Uplink.Rate, fc.Downlink.Rate = int64(rate), int64(rate)
+		fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+		n := newNet(t, fc, Config{Paths: 8, PortRates: []float64{rate / 8}})
+		pr := n.connect(0, 1)
+		up := n.fab.Uplink(0, 0)
+		var last clock.Time
+		var idle time.Duration
+		n.fab.AddTap(func(e *netem.TapEvent) {
+			d := e.Datagram
+			if e.Link != up || e.Verdict != netem.Sent || len(d.Data) < 2 || !proto.Type(d.Data[1]).IsData() {
+				return
+			}
+			if last != 0 {
+				idle = max(idle, e.At.Sub(last))
+			}
+			last = e.At
+		})
+		pr.postWrite(t, 512)
+		s := &pr.a.snd
+		n.run(time.Millisecond, func() bool { return s.heard })
+		n.run(20*time.Microsecond, func() bool { return false })
+		// A full packet's time on a link, headers included.
+		packet := time.Duration(float64(s.mss+200) * 8 / rate * float64(time.Second))
+		// Back to back, and the data's serialization on the uplink and
+		// the downlink, which the handshake's small packets crossed at once.
+		most := packet + 2*packet
+		t.Logf("%v Gb/s: first window %d packets, the uplink idled %v at most between data packets (a packet takes %v)", gbps, s.first, idle, packet)
+		if idle > most {
+			t.Errorf("%v Gb/s: the uplink idled %v between data packets before the first ACK, want at most %v", gbps, idle, most)
 		}
 	}
 }
