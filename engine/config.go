@@ -303,12 +303,13 @@ const (
 	// FirstWindowBDP sends one bandwidth-delay product: the handshake's
 	// round trip times the rate of the NIC ports the paths leave by
 	// (PortRates), shared among the connections the endpoint opened
-	// alike, with AckEvery packets more for each, which the receiver may
-	// hold its first ACK for, where that is more than FirstWindowFixed's.
-	// It gains a round trip at the start of each transfer where a BDP is
-	// hundreds of packets, and loses the part of the senders' first
-	// windows beyond the queue of the bottleneck they share. Without the
-	// ports' rates or a measured round trip it is FirstWindowFixed.
+	// alike, where that is more than FirstWindowFixed's, and for each the
+	// packets its receiver may hold the first ACK for (AckEvery, or what
+	// arrives in AckDelay where that is fewer). It gains a round trip at
+	// the start of each transfer where a BDP is hundreds of packets, and
+	// loses the part of the senders' first windows beyond the queue of the
+	// bottleneck they share. Without the ports' rates or a measured round
+	// trip it is FirstWindowFixed.
 	FirstWindowBDP FirstWindowPolicy = iota
 	// FirstWindowFixed sends cc.DefaultWindow.Initial packets, however
 	// many paths share them.

@@ -26,14 +26,14 @@ func (s *sender) firstWindow() int {
 // FirstWindowFixed, one bandwidth-delay product: the handshake's round trip times
 // the line rate of the NIC ports the paths leave by (Config.PortRates),
 // each plane counted once, shared among the endpoint's connections that
-// start alike (openedAlike), and never less than cc.DefaultWindow.Initial.
-// Each connection's share has AckEvery packets more: the receiver holds
-// the first ACK until that many of the connection's packets arrived, or
-// AckDelay (spec section 6.6), so the first ACK comes that much after the
-// handshake's round trip, and a window without them leaves the line idle
-// until it does.
+// start alike (openedAlike), where that share is more than
+// cc.DefaultWindow.Initial. A share that is has the packets its receiver
+// may hold the first ACK for added (ackHold): that ACK comes that much
+// after the handshake's round trip, and a window without them leaves the
+// line idle until it does.
 // The paths share it as they share the default one. The share keeps what
-// a host sends before its first ACKs near one BDP of its NIC: a host that
+// a host sends before its first ACKs near one BDP of its NIC, and each
+// connection's ACK hold: a host that
 // opens a connection to every other, as in an all-to-all, would otherwise
 // put a BDP of each into queues that its receivers' hints reach only a
 // round trip later. It runs once the sender has paths and the connection
@@ -53,17 +53,27 @@ func (s *sender) openFirstWindow() {
 		c.mode == proto.ModeBaseline || len(c.ep.cfg.PortRates) == 0 {
 		return
 	}
-	bdp := math.Ceil(s.portsRate()*c.hsRTT.Seconds()/s.mss/float64(c.ep.openedAlike(c)) + float64(c.ep.cfg.AckEvery))
-	most := float64(len(s.paths) * c.ep.cfg.PathWindow)
-	if bdp <= cc.DefaultWindow.Initial {
+	rate := s.portsRate() / float64(c.ep.openedAlike(c)) // this connection's share of its ports
+	share := math.Ceil(rate * c.hsRTT.Seconds() / s.mss)
+	if share <= cc.DefaultWindow.Initial {
 		return
 	}
-	s.first = int(min(bdp, most))
+	most := float64(len(s.paths) * c.ep.cfg.PathWindow)
+	s.first = int(min(share+s.ackHold(rate), most))
 	each := math.Ceil(float64(s.first) / float64(len(s.paths)))
 	for _, p := range s.paths {
 		p.cwin.Raise(each)
 		p.windowChanged()
 	}
+}
+
+// ackHold is how many packets the receiver may hold its first ACK for, at
+// rate bytes a second: AckEvery, or what arrives in AckDelay where that is
+// fewer (spec section 6.6). The handshake does not tell the peer's
+// settings, so the sender counts its own.
+func (s *sender) ackHold(rate float64) float64 {
+	cfg := &s.c.ep.cfg
+	return min(float64(cfg.AckEvery), math.Ceil(rate*cfg.AckDelay.Seconds()/s.mss))
 }
 
 // openedAlike counts the endpoint's established connections that start
