@@ -53,6 +53,16 @@ type testNet struct {
 	hosts []*host
 }
 
+// writeFrame is what a WRITE packet of payload bytes takes on a netem
+// link: its headers, trailer and netem's per-datagram overhead included.
+func writeFrame(payload int) int {
+	header, err := proto.HeaderLen(proto.TypeWrite, 0)
+	if err != nil {
+		panic(err)
+	}
+	return payload + header + proto.TrailerLen + netem.DefaultOverhead
+}
+
 // link100 is a 100 Gb/s link with 1 µs of delay.
 func link100() netem.LinkConfig {
 	return netem.LinkConfig{Rate: 100e9, Delay: time.Microsecond}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/netem"
-	"github.com/mroce/mroce/proto"
 )
 
 // fatTreeAt400 is a three-tier fat tree of k-port switches, one plane of
@@ -23,14 +22,9 @@ func fatTreeAt400(seed uint64, k, hosts int) netem.Config {
 
 // atLineRate400 is a host's configuration on fatTreeAt400: its port's
 // payload rate known (PortRates), its receiver granting all of it.
-func atLineRate400(t *testing.T, paths int) Config {
-	header, err := proto.HeaderLen(proto.TypeWrite, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+func atLineRate400(paths int) Config {
 	const mtu = 4096
-	frame := mtu + header + proto.TrailerLen + netem.DefaultOverhead
-	payload := 400e9 / 8 * mtu / float64(frame)
+	payload := 400e9 / 8 * mtu / float64(writeFrame(mtu))
 	return Config{Paths: paths, LineRate: 400e9 / 8, InboundCapacity: payload,
 		OutboundCapacity: Headroom * payload, PortRates: []float64{payload}}
 }
@@ -48,7 +42,7 @@ func TestQueueWeightEndsThePermutationSooner(t *testing.T) {
 	run := func(off bool) time.Duration {
 		queueWeightOff = off
 		defer func() { queueWeightOff = false }()
-		n := newNet(t, fatTreeAt400(1, 8, 128), atLineRate400(t, 128))
+		n := newNet(t, fatTreeAt400(1, 8, 128), atLineRate400(128))
 		var pairs []*pair
 		for h := range 128 {
 			pairs = append(pairs, n.connect(h, (h+64)%128))

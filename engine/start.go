@@ -33,10 +33,9 @@ func (s *sender) firstWindow() int {
 // line idle until it does.
 // The paths share it as they share the default one. The share keeps what
 // a host sends before its first ACKs near one BDP of its NIC, and each
-// connection's ACK hold: a host that
-// opens a connection to every other, as in an all-to-all, would otherwise
-// put a BDP of each into queues that its receivers' hints reach only a
-// round trip later. It runs once the sender has paths and the connection
+// connection's ACK hold: a host that opens a connection to every other, as
+// in an all-to-all, would otherwise put a BDP of each into queues that its
+// receivers' hints reach only a round trip later. It runs once the sender has paths and the connection
 // is established, before anything is sent; without a measured round trip
 // (the CONNECT or ACCEPT went more than once) or the ports' rates, the
 // first window stays as it is.

@@ -485,9 +485,9 @@ func TestFirstBDPIncastKeepsUp(t *testing.T) {
 // one host at 400 Gb/s: one bandwidth-delay product of its NIC is what the
 // host sends before its first ACKs, so each connection's first window is a
 // quarter of it, and the packets its receiver may hold the first ACK for
-// (AckEvery: more arrive in AckDelay at a quarter of 400 Gb/s). An all-to-all's host opens one to every other; a BDP
-// each put tens of BDPs into the fabric at once, and a plane of longer
-// links a multiple of that.
+// (AckEvery: more arrive in AckDelay at a quarter of 400 Gb/s). An
+// all-to-all's host opens one to every other; a BDP each put tens of BDPs
+// into the fabric at once, and a plane of longer links a multiple of that.
 func TestFirstWindowSharedByTheConnectionsOpened(t *testing.T) {
 	const rate, conns = 400e9 / 8, 4
 	fc := netem.Config{Seed: 1, Hosts: conns + 1, Planes: 1, Uplink: link100(), Downlink: link100()}
@@ -565,9 +565,7 @@ func incastBusy(t *testing.T, extra time.Duration) float64 {
 	first, before := n.sim.Now(), arrived()
 	const span = 8 * 12 * time.Microsecond // 8 round trips
 	n.run(span, func() bool { return false })
-	header, _ := proto.HeaderLen(proto.TypeWrite, 0)
-	frame := 4096 + header + proto.TrailerLen + netem.DefaultOverhead
-	could := rate * n.sim.Now().Sub(first).Seconds() / float64(frame)
+	could := rate * n.sim.Now().Sub(first).Seconds() / float64(writeFrame(4096))
 	got := float64(arrived() - before)
 	var all SenderStats
 	for _, pr := range pairs {
@@ -674,9 +672,7 @@ func TestFirstWindowLastsUntilTheFirstACK(t *testing.T) {
 		for i := 1; i < len(sent); i++ {
 			idle = max(idle, sent[i].Sub(sent[i-1]))
 		}
-		hlen, _ := proto.HeaderLen(proto.TypeWrite, 0)
-		wire := int(s.mss) + hlen + proto.TrailerLen + netem.DefaultOverhead
-		packet := time.Duration(float64(wire*8) / rate * float64(time.Second))
+		packet := time.Duration(float64(writeFrame(int(s.mss))*8) / rate * float64(time.Second))
 		t.Logf("%v Gb/s: first window %d packets, the uplink idled %v at most between data packets (a packet takes %v)", gbps, s.first, idle, packet)
 		if idle > 2*packet {
 			t.Errorf("%v Gb/s: the uplink idled %v between data packets up to the first ACK, want at most %v", gbps, idle, 2*packet)

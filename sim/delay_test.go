@@ -17,26 +17,35 @@ func TestDropTailUplinkIsShared(t *testing.T) {
 	o.Hosts, o.HostsPerLeaf, o.Spines = 16, 8, 1
 	o.ECNThreshold, o.Buffer = 0, 1<<20
 	o.StartJitter = 2 * time.Microsecond
-	var flows []Flow
-	for i := range 8 {
-		flows = append(flows, Flow{Src: i, Dst: 8 + i, Bytes: 8 << 20})
+	// pairs has each of the first n hosts WRITE 8 MiB to its peer on the
+	// other leaf, and run runs them.
+	pairs := func(n int) []Flow {
+		var flows []Flow
+		for i := range n {
+			flows = append(flows, Flow{Src: i, Dst: n + i, Bytes: 8 << 20})
+		}
+		return flows
 	}
-	run := func(target time.Duration) FlowsResult {
-		o := o
-		o.DelayTarget = target
-		r, err := RunFlows(o, flows, 0)
+	run := func(o FabricOptions, n int) FlowsResult {
+		r, err := RunFlows(o, pairs(n), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Failed > 0 {
-			t.Fatalf("%d flows failed", r.Failed)
+			t.Fatalf("%d senders: %d flows failed", n, r.Failed)
 		}
 		return r
 	}
+	signal := func(target time.Duration) FlowsResult {
+		o := o
+		o.DelayTarget = target
+		return run(o, 8)
+	}
 	uplink := float64(o.LinkRate) / 8 * sizeFor(o.MTU).payloadShare()
+	flows := pairs(8)
 	for _, seed := range []uint64{1, 2} {
 		o.Seed = seed
-		with, without := run(0), run(-1)
+		with, without := signal(0), signal(-1)
 		t.Logf("seed %d: resent %d of %d with the delay signal, %d of %d without; %.3f and %.3f of the uplink",
 			seed, with.Retransmits, with.Packets, without.Retransmits, without.Packets,
 			with.Goodput(flows)/uplink, without.Goodput(flows)/uplink)
@@ -60,21 +69,14 @@ func TestDropTailUplinkIsShared(t *testing.T) {
 	for _, n := range []int{6, 8, 10} {
 		o := o
 		o.Hosts, o.HostsPerLeaf = 2*n, n
-		var flows []Flow
-		for i := range n {
-			flows = append(flows, Flow{Src: i, Dst: n + i, Bytes: 8 << 20})
-		}
-		r, err := RunFlows(o, flows, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := run(o, n)
 		lo, hi := r.FCT[0], r.FCT[0]
 		for _, f := range r.FCT {
 			lo, hi = min(lo, f), max(hi, f)
 		}
 		t.Logf("%d senders started together: FCTs from %v to %v", n, lo, hi)
-		if r.Failed > 0 || hi > lo*4/3 {
-			t.Errorf("%d senders started together: FCTs from %v to %v, %d failed: want within a third of each other", n, lo, hi, r.Failed)
+		if hi > lo*4/3 {
+			t.Errorf("%d senders started together: FCTs from %v to %v: want within a third of each other", n, lo, hi)
 		}
 	}
 }
