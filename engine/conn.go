@@ -91,6 +91,11 @@ type Conn struct {
 	hsSends      int                   // CONNECTs or ACCEPTs sent
 	hsSentAt     clock.Time            // when the last of them went
 	hsRTT        time.Duration         // the handshake's round trip, when one CONNECT or ACCEPT was sent
+	// hsOneWay is a reading of the one-way delay on hsPlane, toward the
+	// peer, taken at the handshake before any data (handshakeDelay);
+	// hsOneWayOK while it waits for the sender to take it.
+	hsOneWay   uint32
+	hsOneWayOK bool
 }
 
 // ID is the connection's local id, the DstConnID its peer sends to.
@@ -300,6 +305,7 @@ func (c *Conn) receive(pkt *proto.Packet, d *link.Datagram, plane int, at clock.
 	case c.state == Connecting:
 		return // nothing else is valid before the ACCEPT
 	case c.state == Accepting:
+		c.handshakeDelay(pkt.Common.Timestamp())
 		c.establish()
 	}
 	switch t := pkt.Type(); {

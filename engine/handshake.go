@@ -548,6 +548,7 @@ func (c *Conn) onAccept(pkt *proto.Packet, plane int) {
 		}
 		c.peerID = h.SrcConnID()
 		c.negotiate(h, int(h.Paths()), int(h.Streams()))
+		c.handshakeDelay(pkt.Common.Timestamp())
 		c.establish()
 	}
 	c.answerAccept()
@@ -569,6 +570,20 @@ func (c *Conn) answerAccept() {
 	}
 }
 
+// handshakeDelay takes the one-way delay toward the peer that the
+// handshake shows, from the Timestamp of the peer's answer to the one
+// CONNECT or ACCEPT sent: the initiator's from the ACCEPT, the acceptor's
+// from the first packet after its ACCEPT. The peer sent its answer after
+// the packet arrived, so the answer's clock less the packet's send time is
+// at least that packet's reading, and at least the least reading of its
+// plane: the delay signal's base may start from it (sender.delayBase).
+// Once either end sent twice, which packet was answered is not known.
+func (c *Conn) handshakeDelay(answered uint32) {
+	if c.hsSends == 1 {
+		c.hsOneWay, c.hsOneWayOK = answered-uint32(c.hsSentAt), true
+	}
+}
+
 func (c *Conn) establish() {
 	if c.state == Accepting {
 		c.ep.accepting--
@@ -587,6 +602,7 @@ func (c *Conn) establish() {
 		c.events.State(c, Established, nil)
 	}
 	c.startMTUSearch() // when the sender was equipped before
+	c.snd.takeHandshakeDelay()
 	c.snd.openFirstWindow()
 	c.snd.pump()
 }

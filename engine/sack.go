@@ -117,8 +117,10 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	// epoch whose echo is a late packet of the old route's: the receiver
 	// echoes the latest arrival's timestamp (section 5.5).
 	onRoute := sampled && e == p.Epoch() && p.sentSince(rec.EchoTimestamp(), p.RepathedAt(), at)
+	var delayQueue time.Duration // the delay signal's reading (sender.delayBase)
 	if onRoute {
 		p.queue, p.queued = p.oneWayQueue(rec, ackSent), true
+		delayQueue = p.delayQueue(rec, ackSent)
 	}
 	if marked > 0 {
 		p.markedAt = at
@@ -129,7 +131,7 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	if s.c.ep.marking[p.Plane()] {
 		p.cwin.NoDelay() // samples taken before the plane's first mark included
 	} else if onRoute {
-		p.cwin.OnDelay(p.queue, time.Duration(sample), p.RTT.Min+s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
+		p.cwin.OnDelay(delayQueue, time.Duration(sample), p.RTT.Min+s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
 	}
 	if p.lastTimeout.open && e == p.lastTimeout.epoch {
 		p.lateDelivery(rec, h, at)
@@ -195,8 +197,19 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 // back, which an RTT would count too, may wait behind the receiver's own
 // data.
 func (p *sendPath) oneWayQueue(rec proto.AckRecord, ackSent uint32) time.Duration {
-	arrived := ackSent - rec.ServiceTime() - rec.EchoTimestamp()
-	return p.s.oneWay[p.Plane()].Queue(arrived)
+	return p.s.oneWay[p.Plane()].Queue(oneWayReading(rec, ackSent))
+}
+
+// delayQueue is the same queueing delay over the delay signal's base,
+// which the handshake's reading seeds (sender.delayBase).
+func (p *sendPath) delayQueue(rec proto.AckRecord, ackSent uint32) time.Duration {
+	return p.s.delayBase[p.Plane()].Queue(oneWayReading(rec, ackSent))
+}
+
+// oneWayReading is the one-way delay of the packet an ACK record echoes,
+// plus the clocks' offset.
+func oneWayReading(rec proto.AckRecord, ackSent uint32) uint32 {
+	return ackSent - rec.ServiceTime() - rec.EchoTimestamp()
 }
 
 // reliefOff turns relieves off, for the tests that measure it.

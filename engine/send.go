@@ -36,6 +36,12 @@ type sender struct {
 	// a path's own least may come from a packet that waited behind the
 	// first window, and would take that queue for the path's length.
 	oneWay []cc.DelayBase
+	// delayBase is oneWay's counterpart for the delay signal alone, which
+	// also takes in the handshake's reading (Conn.hsOneWay). Where every
+	// sender starts at once, the first packets of the later ones queue
+	// behind the others' first windows, and a base from them would read
+	// the queue they then hold as none.
+	delayBase []cc.DelayBase
 	// fullAcked is, by plane, when the newest transmission of a full-sized
 	// packet that an ACK reported received was sent (verifyMTU).
 	fullAcked []clock.Time
@@ -240,6 +246,8 @@ func (s *sender) equip() {
 	// their windows and their first ring slots are therefore each one
 	// allocation, side by side, rather than one per path.
 	s.oneWay = make([]cc.DelayBase, len(cfg.Planes))
+	s.delayBase = make([]cc.DelayBase, len(cfg.Planes))
+	s.takeHandshakeDelay()
 	s.fullAcked = make([]clock.Time, len(cfg.Planes))
 	paths := make([]sendPath, c.paths)
 	windows := make([]cc.Window, c.paths)
@@ -260,6 +268,17 @@ func (s *sender) equip() {
 	}
 	c.startMTUSearch()
 	s.openFirstWindow()
+}
+
+// takeHandshakeDelay seeds the delay signal's base of the handshake's
+// plane with the handshake's reading, once the sender is equipped and the
+// connection established.
+func (s *sender) takeHandshakeDelay() {
+	c := s.c
+	if s.delayBase != nil && c.hsOneWayOK && c.hsPlane < len(s.delayBase) {
+		s.delayBase[c.hsPlane].Queue(c.hsOneWay)
+		c.hsOneWayOK = false
+	}
 }
 
 func (s *sender) busy() bool { return s.msgs > 0 }

@@ -679,3 +679,43 @@ func TestFirstWindowLastsUntilTheFirstACK(t *testing.T) {
 		}
 	}
 }
+
+// TestHandshakeSeedsTheDelayBase checks that the delay signal's base on the
+// handshake's plane starts from the handshake's one-way delay, before any
+// data: the CONNECT's at the initiator, the ACCEPT's at the acceptor. The
+// two ends share one clock here, so a base is the delay itself: the links'
+// 6 µs and the serialization of a packet of under a hundred bytes. With its
+// first CONNECT lost the initiator sent two and takes no reading, since
+// which one was answered is not known.
+func TestHandshakeSeedsTheDelayBase(t *testing.T) {
+	fc := twoHostFabric(1)
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	// base reads a sender's base on plane 0 through a reading of 10 µs,
+	// which an unseeded base takes as its least and reads as no queue.
+	base := func(s *sender) time.Duration {
+		s.equip()
+		b := s.delayBase[0]
+		const reading = 10 * time.Microsecond
+		return reading - b.Queue(uint32(reading))
+	}
+	n := newNet(t, fc, Config{})
+	pr := n.connect(0, 1)
+	for _, end := range []struct {
+		name string
+		s    *sender
+	}{{"initiator", &pr.a.snd}, {"acceptor", &pr.b.snd}} {
+		if b := base(end.s); b < 6*time.Microsecond || b > 6*time.Microsecond+100*time.Nanosecond {
+			t.Errorf("%s: the delay base starts at %v, want the handshake's one-way delay, 6 µs and a small packet's serialization", end.name, b)
+		}
+	}
+
+	drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeConnect }, limit: 1}
+	n = newNetWithDrop(t, fc, Config{}, drop)
+	pr = n.connect(0, 1)
+	if drop.dropped != 1 || pr.a.hsSends != 2 {
+		t.Fatalf("%d CONNECTs dropped of %d sent, want 1 of 2", drop.dropped, pr.a.hsSends)
+	}
+	if b := base(&pr.a.snd); b != 10*time.Microsecond {
+		t.Errorf("after two CONNECTs the initiator's delay base starts at %v, want no reading taken", b)
+	}
+}

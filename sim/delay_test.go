@@ -59,14 +59,15 @@ func TestDropTailUplinkIsShared(t *testing.T) {
 			t.Errorf("seed %d: %.3f of the uplink with the delay signal, want 0.9 or more", seed, g)
 		}
 	}
-	// 6, 8 or 10 senders through an uplink as many times oversubscribed,
-	// started together, end within a third of each other. That bounds a
-	// known unfairness rather than showing a fair share: a sender whose
-	// first packets queued behind the others' takes that queue for its
-	// paths' length and keeps more than its share, and started apart they
-	// end further apart still (docs/cc.md, "Where no queue marks").
+	// 6 to 12 senders through an uplink as many times oversubscribed,
+	// started together, end within a fifth of each other. The first
+	// packets of some queue behind the others' first windows; a base taken
+	// from them would read the queue the senders then hold as none, and
+	// those senders would keep more than their share. The handshake's
+	// reading, before any data, starts the base below that queue (docs/cc.md,
+	// "Where no queue marks").
 	o.StartJitter, o.Seed = 0, 1
-	for _, n := range []int{6, 8, 10} {
+	for _, n := range []int{6, 8, 10, 12} {
 		o := o
 		o.Hosts, o.HostsPerLeaf = 2*n, n
 		r := run(o, n)
@@ -75,8 +76,8 @@ func TestDropTailUplinkIsShared(t *testing.T) {
 			lo, hi = min(lo, f), max(hi, f)
 		}
 		t.Logf("%d senders started together: FCTs from %v to %v", n, lo, hi)
-		if hi > lo*4/3 {
-			t.Errorf("%d senders started together: FCTs from %v to %v: want within a third of each other", n, lo, hi)
+		if hi > lo*6/5 {
+			t.Errorf("%d senders started together: FCTs from %v to %v: want within a fifth of each other", n, lo, hi)
 		}
 	}
 }
