@@ -91,11 +91,13 @@ type Conn struct {
 	hsSends      int                   // CONNECTs or ACCEPTs sent
 	hsSentAt     clock.Time            // when the last of them went
 	hsRTT        time.Duration         // the handshake's round trip, when one CONNECT or ACCEPT was sent
-	// hsOneWay is a reading of the one-way delay on hsPlane, toward the
-	// peer, taken at the handshake before any data (handshakeDelay);
-	// hsOneWayOK while it waits for the sender to take it.
-	hsOneWay   uint32
-	hsOneWayOK bool
+	hsStamp      uint32                // the Timestamp of the last of them
+	// hsOneWay is a reading of the one-way delay toward the peer on
+	// hsOneWayPlane, taken at the handshake before any data
+	// (handshakeDelay); hsOneWayOK while it waits for the sender to take it.
+	hsOneWay      uint32
+	hsOneWayPlane int
+	hsOneWayOK    bool
 }
 
 // ID is the connection's local id, the DstConnID its peer sends to.

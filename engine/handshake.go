@@ -461,7 +461,7 @@ func (c *Conn) sendHandshake() {
 	}
 	c.emitTo(&pkt, c.hsPlane, c.ep.cfg.SourcePorts[0], to)
 	c.hsSends++
-	c.hsSentAt = c.ep.clock.Now()
+	c.hsSentAt, c.hsStamp = c.ep.clock.Now(), pkt.Common.Timestamp()
 }
 
 // resendPlane is where the ACCEPT that answers a CONNECT resent from src,
@@ -572,16 +572,27 @@ func (c *Conn) answerAccept() {
 
 // handshakeDelay takes the one-way delay toward the peer that the
 // handshake shows, from the Timestamp of the peer's answer to the one
-// CONNECT or ACCEPT sent: the initiator's from the ACCEPT, the acceptor's
-// from the first packet after its ACCEPT. The peer sent its answer after
-// the packet arrived, so the answer's clock less the packet's send time is
-// at least that packet's reading, and at least the least reading of its
-// plane: the delay signal's base may start from it (sender.delayBase).
-// Once either end sent twice, which packet was answered is not known.
+// CONNECT or ACCEPT this end sent: the initiator's from the ACCEPT, the
+// acceptor's from the first packet after its ACCEPT. The peer sent its
+// answer after the packet arrived, so the answer's clock less the packet's
+// Timestamp is at least that packet's reading. A data packet serializes
+// longer at each hop: a full packet's time at the sender's own port is
+// added where its rate is known, and the other hops' are left out
+// (docs/cc.md, "Where no queue marks"). The delay signal's base may start
+// from it (sender.delayBase). None is taken once this end sent twice,
+// since which packet was answered is not known; nor from an answer later
+// than a resend would have gone, which could overflow the readings'
+// serial range; nor by an initiator in the authenticated mode, whose
+// ACCEPT's Timestamp nothing authenticates (spec section 13.3).
 func (c *Conn) handshakeDelay(answered uint32) {
-	if c.hsSends == 1 {
-		c.hsOneWay, c.hsOneWayOK = answered-uint32(c.hsSentAt), true
+	if c.hsSends != 1 || c.initiator && c.ep.authed() || c.ep.clock.Now().Sub(c.hsSentAt) >= handshakeRetry {
+		return
 	}
+	reading := answered - c.hsStamp
+	if rates := c.ep.cfg.PortRates; c.hsPlane < len(rates) && rates[c.hsPlane] > 0 {
+		reading += uint32(float64(c.ep.cfg.MaxPacket) / rates[c.hsPlane] * 1e9)
+	}
+	c.hsOneWay, c.hsOneWayPlane, c.hsOneWayOK = reading, c.hsPlane, true
 }
 
 func (c *Conn) establish() {

@@ -270,13 +270,13 @@ func (s *sender) equip() {
 	s.openFirstWindow()
 }
 
-// takeHandshakeDelay seeds the delay signal's base of the handshake's
-// plane with the handshake's reading, once the sender is equipped and the
+// takeHandshakeDelay seeds the delay signal's base of the plane the
+// handshake's reading was taken on, once the sender is equipped and the
 // connection established.
 func (s *sender) takeHandshakeDelay() {
 	c := s.c
-	if s.delayBase != nil && c.hsOneWayOK && c.hsPlane < len(s.delayBase) {
-		s.delayBase[c.hsPlane].Queue(c.hsOneWay)
+	if s.delayBase != nil && c.hsOneWayOK && c.hsOneWayPlane < len(s.delayBase) {
+		s.delayBase[c.hsOneWayPlane].Queue(c.hsOneWay)
 		c.hsOneWayOK = false
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mroce/mroce/auth"
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/link"
 	"github.com/mroce/mroce/memreg"
 	"github.com/mroce/mroce/netem"
 	"github.com/mroce/mroce/proto"
@@ -684,38 +686,72 @@ func TestFirstWindowLastsUntilTheFirstACK(t *testing.T) {
 // handshake's plane starts from the handshake's one-way delay, before any
 // data: the CONNECT's at the initiator, the ACCEPT's at the acceptor. The
 // two ends share one clock here, so a base is the delay itself: the links'
-// 6 µs and the serialization of a packet of under a hundred bytes. With its
-// first CONNECT lost the initiator sent two and takes no reading, since
-// which one was answered is not known.
+// 6 µs and the serialization of a packet of under a hundred bytes, and a
+// full packet's at the sender's port where its rate is known. The other
+// plane has no reading. An end that sent its CONNECT or ACCEPT twice takes
+// none, since which one was answered is not known, nor does an initiator
+// in the authenticated mode, whose ACCEPT's Timestamp nothing
+// authenticates.
 func TestHandshakeSeedsTheDelayBase(t *testing.T) {
-	fc := twoHostFabric(1)
-	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
-	// base reads a sender's base on plane 0 through a reading of 10 µs,
-	// which an unseeded base takes as its least and reads as no queue.
-	base := func(s *sender) time.Duration {
+	const us = time.Microsecond
+	fc := twoHostFabric(2)
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*us, 3*us
+	// base reads a sender's base on plane through a reading of 10 µs, which
+	// an unseeded base takes as its least and reads as no queue.
+	const none = 10 * us
+	base := func(s *sender, plane int) time.Duration {
 		s.equip()
-		b := s.delayBase[0]
-		const reading = 10 * time.Microsecond
-		return reading - b.Queue(uint32(reading))
+		b := s.delayBase[plane]
+		return none - b.Queue(uint32(none))
 	}
-	n := newNet(t, fc, Config{})
-	pr := n.connect(0, 1)
-	for _, end := range []struct {
-		name string
-		s    *sender
-	}{{"initiator", &pr.a.snd}, {"acceptor", &pr.b.snd}} {
-		if b := base(end.s); b < 6*time.Microsecond || b > 6*time.Microsecond+100*time.Nanosecond {
-			t.Errorf("%s: the delay base starts at %v, want the handshake's one-way delay, 6 µs and a small packet's serialization", end.name, b)
+	near := func(b, want time.Duration) bool { return b >= want && b <= want+100*time.Nanosecond }
+	// check compares the bases of the two ends with the bases wanted on
+	// planes 0 and 1.
+	check := func(name string, pr *pair, initiator, acceptor [2]time.Duration) {
+		t.Helper()
+		for _, end := range []struct {
+			name string
+			s    *sender
+			want [2]time.Duration
+		}{{"initiator", &pr.a.snd, initiator}, {"acceptor", &pr.b.snd, acceptor}} {
+			for plane, want := range end.want {
+				if b := base(end.s, plane); !near(b, want) {
+					t.Errorf("%s: the %s's delay base on plane %d starts at %v, want %v", name, end.name, plane, b, want)
+				}
+			}
 		}
 	}
+	onFirst := [2]time.Duration{6 * us, none} // the handshake on plane 0
 
-	drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeConnect }, limit: 1}
-	n = newNetWithDrop(t, fc, Config{}, drop)
-	pr = n.connect(0, 1)
-	if drop.dropped != 1 || pr.a.hsSends != 2 {
-		t.Fatalf("%d CONNECTs dropped of %d sent, want 1 of 2", drop.dropped, pr.a.hsSends)
+	check("one CONNECT and one ACCEPT", newNet(t, fc, Config{}).connect(0, 1), onFirst, onFirst)
+
+	const rate = 100e9 / 8
+	n := newNet(t, fc, Config{PortRates: []float64{rate, rate}})
+	full := time.Duration(float64(n.hosts[0].ep.cfg.MaxPacket) / rate * 1e9)
+	withFull := [2]time.Duration{6*us + full, none}
+	check("the ports' rates known", n.connect(0, 1), withFull, withFull)
+
+	connects := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeConnect }, limit: 1}
+	pr := newNetWithDrop(t, fc, Config{}, connects).connect(0, 1)
+	if connects.dropped != 1 || pr.a.hsSends != 2 || pr.b.hsSends != 1 {
+		t.Fatalf("%d CONNECTs dropped, %d sent and %d ACCEPTs: want 1, 2 and 1", connects.dropped, pr.a.hsSends, pr.b.hsSends)
 	}
-	if b := base(&pr.a.snd); b != 10*time.Microsecond {
-		t.Errorf("after two CONNECTs the initiator's delay base starts at %v, want no reading taken", b)
+	// The second CONNECT went on plane 1, and the ACCEPT that answered it.
+	check("the first CONNECT lost", pr, [2]time.Duration{none, none}, [2]time.Duration{none, 6 * us})
+
+	accepts := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == proto.TypeAccept }, limit: 1}
+	pr = newNetWrapped(t, fc, Config{}, func(h int, p link.Port) link.Port {
+		if h == 1 {
+			accepts.Port = p
+			return accepts
+		}
+		return p
+	}).connect(0, 1)
+	if accepts.dropped != 1 || pr.b.hsSends != 2 {
+		t.Fatalf("%d ACCEPTs dropped of %d sent, want 1 of 2", accepts.dropped, pr.b.hsSends)
 	}
+	check("the first ACCEPT lost", pr, [2]time.Duration{none, none}, [2]time.Duration{none, none})
+
+	ic, ac := credentialPair(t, auth.MethodPSK, 0)
+	check("authenticated", authNet(t, fc, Config{}, ic, ac).connect(0, 1), [2]time.Duration{none, none}, onFirst)
 }

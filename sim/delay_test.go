@@ -59,7 +59,7 @@ func TestDropTailUplinkIsShared(t *testing.T) {
 			t.Errorf("seed %d: %.3f of the uplink with the delay signal, want 0.9 or more", seed, g)
 		}
 	}
-	// 6 to 12 senders through an uplink as many times oversubscribed,
+	// 6, 8, 10 or 12 senders through an uplink as many times oversubscribed,
 	// started together, end within a fifth of each other. The first
 	// packets of some queue behind the others' first windows; a base taken
 	// from them would read the queue the senders then hold as none, and
