@@ -580,10 +580,11 @@ func (c *Conn) answerAccept() {
 // added where its rate is known, and the other hops' are left out
 // (docs/cc.md, "Where no queue marks"). The delay signal's base may start
 // from it (sender.delayBase). None is taken once this end sent twice,
-// since which packet was answered is not known; nor from an answer later
-// than a resend would have gone, which could overflow the readings'
-// serial range; nor by an initiator in the authenticated mode, whose
-// ACCEPT's Timestamp nothing authenticates (spec section 13.3).
+// since which packet was answered is not known; nor from an answer a
+// resend's interval late or later, since a silence of seconds would run
+// past the readings' serial range; nor by an initiator in the
+// authenticated mode, whose ACCEPT's Timestamp nothing authenticates
+// (spec section 13.3).
 func (c *Conn) handshakeDelay(answered uint32) {
 	if c.hsSends != 1 || c.initiator && c.ep.authed() || c.ep.clock.Now().Sub(c.hsSentAt) >= handshakeRetry {
 		return
