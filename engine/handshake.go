@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"hash"
 	"io"
+	"math"
 	"net/netip"
 	"time"
 
@@ -590,8 +591,8 @@ func (c *Conn) handshakeDelay(answered uint32) {
 		return
 	}
 	reading := answered - c.hsStamp
-	if rates := c.ep.cfg.PortRates; c.hsPlane < len(rates) && rates[c.hsPlane] > 0 {
-		reading += uint32(float64(c.ep.cfg.MaxPacket) / rates[c.hsPlane] * 1e9)
+	if rate := c.ep.ports.portRate[c.hsPlane]; !math.IsInf(rate, 1) {
+		reading += uint32(float64(c.ep.cfg.MaxPacket) / rate * 1e9)
 	}
 	c.hsOneWay, c.hsOneWayPlane, c.hsOneWayOK = reading, c.hsPlane, true
 }

@@ -117,10 +117,8 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	// epoch whose echo is a late packet of the old route's: the receiver
 	// echoes the latest arrival's timestamp (section 5.5).
 	onRoute := sampled && e == p.Epoch() && p.sentSince(rec.EchoTimestamp(), p.RepathedAt(), at)
-	var delayQueue time.Duration // the delay signal's reading (sender.delayBase)
 	if onRoute {
 		p.queue, p.queued = p.oneWayQueue(rec, ackSent), true
-		delayQueue = p.delayQueue(rec, ackSent)
 	}
 	if marked > 0 {
 		p.markedAt = at
@@ -129,9 +127,11 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		}
 	}
 	if s.c.ep.marking[p.Plane()] {
+		// A plane that marked once takes no delay signal again, so its
+		// delay base is no longer read or kept.
 		p.cwin.NoDelay() // samples taken before the plane's first mark included
 	} else if onRoute {
-		p.cwin.OnDelay(delayQueue, time.Duration(sample), p.RTT.Min+s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
+		p.cwin.OnDelay(p.delayQueue(rec, ackSent), time.Duration(sample), p.RTT.Min+s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
 	}
 	if p.lastTimeout.open && e == p.lastTimeout.epoch {
 		p.lateDelivery(rec, h, at)

@@ -35,10 +35,10 @@ func (s *sender) firstWindow() int {
 // a host sends before its first ACKs near one BDP of its NIC, and each
 // connection's ACK hold: a host that opens a connection to every other, as
 // in an all-to-all, would otherwise put a BDP of each into queues that its
-// receivers' hints reach only a round trip later. It runs once the sender has paths and the connection
-// is established, before anything is sent; without a measured round trip
-// (the CONNECT or ACCEPT went more than once) or the ports' rates, the
-// first window stays as it is.
+// receivers' hints reach only a round trip later. It runs once the sender
+// has paths and the connection is established, before anything is sent;
+// without a measured round trip (the CONNECT or ACCEPT went more than
+// once) or the ports' rates, the first window stays as it is.
 //
 // A first window of less than a BDP costs a round trip of the line rate
 // at the start of every transfer, which is most of a short transfer's
