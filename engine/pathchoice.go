@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mroce/mroce/clock"
+	"github.com/mroce/mroce/pathmgr"
 )
 
 // usable reports whether p can take a packet now. The path must be GOOD, or
@@ -39,22 +40,27 @@ func (s *sender) pickPath(lost int) *sendPath {
 	if lost >= 0 && lost < len(s.paths) && s.c.ep.cfg.Resend == ResendSamePath && s.usable(s.paths[lost], true) && s.takesResend(s.paths[lost], now) {
 		return s.paths[lost]
 	}
-	// Clear paths come first. Paths in SKIP, which saw a CE mark recently,
-	// are used only when no clear path can take the packet.
+	// Paths in SKIP, which saw a CE mark recently, carry less new data:
+	// sprayed by their ports' rates, half the turns a clear path on a port
+	// of the same rate takes (skipWeight); round robin uses them only when
+	// no clear path can take the packet. A resend, too, goes to a SKIP
+	// path only when no clear one takes it, but with ResendSamePath.
 	var cut time.Duration
 	var weighed bool // new data goes by its routes' queues (endInSight)
 	if lost < 0 {
 		cut = s.tailCut(now)
 		weighed = s.c.ep.ports.rated() && s.endInSight()
+		if s.c.ep.ports.rated() {
+			if skipFirst {
+				if p := s.pickByRate(false, cut, weighed, now); p != nil {
+					return p
+				}
+			}
+			return s.pickByRate(true, cut, weighed, now)
+		}
 	}
 	for _, skip := range [2]bool{false, true} {
 		if lost < 0 {
-			if s.c.ep.ports.rated() {
-				if p := s.pickByRate(skip, cut, weighed, now); p != nil {
-					return p
-				}
-				continue
-			}
 			for i := 0; i < len(s.paths); i++ {
 				p := s.paths[(s.rrPath+i)%len(s.paths)]
 				if s.usable(p, skip) && s.c.ep.ports.ready(p.Plane(), now) && shortEnough(p, cut) {
@@ -112,10 +118,11 @@ func (s *sender) takesResend(p *sendPath, now clock.Time) bool {
 // lets through. Each path keeps a pass, the time its packets took of its
 // share, and the path with the lowest goes next (stride scheduling). A path
 // that sat out, out of service or full, counts from the connection's
-// present pass, so that it does not take a burst on its return. Where
-// weighed is set, near the end of what is posted (endInSight), a path
-// whose route queues advances its pass further for each packet
-// (queueWeight).
+// present pass, so that it does not take a burst on its return. Paths in
+// SKIP are usable where skip is set, and each of their packets advances
+// the pass twice as far (skipWeight). Where weighed is set, near the end
+// of what is posted (endInSight), a path whose route queues advances its
+// pass further for each packet (queueWeight).
 func (s *sender) pickByRate(skip bool, cut time.Duration, weighed bool, now clock.Time) *sendPath {
 	ports := s.c.ep.ports
 	var best *sendPath
@@ -138,9 +145,27 @@ func (s *sender) pickByRate(skip bool, cut time.Duration, weighed bool, now cloc
 	if weighed {
 		weight = s.queueWeight(best)
 	}
+	if best.State() == pathmgr.Skip && !skipFirst {
+		weight *= skipWeight
+	}
 	best.pass = bestPass + s.stride(best.Plane())*weight
 	return best
 }
+
+// skipWeight multiplies what a packet on a path in SKIP costs of its pass:
+// the path takes half the turns of a clear path on a port of the same
+// rate (spec section 6.4: a marked path carries less), and the paths not
+// in SKIP take the rest in proportion to their shares. Held to clear paths
+// while any had room, the new data of senders that their hints hold, not
+// their windows, all went to the routes that happened to be clear at that
+// instant, and those queues overflowed (docs/cc.md, "Half a share, not
+// none while a clear path has room").
+const skipWeight = 2
+
+// skipFirst restores, for the tests that measure skipWeight, the rule
+// before it: new data goes to a path in SKIP only when no clear path takes
+// it.
+var skipFirst bool
 
 // queueWeightOff turns the queue weight off, for the tests that measure
 // it.
@@ -209,10 +234,11 @@ func (p *sendPath) routeWeight() float64 {
 	return min(1+float64(p.queue)/float64(2*p.RTT.Min), maxRouteWeight)
 }
 
-// maxRouteWeight keeps a path at a quarter of its share or more: its
-// packets' ACKs bring the samples that show its queue gone, and a queue
-// misread (a clock's drift reads as one, cc.DelayBase) does not take the
-// path out of the spray, nor push its pass past the next messages.
+// maxRouteWeight keeps a path at a quarter of its share or more (an
+// eighth in SKIP, skipWeight): its packets' ACKs bring the samples that
+// show its queue gone, and a queue misread (a clock's drift reads as one,
+// cc.DelayBase) does not take the path out of the spray, nor push its pass
+// past the next messages.
 const maxRouteWeight = 4
 
 // tailCut is the longest least RTT a path may have and still take new data

@@ -179,8 +179,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		s.loss.add(gotten, missed, runs)
 		s.seekShorterPlane(p, at)
 	}
-	// A CE mark steers new packets to clear paths for a round trip (SKIP,
-	// spec section 6.4). The next clean record brings the path back.
+	// A CE mark holds the path in SKIP for a round trip, where it carries
+	// less new data (spec section 6.4; pickPath). The next clean record
+	// brings the path back.
 	if marked > 0 {
 		p.Marked(at, max(p.RTT.SRTT, p.s.c.ep.cfg.AckDelay))
 	} else if resolved {

@@ -386,7 +386,9 @@ func (s *sender) sendSprayed() bool {
 // and the probe goes on p. The probe is due now, so the pacer does not
 // hold it; it is charged to it as new data is (tailProbe), and the packets
 // after it wait that much longer. It takes its turn of the spray by rate
-// (its pass), without the queue weight near the end (queueWeight).
+// (its pass), without the queue weight near the end (queueWeight) or the
+// weight of a path in SKIP (skipWeight): the probe is due on p whatever
+// its route's state.
 func (s *sender) newForProbe(p *sendPath) (uint32, *dsnRecord) {
 	if !s.heard || s.nextDSN-s.una >= s.window || s.hint <= 0 {
 		return 0, nil
