@@ -4,12 +4,12 @@
 //
 //   - Window is a path's congestion window, a DCTCP-style AIMD driven by
 //     ECN. The fraction of CE-marked packets is averaged once per round
-//     trip. The first mark of a round cuts the window by half that average,
-//     and every acknowledged packet grows it by 1/W, one packet per round
-//     trip. Random loss does not cut it. A retransmission timeout cuts that
-//     path's window to the minimum. Where no queue marks, a round whose
-//     least one-way queueing delay is above a target cuts the window too,
-//     in proportion to the excess (DelayParams).
+//     trip. A mark cuts the window by half that average, at most once a
+//     window of data, and every acknowledged packet grows it by 1/W, one
+//     packet per round trip. Random loss does not cut it. A retransmission
+//     timeout cuts that path's window to the minimum. Where no queue
+//     marks, a round whose least one-way queueing delay is above a target
+//     cuts the window too, in proportion to the excess (DelayParams).
 //   - Allocator is a receiver's max-min fair share of its inbound capacity
 //     among the connections sending to it. Each connection declares its
 //     backlog in its data packets, and every ACK carries the share as a rate
@@ -47,7 +47,8 @@ type Window struct {
 
 	acked, marked int32  // in the current round, a window's worth of at most hundreds
 	roundEnd      uint32 // the round ends when this PSN is acknowledged
-	cut           bool   // the window was cut in this round
+	afterCut      bool   // no mark cuts until an ACK record covers cutUntil
+	cutUntil      uint32 // the path's next PSN when the window was last cut
 	granted       bool   // the receiver grants more than the windows carry (Grant)
 	held          bool   // additive increase waits (Hold)
 	delay         delaySignal
@@ -72,15 +73,22 @@ func (w *Window) Alpha() float64 { return w.alpha }
 // OnAck applies one ACK record's news for the path. Of the acked packets
 // newly reported received, marked carried CE. through is the highest PSN
 // the record covers, and next is the path's next PSN. Together they delimit
-// rounds of one round trip each. The record's delay sample goes to OnDelay
-// first. OnAck reports whether the delay signal cut the window.
+// rounds of one round trip each, and the window of data after a cut. The
+// record's delay sample goes to OnDelay first. OnAck reports whether the delay signal cut the window.
 func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) {
 	w.acked += int32(acked)
 	w.marked += int32(marked)
-	if marked > 0 && !w.cut {
-		// The first mark of a round cuts by half the average fraction.
+	if w.afterCut && proto.SeqLessEq(w.cutUntil, through) {
+		w.afterCut = false
+	}
+	if marked > 0 && !w.afterCut {
+		// A mark cuts by half the average fraction, at most once a window
+		// of data (RFC 3168, section 6.1.2): the marks of packets sent
+		// before a cut tell of the queue that cut answers. A round's end
+		// does not clear it: a cut late in its round would cut again, too
+		// soon, on the marks of packets sent before it.
 		w.w = max(w.p.Min, w.w*(1-w.alpha/2))
-		w.cut = true
+		w.cutUntil, w.afterCut = next, true
 	} else if marked == 0 && w.w > 0 && !w.delay.over && (!w.held || w.granted) {
 		// Additive increase adds one packet per window of acknowledgments,
 		// unless the last round showed a queue above the delay target or
@@ -102,7 +110,7 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) 
 			w.alpha = (1-w.p.G)*w.alpha + w.p.G*f
 		}
 		delayCut = w.endRound()
-		w.acked, w.marked, w.cut = 0, 0, false
+		w.acked, w.marked = 0, 0
 		w.roundEnd = next
 	}
 	return delayCut

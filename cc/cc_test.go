@@ -17,7 +17,7 @@ func TestWindowRules(t *testing.T) {
 	if !near(w.Value(), 10.5) {
 		t.Fatalf("after 5 acks at W=10: %v, want 10.5", w.Value())
 	}
-	// The first mark of a round with alpha 1 halves, from 10.5 to 5.25.
+	// A mark with alpha 1 halves the window, from 10.5 to 5.25.
 	w.OnAck(1, 1, 101, 110)
 	if !near(w.Value(), 5.25) {
 		t.Fatalf("after the first mark: %v, want 5.25", w.Value())
@@ -27,18 +27,26 @@ func TestWindowRules(t *testing.T) {
 	if want := 15.0/16 + 1.0/16*(1.0/6); !near(w.Alpha(), want) {
 		t.Fatalf("alpha %v, want %v", w.Alpha(), want)
 	}
-	// A new round ends at 110, and a second mark cuts again, once per round.
+	// PSN 110 was next at the cut. A mark on a packet sent before it, in
+	// the new round, does not cut again: it tells of the queue the cut
+	// answers.
 	w.OnAck(1, 1, 102, 112)
+	if !near(w.Value(), 5.25) {
+		t.Fatalf("a mark of a packet sent before the cut cut again: %v, want 5.25", w.Value())
+	}
+	// Once a packet sent after the cut is acknowledged, a mark cuts again.
 	want := 5.25 * (1 - w.Alpha()/2)
+	w.OnAck(1, 1, 110, 112)
 	if !near(w.Value(), want) {
-		t.Fatalf("second round's mark: %v, want %v", w.Value(), want)
+		t.Fatalf("a mark after the cut's window: %v, want %v", w.Value(), want)
 	}
-	// More marks in the same round do not cut again, and unmarked acks grow.
-	w.OnAck(1, 1, 103, 112)
+	// More marks before PSN 112, next at that cut, do not cut again, and
+	// unmarked acks grow.
+	w.OnAck(1, 1, 111, 114)
 	if !near(w.Value(), want) {
-		t.Fatalf("a second mark in one round cut again: %v", w.Value())
+		t.Fatalf("a second mark in one window cut again: %v", w.Value())
 	}
-	w.OnAck(2, 0, 104, 112)
+	w.OnAck(2, 0, 111, 114)
 	if !near(w.Value(), want+2/want) {
 		t.Fatalf("growth after marks: %v, want %v", w.Value(), want+2/want)
 	}
@@ -53,6 +61,36 @@ func TestWindowRules(t *testing.T) {
 	}
 	if w.Value() != 100 {
 		t.Fatalf("capped at %v, want 100", w.Value())
+	}
+}
+
+// TestCutOnceAWindowOfData checks that after a cut no mark cuts again
+// until an ACK record covers the PSN that was next at the cut, whether or
+// not a round ended meanwhile, across the PSNs' wrap.
+func TestCutOnceAWindowOfData(t *testing.T) {
+	start := uint32(0xFFFFFFF0) // the PSNs wrap at 2^32 within the test
+	w := NewWindow(WindowParams{Initial: 16, Min: 1, Max: 100, G: 1.0 / 16}, start+4)
+	// A mark mid-round, with PSN start+20 next: the round ends at start+4,
+	// which this record does not cover.
+	w.OnAck(1, 1, start+2, start+20)
+	cut := w.Value()
+	if !near(cut, 8) {
+		t.Fatalf("first mark: %v, want 8", cut)
+	}
+	// The round ends (start+4 covered) and a new one runs to start+22, but
+	// the records up to start+19 report packets sent before the cut.
+	for psn := start + 4; psn != start+20; psn++ {
+		w.OnAck(1, 1, psn, start+22)
+		if w.Value() != cut {
+			t.Fatalf("a mark of PSN %#x, sent before the cut, cut again: %v", psn, w.Value())
+		}
+	}
+	// The record that covers start+20, the first packet sent after the
+	// cut, may cut.
+	alpha := w.Alpha()
+	w.OnAck(1, 1, start+20, start+22)
+	if want := cut * (1 - alpha/2); !near(w.Value(), want) {
+		t.Fatalf("a mark after the cut's window: %v, want %v", w.Value(), want)
 	}
 }
 
