@@ -74,7 +74,8 @@ func (w *Window) Alpha() float64 { return w.alpha }
 // newly reported received, marked carried CE. through is the highest PSN
 // the record covers, and next is the path's next PSN. Together they delimit
 // rounds of one round trip each, and the window of data after a cut. The
-// record's delay sample goes to OnDelay first. OnAck reports whether the delay signal cut the window.
+// record's delay sample goes to OnDelay first. OnAck reports whether the
+// delay signal cut the window.
 func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) {
 	w.acked += int32(acked)
 	w.marked += int32(marked)
