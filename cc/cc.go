@@ -6,10 +6,12 @@
 //     ECN. The fraction of CE-marked packets is averaged once per round
 //     trip. A mark cuts the window by half that average, at most once a
 //     window of data, and every acknowledged packet grows it by 1/W, one
-//     packet per round trip. Random loss does not cut it. A retransmission
-//     timeout cuts that path's window to the minimum. Where no queue
-//     marks, a round whose least one-way queueing delay is above a target
-//     cuts the window too, in proportion to the excess (DelayParams).
+//     packet per round trip. A window may fall under one packet, and the
+//     path then sends a packet every round trip / W (Gap). Random loss
+//     does not cut it. A retransmission timeout cuts that path's window
+//     to one packet. Where no queue marks, a round whose least one-way
+//     queueing delay is above a target cuts the window too, in proportion
+//     to the excess (DelayParams).
 //   - Allocator is a receiver's max-min fair share of its inbound capacity
 //     among the connections sending to it. Each connection declares its
 //     backlog in its data packets, and every ACK carries the share as a rate
@@ -23,7 +25,11 @@
 // docs/cc.md gives every parameter, its default and the reason for it.
 package cc
 
-import "github.com/mroce/mroce/proto"
+import (
+	"time"
+
+	"github.com/mroce/mroce/proto"
+)
 
 // WindowParams are a path window's parameters, in packets.
 type WindowParams struct {
@@ -35,9 +41,19 @@ type WindowParams struct {
 }
 
 // DefaultWindow is DCTCP's published gain with a window that starts at 16
-// packets and is held to [1, 255], and DefaultDelay. The maximum of 255
-// fits the path's ring of 256 PSNs.
-var DefaultWindow = WindowParams{Initial: 16, Min: 1, Max: 255, G: 1.0 / 16, Delay: DefaultDelay}
+// packets and is held to [1/16, 255], and DefaultDelay. The maximum of 255
+// fits the path's ring of 256 PSNs. The minimum is under one packet: a
+// connection with more paths than its bandwidth-delay product holds
+// packets would keep more than that product in flight with a packet a
+// path, and marks would find nothing left to cut (Gap, docs/cc.md).
+var DefaultWindow = WindowParams{Initial: 16, Min: 1.0 / 16, Max: 255, G: 1.0 / 16, Delay: DefaultDelay}
+
+// subPacketGain is what a window under one packet grows by for each packet
+// acknowledged without a mark. Such a path's ACKs come W a round trip, so
+// it grows by an eighth of itself a round trip, as do its connection's
+// windows together. A packet a round trip, additive increase's rule, would
+// take it back over one packet at its next ACK.
+const subPacketGain = 1.0 / 8
 
 // Window is one path's congestion window, updated by every ACK record
 // of the path.
@@ -51,6 +67,7 @@ type Window struct {
 	cutUntil      uint32 // the path's next PSN when the window was last cut
 	granted       bool   // the receiver grants more than the windows carry (Grant)
 	held          bool   // additive increase waits (Hold)
+	whole         bool   // the window stays at a packet or more (WholePackets)
 	delay         delaySignal
 	p             WindowParams
 }
@@ -63,6 +80,17 @@ func NewWindow(p WindowParams, nextPSN uint32) *Window {
 
 // Packets is the window in whole packets, at least 1.
 func (w *Window) Packets() int { return max(1, int(w.w)) }
+
+// Gap is how long after its last packet a path whose round trip is rtt
+// may send its next, for a window under one packet: rtt / W, so that it
+// carries W packets a round trip. It is 0 for a window of a packet or
+// more, which Packets bounds.
+func (w *Window) Gap(rtt time.Duration) time.Duration {
+	if w.w >= 1 {
+		return 0
+	}
+	return time.Duration(float64(rtt) / w.w)
+}
 
 // Value is the window, fractional.
 func (w *Window) Value() float64 { return w.w }
@@ -88,7 +116,7 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) 
 		// before a cut tell of the queue that cut answers. A round's end
 		// does not clear it: a cut late in its round would cut again, too
 		// soon, on the marks of packets sent before it.
-		w.w = max(w.p.Min, w.w*(1-w.alpha/2))
+		w.w = max(w.min(), w.w*(1-w.alpha/2))
 		w.cutUntil, w.afterCut = next, true
 	} else if marked == 0 && w.w > 0 && !w.delay.over && (!w.held || w.granted) {
 		// Additive increase adds one packet per window of acknowledgments,
@@ -97,6 +125,9 @@ func (w *Window) OnAck(acked, marked int, through, next uint32) (delayCut bool) 
 		// Where the receiver grants more than the windows carry, a packet
 		// per packet acknowledged: the window doubles in a round trip.
 		grow := float64(acked) / w.w
+		if w.w < 1 {
+			grow = float64(acked) * subPacketGain
+		}
 		if w.granted {
 			grow = float64(acked)
 		}
@@ -134,9 +165,29 @@ func (w *Window) Grant(more bool) { w.granted = more }
 // Growth by grant does not wait, and a mark still cuts.
 func (w *Window) Hold(held bool) { w.held = held }
 
-// OnTimeout trims the window to its minimum after the path timed out. Other
+// WholePackets says whether the window stays at a packet or more, above a
+// Min under one: raised to one packet, and cut no lower. The sender holds
+// it there where the receiver's hints are not what leaves the windows to
+// hold the connection (docs/cc.md, "Windows under one packet").
+func (w *Window) WholePackets(on bool) {
+	w.whole = on
+	if on {
+		w.w = max(w.w, 1)
+	}
+}
+
+// min is the least the window may be cut to.
+func (w *Window) min() float64 {
+	if w.whole {
+		return max(w.p.Min, 1)
+	}
+	return w.p.Min
+}
+
+// OnTimeout trims the window to one packet, or its minimum where that is
+// more, after the path timed out; a window already under that stays. Other
 // paths are not touched, and random loss, a gap, never calls this.
-func (w *Window) OnTimeout() { w.w = w.p.Min }
+func (w *Window) OnTimeout() { w.w = min(w.w, max(1, w.p.Min)) }
 
 // Raise sets the window to v where that is larger, up to Max. It puts back
 // the window a timeout cut once an ACK shows the timeout spurious (a window

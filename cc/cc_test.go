@@ -94,6 +94,73 @@ func TestCutOnceAWindowOfData(t *testing.T) {
 	}
 }
 
+// TestWindowUnderOnePacket checks the window below one packet: a mark cuts
+// it as above one, down to Min and no lower; an unmarked report grows it
+// by an eighth of a packet for each packet acknowledged, not 1/W; it
+// spaces its path's packets by the round trip over W (Gap); a timeout
+// leaves it where it is. Held to whole packets, it is raised to one and no
+// cut takes it lower; released, marks take it under one again.
+func TestWindowUnderOnePacket(t *testing.T) {
+	if DefaultWindow.Min != 1.0/16 {
+		t.Fatalf("the default window's floor is %v, want 1/16 of a packet", DefaultWindow.Min)
+	}
+	w := NewWindow(WindowParams{Initial: 1, Min: 1.0 / 16, Max: 64, G: 1.0 / 16}, 0)
+	if w.Gap(10*time.Microsecond) != 0 {
+		t.Fatalf("a window of one packet spaces its packets by %v, want 0", w.Gap(10*time.Microsecond))
+	}
+	// Alpha 1: the first mark halves the window, to half a packet, which
+	// still lets one packet be in flight and sends it every 2 round trips.
+	psn := uint32(0)
+	w.OnAck(1, 1, psn, psn+1)
+	if !near(w.Value(), 0.5) || w.Packets() != 1 || w.Gap(10*time.Microsecond) != 20*time.Microsecond {
+		t.Fatalf("after the first mark: %v, %d packets, a gap of %v; want 0.5, 1 and 20µs", w.Value(), w.Packets(), w.Gap(10*time.Microsecond))
+	}
+	psn++
+	w.OnAck(1, 0, psn, psn+1)
+	if !near(w.Value(), 0.625) {
+		t.Fatalf("an unmarked packet at half a packet: %v, want 0.625", w.Value())
+	}
+	// Marks cut it once a window of data, a packet here, down to Min.
+	for range 100 {
+		psn++
+		want := max(1.0/16, w.Value()*(1-w.Alpha()/2))
+		w.OnAck(1, 1, psn, psn+1)
+		if !near(w.Value(), want) {
+			t.Fatalf("a mark at PSN %d: %v, want %v", psn, w.Value(), want)
+		}
+	}
+	if w.Value() != 1.0/16 || w.Gap(10*time.Microsecond) != 160*time.Microsecond {
+		t.Fatalf("after many marks: %v and a gap of %v, want 1/16 and 160µs", w.Value(), w.Gap(10*time.Microsecond))
+	}
+	w.OnTimeout()
+	if w.Value() != 1.0/16 {
+		t.Fatalf("a timeout at 1/16 of a packet took the window to %v", w.Value())
+	}
+	// Held to whole packets, it is raised to one, and a mark leaves it there.
+	w.WholePackets(true)
+	if w.Value() != 1 {
+		t.Fatalf("held to whole packets: %v, want 1", w.Value())
+	}
+	psn++
+	w.OnAck(1, 1, psn, psn+1)
+	if w.Value() != 1 || w.Gap(10*time.Microsecond) != 0 {
+		t.Fatalf("a mark on a window held to whole packets: %v, a gap of %v; want 1 and 0", w.Value(), w.Gap(10*time.Microsecond))
+	}
+	// Released, the next mark takes it under one packet.
+	w.WholePackets(false)
+	psn++
+	w.OnAck(1, 1, psn, psn+1)
+	if w.Value() >= 1 {
+		t.Fatalf("a mark on a released window of one packet: %v, want under 1", w.Value())
+	}
+	// A timeout takes a larger window to one packet, Min or no Min.
+	w.Raise(10)
+	w.OnTimeout()
+	if w.Value() != 1 {
+		t.Fatalf("a timeout at 10 packets: %v, want 1", w.Value())
+	}
+}
+
 // Alpha converges to the marked fraction over rounds of steady marking.
 func TestAlphaConverges(t *testing.T) {
 	w := NewWindow(DefaultWindow, 0)

@@ -100,7 +100,7 @@ func (w *Window) endRound() bool {
 	}
 	d.over = true
 	cut := min(p.MaxCut, p.Beta*float64(queue-target)/float64(max(rtt, queue)))
-	w.w = max(w.p.Min, w.w*(1-cut))
+	w.w = max(w.min(), w.w*(1-cut))
 	if 2*queue > 3*target {
 		d.held++
 	} else {

@@ -15,10 +15,35 @@ import (
 
 // usable reports whether p can take a packet now. The path must be GOOD, or
 // SKIP when skip is set. It needs room in its window and in its ring, where
-// refused packets can leave holes behind an unresolved oldest PSN. And the
+// refused packets can leave holes behind an unresolved oldest PSN, and a
+// window under one packet must have let its gap pass (spaced). And the
 // peer's address on its plane must be known.
 func (s *sender) usable(p *sendPath, skip bool) bool {
-	return s.carries(p, s.c.ep.clock.Now(), skip) && p.held() < p.window && p.ringRoom()
+	now := s.c.ep.clock.Now()
+	return s.carries(p, now, skip) && p.roomy() && p.spaced(now)
+}
+
+// roomy reports whether p has room for a packet in its window and ring.
+func (p *sendPath) roomy() bool { return p.held() < p.window && p.ringRoom() }
+
+// spaced reports whether p may send at now for its window: always for a
+// window of a packet or more, and for one under a packet once its gap
+// after the last packet passed (spacedAt).
+func (p *sendPath) spaced(now clock.Time) bool { return p.cwin.Value() >= 1 || now >= p.spacedAt() }
+
+// spacedAt is when p's window next lets it send: a window under one packet
+// carries W packets a least round trip (cc.Window.Gap), the RTT the pacing
+// rate counts it at. A window of a packet or more, or a path without an
+// RTT sample, is not spaced.
+func (p *sendPath) spacedAt() clock.Time {
+	if p.RTT.Samples == 0 || p.lastSent == 0 {
+		return 0
+	}
+	gap := p.cwin.Gap(p.RTT.Min)
+	if gap == 0 {
+		return 0
+	}
+	return p.lastSent.Add(gap)
 }
 
 // carries reports whether the path is in service for data: ready (or in
@@ -249,9 +274,10 @@ const maxRouteWeight = 4
 // whose least RTT exceeds the fastest path's by more than the time the
 // connection needs to send what is left at the rate its packets are
 // acknowledged (sampleDelivery), plus the wait until the fastest path can
-// take a packet: its port's backlog, or a slot of its window when that is
-// full (the earliest completion rule of multipath schedulers). It returns
-// no limit before the first RTT sample or rate.
+// take a packet: its port's backlog, a slot of its window when that is
+// full, or the end of its gap under one packet (the earliest completion
+// rule of multipath schedulers). It returns no limit before the first RTT
+// sample or rate.
 func (s *sender) tailCut(now clock.Time) time.Duration {
 	const none = time.Duration(math.MaxInt64)
 	var fastest *sendPath
@@ -268,8 +294,11 @@ func (s *sender) tailCut(now clock.Time) time.Duration {
 		return none // no rate yet, or a second or more to go
 	}
 	var wait time.Duration
-	if !s.usable(fastest, true) { // in service, so its window or ring is full
+	if !fastest.roomy() {
 		wait = fastest.RTT.SRTT / time.Duration(max(fastest.window, 1))
+	}
+	if at := fastest.spacedAt(); at > now {
+		wait = max(wait, at.Sub(now)) // a window under one packet
 	}
 	if ports := s.c.ep.ports; !ports.ready(fastest.Plane(), now) {
 		wait = max(wait, ports.readyAt(fastest.Plane()).Sub(now))

@@ -167,6 +167,12 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && (p.relieves(at) || p.routeClear(onRoute, at)))
 	p.cwin.Grant(grant)
 	p.cwin.Hold(marked == 0 && !grant && p.holdsGrowth()) // read only where additive increase may follow
+	if p.cwin.Value() < 2 {
+		// No cut takes more than half a window, so only one under two
+		// packets can fall under one: the rest skip subPacketWindows,
+		// which reads every path's plane.
+		p.cwin.WholePackets(!s.subPacketWindows())
+	}
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
 		p.Counters.DelayCuts++
 	}

@@ -413,16 +413,24 @@ func (s *sender) newForProbe(p *sendPath) (uint32, *dsnRecord) {
 }
 
 // waitForPort wakes the sender when the first port that holds back a path
-// with room can take new data again. Without it, a sender whose paths all
-// wait on busy ports would wait for an ACK, and one with nothing in flight
+// with room can take new data again, or a path's window under one packet
+// lets it send (spacedAt). Without it, a sender whose paths all wait on
+// busy ports or gaps would wait for an ACK, and one with nothing in flight
 // would wait for ever.
 func (s *sender) waitForPort() {
 	ports := s.c.ep.ports
 	now := s.c.ep.clock.Now()
 	at := clock.Never
 	for _, p := range s.paths {
-		if !ports.ready(p.Plane(), now) && s.usable(p, true) {
-			at = min(at, ports.readyAt(p.Plane()))
+		if !s.carries(p, now, true) || !p.roomy() {
+			continue
+		}
+		ready := max(p.spacedAt(), now)
+		if !ports.ready(p.Plane(), now) {
+			ready = max(ready, ports.readyAt(p.Plane()))
+		}
+		if ready > now {
+			at = min(at, ready)
 		}
 	}
 	if at == clock.Never {

@@ -41,10 +41,12 @@ type sendPath struct {
 	// BDP (sendRec.first).
 	firstOut int
 
-	// Congestion window.
-	cwin   *cc.Window
-	window int    // cwin in whole packets
-	ce     uint32 // the receiver's CE count for the path, as last reported
+	// Congestion window. A window under one packet spaces the path's
+	// packets (sendPath.spaced), from lastSent, when it last sent one.
+	cwin     *cc.Window
+	window   int // cwin in whole packets
+	lastSent clock.Time
+	ce       uint32 // the receiver's CE count for the path, as last reported
 	// queue is the one-way queueing delay of the path's latest ACK record
 	// with a sample, over its plane's base, and markedAt when a record last
 	// reported a CE mark on it (relieves). markQueue is the queue of the
@@ -136,6 +138,7 @@ func (p *sendPath) growRing() {
 // connection's total. The timers read the total at every packet, and
 // summing it over the paths would read every path's state.
 func (p *sendPath) took(r *sendRec) {
+	p.lastSent = r.sentAt
 	p.inflight++
 	p.s.inflightAll++
 	if r.first {

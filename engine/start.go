@@ -113,6 +113,23 @@ func (s *sender) receiverBound() bool {
 	return s.hinted() && s.hint < s.portsRate()/2
 }
 
+// subPacketWindows reports whether the paths' windows may fall under one
+// packet (cc.Window.WholePackets): where the receiver sends hints and
+// grants at least half of what the connection's NIC sends (receiverBound,
+// with the endpoint's OutboundCapacity where the ports' rates are not
+// known). Where it grants less, its link is the bottleneck, and the hint
+// paces the packets and answers the queue there. Without hints the windows
+// alone share a bottleneck, and windows under a packet, which grow by a
+// share of themselves, do not converge to fair shares as additive increase
+// does.
+func (s *sender) subPacketWindows() bool {
+	nic := s.portsRate()
+	if nic == 0 {
+		nic = s.c.ep.cfg.OutboundCapacity
+	}
+	return s.hinted() && s.hint >= nic/2
+}
+
 // grantRounds is how many of its least round trips a connection may grow
 // its windows by grant after its receiver's share rose (shareRose).
 const grantRounds = 4

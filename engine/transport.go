@@ -123,12 +123,19 @@ func (multipath) overdue(s *sender, at clock.Time) {
 	}
 }
 
+// wholePacketWindows holds the paths' windows to a packet or more, as
+// before they could fall under one, for the tests that measure them.
+var wholePacketWindows bool
+
 // window spreads DefaultWindow.Initial packets over the connection's paths.
 // Before the first acknowledgment and the receiver's hint, the connection
 // sends a burst of one window, not one per path.
 func (multipath) window(c *Conn) cc.WindowParams {
 	wp := cc.DefaultWindow
 	wp.Max = float64(c.ep.cfg.PathWindow)
+	if wholePacketWindows {
+		wp.Min = 1
+	}
 	wp.Initial = min(max(wp.Min, math.Ceil(wp.Initial/float64(c.paths))), wp.Max)
 	wp.Delay.Target = max(0, c.ep.cfg.DelayTarget)
 	return wp
