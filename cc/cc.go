@@ -6,12 +6,13 @@
 //     ECN. The fraction of CE-marked packets is averaged once per round
 //     trip. A mark cuts the window by half that average, at most once a
 //     window of data, and every acknowledged packet grows it by 1/W, one
-//     packet per round trip. A window may fall under one packet, and the
-//     path then sends a packet every round trip / W (Gap). Random loss
-//     does not cut it. A retransmission timeout cuts that path's window
-//     to one packet. Where no queue marks, a round whose least one-way
-//     queueing delay is above a target cuts the window too, in proportion
-//     to the excess (DelayParams).
+//     packet per round trip. A window may fall under one packet; the
+//     path then sends a packet every round trip / W (Gap), and each
+//     acknowledged packet grows it by an eighth. Random loss does not cut
+//     it. A retransmission timeout cuts that path's window to one packet
+//     at most. Where no queue marks, a round whose least one-way queueing
+//     delay is above a target cuts the window too, in proportion to the
+//     excess (DelayParams).
 //   - Allocator is a receiver's max-min fair share of its inbound capacity
 //     among the connections sending to it. Each connection declares its
 //     backlog in its data packets, and every ACK carries the share as a rate
@@ -86,8 +87,8 @@ func (w *Window) Packets() int { return max(1, int(w.w)) }
 // carries W packets a round trip. It is 0 for a window of a packet or
 // more, which Packets bounds.
 func (w *Window) Gap(rtt time.Duration) time.Duration {
-	if w.w >= 1 {
-		return 0
+	if w.w >= 1 || w.w <= 0 {
+		return 0 // a window of 0 is none a Min above 0 allows
 	}
 	return time.Duration(float64(rtt) / w.w)
 }
@@ -167,8 +168,8 @@ func (w *Window) Hold(held bool) { w.held = held }
 
 // WholePackets says whether the window stays at a packet or more, above a
 // Min under one: raised to one packet, and cut no lower. The sender holds
-// it there where the receiver's hints are not what leaves the windows to
-// hold the connection (docs/cc.md, "Windows under one packet").
+// it there where its receiver sends no hints, or grants under half of
+// what the NIC sends (docs/cc.md, "Windows under one packet").
 func (w *Window) WholePackets(on bool) {
 	w.whole = on
 	if on {

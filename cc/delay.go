@@ -142,11 +142,10 @@ func (b *DelayBase) Queue(reading uint32) time.Duration {
 
 // target is the queue the path may show: Target or the least RTT, the
 // larger, and more as the window falls below 16 packets, up to twice as
-// much at one packet. A small window is a small share of a queue that
-// many paths cross, and many paths of one packet each hold a queue that no
-// cut of theirs drains: under a fixed target they would be cut for as long
-// as they ran, and then yield (endRound). This is Swift's flow-based
-// scaling of its target, by 1/sqrt(W).
+// much at one packet or less. A small window is a small share of a queue
+// that many paths cross: under a fixed target they would be cut for as
+// long as they ran, and then yield (endRound). This is Swift's flow-based
+// scaling of its target, by 1/sqrt(W), which stops at one packet.
 func (w *Window) target() time.Duration {
 	t := max(w.p.Delay.Target, w.delay.least)
 	scale := max(0, 4/math.Sqrt(max(w.w, 1))-1) / 3

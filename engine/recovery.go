@@ -321,7 +321,10 @@ func (s *sender) copyAtTail(dsn uint32, d *dsnRecord, p *sendPath, avoid int, pr
 }
 
 // pathForCopy returns the path that takes a copy of a transmission path p
-// sent, or nil if none has room. The receiver takes whichever copy comes
+// sent, or nil if none has room. A window under one packet does not hold a
+// copy back for its gap (sendPath.spaced): a copy goes once, at the tail
+// or the window's head, and waiting out the gap would delay what the copy
+// is there to hasten. The receiver takes whichever copy comes
 // first and counts the other as a duplicate (spec section 6.6). The sender
 // settles the transmission the other one delivered without counting a loss
 // (see settleMoot). A path of another plane comes first: of a plane other
@@ -332,12 +335,13 @@ func (s *sender) copyAtTail(dsn uint32, d *dsnRecord, p *sendPath, avoid int, pr
 // a copy would add to it. An avoid of -1 avoids no plane.
 func (s *sender) pathForCopy(p *sendPath, avoid int, used uint64) *sendPath {
 	const shunning, otherPlanes, ownPlane = 0, 1, 2
+	now := s.c.ep.clock.Now()
 	n := len(s.paths)
 	for pass := shunning; pass <= ownPlane; pass++ {
 		for i := 1; i <= n; i++ {
 			q := s.paths[(int(p.ID())+i)%n] // p itself at i == n
 			plane := q.Plane()
-			if (plane == p.Plane()) != (pass == ownPlane) || !s.usable(q, true) {
+			if (plane == p.Plane()) != (pass == ownPlane) || !s.carries(q, now, true) || !q.roomy() {
 				continue
 			}
 			if pass == shunning && (plane == avoid || plane < 64 && used&(1<<plane) != 0) {

@@ -167,14 +167,16 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	grant := s.c.ep.marking[p.Plane()] && (s.granted() || marked == 0 && (p.relieves(at) || p.routeClear(onRoute, at)))
 	p.cwin.Grant(grant)
 	p.cwin.Hold(marked == 0 && !grant && p.holdsGrowth()) // read only where additive increase may follow
-	if p.cwin.Value() < 2 {
-		// No cut takes more than half a window, so only one under two
-		// packets can fall under one: the rest skip subPacketWindows,
-		// which reads every path's plane.
-		p.cwin.WholePackets(!s.subPacketWindows())
-	}
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
 		p.Counters.DelayCuts++
+	}
+	if p.cwin.Value() < 2 {
+		// Read after the record's cuts, which a window held to whole
+		// packets takes no lower than one, and one that fell under a
+		// packet where it should not is raised back. A window of two
+		// packets or more is under one only after another record's cuts,
+		// so it skips subPacketWindows, which reads every path's plane.
+		p.cwin.WholePackets(!s.subPacketWindows())
 	}
 	p.windowChanged()
 	if resolved {

@@ -44,7 +44,8 @@ type sendPath struct {
 	// Congestion window. A window under one packet spaces the path's
 	// packets (sendPath.spaced), from lastSent, when it last sent one.
 	cwin     *cc.Window
-	window   int // cwin in whole packets
+	window   int     // cwin in whole packets
+	traced   float64 // the window the last TraceWindow gave
 	lastSent clock.Time
 	ce       uint32 // the receiver's CE count for the path, as last reported
 	// queue is the one-way queueing delay of the path's latest ACK record
@@ -194,8 +195,16 @@ func (p *sendPath) rateChanged() {
 // windowChanged follows a change of the path's congestion window.
 func (p *sendPath) windowChanged() {
 	w := p.cwin.Packets()
-	if c := p.s.c; w != p.window && c.ep.tracer != nil {
-		c.trace(TraceEvent{Kind: TraceWindow, Path: int(p.ID()), Value: float64(w)})
+	if c := p.s.c; c.ep.tracer != nil {
+		// Under one packet the fraction is the window, as Packets is 1.
+		traced := float64(w)
+		if v := p.cwin.Value(); v < 1 {
+			traced = v
+		}
+		if traced != p.traced {
+			c.trace(TraceEvent{Kind: TraceWindow, Path: int(p.ID()), Value: traced})
+			p.traced = traced
+		}
 	}
 	p.window = w
 	p.rateChanged()

@@ -115,17 +115,20 @@ func (s *sender) receiverBound() bool {
 
 // subPacketWindows reports whether the paths' windows may fall under one
 // packet (cc.Window.WholePackets): where the receiver sends hints and
-// grants at least half of what the connection's NIC sends (receiverBound,
-// with the endpoint's OutboundCapacity where the ports' rates are not
-// known). Where it grants less, its link is the bottleneck, and the hint
-// paces the packets and answers the queue there. Without hints the windows
-// alone share a bottleneck, and windows under a packet, which grow by a
-// share of themselves, do not converge to fair shares as additive increase
-// does.
+// grants at least half of what the connection's NIC sends, its ports'
+// rates, or else the endpoint's OutboundCapacity, or else its LineRate.
+// Where it grants less, its link is the bottleneck, and the hint paces the
+// packets and answers the queue there. Without hints the windows alone
+// share a bottleneck, and windows under a packet, which grow by a share of
+// themselves, do not converge to fair shares as additive increase does.
 func (s *sender) subPacketWindows() bool {
+	cfg := &s.c.ep.cfg
 	nic := s.portsRate()
 	if nic == 0 {
-		nic = s.c.ep.cfg.OutboundCapacity
+		nic = cfg.OutboundCapacity
+	}
+	if nic == 0 {
+		nic = cfg.LineRate
 	}
 	return s.hinted() && s.hint >= nic/2
 }

@@ -66,25 +66,59 @@ func TestWindowsUnderOnePacketHoldTheQueue(t *testing.T) {
 }
 
 // The paths' windows fall under one packet only where the receiver sends
-// hints and grants at least half of what the NIC sends: where it grants
-// less, its link is the bottleneck and its hint answers the queue there,
-// and without hints windows under a packet would not converge to fair
-// shares.
+// hints and grants at least half of what the NIC sends: its ports' rates,
+// or else the endpoint's OutboundCapacity, or else its LineRate. Where it
+// grants less, its link is the bottleneck and its hint answers the queue
+// there, and without hints windows under a packet would not converge to
+// fair shares.
 func TestSubPacketWindowsOnlyUnderAHintOfTheNIC(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 4, PortRates: []float64{portPayload}})
-	pr := n.connect(0, 1)
-	n.writeWhole(t, pr, 1<<20)
-	s := &pr.a.snd
 	for _, c := range []struct {
-		hint float64
-		want bool
-	}{{portPayload, true}, {portPayload / 2, true}, {portPayload/2 - 1, false}, {0, false}} {
-		s.hint = c.hint
-		if c.hint == 0 {
-			s.hint = math.Inf(1) // no hint
+		name string
+		cfg  Config
+		nic  float64
+	}{
+		{"ports' rates", Config{PortRates: []float64{portPayload}, OutboundCapacity: 10 * portPayload, LineRate: 10 * portPayload}, portPayload},
+		{"outbound capacity", Config{OutboundCapacity: portPayload, LineRate: 10 * portPayload}, portPayload},
+		{"line rate", Config{LineRate: portPayload}, portPayload},
+		{"default line rate", Config{}, 100e9 / 8},
+	} {
+		c.cfg.Paths = 4
+		n := newNet(t, twoHostFabric(1), c.cfg)
+		pr := n.connect(0, 1)
+		n.writeWhole(t, pr, 1<<20)
+		s := &pr.a.snd
+		for _, h := range []struct {
+			hint float64
+			want bool
+		}{{c.nic, true}, {c.nic / 2, true}, {c.nic/2 - 1, false}, {math.Inf(1), false}} {
+			s.hint = h.hint // +Inf: no hint
+			if got := s.subPacketWindows(); got != h.want {
+				t.Errorf("%s: hint %.4g of a NIC of %.4g: windows under one packet %v, want %v", c.name, h.hint, c.nic, got, h.want)
+			}
 		}
-		if got := s.subPacketWindows(); got != c.want {
-			t.Errorf("hint %.4g of a NIC of %.4g: windows under one packet %v, want %v", s.hint, float64(portPayload), got, c.want)
+	}
+}
+
+// A window under one packet is raised to one at the next ACK record of its
+// path where the receiver grants less than half of what the NIC sends, and
+// left under one where it grants the NIC.
+func TestWindowUnderOnePacketRaisedUnderAHintBelowTheNIC(t *testing.T) {
+	for _, c := range []struct {
+		inbound float64
+		whole   bool
+	}{{portPayload, false}, {portPayload / 4, true}} {
+		n := newNet(t, twoHostFabric(1), Config{Paths: 1, PortRates: []float64{portPayload}, InboundCapacity: c.inbound})
+		pr := n.connect(0, 1)
+		n.writeWhole(t, pr, 64<<10) // an RTT sample and a hint
+		p := pr.a.snd.paths[0]
+		*p.cwin = *cc.NewWindow(cc.WindowParams{Initial: 0.25, Min: 1.0 / 16, Max: 64, G: 1.0 / 16}, p.next)
+		p.windowChanged()
+		pr.postWrite(t, 1)
+		if !n.run(time.Second, func() bool { return len(pr.ra.done) == 2 }) || pr.ra.done[1].Status != StatusOK {
+			t.Fatalf("inbound %.4g: the WRITE did not complete: %+v", c.inbound, pr.ra.done)
+		}
+		if got := p.cwin.Value(); (got >= 1) != c.whole {
+			t.Errorf("a receiver granting %.4g of a NIC of %.4g: the window is %v after an ACK, want whole packets %v", c.inbound, float64(portPayload), got, c.whole)
 		}
 	}
 }
@@ -92,11 +126,11 @@ func TestSubPacketWindowsOnlyUnderAHintOfTheNIC(t *testing.T) {
 // A path whose window is under one packet sends a packet a least RTT / W
 // after its last. With one path, a quarter of a packet and nothing in
 // flight, only its gap's end wakes the sender (waitForPort): each packet
-// leaves a least RTT over its window after the one before, or at the
-// latest the gap of the window before the ACK between them, which grew it
-// by an eighth of a packet.
+// leaves a least RTT over its window after the one before, the window
+// having grown by an eighth of a packet at the ACK between them.
 func TestPathUnderOnePacketWakesItsSender(t *testing.T) {
-	n := newNet(t, twoHostFabric(1), Config{Paths: 1, PortRates: []float64{portPayload}, InboundCapacity: portPayload})
+	// Unpaced, so that the gap alone spaces the packets.
+	n := newNet(t, twoHostFabric(1), Config{Paths: 1, PortRates: []float64{portPayload}, InboundCapacity: portPayload, NoPacing: true})
 	pr := n.connect(0, 1)
 	n.writeWhole(t, pr, 64<<10) // an RTT sample and a hint
 	p := pr.a.snd.paths[0]
@@ -123,15 +157,13 @@ func TestPathUnderOnePacketWakesItsSender(t *testing.T) {
 		t.Fatalf("%d sends seen, want at least 4", len(sends))
 	}
 	for i := 1; i < len(sends); i++ {
-		// Never before the gap of the window it left at, nor after the gap
-		// of the window before the ACK between them: the wake, or the
-		// pacer's at 1.25 times that window's rate, comes by then.
+		// The gap of the window it left at, to the nanosecond the clock
+		// rounds it to.
 		gap := sends[i].at.Sub(sends[i-1].at)
-		least := time.Duration(float64(sends[i].rtt) / sends[i].window)
-		most := time.Duration(float64(sends[i-1].rtt)/sends[i-1].window) + 10*time.Nanosecond
-		t.Logf("a packet %v after the last, at a window of %.3f and a least RTT of %v: want %v to %v", gap, sends[i].window, sends[i].rtt, least, most)
-		if gap < least || gap > most {
-			t.Errorf("a packet %v after the last: want %v to %v", gap, least, most)
+		want := time.Duration(float64(sends[i].rtt) / sends[i].window)
+		t.Logf("a packet %v after the last, at a window of %.3f and a least RTT of %v: want %v", gap, sends[i].window, sends[i].rtt, want)
+		if gap < want || gap > want+time.Nanosecond {
+			t.Errorf("a packet %v after the last: want %v", gap, want)
 		}
 	}
 }

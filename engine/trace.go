@@ -33,7 +33,8 @@ const (
 	TracePath
 	// TraceTimer is a path's timer firing, in the state the path had.
 	TraceTimer
-	// TraceWindow is a change of a path's congestion window in packets.
+	// TraceWindow is a change of a path's congestion window in whole
+	// packets, or of its fraction of a packet under one.
 	TraceWindow
 	// TraceHint is a change of the rate hint the sender follows.
 	TraceHint
@@ -119,7 +120,8 @@ type TraceEvent struct {
 	Repath   bool
 	SrcPort  uint16
 	Epoch    uint8
-	// Value is a path's new window in packets for TraceWindow. For
+	// Value is a path's new window in packets for TraceWindow, whole or,
+	// under one packet, its fraction. For
 	// TraceHint it is the new hint in bytes of payload a second, +Inf for
 	// no limit.
 	Value float64
