@@ -214,10 +214,7 @@ type Config struct {
 	// need.
 	LocalAckTimeout time.Duration
 	// LineRate is the sending NIC's rate in bytes a second, where DCQCN
-	// starts, and the NIC's rate a multipath sender compares its receiver's
-	// hint with where neither PortRates nor OutboundCapacity tells it
-	// (docs/cc.md, "Windows under one packet"). Default 12.5e9, which is
-	// 100 Gb/s.
+	// starts. Default 12.5e9, which is 100 Gb/s.
 	LineRate float64
 
 	// Simulation and observation.

@@ -114,23 +114,21 @@ func (s *sender) receiverBound() bool {
 }
 
 // subPacketWindows reports whether the paths' windows may fall under one
-// packet (cc.Window.WholePackets): where the receiver sends hints and
-// grants at least half of what the connection's NIC sends, its ports'
-// rates, or else the endpoint's OutboundCapacity, or else its LineRate.
-// Where it grants less, its link is the bottleneck, and the hint paces the
-// packets and answers the queue there. Without hints the windows alone
-// share a bottleneck, and windows under a packet, which grow by a share of
-// themselves, do not converge to fair shares as additive increase does.
+// packet (cc.Window.WholePackets): where the endpoint knows what its NIC
+// sends, its ports' rates or else its OutboundCapacity, and the receiver
+// sends hints and grants at least half of that. Where it grants less, its
+// link is the bottleneck, and the hint paces the packets and answers the
+// queue there. Without hints the windows alone share a bottleneck, and
+// windows under a packet, which grow by a share of themselves, do not
+// converge to fair shares as additive increase does. Without the NIC's
+// rate, as on the kernel path, whose timers fire up to a millisecond late,
+// the windows stay whole: a gap would be late by as much.
 func (s *sender) subPacketWindows() bool {
-	cfg := &s.c.ep.cfg
 	nic := s.portsRate()
 	if nic == 0 {
-		nic = cfg.OutboundCapacity
+		nic = s.c.ep.cfg.OutboundCapacity
 	}
-	if nic == 0 {
-		nic = cfg.LineRate
-	}
-	return s.hinted() && s.hint >= nic/2
+	return nic > 0 && s.hinted() && s.hint >= nic/2
 }
 
 // grantRounds is how many of its least round trips a connection may grow

@@ -65,22 +65,23 @@ func TestWindowsUnderOnePacketHoldTheQueue(t *testing.T) {
 	}
 }
 
-// The paths' windows fall under one packet only where the receiver sends
-// hints and grants at least half of what the NIC sends: its ports' rates,
-// or else the endpoint's OutboundCapacity, or else its LineRate. Where it
+// The paths' windows fall under one packet only where the endpoint knows
+// what its NIC sends, its ports' rates or else its OutboundCapacity, and
+// the receiver sends hints and grants at least half of that. Where it
 // grants less, its link is the bottleneck and its hint answers the queue
-// there, and without hints windows under a packet would not converge to
-// fair shares.
+// there; without hints windows under a packet would not converge to fair
+// shares; and without the NIC's rate, as on the kernel path, a gap would
+// be as late as its timers.
 func TestSubPacketWindowsOnlyUnderAHintOfTheNIC(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		cfg  Config
-		nic  float64
+		nic  float64 // 0: not known, and never under one packet
 	}{
-		{"ports' rates", Config{PortRates: []float64{portPayload}, OutboundCapacity: 10 * portPayload, LineRate: 10 * portPayload}, portPayload},
-		{"outbound capacity", Config{OutboundCapacity: portPayload, LineRate: 10 * portPayload}, portPayload},
-		{"line rate", Config{LineRate: portPayload}, portPayload},
-		{"default line rate", Config{}, 100e9 / 8},
+		{"ports' rates", Config{PortRates: []float64{portPayload}, OutboundCapacity: 10 * portPayload}, portPayload},
+		{"outbound capacity", Config{OutboundCapacity: portPayload}, portPayload},
+		{"line rate alone", Config{LineRate: portPayload}, 0},
+		{"nothing", Config{}, 0},
 	} {
 		c.cfg.Paths = 4
 		n := newNet(t, twoHostFabric(1), c.cfg)
@@ -90,10 +91,11 @@ func TestSubPacketWindowsOnlyUnderAHintOfTheNIC(t *testing.T) {
 		for _, h := range []struct {
 			hint float64
 			want bool
-		}{{c.nic, true}, {c.nic / 2, true}, {c.nic/2 - 1, false}, {math.Inf(1), false}} {
+		}{{portPayload, true}, {portPayload / 2, true}, {portPayload/2 - 1, false}, {math.Inf(1), false}} {
 			s.hint = h.hint // +Inf: no hint
-			if got := s.subPacketWindows(); got != h.want {
-				t.Errorf("%s: hint %.4g of a NIC of %.4g: windows under one packet %v, want %v", c.name, h.hint, c.nic, got, h.want)
+			want := h.want && c.nic > 0
+			if got := s.subPacketWindows(); got != want {
+				t.Errorf("%s: hint %.4g: windows under one packet %v, want %v", c.name, h.hint, got, want)
 			}
 		}
 	}
