@@ -168,8 +168,9 @@ func (w *Window) Hold(held bool) { w.held = held }
 
 // WholePackets says whether the window stays at a packet or more, above a
 // Min under one: raised to one packet, and cut no lower. The sender holds
-// it there where its receiver sends no hints, or grants under half of
-// what the NIC sends (docs/cc.md, "Windows under one packet").
+// it there where its NIC's rate is not known, or its receiver sends no
+// hints or grants under half of that rate (docs/cc.md, "Windows under one
+// packet").
 func (w *Window) WholePackets(on bool) {
 	w.whole = on
 	if on {

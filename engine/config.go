@@ -115,7 +115,9 @@ type Config struct {
 	// receiver's hint allow. Without it every connection paces on its own.
 	// Together they may then ask more of the NIC than it has, which builds
 	// a queue at the host's own port that every connection's packets wait
-	// in.
+	// in. Known, with PortRates or in their place, it lets the paths'
+	// windows fall under one packet (docs/cc.md, "Windows under one
+	// packet").
 	OutboundCapacity float64
 	// PortRates is the rate of each plane's NIC port, in bytes of payload
 	// a second, by plane index. Where it is set, new data goes on a plane
@@ -125,7 +127,9 @@ type Config struct {
 	// have room. Where every plane has a rate and they differ, the paths
 	// of a new connection beyond its whole rounds over the planes are
 	// dealt to the planes in proportion to the rates (dealing.go). The
-	// rates also size the first window (FirstWindowBDP).
+	// rates also size the first window (FirstWindowBDP), and let the
+	// paths' windows fall under one packet (docs/cc.md, "Windows under one
+	// packet").
 	PortRates []float64
 	// HintHorizon turns a sender's declared backlog into its demand, which
 	// is backlog / horizon. It is also how long a silent sender keeps its
