@@ -88,7 +88,7 @@ func (w *Window) Packets() int { return max(1, int(w.w)) }
 // more, which Packets bounds.
 func (w *Window) Gap(rtt time.Duration) time.Duration {
 	if w.w >= 1 || w.w <= 0 {
-		return 0 // a window of 0 is none a Min above 0 allows
+		return 0 // 0 only where Min is 0: no gap to keep
 	}
 	return time.Duration(float64(rtt) / w.w)
 }

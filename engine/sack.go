@@ -170,14 +170,10 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	if p.cwin.OnAck(int(p.Counters.Acked-ackedBefore), marked, h, p.next) {
 		p.Counters.DelayCuts++
 	}
-	if p.cwin.Value() < 2 {
-		// Read after the record's cuts, which a window held to whole
-		// packets takes no lower than one, and one that fell under a
-		// packet where it should not is raised back. A window of two
-		// packets or more is under one only after another record's cuts,
-		// so it skips subPacketWindows, which reads every path's plane.
-		p.cwin.WholePackets(!s.subPacketWindows())
-	}
+	// Read after the record's cuts, which a window held to whole packets
+	// takes no lower than one: one that fell under a packet where it should
+	// not is raised back.
+	p.cwin.WholePackets(!s.subPacketWindows())
 	p.windowChanged()
 	if resolved {
 		p.probed, p.timeouts, p.silent, p.tailStrikes = false, 0, 0, 0

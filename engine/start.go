@@ -91,14 +91,17 @@ func (e *Endpoint) openedAlike(c *Conn) int {
 
 // portsRate is the rate of the NIC ports the connection's paths leave by
 // (Config.PortRates), each plane counted once, or 0 where the ports'
-// rates are not known.
+// rates are not known. It reads the planes' counts (pathsOnPlanes), not
+// every path: every ACK record reads it (subPacketWindows), and a
+// connection may have hundreds of paths.
 func (s *sender) portsRate() float64 {
 	rates := s.c.ep.cfg.PortRates
+	if len(rates) == 0 {
+		return 0
+	}
 	var rate float64
-	var seen uint64
-	for _, p := range s.paths {
-		if pl := p.Plane(); pl < len(rates) && pl < 64 && seen&(1<<pl) == 0 {
-			seen |= 1 << pl
+	for pl, on := range s.pathsOnPlanes() {
+		if on > 0 && pl < len(rates) {
 			rate += rates[pl]
 		}
 	}
