@@ -449,6 +449,13 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 			// flight, once the answers are in, starts with a tail probe
 			// (hear), which asks the peer to report the path.
 			p.probed = false
+		} else {
+			// The reply passed what the timeout left in flight on the
+			// path, as the ASSUMED_BAD path's next timer would find
+			// (expired): that is lost. Back in service, the path's timer
+			// runs a whole timeout, and at a transfer's tail nothing else
+			// would find it sooner.
+			p.declareInFlight(s.peerAnswered())
 		}
 		p.armTimer(at)
 		s.pump()
