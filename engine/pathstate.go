@@ -451,11 +451,13 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 			p.probed = false
 		} else {
 			// The reply passed what the timeout left in flight on the
-			// path, as the ASSUMED_BAD path's next timer would find
-			// (expired): that is lost. Back in service, the path's timer
-			// runs a whole timeout, and at a transfer's tail nothing else
-			// would find it sooner.
-			p.declareInFlight(s.peerAnswered())
+			// path: that is lost, by the rule of the probes of a path out
+			// of service (expired), less an ACK's delay, since the peer
+			// answers a PROBE at once and its records may wait that long.
+			// Back in service, the path's timer runs a whole timeout, and
+			// at a transfer's tail nothing else finds it sooner.
+			p.settleMoot()
+			p.declareInFlight(s.peerAnswered().Add(-s.c.ep.cfg.AckDelay))
 		}
 		p.armTimer(at)
 		s.pump()

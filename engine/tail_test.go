@@ -578,40 +578,41 @@ func TestTailOvertakenOnAnotherPath(t *testing.T) {
 	}
 }
 
-// TestProbeReplyDeclaresWhatTheTimeoutLeft loses the last 6 packets a
-// WRITE sends on path 0, of two, and every resend of them there, while
-// path 1 runs over a plane of links 3 or 3.5 times as long. When path 0
-// times out the peer answered path 1's packets a little before, so it is
-// not quiet (peerQuiet), and it answered nothing sent after path 0's: the
-// timeout resends the oldest only (declareOldestOnce), and the path
-// leaves service. Its PROBE crosses, and the reply, which passed the rest
-// of what the path left in flight, brings it back and declares that lost
-// at once. Before, the path came back with those packets in flight and
-// its timer ran a whole timeout again. Where the peer was quiet at the
-// timeout, as with links of 4 times the length, the path waits for the
-// peer's answers after its silence instead (hear), and this test does not
-// look.
+// TestProbeReplyDeclaresWhatTheTimeoutLeft has path 0, of two, lose the
+// last 6 DSNs of a WRITE, every copy it carries of them, until it sends its
+// first PROBE, while path 1 runs over a plane of links 3 or 3.5 times as
+// long. When path 0 times out the peer answered path 1's packets a little
+// before, so it is not quiet (peerQuiet), and it answered nothing sent
+// after path 0's: the timeout resends the oldest only (declareOldestOnce)
+// and leaves the rest in flight, and the path leaves service. Its PROBE
+// crosses, and the reply, which passed the rest, brings the path back and
+// declares them lost at once. Before, the path came back with those
+// packets in flight and its timer ran a whole timeout again. Where the
+// peer's answers after a silence are still coming in when the reply
+// arrives, as with links 4 times as long, the path waits for them instead
+// (hear), and this test does not look.
 func TestProbeReplyDeclaresWhatTheTimeoutLeft(t *testing.T) {
 	for _, long := range []time.Duration{30 * time.Microsecond, 35 * time.Microsecond} {
 		n := twoPlanes(t, Config{Paths: 2, Streams: 1, MaxPacket: 4160, InboundCapacity: 2.5e9}, long)
 		var first uint32
 		seen, probed := false, false
+		lost := func(dsn uint32) bool { return dsn-first >= 58 } // the WRITE's last 6 DSNs of 64
 		n.hosts[0].ep.port = &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
 			var pkt proto.Packet
-			if probed || pkt.Decode(d.Data) != nil || pkt.Common.PathID() != 0 {
+			if probed || pkt.Decode(d.Data) != nil {
+				return false
+			}
+			if pkt.Type().IsData() && !seen {
+				first, seen = pkt.Common.DSN(), true
+			}
+			if pkt.Common.PathID() != 0 {
 				return false
 			}
 			if pkt.Type() == proto.TypeProbe {
 				probed = true // the path's route works again from its first PROBE
 				return false
 			}
-			if !pkt.Type().IsData() {
-				return false
-			}
-			if !seen {
-				first, seen = pkt.Common.DSN(), true
-			}
-			return pkt.Common.DSN()-first >= 58 // the last 6 DSNs of 64, every copy on path 0
+			return pkt.Type().IsData() && lost(pkt.Common.DSN())
 		}}
 		log := &traceLog{}
 		n.hosts[0].ep.tracer = log
@@ -620,10 +621,11 @@ func TestProbeReplyDeclaresWhatTheTimeoutLeft(t *testing.T) {
 		if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) {
 			t.Fatalf("plane 1 at %v: the WRITE did not complete", long)
 		}
-		// Path 0's transmissions and when each was resolved, acknowledged
-		// or declared lost.
+		// Path 0's transmissions, when each was resolved, acknowledged or
+		// declared lost, and the DSNs declared lost when it came back.
 		sentAt, resolvedAt := map[uint32]clock.Time{}, map[uint32]clock.Time{}
 		var out, back clock.Time // path 0 out of service, and back
+		var declaredBack []uint32
 		for _, ev := range log.evs {
 			if ev.Path != 0 {
 				continue
@@ -634,6 +636,9 @@ func TestProbeReplyDeclaresWhatTheTimeoutLeft(t *testing.T) {
 			case TraceAcked, TraceLost:
 				if _, done := resolvedAt[ev.PSN]; !done {
 					resolvedAt[ev.PSN] = ev.At
+				}
+				if ev.Kind == TraceLost && back != 0 && ev.At == back {
+					declaredBack = append(declaredBack, ev.DSN)
 				}
 			case TracePath:
 				if ev.To == pathmgr.AssumedBad && out == 0 {
@@ -647,17 +652,27 @@ func TestProbeReplyDeclaresWhatTheTimeoutLeft(t *testing.T) {
 		if back == 0 {
 			t.Fatalf("plane 1 at %v: path 0 never left service and came back (out at %v): the test tests nothing", long, out)
 		}
-		left := 0 // sent before the timeout and still in flight when the path came back
-		for psn, at := range sentAt {
-			if at < out {
-				if r, ok := resolvedAt[psn]; !ok || r > back {
+		leftAt := func(at clock.Time) int { // sent before the timeout, unresolved at at
+			left := 0
+			for psn, sent := range sentAt {
+				if r, ok := resolvedAt[psn]; sent < out && (!ok || r > at) {
 					left++
 				}
 			}
+			return left
 		}
-		t.Logf("plane 1 at %v: path 0 out of service at %v, back at %v; WRITE done at %v", long, out, back, n.sim.Now())
-		if left != 0 {
+		t.Logf("plane 1 at %v: path 0 out of service at %v with %d in flight, back at %v, %d declared then; WRITE done at %v",
+			long, out, leftAt(out), back, len(declaredBack), n.sim.Now())
+		if leftAt(out) == 0 {
+			t.Fatalf("plane 1 at %v: path 0's timeout left nothing in flight: the test tests nothing", long)
+		}
+		if left := leftAt(back); left != 0 {
 			t.Errorf("plane 1 at %v: %d packets sent before path 0's timeout still in flight when its probe's reply brought it back", long, left)
+		}
+		for _, dsn := range declaredBack {
+			if !lost(dsn) {
+				t.Errorf("plane 1 at %v: DSN %d, which crossed, declared lost when path 0 came back", long, dsn-first)
+			}
 		}
 	}
 }
