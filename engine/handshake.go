@@ -617,5 +617,19 @@ func (c *Conn) establish() {
 	c.startMTUSearch() // when the sender was equipped before
 	c.snd.takeHandshakeDelay()
 	c.snd.openFirstWindow()
+	c.timeRoundTrip()
 	c.snd.pump()
+}
+
+// timeRoundTrip sends a keep-alive PROBE (spec section 8.6) where the
+// handshake timed no round trip, its CONNECT or ACCEPT sent twice (Karn).
+// The reply echoes the PROBE's Timestamp, so it times one whatever else
+// was lost, and the first window can still be one bandwidth-delay product
+// (openFirstWindow) if nothing was sent by then. Without it a handshake
+// that lost a packet left the connection a first window of 16 packets.
+func (c *Conn) timeRoundTrip() {
+	if c.hsRTT > 0 || c.mode != proto.ModeMultipath || !c.knows(c.hsPlane) {
+		return
+	}
+	c.sendPlaneProbe(c.hsPlane, keepAliveProbe, 0)
 }

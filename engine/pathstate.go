@@ -419,7 +419,16 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 		return
 	}
 	if pkt.ProbeReply().ProbeID() == keepAliveProbe {
-		return // it answered a keep-alive: having heard it is all it says
+		// It answered a keep-alive: having heard it is all it says, but
+		// for the round trip a handshake that went twice did not time
+		// (timeRoundTrip).
+		if r := pkt.ProbeReply(); s.c.hsRTT == 0 {
+			if sample := uint32(at) - r.EchoTimestamp() - r.ServiceTime(); sample > 0 && sample < 1<<31 {
+				s.c.hsRTT = time.Duration(sample)
+				s.openFirstWindow()
+			}
+		}
+		return
 	}
 	s.equip() // a reply names a path, which must exist to be checked
 	id := int(pkt.Common.PathID())

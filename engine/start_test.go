@@ -151,6 +151,55 @@ func TestFirstWindowOfOneBDP(t *testing.T) {
 	}
 }
 
+// TestFirstWindowOfOneBDPAfterALostHandshake loses the first CONNECT, and
+// then the first ACCEPT, of a connection at 400 Gb/s. A handshake that
+// went twice times no round trip (Karn), so the first window could not be
+// sized; the keep-alive PROBE sent at its establishment is answered with
+// its Timestamp echoed, and the first window is one bandwidth-delay
+// product all the same, as after a handshake that lost nothing. Before,
+// it was 16 packets.
+func TestFirstWindowOfOneBDPAfterALostHandshake(t *testing.T) {
+	const rate = 400e9 / 8
+	fc := twoHostFabric(1)
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	for _, lost := range []proto.Type{proto.TypeConnect, proto.TypeAccept} {
+		drop := &dropPort{match: func(p *proto.Packet) bool { return p.Type() == lost }, limit: 1}
+		n := newNetWrapped(t, fc, Config{Paths: 8, PortRates: []float64{rate}}, func(h int, p link.Port) link.Port {
+			if h == 0 && lost == proto.TypeConnect || h == 1 && lost == proto.TypeAccept {
+				drop.Port = p
+				return drop
+			}
+			return p
+		})
+		pr := n.connect(0, 1)
+		if drop.dropped != 1 || pr.a.hsSends+pr.b.hsSends < 3 {
+			t.Fatalf("%v lost: %d dropped, %d CONNECTs and %d ACCEPTs sent: want 1 dropped and one sent again", lost, drop.dropped, pr.a.hsSends, pr.b.hsSends)
+		}
+		n.run(100*time.Microsecond, func() bool { return false }) // the keep-alive's reply
+		s := &pr.a.snd
+		src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
+		dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		n.run(time.Millisecond, func() bool {
+			most = max(most, s.inflight())
+			return s.heard
+		})
+		rtt := pr.a.hsRTT
+		bdp := int(math.Ceil(rate * rtt.Seconds() / s.mss))
+		t.Logf("%v lost: round trip %v, %d packets in flight before the first ACK", lost, rtt, most)
+		if rtt < 12*time.Microsecond || rtt > 13*time.Microsecond {
+			t.Fatalf("%v lost: round trip %v, want about 12.5 µs", lost, rtt)
+		}
+		if want := bdp + pr.a.ep.cfg.AckEvery; most != want {
+			t.Errorf("%v lost: %d packets in flight before the first ACK, want a BDP and AckEvery, %d", lost, most, want)
+		}
+	}
+}
+
 // TestStartDespiteTheReceiversMarks runs 8 senders to one receiver at
 // 400 Gb/s, whose downlink marks above 64 KiB: their first windows, 512
 // KiB, queue there and the first ACKs come marked. The receiver grants
