@@ -90,8 +90,10 @@ type Conn struct {
 	retries      int                   // RETRYs taken in this connect attempt
 	hsSends      int                   // CONNECTs or ACCEPTs sent
 	hsSentAt     clock.Time            // when the last of them went
-	hsRTT        time.Duration         // the handshake's round trip, when one CONNECT or ACCEPT was sent
+	hsRTT        time.Duration         // the handshake's round trip, when one CONNECT or ACCEPT was sent, or else the round trip timeRoundTrip's keep-alive timed
 	hsStamp      uint32                // the Timestamp of the last of them
+	rttProbe     uint32                // the Timestamp of timeRoundTrip's keep-alive, while its reply is awaited
+	rttProbing   bool                  // timeRoundTrip's keep-alive awaits its reply
 	// hsOneWay is a reading of the one-way delay toward the peer on
 	// hsOneWayPlane, taken at the handshake before any data
 	// (handshakeDelay); hsOneWayOK while it waits for the sender to take it.

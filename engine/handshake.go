@@ -621,15 +621,36 @@ func (c *Conn) establish() {
 	c.snd.pump()
 }
 
-// timeRoundTrip sends a keep-alive PROBE (spec section 8.6) where the
-// handshake timed no round trip, its CONNECT or ACCEPT sent twice (Karn).
-// The reply echoes the PROBE's Timestamp, so it times one whatever else
-// was lost, and the first window can still be one bandwidth-delay product
-// (openFirstWindow) if nothing was sent by then. Without it a handshake
-// that lost a packet left the connection a first window of 16 packets.
+// timeRoundTrip sends a keep-alive PROBE (spec section 8.6) on the
+// handshake's plane where the handshake timed no round trip, its CONNECT
+// or ACCEPT sent more than once (Karn), and a first window of one
+// bandwidth-delay product is still to be sized (openFirstWindow). The
+// reply echoes the PROBE's Timestamp, so it times one whatever else was
+// lost (roundTripTimed).
 func (c *Conn) timeRoundTrip() {
-	if c.hsRTT > 0 || c.mode != proto.ModeMultipath || !c.knows(c.hsPlane) {
+	cfg := &c.ep.cfg
+	if c.state != Established || c.hsRTT > 0 || c.mode != proto.ModeMultipath || !c.knows(c.hsPlane) ||
+		cfg.FirstWindow != FirstWindowBDP || len(cfg.PortRates) == 0 || c.snd.stats.Packets > 0 {
 		return
 	}
+	c.rttProbe, c.rttProbing = uint32(c.ep.clock.Now()), true
 	c.sendPlaneProbe(c.hsPlane, keepAliveProbe, 0)
+}
+
+// roundTripTimed takes the reply to a keep-alive at at: where it echoes
+// timeRoundTrip's PROBE, or the newest keep-alive since where that or its
+// reply was lost, its round trip is the connection's, less the peer's
+// ServiceTime, and sizes the first window if nothing was sent yet.
+// A reply as late as a handshake's resend is no measure, as the
+// handshake's own reading is not (handshakeDelay).
+func (c *Conn) roundTripTimed(r proto.ProbeReplyHeader, at clock.Time) {
+	if !c.rttProbing || r.EchoTimestamp() != c.rttProbe {
+		return
+	}
+	c.rttProbing = false
+	sample := time.Duration(uint32(at) - r.EchoTimestamp() - r.ServiceTime())
+	if sample > 0 && sample < handshakeRetry {
+		c.hsRTT = sample
+		c.snd.openFirstWindow()
+	}
 }

@@ -420,14 +420,9 @@ func (s *sender) onProbeReply(pkt *proto.Packet, at clock.Time) {
 	}
 	if pkt.ProbeReply().ProbeID() == keepAliveProbe {
 		// It answered a keep-alive: having heard it is all it says, but
-		// for the round trip a handshake that went twice did not time
-		// (timeRoundTrip).
-		if r := pkt.ProbeReply(); s.c.hsRTT == 0 {
-			if sample := uint32(at) - r.EchoTimestamp() - r.ServiceTime(); sample > 0 && sample < 1<<31 {
-				s.c.hsRTT = time.Duration(sample)
-				s.openFirstWindow()
-			}
-		}
+		// for the round trip a handshake that went more than once did
+		// not time (timeRoundTrip).
+		s.c.roundTripTimed(pkt.ProbeReply(), at)
 		return
 	}
 	s.equip() // a reply names a path, which must exist to be checked
@@ -557,6 +552,9 @@ func (e *Endpoint) SetPlaneUp(plane int, up bool) {
 // (spec section 8.6). It names path 0 and ProbeID 0, which no path probe
 // uses, and needs none of the sender's path state.
 func (c *Conn) sendKeepAlive() {
+	if c.rttProbing {
+		c.rttProbe = uint32(c.ep.clock.Now()) // the one timeRoundTrip sent, or its reply, was lost
+	}
 	for p := range c.remote {
 		if c.knows(p) {
 			c.sendPlaneProbe(p, keepAliveProbe, 0)

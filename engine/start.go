@@ -36,9 +36,10 @@ func (s *sender) firstWindow() int {
 // connection's ACK hold: a host that opens a connection to every other, as
 // in an all-to-all, would otherwise put a BDP of each into queues that its
 // receivers' hints reach only a round trip later. It runs once the sender
-// has paths and the connection is established, before anything is sent;
-// without a measured round trip (the CONNECT or ACCEPT went more than
-// once) or the ports' rates, the first window stays as it is.
+// has paths and the connection is established, before anything is sent,
+// and again when a keep-alive timed the round trip a handshake that went
+// more than once did not (timeRoundTrip); without a measured round trip
+// or the ports' rates, the first window stays as it is.
 //
 // A first window of less than a BDP costs a round trip of the line rate
 // at the start of every transfer, which is most of a short transfer's
