@@ -125,16 +125,7 @@ func TestFirstWindowOfOneBDP(t *testing.T) {
 		n := newNet(t, fc, Config{Paths: 8, FirstWindow: c.window, PortRates: c.rates})
 		pr := n.connect(0, 1)
 		s := &pr.a.snd
-		src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
-		dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
-		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
-			t.Fatal(err)
-		}
-		most := 0
-		n.run(time.Millisecond, func() bool {
-			most = max(most, s.inflight())
-			return s.heard
-		})
+		most := firstWindowSent(t, n, pr)
 		want := 16
 		if c.window == FirstWindowBDP && c.rates != nil {
 			rtt := pr.a.hsRTT
@@ -149,6 +140,24 @@ func TestFirstWindowOfOneBDP(t *testing.T) {
 			t.Errorf("%s: %d packets in flight before the first ACK, want %d", c.name, most, want)
 		}
 	}
+}
+
+// firstWindowSent posts a WRITE of 4 MiB from pr's initiator and returns
+// the most packets it had in flight before its first ACK came.
+func firstWindowSent(t *testing.T, n *testNet, pr *pair) int {
+	t.Helper()
+	s := &pr.a.snd
+	src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
+	dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	n.run(time.Millisecond, func() bool {
+		most = max(most, s.inflight())
+		return s.heard
+	})
+	return most
 }
 
 // TestFirstWindowOfOneBDPAfterALostHandshake loses the first CONNECT of a
@@ -178,16 +187,7 @@ func TestFirstWindowOfOneBDPAfterALostHandshake(t *testing.T) {
 		}
 		n.run(100*time.Microsecond, func() bool { return false }) // the keep-alive's reply
 		s := &pr.a.snd
-		src := pr.ha.region(t, 4<<20, 5, memreg.LocalWrite)
-		dst := pr.hb.region(t, 4<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
-		if err := pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 4 << 20}, RKey: dst.Key()}); err != nil {
-			t.Fatal(err)
-		}
-		most := 0
-		n.run(time.Millisecond, func() bool {
-			most = max(most, s.inflight())
-			return s.heard
-		})
+		most := firstWindowSent(t, n, pr)
 		rtt := pr.a.hsRTT
 		bdp := int(math.Ceil(rate * rtt.Seconds() / s.mss))
 		t.Logf("%v lost: round trip %v, %d packets in flight before the first ACK", lost, rtt, most)
