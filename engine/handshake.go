@@ -624,13 +624,11 @@ func (c *Conn) establish() {
 // timeRoundTrip sends a keep-alive PROBE (spec section 8.6) on the
 // handshake's plane where the handshake timed no round trip, its CONNECT
 // or ACCEPT sent more than once (Karn), and a first window of one
-// bandwidth-delay product is still to be sized (openFirstWindow). The
+// bandwidth-delay product is still to be sized (firstWindowToSize). The
 // reply echoes the PROBE's Timestamp, so it times one whatever else was
 // lost (roundTripTimed).
 func (c *Conn) timeRoundTrip() {
-	cfg := &c.ep.cfg
-	if c.state != Established || c.hsRTT > 0 || c.mode != proto.ModeMultipath || !c.knows(c.hsPlane) ||
-		cfg.FirstWindow != FirstWindowBDP || len(cfg.PortRates) == 0 || c.snd.stats.Packets > 0 {
+	if c.hsRTT > 0 || !c.knows(c.hsPlane) || !c.snd.firstWindowToSize() {
 		return
 	}
 	c.rttProbe, c.rttProbing = uint32(c.ep.clock.Now()), true

@@ -49,8 +49,7 @@ func (s *sender) firstWindow() int {
 // hints cut them a round trip later (spec section 5.5).
 func (s *sender) openFirstWindow() {
 	c := s.c
-	if c.ep.cfg.FirstWindow != FirstWindowBDP || s.paths == nil || c.state != Established || c.hsRTT <= 0 || s.stats.Packets > 0 ||
-		c.mode == proto.ModeBaseline || len(c.ep.cfg.PortRates) == 0 {
+	if !s.firstWindowToSize() || s.paths == nil || c.hsRTT <= 0 {
 		return
 	}
 	rate := s.portsRate() / float64(c.ep.openedAlike(c)) // this connection's share of its ports
@@ -88,6 +87,16 @@ func (e *Endpoint) openedAlike(c *Conn) int {
 		}
 	}
 	return max(n, 1)
+}
+
+// firstWindowToSize reports whether a first window of one bandwidth-delay
+// product is still to be sized (openFirstWindow), given a round trip: the
+// connection is established in multipath mode with FirstWindowBDP, the
+// ports' rates are known, and nothing has been sent.
+func (s *sender) firstWindowToSize() bool {
+	c := s.c
+	return c.ep.cfg.FirstWindow == FirstWindowBDP && c.state == Established && s.stats.Packets == 0 &&
+		c.mode == proto.ModeMultipath && len(c.ep.cfg.PortRates) > 0
 }
 
 // portsRate is the rate of the NIC ports the connection's paths leave by
