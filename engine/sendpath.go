@@ -218,5 +218,6 @@ func (p *sendPath) rttSample(sample time.Duration) {
 	p.rateChanged()
 	if first {
 		p.s.timeUnsampled()
+		p.s.fitLongPlane(p.Plane())
 	}
 }

@@ -277,12 +277,80 @@ func (s *sender) startFromHint(at clock.Time) {
 		rtt = max(rtt, s.slowestRTT().SRTT)
 	}
 	target := rate * rtt.Seconds() / s.mss
-	if target <= total {
+	if target > total {
+		for _, p := range s.paths {
+			if p.InUse() {
+				p.cwin.Raise(p.cwin.Value() * target / total)
+				p.windowChanged()
+			}
+		}
+	}
+	if !bound {
+		s.startRTT = rtt
+		for pl := range s.pathsOnPlanes() {
+			s.fitLongPlane(pl)
+		}
+	}
+}
+
+// fitLongPlaneOff turns fitLongPlane off, for the test that compares with
+// it.
+var fitLongPlaneOff bool
+
+// longPlane is how many times the start's round trip a plane's least
+// round trip must exceed before its paths' windows are sized by their own
+// (fitLongPlane). A queue that holds a round trip's worth of packets marks
+// wherever ECN thresholds sit below a bandwidth-delay product, so a round
+// trip that much longer, unmarked, is a longer route. A shorter excess may
+// be a queue the first windows made, which a larger window only lengthens
+// (docs/cc.md).
+const longPlane = 2
+
+// fitLongPlane raises the windows of the paths on plane pl, once, so that
+// at the plane's least round trip they carry what the start sized them to
+// carry at its own (startFromHint), where the plane's is more than
+// longPlane times as long. The start sizes every window by the least
+// round trip it has seen, and a plane of longer links (spec section 6.3)
+// often has no sample by then: its paths would carry a fraction of their
+// share, and additive increase, a packet a path each of the plane's
+// round trips, takes most of a transfer to make it up. It runs once the
+// plane has a sampled path, at the start or at the plane's first sample
+// after it. Not where the receiver is the bottleneck (receiverBound): the
+// start took the longest round trip there, that of the queue at its link.
+// Nor for a plane whose sampled paths marked, queued past the delay
+// target or timed out: its round trip may be a queue's.
+func (s *sender) fitLongPlane(pl int) {
+	if s.startRTT == 0 || fitLongPlaneOff {
 		return
 	}
+	if s.fitted == nil {
+		s.fitted = make([]bool, len(s.pathsOnPlanes()))
+	}
+	if pl >= len(s.fitted) || s.fitted[pl] {
+		return
+	}
+	var least time.Duration
+	clear := true
 	for _, p := range s.paths {
-		if p.InUse() {
-			p.cwin.Raise(p.cwin.Value() * target / total)
+		if p.Plane() != pl || p.RTT.Samples == 0 {
+			continue
+		}
+		clear = clear && p.Counters.CEMarks == 0 && !p.cwin.QueueSeen() && p.Counters.Timeouts == 0
+		if least == 0 || p.RTT.Min < least {
+			least = p.RTT.Min
+		}
+	}
+	if least == 0 {
+		return // no sample yet: the plane's first one calls again
+	}
+	s.fitted[pl] = true
+	if !clear || least <= longPlane*s.startRTT || s.receiverBound() {
+		return
+	}
+	stretch := float64(least) / float64(s.startRTT)
+	for _, p := range s.paths {
+		if p.Plane() == pl && p.InUse() {
+			p.cwin.Raise(p.cwin.Value() * stretch)
 			p.windowChanged()
 		}
 	}
