@@ -82,6 +82,22 @@ func (p *proc) waitFor(t *testing.T, s string) {
 	t.Fatalf("no %q in 20 s:\n%s", s, p.out.String())
 }
 
+// waitListening waits until the process is a receiver whose listener is
+// up: its line "listening on", not the warning of that name that precedes
+// it where the planes are beyond loopback (warnOpen). A CONNECT before the
+// listener is refused.
+func (p *proc) waitListening(t *testing.T) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for _, line := range strings.Split(p.out.String(), "\n") {
+			if strings.HasPrefix(line, "listening on ") {
+				return
+			}
+		}
+	}
+	t.Fatalf("no line \"listening on\" in 20 s:\n%s", p.out.String())
+}
+
 // wait waits for the process to end and returns its status.
 func (p *proc) wait(t *testing.T) int {
 	t.Helper()
@@ -135,7 +151,7 @@ func TestLargeFailuresEndBothSides(t *testing.T) {
 				args = append(args, "--keep-partial")
 			}
 			recv := start(t, bin, args...)
-			recv.waitFor(t, "listening on")
+			recv.waitListening(t)
 			send := start(t, bin, "send", "--to", "127.0.0.97", "--port", port, "--size-mib", "100000", "--timeout", timeout.String())
 			recv.waitFor(t, "receiving")
 			time.Sleep(300 * time.Millisecond)
@@ -184,7 +200,7 @@ func TestLargeFullDiskIsReportedToTheSender(t *testing.T) {
 	bin := buildBinary(t)
 	port := fmt.Sprint(freePort(t, "127.0.0.98"))
 	recv := start(t, bin, "recv", "--listen", "127.0.0.98", "--port", port, "--out", dir, "--timeout", "30s")
-	recv.waitFor(t, "listening on")
+	recv.waitListening(t)
 	send := start(t, bin, "send", "--to", "127.0.0.98", "--port", port, "--size-mib", "64", "--timeout", "30s")
 	if s, r := send.wait(t), recv.wait(t); s != exitPeerFailed || r != 1 {
 		t.Fatalf("send exit %d, recv exit %d, want 3 and 1\nsend:\n%s\nrecv:\n%s", s, r, send.out.String(), recv.out.String())
@@ -227,7 +243,7 @@ func TestLargeRecvServesPastASilentConnection(t *testing.T) {
 	bin := buildBinary(t)
 	port := freePort(t, "127.0.0.99")
 	recv := start(t, bin, "recv", "--listen", "127.0.0.99", "--port", fmt.Sprint(port), "--timeout", "30s")
-	recv.waitFor(t, "listening on")
+	recv.waitListening(t)
 	silent := dialSilently(t, "127.0.0.99", port)
 	defer silent.QP.Close()
 	send := start(t, bin, "send", "--to", "127.0.0.99", "--port", fmt.Sprint(port), "--size-mib", "8")

@@ -58,7 +58,7 @@ func TestLargeSenderFasterThanItsHost(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	recv := start(t, "ip", "netns", "exec", nsB, bin, "recv", "--listen", "10.232.0.2", "--inbound-gbps", "10", "--timeout", "20s")
-	recv.waitFor(t, "listening on") // a CONNECT before it would be refused
+	recv.waitListening(t)
 	out, err := exec.Command("ip", "netns", "exec", nsA, bin, "send", "--to", "10.232.0.2", "--local", "10.232.0.1",
 		"--size-mib", "16", "--timeout", "20s", "--json").Output()
 	if err != nil {
@@ -111,7 +111,7 @@ func TestSlowPlaneOfTwoOnTheKernelPath(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	recv := start(t, "ip", "netns", "exec", nsB, bin, "recv", "--listen", "10.233.0.2,10.233.1.2", "--inbound-gbps", "10", "--timeout", "20s")
-	recv.waitFor(t, "listening on")
+	recv.waitListening(t)
 	out, err := exec.Command("ip", "netns", "exec", nsA, bin, "send", "--to", "10.233.0.2,10.233.1.2",
 		"--local", "10.233.0.1,10.233.1.1", "--size-mib", "32", "--timeout", "20s", "--json").Output()
 	if err != nil {

@@ -53,7 +53,7 @@ func TestPathNarrowerThanItsInterface(t *testing.T) {
 	nsA, nsB, addrA, addrB := narrowNamespaces(t)
 	bin := buildBinary(t)
 	recv := start(t, "ip", "netns", "exec", nsB, bin, "recv", "--listen", addrB, "--timeout", "10s")
-	recv.waitFor(t, "listening on") // a CONNECT before it would be refused
+	recv.waitListening(t)
 	out, err := exec.Command("ip", "netns", "exec", nsA, bin, "send", "--to", addrB, "--local", addrA,
 		"--size-mib", "16", "--timeout", "10s").CombinedOutput()
 	if err != nil {
@@ -105,7 +105,7 @@ func TestPathNarrowsDuringATransfer(t *testing.T) {
 	ip("ip", "netns", "exec", nsA, "ethtool", "-K", veth(nsA), "tx-udp-segmentation", "off")
 	bin := buildBinary(t)
 	recv := start(t, "ip", "netns", "exec", nsB, bin, "recv", "--listen", addrB, "--timeout", "20s")
-	recv.waitFor(t, "listening on")
+	recv.waitListening(t)
 	send := start(t, "ip", "netns", "exec", nsA, bin, "send", "--to", addrB, "--local", addrA,
 		"--size-mib", "48", "--timeout", "20s")
 	send.waitFor(t, "sending")

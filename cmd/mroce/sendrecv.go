@@ -445,7 +445,13 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 	}
 	defer closeHost(h, o.log)
 	p := newPrinter("receiver", out, o, planes, nil)
+	srv, err := serveTransfers(ctx, h.Device(), o)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
 	if p.text {
+		// Only once the listener is up: a CONNECT before it is refused.
 		fmt.Fprintf(out, "listening on %v port %d\n", planes, o.port)
 		if h.Inbound > 0 {
 			fmt.Fprintf(out, "rate hints share %.2f Gb/s of payload among senders (%s; --inbound-gbps sets it)\n", h.Inbound*8/1e9, h.InboundFrom)
@@ -453,11 +459,6 @@ func runRecv(ctx context.Context, out, errOut io.Writer, planes []netip.Addr, ou
 			fmt.Fprintf(out, "no rate hints: %s (--inbound-gbps sets a capacity)\n", h.InboundFrom)
 		}
 	}
-	srv, err := serveTransfers(ctx, h.Device(), o)
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
 	conn, in, err := srv.next(ctx)
 	if err != nil {
 		return err
