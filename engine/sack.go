@@ -133,6 +133,9 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 	} else if onRoute {
 		p.cwin.OnDelay(p.delayQueue(rec, ackSent), time.Duration(sample), p.RTT.Min+s.c.ep.hostLate()) // hostLate: see the timeouts' H (docs/cc.md)
 	}
+	if sampled && onPlane {
+		s.fitLongPlane(p.Plane()) // after the record's marks and queue are read
+	}
 	if p.lastTimeout.open && e == p.lastTimeout.epoch {
 		p.lateDelivery(rec, h, at)
 	}

@@ -133,10 +133,10 @@ type sender struct {
 	// started is set once the windows no longer wait for the start from
 	// the receiver's share (startFromHint).
 	started bool
-	// startRTT is the round trip the start sized the windows by
-	// (startFromHint): 0 before it, or where the receiver is the
-	// bottleneck. fitted marks the planes whose own least round trip was
-	// compared with it since (fitLongPlane).
+	// startRTT is the round trip the windows fit at the start
+	// (startFromHint): 0 before it, where the start gave up, or where the
+	// receiver is the bottleneck. fitted marks the planes whose own least
+	// round trip was compared with it since (fitLongPlane).
 	startRTT time.Duration
 	fitted   []bool
 	// train is when the first ACK that acknowledged data came, and the

@@ -218,6 +218,5 @@ func (p *sendPath) rttSample(sample time.Duration) {
 	p.rateChanged()
 	if first {
 		p.s.timeUnsampled()
-		p.s.fitLongPlane(p.Plane())
 	}
 }

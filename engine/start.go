@@ -286,8 +286,15 @@ func (s *sender) startFromHint(at clock.Time) {
 		}
 	}
 	if !bound {
+		// The round trip the windows fit: rtt, or the handshake's where
+		// the first window, sized by it, was larger (openFirstWindow).
 		s.startRTT = rtt
-		for pl := range s.pathsOnPlanes() {
+		if total > target {
+			s.startRTT = max(rtt, s.c.hsRTT)
+		}
+		s.fitted = make([]bool, len(s.pathsOnPlanes()))
+		for pl, on := range s.pathsOnPlanes() {
+			s.fitted[pl] = on == 0 // a plane the start sized no window on has none to fit
 			s.fitLongPlane(pl)
 		}
 	}
@@ -307,44 +314,45 @@ var fitLongPlaneOff bool
 const longPlane = 2
 
 // fitLongPlane raises the windows of the paths on plane pl, once, so that
-// at the plane's least round trip they carry what the start sized them to
-// carry at its own (startFromHint), where the plane's is more than
-// longPlane times as long. The start sizes every window by the least
-// round trip it has seen, and a plane of longer links (spec section 6.3)
-// often has no sample by then: its paths would carry a fraction of their
-// share, and additive increase, a packet a path each of the plane's
-// round trips, takes most of a transfer to make it up. It runs once the
-// plane has a sampled path, at the start or at the plane's first sample
-// after it. Not where the receiver is the bottleneck (receiverBound): the
-// start took the longest round trip there, that of the queue at its link.
-// Nor for a plane whose sampled paths marked, queued past the delay
-// target or timed out: its round trip may be a queue's.
+// at the plane's least round trip they carry what they carried at the
+// start's (startRTT), where the plane's is more than longPlane times as
+// long. The start sizes every window by the least round trip it has seen,
+// and a plane of longer links (spec section 6.3) often has no sample by
+// then: its paths would carry a fraction of their share, and additive
+// increase, a packet a path each of the plane's round trips, takes most of
+// a transfer to make it up. It looks once the plane has a sampled path, at
+// the start or at the first ACK record after it that samples the plane.
+// Not where the receiver is the bottleneck (receiverBound): the start took
+// the longest round trip there, that of the queue at its link. Nor for a
+// plane whose sampled paths marked or queued past the delay target, or
+// whose paths timed out: its round trip may be a queue's. The host's
+// scheduling delay (hostLate) is taken off the plane's round trip, as a
+// stall lengthens a sample on any plane.
 func (s *sender) fitLongPlane(pl int) {
-	if s.startRTT == 0 || fitLongPlaneOff {
-		return
-	}
-	if s.fitted == nil {
-		s.fitted = make([]bool, len(s.pathsOnPlanes()))
-	}
-	if pl >= len(s.fitted) || s.fitted[pl] {
+	if s.startRTT == 0 || pl >= len(s.fitted) || s.fitted[pl] || fitLongPlaneOff {
 		return
 	}
 	var least time.Duration
-	clear := true
+	quiet := true
 	for _, p := range s.paths {
-		if p.Plane() != pl || p.RTT.Samples == 0 {
+		if p.Plane() != pl {
 			continue
 		}
-		clear = clear && p.Counters.CEMarks == 0 && !p.cwin.QueueSeen() && p.Counters.Timeouts == 0
+		quiet = quiet && p.Counters.Timeouts == 0
+		if p.RTT.Samples == 0 {
+			continue
+		}
+		quiet = quiet && p.Counters.CEMarks == 0 && !p.cwin.QueueSeen()
 		if least == 0 || p.RTT.Min < least {
 			least = p.RTT.Min
 		}
 	}
 	if least == 0 {
-		return // no sample yet: the plane's first one calls again
+		return // no sample yet: the next ACK record that samples the plane calls again
 	}
 	s.fitted[pl] = true
-	if !clear || least <= longPlane*s.startRTT || s.receiverBound() {
+	least -= s.c.ep.hostLate()
+	if !quiet || least <= longPlane*s.startRTT || s.receiverBound() {
 		return
 	}
 	stretch := float64(least) / float64(s.startRTT)

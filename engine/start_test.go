@@ -810,41 +810,55 @@ func TestHandshakeSeedsTheDelayBase(t *testing.T) {
 // start sizes every window by plane 0's round trip, the least, before
 // plane 1's first ACK comes; when it does, plane 1's windows rise by the
 // ratio of the round trips (fitLongPlane), and plane 1 carries a third of
-// the data or more, where without the rule it carried a fifth and the
-// WRITE took longer. With equal planes the rule changes nothing.
+// the data or more, and the WRITE ends sooner than without the rule. With
+// equal planes the rule changes nothing, not even a window. Nor does it
+// where plane 0 is the long one: the handshake's round trip was plane 0's,
+// and the first window, sized by it, fits plane 0 already.
 func TestLongPlaneWindowsFitItsRoundTrip(t *testing.T) {
 	const rate = 400e9 / 8
-	run := func(plane1 time.Duration, off bool) (took time.Duration, share float64) {
+	run := func(long int, delay time.Duration, paths int, off bool) (took time.Duration, share, windows float64) {
 		fitLongPlaneOff = off
 		defer func() { fitLongPlaneOff = false }()
 		fc := twoHostFabric(2)
 		fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
 		fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
-		long := fc.Uplink
-		long.Delay = plane1
-		fc.Overrides = []netem.Override{{Plane: 1, Match: netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}, Link: long}}
-		n := newNet(t, fc, Config{Paths: 16, PortRates: []float64{rate, rate}, InboundCapacity: 2 * rate, OutboundCapacity: 2 * rate})
+		l := fc.Uplink
+		l.Delay = delay
+		fc.Overrides = []netem.Override{{Plane: long, Match: netem.LinkMatch{Kind: netem.AnyKind, Host: -1, Leaf: -1, Spine: -1}, Link: l}}
+		n := newNet(t, fc, Config{Paths: paths, PortRates: []float64{rate, rate}, InboundCapacity: 2 * rate, OutboundCapacity: 2 * rate})
 		pr := n.connect(0, 1)
 		start := n.sim.Now()
 		pr.postWrite(t, 4096)
 		if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
-			t.Fatalf("plane 1 at %v, rule off %v: the WRITE did not complete: %+v %v", plane1, off, pr.ra.done, pr.a.Err())
+			t.Fatalf("plane %d's links at %v, rule off %v: the WRITE did not complete: %+v %v", long, delay, off, pr.ra.done, pr.a.Err())
 		}
-		var sent [2]uint64
+		var acked [2]uint64
 		for _, p := range pr.a.snd.paths {
-			sent[p.Plane()] += p.Counters.Acked
+			acked[p.Plane()] += p.Counters.Acked
+			windows += p.cwin.Value()
 		}
-		return n.sim.Now().Sub(start), float64(sent[1]) / float64(sent[0]+sent[1])
+		return n.sim.Now().Sub(start), float64(acked[long]) / float64(acked[0]+acked[1]), windows
 	}
-	on, shareOn := run(15*time.Microsecond, false)
-	off, shareOff := run(15*time.Microsecond, true)
+	on, shareOn, _ := run(1, 15*time.Microsecond, 16, false)
+	off, shareOff, _ := run(1, 15*time.Microsecond, 16, true)
 	t.Logf("plane 1 five times as long: %v, plane 1 carried %.2f of the packets; without the rule %v, %.2f", on, shareOn, off, shareOff)
 	if shareOn < 1.0/3 || on >= off*85/100 {
 		t.Errorf("plane 1 five times as long: %v and %.2f of the packets on plane 1, without the rule %v and %.2f: want a third or more, and 15%% sooner", on, shareOn, off, shareOff)
 	}
-	eqOn, _ := run(3*time.Microsecond, false)
-	eqOff, _ := run(3*time.Microsecond, true)
-	if eqOn != eqOff {
-		t.Errorf("equal planes: %v with the rule, %v without: want the same", eqOn, eqOff)
+	for _, c := range []struct {
+		what  string
+		long  int
+		delay time.Duration
+		paths int
+	}{
+		{"equal planes", 1, 3 * time.Microsecond, 16},
+		// 64 paths, so that PathWindow does not cap the first window.
+		{"plane 0 five times as long", 0, 15 * time.Microsecond, 64},
+	} {
+		on, _, wOn := run(c.long, c.delay, c.paths, false)
+		off, _, wOff := run(c.long, c.delay, c.paths, true)
+		if on != off || wOn != wOff {
+			t.Errorf("%s: %v and windows of %.0f packets in all with the rule, %v and %.0f without: want the same", c.what, on, wOn, off, wOff)
+		}
 	}
 }
