@@ -102,7 +102,8 @@ type Config struct {
 
 	// PathWindow caps the packets in flight per path. Congestion control
 	// moves each path's window below it, starting at min(16, PathWindow).
-	// Default 64, at most 255.
+	// Default and most 255, what a path's ACK records can name (spec
+	// section 5.5).
 	PathWindow int
 	// InboundCapacity is the rate this endpoint can receive, in bytes of
 	// payload a second. The endpoint's rate hints share it among the

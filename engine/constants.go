@@ -51,7 +51,7 @@ const (
 	defaultPaths             = 8                      // enough ECMP entropy for a few planes
 	defaultStreams           = 8                      // ordered streams above one connection
 	defaultDSNWindow         = 2048                   // a few bandwidth-delay products of a 100 Gb/s fabric
-	defaultPathWindow        = 64                     // the most one path may hold in flight, below maxPathRing
+	defaultPathWindow        = maxPathRing - 1        // all a path's ACK records can name: one path carries a BDP of 400 Gb/s and 12.5 µs
 	defaultHintHorizon       = 20 * time.Microsecond  // a few round trips of a data-center fabric
 	defaultAckEvery          = 8                      // one ACK for a handful of packets
 	defaultAckDelay          = 5 * time.Microsecond   // a fraction of a fabric round trip

@@ -862,3 +862,29 @@ func TestLongPlaneWindowsFitItsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestOnePathFillsAFastLine runs a 16 MiB WRITE over one path at 400
+// Gb/s and a round trip of about 12.5 µs, where a bandwidth-delay product
+// is near 150 packets. The path's window reaches it, as its cap
+// (PathWindow) allows, and the WRITE moves at 0.9 of the line or more. A
+// cap under one BDP would hold a connection of one path to a fraction of
+// its line.
+func TestOnePathFillsAFastLine(t *testing.T) {
+	const rate = 400e9 / 8
+	fc := twoHostFabric(1)
+	fc.Uplink.Rate, fc.Downlink.Rate = 400e9, 400e9
+	fc.Uplink.Delay, fc.Downlink.Delay = 3*time.Microsecond, 3*time.Microsecond
+	n := newNet(t, fc, Config{Paths: 1, PortRates: []float64{rate}, InboundCapacity: rate, OutboundCapacity: rate})
+	pr := n.connect(0, 1)
+	start := n.sim.Now()
+	pr.postWrite(t, 4096)
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
+		t.Fatalf("the WRITE did not complete: %+v %v", pr.ra.done, pr.a.Err())
+	}
+	took := n.sim.Now().Sub(start)
+	share := 4096 * 4096 / rate / took.Seconds()
+	t.Logf("16 MiB in %v, %.2f of the line; the path's window ended at %.0f packets", took, share, pr.a.snd.paths[0].cwin.Value())
+	if share < 0.9 {
+		t.Errorf("16 MiB over one path took %v, %.2f of the line: want 0.9 or more", took, share)
+	}
+}
