@@ -101,7 +101,7 @@ type Config struct {
 	// Windows and rates.
 
 	// PathWindow caps the packets in flight per path. Congestion control
-	// moves each path's window below it, starting at min(16, PathWindow).
+	// moves each path's window below it.
 	// Default and most 255, what a path's ACK records can name (spec
 	// section 5.5).
 	PathWindow int

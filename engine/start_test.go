@@ -852,7 +852,7 @@ func TestLongPlaneWindowsFitItsRoundTrip(t *testing.T) {
 		paths int
 	}{
 		{"equal planes", 1, 3 * time.Microsecond, 16},
-		// 64 paths, so that PathWindow does not cap the first window.
+		// 64 paths: a first window of a long round trip, a few packets a path.
 		{"plane 0 five times as long", 0, 15 * time.Microsecond, 64},
 	} {
 		on, _, wOn := run(c.long, c.delay, c.paths, false)
