@@ -74,12 +74,7 @@ func start(t *testing.T, bin string, args ...string) *proc {
 // waitFor waits until the output holds s.
 func (p *proc) waitFor(t *testing.T, s string) {
 	t.Helper()
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if strings.Contains(p.out.String(), s) {
-			return
-		}
-	}
-	t.Fatalf("no %q in 20 s:\n%s", s, p.out.String())
+	p.waitUntil(t, fmt.Sprintf("%q", s), func(out string) bool { return strings.Contains(out, s) })
 }
 
 // waitListening waits until the process is a receiver whose listener is
@@ -88,14 +83,21 @@ func (p *proc) waitFor(t *testing.T, s string) {
 // listener is refused.
 func (p *proc) waitListening(t *testing.T) {
 	t.Helper()
+	p.waitUntil(t, `line "listening on"`, func(out string) bool {
+		return strings.HasPrefix(out, "listening on ") || strings.Contains(out, "\nlistening on ")
+	})
+}
+
+// waitUntil waits up to 20 s for the process's output to be done, and
+// fails the test with what it waited for if it never is.
+func (p *proc) waitUntil(t *testing.T, what string, done func(out string) bool) {
+	t.Helper()
 	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		for _, line := range strings.Split(p.out.String(), "\n") {
-			if strings.HasPrefix(line, "listening on ") {
-				return
-			}
+		if done(p.out.String()) {
+			return
 		}
 	}
-	t.Fatalf("no line \"listening on\" in 20 s:\n%s", p.out.String())
+	t.Fatalf("no %s in 20 s:\n%s", what, p.out.String())
 }
 
 // wait waits for the process to end and returns its status.
