@@ -90,6 +90,7 @@ const (
 	lossVerdicts   = 16                    // verdicts before the connection's loss rate explains anything (randomLoss.explains)
 	lossExplains   = 0.01                  // how likely under random loss a silence must be for it to be no evidence (randomLoss.explains)
 	tailMiss       = 0.01                  // how likely every transmission of a DSN at the tail may be lost (randomLoss.tailCopies)
+	tailLossRate   = 0.02                  // the random loss from which a packet overtaken at the tail is taken for lost before its path probes (randomLoss.atRandom)
 	maxTailCopies  = 3                     // the most copies a transmission at the tail gets (randomLoss.tailCopies)
 )
 

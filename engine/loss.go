@@ -63,6 +63,14 @@ func (l *randomLoss) explains(n int) bool {
 	return silent*math.Pow(next, float64(n-1)) >= lossExplains
 }
 
+// atRandom reports whether the connection loses at least tailLossRate of
+// its transmissions at random, once lossVerdicts verdicts are in: then a
+// packet that a later one on another path overtook at the tail is taken
+// for lost before its path probes (lostAtTail).
+func (l *randomLoss) atRandom() bool {
+	return l.verdicts >= lossVerdicts && l.rate >= tailLossRate
+}
+
 // tailCopies is how many copies go with a tail probe, a
 // resend at the tail, or the DSN holding a full window, where nothing new
 // follows that would show its loss:

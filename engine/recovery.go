@@ -514,31 +514,41 @@ func (s *sender) lostOvertaken(now clock.Time) {
 	}
 }
 
-// lostAtTail declares lost, at the tail of a transfer, the packets of each
-// path in service that sent a tail probe and that a transmission sent
-// later on another path overtook (overtook): the probe and what it was to
-// report were lost together, as when a burst on the path's plane takes
-// them, while the probe's copy on another plane arrived. Before the tail
-// a path's own later packets find its losses; here the path's timeout
-// would find them a retransmission timeout after the probe. A path whose
-// packets were so declared at two tails with no news of it in between has
-// failed, not lost a burst: it times out (onRTO) and leaves service, as
-// its timer, which the declarations leave nothing to time, would have had
-// it. A second tail declares a packet sent after the first tail's
-// declaration; the rest of a burst of late ACKs only completes the first.
-// Nothing is declared while the peer's answers after a silence are still
-// coming (hear), and only when a newer transmission than before was
-// reported received (docs/cc.md, "The tail, across paths").
+// lostAtTail declares lost, at the tail of a transfer, the packets of a
+// path in service that a transmission sent later on another path overtook
+// (overtook). Before the tail a path's own later packets find its losses;
+// at the tail nothing follows its last packets. A path that sent its tail
+// probe declares them whatever the connection's loss: the probe and what
+// it was to report were lost together, as when a burst on the path's
+// plane takes them, while the probe's copy on another plane arrived. A
+// path that sent none declares them only while the connection loses
+// tailLossRate of its packets or more at random (randomLoss.atRandom),
+// one in fifty: its probe would come a probe
+// timeout after its last ACK, a timeout the busy part of the transfer's
+// queues lengthened, and under heavy loss the probe and its copy are often
+// lost in turn; where nothing is lost at random, routes whose queues
+// differ reorder the tail more than the reordering window allows, and a
+// packet overtaken there is late, not lost. A path whose packets were so
+// declared at two tails with no news of it in between has failed, not
+// lost a burst: it times out (onRTO) and leaves service, as its timer,
+// which the declarations leave nothing to time, would have had it. A
+// second tail declares a packet sent after the first tail's declaration;
+// the rest of a burst of late ACKs only completes the first. Nothing is
+// declared while the peer's answers after a silence are still coming
+// (hear), and only when a newer transmission than before was reported
+// received. A transport that resends from the PSN its receiver names (the
+// baseline) declares nothing here (docs/cc.md, "The tail, across paths").
 func (s *sender) lostAtTail(now clock.Time) {
-	if s.unsent != 0 || tailOvertakenOff || s.deliveredSent == s.tailSeen {
+	if s.unsent != 0 || tailOvertakenOff || !s.c.tp.gapsLost() || s.deliveredSent == s.tailSeen {
 		return
 	}
 	s.tailSeen = s.deliveredSent
 	if _, coming := s.answersComing(); coming {
 		return
 	}
+	unprobed := s.loss.atRandom() && !tailProbedOnly
 	for _, p := range s.paths {
-		if !p.probed || p.inflight == 0 || p.State() != pathmgr.Good && p.State() != pathmgr.Skip {
+		if p.inflight == 0 || p.State() != pathmgr.Good && p.State() != pathmgr.Skip || !p.probed && !unprobed {
 			continue
 		}
 		declared, newest := p.declareOvertaken(now, false)
@@ -559,6 +569,10 @@ func (s *sender) lostAtTail(now clock.Time) {
 // tailOvertakenOff turns lostAtTail off, for the tests that compare with
 // it or need a path's timeout at the tail.
 var tailOvertakenOff bool
+
+// tailProbedOnly restores, for the tests that measure it, lostAtTail as it
+// was before: only a path that sent its tail probe declares its packets.
+var tailProbedOnly bool
 
 // declareOvertaken declares lost the path's oldest packets in flight that
 // a later transmission overtook (overtook), up to the first that none did;

@@ -787,3 +787,68 @@ func path1DeadAfter(k int) (func(*link.Datagram) bool, *int) {
 		return *sent > k && (p.Type().IsData() || p.Type() == proto.TypeProbe)
 	}, sent
 }
+
+// TestTailLossFoundOnAnotherPath loses the first transmission of every
+// data packet that path 0 of two carries from the WRITE's 53rd DSN of 64
+// on, and early on of DSNs 4, 12 and 20, a random loss of one in eight.
+// Nothing of path 0 arrives after its last packets, but path 1's later
+// packets do, and the ACK that reports them declares path 0's packets
+// lost (lostAtTail): they are resent before path 0 sends a tail probe, and
+// the WRITE completes sooner than where only a path that sent its tail
+// probe declares. Without the earlier losses the connection loses nothing
+// at random, and path 0's tail probe finds them as before.
+func TestTailLossFoundOnAnotherPath(t *testing.T) {
+	run := func(random bool) (time.Duration, SenderStats, *traceLog) {
+		n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
+		log := &traceLog{}
+		n.hosts[0].ep.tracer = log
+		var first uint32
+		seen := false
+		dropped := map[uint32]bool{}
+		took, st := n.write(t, 64, func(d *link.Datagram) bool {
+			var p proto.Packet
+			if p.Decode(d.Data) != nil || !p.Type().IsData() {
+				return false
+			}
+			dsn := p.Common.DSN()
+			if !seen {
+				first, seen = dsn, true
+			}
+			if dropped[dsn] {
+				return false
+			}
+			if random && dsn-first < 24 && (dsn-first)%8 == 3 {
+				dropped[dsn] = true
+				return true
+			}
+			if p.Common.PathID() != 0 || dsn-first < 52 {
+				return false
+			}
+			dropped[dsn] = true
+			return true
+		}, nil)
+		if len(dropped) == 0 {
+			t.Fatal("path 0 carried none of the last DSNs")
+		}
+		return took, st, log
+	}
+	overtaken := func(log *traceLog) int {
+		return log.count(TraceLost, func(ev TraceEvent) bool { return ev.Path == 0 && ev.Loss == LossOvertaken })
+	}
+	took, st, log := run(true)
+	tailProbedOnly = true
+	slow, stSlow, _ := run(true)
+	tailProbedOnly = false
+	t.Logf("took %v (%v when only a probed path declares): %d declared overtaken, %d tail probes (%d), %d timeouts",
+		took, slow, overtaken(log), st.TailProbes, stSlow.TailProbes, st.Timeouts)
+	if overtaken(log) == 0 || st.TailProbes != 0 || st.Timeouts != 0 {
+		t.Errorf("%d of path 0's packets declared overtaken, %d tail probes, %d timeouts; want some, and none", overtaken(log), st.TailProbes, st.Timeouts)
+	}
+	if took > slow-10*time.Microsecond {
+		t.Errorf("the WRITE took %v, %v when only a probed path declares; want at least 10us less", took, slow)
+	}
+	_, st, log = run(false)
+	if overtaken(log) != 0 || st.TailProbes == 0 {
+		t.Errorf("no random loss: %d of path 0's packets declared overtaken, %d tail probes; want none, and path 0's probe", overtaken(log), st.TailProbes)
+	}
+}

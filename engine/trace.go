@@ -74,8 +74,9 @@ const (
 	// LossLocal means the local host dropped the packet on its way out,
 	// a queue there full (link.LocalDropHandler).
 	LossLocal
-	// LossOvertaken means a packet of a first window of one BDP was
-	// overtaken: one sent after it on another path arrived (overtaken).
+	// LossOvertaken means a transmission sent after the packet on another
+	// path arrived first: in a first window of one BDP (lostOvertaken), or
+	// at the tail of a transfer (lostAtTail).
 	LossOvertaken
 )
 
