@@ -63,10 +63,11 @@ func (l *randomLoss) explains(n int) bool {
 	return silent*math.Pow(next, float64(n-1)) >= lossExplains
 }
 
-// atRandom reports whether the connection loses at least tailLossRate of
-// its transmissions at random, once lossVerdicts verdicts are in: then a
-// packet that a later one on another path overtook at the tail is taken
-// for lost before its path probes (lostAtTail).
+// atRandom reports whether the connection's ACK records show at least
+// tailLossRate of its transmissions lost, a queue's overflows among them,
+// once lossVerdicts verdicts are in: then a packet that a later one on
+// another path overtook at the tail is taken for lost before its path
+// probes (lostAtTail).
 func (l *randomLoss) atRandom() bool {
 	return l.verdicts >= lossVerdicts && l.rate >= tailLossRate
 }

@@ -517,27 +517,31 @@ func (s *sender) lostOvertaken(now clock.Time) {
 // lostAtTail declares lost, at the tail of a transfer, the packets of a
 // path in service that a transmission sent later on another path overtook
 // (overtook). Before the tail a path's own later packets find its losses;
-// at the tail nothing follows its last packets. A path that sent its tail
-// probe declares them whatever the connection's loss: the probe and what
-// it was to report were lost together, as when a burst on the path's
-// plane takes them, while the probe's copy on another plane arrived. A
-// path that sent none declares them only while the connection loses
-// tailLossRate of its packets or more at random (randomLoss.atRandom),
-// one in fifty: its probe would come a probe
-// timeout after its last ACK, a timeout the busy part of the transfer's
-// queues lengthened, and under heavy loss the probe and its copy are often
-// lost in turn; where nothing is lost at random, routes whose queues
-// differ reorder the tail more than the reordering window allows, and a
-// packet overtaken there is late, not lost. A path whose packets were so
-// declared at two tails with no news of it in between has failed, not
-// lost a burst: it times out (onRTO) and leaves service, as its timer,
-// which the declarations leave nothing to time, would have had it. A
-// second tail declares a packet sent after the first tail's declaration;
-// the rest of a burst of late ACKs only completes the first. Nothing is
-// declared while the peer's answers after a silence are still coming
-// (hear), and only when a newer transmission than before was reported
-// received. A transport that resends from the PSN its receiver names (the
-// baseline) declares nothing here (docs/cc.md, "The tail, across paths").
+// at the tail nothing follows its last packets.
+//
+// A path that sent its tail probe declares them whatever the connection's
+// loss: the probe and what it was to report were lost together, as when a
+// burst on the path's plane takes them, while the probe's copy on another
+// plane arrived. A path that sent none declares them only while the
+// connection's ACK records show it losing tailLossRate of its packets or
+// more (randomLoss.atRandom). Its probe would come a probe timeout after
+// its last ACK, a timeout the busy part of the transfer's queues
+// lengthened, and under heavy loss the probe and its copy are often lost
+// in turn. Where little is lost, routes whose queues differ reorder the
+// tail by more than the reordering window, and a packet overtaken there is
+// late, not lost.
+//
+// A path whose packets were so declared at two tails with no news of it in
+// between (a record that resolved one of its packets, or that reported
+// received one declared lost) has failed, not lost a burst: it times out
+// (onRTO) and leaves service, as its timer, which the declarations leave
+// nothing to time, would have had it. A second tail declares a packet sent
+// after the first tail's declaration; the rest of a burst of late ACKs
+// only completes the first. Nothing is declared while the peer's answers
+// after a silence are still coming (hear), and only when a newer
+// transmission than before was reported received. A transport that
+// resends from the PSN its receiver names (the baseline) declares nothing
+// here (docs/cc.md, "The tail, across paths").
 func (s *sender) lostAtTail(now clock.Time) {
 	if s.unsent != 0 || tailOvertakenOff || !s.c.tp.gapsLost() || s.deliveredSent == s.tailSeen {
 		return

@@ -87,6 +87,12 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		s.stats.BadAcks++ // never sent, or an older use of this epoch value
 		return
 	}
+	if r := p.slot(h); r.psn == h && r.declared {
+		// The packet was declared lost and arrived: the path delivers, and
+		// the tails that declared its packets took late ones for lost
+		// (lostAtTail).
+		p.tailStrikes = 0
+	}
 	// A record that reports its newest PSN received for the first time
 	// measures a round trip (spec section 5.5). A repeat measures the same
 	// one again, over a longer ServiceTime, which the receiver's clock
@@ -392,7 +398,7 @@ func (p *sendPath) resolveAcked(r *sendRec, at clock.Time) {
 // content for retransmission. It does not when the DSN was acknowledged
 // another way or a later transmission of it is still out.
 func (p *sendPath) resolveLost(r *sendRec, psn uint32, cause LossCause) {
-	r.resolved = true
+	r.resolved, r.declared = true, true
 	p.released(r)
 	if cause == LossLocal {
 		p.Counters.LocalDrops++ // the path carried nothing, so lost nothing

@@ -21,6 +21,7 @@ type sendRec struct {
 	full     bool // the packet was as large as the connection sent then (verifyMTU)
 	retx     bool // content sent before: a resend, a probe or a copy
 	first    bool // sent before the first ACK, in a first window of one BDP: new data, a resend, a probe or a copy
+	declared bool // resolved as lost (resolveLost)
 }
 
 // sendPath is the sender's state of one path. The path manager
@@ -64,8 +65,9 @@ type sendPath struct {
 	armedAt clock.Time // when the timer was last armed (armTimer)
 	probed  bool       // a tail probe went out since the last acknowledgment
 	// tailStrikes counts the tails at which lostAtTail declared the path's
-	// packets lost since the last acknowledgment; struckAt is when it last
-	// did.
+	// packets lost since the last news of the path: an acknowledgment, or
+	// a record that reports received a packet declared lost. struckAt is
+	// when it last did.
 	tailStrikes uint8
 	struckAt    clock.Time
 	timeouts    uint8 // retransmission timeouts in a row, saturating

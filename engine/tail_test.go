@@ -798,13 +798,16 @@ func path1DeadAfter(k int) (func(*link.Datagram) bool, *int) {
 // probe declares. Without the earlier losses the connection loses nothing
 // at random, and path 0's tail probe finds them as before.
 func TestTailLossFoundOnAnotherPath(t *testing.T) {
-	run := func(random bool) (time.Duration, SenderStats, *traceLog) {
+	// run returns how long the WRITE took, the sender's counters, and how
+	// many of path 0's packets of the last DSNs were declared overtaken.
+	run := func(random bool) (time.Duration, SenderStats, int) {
 		n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
 		log := &traceLog{}
 		n.hosts[0].ep.tracer = log
 		var first uint32
 		seen := false
 		dropped := map[uint32]bool{}
+		tail := 0 // path 0's first transmissions of the last DSNs
 		took, st := n.write(t, 64, func(d *link.Datagram) bool {
 			var p proto.Packet
 			if p.Decode(d.Data) != nil || !p.Type().IsData() {
@@ -825,30 +828,111 @@ func TestTailLossFoundOnAnotherPath(t *testing.T) {
 				return false
 			}
 			dropped[dsn] = true
+			tail++
 			return true
 		}, nil)
-		if len(dropped) == 0 {
+		if tail == 0 {
 			t.Fatal("path 0 carried none of the last DSNs")
 		}
-		return took, st, log
+		overtaken := log.count(TraceLost, func(ev TraceEvent) bool {
+			return ev.Path == 0 && ev.Loss == LossOvertaken && ev.DSN-first >= 52
+		})
+		return took, st, overtaken
 	}
-	overtaken := func(log *traceLog) int {
-		return log.count(TraceLost, func(ev TraceEvent) bool { return ev.Path == 0 && ev.Loss == LossOvertaken })
-	}
-	took, st, log := run(true)
+	took, st, overtaken := run(true)
 	tailProbedOnly = true
+	defer func() { tailProbedOnly = false }()
 	slow, stSlow, _ := run(true)
 	tailProbedOnly = false
 	t.Logf("took %v (%v when only a probed path declares): %d declared overtaken, %d tail probes (%d), %d timeouts",
-		took, slow, overtaken(log), st.TailProbes, stSlow.TailProbes, st.Timeouts)
-	if overtaken(log) == 0 || st.TailProbes != 0 || st.Timeouts != 0 {
-		t.Errorf("%d of path 0's packets declared overtaken, %d tail probes, %d timeouts; want some, and none", overtaken(log), st.TailProbes, st.Timeouts)
+		took, slow, overtaken, st.TailProbes, stSlow.TailProbes, st.Timeouts)
+	if overtaken == 0 || st.TailProbes != 0 || st.Timeouts != 0 {
+		t.Errorf("%d of path 0's last packets declared overtaken, %d tail probes, %d timeouts; want some, and none", overtaken, st.TailProbes, st.Timeouts)
 	}
 	if took > slow-10*time.Microsecond {
 		t.Errorf("the WRITE took %v, %v when only a probed path declares; want at least 10us less", took, slow)
 	}
-	_, st, log = run(false)
-	if overtaken(log) != 0 || st.TailProbes == 0 {
-		t.Errorf("no random loss: %d of path 0's packets declared overtaken, %d tail probes; want none, and path 0's probe", overtaken(log), st.TailProbes)
+	_, st, overtaken = run(false)
+	if overtaken != 0 || st.TailProbes == 0 {
+		t.Errorf("no random loss: %d of path 0's last packets declared overtaken, %d tail probes; want none, and path 0's probe", overtaken, st.TailProbes)
+	}
+}
+
+// holdPort sends the datagrams hold picks that long after the others, in
+// the order they came.
+type holdPort struct {
+	link.Port
+	sim  *clock.Sim
+	hold func(*link.Datagram) time.Duration
+}
+
+func (f *holdPort) Send(batch []link.Datagram) {
+	kept := batch[:0]
+	for _, d := range batch {
+		late := f.hold(&d)
+		if late <= 0 {
+			kept = append(kept, d)
+			continue
+		}
+		held := d
+		held.Data = append([]byte(nil), d.Data...)
+		f.sim.At(f.sim.Now().Add(late), clock.Func(func() { f.Port.Send([]link.Datagram{held}) }))
+	}
+	f.Port.Send(kept)
+}
+
+// TestDeclaredPacketArrivingIsNews holds back, by 40 µs, every data
+// packet path 1 of two sends from the WRITE's 97th DSN of 128 on, after
+// three early losses. At the tail path 0's packets, and then the resends
+// of path 1's that it carries, overtake them all, and lostAtTail declares
+// them lost: a tail of path 1's. Then they arrive. A record that reports
+// received a packet declared lost shows the path delivering, and the
+// strike is gone; counted as no news, it would stand, and the next tail
+// like it would time the path out.
+func TestDeclaredPacketArrivingIsNews(t *testing.T) {
+	n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
+	var first uint32
+	seen := false
+	lost := map[uint32]bool{}
+	held := 0
+	n.hosts[0].ep.port = &holdPort{Port: &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
+		var p proto.Packet
+		if p.Decode(d.Data) != nil || !p.Type().IsData() {
+			return false
+		}
+		dsn := p.Common.DSN()
+		if !seen {
+			first, seen = dsn, true
+		}
+		if dsn-first < 24 && (dsn-first)%8 == 3 && !lost[dsn] {
+			lost[dsn] = true
+			return true
+		}
+		return false
+	}}, sim: n.sim, hold: func(d *link.Datagram) time.Duration {
+		var p proto.Packet
+		if p.Decode(d.Data) != nil || !p.Type().IsData() || p.Common.PathID() != 1 || p.Common.DSN()-first < 96 {
+			return 0
+		}
+		held++
+		return 40 * time.Microsecond
+	}}
+	pr := n.connect(0, 1)
+	pr.postWrite(t, 128)
+	path := pr.a.snd.paths[1]
+	struck := uint8(0)
+	if !n.run(time.Second, func() bool {
+		struck = max(struck, path.tailStrikes)
+		return len(pr.ra.done) == 1
+	}) {
+		t.Fatal("the WRITE did not complete")
+	}
+	n.run(time.Millisecond, func() bool { struck = max(struck, path.tailStrikes); return false })
+	t.Logf("%d of path 1's packets held; its strikes: %d at most, %d at the end; %v", held, struck, path.tailStrikes, path.State())
+	if struck == 0 {
+		t.Fatal("no tail of path 1's declared its packets")
+	}
+	if path.tailStrikes != 0 || !path.InUse() {
+		t.Errorf("path 1 %v with %d strikes after its packets declared lost arrived; want in service with none", path.State(), path.tailStrikes)
 	}
 }
