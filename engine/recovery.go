@@ -531,17 +531,17 @@ func (s *sender) lostOvertaken(now clock.Time) {
 // tail by more than the reordering window, and a packet overtaken there is
 // late, not lost.
 //
-// A path whose packets were so declared at two tails with no news of it in
-// between (a record that resolved one of its packets, or that reported
-// received one declared lost) has failed, not lost a burst: it times out
-// (onRTO) and leaves service, as its timer, which the declarations leave
-// nothing to time, would have had it. A second tail declares a packet sent
-// after the first tail's declaration; the rest of a burst of late ACKs
-// only completes the first. Nothing is declared while the peer's answers
-// after a silence are still coming (hear), and only when a newer
-// transmission than before was reported received. A transport that
-// resends from the PSN its receiver names (the baseline) declares nothing
-// here (docs/cc.md, "The tail, across paths").
+// A path whose packets were so declared at two tails with no news of it
+// in between (a record that resolved one of its packets, or whose newest
+// PSN, reported received, was declared lost) has failed, not lost a
+// burst: it times out (onRTO) and leaves service, as its timer, which the
+// declarations leave nothing to time, would have had it. A second tail
+// declares a packet sent after the first tail's declaration; the rest of
+// a burst of late ACKs only completes the first. Nothing is declared
+// while the peer's answers after a silence are still coming (hear), and
+// only when a newer transmission than before was reported received. A
+// transport that resends from the PSN its receiver names (the baseline)
+// declares nothing here (docs/cc.md, "The tail, across paths").
 func (s *sender) lostAtTail(now clock.Time) {
 	if s.unsent != 0 || tailOvertakenOff || !s.c.tp.gapsLost() || s.deliveredSent == s.tailSeen {
 		return

@@ -87,11 +87,13 @@ func (p *sendPath) onRecord(rec proto.AckRecord, ackSent uint32, at clock.Time) 
 		s.stats.BadAcks++ // never sent, or an older use of this epoch value
 		return
 	}
-	if r := p.slot(h); r.psn == h && r.declared {
-		// The packet was declared lost and arrived: the path delivers, and
-		// the tails that declared its packets took late ones for lost
-		// (lostAtTail).
+	if r := p.slot(h); r.psn == h && r.declared && e == p.Epoch() {
+		// The record's newest PSN was declared lost and arrived: the path
+		// delivers, and the tails that declared its packets took late ones
+		// for lost (lostAtTail). Once only: a repeat of the record tells
+		// nothing newer, and a dead path's receiver repeats its last.
 		p.tailStrikes = 0
+		r.declared = false
 	}
 	// A record that reports its newest PSN received for the first time
 	// measures a round trip (spec section 5.5). A repeat measures the same

@@ -66,8 +66,8 @@ type sendPath struct {
 	probed  bool       // a tail probe went out since the last acknowledgment
 	// tailStrikes counts the tails at which lostAtTail declared the path's
 	// packets lost since the last news of the path: an acknowledgment, or
-	// a record that reports received a packet declared lost. struckAt is
-	// when it last did.
+	// a record whose newest PSN, reported received, was declared lost.
+	// struckAt is when it last did.
 	tailStrikes uint8
 	struckAt    clock.Time
 	timeouts    uint8 // retransmission timeouts in a row, saturating

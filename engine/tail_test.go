@@ -887,52 +887,82 @@ func (f *holdPort) Send(batch []link.Datagram) {
 // of path 1's that it carries, overtake them all, and lostAtTail declares
 // them lost: a tail of path 1's. Then they arrive. A record that reports
 // received a packet declared lost shows the path delivering, and the
-// strike is gone; counted as no news, it would stand, and the next tail
-// like it would time the path out.
+// strike goes then, before any packet of path 1 is acknowledged; counted
+// as no news, it would stand until one is, and a next tail before that
+// would time the path out.
 func TestDeclaredPacketArrivingIsNews(t *testing.T) {
 	n := newNet(t, twoHostFabric(2), Config{Paths: 2, InboundCapacity: 10e9})
 	var first uint32
 	seen := false
+	// data decodes a data packet and takes the WRITE's first DSN from the
+	// first one: holdPort reads each batch before portFilter does.
+	data := func(d *link.Datagram) (proto.Packet, bool) {
+		var p proto.Packet
+		if p.Decode(d.Data) != nil || !p.Type().IsData() {
+			return p, false
+		}
+		if !seen {
+			first, seen = p.Common.DSN(), true
+		}
+		return p, true
+	}
 	lost := map[uint32]bool{}
 	held := 0
 	n.hosts[0].ep.port = &holdPort{Port: &portFilter{Port: n.fab.Host(0), drop: func(d *link.Datagram) bool {
-		var p proto.Packet
-		if p.Decode(d.Data) != nil || !p.Type().IsData() {
+		p, ok := data(d)
+		if !ok {
 			return false
 		}
 		dsn := p.Common.DSN()
-		if !seen {
-			first, seen = dsn, true
-		}
 		if dsn-first < 24 && (dsn-first)%8 == 3 && !lost[dsn] {
 			lost[dsn] = true
 			return true
 		}
 		return false
 	}}, sim: n.sim, hold: func(d *link.Datagram) time.Duration {
-		var p proto.Packet
-		if p.Decode(d.Data) != nil || !p.Type().IsData() || p.Common.PathID() != 1 || p.Common.DSN()-first < 96 {
+		p, ok := data(d)
+		if !ok || p.Common.PathID() != 1 || p.Common.DSN()-first < 96 {
 			return 0
 		}
 		held++
 		return 40 * time.Microsecond
 	}}
+	log := &traceLog{}
+	n.hosts[0].ep.tracer = log
 	pr := n.connect(0, 1)
 	pr.postWrite(t, 128)
 	path := pr.a.snd.paths[1]
-	struck := uint8(0)
-	if !n.run(time.Second, func() bool {
-		struck = max(struck, path.tailStrikes)
-		return len(pr.ra.done) == 1
-	}) {
+	var struckAt, clearedAt clock.Time // when path 1 was first struck, and when that strike went
+	watch := func() {
+		switch {
+		case struckAt == 0 && path.tailStrikes > 0:
+			struckAt = n.sim.Now()
+		case struckAt != 0 && clearedAt == 0 && path.tailStrikes == 0:
+			clearedAt = n.sim.Now()
+		}
+	}
+	if !n.run(time.Second, func() bool { watch(); return len(pr.ra.done) == 1 }) {
 		t.Fatal("the WRITE did not complete")
 	}
-	n.run(time.Millisecond, func() bool { struck = max(struck, path.tailStrikes); return false })
-	t.Logf("%d of path 1's packets held; its strikes: %d at most, %d at the end; %v", held, struck, path.tailStrikes, path.State())
-	if struck == 0 {
-		t.Fatal("no tail of path 1's declared its packets")
+	n.run(time.Millisecond, func() bool { watch(); return false })
+	// The first acknowledgment on path 1 after the strike, which clears it
+	// too.
+	var acked clock.Time
+	for _, ev := range log.evs {
+		if ev.Kind == TraceAcked && ev.Path == 1 && ev.At >= struckAt && acked == 0 {
+			acked = ev.At
+		}
 	}
-	if path.tailStrikes != 0 || !path.InUse() {
-		t.Errorf("path 1 %v with %d strikes after its packets declared lost arrived; want in service with none", path.State(), path.tailStrikes)
+	overtaken := log.count(TraceLost, func(ev TraceEvent) bool {
+		return ev.Path == 1 && ev.Loss == LossOvertaken && ev.DSN-first >= 96
+	})
+	t.Logf("%d of path 1's packets held, %d declared overtaken; struck at %v, cleared at %v, acknowledged at %v; %v",
+		held, overtaken, struckAt, clearedAt, acked, path.State())
+	if struckAt == 0 || overtaken == 0 {
+		t.Fatal("no tail of path 1's declared its held packets")
+	}
+	if clearedAt == 0 || acked != 0 && clearedAt >= acked || !path.InUse() {
+		t.Errorf("path 1's strike cleared at %v, its first acknowledgment after it at %v, %v; want it cleared before, by its packets declared lost, and in service",
+			clearedAt, acked, path.State())
 	}
 }
