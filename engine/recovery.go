@@ -510,7 +510,7 @@ func (s *sender) probeOverdue(now clock.Time) {
 // than the window allows.
 func (s *sender) lostOvertaken(now clock.Time) {
 	for _, p := range s.paths {
-		p.declareOvertaken(now, true)
+		p.declareOvertaken(now, true, 0)
 	}
 }
 
@@ -529,7 +529,7 @@ func (s *sender) lostOvertaken(now clock.Time) {
 // lengthened, and under heavy loss the probe and its copy are often lost
 // in turn. Where little is lost, routes whose queues differ reorder the
 // tail by more than the reordering window, and a packet overtaken there is
-// late, not lost.
+// late, not lost. Its window takes in the host's scheduling delay too.
 //
 // A path whose packets were so declared at two tails with no news of it
 // in between (a record that resolved one of its packets, or whose newest
@@ -555,7 +555,14 @@ func (s *sender) lostAtTail(now clock.Time) {
 		if p.inflight == 0 || p.State() != pathmgr.Good && p.State() != pathmgr.Skip || !p.probed && !unprobed {
 			continue
 		}
-		declared, newest := p.declareOvertaken(now, false)
+		var late time.Duration
+		if !p.probed {
+			// A packet stamped before another may leave its host after it
+			// by the host's scheduling delay: without a probe's evidence,
+			// the window takes that in.
+			late = s.c.ep.hostLate()
+		}
+		declared, newest := p.declareOvertaken(now, false, late)
 		if !declared || p.tailStrikes > 0 && newest <= p.struckAt {
 			// Nothing declared, or only what the last tail had sent: a
 			// burst of late ACKs, each reporting a newer transmission,
@@ -579,18 +586,19 @@ var tailOvertakenOff bool
 var tailProbedOnly bool
 
 // declareOvertaken declares lost the path's oldest packets in flight that
-// a later transmission overtook (overtook), up to the first that none did;
-// of its first window only if first. A packet of an earlier epoch is left
+// a later transmission overtook (overtook), sent more than late after them
+// besides the reordering window, up to the first that none did; of its
+// first window only if first. A packet of an earlier epoch is left
 // to the timeout, as its ACK records leave it (spec section 6.3), and one
 // whose DSN another transmission delivered is settled, not lost
 // (settleMoot). It reports whether it declared any lost, and when the
 // newest of those was sent.
-func (p *sendPath) declareOvertaken(now clock.Time, first bool) (declared bool, newest clock.Time) {
+func (p *sendPath) declareOvertaken(now clock.Time, first bool, late time.Duration) (declared bool, newest clock.Time) {
 	found := false
 	for p.oldest != p.next {
 		psn := p.oldest
 		r := p.slot(psn)
-		if r.psn != psn || r.resolved || first && !r.first || proto.SeqLess(psn, p.EpochStart(p.Epoch())) || !p.overtook(r.sentAt) {
+		if r.psn != psn || r.resolved || first && !r.first || proto.SeqLess(psn, p.EpochStart(p.Epoch())) || !p.overtook(r.sentAt.Add(late)) {
 			break
 		}
 		if !p.settleIfMoot(r) {
