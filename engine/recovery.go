@@ -551,16 +551,17 @@ func (s *sender) lostAtTail(now clock.Time) {
 		return
 	}
 	unprobed := s.loss.atRandom() && !tailProbedOnly
+	// A packet stamped before another may leave its host after it by the
+	// host's scheduling delay: without a probe's evidence, the window of a
+	// path that sent none takes that in.
+	unprobedLate := s.c.ep.hostLate()
 	for _, p := range s.paths {
 		if p.inflight == 0 || p.State() != pathmgr.Good && p.State() != pathmgr.Skip || !p.probed && !unprobed {
 			continue
 		}
-		var late time.Duration
-		if !p.probed {
-			// A packet stamped before another may leave its host after it
-			// by the host's scheduling delay: without a probe's evidence,
-			// the window takes that in.
-			late = s.c.ep.hostLate()
+		late := unprobedLate
+		if p.probed {
+			late = 0
 		}
 		declared, newest := p.declareOvertaken(now, false, late)
 		if !declared || p.tailStrikes > 0 && newest <= p.struckAt {
