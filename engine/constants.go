@@ -50,7 +50,7 @@ const (
 	defaultMaxPacket         = 4160                   // a jumbo frame with 4 KiB of payload in a WRITE, with its headers
 	defaultPaths             = 8                      // enough ECMP entropy for a few planes
 	defaultStreams           = 8                      // ordered streams above one connection
-	defaultDSNWindow         = 2048                   // a few bandwidth-delay products of a 100 Gb/s fabric
+	defaultDSNWindow         = 4096                   // 340 µs of 400 Gb/s, for a DSN lost several times in a row (docs/cc.md)
 	defaultPathWindow        = maxPathRing - 1        // all a path's ACK records can name: one path carries a BDP of 400 Gb/s and 12.5 µs
 	defaultHintHorizon       = 20 * time.Microsecond  // a few round trips of a data-center fabric
 	defaultAckEvery          = 8                      // one ACK for a handful of packets

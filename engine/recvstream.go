@@ -40,9 +40,8 @@ type recvStream struct {
 // next. MSN msn is in slot msn & (len - 1). The ring starts empty and
 // doubles when a message arrives further ahead than it reaches. The DSN
 // window bounds that. A peer can grow the ring to a pointer per DSN of the
-// window, 16 KiB a stream at the default window of 2,048, and no further.
-// It does not shrink. It is a slice rather than a map because every data
-// packet looks its message up.
+// window (Config.DSNWindow) and no further. It does not shrink. It is a
+// slice rather than a map because every data packet looks its message up.
 type msgRing []*rxMessage
 
 // get is message msn, or nil.
