@@ -77,3 +77,35 @@ func TestClearPathsRelieveABusyRoute(t *testing.T) {
 		t.Errorf("with relief %v and %.0f packets, without %v and %.0f: want sooner, with larger windows", on, clearOn, off, clearOff)
 	}
 }
+
+// TestReliefCountsQueuedWindowsAtTheirQueue checks that relief reads the
+// windows' rate at each path's least round trip plus its route's own queue
+// (underHintQueued): the busy paths' windows fill with packets queued on
+// their links, and at their least round trips alone they count as carrying
+// more than they do, so the clear paths take over less of what the busy
+// ones give up. With the queue counted the transfer ends sooner.
+func TestReliefCountsQueuedWindowsAtTheirQueue(t *testing.T) {
+	run := func(leastOnly bool) time.Duration {
+		reliefLeastOnly, routeClearOff = leastOnly, true // relief alone, as TestClearPathsRelieveABusyRoute
+		defer func() { reliefLeastOnly, routeClearOff = false, false }()
+		n := newNet(t, busySpineFabric(t), Config{Paths: 8, InboundCapacity: 49e9})
+		pr := n.connect(0, 1)
+		src := pr.ha.region(t, 16<<20, 1, memreg.LocalWrite)
+		dst := pr.hb.region(t, 16<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+		start := n.sim.Now()
+		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 16 << 20}, RKey: dst.Key()})
+		if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
+			t.Fatalf("least RTTs only %v: %+v %v", leastOnly, pr.ra.done, pr.a.Err())
+		}
+		if digest(src.Bytes()) != digest(dst.Bytes()) {
+			t.Fatal("data differs")
+		}
+		return n.sim.Now().Sub(start)
+	}
+	queued := run(false)
+	least := run(true)
+	t.Logf("queue counted: %v; least RTTs only: %v", queued, least)
+	if queued >= least {
+		t.Errorf("queue counted %v, least RTTs only %v: want sooner", queued, least)
+	}
+}

@@ -233,21 +233,22 @@ var reliefOff bool
 
 // relieves reports whether the path may take over, by grant
 // (cc.Window.Grant), what a marked sibling's cuts gave up. A switch hashes
-// each source port onto one of its links (spec section 6.3), and some of
-// a connection's paths may meet other traffic on a busy link while the
-// rest cross idle ones. The marked paths' windows fall, the connection
-// then carries less than its receiver grants, and additive increase on
-// the clear paths takes a round trip a packet to make it up: tens of
-// round trips at 400 Gb/s. The path relieves a sibling while the
-// connection's windows carry less than the hint, the path went unmarked
-// for two of its round trips, and a sibling on its plane, marked within
-// its last round trip, queues more than an eighth of the least round trip
+// each source port onto one of its links (spec section 6.3), and some of a
+// connection's paths may meet other traffic on a busy link while the rest
+// cross idle ones. The marked paths' windows fall, the connection then
+// carries less than its receiver grants, and additive increase on the clear
+// paths takes a round trip a packet to make it up: tens of round trips at
+// 400 Gb/s. The path relieves a sibling while the connection's windows
+// carry less than the hint, at their least round trips or at those and
+// their routes' own queues (underHintQueued), the path went unmarked for
+// two of its round trips, and a sibling on its plane, marked within its
+// last round trip, queues more than an eighth of the least round trip
 // longer: their routes differ in a busy link. A queue that every path
-// meets, the receiver's link in an incast or a bottleneck before it,
-// shows in every path alike and relieves none.
+// meets, the receiver's link in an incast or a bottleneck before it, shows
+// in every path alike and relieves none.
 func (p *sendPath) relieves(at clock.Time) bool {
 	s := p.s
-	if reliefOff || !p.queued || !s.underHint() {
+	if reliefOff || !p.queued || !s.underHint() && (reliefLeastOnly || !s.underHintQueued()) {
 		return false
 	}
 	if p.markedAt != 0 && at.Sub(p.markedAt) < 2*p.RTT.SRTT {
@@ -263,6 +264,45 @@ func (p *sendPath) relieves(at clock.Time) bool {
 	}
 	return false
 }
+
+// underHintQueued reports whether the receiver's hint is above the rate
+// the windows of the paths in service give at each one's least round trip
+// plus its route's own queue: the one-way queue its latest ACK record read,
+// less the least such reading of the connection's paths. Behind a busy
+// link a path's window fills with packets that wait there, and at its
+// least round trip (underHint) it counts as carrying far more than it
+// does, so the connection's clear paths would take none of what the busy
+// ones give up. A queue that every path meets, the receiver's link or a
+// bottleneck before it, is left out: the windows that fill it carry what
+// they count, and counted it would grow them into it. A path without an
+// RTT sample counts as nothing.
+func (s *sender) underHintQueued() bool {
+	if !s.hinted() {
+		return false
+	}
+	shared := time.Duration(-1)
+	for _, q := range s.paths {
+		if q.InUse() && q.RTT.Samples > 0 && q.queued && (shared < 0 || q.queue < shared) {
+			shared = q.queue
+		}
+	}
+	rate := 0.0
+	for _, q := range s.paths {
+		if !q.InUse() || q.RTT.Samples == 0 {
+			continue
+		}
+		rtt := q.RTT.Min
+		if q.queued {
+			rtt += q.queue - shared
+		}
+		rate += float64(q.window) * s.mss / rtt.Seconds()
+	}
+	return rate < s.hint
+}
+
+// reliefLeastOnly restores, for the tests that measure underHintQueued,
+// relief by the windows' rate at their least round trips alone.
+var reliefLeastOnly bool
 
 // routeClearOff turns routeClear off, for the tests that measure it.
 var routeClearOff bool
