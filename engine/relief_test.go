@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -37,6 +38,28 @@ func busySpineFabric(t *testing.T) netem.Config {
 	return fc
 }
 
+// writeOverBusySpine WRITEs 16 MiB over 8 paths of busySpineFabric, with
+// routeClear off so that relief alone grows the never-marked paths, and
+// returns how long it took and the sender. what names the run in failures.
+func writeOverBusySpine(t *testing.T, what string) (time.Duration, *sender) {
+	t.Helper()
+	routeClearOff = true
+	defer func() { routeClearOff = false }()
+	n := newNet(t, busySpineFabric(t), Config{Paths: 8, InboundCapacity: 49e9})
+	pr := n.connect(0, 1)
+	src := pr.ha.region(t, 16<<20, 1, memreg.LocalWrite)
+	dst := pr.hb.region(t, 16<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
+	start := n.sim.Now()
+	pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 16 << 20}, RKey: dst.Key()})
+	if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
+		t.Fatalf("%s: %+v %v", what, pr.ra.done, pr.a.Err())
+	}
+	if digest(src.Bytes()) != digest(dst.Bytes()) {
+		t.Fatalf("%s: data differs", what)
+	}
+	return n.sim.Now().Sub(start), &pr.a.snd
+}
+
 // TestClearPathsRelieveABusyRoute checks that where some paths' routes
 // cross busy links, the connection's other paths take over what those
 // paths' cuts gave up in a few round trips (relieves), not a packet a round
@@ -44,31 +67,20 @@ func busySpineFabric(t *testing.T) netem.Config {
 // windows of the paths never marked end larger.
 func TestClearPathsRelieveABusyRoute(t *testing.T) {
 	run := func(off bool) (time.Duration, float64) {
-		reliefOff, routeClearOff = off, true // relief alone: routeClear grows the never-marked paths too
-		defer func() { reliefOff, routeClearOff = false, false }()
-		n := newNet(t, busySpineFabric(t), Config{Paths: 8, InboundCapacity: 49e9})
-		pr := n.connect(0, 1)
-		src := pr.ha.region(t, 16<<20, 1, memreg.LocalWrite)
-		dst := pr.hb.region(t, 16<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
-		start := n.sim.Now()
-		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 16 << 20}, RKey: dst.Key()})
-		if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
-			t.Fatalf("relief off %v: %+v %v", off, pr.ra.done, pr.a.Err())
-		}
-		if digest(src.Bytes()) != digest(dst.Bytes()) {
-			t.Fatal("data differs")
-		}
+		reliefOff = off
+		defer func() { reliefOff = false }()
+		took, s := writeOverBusySpine(t, fmt.Sprintf("relief off %v", off))
 		clear, paths := 0.0, 0
-		for _, p := range pr.a.snd.paths {
+		for _, p := range s.paths {
 			if p.Counters.CEMarks == 0 {
 				clear += p.cwin.Value()
 				paths++
 			}
 		}
-		if paths == 0 || paths == len(pr.a.snd.paths) {
-			t.Fatalf("relief off %v: %d paths of %d unmarked: want the busy links to mark some, not all", off, paths, len(pr.a.snd.paths))
+		if paths == 0 || paths == len(s.paths) {
+			t.Fatalf("relief off %v: %d paths of %d unmarked: want the busy links to mark some, not all", off, paths, len(s.paths))
 		}
-		return n.sim.Now().Sub(start), clear
+		return took, clear
 	}
 	on, clearOn := run(false)
 	off, clearOff := run(true)
@@ -85,25 +97,10 @@ func TestClearPathsRelieveABusyRoute(t *testing.T) {
 // more than they do, so the clear paths take over less of what the busy
 // ones give up. With the queue counted the transfer ends sooner.
 func TestReliefCountsQueuedWindowsAtTheirQueue(t *testing.T) {
-	run := func(leastOnly bool) time.Duration {
-		reliefLeastOnly, routeClearOff = leastOnly, true // relief alone, as TestClearPathsRelieveABusyRoute
-		defer func() { reliefLeastOnly, routeClearOff = false, false }()
-		n := newNet(t, busySpineFabric(t), Config{Paths: 8, InboundCapacity: 49e9})
-		pr := n.connect(0, 1)
-		src := pr.ha.region(t, 16<<20, 1, memreg.LocalWrite)
-		dst := pr.hb.region(t, 16<<20, 0, memreg.LocalWrite|memreg.RemoteWrite)
-		start := n.sim.Now()
-		pr.a.Post(SendWR{ID: 1, Op: OpWrite, Local: SGE{src, 0, 16 << 20}, RKey: dst.Key()})
-		if !n.run(time.Second, func() bool { return len(pr.ra.done) == 1 }) || pr.ra.done[0].Status != StatusOK {
-			t.Fatalf("least RTTs only %v: %+v %v", leastOnly, pr.ra.done, pr.a.Err())
-		}
-		if digest(src.Bytes()) != digest(dst.Bytes()) {
-			t.Fatal("data differs")
-		}
-		return n.sim.Now().Sub(start)
-	}
-	queued := run(false)
-	least := run(true)
+	queued, _ := writeOverBusySpine(t, "queue counted")
+	reliefLeastOnly = true
+	defer func() { reliefLeastOnly = false }()
+	least, _ := writeOverBusySpine(t, "least RTTs only")
 	t.Logf("queue counted: %v; least RTTs only: %v", queued, least)
 	if queued >= least {
 		t.Errorf("queue counted %v, least RTTs only %v: want sooner", queued, least)
