@@ -272,10 +272,14 @@ func (p *sendPath) relieves(at clock.Time) bool {
 // link a path's window fills with packets that wait there, and at its
 // least round trip (underHint) it counts as carrying far more than it
 // does, so the connection's clear paths would take none of what the busy
-// ones give up. A queue that every path meets, the receiver's link or a
-// bottleneck before it, is left out: the windows that fill it carry what
-// they count, and counted it would grow them into it. A path without an
-// RTT sample counts as nothing.
+// ones give up. The least reading stands for a queue that every path
+// meets, the receiver's link or a bottleneck before it: counted, that
+// queue would make relief grow the windows further into it. Each reading
+// is one record's, so the least is near such a queue's trough, not its
+// mean, and the readings of other paths keep some of it. The window counts
+// in whole packets and a path without an RTT sample counts as nothing,
+// where underHint counts the window's fraction and such a path at the
+// fastest least RTT; both make this rate the lower.
 func (s *sender) underHintQueued() bool {
 	if !s.hinted() {
 		return false
