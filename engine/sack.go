@@ -248,10 +248,7 @@ var reliefOff bool
 // in every path alike and relieves none.
 func (p *sendPath) relieves(at clock.Time) bool {
 	s := p.s
-	if reliefOff || !p.queued || !s.underHint() && (reliefLeastOnly || !s.underHintQueued()) {
-		return false
-	}
-	if p.markedAt != 0 && at.Sub(p.markedAt) < 2*p.RTT.SRTT {
+	if reliefOff || !p.queued || p.markedAt != 0 && at.Sub(p.markedAt) < 2*p.RTT.SRTT {
 		return false
 	}
 	for _, q := range s.paths {
@@ -259,7 +256,8 @@ func (p *sendPath) relieves(at clock.Time) bool {
 			continue
 		}
 		if q.queue-p.queue > p.RTT.Min/8 {
-			return true
+			// The rates last: underHintQueued passes over every path.
+			return s.underHint() || !reliefLeastOnly && s.underHintQueued()
 		}
 	}
 	return false
